@@ -1,0 +1,43 @@
+"""Label-inference attacks on received cut-layer gradients; importing this registers them all."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attacker.attacks import (  # noqa: F401  (imported to register)
+    cosine_majority,
+    cosine_oracle,
+    direct_label,
+    hint_distance,
+    hint_inner,
+    mean,
+    median,
+    norm,
+)
+from attacker.attacks.base import ATTACKS, Attack, AttackResult, SideKnowledge, build_attack
+
+# Run on every binary run, in this order.
+DEFAULT_ATTACKS: list[tuple[str, dict[str, Any]]] = [
+    ("norm", {}),
+    ("cosine_oracle", {}),
+    ("cosine_majority", {}),
+    *[("hint_distance", {"k": k}) for k in (1, 3, 5)],
+    *[("hint_inner", {"k": k}) for k in (1, 3, 5)],
+    ("mean", {"centers": "oracle"}),
+    ("mean", {"centers": "hint"}),
+    ("median", {"centers": "oracle"}),
+    ("median", {"centers": "hint"}),
+]
+
+# Run on every multi-class run.
+DEFAULT_MULTICLASS_ATTACKS: list[tuple[str, dict[str, Any]]] = [("direct_label", {})]
+
+__all__ = [
+    "ATTACKS",
+    "DEFAULT_ATTACKS",
+    "DEFAULT_MULTICLASS_ATTACKS",
+    "Attack",
+    "AttackResult",
+    "SideKnowledge",
+    "build_attack",
+]

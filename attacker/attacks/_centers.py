@@ -1,0 +1,83 @@
+"""Class-center attacks (GAFM eqs. 8-9): shared parameters, label sources and the score."""
+
+from __future__ import annotations
+
+import math
+from abc import abstractmethod
+from typing import Literal
+
+import numpy as np
+from pydantic import Field
+
+from attacker.attacks._batch import as_rows, distances, unscored
+from attacker.attacks.base import Attack, AttackParams, AttackResult, SideKnowledge
+
+CENTERS_SIDE_KNOWLEDGE = (
+    "centers=oracle: every label of the batch (upper bound, as GAFM evaluates); "
+    "centers=hint: labels of random rows revealed in rounds of 2*hints until each class has "
+    ">= hints or about half the batch is revealed (revealed rows excluded)"
+)
+
+
+class CenterParams(AttackParams):
+    centers: Literal["oracle", "hint"] = "oracle"
+    hints: int = Field(5, ge=1, description="known labels wanted per class (hint centers)")
+
+
+def reveal_labels(
+    side: SideKnowledge, n_rows: int, per_class: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows (and labels) revealed in random rounds of 2*per_class until both classes have
+    per_class rows, capped at about half the batch so most rows are left to measure."""
+    cap = max(1, n_rows // 2)
+    round_size = min(2 * per_class, cap)
+    known = np.zeros(n_rows, dtype=bool)
+    labels = np.zeros(n_rows, dtype=np.int64)
+    # The cap is reached long before this many rounds; the bound only guarantees termination.
+    for _ in range(4 * math.ceil(n_rows / round_size) + 1):
+        rows, row_labels = side.known_labels(round_size)
+        known[rows] = True
+        labels[rows] = row_labels
+        n_pos = int(np.count_nonzero(labels[known] == 1))
+        n_known = int(np.count_nonzero(known))
+        if min(n_pos, n_known - n_pos) >= per_class or n_known >= cap:
+            break
+    rows = np.flatnonzero(known)
+    return rows, labels[rows]
+
+
+class CenterAttack(Attack):
+    """r(g) = ||g - c0|| - ||g - c1||, with class centers c0, c1 from oracle or revealed labels."""
+
+    side_knowledge = CENTERS_SIDE_KNOWLEDGE
+    Params = CenterParams
+    params: CenterParams
+
+    @staticmethod
+    @abstractmethod
+    def center(rows: np.ndarray) -> np.ndarray:
+        """The center of one class's rows (float64 [d])."""
+
+    @property
+    def label(self) -> str:
+        if self.params.centers == "oracle":  # `hints` plays no part in the oracle variant
+            return f"{self.name}(centers=oracle)"
+        return super().label
+
+    def __call__(self, gradients: np.ndarray, side: SideKnowledge) -> AttackResult:
+        rows = as_rows(gradients)
+        n_rows = rows.shape[0]
+        exclude = np.zeros(n_rows, dtype=bool)
+        if self.params.centers == "oracle":
+            known, labels = np.arange(n_rows), np.asarray(side.class_labels_oracle())
+        else:
+            known, labels = reveal_labels(side, n_rows, self.params.hints)
+            exclude[known] = True
+        positive = labels == 1
+        if positive.all() or not positive.any():
+            return unscored(n_rows)
+        centers = np.stack(
+            [self.center(rows[known[~positive]]), self.center(rows[known[positive]])]
+        )
+        to_center = distances(rows, centers)
+        return AttackResult(to_center[:, 0] - to_center[:, 1], exclude)

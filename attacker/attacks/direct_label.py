@@ -1,0 +1,25 @@
+"""Direct label inference (Fu et al.): with softmax CE and no top model, dL/dz = p - y."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attacker.attacks._batch import no_rows_excluded
+from attacker.attacks.base import ATTACKS, Attack, AttackResult, SideKnowledge
+
+
+@ATTACKS.register("direct_label")
+class DirectLabelAttack(Attack):
+    name = "direct_label"
+    kind = "label"
+    side_knowledge = "none (multi-class, no top model: the gradient is the softmax-CE p - y)"
+
+    def __call__(self, gradients: np.ndarray, side: SideKnowledge) -> AttackResult:
+        rows = np.asarray(gradients)
+        if rows.ndim != 2:
+            raise ValueError(f"gradients must be [B, d], got shape {rows.shape}")
+        negative = rows < 0
+        # The true class is the one coordinate with p_y - 1 < 0; a row with none (p_y rounded
+        # to 1, or a perturbed gradient) gets -1, which never matches a label.
+        inferred = np.where(negative.any(axis=1), negative.argmax(axis=1), -1).astype(np.int64)
+        return AttackResult(inferred, no_rows_excluded(rows.shape[0]))

@@ -1,0 +1,17 @@
+"""Mean attack (GAFM eq. 8): distance to the class means of the gradients."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attacker.attacks._centers import CenterAttack
+from attacker.attacks.base import ATTACKS
+
+
+@ATTACKS.register("mean")
+class MeanAttack(CenterAttack):
+    name = "mean"
+
+    @staticmethod
+    def center(rows: np.ndarray) -> np.ndarray:
+        return rows.mean(axis=0)

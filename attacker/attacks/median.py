@@ -1,0 +1,17 @@
+"""Median attack (GAFM eq. 9): distance to the coordinate-wise class medians of the gradients."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attacker.attacks._centers import CenterAttack
+from attacker.attacks.base import ATTACKS
+
+
+@ATTACKS.register("median")
+class MedianAttack(CenterAttack):
+    name = "median"
+
+    @staticmethod
+    def center(rows: np.ndarray) -> np.ndarray:
+        return np.median(rows, axis=0)

@@ -1,0 +1,200 @@
+"""Leak metrics: per-batch leak AUC and label accuracy, run summaries and the sumKL bounds."""
+
+from __future__ import annotations
+
+import math
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from attacker.attacks.base import Attack, SideKnowledge
+
+# Keeps these streams apart from any other SeedSequence the project derives from the same seed.
+_RNG_DOMAIN = zlib.crc32(b"splitleak.attacker.attack_rng")
+
+
+@dataclass(frozen=True)
+class LeakAUC:
+    """ROC AUC of attack scores against the labels; `flipped` is GAFM's max(AUC, 1 - AUC)."""
+
+    raw: float
+    flipped: float
+    n_rows: int
+    n_pos: int
+
+
+@dataclass(frozen=True)
+class BatchLeak:
+    """One attack's metric on one batch, or why the batch was skipped."""
+
+    attack: str  # the attack's label, e.g. `hint_distance(k=3)`
+    metric: Literal["auc", "accuracy"]
+    n_rows: int  # rows in the batch
+    n_excluded: int  # rows left out as side knowledge
+    auc: LeakAUC | None = None
+    accuracy: float | None = None
+    skip_reason: str | None = None
+
+    @property
+    def skipped(self) -> bool:
+        return self.skip_reason is not None
+
+
+def _kept(n_rows: int, exclude: np.ndarray | None) -> np.ndarray:
+    if exclude is None:
+        return np.ones(n_rows, dtype=bool)
+    exclude = np.asarray(exclude, dtype=bool)
+    if exclude.shape != (n_rows,):
+        raise ValueError(f"exclude must have shape ({n_rows},), got {exclude.shape}")
+    return ~exclude
+
+
+def _positive_rank_sum(scores: np.ndarray, positive: np.ndarray) -> float:
+    """Sum of the positives' 1-based ranks, tied scores sharing their average rank.
+
+    The Mann-Whitney form of the AUC: exact, with a tie between classes counting 1/2. Same
+    result as scipy.stats.rankdata(scores)[positive].sum(), several times faster on a batch.
+    """
+    order = np.argsort(scores, kind="stable")
+    ordered = scores[order]
+    starts_group = np.empty(ordered.size, dtype=bool)
+    starts_group[0] = True
+    np.not_equal(ordered[1:], ordered[:-1], out=starts_group[1:])
+    starts = np.flatnonzero(starts_group)
+    ends = np.append(starts[1:], ordered.size)
+    average_rank = (starts + ends + 1) / 2.0  # mean of the ranks starts+1 .. ends
+    group = np.cumsum(starts_group) - 1
+    return float(average_rank[group][positive[order]].sum())
+
+
+def leak_auc(
+    scores: np.ndarray, labels: np.ndarray, exclude: np.ndarray | None = None
+) -> LeakAUC | None:
+    """Exact ROC AUC (ties count one half) over the non-excluded rows; None for a single class."""
+    scores = np.asarray(scores, dtype=np.float64)
+    labels = np.asarray(labels)
+    if scores.ndim != 1 or labels.shape != scores.shape:
+        raise ValueError(f"scores {scores.shape} and labels {labels.shape} must be equal 1-D")
+    if not np.isin(labels, (0, 1)).all():
+        raise ValueError("leak AUC needs binary labels in {0, 1}")
+    keep = _kept(scores.shape[0], exclude)
+    scores, positive = scores[keep], labels[keep] == 1
+    n_pos = int(np.count_nonzero(positive))
+    n_neg = positive.size - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return None
+    if np.isnan(scores).any():
+        raise ValueError("attack scores contain NaN")
+    rank_sum = _positive_rank_sum(scores, positive)
+    raw = (rank_sum - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+    return LeakAUC(raw=raw, flipped=max(raw, 1.0 - raw), n_rows=positive.size, n_pos=n_pos)
+
+
+def label_accuracy(
+    pred: np.ndarray, labels: np.ndarray, exclude: np.ndarray | None = None
+) -> float | None:
+    """Top-1 accuracy of inferred labels over the non-excluded rows; None if no row is left."""
+    pred, labels = np.asarray(pred), np.asarray(labels)
+    if pred.ndim != 1 or labels.shape != pred.shape:
+        raise ValueError(f"pred {pred.shape} and labels {labels.shape} must be equal 1-D")
+    keep = _kept(pred.shape[0], exclude)
+    if not keep.any():
+        return None
+    return float(np.mean(pred[keep] == labels[keep]))
+
+
+def summarise(values: Sequence[float]) -> dict[str, float | int]:
+    """Mean, 95th percentile (linear interpolation; Li et al.'s headline) and max over batches."""
+    array = np.asarray(values, dtype=np.float64)
+    if array.size == 0:
+        return {"mean": math.nan, "p95": math.nan, "max": math.nan, "n": 0}
+    return {
+        "mean": float(array.mean()),
+        "p95": float(np.percentile(array, 95)),
+        "max": float(array.max()),
+        "n": int(array.size),
+    }
+
+
+def auc_bound_from_sumkl(eps: float) -> float:
+    """Li et al. Thm 1: sumKL <= eps (0 <= eps < 4) caps every attack's AUC; 1.0 beyond."""
+    if eps < 0:
+        raise ValueError(f"sumKL must be >= 0, got {eps}")
+    if eps >= 4:
+        return 1.0
+    return 0.5 + math.sqrt(eps) / 2 - eps / 8
+
+
+def detection_error_lower_bound(sumkl: float) -> float:
+    """The reference code's detection-error floor 0.5 - sqrt(sumKL)/4, never below 0."""
+    if sumkl < 0:
+        raise ValueError(f"sumKL must be >= 0, got {sumkl}")
+    return max(0.0, 0.5 - math.sqrt(sumkl) / 4)
+
+
+def attack_rng(seed: int, step: int, party_id: int | str, attack_label: str) -> np.random.Generator:
+    """The generator for one (batch, party, attack): reproducible and independent of run order."""
+    if seed < 0 or step < 0:
+        raise ValueError(f"seed and step must be >= 0, got {seed}, {step}")
+    party = party_id if isinstance(party_id, int) else zlib.crc32(party_id.encode())
+    if party < 0:
+        raise ValueError(f"party_id must be >= 0, got {party_id}")
+    entropy = [_RNG_DOMAIN, seed, step, party, zlib.crc32(attack_label.encode())]
+    return np.random.default_rng(np.random.SeedSequence(entropy))
+
+
+def _skip_after_exclusion(labels: np.ndarray, keep: np.ndarray, n_used: int) -> str:
+    n_excluded = int(np.count_nonzero(~keep))
+    if not keep.any():
+        if n_used < keep.size:  # the attack gave up: its side knowledge lacked what it needs
+            return f"side knowledge unusable ({n_used} row(s) revealed); no row scored"
+        return f"no row left after excluding {n_excluded} side-knowledge row(s)"
+    missing = "positive" if not np.any(labels[keep] == 1) else "negative"
+    return f"no {missing} left after excluding {n_excluded} side-knowledge row(s)"
+
+
+def evaluate_batch(
+    attack: Attack, gradients: np.ndarray, labels: np.ndarray, rng: np.random.Generator
+) -> BatchLeak:
+    """Run one attack on one batch: AUC for score attacks (binary labels), accuracy for label
+    attacks. Rows handed out as side knowledge never count, even if the attack forgets them."""
+    gradients = np.asarray(gradients, dtype=np.float32)
+    gradients = gradients.reshape(gradients.shape[0], -1)  # flatten multi-dimensional cut layers
+    labels = np.asarray(labels)
+    n_rows = gradients.shape[0]
+    if labels.shape != (n_rows,):
+        raise ValueError(f"labels must have shape ({n_rows},), got {labels.shape}")
+    metric: Literal["auc", "accuracy"] = "auc" if attack.kind == "score" else "accuracy"
+
+    def skipped(reason: str, n_excluded: int = 0) -> BatchLeak:
+        return BatchLeak(attack.label, metric, n_rows, n_excluded, skip_reason=reason)
+
+    if n_rows == 0:
+        return skipped("empty batch")
+    if metric == "auc":
+        if not np.isin(labels, (0, 1)).all():
+            raise ValueError(f"{attack.label} is a score attack and needs binary labels")
+        classes = np.unique(labels)
+        if classes.size == 1:
+            return skipped(f"single class in batch (all {int(classes[0])})")
+
+    side = SideKnowledge(labels, rng)
+    result = attack(gradients, side)
+    if result.values.shape != (n_rows,) or result.exclude.shape != (n_rows,):
+        raise ValueError(f"{attack.label} returned values/exclude not of shape ({n_rows},)")
+    keep = ~(result.exclude | side.used)
+    n_used = int(np.count_nonzero(side.used))
+    n_excluded = n_rows - int(np.count_nonzero(keep))
+
+    if metric == "auc":
+        auc = leak_auc(result.values, labels, ~keep)
+        if auc is None:
+            return skipped(_skip_after_exclusion(labels, keep, n_used), n_excluded)
+        return BatchLeak(attack.label, metric, n_rows, n_excluded, auc=auc)
+    accuracy = label_accuracy(result.values, labels, ~keep)
+    if accuracy is None:
+        return skipped(_skip_after_exclusion(labels, keep, n_used), n_excluded)
+    return BatchLeak(attack.label, metric, n_rows, n_excluded, accuracy=accuracy)

@@ -1,0 +1,57 @@
+"""The gradient-defense plug-in interface: g̃ = f(g, y, ctx), one instance per passive party."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import torch
+from pydantic import BaseModel, ConfigDict
+
+from splitleak.registry import Registry
+
+
+class DefenseParams(BaseModel):
+    """Base of every defense's parameter model (validated from the config's chain entry)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass
+class DefenseContext:
+    """What a defense may use for one batch of one passive party's cut gradient."""
+
+    labels: torch.Tensor  # int64 [B]: the label party's true labels of the batch rows
+    party_id: int
+    epoch: int
+    step: int
+    num_classes: int
+    generator: torch.Generator  # seeded from (run seed, chain position, party, step)
+    diagnostics: dict[str, float] = field(default_factory=dict)  # per-batch numbers, name-prefixed
+
+
+class Defense(ABC):
+    """One gradient transform. Stateful defenses keep their state on the instance."""
+
+    name: ClassVar[str]
+    Params: ClassVar[type[DefenseParams]] = DefenseParams
+
+    def __init__(self, params: DefenseParams) -> None:
+        self.params = params
+
+    @abstractmethod
+    def __call__(self, cut_gradient: torch.Tensor, ctx: DefenseContext) -> torch.Tensor:
+        """Return the gradient to send: same shape and dtype as `cut_gradient` ([B, *shape])."""
+
+    def summary(self) -> dict[str, Any]:
+        """Run-level figures for the report (e.g. ε of a DP defense, pass-through counts)."""
+        return {}
+
+
+DEFENSES: Registry[type[Defense]] = Registry("defense")
+
+
+def build_defense(name: str, params: dict[str, Any]) -> Defense:
+    cls = DEFENSES.get(name)
+    return cls(cls.Params.model_validate(params))

@@ -1,0 +1,97 @@
+"""The label party's defense chain: the configured defenses applied in order to one party's g."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import torch
+
+from label_party.defenses.base import DEFENSES, Defense, DefenseContext, DefenseParams
+from splitleak.seeding import generator
+
+
+def defense_generator(seed: int, position: int, party_id: int, step: int) -> torch.Generator:
+    """The generator of one defense call: a stable function of (run seed, position, party, step)."""
+    return generator(seed, "defense", position, party_id, step)
+
+
+class DefenseChain:
+    """Built from [(name, params), …] (or [{"name": …, "params": …}, …]); empty = identity.
+
+    Parameters are validated when the chain is built. Each passive party gets its own instance
+    of every defense (created at its first batch), so stateful defenses never mix parties.
+    """
+
+    def __init__(self, specs: Iterable[Any], seed: int) -> None:
+        self.seed = int(seed)
+        self._specs: list[tuple[type[Defense], DefenseParams]] = []
+        for spec in specs:
+            name, params = _name_and_params(spec)
+            cls = DEFENSES.get(name)
+            self._specs.append((cls, cls.Params.model_validate(params)))
+        self._parties: dict[int, list[Defense]] = {}
+
+    @property
+    def names(self) -> list[str]:
+        return [cls.name for cls, _ in self._specs]
+
+    def defenses(self, party_id: int) -> list[Defense]:
+        """The instances serving one passive party (created on first use)."""
+        if party_id not in self._parties:
+            self._parties[party_id] = [cls(params) for cls, params in self._specs]
+        return self._parties[party_id]
+
+    def apply(
+        self,
+        cut_gradient: torch.Tensor,
+        labels: torch.Tensor,
+        party_id: int,
+        epoch: int,
+        step: int,
+        num_classes: int,
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Run the chain on one party's [B, *shape] gradient; returns (g̃, per-batch diagnostics).
+
+        A defense named twice in the chain gets its diagnostics keys prefixed "<position>:".
+        """
+        names = self.names
+        diagnostics: dict[str, float] = {}
+        gradient = cut_gradient
+        for position, defense in enumerate(self.defenses(party_id)):
+            ctx = DefenseContext(
+                labels=labels,
+                party_id=party_id,
+                epoch=epoch,
+                step=step,
+                num_classes=num_classes,
+                generator=defense_generator(self.seed, position, party_id, step),
+            )
+            gradient = defense(gradient, ctx)
+            prefix = f"{position}:" if names.count(defense.name) > 1 else ""
+            diagnostics.update({prefix + key: value for key, value in ctx.diagnostics.items()})
+        return gradient, diagnostics
+
+    def summary(self) -> dict[str, Any]:
+        """Run-level figures of every defense instance, by party."""
+        return {
+            "chain": self.names,
+            "seed": self.seed,
+            "parties": {
+                str(party_id): [
+                    {"position": position, "name": defense.name, **defense.summary()}
+                    for position, defense in enumerate(defenses)
+                ]
+                for party_id, defenses in sorted(self._parties.items())
+            },
+        }
+
+
+def _name_and_params(spec: Any) -> tuple[str, Mapping[str, Any]]:
+    if isinstance(spec, Mapping):
+        unknown = set(spec) - {"name", "params"}
+        if "name" not in spec or unknown:
+            raise ValueError(f"a chain entry needs 'name' and optional 'params'; got {dict(spec)}")
+        return str(spec["name"]), spec.get("params") or {}
+    name, params = spec
+    return str(name), params or {}

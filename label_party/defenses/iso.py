@@ -1,0 +1,32 @@
+"""iso (Li et al.): isotropic Gaussian noise scaled to the batch's largest row norm."""
+
+from __future__ import annotations
+
+import torch
+from pydantic import Field
+
+from label_party.defenses.base import DEFENSES, Defense, DefenseContext, DefenseParams
+from label_party.defenses.rows import as_rows, compute_dtype, is_empty, restore, row_norms
+
+
+class IsoParams(DefenseParams):
+    t: float = Field(ge=0.0)  # noise variance per coordinate = t·‖g_max‖²/d (reference ratio = √t)
+
+
+@DEFENSES.register("iso")
+class Iso(Defense):
+    """g̃_j = g_j + η_j, η_j ~ N(0, (t/d)·‖g_max‖²·I_d)."""
+
+    name = "iso"
+    Params = IsoParams
+    params: IsoParams
+
+    def __call__(self, cut_gradient: torch.Tensor, ctx: DefenseContext) -> torch.Tensor:
+        if is_empty(cut_gradient):
+            return cut_gradient
+        rows = as_rows(cut_gradient)
+        work = compute_dtype(rows.dtype)
+        batch, dim = rows.shape
+        std = float(row_norms(rows).max()) * (self.params.t / dim) ** 0.5
+        noise = torch.randn(batch, dim, generator=ctx.generator, dtype=work)
+        return restore(torch.add(rows.to(work), noise, alpha=std), cut_gradient)

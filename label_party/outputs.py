@@ -1,0 +1,35 @@
+"""What the label party leaves in the run directory when training ends."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+
+from label_party.setup import LabelPartyData
+from label_party.trainer import LabelPartyTrainer
+from splitleak.fileio import write_atomically
+from splitleak.rundir import RunDir
+
+
+def write_labels(run: RunDir, data: LabelPartyData) -> None:
+    """Evaluation-only ground truth for the offline leak analysis (never sent on the wire)."""
+    ids = np.concatenate([data.train_ids, data.test_ids])
+    split = np.array(["train"] * data.train_ids.size + ["test"] * data.test_ids.size)
+    table = pa.table({"sample_id": ids, "label": data.labels[ids], "split": split})
+    write_atomically(run.labels, lambda tmp: pq.write_table(table, tmp))
+
+
+def write_outputs(run: RunDir, trainer: LabelPartyTrainer, data: LabelPartyData) -> None:
+    write_labels(run, data)
+    write_atomically(run.top_model, lambda tmp: torch.save(trainer.state_dict(), tmp))
+
+
+def write_outcome(run: RunDir, outcome: dict[str, Any]) -> None:
+    text = json.dumps(outcome, indent=2, default=str)
+    write_atomically(run.outcome, lambda tmp: tmp.write_text(text))
+

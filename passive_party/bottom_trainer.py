@@ -1,0 +1,60 @@
+"""A passive party's math: bottom model forward on its own rows, backward from the cut gradient."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from splitleak.config import ExperimentConfig
+from splitleak.fileio import write_atomically
+from splitleak.inputs import PartyInputs
+from splitleak.models import build_bottom
+from splitleak.optim import make_optimizer
+from splitleak.seeding import derive_seed
+
+
+class BottomTrainer:
+    """Holds only this party's columns; never sees a label."""
+
+    def __init__(self, cfg: ExperimentConfig, party_id: int, inputs: PartyInputs,
+                 output_width: int) -> None:
+        self.party_id = party_id
+        self.inputs = inputs
+        self.model = build_bottom(cfg.model, inputs.spec, output_width,
+                                  derive_seed(cfg.run.seed, "bottom", party_id))
+        self.optimizer = make_optimizer(self.model.parameters(), cfg.optimizer_for(str(party_id)))
+        self._activation: torch.Tensor | None = None
+        with torch.no_grad():
+            numeric, categorical = inputs.rows(torch.zeros(1, dtype=torch.int64))
+            self.embedding_shape = tuple(self.model(numeric, categorical).shape[1:])
+
+    def forward(self, sample_ids: np.ndarray, train: bool) -> torch.Tensor:
+        """The activation for these rows; a train forward keeps its graph for the backward."""
+        numeric, categorical = self.inputs.rows(torch.from_numpy(sample_ids))
+        self.model.train(train)
+        if not train:
+            with torch.no_grad():
+                return self.model(numeric, categorical)
+        self._activation = self.model(numeric, categorical)
+        return self._activation.detach()
+
+    def backward(self, cut_gradient: torch.Tensor) -> None:
+        """Backprop the received gradient through the bottom model and take one step."""
+        if self._activation is None:
+            raise RuntimeError("cut gradient received before any train activation was sent")
+        self.optimizer.zero_grad(set_to_none=True)
+        self._activation.backward(cut_gradient)
+        self.optimizer.step()
+        self._activation = None
+
+    @property
+    def pending_shape(self) -> tuple[int, ...] | None:
+        """Shape the next cut gradient must have (that of the last train activation)."""
+        return None if self._activation is None else tuple(self._activation.shape)
+
+    def save(self, path: Path) -> None:
+        state = {"party_id": self.party_id, "model": self.model.state_dict(),
+                 "optimizer": self.optimizer.state_dict()}
+        write_atomically(path, lambda tmp: torch.save(state, tmp))

@@ -1,0 +1,37 @@
+"""`passive-party run`: one passive party as its own process."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from passive_party.client import PartyError, run_party
+from splitleak.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, config_or_exit, setup_logging
+from splitleak.rundir import RunDir
+from splitleak.transport import run_async
+
+log = logging.getLogger("passive_party")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="passive-party", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="join a run and train this party's bottom model")
+    r.add_argument("--config", required=True, help="experiment TOML file (same as the label party's)")
+    r.add_argument("--party-id", type=int, required=True, help="this party's id, 1..N")
+    r.add_argument("--label-party", required=True, help="label party address HOST:PORT")
+    r.add_argument("--run-dir", type=Path, default=Path("."),
+                   help="where to save this party's bottom model")
+    r.add_argument("-v", "--verbose", action="store_true")
+    args = parser.parse_args(argv)
+    setup_logging(f"passive-party-{args.party_id}", args.verbose)
+    cfg = config_or_exit(args.config)
+    try:
+        run_async(run_party(cfg, args.party_id, args.label_party, RunDir(args.run_dir)))
+    except PartyError as err:
+        log.error("passive party %d: %s", args.party_id, err)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    return 0

@@ -1,0 +1,111 @@
+"""`splitleak`: run an experiment (distributed or in-process), validate a config, benchmark."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from label_party.validate import check_chain
+from splitleak.cli_common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    BadInput,
+    config_or_exit,
+    setup_logging,
+)
+from splitleak.config import ConfigError, ExperimentConfig
+from splitleak.orchestrator import RunFailed, RunOutcome, collect_outcome, run_distributed
+from splitleak.progress import RunProgress, format_eval
+from splitleak.rundir import create_run_dir
+from splitleak.validation import check_core
+
+
+def validate(cfg: ExperimentConfig) -> None:
+    """Everything that can be checked before a process starts; ConfigError names the field."""
+    check_core(cfg)
+    check_chain(cfg)
+
+
+def _load(path: str | None) -> ExperimentConfig:
+    cfg = config_or_exit(path)
+    try:
+        validate(cfg)
+    except ConfigError as err:
+        raise BadInput(f"invalid config {path or '(built-in default)'}: {err}") from None
+    return cfg
+
+
+def cmd_run(args: argparse.Namespace, console: Console) -> int:
+    cfg = _load(args.config)
+    if args.output_dir is not None:
+        cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"output_dir": args.output_dir})})
+    run = create_run_dir(cfg)
+    console.print(f"run directory: [bold]{run.root}[/]")
+    try:
+        if args.in_process:
+            from splitleak.reference import run_reference
+
+            started = time.monotonic()
+            run_reference(cfg, run)
+            outcome = collect_outcome(run, "in-process", time.monotonic() - started)
+        else:
+            with RunProgress(cfg.run.name, console, enabled=not args.no_progress) as progress:
+                outcome = run_distributed(cfg, run, progress)
+    except RunFailed as err:
+        console.print(f"[bold red]run failed:[/] {err}")
+        console.print(f"logs: {run.logs}")
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        console.print("[bold red]interrupted[/]: every party was stopped")
+        return EXIT_INTERRUPTED
+    print_summary(console, outcome)
+    return 0
+
+
+def print_summary(console: Console, outcome: RunOutcome) -> None:
+    table = Table(title=f"run {outcome.run.root.name} ({outcome.mode})")
+    table.add_column("train steps", justify="right")
+    table.add_column("steps/s", justify="right")
+    table.add_column("test metric")
+    table.add_column("test loss", justify="right")
+    final = outcome.final_eval or {}
+    table.add_row(str(outcome.train_steps), f"{outcome.steps_per_second:.1f}",
+                  format_eval(final) if final else "-",
+                  f"{final['test_loss']:.4f}" if final else "-")
+    console.print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="splitleak", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="train one experiment (default: the built-in default)")
+    r.add_argument("config", nargs="?", help="experiment TOML (omit for the built-in default)")
+    r.add_argument("--in-process", action="store_true",
+                   help="run the in-process reference (no network) instead of separate processes")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--output-dir", type=Path, help="override run.output_dir")
+    v = sub.add_parser("validate", help="check an experiment file and exit (2 if invalid)")
+    v.add_argument("config", nargs="?")
+    b = sub.add_parser("bench", help="distributed vs in-process throughput, wire overhead")
+    b.add_argument("--steps", type=int, default=60, help="train steps per measured run")
+    args = parser.parse_args(argv)
+    setup_logging("splitleak")
+    console = Console()
+    if args.command == "run":
+        return cmd_run(args, console)
+    if args.command == "validate":
+        _load(args.config)
+        console.print("config is valid")
+        return 0
+    from splitleak.bench import run_bench
+
+    return run_bench(args, console)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

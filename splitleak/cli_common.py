@@ -1,0 +1,31 @@
+"""What every entry point shares: logging, config loading with exit code 2, the exit codes."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+from splitleak.config import ConfigError, ExperimentConfig, load_config
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+class BadInput(SystemExit):
+    """Exit with code 2 after printing what is wrong."""
+
+    def __init__(self, message: str) -> None:
+        print(message, file=sys.stderr)
+        super().__init__(EXIT_BAD_INPUT)
+
+
+def setup_logging(role: str, verbose: bool = False) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
+                        format=f"%(asctime)s {role} %(levelname)s %(message)s", force=True)
+
+
+def config_or_exit(path: str | Path | None) -> ExperimentConfig:
+    try:
+        return load_config(path)
+    except ConfigError as err:
+        raise BadInput(str(err)) from None

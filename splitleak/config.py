@@ -1,0 +1,229 @@
+"""The experiment file: one TOML, validated once at start, frozen, hashed."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import tomli_w
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveFloat,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+PROTOCOL_VERSION = 1
+
+
+class ConfigError(ValueError):
+    """A config that cannot run; the message names the field and what is allowed."""
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+ColumnRange = tuple[int, int]
+
+
+class RunConfig(_Frozen):
+    name: str = Field("experiment", pattern=r"^[A-Za-z0-9_.-]+$")
+    seed: int = Field(0, ge=0, lt=2**63)
+    output_dir: Path = Path("runs")
+    torch_threads: PositiveInt = 1  # intra-op threads per party process
+
+
+class DatasetConfig(_Frozen):
+    name: str
+    params: dict[str, Any] = {}
+    test_fraction: float = Field(0.2, gt=0.0, lt=1.0)
+
+
+class FeatureConfig(_Frozen):
+    """Which columns each party holds: explicit half-open ranges, or ratios over all columns."""
+
+    passive: list[ColumnRange] | None = None
+    ratios: list[PositiveFloat] | None = None
+    label_party: ColumnRange | None = None  # the label party's own features (may overlap)
+
+    @model_validator(mode="after")
+    def _one_way(self) -> FeatureConfig:
+        if (self.passive is None) == (self.ratios is None):
+            raise ValueError("give exactly one of features.passive (column ranges) or features.ratios")
+        for r in (self.passive or []) + ([self.label_party] if self.label_party else []):
+            if not 0 <= r[0] < r[1]:
+                raise ValueError(f"column range {list(r)} must be [start, stop) with 0 <= start < stop")
+        return self
+
+
+class ModelConfig(_Frozen):
+    kind: Literal["mlp", "wide_deep", "cnn"] = "mlp"
+    layers: list[PositiveInt] = [64, 64]  # mlp/wide_deep: deep widths; cnn: fc head widths
+    channels: list[PositiveInt] = [16, 32]  # cnn: one conv block per entry
+    cut_layer: PositiveInt = 1  # layers (cnn: conv blocks) on the passive side
+    embedding_dim: PositiveInt = 4  # per categorical field, deep part
+    top: Literal["mlp", "none"] = "mlp"  # none: logits = sum of the parties' outputs
+    aggregation: Literal["concat", "sum", "mean"] = "concat"
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ModelConfig:
+        bottom_depth = len(self.channels) if self.kind == "cnn" else len(self.layers)
+        if self.cut_layer > bottom_depth:
+            unit = "channels (conv blocks)" if self.kind == "cnn" else "layers"
+            raise ValueError(f"cut_layer={self.cut_layer} exceeds the {bottom_depth} {unit}")
+        if self.top == "none":
+            if self.aggregation != "sum":
+                raise ValueError("top = 'none' sums the parties' logits: set aggregation = 'sum'")
+            if self.kind == "cnn" and self.cut_layer != len(self.channels):
+                raise ValueError("top = 'none' puts every conv block on the passive side: "
+                                 f"set cut_layer = {len(self.channels)}")
+            if self.kind != "cnn" and self.cut_layer != len(self.layers):
+                raise ValueError("top = 'none' puts every layer on the passive side: "
+                                 f"set cut_layer = {len(self.layers)}")
+        return self
+
+
+class OptimizerConfig(_Frozen):
+    name: Literal["adam", "sgd", "adagrad"] = "adam"
+    lr: PositiveFloat = 1e-3
+    momentum: float = Field(0.0, ge=0.0, lt=1.0)
+    weight_decay: float = Field(0.0, ge=0.0)
+
+
+class TrainingConfig(_Frozen):
+    batch_size: PositiveInt = 256
+    epochs: PositiveInt = 1
+    eval_interval: int = Field(0, ge=0)  # train steps between evaluations; 0 = each epoch end
+    max_steps: PositiveInt | None = None  # stop after this many train steps (smoke runs, bench)
+    loss: Literal["auto", "bce", "ce"] = "auto"
+    optimizer: OptimizerConfig = OptimizerConfig()
+    # Per-party overrides: key "label" or a passive party id "1".."N".
+    optimizers: dict[str, OptimizerConfig] = {}
+
+
+class TopologyConfig(_Frozen):
+    passive_parties: int = Field(2, ge=1, le=64)
+    label_party_address: str = Field("127.0.0.1:0", pattern=r"^[^\s:]+:\d{1,5}$")
+    step_deadline_s: PositiveFloat = 60.0
+    join_deadline_s: PositiveFloat = 120.0
+    max_message_mb: int = Field(64, ge=1, le=1024)
+
+
+class PluginSpec(_Frozen):
+    """A plug-in by registry name plus its parameters (validated by the plug-in's own model)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    name: str
+
+    @property
+    def params(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
+
+
+class ExperimentConfig(_Frozen):
+    run: RunConfig = RunConfig()
+    dataset: DatasetConfig
+    features: FeatureConfig
+    model: ModelConfig = ModelConfig()
+    training: TrainingConfig = TrainingConfig()
+    topology: TopologyConfig = TopologyConfig()
+    defense: list[PluginSpec] = []  # gradient defense chain, applied in order
+
+    @model_validator(mode="after")
+    def _parties(self) -> ExperimentConfig:
+        n = self.topology.passive_parties
+        given = len(self.features.passive or self.features.ratios or [])
+        if given != n:
+            which = "passive" if self.features.passive is not None else "ratios"
+            raise ValueError(f"features.{which} lists {given} parties but "
+                             f"topology.passive_parties = {n}")
+        allowed = {"label"} | {str(k) for k in range(1, n + 1)}
+        bad = sorted(set(self.training.optimizers) - allowed)
+        if bad:
+            raise ValueError(f"training.optimizers has unknown party {bad}; allowed keys: "
+                             f"{', '.join(sorted(allowed))}")
+        if self.model.kind == "wide_deep" and self.features.label_party is None:
+            raise ValueError("model.kind = 'wide_deep' puts the wide part on the label party: "
+                             "give it features (features.label_party = [start, stop])")
+        return self
+
+    @field_validator("defense", mode="before")
+    @classmethod
+    def _chain(cls, value: Any) -> Any:
+        return [{"name": v} if isinstance(v, str) else v for v in value]
+
+    def loss_for(self, num_classes: int) -> str:
+        """The loss this run trains with: 'bce' (one logit) or 'ce' (one logit per class)."""
+        loss = self.training.loss
+        if loss == "auto":
+            return "bce" if num_classes == 2 else "ce"
+        if loss == "bce" and num_classes != 2:
+            raise ConfigError(f"training.loss = 'bce' needs a binary dataset; {self.dataset.name} "
+                              f"has {num_classes} classes (allowed: 'ce', 'auto')")
+        return loss
+
+    def output_width(self, num_classes: int) -> int:
+        return 1 if self.loss_for(num_classes) == "bce" else num_classes
+
+    def optimizer_for(self, party: str) -> OptimizerConfig:
+        return self.training.optimizers.get(party, self.training.optimizer)
+
+    def to_toml(self) -> str:
+        return tomli_w.dumps(_drop_none(self.model_dump(mode="json")))
+
+    @property
+    def hash(self) -> str:
+        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def _drop_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_none(v) for v in value]
+    return value
+
+
+def format_validation_error(err: ValidationError, source: str) -> str:
+    lines = [f"invalid config {source}:"]
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        got = e.get("input")
+        shown = "" if isinstance(got, dict) or e["type"] == "missing" else f" (got {got!r})"
+        lines.append(f"  {loc}: {e['msg']}{shown}")
+    return "\n".join(lines)
+
+
+def parse_config(data: dict[str, Any], source: str = "<dict>") -> ExperimentConfig:
+    try:
+        return ExperimentConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, source)) from None
+
+
+def load_config(path: str | Path | None = None) -> ExperimentConfig:
+    """Read and validate an experiment file; None gives the built-in default."""
+    if path is None:
+        text = resources.files("splitleak.configs").joinpath("default.toml").read_text()
+        source = "(built-in default)"
+    else:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file not found: {p}")
+        text = p.read_text()
+        source = str(p)
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise ConfigError(f"invalid config {source}: not valid TOML: {err}") from None
+    return parse_config(data, source)

@@ -1,0 +1,33 @@
+"""Dataset plug-ins by name; importing this package registers every built-in loader."""
+
+from splitleak.datasets import (  # noqa: F401  (imported to register)
+    adult,
+    avazu,
+    bank,
+    breast_cancer,
+    criteo,
+    digits,
+    spambase,
+    synthetic_ctr,
+    wine,
+)
+from splitleak.datasets.base import (
+    DATASETS,
+    Dataset,
+    DatasetError,
+    FeatureSlice,
+    Schema,
+    build_dataset,
+)
+from splitleak.datasets.split import standardize, train_test_ids
+
+__all__ = [
+    "DATASETS",
+    "Dataset",
+    "DatasetError",
+    "FeatureSlice",
+    "Schema",
+    "build_dataset",
+    "standardize",
+    "train_test_ids",
+]

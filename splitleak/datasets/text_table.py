@@ -1,0 +1,78 @@
+"""Small delimited files read whole: numeric fields, file-vocabulary categories, a label column."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import ClassVar
+
+import numpy as np
+
+from splitleak.datasets.base import Dataset, DatasetParams, FeatureSlice, Schema
+from splitleak.datasets.delimited import DelimitedFile, TextFormat, require_file
+from splitleak.datasets.encoding import vocabulary_codes
+from splitleak.datasets.tabular import check_columns, field_ranges, make_slice, stack_columns
+
+
+class PathParams(DatasetParams):
+    path: str
+
+
+class TextTable(Dataset):
+    """Base of loaders for UCI-style files. A category is coded by its rank among the sorted
+    distinct values of its column in the file (from 1); `MISSING` values get 0."""
+
+    Params = PathParams
+    params: PathParams
+    FORMAT: ClassVar[TextFormat]
+    NUMERIC: ClassVar[tuple[str, ...]]
+    CATEGORICAL: ClassVar[tuple[str, ...]] = ()
+    LABEL: ClassVar[str]
+    LABELS: ClassVar[dict[str, int]]
+    MISSING: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, params: DatasetParams) -> None:
+        super().__init__(params)
+        self._file = self._open()
+
+    def _open(self) -> DelimitedFile:
+        return DelimitedFile(require_file(self.params.path, self.FORMAT.kind), self.FORMAT)
+
+    @cached_property
+    def _schema(self) -> Schema:
+        if self.CATEGORICAL:
+            table = self._file.read(self.CATEGORICAL)
+            cardinalities = tuple(vocabulary_codes(v, self.MISSING)[1] for v in table.values())
+            num_rows = len(table[self.CATEGORICAL[0]])
+        else:
+            cardinalities, num_rows = (), self._file.count_rows(self.NUMERIC[0])
+        return Schema(
+            numeric_names=self.NUMERIC,
+            categorical_names=self.CATEGORICAL,
+            cardinalities=cardinalities,
+            num_classes=len(set(self.LABELS.values())),
+            num_rows=num_rows,
+        )
+
+    def schema(self) -> Schema:
+        return self._schema
+
+    def features(self, columns: tuple[int, int]) -> FeatureSlice:
+        schema = self.schema()
+        columns = check_columns(schema, columns)
+        numeric_fields, categorical_fields = field_ranges(schema, columns)
+        numeric_names = [self.NUMERIC[i] for i in numeric_fields]
+        categorical_names = [self.CATEGORICAL[i] for i in categorical_fields]
+        table = self._file.read(numeric_names + categorical_names)
+        numeric = [self._file.numbers(name, table[name], 0)[0] for name in numeric_names]
+        categorical = [vocabulary_codes(table[n], self.MISSING)[0] for n in categorical_names]
+        return make_slice(
+            schema,
+            columns,
+            stack_columns(numeric, schema.num_rows, np.float64),
+            stack_columns(categorical, schema.num_rows, np.int64),
+        )
+
+    def labels(self) -> np.ndarray:
+        return self._file.codes(
+            self.LABEL, self._file.read([self.LABEL])[self.LABEL], 0, self.LABELS
+        )

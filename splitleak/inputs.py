@@ -1,0 +1,45 @@
+"""A party's own columns as model-ready tensors, indexed by sample id."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from splitleak.config import ExperimentConfig
+from splitleak.datasets import Dataset, train_test_ids
+from splitleak.datasets.split import standardize
+from splitleak.models import InputSpec, input_spec
+
+
+@dataclass(frozen=True)
+class PartyInputs:
+    """Row i is sample id i; numerics standardised with train-row statistics."""
+
+    numeric: torch.Tensor
+    categorical: torch.Tensor
+    spec: InputSpec
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.numeric.shape[0])
+
+    def rows(self, sample_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.numeric[sample_ids], self.categorical[sample_ids]
+
+
+def load_party_inputs(cfg: ExperimentConfig, dataset: Dataset,
+                      columns: tuple[int, int]) -> PartyInputs:
+    """Load one party's column range (never labels) and prepare it for its bottom model."""
+    schema = dataset.schema()
+    features = dataset.features(columns)
+    train_ids, _ = train_test_ids(schema.num_rows, cfg.dataset.test_fraction, cfg.run.seed)
+    numeric = features.numeric
+    if numeric.size:
+        numeric = standardize(numeric, train_ids)
+    return PartyInputs(
+        numeric=torch.from_numpy(np.ascontiguousarray(numeric, dtype=np.float32)),
+        categorical=torch.from_numpy(np.ascontiguousarray(features.categorical, dtype=np.int64)),
+        spec=input_spec(schema, columns),
+    )

@@ -1,0 +1,19 @@
+"""The model zoo: bottom models for every party, the label party's top model."""
+
+from splitleak.models.build import (
+    Bottom,
+    InputSpec,
+    TopModel,
+    build_bottom,
+    build_top,
+    input_spec,
+)
+
+__all__ = [
+    "Bottom",
+    "InputSpec",
+    "TopModel",
+    "build_bottom",
+    "build_top",
+    "input_spec",
+]

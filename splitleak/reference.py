@@ -1,0 +1,69 @@
+"""The in-process reference: the same trainer, bottoms and step loop, with no network."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import torch
+
+from label_party.driver import drive
+from label_party.outputs import write_outcome, write_outputs
+from label_party.schedule import Batch, Phase, schedule
+from label_party.setup import load_label_party_data, plan_record
+from label_party.trainer import LabelPartyTrainer
+from passive_party.bottom_trainer import BottomTrainer
+from splitleak.config import ExperimentConfig
+from splitleak.datasets import build_dataset
+from splitleak.inputs import load_party_inputs
+from splitleak.metrics_log import MetricsWriter
+from splitleak.partition import passive_columns
+from splitleak.rundir import RunDir
+
+
+class LocalExchange:
+    """Calls each bottom directly, in party order, in the order the wire would deliver."""
+
+    def __init__(self, bottoms: dict[int, BottomTrainer]) -> None:
+        self.bottoms = bottoms
+
+    async def exchange(self, gradients: dict[int, torch.Tensor] | None,
+                       gradient_batch: Batch | None, next_batch: Batch) -> dict[int, torch.Tensor]:
+        activations = {}
+        for k, bottom in self.bottoms.items():
+            if gradients is not None:
+                bottom.backward(gradients[k])
+            activations[k] = bottom.forward(next_batch.sample_ids, next_batch.phase is Phase.TRAIN)
+        return activations
+
+    async def finish(self, gradients: dict[int, torch.Tensor] | None,
+                     gradient_batch: Batch | None) -> None:
+        if gradients is not None:
+            for k, bottom in self.bottoms.items():
+                bottom.backward(gradients[k])
+
+
+def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
+    """Train the whole split model in this process; writes the same files as a distributed run."""
+    torch.set_num_threads(cfg.run.torch_threads)
+    started = time.monotonic()
+    dataset = build_dataset(cfg.dataset.name, cfg.dataset.params)
+    data = load_label_party_data(cfg, dataset)
+    width = cfg.output_width(data.num_classes)
+    bottoms = {k: BottomTrainer(cfg, k, load_party_inputs(cfg, dataset, cols), width)
+               for k, cols in passive_columns(cfg, data.schema).items()}
+    trainer = LabelPartyTrainer(cfg, data.labels, data.num_classes,
+                                {k: b.embedding_shape for k, b in bottoms.items()}, data.own_inputs)
+    writer = MetricsWriter(run.metrics)
+    writer.write(plan_record(data, len(bottoms), cfg.run.seed))
+    batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed)
+    asyncio.run(drive(trainer, batches, LocalExchange(bottoms), writer.write))
+    writer.close()
+    write_outputs(run, trainer, data)
+    for k, bottom in bottoms.items():
+        bottom.save(run.bottom_model(k))
+    outcome = {"status": "ok", "seconds": time.monotonic() - started,
+               "train_steps": data.plan.total_train_steps, "defenses": trainer.defense_summary()}
+    write_outcome(run, outcome)
+    return outcome

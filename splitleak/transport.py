@@ -1,0 +1,65 @@
+"""Every gRPC channel and server option in one place: message limits, keepalive, credentials."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import grpc
+
+from splitleak.config import TopologyConfig
+
+PARTY_ID_KEY = "splitleak-party-id"
+SESSION_KEY = "splitleak-session"
+T = TypeVar("T")
+
+
+def _options(max_message_mb: int) -> list[tuple[str, int]]:
+    limit = max_message_mb * 1024 * 1024
+    return [
+        ("grpc.max_send_message_length", limit),
+        ("grpc.max_receive_message_length", limit),
+        ("grpc.keepalive_time_ms", 20_000),
+        ("grpc.keepalive_timeout_ms", 10_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.max_pings_without_data", 0),
+        ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ]
+
+
+def server_options(topology: TopologyConfig) -> list[tuple[str, int]]:
+    return _options(topology.max_message_mb) + [("grpc.so_reuseport", 0)]
+
+
+def channel_options(topology: TopologyConfig) -> list[tuple[str, int]]:
+    return _options(topology.max_message_mb) + [
+        ("grpc.enable_retries", 0),
+        ("grpc.initial_reconnect_backoff_ms", 100),
+        ("grpc.max_reconnect_backoff_ms", 1000),
+    ]
+
+
+def create_server(topology: TopologyConfig) -> grpc.aio.Server:
+    return grpc.aio.server(options=server_options(topology))
+
+
+def bind(server: grpc.aio.Server, address: str) -> int:
+    """Listen on `address` (port 0 = any free port); returns the bound port."""
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"could not listen on {address}")
+    return port
+
+
+def create_channel(address: str, topology: TopologyConfig) -> grpc.aio.Channel:
+    return grpc.aio.insecure_channel(address, options=channel_options(topology))
+
+
+def run_async(main: Coroutine[Any, Any, T]) -> T:
+    """Run an entry point's coroutine, on uvloop when it is installed."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(main)
+    return uvloop.run(main)

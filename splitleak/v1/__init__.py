@@ -1,0 +1,1 @@
+"""Generated protocol stubs of splitleak.v1."""

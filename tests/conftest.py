@@ -1,0 +1,44 @@
+"""Shared fixtures: small experiment configs written to tmp files, a clean environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tomli_w
+
+from splitleak.config import ExperimentConfig, parse_config
+
+
+def small_config(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
+    """A fast binary experiment on breast_cancer with 2 passive parties."""
+    data: dict[str, Any] = {
+        "run": {"name": "t", "seed": 3, "output_dir": str(tmp_path / "runs")},
+        "dataset": {"name": "breast_cancer", "test_fraction": 0.25},
+        "features": {"passive": [[0, 15], [15, 30]]},
+        "model": {"kind": "mlp", "layers": [16, 8], "cut_layer": 1},
+        "training": {"batch_size": 64, "epochs": 2, "eval_interval": 3,
+                     "optimizer": {"name": "adam", "lr": 0.01}},
+        "topology": {"passive_parties": 2, "step_deadline_s": 20, "join_deadline_s": 30},
+    }
+    for section, values in overrides.items():
+        if section != "features" and isinstance(values, dict) and isinstance(data.get(section), dict):
+            data[section] = {**data[section], **values}
+        else:
+            data[section] = values
+    return data
+
+
+def write_config(tmp_path: Path, data: dict[str, Any], name: str = "exp.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(tomli_w.dumps(data))
+    return path
+
+
+@pytest.fixture
+def make_config(tmp_path: Path):
+    def make(**overrides: Any) -> ExperimentConfig:
+        return parse_config(small_config(tmp_path, **overrides))
+
+    return make

@@ -1,0 +1,419 @@
+"""Known-answer and conformance tests for the label-inference attacks and the leak metrics."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import rankdata
+from sklearn.metrics import roc_auc_score
+
+from attacker.attacks import (
+    ATTACKS,
+    DEFAULT_ATTACKS,
+    DEFAULT_MULTICLASS_ATTACKS,
+    Attack,
+    AttackResult,
+    SideKnowledge,
+    build_attack,
+)
+from attacker.leak import (
+    attack_rng,
+    auc_bound_from_sumkl,
+    detection_error_lower_bound,
+    evaluate_batch,
+    label_accuracy,
+    leak_auc,
+    summarise,
+)
+
+BINARY_DEFAULTS = [
+    pytest.param(name, params, id=f"{name}-{params}") for name, params in DEFAULT_ATTACKS
+]
+
+
+def separable_batch(
+    n_pos: int = 40, n_neg: int = 160, dim: int = 16, seed: int = 0
+) -> tuple[np.ndarray, np.ndarray]:
+    """Positives point along -v with norms in [4, 5]; negatives along +v with norms in [1, 2].
+
+    Small noise orthogonal to v keeps rows distinct. Every attack in DEFAULT_ATTACKS separates
+    these classes perfectly.
+    """
+    rng = np.random.default_rng(seed)
+    direction = np.zeros(dim)
+    direction[0] = 1.0
+    noise = 0.05 * rng.standard_normal((n_pos + n_neg, dim))
+    noise[:, 0] = 0.0
+    scale = np.concatenate([-rng.uniform(4, 5, n_pos), rng.uniform(1, 2, n_neg)])
+    gradients = scale[:, None] * direction + noise
+    labels = np.concatenate([np.ones(n_pos, dtype=np.int64), np.zeros(n_neg, dtype=np.int64)])
+    order = rng.permutation(labels.size)
+    return gradients[order].astype(np.float32), labels[order]
+
+
+def no_side(n_rows: int) -> SideKnowledge:
+    return SideKnowledge(np.zeros(n_rows, dtype=np.int64), np.random.default_rng(0))
+
+
+def evaluate(name: str, params: dict, gradients: np.ndarray, labels: np.ndarray, seed: int = 0):
+    return evaluate_batch(
+        build_attack(name, params), gradients, labels, np.random.default_rng(seed)
+    )
+
+
+# --- known answers ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "params"), BINARY_DEFAULTS)
+def test_separable_batch_gives_auc_one(name: str, params: dict) -> None:
+    gradients, labels = separable_batch()
+    leak = evaluate(name, params, gradients, labels)
+    assert leak.auc is not None, leak.skip_reason
+    assert leak.auc.raw == 1.0
+
+
+@pytest.mark.parametrize(("name", "params"), BINARY_DEFAULTS)
+def test_identical_class_distributions_give_auc_near_half(name: str, params: dict) -> None:
+    # 4000 rows, 50 % positives: the AUC's standard error is ~0.009, so 0.05 is > 5 sigma.
+    rng = np.random.default_rng(7)
+    gradients = rng.standard_normal((4000, 8)).astype(np.float32)
+    labels = rng.integers(0, 2, 4000)
+    leak = evaluate(name, params, gradients, labels)
+    assert leak.auc is not None, leak.skip_reason
+    assert abs(leak.auc.raw - 0.5) < 0.05
+
+
+def test_norm_ranks_larger_norms_as_positive() -> None:
+    gradients = np.array([[3.0, 4.0], [0.0, 1.0], [0.0, 0.0]], dtype=np.float32)
+    result = build_attack("norm", {})(gradients, no_side(3))
+    np.testing.assert_allclose(result.values, [5.0, 1.0, 0.0])
+    assert not result.exclude.any()
+
+
+def test_inverted_scores_flip() -> None:
+    gradients, labels = separable_batch()
+    # g / ||g||^2 has norm 1 / ||g||: positives now have the smaller norms, every pair is
+    # ranked backwards.
+    inverted = gradients / np.sum(gradients.astype(np.float64) ** 2, axis=1, keepdims=True)
+    leak = evaluate("norm", {}, inverted.astype(np.float32), labels)
+    assert leak.auc is not None
+    assert leak.auc.raw == pytest.approx(0.0)
+    assert leak.auc.flipped == pytest.approx(1.0)
+    scores = np.linalg.norm(gradients, axis=1)
+    assert leak_auc(-scores, labels).raw == 0.0
+    assert leak_auc(-scores, labels).flipped == 1.0
+
+
+def test_cosine_majority_scores_the_minority_higher() -> None:
+    # 3 rows along +e0, 7 along -e0 (plus tiny distinct noise): the 3 agree with 2 others each,
+    # the 7 with 6 each, so the minority gets the higher score.
+    rng = np.random.default_rng(1)
+    gradients = np.concatenate([np.tile([1.0, 0.0], (3, 1)), np.tile([-1.0, 0.0], (7, 1))])
+    gradients[:, 1] = 0.01 * rng.standard_normal(10)
+    result = build_attack("cosine_majority", {})(gradients.astype(np.float32), no_side(10))
+    np.testing.assert_array_equal(result.values, [-2.0] * 3 + [-6.0] * 7)
+
+
+def test_cosine_majority_ignores_zero_rows() -> None:
+    gradients = np.array([[1.0, 0.0], [1.0, 0.1], [0.0, 0.0], [-1.0, 0.0]], dtype=np.float32)
+    result = build_attack("cosine_majority", {})(gradients, no_side(len(gradients)))
+    np.testing.assert_array_equal(result.values, [-1.0, -1.0, 0.0, 0.0])
+
+
+def test_cosine_majority_handles_tiny_gradients() -> None:
+    # Raw float32 inner products of these rows underflow to zero; the cosines do not.
+    gradients = np.array([[1e-25, 0.0], [1e-25, 1e-26], [-1e-25, 0.0]], dtype=np.float32)
+    result = build_attack("cosine_majority", {})(gradients, no_side(len(gradients)))
+    np.testing.assert_array_equal(result.values, [-1.0, -1.0, 0.0])
+
+
+def test_cosine_oracle_scores_cosine_with_the_picked_positive() -> None:
+    gradients = np.array([[2.0, 0.0], [0.0, 3.0], [-1.0, 0.0], [1.0, 1.0]], dtype=np.float32)
+    labels = np.array([1, 0, 0, 0])
+    result = build_attack("cosine_oracle", {})(
+        gradients, SideKnowledge(labels, np.random.default_rng(0))
+    )
+    np.testing.assert_allclose(result.values, [1.0, 0.0, -1.0, math.sqrt(0.5)])
+    np.testing.assert_array_equal(result.exclude, [True, False, False, False])
+
+
+def test_hint_distance_uses_the_nearest_hint() -> None:
+    gradients = np.array([[0.0, 0.0], [10.0, 0.0], [1.0, 0.0], [9.0, 0.0], [5.0, 0.0]])
+    labels = np.array([1, 1, 0, 0, 0])
+    side = SideKnowledge(labels, np.random.default_rng(0))
+    result = build_attack("hint_distance", {"k": 2})(gradients.astype(np.float32), side)
+    np.testing.assert_allclose(result.values, [0.0, 0.0, -1.0, -1.0, -5.0])
+    np.testing.assert_array_equal(result.exclude, [True, True, False, False, False])
+
+
+def test_hint_inner_uses_the_largest_hint() -> None:
+    gradients = np.array([[1.0, 0.0], [0.0, 2.0], [3.0, 4.0], [1.0, 1.0]], dtype=np.float32)
+    labels = np.array([1, 1, 0, 0])
+    side = SideKnowledge(labels, np.random.default_rng(0))
+    result = build_attack("hint_inner", {"k": 2})(gradients, side)
+    np.testing.assert_allclose(result.values[2:], [8.0, 2.0])  # projections on h* = (0, 2)
+    np.testing.assert_array_equal(result.exclude, [True, True, False, False])
+
+
+def test_mean_and_median_oracle_centers() -> None:
+    # Class 0 rows 0, 1, 5 (mean 2, median 1); class 1 rows 10, 11, 30 (mean 17, median 11).
+    gradients = np.array([[0.0], [1.0], [5.0], [10.0], [11.0], [30.0]], dtype=np.float32)
+    labels = np.array([0, 0, 0, 1, 1, 1])
+    mean = build_attack("mean", {"centers": "oracle"})(gradients, SideKnowledge(labels, None))
+    median = build_attack("median", {"centers": "oracle"})(gradients, SideKnowledge(labels, None))
+    x = gradients[:, 0].astype(np.float64)
+    np.testing.assert_allclose(mean.values, np.abs(x - 2) - np.abs(x - 17), atol=1e-9)
+    np.testing.assert_allclose(median.values, np.abs(x - 1) - np.abs(x - 11), atol=1e-9)
+    assert not mean.exclude.any() and not median.exclude.any()
+
+
+@pytest.mark.parametrize("name", ["mean", "median"])
+def test_hint_centers_reveal_both_classes_and_exclude_them(name: str) -> None:
+    gradients, labels = separable_batch(n_pos=20, n_neg=380)
+    side = SideKnowledge(labels, np.random.default_rng(3))
+    result = build_attack(name, {"centers": "hint", "hints": 5})(gradients, side)
+    revealed = labels[result.exclude]
+    assert np.count_nonzero(revealed == 1) >= 5 and np.count_nonzero(revealed == 0) >= 5
+    np.testing.assert_array_equal(result.exclude, side.used)
+    assert result.exclude.sum() <= 200 + 10  # about half the batch at most
+
+
+def test_direct_label_recovers_softmax_ce_labels() -> None:
+    rng = np.random.default_rng(5)
+    logits = 3.0 * rng.standard_normal((500, 10))
+    probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+    probs /= probs.sum(axis=1, keepdims=True)
+    labels = rng.integers(0, 10, 500)
+    gradients = (probs - np.eye(10)[labels]).astype(np.float32)
+    leak = evaluate("direct_label", {}, gradients, labels)
+    assert leak.metric == "accuracy" and leak.accuracy == 1.0
+
+
+def test_direct_label_row_without_negative_counts_wrong() -> None:
+    gradients = np.array([[0.2, -0.3, 0.1], [0.0, 0.0, 0.0], [0.5, 0.0, 0.5]], dtype=np.float32)
+    result = build_attack("direct_label", {})(gradients, no_side(3))
+    np.testing.assert_array_equal(result.values, [1, -1, -1])
+    assert label_accuracy(result.values, np.array([1, 0, 2])) == pytest.approx(1 / 3)
+
+
+# --- skipping and exclusion ------------------------------------------------------------------
+
+
+def test_single_class_batch_is_skipped_with_reason() -> None:
+    gradients = np.ones((8, 4), dtype=np.float32)
+    leak = evaluate("norm", {}, gradients, np.zeros(8, dtype=np.int64))
+    assert leak.skipped and leak.auc is None and "single class" in leak.skip_reason
+    assert leak_auc(np.arange(8.0), np.ones(8)) is None
+
+
+def test_hint_taking_the_only_positive_is_skipped_with_reason() -> None:
+    gradients, labels = separable_batch(n_pos=1, n_neg=20)
+    leak = evaluate("hint_distance", {"k": 3}, gradients, labels)
+    assert leak.skipped and leak.skip_reason.startswith("no positive left")
+    assert leak.n_excluded == 1
+
+
+def test_unusable_hint_labels_are_skipped_with_reason() -> None:
+    # Labels are revealed 2 rows at a time up to about half of the 9 rows: with one positive,
+    # the revealed labels can all be negative, and the hint-center attack then scores nothing.
+    gradients, labels = separable_batch(n_pos=1, n_neg=8)
+    reasons = {
+        evaluate("mean", {"centers": "hint", "hints": 1}, gradients, labels, seed).skip_reason
+        for seed in range(20)
+    }
+    assert any(reason and reason.startswith("side knowledge unusable") for reason in reasons)
+
+
+def test_excluded_rows_are_left_out_of_the_auc() -> None:
+    scores = np.array([0.9, 0.8, 0.1, 0.2, 0.95, 0.05])
+    labels = np.array([1, 1, 0, 0, 0, 1])  # the last two rows are ranked backwards
+    exclude = np.array([False, False, False, False, True, True])
+    assert leak_auc(scores, labels).raw < 1.0
+    auc = leak_auc(scores, labels, exclude)
+    assert (auc.raw, auc.n_rows, auc.n_pos) == (1.0, 4, 2)
+
+
+def test_cosine_oracle_pick_is_excluded_from_the_metric() -> None:
+    gradients, labels = separable_batch()
+    leak = evaluate("cosine_oracle", {}, gradients, labels)
+    assert leak.n_excluded == 1 and leak.auc.n_rows == labels.size - 1
+    assert leak.auc.n_pos == int(labels.sum()) - 1
+
+
+class _ForgetfulHintAttack(Attack):
+    """Uses a hint but reports no exclusion; deliberately not registered."""
+
+    name = "forgetful"
+    side_knowledge = "one random positive per batch"
+
+    def __call__(self, gradients: np.ndarray, side: SideKnowledge) -> AttackResult:
+        hint = side.known_positives(1)
+        values = np.zeros(gradients.shape[0])
+        values[hint] = -1.0  # would spoil a perfect AUC if it counted
+        values[side._labels == 1] += 1.0  # cheats on purpose to make the test exact
+        return AttackResult(values, np.zeros(gradients.shape[0], dtype=bool))
+
+
+def test_side_knowledge_rows_are_excluded_even_if_the_attack_forgets() -> None:
+    gradients, labels = separable_batch()
+    leak = evaluate_batch(
+        _ForgetfulHintAttack(Attack.Params()), gradients, labels, np.random.default_rng(0)
+    )
+    assert leak.n_excluded == 1 and leak.auc.raw == 1.0
+
+
+def test_score_attack_refuses_multiclass_labels() -> None:
+    with pytest.raises(ValueError, match="binary"):
+        evaluate("norm", {}, np.ones((3, 2), dtype=np.float32), np.array([0, 1, 2]))
+
+
+# --- metrics ---------------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(0, 5), st.integers(0, 1)), min_size=2, max_size=60).filter(
+        lambda rows: len({label for _, label in rows}) == 2
+    )
+)
+def test_leak_auc_matches_sklearn_with_ties(rows: list[tuple[int, int]]) -> None:
+    scores, labels = (np.array(column) for column in zip(*rows, strict=True))
+    auc = leak_auc(scores.astype(np.float64), labels)
+    assert auc.raw == pytest.approx(roc_auc_score(labels, scores), abs=1e-12)
+    assert auc.flipped == pytest.approx(max(auc.raw, 1 - auc.raw))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(allow_nan=False, width=32), st.integers(0, 1)), min_size=2, max_size=60
+    ).filter(lambda rows: len({label for _, label in rows}) == 2)
+)
+def test_leak_auc_matches_rank_formula_on_floats(rows: list[tuple[float, int]]) -> None:
+    scores, labels = (np.array(column) for column in zip(*rows, strict=True))
+    n_pos = int(labels.sum())
+    n_neg = labels.size - n_pos
+    expected = (rankdata(scores)[labels == 1].sum() - n_pos * (n_pos + 1) / 2) / (n_pos * n_neg)
+    assert leak_auc(scores, labels).raw == pytest.approx(expected, abs=1e-12)
+
+
+def test_leak_auc_refuses_nan_scores() -> None:
+    with pytest.raises(ValueError, match="NaN"):
+        leak_auc(np.array([0.1, np.nan, 0.3]), np.array([0, 1, 1]))
+
+
+def test_leak_auc_all_ties_is_half() -> None:
+    assert leak_auc(np.zeros(6), np.array([0, 1, 0, 1, 1, 0])).raw == 0.5
+
+
+def test_summarise_known_values() -> None:
+    summary = summarise([0.5, 0.6, 0.7, 0.8, 0.9])
+    assert summary["mean"] == pytest.approx(0.7)
+    assert summary["p95"] == pytest.approx(0.88)
+    assert summary["max"] == 0.9 and summary["n"] == 5
+    empty = summarise([])
+    assert empty["n"] == 0 and math.isnan(empty["mean"])
+
+
+def test_sumkl_bounds_known_values() -> None:
+    assert auc_bound_from_sumkl(0.0) == 0.5
+    assert auc_bound_from_sumkl(1.0) == pytest.approx(0.875)
+    assert auc_bound_from_sumkl(3.999999) == pytest.approx(1.0)
+    assert auc_bound_from_sumkl(4.0) == 1.0 and auc_bound_from_sumkl(9.0) == 1.0
+    assert detection_error_lower_bound(0.0) == 0.5
+    assert detection_error_lower_bound(1.0) == 0.25
+    assert detection_error_lower_bound(16.0) == 0.0
+    with pytest.raises(ValueError):
+        auc_bound_from_sumkl(-0.1)
+
+
+def test_attack_rng_is_deterministic_and_keyed() -> None:
+    draw = lambda *key: attack_rng(*key).integers(0, 2**62, 4).tolist()  # noqa: E731
+    assert draw(1, 5, 0, "norm") == draw(1, 5, 0, "norm")
+    others = [(2, 5, 0, "norm"), (1, 6, 0, "norm"), (1, 5, 1, "norm"), (1, 5, 0, "hint_inner(k=1)")]
+    assert all(draw(*key) != draw(1, 5, 0, "norm") for key in others)
+    assert draw(1, 5, "passive-0", "norm") == draw(1, 5, "passive-0", "norm")
+
+
+def test_evaluate_batch_is_reproducible_with_attack_rng() -> None:
+    gradients, labels = separable_batch(seed=4)
+    gradients = gradients + np.random.default_rng(9).standard_normal(gradients.shape).astype(
+        np.float32
+    )
+    attack = build_attack("hint_distance", {"k": 3})
+    runs = [
+        evaluate_batch(attack, gradients, labels, attack_rng(0, 3, 0, attack.label)) for _ in "ab"
+    ]
+    assert runs[0] == runs[1]
+
+
+# --- conformance: every registered attack --------------------------------------------------
+
+
+def test_defaults_cover_every_registered_attack() -> None:
+    defaults = {name for name, _ in DEFAULT_ATTACKS + DEFAULT_MULTICLASS_ATTACKS}
+    assert defaults == set(ATTACKS.names())
+    for name, params in DEFAULT_ATTACKS:
+        assert build_attack(name, params).kind == "score"
+    for name, params in DEFAULT_MULTICLASS_ATTACKS:
+        assert build_attack(name, params).kind == "label"
+
+
+def _run(attack: Attack, gradients: np.ndarray, labels: np.ndarray, seed: int) -> AttackResult:
+    return attack(gradients, SideKnowledge(labels, np.random.default_rng(seed)))
+
+
+def _check_result(attack: Attack, result: AttackResult, n_rows: int, dim: int) -> None:
+    assert result.values.shape == (n_rows,)
+    assert result.exclude.shape == (n_rows,) and result.exclude.dtype == np.bool_
+    if attack.kind == "score":
+        assert np.isfinite(result.values[~result.exclude]).all()
+    else:
+        assert np.issubdtype(result.values.dtype, np.integer)
+        assert ((result.values >= -1) & (result.values < dim)).all()
+
+
+@pytest.mark.parametrize("name", ATTACKS.names())
+def test_attack_conformance(name: str) -> None:
+    cls = ATTACKS.get(name)
+    attack = build_attack(name, {})
+    assert cls.name == name and attack.kind in ("score", "label")
+    assert attack.side_knowledge.strip() and "\n" not in attack.side_knowledge
+    assert attack.label.startswith(name)
+
+    rng = np.random.default_rng(11)
+    gradients = rng.standard_normal((64, 10)).astype(np.float32)
+    labels = (rng.random(64) < 0.3).astype(np.int64)
+    first = _run(attack, gradients, labels, seed=2)
+    second = _run(attack, gradients, labels, seed=2)
+    _check_result(attack, first, 64, 10)
+    np.testing.assert_array_equal(first.values, second.values)
+    np.testing.assert_array_equal(first.exclude, second.exclude)
+    leak = evaluate_batch(attack, gradients, labels, np.random.default_rng(2))
+    assert leak.skipped or (leak.auc if attack.kind == "score" else leak.accuracy) is not None
+
+    zero_rows = gradients.copy()
+    zero_rows[::3] = 0.0
+    edge_cases = [
+        (gradients[:1], labels[:1]),  # B = 1
+        (gradients[:, :1], labels),  # d = 1
+        (zero_rows, labels),  # some zero rows
+        (np.zeros_like(gradients), labels),  # all zero
+        (gradients[:5], np.ones(5, dtype=np.int64)),  # one class
+        (gradients[:5], np.zeros(5, dtype=np.int64)),
+    ]
+    for batch, batch_labels in edge_cases:
+        result = _run(attack, batch, batch_labels, seed=0)
+        _check_result(attack, result, *batch.shape)
+        evaluate_batch(attack, batch, batch_labels, np.random.default_rng(0))
+
+
+def test_center_attack_label_hides_unused_hints() -> None:
+    assert build_attack("mean", {"centers": "oracle"}).label == "mean(centers=oracle)"
+    assert build_attack("median", {"centers": "hint", "hints": 3}).label == (
+        "median(centers=hint, hints=3)"
+    )

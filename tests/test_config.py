@@ -1,0 +1,83 @@
+"""Config validation: bad files exit 2 naming the field; the resolved config round-trips."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from splitleak.config import ConfigError, load_config, parse_config
+from tests.conftest import small_config, write_config
+
+
+def test_default_config_is_valid_and_hash_is_stable() -> None:
+    cfg = load_config(None)
+    assert cfg.model.kind == "wide_deep" and cfg.training.batch_size == 1024
+    assert cfg.topology.passive_parties == 2
+    assert load_config(None).hash == cfg.hash
+
+
+def test_resolved_config_round_trips_with_same_hash(tmp_path) -> None:
+    cfg = parse_config(small_config(tmp_path, defense=[{"name": "iso", "t": 2.0}]))
+    path = tmp_path / "resolved.toml"
+    path.write_text(cfg.to_toml())
+    again = load_config(path)
+    assert again == cfg and again.hash == cfg.hash
+    assert again.defense[0].params == {"t": 2.0}
+
+
+@pytest.mark.parametrize(("override", "field", "allowed"), [
+    ({"model": {"aggregation": "max"}}, "model.aggregation", "'concat', 'sum' or 'mean'"),
+    ({"training": {"loss": "hinge"}}, "training.loss", "'auto', 'bce' or 'ce'"),
+    ({"training": {"batch_size": 0}}, "training.batch_size", "greater than 0"),
+    ({"model": {"kind": "transformer"}}, "model.kind", "'mlp', 'wide_deep' or 'cnn'"),
+    ({"training": {"optimizer": {"name": "lion"}}}, "training.optimizer.name", "'adam'"),
+    ({"dataset": {"name": "x", "test_fraction": 1.5}}, "dataset.test_fraction", "less than 1"),
+    ({"topology": {"passive_parties": 3}}, "features.passive lists 2 parties", "= 3"),
+    ({"model": {"cut_layer": 5}}, "cut_layer=5 exceeds", "2 layers"),
+    ({"model": {"top": "none"}}, "aggregation = 'sum'", "top = 'none'"),
+    ({"training": {"optimizers": {"7": {"lr": 0.1}}}}, "unknown party ['7']", "label"),
+    ({"bogus": 1}, "bogus", "Extra inputs are not permitted"),
+])
+def test_bad_config_names_field_and_allowed_values(tmp_path, override, field, allowed) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config(small_config(tmp_path, **override))
+    assert field in str(err.value) and allowed in str(err.value)
+
+
+def test_features_need_exactly_one_of_ranges_or_ratios(tmp_path) -> None:
+    data = small_config(tmp_path)
+    data["features"] = {"passive": [[0, 15], [15, 30]], "ratios": [1, 1]}
+    with pytest.raises(ConfigError, match="exactly one of"):
+        parse_config(data)
+
+
+def test_wide_deep_needs_label_party_features(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="features.label_party"):
+        parse_config(small_config(tmp_path, model={"kind": "wide_deep"}))
+
+
+def test_missing_file_and_bad_toml(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="not found"):
+        load_config(tmp_path / "nope.toml")
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[run\nseed = 1")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_config(bad)
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ({"model": {"aggregation": "max"}}, "model.aggregation"),
+    ({"dataset": {"name": "imagenet"}}, "unknown dataset 'imagenet'; allowed: "),
+    ({"defense": [{"name": "foo"}]}, "defense[0].name: unknown defense 'foo'; allowed: "),
+    ({"features": {"passive": [[0, 15], [15, 99]]}}, "features.passive[1]: range [15, 99)"),
+])
+def test_cli_exits_2_before_any_process_starts(tmp_path, override, message) -> None:
+    path = write_config(tmp_path, small_config(tmp_path, **override))
+    for command in (["splitleak.cli", "run", str(path)], ["label_party", "serve", "--config", str(path)]):
+        result = subprocess.run([sys.executable, "-m", *command], capture_output=True, text=True,
+                                timeout=120)
+        assert result.returncode == 2, result.stderr
+        assert message in result.stderr
+    assert not (tmp_path / "runs").exists()
