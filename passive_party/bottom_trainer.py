@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 
 from splitleak.config import ExperimentConfig
 from splitleak.fileio import write_atomically
@@ -19,16 +20,26 @@ class BottomTrainer:
     """Holds only this party's columns; never sees a label."""
 
     def __init__(self, cfg: ExperimentConfig, party_id: int, inputs: PartyInputs,
-                 output_width: int) -> None:
+                 output_width: int, capture_first_layer: bool = False) -> None:
         self.party_id = party_id
         self.inputs = inputs
         self.model = build_bottom(cfg.model, inputs.spec, output_width,
                                   derive_seed(cfg.run.seed, "bottom", party_id))
         self.optimizer = make_optimizer(self.model.parameters(), cfg.optimizer_for(str(party_id)))
         self._activation: torch.Tensor | None = None
+        self._first_output: torch.Tensor | None = None
+        self.first_layer_gradient: torch.Tensor | None = None  # after each backward, if captured
+        if capture_first_layer:
+            first = next(m for m in self.model.modules() if isinstance(m, nn.Linear | nn.Conv2d))
+            first.register_forward_hook(self._keep_first_output)
         with torch.no_grad():
             numeric, categorical = inputs.rows(torch.zeros(1, dtype=torch.int64))
             self.embedding_shape = tuple(self.model(numeric, categorical).shape[1:])
+
+    def _keep_first_output(self, module: nn.Module, args: object, output: torch.Tensor) -> None:
+        if output.requires_grad:
+            output.retain_grad()
+            self._first_output = output
 
     def forward(self, sample_ids: np.ndarray, train: bool) -> torch.Tensor:
         """The activation for these rows; a train forward keeps its graph for the backward."""
@@ -48,6 +59,9 @@ class BottomTrainer:
         self._activation.backward(cut_gradient)
         self.optimizer.step()
         self._activation = None
+        if self._first_output is not None:
+            self.first_layer_gradient = self._first_output.grad
+            self._first_output = None
 
     @property
     def pending_shape(self) -> tuple[int, ...] | None:

@@ -7,6 +7,7 @@ import logging
 from pathlib import Path
 
 from passive_party.client import PartyError, run_party
+from passive_party.tap import TapError
 from splitleak.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, config_or_exit, setup_logging
 from splitleak.rundir import RunDir
 from splitleak.transport import run_async
@@ -23,13 +24,16 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--label-party", required=True, help="label party address HOST:PORT")
     r.add_argument("--run-dir", type=Path, default=Path("."),
                    help="where to save this party's bottom model")
+    r.add_argument("--attacker", metavar="HOST:PORT",
+                   help="attacker sidecar to tap every received gradient to")
     r.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     setup_logging(f"passive-party-{args.party_id}", args.verbose)
     cfg = config_or_exit(args.config)
     try:
-        run_async(run_party(cfg, args.party_id, args.label_party, RunDir(args.run_dir)))
-    except PartyError as err:
+        run_async(run_party(cfg, args.party_id, args.label_party, RunDir(args.run_dir),
+                            attacker=args.attacker))
+    except (PartyError, TapError) as err:
         log.error("passive party %d: %s", args.party_id, err)
         return EXIT_FAILED
     except KeyboardInterrupt:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import json
 import logging
 from typing import Any
 
@@ -12,15 +13,19 @@ import numpy as np
 import torch
 
 from passive_party.bottom_trainer import BottomTrainer
+from passive_party.tap import Tap, TapError
 from splitleak.codec import CodecError, decode_ids, decode_tensor, encode_tensor
 from splitleak.config import PROTOCOL_VERSION, ExperimentConfig
 from splitleak.datasets import build_dataset
+from splitleak.fileio import write_atomically
 from splitleak.inputs import load_party_inputs
 from splitleak.partition import passive_columns
 from splitleak.rundir import RunDir
 from splitleak.transport import PARTY_ID_KEY, SESSION_KEY, create_channel
+from splitleak.v1 import attacker_pb2 as apb
 from splitleak.v1 import split_learning_pb2 as pb
 from splitleak.v1 import split_learning_pb2_grpc as pb_grpc
+from splitleak.v1 import tensor_pb2
 
 log = logging.getLogger("passive_party")
 
@@ -29,22 +34,27 @@ class PartyError(Exception):
     """This passive party cannot go on; the message says why."""
 
 
-def load_bottom(cfg: ExperimentConfig, party_id: int) -> BottomTrainer:
+def load_bottom(cfg: ExperimentConfig, party_id: int,
+                capture_first_layer: bool = False) -> BottomTrainer:
     """Load only this party's columns (the dataset's label-free path) and build its model."""
     dataset = build_dataset(cfg.dataset.name, cfg.dataset.params)
     schema = dataset.schema()
     columns = passive_columns(cfg, schema)[party_id]
     inputs = load_party_inputs(cfg, dataset, columns)
-    return BottomTrainer(cfg, party_id, inputs, cfg.output_width(schema.num_classes))
+    return BottomTrainer(cfg, party_id, inputs, cfg.output_width(schema.num_classes),
+                         capture_first_layer)
 
 
 async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: RunDir,
-                    bottom: BottomTrainer | None = None) -> None:
+                    bottom: BottomTrainer | None = None, attacker: str | None = None) -> None:
+    """Train this party's bottom model; with `attacker`, tap every received gradient to it."""
     torch.set_num_threads(cfg.run.torch_threads)
     if not 1 <= party_id <= cfg.topology.passive_parties:
         raise PartyError(f"--party-id {party_id} is not in this run's parties "
                          f"1..{cfg.topology.passive_parties}")
-    bottom = bottom or load_bottom(cfg, party_id)
+    tapped = attacker is not None
+    bottom = bottom or load_bottom(cfg, party_id, tapped and cfg.attacker.record_first_layer)
+    tap = Tap(attacker, cfg.attacker, cfg.topology) if attacker is not None else None
     executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="passive-compute")
     loop = asyncio.get_running_loop()
 
@@ -57,9 +67,19 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
             plan = await _join(stub, cfg, bottom)
             log.info("party %d joined run %s: %d train steps", party_id, plan.run_id,
                      plan.total_train_steps)
+            if tap is not None:
+                await tap.start()
             call = stub.Train(metadata=((PARTY_ID_KEY, str(party_id)), (SESSION_KEY, plan.session)))
-            await _answer(call, bottom, compute)
+            await StepLoop(bottom, compute, tap, plan.run_id).run(call)
         await compute(bottom.save, run.bottom_model(party_id))
+        if tap is not None:
+            report = await tap.close()
+            write_atomically(run.passive_party(party_id) / "tap.json",
+                             lambda tmp: tmp.write_text(json.dumps(report, indent=2)))
+            if report["gap_records"]:
+                log.warning("party %d: %d gradient record(s) were not recorded (from step %s): %s",
+                            party_id, report["gap_records"], report["gap_first_step"],
+                            report["error"])
     finally:
         executor.shutdown(wait=False, cancel_futures=True)
 
@@ -76,34 +96,61 @@ async def _join(stub: pb_grpc.LabelPartyStub, cfg: ExperimentConfig,
         raise PartyError(_describe(err, "joining")) from None
 
 
-async def _answer(call: Any, bottom: BottomTrainer, compute: Any) -> None:
-    """The step loop: apply the gradient (if any), then compute the asked batch."""
-    num_rows = bottom.inputs.num_rows
-    try:
-        while True:
-            message = await call.read()
-            if message is grpc.aio.EOF:
-                raise PartyError("the label party closed the stream before saying done")
-            if message.HasField("cut_gradient"):
-                gradient = _decode_gradient(message, bottom)
-                await compute(bottom.backward, gradient)
-            if message.done:
-                await call.done_writing()
-                break
-            batch = message.next_batch
-            ids = _decode_batch_ids(batch, num_rows)
-            activation = await compute(bottom.forward, ids, batch.phase == pb.TRAIN)
-            await call.write(pb.PartyMessage(phase=batch.phase, step=batch.step,
-                                             activation=encode_tensor(activation)))
-        code = await call.code()
-        if code != grpc.StatusCode.OK:
-            raise PartyError(f"the label party ended the stream with {code.name}: "
-                             f"{await call.details()}")
-    except grpc.aio.AioRpcError as err:
-        raise PartyError(_describe(err, "training")) from None
-    except PartyError:
-        call.cancel()
-        raise
+class StepLoop:
+    """Answers the label party: apply the gradient (if any), tap it, compute the asked batch."""
+
+    def __init__(self, bottom: BottomTrainer, compute: Any, tap: Tap | None, run_id: str) -> None:
+        self.bottom = bottom
+        self.compute = compute
+        self.tap = tap
+        self.run_id = run_id
+        self._train_batch: pb.Batch | None = None  # the last TRAIN batch (its ids, epoch, step)
+        self._train_activation: tensor_pb2.Tensor | None = None
+
+    async def run(self, call: Any) -> None:
+        try:
+            while True:
+                message = await call.read()
+                if message is grpc.aio.EOF:
+                    raise PartyError("the label party closed the stream before saying done")
+                if message.HasField("cut_gradient"):
+                    await self._apply(message)
+                if message.done:
+                    await call.done_writing()
+                    break
+                await call.write(await self._answer(message.next_batch))
+            code = await call.code()
+            if code != grpc.StatusCode.OK:
+                raise PartyError(f"the label party ended the stream with {code.name}: "
+                                 f"{await call.details()}")
+        except grpc.aio.AioRpcError as err:
+            raise PartyError(_describe(err, "training")) from None
+        except (PartyError, TapError):
+            call.cancel()
+            raise
+
+    async def _apply(self, message: pb.LabelPartyMessage) -> None:
+        gradient = _decode_gradient(message, self.bottom)
+        await self.compute(self.bottom.backward, gradient)
+        if self.tap is None or self._train_batch is None:
+            return
+        record = apb.GradientRecord(run_id=self.run_id, party_id=self.bottom.party_id,
+                                    epoch=message.gradient_epoch, step=message.gradient_step,
+                                    sample_ids=self._train_batch.sample_ids,
+                                    cut_gradient=message.cut_gradient)
+        if self.tap.record_activation and self._train_activation is not None:
+            record.activation.CopyFrom(self._train_activation)
+        if self.bottom.first_layer_gradient is not None:
+            record.first_layer_gradient.CopyFrom(encode_tensor(self.bottom.first_layer_gradient))
+        await self.tap.record(record)
+
+    async def _answer(self, batch: pb.Batch) -> pb.PartyMessage:
+        ids = _decode_batch_ids(batch, self.bottom.inputs.num_rows)
+        train = batch.phase == pb.TRAIN
+        activation = encode_tensor(await self.compute(self.bottom.forward, ids, train))
+        if train:
+            self._train_batch, self._train_activation = batch, activation
+        return pb.PartyMessage(phase=batch.phase, step=batch.step, activation=activation)
 
 
 def _decode_gradient(message: pb.LabelPartyMessage, bottom: BottomTrainer) -> torch.Tensor:

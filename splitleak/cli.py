@@ -64,7 +64,23 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         console.print("[bold red]interrupted[/]: every party was stopped")
         return EXIT_INTERRUPTED
     print_summary(console, outcome)
+    if cfg.attacker.enabled and cfg.attacker.observe:
+        analyse_run(cfg, outcome, console)
     return 0
+
+
+def analyse_run(cfg: ExperimentConfig, outcome: RunOutcome, console: Console) -> dict:
+    """The attacker's offline analysis of a finished run, and its report."""
+    from attacker.analysis import analyze, write_summary
+    from attacker.report import print_leak_table, write_report
+
+    specs = [(a.name, a.params) for a in cfg.attacker.attacks] or None
+    summary = analyze(outcome.run.root, specs, cfg.attacker.hints)
+    write_report(outcome.run, summary)
+    write_summary(outcome.run, summary)
+    print_leak_table(console, summary)
+    console.print(f"report: {outcome.run.report / 'report.md'}")
+    return summary
 
 
 def print_summary(console: Console, outcome: RunOutcome) -> None:
@@ -93,11 +109,21 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("config", nargs="?")
     b = sub.add_parser("bench", help="distributed vs in-process throughput, wire overhead")
     b.add_argument("--steps", type=int, default=60, help="train steps per measured run")
+    h = sub.add_parser("health", help="probe a party's gRPC health service (exit 0 if SERVING)")
+    h.add_argument("address", help="HOST:PORT")
+    h.add_argument("--service", default="", help="service name (default: the whole server)")
+    h.add_argument("--timeout", type=float, default=5.0)
     args = parser.parse_args(argv)
     setup_logging("splitleak")
     console = Console()
     if args.command == "run":
         return cmd_run(args, console)
+    if args.command == "health":
+        from splitleak.health import probe
+
+        ok, message = probe(args.address, args.service, args.timeout)
+        print(message)
+        return 0 if ok else EXIT_FAILED
     if args.command == "validate":
         _load(args.config)
         console.print("config is valid")

@@ -129,6 +129,24 @@ class PluginSpec(_Frozen):
         return dict(self.model_extra or {})
 
 
+class AttackerConfig(_Frozen):
+    """The curious half of the passive parties: what the sidecar records and analyses."""
+
+    enabled: bool = True
+    observe: list[PositiveInt] = [1]  # passive parties whose received gradients are recorded
+    record_first_layer: bool = True  # also the gradient at the party's first layer
+    record_activation: bool = False  # also the activation the party sent
+    queue_size: PositiveInt = 64  # records in flight before the tap applies backpressure
+    on_sidecar_failure: Literal["fail", "continue"] = "fail"  # continue: record the gap
+    attacks: list[PluginSpec] = []  # empty: every default attack for the run's task
+    hints: list[PositiveInt] = [1, 3, 5]  # k of the hint attacks in the default list
+
+    @field_validator("attacks", mode="before")
+    @classmethod
+    def _names(cls, value: Any) -> Any:
+        return [{"name": v} if isinstance(v, str) else v for v in value]
+
+
 class ExperimentConfig(_Frozen):
     run: RunConfig = RunConfig()
     dataset: DatasetConfig
@@ -137,6 +155,7 @@ class ExperimentConfig(_Frozen):
     training: TrainingConfig = TrainingConfig()
     topology: TopologyConfig = TopologyConfig()
     defense: list[PluginSpec] = []  # gradient defense chain, applied in order
+    attacker: AttackerConfig = AttackerConfig()
 
     @model_validator(mode="after")
     def _parties(self) -> ExperimentConfig:
@@ -151,6 +170,10 @@ class ExperimentConfig(_Frozen):
         if bad:
             raise ValueError(f"training.optimizers has unknown party {bad}; allowed keys: "
                              f"{', '.join(sorted(allowed))}")
+        outside = sorted(set(self.attacker.observe) - set(range(1, n + 1)))
+        if outside:
+            raise ValueError(f"attacker.observe names parties {outside}; this run has passive "
+                             f"parties 1..{n}")
         if self.model.kind == "wide_deep" and self.features.label_party is None:
             raise ValueError("model.kind = 'wide_deep' puts the wide part on the label party: "
                              "give it features (features.label_party = [start, stop])")

@@ -45,14 +45,28 @@ def run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | 
                                       "--listen", cfg.topology.label_party_address],
                       run.logs / "label_party.log")
         children.append(label)
+        observed = set(cfg.attacker.observe) if cfg.attacker.enabled else set()
+        sidecar = None
+        if observed:  # started beside the label party: both import torch at the same time
+            sidecar = spawn("attacker sidecar",
+                            ["attacker", "serve", "--listen", "127.0.0.1:0", "--out", str(run.root),
+                             "--config", str(run.config), "--run-id", run.root.name,
+                             "--port-file", str(run.attacker / "address")],
+                            run.logs / "attacker.log")
+            children.append(sidecar)
         address = _wait_for_address(port_file, label, cfg.topology.join_deadline_s)
         if route is not None:  # e.g. through the benchmark's byte-counting relay
             address = route(address)
+        sidecar_address = None
+        if sidecar is not None:
+            sidecar_address = _wait_for_address(run.attacker / "address", sidecar,
+                                                cfg.topology.join_deadline_s)
         for k in range(1, cfg.topology.passive_parties + 1):
+            tap = ["--attacker", sidecar_address] if sidecar_address and k in observed else []
             children.append(spawn(f"passive party {k}",
                                   ["passive_party", "run", "--config", str(run.config),
                                    "--party-id", str(k), "--label-party", address,
-                                   "--run-dir", str(run.root)],
+                                   "--run-dir", str(run.root), *tap],
                                   run.logs / f"passive_party_{k}.log"))
         _write_pids(run, children)
         _monitor(children, run, progress, cfg.topology.step_deadline_s + 10.0, poll)
@@ -68,16 +82,16 @@ def _write_pids(run: RunDir, children: list[Child]) -> None:
     (run.root / "pids.json").write_text(json.dumps(pids, indent=2))
 
 
-def _wait_for_address(port_file: Path, label: Child, timeout: float) -> str:
+def _wait_for_address(port_file: Path, child: Child, timeout: float) -> str:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        if port_file.exists() and port_file.read_text().endswith("\n"):
+        if port_file.exists():
             return port_file.read_text().strip()
-        if label.returncode is not None:
-            raise RunFailed(f"label party exited with code {label.returncode} before serving:\n"
-                            f"{label.log_tail()}")
+        if child.returncode is not None:
+            raise RunFailed(f"{child.name} exited with code {child.returncode} before serving:\n"
+                            f"{child.log_tail()}")
         time.sleep(0.05)
-    raise RunFailed(f"label party did not start serving within {timeout:g} s:\n{label.log_tail()}")
+    raise RunFailed(f"{child.name} did not start serving within {timeout:g} s:\n{child.log_tail()}")
 
 
 def _monitor(children: list[Child], run: RunDir, progress: RunProgress | None,

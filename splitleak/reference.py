@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from attacker.store import GradientStore
 from label_party.driver import drive
 from label_party.outputs import write_outcome, write_outputs
 from label_party.schedule import Batch, Phase, schedule
@@ -25,23 +26,32 @@ from splitleak.rundir import RunDir
 class LocalExchange:
     """Calls each bottom directly, in party order, in the order the wire would deliver."""
 
-    def __init__(self, bottoms: dict[int, BottomTrainer]) -> None:
+    def __init__(self, bottoms: dict[int, BottomTrainer], store: GradientStore | None = None,
+                 observe: set[int] | frozenset[int] = frozenset()) -> None:
         self.bottoms = bottoms
+        self.store = store  # the in-process stand-in for the tap + sidecar
+        self.observe = observe
+
+    def _backward(self, gradients: dict[int, torch.Tensor] | None, batch: Batch | None) -> None:
+        if gradients is None or batch is None:
+            return
+        for k, bottom in self.bottoms.items():
+            bottom.backward(gradients[k])
+            if self.store is not None and k in self.observe:
+                tensors = {"cut_gradient": gradients[k].numpy()}
+                if bottom.first_layer_gradient is not None:
+                    tensors["first_layer_gradient"] = bottom.first_layer_gradient.numpy()
+                self.store.append(k, batch.epoch, batch.step, batch.sample_ids, tensors)
 
     async def exchange(self, gradients: dict[int, torch.Tensor] | None,
                        gradient_batch: Batch | None, next_batch: Batch) -> dict[int, torch.Tensor]:
-        activations = {}
-        for k, bottom in self.bottoms.items():
-            if gradients is not None:
-                bottom.backward(gradients[k])
-            activations[k] = bottom.forward(next_batch.sample_ids, next_batch.phase is Phase.TRAIN)
-        return activations
+        self._backward(gradients, gradient_batch)
+        train = next_batch.phase is Phase.TRAIN
+        return {k: b.forward(next_batch.sample_ids, train) for k, b in self.bottoms.items()}
 
     async def finish(self, gradients: dict[int, torch.Tensor] | None,
                      gradient_batch: Batch | None) -> None:
-        if gradients is not None:
-            for k, bottom in self.bottoms.items():
-                bottom.backward(gradients[k])
+        self._backward(gradients, gradient_batch)
 
 
 def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
@@ -51,15 +61,21 @@ def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
     dataset = build_dataset(cfg.dataset.name, cfg.dataset.params)
     data = load_label_party_data(cfg, dataset)
     width = cfg.output_width(data.num_classes)
-    bottoms = {k: BottomTrainer(cfg, k, load_party_inputs(cfg, dataset, cols), width)
+    observe = set(cfg.attacker.observe) if cfg.attacker.enabled else set()
+    capture = cfg.attacker.record_first_layer
+    bottoms = {k: BottomTrainer(cfg, k, load_party_inputs(cfg, dataset, cols), width,
+                                capture and k in observe)
                for k, cols in passive_columns(cfg, data.schema).items()}
+    store = GradientStore(run.attacker / "gradients", run.root.name) if observe else None
     trainer = LabelPartyTrainer(cfg, data.labels, data.num_classes,
                                 {k: b.embedding_shape for k, b in bottoms.items()}, data.own_inputs)
     writer = MetricsWriter(run.metrics)
     writer.write(plan_record(data, len(bottoms), cfg.run.seed))
     batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed)
-    asyncio.run(drive(trainer, batches, LocalExchange(bottoms), writer.write))
+    asyncio.run(drive(trainer, batches, LocalExchange(bottoms, store, observe), writer.write))
     writer.close()
+    if store is not None:
+        store.close()
     write_outputs(run, trainer, data)
     for k, bottom in bottoms.items():
         bottom.save(run.bottom_model(k))

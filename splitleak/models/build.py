@@ -50,7 +50,7 @@ class Wide(nn.Module):
 
     def __init__(self, spec: InputSpec, outputs: int) -> None:
         super().__init__()
-        self.encoder = FieldEncoder(spec.num_numeric, spec.cardinalities, outputs)
+        self.encoder = FieldEncoder(spec.num_numeric, spec.cardinalities, outputs, init_std=0.0)
         self.numeric = nn.Linear(spec.num_numeric, outputs) if spec.num_numeric else None
         self.bias = nn.Parameter(torch.zeros(outputs))
         self.fields = len(spec.cardinalities)

@@ -9,10 +9,13 @@ from torch import nn
 class FieldEncoder(nn.Module):
     """Numeric fields as they are, each categorical field through its own embedding."""
 
-    def __init__(self, num_numeric: int, cardinalities: tuple[int, ...], dim: int) -> None:
+    def __init__(self, num_numeric: int, cardinalities: tuple[int, ...], dim: int,
+                 init_std: float = 0.01) -> None:
         super().__init__()
         self.num_numeric = num_numeric
         self.embeddings = nn.ModuleList(nn.Embedding(c, dim) for c in cardinalities)
+        for emb in self.embeddings:  # small start: N(0, 1) rows would swamp the numerics
+            nn.init.normal_(emb.weight, std=init_std)
         self.out_features = num_numeric + dim * len(cardinalities)
 
     def forward(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,113 @@
+"""`attacker`: the sidecar (`serve`), the offline analysis (`analyze`), its benchmark (`bench`)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+from rich.console import Console
+
+from splitleak.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, BadInput, config_or_exit, setup_logging
+from splitleak.config import TopologyConfig
+from splitleak.registry import UnknownPluginError
+from splitleak.rundir import RunDir
+from splitleak.transport import run_async
+
+log = logging.getLogger("attacker")
+
+
+def parse_attack(text: str) -> tuple[str, dict[str, Any]]:
+    """`name` or `name:key=value,key=value` (values as int, float or text)."""
+    name, _, rest = text.partition(":")
+    params: dict[str, Any] = {}
+    for item in filter(None, rest.split(",")):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise BadInput(f"--attacks {text!r}: expected name:key=value,...")
+        for convert in (int, float):
+            try:
+                params[key] = convert(value)
+                break
+            except ValueError:
+                continue
+        else:
+            params[key] = value
+    return name, params
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from attacker.sidecar import serve
+
+    cfg = config_or_exit(args.config) if args.config else None
+    observe = set(args.party or (cfg.attacker.observe if cfg else [1]))
+    topology = cfg.topology if cfg else TopologyConfig()
+    try:
+        return run_async(serve(args.out, args.listen, observe, args.run_id or "", topology,
+                               args.port_file))
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
+    from attacker.analysis import analyze, write_summary
+    from attacker.attacks import build_attack
+    from attacker.report import print_leak_table, write_report
+
+    specs = [parse_attack(a) for a in args.attacks] if args.attacks else None
+    for name, params in specs or []:
+        try:
+            build_attack(name, params)
+        except UnknownPluginError as err:
+            raise BadInput(f"--attacks: {err}") from None
+        except ValidationError as err:
+            raise BadInput(f"--attacks {name}: {err}") from None
+    try:
+        summary = analyze(args.run_dir, specs, args.hints, args.seed)
+    except FileNotFoundError as err:
+        console.print(f"[bold red]cannot analyse {args.run_dir}:[/] {err}")
+        return EXIT_FAILED
+    run = RunDir(args.run_dir)
+    write_report(run, summary)
+    write_summary(run, summary)
+    print_leak_table(console, summary)
+    for warning in summary["warnings"]:
+        console.print(f"[yellow]warning:[/] {warning}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="attacker", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="record the gradients observed passive parties receive")
+    s.add_argument("--listen", required=True, help="HOST:PORT (port 0: any free port)")
+    s.add_argument("--out", type=Path, required=True,
+                   help="run directory; the log goes to OUT/attacker/gradients")
+    s.add_argument("--config", help="experiment TOML (for attacker.observe and limits)")
+    s.add_argument("--party", type=int, action="append",
+                   help="observed passive party id (repeatable; default: attacker.observe)")
+    s.add_argument("--run-id", help="accept only records of this run")
+    s.add_argument("--port-file", type=Path, help="write the bound HOST:PORT here once serving")
+    a = sub.add_parser("analyze", help="leak metrics and report of a run directory")
+    a.add_argument("run_dir", type=Path)
+    a.add_argument("--attacks", nargs="+", metavar="NAME[:K=V,...]",
+                   help="attacks to run (default: every attack for the run's task)")
+    a.add_argument("--hints", type=lambda v: [int(x) for x in v.split(",")], default=[1, 3, 5],
+                   help="k values of the hint attacks, e.g. 1,3,5 (default)")
+    a.add_argument("--seed", type=int, help="analysis seed (default: the run's seed)")
+    b = sub.add_parser("bench", help="analysis throughput on a synthetic gradient log")
+    b.add_argument("--rows", type=int, default=1_000_000)
+    b.add_argument("--dim", type=int, default=128)
+    b.add_argument("--batch-size", type=int, default=1024)
+    args = parser.parse_args(argv)
+    setup_logging("attacker")
+    console = Console()
+    if args.command == "serve":
+        return cmd_serve(args)
+    if args.command == "analyze":
+        return cmd_analyze(args, console)
+    from attacker.bench import run_bench
+
+    return run_bench(args, console)

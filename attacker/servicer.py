@@ -1,0 +1,91 @@
+"""The AttackerSidecar gRPC service: decode each record, append it, acknowledge at the end."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import grpc
+
+from attacker.store import GradientStore, RecordError
+from splitleak.codec import CodecError, decode_ids, decode_tensor
+from splitleak.v1 import attacker_pb2 as pb
+from splitleak.v1 import attacker_pb2_grpc as pb_grpc
+
+_OPTIONAL = ("activation", "first_layer_gradient")
+
+
+class AttackerServicer(pb_grpc.AttackerSidecarServicer):
+    def __init__(self, store: GradientStore, observe: set[int], run_id: str | None = None) -> None:
+        self.store = store
+        self.observe = observe
+        self.run_id = run_id
+        self.finished: set[int] = set()
+        self.all_finished = asyncio.Event()
+        self.streaming: set[int] = set()
+
+    async def Record(self, request_iterator: AsyncIterator[pb.GradientRecord],  # noqa: N802
+                     context: grpc.aio.ServicerContext) -> pb.RecordSummary:
+        records = rows = 0
+        party: int | None = None
+        try:
+            async for record in request_iterator:
+                if party is None:
+                    party = self._admit(record)
+                rows += self._append(record, party)
+                records += 1
+        except RecordError as err:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT
+                                if not isinstance(err, _Refused) else err.code, str(err))
+        finally:
+            if party is not None:
+                self.streaming.discard(party)
+        if party is not None:
+            self.finished.add(party)
+            if self.observe <= self.finished:
+                self.store.close()
+                self.all_finished.set()
+        return pb.RecordSummary(records=records, rows=rows)
+
+    def _admit(self, record: pb.GradientRecord) -> int:
+        k = record.party_id
+        if k not in self.observe:
+            raise _Refused(grpc.StatusCode.PERMISSION_DENIED,
+                           f"records from passive party {k} are not accepted: this sidecar "
+                           f"observes part{'y' if len(self.observe) == 1 else 'ies'} "
+                           f"{', '.join(map(str, sorted(self.observe)))}")
+        if self.run_id and record.run_id != self.run_id:
+            raise _Refused(grpc.StatusCode.FAILED_PRECONDITION,
+                           f"record of run {record.run_id!r}, but this sidecar records run "
+                           f"{self.run_id!r}")
+        if k in self.streaming or k in self.finished:
+            raise _Refused(grpc.StatusCode.ALREADY_EXISTS,
+                           f"passive party {k} already streamed its records to this sidecar")
+        self.streaming.add(k)
+        return k
+
+    def _append(self, record: pb.GradientRecord, party: int) -> int:
+        if record.party_id != party:
+            raise RecordError(f"a stream opened by passive party {party} carried a record of "
+                              f"party {record.party_id}")
+        where = f"party {party} step {record.step}"
+        try:
+            ids = decode_ids(record.sample_ids, field=f"{where} sample_ids")
+            names = ["cut_gradient"] + [n for n in _OPTIONAL if record.HasField(n)]
+            tensors = {n: decode_tensor(getattr(record, n), field=f"{where} {n}") for n in names}
+        except CodecError as err:
+            raise RecordError(str(err)) from None
+        if ids.size == 0:
+            raise RecordError(f"{where}: empty record")
+        for name, t in tensors.items():
+            if t.ndim < 2 or t.shape[0] != ids.size:
+                raise RecordError(f"{where} {name}: shape {list(t.shape)} does not match "
+                                  f"{ids.size} sample ids")
+        arrays = {name: t.float().numpy() for name, t in tensors.items()}
+        return self.store.append(party, record.epoch, record.step, ids, arrays)
+
+
+class _Refused(RecordError):
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code

@@ -1,0 +1,58 @@
+"""`attacker serve`: the sidecar process: serve Record until every observed party is done."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from pathlib import Path
+
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from attacker.servicer import AttackerServicer
+from attacker.store import GradientStore
+from splitleak.config import TopologyConfig
+from splitleak.fileio import write_atomically
+from splitleak.rundir import RunDir
+from splitleak.transport import bind, create_server
+from splitleak.v1 import attacker_pb2_grpc as pb_grpc
+
+log = logging.getLogger("attacker")
+SERVICE_NAME = "splitleak.v1.AttackerSidecar"
+
+
+async def serve(out: Path, listen: str, observe: set[int], run_id: str,
+                topology: TopologyConfig, port_file: Path | None = None) -> int:
+    gradients = RunDir(out).attacker / "gradients"
+    store = GradientStore(gradients, run_id)
+    servicer = AttackerServicer(store, observe, run_id or None)
+    server = create_server(topology)
+    pb_grpc.add_AttackerSidecarServicer_to_server(servicer, server)
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    port = bind(server, listen)
+    await server.start()
+    for name in ("", SERVICE_NAME):
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    host = listen.rsplit(":", 1)[0]
+    log.info("attacker sidecar listening on %s:%d, observing parties %s", host, port,
+             sorted(observe))
+    if port_file is not None:
+        write_atomically(port_file, lambda tmp: tmp.write_text(f"{host}:{port}\n"))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    done = asyncio.ensure_future(servicer.all_finished.wait())
+    stopped = asyncio.ensure_future(stop.wait())
+    await asyncio.wait([done, stopped], return_when=asyncio.FIRST_COMPLETED)
+    await health_servicer.enter_graceful_shutdown()
+    await server.stop(grace=2.0)
+    store.close()
+    missing = sorted(observe - servicer.finished)
+    if missing:
+        log.error("stopped before passive part%s %s finished streaming",
+                  "y" if len(missing) == 1 else "ies", ", ".join(map(str, missing)))
+        return 1
+    log.info("recorded every observed party; log at %s", gradients)
+    return 0

@@ -1,0 +1,24 @@
+"""`splitleak health HOST:PORT`: exit 0 when a party's gRPC health service says SERVING."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+
+async def check(address: str, service: str = "", timeout: float = 5.0) -> str:
+    """The serving status name of `service` at `address` (raises grpc.aio.AioRpcError)."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        reply = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=timeout)
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+
+
+def probe(address: str, service: str = "", timeout: float = 5.0) -> tuple[bool, str]:
+    try:
+        status = asyncio.run(check(address, service, timeout))
+    except grpc.aio.AioRpcError as err:
+        return False, f"{address}: {err.code().name}: {err.details()}"
+    return status == "SERVING", f"{address}: {status}"
