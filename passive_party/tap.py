@@ -43,16 +43,27 @@ class Tap:
         self.timeout = topology.join_deadline_s
 
     async def start(self) -> None:
+        """Connect (within the join deadline) and open the Record stream."""
+        try:
+            await asyncio.wait_for(self.channel.channel_ready(), self.timeout)
+        except TimeoutError:
+            self.error = (f"attacker sidecar at {self.address} is not reachable "
+                          f"(waited {self.timeout:g} s)")
+            if self.mode == "fail":
+                raise TapError(self.error) from None
+            log.error("%s; going on unobserved (attacker.on_sidecar_failure = 'continue')",
+                      self.error)
+            return
         self._call = asyncio.ensure_future(self._stream())
 
     async def _records(self) -> AsyncIterator[apb.GradientRecord]:
         while (record := await self.queue.get()) is not None:
+            self.sent += 1  # handed to gRPC; lost in transit if the sidecar dies now
             yield record
-            self.sent += 1
 
     async def _stream(self) -> None:
         try:
-            self.summary = await self.stub.Record(self._records(), wait_for_ready=True)
+            self.summary = await self.stub.Record(self._records())
         except grpc.aio.AioRpcError as err:
             self.error = f"attacker sidecar at {self.address}: {err.code().name}: {err.details()}"
             log.error("%s", self.error)

@@ -52,7 +52,8 @@ def run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | 
                             ["attacker", "serve", "--listen", "127.0.0.1:0", "--out", str(run.root),
                              "--config", str(run.config), "--run-id", run.root.name,
                              "--port-file", str(run.attacker / "address")],
-                            run.logs / "attacker.log")
+                            run.logs / "attacker.log",
+                            essential=cfg.attacker.on_sidecar_failure == "fail")
             children.append(sidecar)
         address = _wait_for_address(port_file, label, cfg.topology.join_deadline_s)
         if route is not None:  # e.g. through the benchmark's byte-counting relay
@@ -104,25 +105,33 @@ def _monitor(children: list[Child], run: RunDir, progress: RunProgress | None,
         if progress is not None:
             for record in tail.read_new():
                 progress.update(record)
-        codes = [c.returncode for c in children]
-        if all(code is not None for code in codes):
+        if all(c.returncode is not None for c in children if c.essential):
+            _wait_briefly([c for c in children if not c.essential], timeout=failure_grace)
             return
-        if failed_at is None and any(code not in (None, 0) for code in codes):
+        if failed_at is None and any(c.essential and c.returncode not in (None, 0)
+                                     for c in children):
             failed_at = time.monotonic()
         if failed_at is not None and time.monotonic() - failed_at > failure_grace:
             return
         time.sleep(poll)
 
 
+def _wait_briefly(children: list[Child], timeout: float) -> None:
+    """Let non-essential children (the sidecar) finish writing before they are stopped."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and any(c.returncode is None for c in children):
+        time.sleep(0.05)
+
+
 def _raise_if_failed(children: list[Child], run: RunDir) -> None:
-    if all(c.returncode == 0 for c in children):
+    if all(c.returncode == 0 for c in children if c.essential):
         return
     if run.outcome.exists():
         outcome = json.loads(run.outcome.read_text())
         if outcome.get("status") == "failed":
             raise RunFailed(f"{outcome['message']} [{outcome['code']}]")
     for child in children:
-        if child.returncode not in (0, None):
+        if child.essential and child.returncode not in (0, None):
             reason = child.last_error() or child.log_tail()
             raise RunFailed(f"{child.name} exited with code {child.returncode}: {reason}")
     raise RunFailed("a party did not finish; see the logs in " + str(run.logs))

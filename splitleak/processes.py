@@ -24,6 +24,7 @@ class Child:
     name: str
     process: subprocess.Popen
     log_path: Path
+    essential: bool = True  # a failure of this child fails the run
 
     @property
     def returncode(self) -> int | None:
@@ -43,7 +44,8 @@ class Child:
         return None
 
 
-def spawn(name: str, args: list[str], log_path: Path, env: dict[str, str] | None = None) -> Child:
+def spawn(name: str, args: list[str], log_path: Path, env: dict[str, str] | None = None,
+          essential: bool = True) -> Child:
     """Start `python -m <args>` with stdout+stderr into `log_path`."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = log_path.open("ab")
@@ -52,7 +54,7 @@ def spawn(name: str, args: list[str], log_path: Path, env: dict[str, str] | None
                                stdin=subprocess.DEVNULL, env=full_env, start_new_session=True,
                                preexec_fn=_die_with_parent)
     log.close()
-    return Child(name, process, log_path)
+    return Child(name, process, log_path, essential)
 
 
 def stop_all(children: list[Child], grace: float = 5.0) -> None:
