@@ -76,7 +76,7 @@ async def _run(cfg: ExperimentConfig, run: RunDir, session: Session, data: Any,
     try:
         await session.wait_for_parties()
         trainer = await compute(LabelPartyTrainer, cfg, data.labels, data.num_classes,
-                                session.embedding_shapes(), data.own_inputs)
+                                session.embedding_shapes(), data.own_inputs, data.train_ids)
         exchange = NetworkExchange(session)
         batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed)
         await drive(trainer, batches, exchange, writer.write, compute)
@@ -86,7 +86,8 @@ async def _run(cfg: ExperimentConfig, run: RunDir, session: Session, data: Any,
                 "train_steps": data.plan.total_train_steps,
                 "bytes_sent": exchange.bytes_sent, "bytes_received": exchange.bytes_received,
                 "embedding_shapes": {k: list(v) for k, v in session.embedding_shapes().items()},
-                "defenses": trainer.defense_summary()}
+                "defenses": trainer.defense_summary(),
+                "objective": trainer.objective_summary()}
     except SessionError as err:
         session.abort(err)
         await session.wait_closed(timeout=2.0)

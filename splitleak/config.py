@@ -154,6 +154,7 @@ class ExperimentConfig(_Frozen):
     model: ModelConfig = ModelConfig()
     training: TrainingConfig = TrainingConfig()
     topology: TopologyConfig = TopologyConfig()
+    objective: PluginSpec = PluginSpec(name="cross_entropy")  # what the label party learns from
     defense: list[PluginSpec] = []  # gradient defense chain, applied in order
     attacker: AttackerConfig = AttackerConfig()
 
@@ -178,6 +179,11 @@ class ExperimentConfig(_Frozen):
             raise ValueError("model.kind = 'wide_deep' puts the wide part on the label party: "
                              "give it features (features.label_party = [start, stop])")
         return self
+
+    @field_validator("objective", mode="before")
+    @classmethod
+    def _objective(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
 
     @field_validator("defense", mode="before")
     @classmethod

@@ -68,7 +68,8 @@ def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
                for k, cols in passive_columns(cfg, data.schema).items()}
     store = GradientStore(run.attacker / "gradients", run.root.name) if observe else None
     trainer = LabelPartyTrainer(cfg, data.labels, data.num_classes,
-                                {k: b.embedding_shape for k, b in bottoms.items()}, data.own_inputs)
+                                {k: b.embedding_shape for k, b in bottoms.items()}, data.own_inputs,
+                                data.train_ids)
     writer = MetricsWriter(run.metrics)
     writer.write(plan_record(data, len(bottoms), cfg.run.seed))
     batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed)
@@ -80,6 +81,7 @@ def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
     for k, bottom in bottoms.items():
         bottom.save(run.bottom_model(k))
     outcome = {"status": "ok", "seconds": time.monotonic() - started,
-               "train_steps": data.plan.total_train_steps, "defenses": trainer.defense_summary()}
+               "train_steps": data.plan.total_train_steps, "defenses": trainer.defense_summary(),
+               "objective": trainer.objective_summary()}
     write_outcome(run, outcome)
     return outcome

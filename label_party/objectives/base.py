@@ -1,0 +1,90 @@
+"""The training-objective plug-in interface: what the label party learns from, and how."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from pydantic import BaseModel, ConfigDict
+from torch.nn import functional as F
+
+from splitleak.config import ExperimentConfig
+from splitleak.inputs import PartyInputs
+from splitleak.registry import Registry
+
+
+class ObjectiveParams(BaseModel):
+    """Base of every objective's parameter model (validated from the config's `objective`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class ObjectiveSetup:
+    """Everything an objective may use, fixed before training starts."""
+
+    cfg: ExperimentConfig
+    labels: np.ndarray  # int64 [num_rows]: the true labels (the label party's own)
+    train_ids: np.ndarray  # int64: rows the objective may learn from
+    num_classes: int
+    activation_shapes: list[tuple[int, ...]]  # one per passive party, in party-id order
+    own_inputs: PartyInputs | None  # the label party's own feature slice, if any
+    seed: int
+
+
+@dataclass
+class StepResult:
+    loss: float
+    gradients: list[torch.Tensor]  # dL/dh per passive party, before the defense chain
+    metrics: dict[str, Any] = field(default_factory=dict)
+
+
+Own = tuple[torch.Tensor | None, torch.Tensor | None]
+
+
+class Objective(ABC):
+    """Owns the label party's trainable parts and turns activations into cut gradients."""
+
+    name: ClassVar[str]
+    Params: ClassVar[type[ObjectiveParams]] = ObjectiveParams
+
+    def __init__(self, params: ObjectiveParams, setup: ObjectiveSetup) -> None:
+        self.params = params
+        self.setup = setup
+
+    @abstractmethod
+    def train_step(self, activations: list[torch.Tensor], own: Own, sample_ids: np.ndarray,
+                   labels: torch.Tensor) -> StepResult:
+        """One update. `activations` are leaf tensors that require grad; `labels` are the true
+        labels of the batch (an objective may replace them, e.g. label DP)."""
+
+    @abstractmethod
+    def predict(self, activations: list[torch.Tensor], own: Own) -> torch.Tensor:
+        """Logits for evaluation: [B, 1] (binary, BCE) or [B, K]."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def summary(self) -> dict[str, Any]:
+        """Run-level figures for the report (e.g. ε of label DP)."""
+        return {}
+
+
+def supervised_loss(logits: torch.Tensor, targets: torch.Tensor, kind: str) -> torch.Tensor:
+    """BCE-with-logits on one logit, or cross-entropy; `targets` may be soft ([B] or [B, K])."""
+    if kind == "bce":
+        return F.binary_cross_entropy_with_logits(logits[:, 0], targets.to(logits.dtype))
+    if targets.dtype.is_floating_point:
+        return torch.sum(-targets * F.log_softmax(logits, dim=1), dim=1).mean()
+    return F.cross_entropy(logits, targets)
+
+
+OBJECTIVES: Registry[type[Objective]] = Registry("objective")
+
+
+def build_objective(name: str, params: dict[str, Any], setup: ObjectiveSetup) -> Objective:
+    cls = OBJECTIVES.get(name)
+    return cls(cls.Params.model_validate(params), setup)
