@@ -18,7 +18,7 @@ from splitleak.cli_common import (
     config_or_exit,
     setup_logging,
 )
-from splitleak.config import ConfigError, ExperimentConfig
+from splitleak.config import ConfigError, ExperimentConfig, PluginSpec
 from splitleak.orchestrator import RunFailed, RunOutcome, collect_outcome, run_distributed
 from splitleak.progress import RunProgress, format_eval
 from splitleak.rundir import create_run_dir
@@ -40,33 +40,57 @@ def _load(path: str | None) -> ExperimentConfig:
     return cfg
 
 
+def default_variants(cfg: ExperimentConfig) -> list[tuple[str, ExperimentConfig]]:
+    """The built-in default shows the point of the tool: the same run without a defense and
+    with Marvell (s = 4), side by side."""
+    marvell = cfg.model_copy(update={
+        "run": cfg.run.model_copy(update={"name": f"{cfg.run.name}-marvell"}),
+        "defense": [PluginSpec(name="marvell", s=4.0)]})
+    return [("no defense", cfg), ("marvell s=4", marvell)]
+
+
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
     cfg = _load(args.config)
     if args.output_dir is not None:
         cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"output_dir": args.output_dir})})
+    variants = default_variants(cfg) if args.config is None and not args.single else [
+        (cfg.run.name, cfg)]
+    compared = []
+    for label, variant in variants:
+        outcome = train_one(variant, args, console, label)
+        if outcome is None:
+            return EXIT_FAILED
+        print_summary(console, outcome)
+        summary = None
+        if variant.attacker.enabled and variant.attacker.observe:
+            summary = analyse_run(variant, outcome, console)
+        compared.append((label, summary, outcome))
+    if len(compared) > 1 and all(summary for _, summary, _ in compared):
+        from attacker.report import comparison_table, utility
+
+        console.print(comparison_table([(label, summary, utility(outcome.run))
+                                        for label, summary, outcome in compared]))
+    return 0
+
+
+def train_one(cfg: ExperimentConfig, args: argparse.Namespace, console: Console,
+              label: str) -> RunOutcome | None:
+    """One run, distributed (default) or in-process; None (after saying why) if it failed."""
     run = create_run_dir(cfg)
-    console.print(f"run directory: [bold]{run.root}[/]")
+    console.print(f"[bold]{label}[/]: run directory {run.root}")
     try:
         if args.in_process:
             from splitleak.reference import run_reference
 
             started = time.monotonic()
             run_reference(cfg, run)
-            outcome = collect_outcome(run, "in-process", time.monotonic() - started)
-        else:
-            with RunProgress(cfg.run.name, console, enabled=not args.no_progress) as progress:
-                outcome = run_distributed(cfg, run, progress)
+            return collect_outcome(run, "in-process", time.monotonic() - started)
+        with RunProgress(f"{cfg.run.name}", console, enabled=not args.no_progress) as progress:
+            return run_distributed(cfg, run, progress)
     except RunFailed as err:
         console.print(f"[bold red]run failed:[/] {err}")
         console.print(f"logs: {run.logs}")
-        return EXIT_FAILED
-    except KeyboardInterrupt:
-        console.print("[bold red]interrupted[/]: every party was stopped")
-        return EXIT_INTERRUPTED
-    print_summary(console, outcome)
-    if cfg.attacker.enabled and cfg.attacker.observe:
-        analyse_run(cfg, outcome, console)
-    return 0
+        return None
 
 
 def analyse_run(cfg: ExperimentConfig, outcome: RunOutcome, console: Console) -> dict:
@@ -86,11 +110,13 @@ def analyse_run(cfg: ExperimentConfig, outcome: RunOutcome, console: Console) ->
 def print_summary(console: Console, outcome: RunOutcome) -> None:
     table = Table(title=f"run {outcome.run.root.name} ({outcome.mode})")
     table.add_column("train steps", justify="right")
-    table.add_column("steps/s", justify="right")
+    table.add_column("steps/s (training)", justify="right")
+    table.add_column("wall s (with start-up)", justify="right")
     table.add_column("test metric")
     table.add_column("test loss", justify="right")
     final = outcome.final_eval or {}
     table.add_row(str(outcome.train_steps), f"{outcome.steps_per_second:.1f}",
+                  f"{outcome.seconds:.1f}",
                   format_eval(final) if final else "-",
                   f"{final['test_loss']:.4f}" if final else "-")
     console.print(table)
@@ -104,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--in-process", action="store_true",
                    help="run the in-process reference (no network) instead of separate processes")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--single", action="store_true",
+                   help="with the built-in default: only the run without a defense")
     r.add_argument("--output-dir", type=Path, help="override run.output_dir")
     v = sub.add_parser("validate", help="check an experiment file and exit (2 if invalid)")
     v.add_argument("config", nargs="?")
@@ -117,7 +145,11 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging("splitleak")
     console = Console()
     if args.command == "run":
-        return cmd_run(args, console)
+        try:
+            return cmd_run(args, console)
+        except KeyboardInterrupt:
+            console.print("[bold red]interrupted[/]: every party was stopped")
+            return EXIT_INTERRUPTED
     if args.command == "health":
         from splitleak.health import probe
 

@@ -27,10 +27,11 @@ class RunOutcome:
     seconds: float
     train_steps: int
     final_eval: dict[str, Any] | None
+    training_seconds: float = 0.0  # from the first batch to the last train step
 
     @property
     def steps_per_second(self) -> float:
-        return self.train_steps / self.seconds if self.seconds else 0.0
+        return self.train_steps / self.training_seconds if self.training_seconds else 0.0
 
 
 def run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | None = None,
@@ -139,15 +140,16 @@ def _raise_if_failed(children: list[Child], run: RunDir) -> None:
 
 def collect_outcome(run: RunDir, mode: str, seconds: float) -> RunOutcome:
     final_eval = None
-    steps = 0
+    steps, wall = 0, 0.0
     for record in read_metrics(run.metrics):
         if record["type"] == "eval":
             final_eval = record
         elif record["type"] == "train":
-            steps = record["step"] + 1
-    outcome = RunOutcome(run, mode, seconds, steps, final_eval)
+            steps, wall = record["step"] + 1, record["wall"]
+    outcome = RunOutcome(run, mode, seconds, steps, final_eval, wall)
     run.summary.write_text(json.dumps({
         "run_id": run.root.name, "mode": mode, "seconds": seconds, "train_steps": steps,
-        "steps_per_second": outcome.steps_per_second, "final_eval": final_eval,
+        "training_seconds": wall, "steps_per_second": outcome.steps_per_second,
+        "final_eval": final_eval,
     }, indent=2))
     return outcome

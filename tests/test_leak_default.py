@@ -1,6 +1,6 @@
-"""Li et al.'s observation on the built-in default, end to end over gRPC: with no defense the
-gradients leak the labels (p95 norm leak AUC >= 0.9, cosine >= 0.99), and `attacker analyze`
-reproduces the numbers `splitleak run` reported."""
+"""`splitleak run` with no argument, end to end over gRPC: the default without a defense leaks
+like Li et al. observed (p95 norm leak AUC >= 0.9, cosine >= 0.99), the Marvell run is shown
+beside it, and `attacker analyze` reproduces the numbers `splitleak run` reported."""
 
 from __future__ import annotations
 
@@ -25,7 +25,10 @@ def test_default_run_leaks_like_li_et_al(tmp_path: Path) -> None:
                              "--output-dir", str(tmp_path)], capture_output=True, text=True,
                             timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
-    run = RunDir(next(p for p in tmp_path.iterdir() if p.is_dir()))
+    run = RunDir(next(tmp_path.glob("default-2*")))  # the run without a defense
+    marvell = RunDir(next(tmp_path.glob("default-marvell-*")))
+    assert (marvell.report / "report.md").exists()
+    assert "no defense" in result.stdout and "marvell s=4" in result.stdout  # side by side
     summary = json.loads((run.report / "summary.json").read_text())
     stats = _run_stats(summary)
     norm, cosine = stats[("cut", "norm")], stats[("cut", "cosine_oracle")]

@@ -27,6 +27,8 @@ class Iso(Defense):
         rows = as_rows(cut_gradient)
         work = compute_dtype(rows.dtype)
         batch, dim = rows.shape
-        std = float(row_norms(rows).max()) * (self.params.t / dim) ** 0.5
+        largest = float(row_norms(rows).max())
+        std = largest * (self.params.t / dim) ** 0.5
+        ctx.diagnostics["iso.noise_power"] = self.params.t * largest**2  # E‖η_j‖², Marvell's P
         noise = torch.randn(batch, dim, generator=ctx.generator, dtype=work)
         return restore(torch.add(rows.to(work), noise, alpha=std), cut_gradient)

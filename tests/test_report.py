@@ -1,0 +1,197 @@
+"""The leak report on a hand-built run directory: numbers in report.md, valid PNGs, missing inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from rich.console import Console
+
+from attacker.analysis import LEAK_SCHEMA, summarise_leak
+from attacker.attacks import DEFAULT_ATTACKS, DEFAULT_MULTICLASS_ATTACKS, build_attack
+from attacker.report import comparison_table, print_leak_table, side_knowledge_tag, utility, write_report
+from splitleak.rundir import RunDir
+
+SEED = 7
+STEPS = 21  # scored batches; one more, skipped, follows
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def _leak_rows(attacks: list[tuple[str, dict]], layers: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Per-batch rows: norm at the cut layer scores 0.50, 0.52, ..., 0.90 (p95 0.880); the
+    cosine oracle's raw AUC is 1 - that (raw p95 0.480, flipped p95 0.880); a last batch is skipped."""
+    rng = np.random.default_rng(0)
+    rows = []
+    for layer in layers:
+        for step in range(STEPS + 1):
+            for name, params in attacks:
+                attack = build_attack(name, params)
+                value = 0.5 + 0.02 * step if layer == "cut" else float(rng.uniform(0.5, 1.0))
+                skipped = step == STEPS
+                accuracy = attack.kind == "label"
+                raw = 1.0 - value if name == "cosine_oracle" else value
+                rows.append({
+                    "party_id": 1, "layer": layer, "epoch": step // 11, "step": step, "attack": attack.label,
+                    "name": name, "side_knowledge": attack.side_knowledge,
+                    "metric": "accuracy" if accuracy else "auc",
+                    "auc_raw": None if skipped or accuracy else raw,
+                    "auc_flipped": None if skipped or accuracy else max(raw, 1.0 - raw),
+                    "accuracy": value if accuracy and not skipped else None,
+                    "n_rows": 64, "n_excluded": 0, "n_pos": None if accuracy else 12,
+                    "skip_reason": "single class in batch (all 0)" if skipped else None, "seed": SEED})
+    return rows
+
+
+def _sample_rows() -> pa.Table:
+    rng = np.random.default_rng(1)
+    rows = []
+    for layer in ("cut", "first"):
+        for phase, steps in (("early", range(5)), ("late", range(16, 21))):
+            for step in steps:
+                for label in rng.integers(0, 2, size=40):
+                    rows.append({"party_id": 1, "layer": layer, "step": step, "label": int(label),
+                                 "norm": float(rng.lognormal(-8 + 2 * label, 1.0)),
+                                 "cosine_oracle": float(np.clip(rng.normal(0.6 * label - 0.3, 0.2), -1, 1)),
+                                 "phase": phase})
+    return pa.Table.from_pylist(rows)
+
+
+def make_run(root: Path, *, multiclass: bool = False, first_layer: bool = True, row_sample: bool = True,
+             evals: bool = True, defense: bool = True) -> tuple[RunDir, dict[str, Any]]:
+    """A run directory written by hand, and the summary the analysis would return for it."""
+    run = RunDir(root)
+    (root / "label_party").mkdir(parents=True)
+    (root / "attacker").mkdir()
+    header = f"# resolved config; hash abcdef0123456789; seed {SEED}\n# python 3.11\n"
+    body = f'[run]\nname = "synthetic"\nseed = {SEED}\n'
+    chain = '\n[[defense]]\nname = "marvell"\ns = 4.0\n'
+    run.config.write_text(header + (body + chain if defense else "defense = []\n" + body))
+    records: list[dict[str, Any]] = [{"type": "plan", "total_train_steps": STEPS + 1}]
+    for step in range(STEPS + 1):
+        record: dict[str, Any] = {"type": "train", "epoch": step // 11, "step": step,
+                                  "loss": 0.7 - 0.01 * step}
+        if defense:
+            record["defense.1"] = {"marvell.auc_bound": 0.7 if step % 2 else 0.75, "marvell.sumkl_after": 0.2}
+        records.append(record)
+        if evals and step % 5 == 4:
+            metric = {"test_accuracy": 0.5 + 0.01 * step} if multiclass else {"test_auc": 0.6 + 0.01 * step}
+            records.append({"type": "eval", "epoch": step // 11, "step": step + 1, "test_loss": 0.5,
+                            **metric})
+    run.metrics.write_text("".join(json.dumps(r) + "\n" for r in records))
+    if defense:
+        instance = {"position": 0, "name": "marvell", "batches": STEPS + 1, "passthrough": 0,
+                    "mean_sumkl_after": 0.2, "max_auc_bound": 0.75}
+        run.outcome.write_text(json.dumps({"status": "ok", "defenses": {
+            "1": {"chain": ["marvell"], "seed": SEED, "parties": {"1": [instance]}}}}))
+    attacks = DEFAULT_MULTICLASS_ATTACKS if multiclass else DEFAULT_ATTACKS
+    per_batch = _leak_rows(attacks, ("cut", "first") if first_layer else ("cut",))
+    pq.write_table(pa.Table.from_pylist(per_batch, schema=LEAK_SCHEMA), run.attacker / "leak.parquet")
+    if row_sample:
+        pq.write_table(_sample_rows(), run.attacker / "rows.parquet")
+    summary = {"run_id": "synthetic-run", "seed": SEED, "num_classes": 3 if multiclass else 2,
+               "warnings": ["shard-000003.arrows: truncated tail after 2 complete record(s)"],
+               "leak": summarise_leak(per_batch)}
+    return run, summary
+
+
+def _assert_png(path: Path) -> None:
+    assert path.exists(), path
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC and len(data) > 10_000, path
+
+
+def test_full_report(tmp_path: Path) -> None:
+    run, summary = make_run(tmp_path / "run")
+    write_report(run, summary)
+    text = (run.report / "report.md").read_text()
+    assert "# Label-leak report: synthetic-run" in text
+    assert f"seed {SEED}" in text and "`abcdef0123456789`" in text
+    assert "| norm | 0.880 | none |" in text  # the headline: p95 of 0.50, 0.52, ..., 0.90
+    # cosine oracle at the cut layer: raw mean, p95, max, then flipped mean, p95, max, skipped
+    raw, flipped = "0.300 | 0.480 | 0.500", "0.700 | 0.880 | 0.900"
+    assert f"| cosine_oracle | 1 positive/batch (oracle) | {raw} | {flipped} | 1/22 |" in text
+    assert "single class in batch (all 0): 13" in text
+    assert "| test AUC | test loss | train steps |" in text and "| 0.7900 | 0.5000 | 22 |" in text
+    assert "1. `marvell`: s=4.0" in text and "max_auc_bound=0.7500" in text
+    assert "mean 0.725, p95 0.750" in text  # Theorem-1 bound: 0.75 and 0.70 alternating over 22 batches
+    assert "| 1 | 22 | 0.725 | 0.750 | 0.750 | 0.880 (norm) |" in text
+    assert "| epoch 0 | epoch 1 |" in text
+    assert "truncated tail after 2 complete record(s)" in text
+    assert "k random positives per batch (excluded from the metric)" in text
+    for name in ("leak_party1_cut.png", "leak_party1_first.png", "norms_party1.png", "cosine_party1.png",
+                 "training.png"):
+        _assert_png(run.report / name)
+        assert f"]({name})" in text
+
+
+def test_missing_inputs_are_skipped_and_said(tmp_path: Path) -> None:
+    run, summary = make_run(tmp_path / "run", multiclass=True, first_layer=False, row_sample=False,
+                            evals=False, defense=False)
+    run.report.mkdir()
+    (run.report / "norms_party1.png").write_bytes(b"left by an earlier report")
+    write_report(run, summary)
+    text = (run.report / "report.md").read_text()
+    assert "no first-layer gradient recorded" in text
+    assert "no norm or cosine histograms" in text
+    assert "no eval records" in text
+    assert "None: the cut-layer gradients were sent unchanged." in text
+    assert "| direct_label | none | 0.700 | 0.880 | 0.900 | 1/22 |" in text  # label accuracy, not AUC
+    _assert_png(run.report / "leak_party1_cut.png")
+    _assert_png(run.report / "training.png")
+    for name in ("leak_party1_first.png", "norms_party1.png", "cosine_party1.png"):
+        assert not (run.report / name).exists()
+
+
+def test_report_without_metrics_or_logs(tmp_path: Path) -> None:
+    run, summary = make_run(tmp_path / "run", row_sample=False, defense=False)
+    run.metrics.unlink()
+    (run.attacker / "leak.parquet").unlink()
+    write_report(run, summary)
+    text = (run.report / "report.md").read_text()
+    assert "no label_party/metrics.jsonl" in text and "no attacker/leak.parquet" in text
+    assert "| norm | 0.880 | none |" in text
+    assert not list(run.report.glob("*.png"))
+
+
+def test_terminal_table_fits_100_columns(tmp_path: Path) -> None:
+    _, summary = make_run(tmp_path / "run", row_sample=False)
+    for width in (100, 200):  # at 200 the table takes its natural width: no wrapping needed at 100
+        console = Console(width=width, record=True)
+        print_leak_table(console, summary)
+        lines = console.export_text().splitlines()
+        assert max(len(line) for line in lines) <= 100
+    assert any("median(centers=hint, hints=5)" in line and "0.880" in line for line in lines)
+    assert sum("cosine_oracle" in line for line in lines) == 2  # cut and first layer, one line each
+
+
+def test_comparison_table(tmp_path: Path) -> None:
+    run, summary = make_run(tmp_path / "a", row_sample=False)
+    other = json.loads(json.dumps(summary))
+    for entry in other["leak"]:
+        if entry["attack"] == "norm" and entry["scope"] == "run" and entry["layer"] == "cut":
+            entry["flipped"]["p95"] = 0.55
+    console = Console(width=120, record=True)
+    console.print(comparison_table([("no defense", summary, utility(run)),
+                                    ("marvell", other, {**utility(run), "test AUC": 0.75})]))
+    text = console.export_text()
+    assert "no defense" in text and "marvell" in text and "p95" in text and "flip-corrected" in text
+    norm = next(line for line in text.splitlines() if "p95 norm" in line)
+    assert "0.880" in norm and "0.550" in norm
+    assert "0.7500 (-0.0400)" in text
+
+
+@pytest.mark.parametrize(("label", "tag"), [
+    ("norm", "none"), ("cosine_oracle", "1 positive/batch (oracle)"),
+    ("hint_distance(k=3)", "3 positives/batch"), ("hint_inner(k=1)", "1 positive/batch"),
+    ("mean(centers=oracle)", "all labels (oracle)"),
+    ("median(centers=hint, hints=5)", "≥5 labels/class/batch"), ("direct_label", "none"),
+])
+def test_side_knowledge_tag(label: str, tag: str) -> None:
+    sentence = {build_attack(n, p).label: build_attack(n, p).side_knowledge
+                for n, p in [*DEFAULT_ATTACKS, *DEFAULT_MULTICLASS_ATTACKS]}[label]
+    assert side_knowledge_tag(label, sentence) == tag
