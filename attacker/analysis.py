@@ -86,7 +86,7 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
             hints: Iterable[int] = (1, 3, 5), seed: int | None = None) -> dict[str, Any]:
     """Analyse the gradient log of `run_dir`; writes attacker/leak.parquet and
     attacker/rows.parquet and returns the summary (also written by the report)."""
-    run = RunDir(run_dir)
+    run = RunDir(Path(run_dir))
     log = GradientLog(run.attacker / "gradients")
     labels = _labels_by_id(run)
     num_classes = int(labels.max()) + 1 if labels.size else 2

@@ -8,9 +8,10 @@ from collections.abc import AsyncIterator
 import grpc
 
 from attacker.store import GradientStore, RecordError
-from splitleak.codec import CodecError, decode_ids, decode_tensor
+from splitleak.codec import CodecError, decode_ids, decode_view
 from splitleak.v1 import attacker_pb2 as pb
 from splitleak.v1 import attacker_pb2_grpc as pb_grpc
+from splitleak.v1 import tensor_pb2
 
 _OPTIONAL = ("activation", "first_layer_gradient")
 
@@ -72,16 +73,16 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
         try:
             ids = decode_ids(record.sample_ids, field=f"{where} sample_ids")
             names = ["cut_gradient"] + [n for n in _OPTIONAL if record.HasField(n)]
-            tensors = {n: decode_tensor(getattr(record, n), field=f"{where} {n}") for n in names}
+            arrays = {n: decode_view(getattr(record, n), field=f"{where} {n}",
+                                     dtype=tensor_pb2.FLOAT32) for n in names}
         except CodecError as err:
             raise RecordError(str(err)) from None
         if ids.size == 0:
             raise RecordError(f"{where}: empty record")
-        for name, t in tensors.items():
-            if t.ndim < 2 or t.shape[0] != ids.size:
-                raise RecordError(f"{where} {name}: shape {list(t.shape)} does not match "
+        for name, array in arrays.items():
+            if array.ndim < 2 or array.shape[0] != ids.size:
+                raise RecordError(f"{where} {name}: shape {list(array.shape)} does not match "
                                   f"{ids.size} sample ids")
-        arrays = {name: t.float().numpy() for name, t in tensors.items()}
         return self.store.append(party, record.epoch, record.step, ids, arrays)
 
 

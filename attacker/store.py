@@ -30,8 +30,11 @@ class RecordError(ValueError):
 
 
 def _vectors(rows: np.ndarray) -> pa.FixedSizeListArray:
-    flat = np.ascontiguousarray(rows, dtype=np.float32).reshape(rows.shape[0], -1)
-    return pa.FixedSizeListArray.from_arrays(pa.array(flat.reshape(-1)), flat.shape[1])
+    """Rows as fixed-size lists; a contiguous float32 input (e.g. a view of received bytes)
+    is wrapped without a copy."""
+    flat = np.ascontiguousarray(rows, dtype=np.float32).reshape(-1)
+    width = flat.size // rows.shape[0] if rows.shape[0] else 0
+    return pa.FixedSizeListArray.from_arrays(pa.array(flat), width)
 
 
 @dataclass

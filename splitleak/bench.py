@@ -10,6 +10,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import torch
 from rich.console import Console
 from rich.table import Table
 
@@ -67,13 +68,14 @@ class ByteCountingRelay:
             writer.close()
 
 
-def bench_config(steps: int) -> ExperimentConfig:
+def bench_config(steps: int, sidecar: bool = False) -> ExperimentConfig:
     """The default set-up (synthetic CTR, batch 1024, cut width 128, 2 passive parties),
-    `steps` train steps, one evaluation at the end."""
+    `steps` train steps, one evaluation at the end; the sidecar records only if asked."""
     cfg = load_config(None)
     return cfg.model_copy(update={
         "run": cfg.run.model_copy(update={"name": "bench"}),
         "training": cfg.training.model_copy(update={"max_steps": steps, "eval_interval": 0}),
+        "attacker": cfg.attacker.model_copy(update={"enabled": sidecar}),
     })
 
 
@@ -102,19 +104,24 @@ def raw_tensor_bytes(run: RunDir, outcome: dict[str, Any]) -> int:
 
 
 def run_bench(args: argparse.Namespace, console: Console) -> int:
+    from label_party.defenses.bench_marvell import SHAPES, time_marvell
+
     cfg = bench_config(args.steps)
     warmup = max(5, args.steps // 10)
     results: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="splitleak-bench-") as tmp:
         base = Path(tmp)
-        console.print(f"in-process reference: {args.steps} steps ...")
-        ref = create_run_dir(cfg, base, "-reference")
-        run_reference(cfg, ref)
-        results["reference_steps_per_s"] = steady_steps_per_second(ref, warmup)
-        console.print(f"distributed (3 processes on loopback): {args.steps} steps ...")
-        dist = create_run_dir(cfg, base, "-distributed")
-        run_distributed(cfg, dist)
-        results["distributed_steps_per_s"] = steady_steps_per_second(dist, warmup)
+
+        def measure(label: str, config: ExperimentConfig, distributed: bool) -> RunDir:
+            console.print(f"{label}: {args.steps} train steps ...")
+            run = create_run_dir(config, base, "-" + label.split()[0])
+            run_distributed(config, run) if distributed else run_reference(config, run)
+            results[label] = steady_steps_per_second(run, warmup)
+            return run
+
+        measure("in-process reference", cfg, distributed=False)
+        measure("distributed", cfg, distributed=True)
+        measure("distributed+sidecar", bench_config(args.steps, sidecar=True), distributed=True)
         console.print("distributed through a byte-counting relay ...")
         relayed = create_run_dir(cfg, base, "-relayed")
         relays: list[ByteCountingRelay] = []
@@ -129,26 +136,36 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
             for relay in relays:
                 relay.__exit__()
         outcome = json.loads(relayed.outcome.read_text())
-        batches = sum(1 for r in read_metrics(relayed.metrics) if r["type"] == "train")
-        raw = raw_tensor_bytes(relayed, outcome)
-        socket_bytes = sum(r.upstream + r.downstream for r in relays)
-        payload = outcome["bytes_sent"] + outcome["bytes_received"]
-        results.update(wire_bytes_per_step=socket_bytes / batches, raw_bytes_per_step=raw / batches,
-                       protobuf_bytes_per_step=payload / batches)
-    ratio = results["distributed_steps_per_s"] / results["reference_steps_per_s"]
-    wire = results["wire_bytes_per_step"] / results["raw_bytes_per_step"]
+        steps = sum(1 for r in read_metrics(relayed.metrics) if r["type"] == "train")
+        raw = raw_tensor_bytes(relayed, outcome) / steps
+        wire = sum(r.upstream + r.downstream for r in relays) / steps
+        payload = (outcome["bytes_sent"] + outcome["bytes_received"]) / steps
+    torch.set_num_threads(1)
+    marvell = {shape: time_marvell(*shape, repeats=30)[0] for shape in SHAPES}
+    step_ms = 1e3 / results["distributed"]
     table = Table(title=f"splitleak bench: default set-up, {args.steps} train steps "
-                        "(batch 1024, cut width 128, 2 passive parties)")
+                        "(batch 1024, cut width 128, 2 passive parties), measured in this run")
     table.add_column("figure")
     table.add_column("value", justify="right")
-    table.add_row("in-process reference, steps/s", f"{results['reference_steps_per_s']:.1f}")
-    table.add_row("distributed over gRPC, steps/s", f"{results['distributed_steps_per_s']:.1f}")
-    table.add_row("[bold]distributed / reference[/] (aim >= 0.8)", f"[bold]{ratio:.2f}x")
-    table.add_row("raw tensor bytes per step", f"{results['raw_bytes_per_step']:,.0f}")
-    table.add_row("protobuf message bytes per step", f"{results['protobuf_bytes_per_step']:,.0f}")
-    table.add_row("socket bytes per step (gRPC over HTTP/2)", f"{results['wire_bytes_per_step']:,.0f}")
-    table.add_row("[bold]wire / raw[/] (aim <= 1.05)", f"[bold]{wire:.4f}x")
+    for label in ("in-process reference", "distributed", "distributed+sidecar"):
+        table.add_row(f"{label}, train steps/s", f"{results[label]:.1f}")
+    ratio = results["distributed"] / results["in-process reference"]
+    sidecar_ratio = results["distributed+sidecar"] / results["distributed"]
+    table.add_row("[bold]distributed / in-process[/] (aim >= 0.8)", f"[bold]{ratio:.2f}x")
+    table.add_row("[bold]with sidecar / without[/] (aim >= 0.9)", f"[bold]{sidecar_ratio:.2f}x")
+    table.add_row("raw tensor bytes per step", f"{raw:,.0f}")
+    table.add_row("protobuf message bytes per step", f"{payload:,.0f}")
+    table.add_row("socket bytes per step (gRPC over HTTP/2)", f"{wire:,.0f}")
+    table.add_row("[bold]wire / raw[/] (aim <= 1.05)", f"[bold]{wire / raw:.4f}x")
+    table.add_row("distributed train step (ms)", f"{step_ms:.1f}")
+    for (batch, dim), ms in marvell.items():
+        share = f" = {100 * ms / step_ms:.1f} % of the step" if (batch, dim) == (1024, 128) else ""
+        table.add_row(f"marvell per batch, B={batch} d={dim} (ms)", f"{ms:.2f}{share}")
     console.print(table)
-    console.print_json(json.dumps({**results, "distributed_over_reference": ratio,
-                                   "wire_over_raw": wire}))
+    console.print_json(json.dumps({
+        "steps_per_s": results, "distributed_over_reference": ratio,
+        "sidecar_over_plain": sidecar_ratio, "raw_bytes_per_step": raw,
+        "protobuf_bytes_per_step": payload, "wire_bytes_per_step": wire,
+        "wire_over_raw": wire / raw, "step_ms": step_ms,
+        "marvell_ms": {f"{b}x{d}": ms for (b, d), ms in marvell.items()}}))
     return 0

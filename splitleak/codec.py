@@ -79,20 +79,9 @@ def _shape_matches(expected: tuple[int | None, ...], dims: list[int]) -> bool:
     return all(want is None or want == size for want, size in zip(expected, dims, strict=True))
 
 
-def decode_tensor(
-    msg: tensor_pb2.Tensor,
-    *,
-    field: str,
-    dtype: DType | Collection[DType] | None = None,
-    shape: tuple[int | None, ...] | None = None,
-    finite: bool = False,
-) -> torch.Tensor:
-    """Decode and validate a Tensor message into a fresh writable CPU tensor.
-
-    dtype: the expected wire dtype or a collection of allowed ones; shape: the expected
-    shape, None entries matching any size; finite: reject NaN and Inf in floating tensors.
-    Raises CodecError naming `field` for anything malformed or unexpected.
-    """
+def _validated(msg: tensor_pb2.Tensor, field: str, dtype: DType | Collection[DType] | None,
+               shape: tuple[int | None, ...] | None) -> tuple[_Spec, list[int], bytes]:
+    """The checks every decode makes: dtype known and allowed, shape, byte length."""
     spec = _SPECS.get(msg.dtype)
     if spec is None:
         got = tensor_pb2.DType.Name(msg.dtype) if msg.dtype == 0 else f"unknown value {msg.dtype}"
@@ -113,17 +102,49 @@ def decode_tensor(
             raise CodecError(f"{field}: dtype {spec.name}, expected {names}")
     if shape is not None and not _shape_matches(shape, dims):
         raise CodecError(f"{field}: expected shape {_format_shape(shape)}, got {dims}")
+    return spec, dims, data
+
+
+def _reshaped(array: np.ndarray, dims: list[int], field: str) -> np.ndarray:
+    try:
+        return array.reshape(dims)
+    except ValueError as error:  # e.g. [0, 2**62]: zero bytes, but beyond numpy's size limit
+        raise CodecError(f"{field}: shape {dims} cannot be represented: {error}") from None
+
+
+def decode_tensor(
+    msg: tensor_pb2.Tensor,
+    *,
+    field: str,
+    dtype: DType | Collection[DType] | None = None,
+    shape: tuple[int | None, ...] | None = None,
+    finite: bool = False,
+) -> torch.Tensor:
+    """Decode and validate a Tensor message into a fresh writable CPU tensor.
+
+    dtype: the expected wire dtype or a collection of allowed ones; shape: the expected
+    shape, None entries matching any size; finite: reject NaN and Inf in floating tensors.
+    Raises CodecError naming `field` for anything malformed or unexpected.
+    """
+    spec, dims, data = _validated(msg, field, dtype, shape)
     # The single copy out of the immutable bytes; it also fixes byte order on big-endian hosts.
     wire = np.frombuffer(data, dtype=spec.wire if spec.name != "bool" else np.uint8)
     array = wire != 0 if spec.name == "bool" else wire.astype(spec.wire.newbyteorder("="))
-    try:
-        array = array.reshape(dims)
-    except ValueError as error:  # e.g. [0, 2**62]: zero bytes, but beyond numpy's size limit
-        raise CodecError(f"{field}: shape {dims} cannot be represented: {error}") from None
+    array = _reshaped(array, dims, field)
     if finite and spec.torch_dtype.is_floating_point:
         _check_finite(array, field, bfloat16_bits=spec.name == "bfloat16")
     tensor = torch.from_numpy(array)
     return tensor.view(torch.bfloat16) if spec.name == "bfloat16" else tensor
+
+
+def decode_view(msg: tensor_pb2.Tensor, *, field: str, dtype: DType,
+                shape: tuple[int | None, ...] | None = None) -> np.ndarray:
+    """A read-only little-endian numpy view of the message's bytes: no copy (for a receiver
+    that only stores the tensor, e.g. the sidecar). bfloat16 and bool are not viewable."""
+    spec, dims, data = _validated(msg, field, dtype, shape)
+    if spec.name in ("bfloat16", "bool"):
+        raise CodecError(f"{field}: a {spec.name} tensor cannot be viewed without a copy")
+    return _reshaped(np.frombuffer(data, dtype=spec.wire), dims, field)
 
 
 def _check_finite(array: np.ndarray, field: str, *, bfloat16_bits: bool) -> None:

@@ -316,3 +316,17 @@ def test_encode_ids_rejects_non_1d_or_non_int64(sample_ids: np.ndarray) -> None:
 def test_decode_ids_rejects_non_1d_or_non_int64(msg: tensor_pb2.Tensor) -> None:
     with pytest.raises(CodecError, match="^sample_ids: "):
         decode_ids(msg, "sample_ids")
+
+
+def test_decode_view_matches_decode_without_copying() -> None:
+    from splitleak.codec import decode_view
+
+    values = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    msg = encode_tensor(values)
+    view = decode_view(msg, field="cut_gradient", dtype=tensor_pb2.FLOAT32, shape=(3, None))
+    assert not view.flags.writeable and view.shape == (3, 4)
+    np.testing.assert_array_equal(view, values.numpy())
+    with pytest.raises(CodecError, match="cut_gradient: dtype float32, expected int64"):
+        decode_view(msg, field="cut_gradient", dtype=tensor_pb2.INT64)
+    with pytest.raises(CodecError, match="cannot be viewed"):
+        decode_view(encode_tensor(values.to(torch.bfloat16)), field="g", dtype=torch.bfloat16)

@@ -1,6 +1,11 @@
 """Training objectives of the label party; importing this package registers every one."""
 
-from label_party.objectives import cross_entropy  # noqa: F401  (imported to register)
+from label_party.objectives import (  # noqa: F401  (imported to register)
+    cross_entropy,
+    gafm,
+    kdk,
+    label_dp,
+)
 from label_party.objectives.base import (
     OBJECTIVES,
     Objective,

@@ -65,6 +65,12 @@ class Objective(ABC):
     def predict(self, activations: list[torch.Tensor], own: Own) -> torch.Tensor:
         """Logits for evaluation: [B, 1] (binary, BCE) or [B, K]."""
 
+    @classmethod
+    def check(cls, cfg: ExperimentConfig) -> None:
+        """Config requirements beyond the parameters (features, model, loss), checked before
+        any process starts; raise `splitleak.config.ConfigError` naming the field."""
+        return None
+
     def state_dict(self) -> dict[str, Any]:
         return {}
 

@@ -34,7 +34,9 @@ class CrossEntropy(Objective):
         self.top = build_top(cfg.model, setup.activation_shapes,
                              setup.own_inputs.spec if setup.own_inputs else None,
                              cfg.output_width(setup.num_classes), derive_seed(setup.seed, "top"))
-        self.optimizer = make_optimizer(self.top.parameters(), cfg.optimizer_for("label"))
+        # top = "none" with no own features leaves the label party nothing to train.
+        params = list(self.top.parameters())
+        self.optimizer = make_optimizer(params, cfg.optimizer_for("label")) if params else None
 
     def targets(self, sample_ids: np.ndarray, labels: torch.Tensor) -> torch.Tensor:
         """What the loss is computed against (the true labels here)."""
@@ -43,11 +45,13 @@ class CrossEntropy(Objective):
     def train_step(self, activations: list[torch.Tensor], own: Own, sample_ids: np.ndarray,
                    labels: torch.Tensor) -> StepResult:
         self.top.train()
-        self.optimizer.zero_grad(set_to_none=True)
+        if self.optimizer is not None:
+            self.optimizer.zero_grad(set_to_none=True)
         loss = supervised_loss(self.top(activations, *own), self.targets(sample_ids, labels),
                                self.loss_kind)
         loss.backward()
-        self.optimizer.step()
+        if self.optimizer is not None:
+            self.optimizer.step()
         return StepResult(float(loss.detach()), [a.grad for a in activations])
 
     def predict(self, activations: list[torch.Tensor], own: Own) -> torch.Tensor:
@@ -55,4 +59,5 @@ class CrossEntropy(Objective):
         return self.top(activations, *own)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"top": self.top.state_dict(), "optimizer": self.optimizer.state_dict()}
+        optimizer = self.optimizer.state_dict() if self.optimizer is not None else None
+        return {"top": self.top.state_dict(), "optimizer": optimizer}
