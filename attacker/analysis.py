@@ -109,6 +109,8 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
                 for attack in built:
                     if attack.kind == "score" and num_classes > 2:
                         continue
+                    if attack.kind == "label" and layer != "cut":
+                        continue  # reads logit gradients: meaningful at the cut layer only
                     rng = attack_rng(seed, batch.step, party, f"{layer}:{attack.label}")
                     result = evaluate_batch(attack, grads, y, rng)
                     per_batch.append(_row(party, layer, batch.epoch, batch.step, attack, result,

@@ -6,7 +6,7 @@ from pydantic import ValidationError
 
 from label_party.defenses import build_defense
 from label_party.objectives import OBJECTIVES
-from splitleak.config import ConfigError, ExperimentConfig
+from splitleak.config import ConfigError, ExperimentConfig, plugin_param_errors
 from splitleak.registry import UnknownPluginError
 
 
@@ -18,15 +18,11 @@ def check_chain(cfg: ExperimentConfig) -> None:
     except UnknownPluginError as err:
         raise ConfigError(f"objective.name: {err}") from None
     except ValidationError as err:
-        problems = "; ".join(f"objective.{'.'.join(map(str, e['loc']))}: {e['msg']}"
-                             for e in err.errors())
-        raise ConfigError(f"objective ({cfg.objective.name}): {problems}") from None
+        raise ConfigError(plugin_param_errors("objective", err)) from None
     for i, spec in enumerate(cfg.defense):
         try:
             build_defense(spec.name, spec.params)
         except UnknownPluginError as err:
             raise ConfigError(f"defense[{i}].name: {err}") from None
         except ValidationError as err:
-            problems = "; ".join(f"defense[{i}].{'.'.join(map(str, e['loc']))}: {e['msg']}"
-                                 for e in err.errors())
-            raise ConfigError(f"defense[{i}] ({spec.name}): {problems}") from None
+            raise ConfigError(f"{spec.name}: {plugin_param_errors(f'defense[{i}]', err)}") from None

@@ -81,3 +81,22 @@ def test_cli_exits_2_before_any_process_starts(tmp_path, override, message) -> N
         assert result.returncode == 2, result.stderr
         assert message in result.stderr
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ({"defense": [{"name": "marvell", "s": -1}]}, "defense[0].s: Input should be greater than 0"),
+    ({"defense": [{"name": "marvell", "s": 1, "bogus": 2}]}, "defense[0].bogus: Extra inputs"),
+    ({"objective": {"name": "nope"}}, "objective.name: unknown objective 'nope'; allowed: "),
+    ({"dataset": {"name": "synthetic_ctr", "params": {"positive_rate": 1.5}}},
+     "dataset.params.positive_rate: Input should be less than 1"),
+    ({"features": {"ratios": [1, 1]}, "model": {"kind": "cnn"}}, "needs an image dataset"),
+])
+def test_plugin_parameters_are_checked_before_start(tmp_path, override, message) -> None:
+    from label_party.validate import check_chain
+    from splitleak.validation import check_core
+
+    cfg = parse_config(small_config(tmp_path, **override))
+    with pytest.raises((ConfigError, ValueError)) as err:
+        check_core(cfg)
+        check_chain(cfg)
+    assert message in str(err.value)
