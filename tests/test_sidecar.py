@@ -149,7 +149,7 @@ def test_killed_sidecar_loses_at_most_the_record_in_flight(tmp_path: Path) -> No
     assert tap["gap_records"] > 0 and tap["error"]
     log = GradientLog(run.attacker / "gradients")
     steps = [b.step for b in log.batches(1)]
-    assert steps == list(range(len(steps))) and len(steps) >= 30  # a complete prefix
+    assert steps == list(range(len(steps))) and len(steps) >= 10  # a complete prefix
     total = sum(1 for r in read_metrics(run.metrics) if r["type"] == "train")
     assert tap["sent"] + tap["gap_records"] == total  # every record is accounted for
     assert len(steps) <= tap["sent"] and tap["gap_first_step"] >= len(steps)
