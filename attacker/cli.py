@@ -10,7 +10,14 @@ from typing import Any
 from pydantic import ValidationError
 from rich.console import Console
 
-from splitleak.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, BadInput, config_or_exit, setup_logging
+from splitleak.cli_common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    BadInput,
+    config_or_exit,
+    setup_logging,
+    tls_dir_or_exit,
+)
 from splitleak.config import TopologyConfig
 from splitleak.registry import UnknownPluginError
 from splitleak.rundir import RunDir
@@ -43,10 +50,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     cfg = config_or_exit(args.config) if args.config else None
     observe = set(args.party or (cfg.attacker.observe if cfg else [1]))
-    topology = cfg.topology if cfg else TopologyConfig()
+    topology = cfg.topology if cfg else TopologyConfig(tls=args.tls_dir is not None)
+    tls_dir = tls_dir_or_exit(cfg, args.tls_dir) if cfg else args.tls_dir
     try:
         return run_async(serve(args.out, args.listen, observe, args.run_id or "", topology,
-                               args.port_file))
+                               args.port_file, tls_dir))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
 
@@ -90,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="observed passive party id (repeatable; default: attacker.observe)")
     s.add_argument("--run-id", help="accept only records of this run")
     s.add_argument("--port-file", type=Path, help="write the bound HOST:PORT here once serving")
+    s.add_argument("--tls-dir", type=Path, help="TLS identities (ca.pem, attacker.pem/.key)")
     a = sub.add_parser("analyze", help="leak metrics and report of a run directory")
     a.add_argument("run_dir", type=Path)
     a.add_argument("--attacks", nargs="+", metavar="NAME[:K=V,...]",

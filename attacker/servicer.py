@@ -9,6 +9,7 @@ import grpc
 
 from attacker.store import GradientStore, RecordError
 from splitleak.codec import CodecError, decode_ids, decode_view
+from splitleak.tls import passive_identity, peer_identity
 from splitleak.v1 import attacker_pb2 as pb
 from splitleak.v1 import attacker_pb2_grpc as pb_grpc
 from splitleak.v1 import tensor_pb2
@@ -17,8 +18,10 @@ _OPTIONAL = ("activation", "first_layer_gradient")
 
 
 class AttackerServicer(pb_grpc.AttackerSidecarServicer):
-    def __init__(self, store: GradientStore, observe: set[int], run_id: str | None = None) -> None:
+    def __init__(self, store: GradientStore, observe: set[int], run_id: str | None = None,
+                 tls: bool = False) -> None:
         self.store = store
+        self.tls = tls
         self.observe = observe
         self.run_id = run_id
         self.finished: set[int] = set()
@@ -32,7 +35,7 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
         try:
             async for record in request_iterator:
                 if party is None:
-                    party = self._admit(record)
+                    party = self._admit(record, peer_identity(context))
                 rows += self._append(record, party)
                 records += 1
         except RecordError as err:
@@ -48,8 +51,12 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
                 self.all_finished.set()
         return pb.RecordSummary(records=records, rows=rows)
 
-    def _admit(self, record: pb.GradientRecord) -> int:
+    def _admit(self, record: pb.GradientRecord, peer: str | None) -> int:
         k = record.party_id
+        if self.tls and peer != passive_identity(k):
+            raise _Refused(grpc.StatusCode.PERMISSION_DENIED,
+                           f"the client certificate names {peer!r}, which may not send the "
+                           f"records of passive party {k}")
         if k not in self.observe:
             raise _Refused(grpc.StatusCode.PERMISSION_DENIED,
                            f"records from passive party {k} are not accepted: this sidecar "

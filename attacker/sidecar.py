@@ -14,6 +14,7 @@ from attacker.store import GradientStore
 from splitleak.config import TopologyConfig
 from splitleak.fileio import write_atomically
 from splitleak.rundir import RunDir
+from splitleak.tls import ATTACKER
 from splitleak.transport import bind, create_server
 from splitleak.v1 import attacker_pb2_grpc as pb_grpc
 
@@ -22,15 +23,16 @@ SERVICE_NAME = "splitleak.v1.AttackerSidecar"
 
 
 async def serve(out: Path, listen: str, observe: set[int], run_id: str,
-                topology: TopologyConfig, port_file: Path | None = None) -> int:
+                topology: TopologyConfig, port_file: Path | None = None,
+                tls_dir: Path | None = None) -> int:
     gradients = RunDir(out).attacker / "gradients"
     store = GradientStore(gradients, run_id)
-    servicer = AttackerServicer(store, observe, run_id or None)
+    servicer = AttackerServicer(store, observe, run_id or None, tls=tls_dir is not None)
     server = create_server(topology)
     pb_grpc.add_AttackerSidecarServicer_to_server(servicer, server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = bind(server, listen)
+    port = bind(server, listen, tls_dir, ATTACKER)
     await server.start()
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)

@@ -12,6 +12,7 @@ from splitleak.cli_common import (
     BadInput,
     config_or_exit,
     setup_logging,
+    tls_dir_or_exit,
 )
 from splitleak.config import ConfigError
 from splitleak.rundir import RunDir, create_run_dir, write_config
@@ -28,10 +29,12 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--run-dir", type=Path, help="run directory (default: a new one under "
                    "run.output_dir)")
     s.add_argument("--port-file", type=Path, help="write the bound HOST:PORT here once serving")
+    s.add_argument("--tls-dir", type=Path, help="TLS identities (ca.pem, label-party.pem/.key)")
     s.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     setup_logging("label-party", args.verbose)
     cfg = config_or_exit(args.config)
+    tls_dir = tls_dir_or_exit(cfg, args.tls_dir)
     try:
         check_core(cfg)
         check_chain(cfg)
@@ -46,6 +49,6 @@ def main(argv: list[str] | None = None) -> int:
             write_config(cfg, run)
     try:
         return run_async(serve(cfg, run, args.listen or cfg.topology.label_party_address,
-                               args.port_file))
+                               args.port_file, tls_dir))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

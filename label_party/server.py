@@ -24,6 +24,7 @@ from splitleak.config import ExperimentConfig
 from splitleak.fileio import write_atomically
 from splitleak.metrics_log import MetricsWriter
 from splitleak.rundir import RunDir
+from splitleak.tls import LABEL_PARTY
 from splitleak.transport import bind, create_server
 from splitleak.v1 import split_learning_pb2_grpc as pb_grpc
 
@@ -32,7 +33,7 @@ SERVICE_NAME = "splitleak.v1.LabelParty"
 
 
 async def serve(cfg: ExperimentConfig, run: RunDir, listen: str,
-                port_file: Path | None = None) -> int:
+                port_file: Path | None = None, tls_dir: Path | None = None) -> int:
     """Serve one run; returns the process exit code (0: trained, 1: the run failed)."""
     torch.set_num_threads(cfg.run.torch_threads)
     data = load_label_party_data(cfg)
@@ -41,7 +42,7 @@ async def serve(cfg: ExperimentConfig, run: RunDir, listen: str,
     pb_grpc.add_LabelPartyServicer_to_server(LabelPartyServicer(session), server)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = bind(server, listen)
+    port = bind(server, listen, tls_dir, LABEL_PARTY)
     await server.start()
     serving = health_pb2.HealthCheckResponse.SERVING
     await health_servicer.set(SERVICE_NAME, serving)

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 import grpc
 
 from label_party.session import PartyGone, Session, SessionError
+from splitleak.tls import peer_identity
 from splitleak.transport import PARTY_ID_KEY, SESSION_KEY
 from splitleak.v1 import split_learning_pb2 as pb
 from splitleak.v1 import split_learning_pb2_grpc as pb_grpc
@@ -25,7 +26,7 @@ class LabelPartyServicer(pb_grpc.LabelPartyServicer):
     async def Join(self, request: pb.JoinRequest,  # noqa: N802 (gRPC method name)
                    context: grpc.aio.ServicerContext) -> pb.TrainingPlan:
         try:
-            return self.session.join(request)
+            return self.session.join(request, peer_identity(context))
         except SessionError as err:
             await _abort(context, err)
             raise  # unreachable: abort raises
@@ -35,7 +36,7 @@ class LabelPartyServicer(pb_grpc.LabelPartyServicer):
         metadata = dict(context.invocation_metadata() or ())
         try:
             stream = self.session.open_stream(metadata.get(PARTY_ID_KEY),
-                                              metadata.get(SESSION_KEY))
+                                              metadata.get(SESSION_KEY), peer_identity(context))
         except SessionError as err:
             await _abort(context, err)
             return

@@ -14,6 +14,7 @@ from label_party.schedule import Batch, Phase
 from label_party.setup import LabelPartyData
 from splitleak.codec import CodecError, decode_tensor, encode_ids, encode_tensor
 from splitleak.config import PROTOCOL_VERSION, ExperimentConfig
+from splitleak.tls import passive_identity
 from splitleak.v1 import split_learning_pb2 as pb
 
 
@@ -57,13 +58,21 @@ class Session:
         self.started = False
 
     # -- admission -----------------------------------------------------------------------
-    def join(self, request: pb.JoinRequest) -> pb.TrainingPlan:
+    def _check_identity(self, k: int, peer: str | None) -> None:
+        """With TLS, a party may only speak for the id its certificate names."""
+        if self.cfg.topology.tls and peer != passive_identity(k):
+            raise SessionError(grpc.StatusCode.PERMISSION_DENIED,
+                               f"the client certificate names {peer!r}, which may not act as "
+                               f"passive party {k} (expected {passive_identity(k)!r})", k)
+
+    def join(self, request: pb.JoinRequest, peer: str | None = None) -> pb.TrainingPlan:
         k = request.party_id
         if request.protocol_version != PROTOCOL_VERSION:
             raise SessionError(grpc.StatusCode.FAILED_PRECONDITION,
                                f"protocol version {request.protocol_version} is not supported; "
                                f"this label party speaks version {PROTOCOL_VERSION}", k)
         self._check_known(k)
+        self._check_identity(k, peer)
         if k in self.joined:
             raise SessionError(grpc.StatusCode.ALREADY_EXISTS,
                                f"passive party {k} has already joined this run", k)
@@ -107,13 +116,15 @@ class Session:
                                f"unknown party id {k}; this run has passive parties "
                                f"1..{len(self.party_ids)}")
 
-    def open_stream(self, party_id: str | None, token: str | None) -> PartyStream:
+    def open_stream(self, party_id: str | None, token: str | None,
+                    peer: str | None = None) -> PartyStream:
         if party_id is None or not party_id.isdigit():
             raise SessionError(grpc.StatusCode.UNAUTHENTICATED,
                                f"Train stream without a valid 'splitleak-party-id' metadata "
                                f"entry (got {party_id!r})")
         k = int(party_id)
         self._check_known(k)
+        self._check_identity(k, peer)
         if k not in self.joined or token != self.token:
             raise SessionError(grpc.StatusCode.PERMISSION_DENIED,
                                f"passive party {k} opened a Train stream without joining this "

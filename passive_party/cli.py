@@ -8,7 +8,13 @@ from pathlib import Path
 
 from passive_party.client import PartyError, run_party
 from passive_party.tap import TapError
-from splitleak.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, config_or_exit, setup_logging
+from splitleak.cli_common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    config_or_exit,
+    setup_logging,
+    tls_dir_or_exit,
+)
 from splitleak.rundir import RunDir
 from splitleak.transport import run_async
 
@@ -26,13 +32,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="where to save this party's bottom model")
     r.add_argument("--attacker", metavar="HOST:PORT",
                    help="attacker sidecar to tap every received gradient to")
+    r.add_argument("--tls-dir", type=Path, help="TLS identities (ca.pem, passive-party-K.pem/.key)")
     r.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     setup_logging(f"passive-party-{args.party_id}", args.verbose)
     cfg = config_or_exit(args.config)
+    tls_dir = tls_dir_or_exit(cfg, args.tls_dir)
     try:
         run_async(run_party(cfg, args.party_id, args.label_party, RunDir(args.run_dir),
-                            attacker=args.attacker))
+                            attacker=args.attacker, tls_dir=tls_dir))
     except (PartyError, TapError) as err:
         log.error("passive party %d: %s", args.party_id, err)
         return EXIT_FAILED

@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import json
 import logging
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -21,6 +22,7 @@ from splitleak.fileio import write_atomically
 from splitleak.inputs import load_party_inputs
 from splitleak.partition import passive_columns
 from splitleak.rundir import RunDir
+from splitleak.tls import passive_identity
 from splitleak.transport import PARTY_ID_KEY, SESSION_KEY, create_channel
 from splitleak.v1 import attacker_pb2 as apb
 from splitleak.v1 import split_learning_pb2 as pb
@@ -46,7 +48,8 @@ def load_bottom(cfg: ExperimentConfig, party_id: int,
 
 
 async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: RunDir,
-                    bottom: BottomTrainer | None = None, attacker: str | None = None) -> None:
+                    bottom: BottomTrainer | None = None, attacker: str | None = None,
+                    tls_dir: Path | None = None) -> None:
     """Train this party's bottom model; with `attacker`, tap every received gradient to it."""
     torch.set_num_threads(cfg.run.torch_threads)
     if not 1 <= party_id <= cfg.topology.passive_parties:
@@ -54,7 +57,8 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
                          f"1..{cfg.topology.passive_parties}")
     tapped = attacker is not None
     bottom = bottom or load_bottom(cfg, party_id, tapped and cfg.attacker.record_first_layer)
-    tap = Tap(attacker, cfg.attacker, cfg.topology) if attacker is not None else None
+    identity = passive_identity(party_id)
+    tap = Tap(attacker, cfg.attacker, cfg.topology, tls_dir, identity) if attacker else None
     executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="passive-compute")
     loop = asyncio.get_running_loop()
 
@@ -62,7 +66,7 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
         return loop.run_in_executor(executor, fn, *args)
 
     try:
-        async with create_channel(address, cfg.topology) as channel:
+        async with create_channel(address, cfg.topology, tls_dir, identity) as channel:
             stub = pb_grpc.LabelPartyStub(channel)
             plan = await _join(stub, cfg, bottom)
             log.info("party %d joined run %s: %d train steps", party_id, plan.run_id,

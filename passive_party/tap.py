@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import grpc
 
@@ -27,12 +28,13 @@ class Tap:
     with "continue" records are counted as a gap and training goes on.
     """
 
-    def __init__(self, address: str, attacker: AttackerConfig, topology: TopologyConfig) -> None:
+    def __init__(self, address: str, attacker: AttackerConfig, topology: TopologyConfig,
+                 tls_dir: Path | None = None, identity: str = "") -> None:
         self.address = address
         self.mode = attacker.on_sidecar_failure
         self.record_activation = attacker.record_activation
         self.queue: asyncio.Queue[apb.GradientRecord | None] = asyncio.Queue(attacker.queue_size)
-        self.channel = create_channel(address, topology)
+        self.channel = create_channel(address, topology, tls_dir, identity)
         self.stub = apb_grpc.AttackerSidecarStub(self.channel)
         self.error: str | None = None
         self.sent = 0

@@ -141,6 +141,12 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("address", help="HOST:PORT")
     h.add_argument("--service", default="", help="service name (default: the whole server)")
     h.add_argument("--timeout", type=float, default=5.0)
+    h.add_argument("--tls-dir", type=Path, help="probe over mutual TLS with these identities")
+    h.add_argument("--identity", default="attacker", help="client identity for --tls-dir")
+    c = sub.add_parser("certs", help="make a CA and one TLS identity per party (mutual TLS)")
+    c.add_argument("directory", type=Path)
+    c.add_argument("--parties", type=int, required=True, help="number of passive parties")
+    c.add_argument("--days", type=int, default=30, help="validity")
     args = parser.parse_args(argv)
     setup_logging("splitleak")
     console = Console()
@@ -153,9 +159,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "health":
         from splitleak.health import probe
 
-        ok, message = probe(args.address, args.service, args.timeout)
+        ok, message = probe(args.address, args.service, args.timeout, args.tls_dir, args.identity)
         print(message)
         return 0 if ok else EXIT_FAILED
+    if args.command == "certs":
+        from splitleak import tls
+
+        names = tls.identities(args.parties)
+        tls.generate(args.directory, names, args.days)
+        console.print(f"wrote ca.pem and {', '.join(names)} (.pem/.key) to {args.directory}")
+        return 0
     if args.command == "validate":
         _load(args.config)
         console.print("config is valid")

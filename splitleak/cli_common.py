@@ -24,6 +24,17 @@ def setup_logging(role: str, verbose: bool = False) -> None:
                         format=f"%(asctime)s {role} %(levelname)s %(message)s", force=True)
 
 
+def tls_dir_or_exit(cfg: ExperimentConfig, tls_dir: Path | None) -> Path | None:
+    """The TLS identity directory this process must use, or None when the config says plaintext."""
+    if not cfg.topology.tls:
+        return None
+    if tls_dir is None:
+        raise BadInput("topology.tls = true: give --tls-dir DIR holding ca.pem and this party's "
+                       "certificate and key (make them with `splitleak certs DIR --parties N`), "
+                       "or set topology.tls = false for plaintext on a trusted network")
+    return tls_dir
+
+
 def config_or_exit(path: str | Path | None) -> ExperimentConfig:
     try:
         return load_config(path)

@@ -116,6 +116,7 @@ class TopologyConfig(_Frozen):
     step_deadline_s: PositiveFloat = 60.0
     join_deadline_s: PositiveFloat = 120.0
     max_message_mb: int = Field(64, ge=1, le=1024)
+    tls: bool = True  # mutual TLS, one identity per party; false: plaintext (trusted network only)
 
 
 class PluginSpec(_Frozen):

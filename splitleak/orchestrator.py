@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from splitleak import tls
 from splitleak.config import ExperimentConfig
 from splitleak.metrics_log import read_metrics
 from splitleak.processes import Child, spawn, stop_all
@@ -40,10 +41,14 @@ def run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | 
     started = time.monotonic()
     port_file = run.label_party / "address"
     children: list[Child] = []
+    tls_args: list[str] = []
+    if cfg.topology.tls:  # a fresh CA and one identity per process, for this run only
+        tls.generate(run.root / "tls", tls.identities(cfg.topology.passive_parties))
+        tls_args = ["--tls-dir", str(run.root / "tls")]
     try:
         label = spawn("label party", ["label_party", "serve", "--config", str(run.config),
                                       "--run-dir", str(run.root), "--port-file", str(port_file),
-                                      "--listen", cfg.topology.label_party_address],
+                                      "--listen", cfg.topology.label_party_address, *tls_args],
                       run.logs / "label_party.log")
         children.append(label)
         observed = set(cfg.attacker.observe) if cfg.attacker.enabled else set()
@@ -52,7 +57,7 @@ def run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | 
             sidecar = spawn("attacker sidecar",
                             ["attacker", "serve", "--listen", "127.0.0.1:0", "--out", str(run.root),
                              "--config", str(run.config), "--run-id", run.root.name,
-                             "--port-file", str(run.attacker / "address")],
+                             "--port-file", str(run.attacker / "address"), *tls_args],
                             run.logs / "attacker.log",
                             essential=cfg.attacker.on_sidecar_failure == "fail")
             children.append(sidecar)
@@ -68,7 +73,7 @@ def run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | 
             children.append(spawn(f"passive party {k}",
                                   ["passive_party", "run", "--config", str(run.config),
                                    "--party-id", str(k), "--label-party", address,
-                                   "--run-dir", str(run.root), *tap],
+                                   "--run-dir", str(run.root), *tap, *tls_args],
                                   run.logs / f"passive_party_{k}.log"))
         _write_pids(run, children)
         _monitor(children, run, progress, cfg.topology.step_deadline_s + 10.0, poll)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
+from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
 
+from splitleak import tls
 from splitleak.config import TopologyConfig
 
 PARTY_ID_KEY = "splitleak-party-id"
@@ -44,15 +46,25 @@ def create_server(topology: TopologyConfig) -> grpc.aio.Server:
     return grpc.aio.server(options=server_options(topology))
 
 
-def bind(server: grpc.aio.Server, address: str) -> int:
-    """Listen on `address` (port 0 = any free port); returns the bound port."""
-    port = server.add_insecure_port(address)
+def bind(server: grpc.aio.Server, address: str, tls_dir: Path | None = None,
+         identity: str = "") -> int:
+    """Listen on `address` (port 0 = any free port), with mutual TLS as `identity` when
+    `tls_dir` is given; returns the bound port."""
+    if tls_dir is not None:
+        port = server.add_secure_port(address, tls.server_credentials(tls_dir, identity))
+    else:
+        port = server.add_insecure_port(address)
     if port == 0:
         raise OSError(f"could not listen on {address}")
     return port
 
 
-def create_channel(address: str, topology: TopologyConfig) -> grpc.aio.Channel:
+def create_channel(address: str, topology: TopologyConfig, tls_dir: Path | None = None,
+                   identity: str = "") -> grpc.aio.Channel:
+    """A channel to `address`; over mutual TLS as `identity` when `tls_dir` is given."""
+    if tls_dir is not None:
+        return grpc.aio.secure_channel(address, tls.channel_credentials(tls_dir, identity),
+                                       options=channel_options(topology))
     return grpc.aio.insecure_channel(address, options=channel_options(topology))
 
 

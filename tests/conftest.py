@@ -20,7 +20,8 @@ def small_config(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
         "model": {"kind": "mlp", "layers": [16, 8], "cut_layer": 1},
         "training": {"batch_size": 64, "epochs": 2, "eval_interval": 3,
                      "optimizer": {"name": "adam", "lr": 0.01}},
-        "topology": {"passive_parties": 2, "step_deadline_s": 20, "join_deadline_s": 30},
+        "topology": {"passive_parties": 2, "step_deadline_s": 20, "join_deadline_s": 30,
+                     "tls": False},
     }
     for section, values in overrides.items():
         if section != "features" and isinstance(values, dict) and isinstance(data.get(section), dict):

@@ -1,0 +1,92 @@
+"""Mutual TLS: one identity (certificate + key) per party, signed by a run's own CA."""
+
+from __future__ import annotations
+
+import datetime as dt
+import ipaddress
+from pathlib import Path
+
+import grpc
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+LABEL_PARTY = "label-party"
+ATTACKER = "attacker"
+
+
+def passive_identity(party_id: int) -> str:
+    return f"passive-party-{party_id}"
+
+
+def identities(passive_parties: int) -> list[str]:
+    return [LABEL_PARTY, ATTACKER, *(passive_identity(k) for k in range(1, passive_parties + 1))]
+
+
+def _name(common_name: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+
+def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
+    return key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                             serialization.NoEncryption())
+
+
+def generate(directory: Path, names: list[str], days: int = 30) -> None:
+    """A fresh CA (`ca.pem`) and `<name>.pem` / `<name>.key` per identity. Each certificate
+    is valid for localhost, 127.0.0.1 and the identity's own name as a host (compose service)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.UTC)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca = (x509.CertificateBuilder().subject_name(_name("splitleak run CA"))
+          .issuer_name(_name("splitleak run CA")).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now)
+          .not_valid_after(now + dt.timedelta(days=days))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    (directory / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    for name in names:
+        key = ec.generate_private_key(ec.SECP256R1())
+        hosts = x509.SubjectAlternativeName([
+            x509.DNSName(name), x509.DNSName("localhost"),
+            x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+        cert = (x509.CertificateBuilder().subject_name(_name(name)).issuer_name(ca.subject)
+                .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                .not_valid_before(now).not_valid_after(now + dt.timedelta(days=days))
+                .add_extension(hosts, critical=False)
+                .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+                .sign(ca_key, hashes.SHA256()))
+        (directory / f"{name}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        key_path = directory / f"{name}.key"
+        key_path.write_bytes(_pem_key(key))
+        key_path.chmod(0o600)
+
+
+def _read(directory: Path, name: str) -> tuple[bytes, bytes, bytes]:
+    files = [directory / "ca.pem", directory / f"{name}.pem", directory / f"{name}.key"]
+    missing = [str(f) for f in files if not f.is_file()]
+    if missing:
+        raise FileNotFoundError(f"TLS identity {name!r} incomplete; missing: {', '.join(missing)} "
+                                "(make them with `splitleak certs DIR --parties N`)")
+    ca, cert, key = (f.read_bytes() for f in files)
+    return ca, cert, key
+
+
+def server_credentials(directory: Path, name: str) -> grpc.ServerCredentials:
+    """Serve as `name`; every client must present a certificate signed by the run's CA."""
+    ca, cert, key = _read(directory, name)
+    return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca,
+                                       require_client_auth=True)
+
+
+def channel_credentials(directory: Path, name: str) -> grpc.ChannelCredentials:
+    ca, cert, key = _read(directory, name)
+    return grpc.ssl_channel_credentials(root_certificates=ca, private_key=key,
+                                        certificate_chain=cert)
+
+
+def peer_identity(context: grpc.aio.ServicerContext) -> str | None:
+    """The common name of the client's verified certificate, or None on a plaintext channel."""
+    names = (context.auth_context() or {}).get("x509_common_name")
+    return names[0].decode() if names else None
