@@ -239,7 +239,8 @@ def write_report(run: RunDir, summary: dict[str, Any]) -> None:
     figures = _draw_plots(run, summary, inputs, notes)
     bounds = _bounds(inputs.records)
     lines = [*_title_md(run, summary, inputs), *_headline_md(summary, inputs.records, bounds),
-             *_utility_md(inputs.records), *_defense_md(inputs.config, inputs.outcome),
+             *_utility_md(inputs.records), *_objective_md(inputs.config, inputs.outcome),
+             *_defense_md(inputs.config, inputs.outcome),
              *_bound_md(bounds, summary), *_leak_md(summary, inputs.leak), *_epoch_md(summary),
              *_side_knowledge_md(summary), "## Warnings", "",
              *(f"- {w}" for w in [*summary.get("warnings", []), *notes] or ["none"]), "", "## Plots", "",
@@ -287,6 +288,19 @@ def _utility_md(records: list[dict[str, Any]]) -> list[str]:
     utility_ = _utility(records)
     return ["## Utility", "", "Final evaluation of the label party (label_party/metrics.jsonl).", "",
             *_md_table(list(utility_), [[_fmt(v, 4) for v in utility_.values()]])]
+
+
+def _objective_md(config: dict[str, Any], outcome: dict[str, Any]) -> list[str]:
+    spec = config.get("objective", {"name": "cross_entropy"})
+    params = ", ".join(f"{k}={v}" for k, v in spec.items() if k != "name")
+    lines = ["## Objective", "", f"`{spec.get('name', 'cross_entropy')}`" + (f": {params}" if params else "")
+             + " (config.toml; applied before the defense chain).", ""]
+    figures = {k: v for k, v in outcome.get("objective", {}).items() if k != "name"}
+    if figures:
+        lines += ["Run-level summary (label_party/outcome.json):", "",
+                  *_md_table(["figure", "value"], [[k, _fmt(v, 4) if isinstance(v, float) else str(v)]
+                                                   for k, v in figures.items()])]
+    return lines
 
 
 def _defense_md(config: dict[str, Any], outcome: dict[str, Any]) -> list[str]:

@@ -15,6 +15,7 @@ def check_chain(cfg: ExperimentConfig) -> None:
     try:
         cls = OBJECTIVES.get(cfg.objective.name)
         cls.Params.model_validate(cfg.objective.params)
+        cls.check(cfg)  # objective-specific needs (e.g. kdk: features.label_party)
     except UnknownPluginError as err:
         raise ConfigError(f"objective.name: {err}") from None
     except ValidationError as err:

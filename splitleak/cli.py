@@ -10,6 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from label_party.objectives.gafm_select import add_arguments as gafm_select_arguments
 from label_party.validate import check_chain
 from splitleak.cli_common import (
     EXIT_FAILED,
@@ -143,6 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--timeout", type=float, default=5.0)
     h.add_argument("--tls-dir", type=Path, help="probe over mutual TLS with these identities")
     h.add_argument("--identity", default="attacker", help="client identity for --tls-dir")
+    g = sub.add_parser("gafm-select", help="choose GAFM's Δ on random 10 % subsets (GAFM App. D.3)")
+    gafm_select_arguments(g)
     c = sub.add_parser("certs", help="make a CA and one TLS identity per party (mutual TLS)")
     c.add_argument("directory", type=Path)
     c.add_argument("--parties", type=int, required=True, help="number of passive parties")
@@ -162,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
         ok, message = probe(args.address, args.service, args.timeout, args.tls_dir, args.identity)
         print(message)
         return 0 if ok else EXIT_FAILED
+    if args.command == "gafm-select":
+        from label_party.objectives.gafm_select import run_cli
+
+        return run_cli(args)
     if args.command == "certs":
         from splitleak import tls
 

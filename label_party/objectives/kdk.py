@@ -130,8 +130,6 @@ class KDk(CrossEntropy):
         if params.k > k_classes:
             raise ConfigError(f"objective.k = {params.k} exceeds the {k_classes} classes of "
                               f"{setup.cfg.dataset.name}")
-        if self.loss_kind == "bce" and params.k != 2:
-            raise ConfigError(f"objective.k = {params.k}: a binary BCE run has 2 classes; use k = 2")
         train = np.asarray(setup.train_ids, dtype=np.int64)
         labels = np.asarray(setup.labels, dtype=np.int64)
         teacher, self.teacher_losses = train_teacher(setup.cfg, setup.own_inputs, labels, train,
