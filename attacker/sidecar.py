@@ -47,7 +47,8 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
         loop.add_signal_handler(sig, stop.set)
     done = asyncio.ensure_future(servicer.all_finished.wait())
     stopped = asyncio.ensure_future(stop.wait())
-    await asyncio.wait([done, stopped], return_when=asyncio.FIRST_COMPLETED)
+    abandoned = asyncio.ensure_future(_never_joined(servicer, observe, 2 * topology.join_deadline_s))
+    await asyncio.wait([done, stopped, abandoned], return_when=asyncio.FIRST_COMPLETED)
     await health_servicer.enter_graceful_shutdown()
     await server.stop(grace=2.0)
     store.close()
@@ -58,3 +59,14 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
         return 1
     log.info("recorded every observed party; log at %s", gradients)
     return 0
+
+
+async def _never_joined(servicer: AttackerServicer, observe: set[int], deadline: float) -> None:
+    """Give up when an observed party has not opened its Record stream in time (its run
+    never started): a sidecar must not outlive the run it was started for."""
+    await asyncio.sleep(deadline)
+    silent = sorted(observe - servicer.streaming - servicer.finished)
+    if not silent:
+        await asyncio.Event().wait()  # everyone came: the run decides when we end
+    log.error("passive part%s %s never opened a Record stream within %g s; giving up",
+              "y" if len(silent) == 1 else "ies", ", ".join(map(str, silent)), deadline)

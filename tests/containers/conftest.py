@@ -86,14 +86,11 @@ def _build_env() -> tuple[str, dict[str, str]]:
         mode = "online" if _registry_reachable() else "offline"
     if mode == "online":
         return mode, {"SPLITLEAK_BASE_IMAGE": ONLINE_BASE, "SPLITLEAK_WHEELS": ""}
-    missing = []
-    if run(["docker", "image", "inspect", OFFLINE_BASE]).returncode != 0:
-        missing.append(f"base image {OFFLINE_BASE}")
-    if not (REPO / WHEELS / ".complete").exists():
-        missing.append(f"{WHEELS}/")
-    if missing:
-        pytest.skip(f"container tests skipped: no registry reachable and no offline build "
-                    f"prepared ({' and '.join(missing)} missing): run deploy/prepare_offline.sh")
+    check = run([str(REPO / "deploy" / "prepare_offline.sh"), "--check"], cwd=REPO,
+                env={**os.environ, "SPLITLEAK_BASE_IMAGE": OFFLINE_BASE})
+    if check.returncode != 0:
+        pytest.skip("container tests skipped: no registry reachable and the offline build is "
+                    f"not prepared ({last_line(check.stderr or check.stdout)})")
     return mode, {"SPLITLEAK_BASE_IMAGE": OFFLINE_BASE, "SPLITLEAK_WHEELS": WHEELS}
 
 

@@ -10,6 +10,7 @@ import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -107,6 +108,17 @@ class Topology:
     def state(self, service: str) -> dict[str, Any]:
         out = run(["docker", "inspect", "-f", "{{json .State}}", self.container(service)])
         return json.loads(out.stdout)
+
+    def timeline(self, services: list[str]) -> str:
+        """When each service's container ran, in seconds from the first start."""
+        spans = {}
+        for service in services:
+            state = self.state(service)
+            spans[service] = [datetime.fromisoformat(state[key][:26].rstrip("Z"))
+                              for key in ("StartedAt", "FinishedAt")]
+        zero = min(start for start, _ in spans.values())
+        return ", ".join(f"{name} {(a - zero).total_seconds():.0f}-{(b - zero).total_seconds():.0f} s"
+                         for name, (a, b) in spans.items())
 
     def container_logs(self, service: str) -> str:
         out = run(["docker", "logs", self.container(service)])

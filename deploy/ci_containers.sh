@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# CI: the container tests, for real. Starts a Docker engine if none answers (installing
+# Debian's docker.io and docker-compose when missing), prepares the offline image build
+# (deploy/prepare_offline.sh), runs `pytest -m containers tests/containers`, and fails unless
+# every selected test ran and passed: a skip (no engine, no compose tool...) is a failure here.
+#
+# Environment: SPLITLEAK_BUILD (default offline: the prepared base image and wheels; "auto"
+# tries the registry first), SPLITLEAK_COMPOSE (e.g. "docker compose"), PYTEST_ARGS (extra).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { echo "ci_containers: $*"; }
+die() { echo "ci_containers: FAILED: $*" >&2; exit 1; }
+seconds() { date +%s; }
+t0=$(seconds)
+
+# --- 1. a Docker engine -----------------------------------------------------------------
+dockerd_pid=
+missing=()
+command -v dockerd >/dev/null || missing+=(docker.io)
+command -v docker-compose >/dev/null || docker compose version >/dev/null 2>&1 || missing+=(docker-compose)
+command -v debootstrap >/dev/null || missing+=(debootstrap)
+if [ ${#missing[@]} -gt 0 ]; then
+    [ "$(id -u)" = 0 ] || die "need root to install ${missing[*]}"
+    log "installing ${missing[*]} ..."
+    apt-get update -qq >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if ! docker info >/dev/null 2>&1; then
+    [ "$(id -u)" = 0 ] || die "no Docker engine reachable and not root to start one"
+    dockerd_log=${TMPDIR:-/tmp}/splitleak-ci-dockerd.log
+    log "starting dockerd (log: $dockerd_log) ..."
+    dockerd > "$dockerd_log" 2>&1 &
+    dockerd_pid=$!
+    # Stop the engine this script started (and only it) when the script ends.
+    trap 'log "stopping dockerd $dockerd_pid"; kill "$dockerd_pid" 2>/dev/null; wait "$dockerd_pid" 2>/dev/null || true' EXIT
+    for _ in $(seq 60); do
+        docker info >/dev/null 2>&1 && break
+        kill -0 "$dockerd_pid" 2>/dev/null || { tail -n 20 "$dockerd_log" >&2; die "dockerd exited"; }
+        sleep 1
+    done
+    docker info >/dev/null 2>&1 || { tail -n 20 "$dockerd_log" >&2; die "dockerd did not answer within 60 s"; }
+fi
+log "engine $(docker info --format '{{.ServerVersion}}'); compose: $(docker compose version --short 2>/dev/null || docker-compose version --short)"
+
+# --- 2. offline build inputs ------------------------------------------------------------
+t1=$(seconds)
+deploy/prepare_offline.sh
+log "offline inputs ready in $(( $(seconds) - t1 )) s"
+
+# --- 3. the tests -----------------------------------------------------------------------
+[ -x .venv/bin/python ] || make setup
+junit=$(mktemp "${TMPDIR:-/tmp}/splitleak-containers.XXXXXX.xml")
+t2=$(seconds)
+status=0
+SPLITLEAK_BUILD=${SPLITLEAK_BUILD:-offline} .venv/bin/python -m pytest -m containers tests/containers \
+    -v -rsP --durations=10 -p no:cacheprovider --junitxml="$junit" ${PYTEST_ARGS:-} || status=$?
+log "container tests took $(( $(seconds) - t2 )) s (image build included); total $(( $(seconds) - t0 )) s"
+
+# pytest's exit status misses "everything was skipped"; the JUnit counts do not.
+.venv/bin/python - "$junit" "$status" <<'PY' || exit 1
+import sys
+import xml.etree.ElementTree as ET
+
+junit, status = sys.argv[1], int(sys.argv[2])
+suites = ET.parse(junit).getroot()
+suite = suites if suites.tag == "testsuite" else suites.find("testsuite")
+count = {k: int(suite.get(k, 0)) for k in ("tests", "failures", "errors", "skipped")}
+ran = count["tests"] - count["skipped"]
+problems = []
+if status != 0:
+    problems.append(f"pytest exited {status}")
+if count["skipped"]:
+    reasons = {s.get("message", "") for s in suite.iter("skipped")}
+    problems.append(f"{count['skipped']} container test(s) skipped: " + "; ".join(sorted(reasons)))
+if ran < 3:  # two topology runs and the fault run, at least
+    problems.append(f"only {ran} container test(s) ran")
+if count["failures"] or count["errors"]:
+    problems.append(f"{count['failures']} failed, {count['errors']} errors")
+summary = ", ".join(f"{v} {k}" for k, v in count.items())
+if problems:
+    sys.exit(f"ci_containers: FAILED ({summary}): " + "; ".join(problems))
+print(f"ci_containers: OK ({summary})")
+PY

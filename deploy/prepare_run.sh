@@ -1,0 +1,61 @@
+#!/bin/sh
+# One-shot step before a compose run (the only one that runs as root, and it does nothing
+# else): check the experiment file and its number of passive parties, create
+# /runs/$SPLITLEAK_RUN_ID owned by the user the parties run as, and make this run's CA and
+# one TLS identity per party in /tls (when topology.tls, the default). A run directory that
+# already holds a run is refused, never reused.
+set -eu
+config=/config/experiment.toml
+tls_dir=/tls
+run_id=${SPLITLEAK_RUN_ID:?SPLITLEAK_RUN_ID is not set}
+run_dir=/runs/$run_id
+owner=${SPLITLEAK_UID:-1000}:${SPLITLEAK_GID:-1000}
+
+case $run_id in
+    *[!A-Za-z0-9_.-]* | . | .. | "") echo "prepare: SPLITLEAK_RUN_ID='$run_id': use letters, digits, '_', '.', '-'" >&2; exit 2 ;;
+esac
+if [ ! -f "$config" ]; then
+    echo "prepare: no experiment file at $config (SPLITLEAK_CONFIG must name a file on the host;" \
+         "a relative path is relative to deploy/)" >&2
+    exit 2
+fi
+if [ -e "$run_dir/config.toml" ] || [ -e "$run_dir/label_party" ] || [ -e "$run_dir/attacker" ]; then
+    echo "prepare: runs/$run_id already holds a run; choose another SPLITLEAK_RUN_ID" \
+         "(e.g. SPLITLEAK_RUN_ID=run-\$(date +%Y%m%d-%H%M%S)) or remove runs/$run_id" >&2
+    exit 1
+fi
+python - "$config" "${SPLITLEAK_PASSIVE_PARTIES:?}" "$tls_dir" <<'PY'
+import shutil
+import sys
+from pathlib import Path
+
+from splitleak.config import ConfigError, load_config
+
+path, expected, tls_dir = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
+try:  # the schema only (fast); the label party checks the rest and exits 2 naming the field
+    cfg = load_config(path)
+except ConfigError as err:
+    sys.exit(f"prepare: {err}")
+n = cfg.topology.passive_parties
+if n != expected:
+    fix = ("deploy/docker-compose.yml" if n == 2 else
+           f"`python deploy/make_compose.py {n} -o deploy/compose.{n}.yml`")
+    sys.exit(f"prepare: the experiment file (SPLITLEAK_CONFIG) says topology.passive_parties = {n} "
+             f"but this compose file runs {expected} passive parties: use {fix}, "
+             "or change the config")
+# A fresh CA every run; nothing of an earlier run's identities is left behind.
+for old in tls_dir.iterdir():
+    shutil.rmtree(old) if old.is_dir() else old.unlink()
+if cfg.topology.tls:
+    from splitleak import tls
+
+    tls.generate(tls_dir, tls.identities(n))
+    print(f"prepare: mutual TLS, a new CA and {n + 2} identities")
+else:
+    print("prepare: topology.tls = false: the parties talk plaintext")
+print(f"prepare: config schema ok ({n} passive parties, hash {cfg.hash})")
+PY
+chown -R "$owner" "$tls_dir"
+mkdir -p "$run_dir"
+chown "$owner" "$run_dir"
+echo "prepare: run directory $run_id ready for uid:gid $owner"
