@@ -39,8 +39,7 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
                 rows += self._append(record, party)
                 records += 1
         except RecordError as err:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT
-                                if not isinstance(err, _Refused) else err.code, str(err))
+            await context.abort(grpc.StatusCode[err.status], str(err))
         finally:
             if party is not None:
                 self.streaming.discard(party)
@@ -54,21 +53,21 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
     def _admit(self, record: pb.GradientRecord, peer: str | None) -> int:
         k = record.party_id
         if self.tls and peer != passive_identity(k):
-            raise _Refused(grpc.StatusCode.PERMISSION_DENIED,
-                           f"the client certificate names {peer!r}, which may not send the "
-                           f"records of passive party {k}")
+            raise RecordError(
+                f"the client certificate names {peer!r}, which may not send the "
+                f"records of passive party {k}", status="PERMISSION_DENIED")
         if k not in self.observe:
-            raise _Refused(grpc.StatusCode.PERMISSION_DENIED,
-                           f"records from passive party {k} are not accepted: this sidecar "
-                           f"observes part{'y' if len(self.observe) == 1 else 'ies'} "
-                           f"{', '.join(map(str, sorted(self.observe)))}")
+            raise RecordError(
+                f"records from passive party {k} are not accepted: this sidecar "
+                f"observes part{'y' if len(self.observe) == 1 else 'ies'} "
+                f"{', '.join(map(str, sorted(self.observe)))}", status="PERMISSION_DENIED")
         if self.run_id and record.run_id != self.run_id:
-            raise _Refused(grpc.StatusCode.FAILED_PRECONDITION,
-                           f"record of run {record.run_id!r}, but this sidecar records run "
-                           f"{self.run_id!r}")
+            raise RecordError(
+                f"record of run {record.run_id!r}, but this sidecar records run "
+                f"{self.run_id!r}", status="FAILED_PRECONDITION")
         if k in self.streaming or k in self.finished:
-            raise _Refused(grpc.StatusCode.ALREADY_EXISTS,
-                           f"passive party {k} already streamed its records to this sidecar")
+            raise RecordError(f"passive party {k} already streamed its records to this sidecar",
+                              status="ALREADY_EXISTS")
         self.streaming.add(k)
         return k
 
@@ -92,8 +91,3 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
                                   f"{ids.size} sample ids")
         return self.store.append(party, record.epoch, record.step, ids, arrays)
 
-
-class _Refused(RecordError):
-    def __init__(self, code: grpc.StatusCode, message: str) -> None:
-        super().__init__(message)
-        self.code = code

@@ -26,7 +26,13 @@ _SUFFIX = ".arrows"  # Arrow IPC streaming format
 
 
 class RecordError(ValueError):
-    """A record that cannot go into the log (wrong party, shape change, bad tensor)."""
+    """A record that cannot go into the log (wrong party, shape change, bad tensor).
+
+    `status` names the gRPC status code the sidecar answers with."""
+
+    def __init__(self, message: str, status: str = "INVALID_ARGUMENT") -> None:
+        super().__init__(message)
+        self.status = status
 
 
 def _vectors(rows: np.ndarray) -> pa.FixedSizeListArray:

@@ -18,7 +18,7 @@ from label_party.outputs import write_outcome, write_outputs
 from label_party.schedule import schedule
 from label_party.servicer import LabelPartyServicer
 from label_party.session import NetworkExchange, Session, SessionError
-from label_party.setup import load_label_party_data, plan_record
+from label_party.setup import LabelPartyData, load_label_party_data, plan_record
 from label_party.trainer import LabelPartyTrainer
 from splitleak.config import ExperimentConfig
 from splitleak.fileio import write_atomically
@@ -63,7 +63,7 @@ async def serve(cfg: ExperimentConfig, run: RunDir, listen: str,
     return 0
 
 
-async def _run(cfg: ExperimentConfig, run: RunDir, session: Session, data: Any,
+async def _run(cfg: ExperimentConfig, run: RunDir, session: Session, data: LabelPartyData,
                writer: MetricsWriter) -> dict[str, Any]:
     started = time.monotonic()
     executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="label-party-compute")

@@ -115,7 +115,10 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
         def measure(label: str, config: ExperimentConfig, distributed: bool) -> RunDir:
             console.print(f"{label}: {args.steps} train steps ...")
             run = create_run_dir(config, base, "-" + label.split()[0])
-            run_distributed(config, run) if distributed else run_reference(config, run)
+            if distributed:
+                run_distributed(config, run)
+            else:
+                run_reference(config, run)
             results[label] = steady_steps_per_second(run, warmup)
             return run
 

@@ -52,6 +52,7 @@ class Objective(ABC):
     Params: ClassVar[type[ObjectiveParams]] = ObjectiveParams
 
     def __init__(self, params: ObjectiveParams, setup: ObjectiveSetup) -> None:
+        type(self).check(setup.cfg)  # the same check `splitleak validate` runs before start
         self.params = params
         self.setup = setup
 

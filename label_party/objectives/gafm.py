@@ -145,7 +145,6 @@ class GAFM(Objective):
     def __init__(self, params: GAFMParams, setup: ObjectiveSetup) -> None:
         super().__init__(params, setup)
         cfg = setup.cfg
-        check_setup(cfg)
         if setup.num_classes != 2:
             raise ConfigError(f"objective gafm is binary; {cfg.dataset.name} has "
                               f"{setup.num_classes} classes")

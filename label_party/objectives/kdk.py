@@ -121,7 +121,6 @@ class KDk(CrossEntropy):
         check_setup(cfg)
 
     def __init__(self, params: KDkParams, setup: ObjectiveSetup) -> None:
-        check_setup(setup.cfg)
         if setup.own_inputs is None:
             raise ConfigError("objective kdk: the label party has no own features "
                               "(features.label_party) to train its teacher on")
