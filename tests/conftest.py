@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,15 @@ import pytest
 import tomli_w
 
 from splitleak.config import ExperimentConfig, parse_config
+
+# One knob for every deadline in the tests: a loaded machine slows the suite down instead of
+# failing it (e.g. SPLITLEAK_TEST_TIME_SCALE=3 while other jobs share the cores).
+TIME_SCALE = float(os.environ.get("SPLITLEAK_TEST_TIME_SCALE", "1"))
+
+
+def scaled(seconds: float) -> float:
+    """A test deadline or timeout, stretched by SPLITLEAK_TEST_TIME_SCALE."""
+    return seconds * TIME_SCALE
 
 
 def small_config(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
@@ -20,8 +30,8 @@ def small_config(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
         "model": {"kind": "mlp", "layers": [16, 8], "cut_layer": 1},
         "training": {"batch_size": 64, "epochs": 2, "eval_interval": 3,
                      "optimizer": {"name": "adam", "lr": 0.01}},
-        "topology": {"passive_parties": 2, "step_deadline_s": 20, "join_deadline_s": 30,
-                     "tls": False},
+        "topology": {"passive_parties": 2, "step_deadline_s": scaled(20),
+                     "join_deadline_s": scaled(30), "tls": False},
     }
     for section, values in overrides.items():
         if section != "features" and isinstance(values, dict) and isinstance(data.get(section), dict):

@@ -75,7 +75,7 @@ def test_missing_file_and_bad_toml(tmp_path) -> None:
 ])
 def test_cli_exits_2_before_any_process_starts(tmp_path, override, message) -> None:
     path = write_config(tmp_path, small_config(tmp_path, **override))
-    for command in (["splitleak.cli", "run", str(path)], ["label_party", "serve", "--config", str(path)]):
+    for command in (["orchestration.cli", "run", str(path)], ["label_party", "serve", "--config", str(path)]):
         result = subprocess.run([sys.executable, "-m", *command], capture_output=True, text=True,
                                 timeout=120)
         assert result.returncode == 2, result.stderr

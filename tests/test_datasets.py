@@ -33,6 +33,7 @@ IN_MEMORY = [
     ("wine", {}),
     ("digits", {}),
     ("digits_binary", {"positive_digit": 3}),
+    ("mnist_5k", {}),
     ("synthetic_ctr", {"rows": 3000, "vocab_size": 50, "seed": 1}),
 ]
 
@@ -60,7 +61,7 @@ def write(path: Path, lines: list[str]) -> str:
 def test_every_dataset_is_registered() -> None:
     assert set(DATASETS.names()) >= {
         "adult", "avazu", "bank", "breast_cancer", "criteo", "digits", "digits_binary",
-        "spambase", "synthetic_ctr", "wine",
+        "mnist_5k", "spambase", "synthetic_ctr", "wine",
     }  # fmt: skip
 
 
@@ -192,6 +193,35 @@ def test_digits_are_images_split_by_pixel_columns() -> None:
         assert binary.schema().num_classes == 2
         assert 0.09 < binary.labels().mean() < 0.11
         np.testing.assert_array_equal(binary.labels(), digits.labels() == digit)
+
+
+def test_mnist_5k_is_real_mnist_split_into_image_halves() -> None:
+    mnist = build_dataset("mnist_5k", {})
+    schema = mnist.schema()
+    assert schema.image_shape == (1, 28, 28) and schema.num_rows == 5000 and schema.num_classes == 10
+    assert np.bincount(mnist.labels()).tolist() == [500] * 10
+    left, right = mnist.features((0, 14)), mnist.features((14, 28))
+    assert left.numeric.shape == right.numeric.shape == (5000, 1, 28, 14)
+    images = np.concatenate([left.numeric, right.numeric], axis=-1)
+    assert images.min() == 0.0 and images.max() == 1.0
+    # Real handwriting: the ink sits in the middle (MNIST centres each digit), ~13 % of pixels.
+    assert images[..., 10:18, 10:18].mean() > 3 * images.mean()
+    assert 0.1 < (images > 0.5).mean() < 0.2
+
+
+def test_mnist_5k_without_the_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import splitleak.datasets.mnist as mnist_module
+
+    def missing(package: str) -> None:
+        raise ModuleNotFoundError(f"No module named {package!r}")
+
+    monkeypatch.setattr(mnist_module.resources, "files", missing)
+    mnist_module._mnist_table.cache_clear()
+    try:
+        with pytest.raises(DatasetError, match=r"splitleak\[images\]"):
+            build_dataset("mnist_5k", {}).schema()
+    finally:
+        mnist_module._mnist_table.cache_clear()
 
 
 # --- synthetic CTR -------------------------------------------------------------------------

@@ -13,9 +13,9 @@ import pytest
 
 from attacker.analysis import analyze
 from attacker.store import GradientLog
+from orchestration.reference import run_reference
 from splitleak.config import load_config, parse_config
 from splitleak.metrics_log import read_metrics
-from splitleak.reference import run_reference
 from splitleak.rundir import RunDir, create_run_dir
 from tests.conftest import small_config, write_config
 
@@ -97,7 +97,7 @@ EVERY_DEFENSE = [
 def test_every_defense_runs_in_a_distributed_run_and_is_reported(tmp_path: Path) -> None:
     data = small_config(tmp_path, defense=EVERY_DEFENSE, training={"epochs": 2})
     path = write_config(tmp_path, data)
-    result = subprocess.run([sys.executable, "-m", "splitleak", "run", str(path), "--no-progress"],
+    result = subprocess.run([sys.executable, "-m", "orchestration", "run", str(path), "--no-progress"],
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout + result.stderr
     run = RunDir(next((tmp_path / "runs").iterdir()))

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 import torch
 
+from orchestration.reference import run_reference
+from orchestration.run import run_distributed
 from splitleak.config import parse_config
 from splitleak.metrics_log import read_metrics
-from splitleak.orchestrator import run_distributed
-from splitleak.reference import run_reference
 from splitleak.rundir import RunDir, create_run_dir
 from tests.conftest import small_config, write_config
 
@@ -77,7 +77,7 @@ def test_same_seed_same_numbers_different_seed_differs(tmp_path: Path) -> None:
 
 
 def _cli(args: list[str], **kwargs) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "splitleak", *args], stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "orchestration", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, **kwargs)
 
 

@@ -21,7 +21,7 @@ def _run_stats(summary: dict) -> dict[tuple[str, str], dict]:
 
 
 def test_default_run_leaks_like_li_et_al(tmp_path: Path) -> None:
-    result = subprocess.run([sys.executable, "-m", "splitleak", "run", "--no-progress",
+    result = subprocess.run([sys.executable, "-m", "orchestration", "run", "--no-progress",
                              "--output-dir", str(tmp_path)], capture_output=True, text=True,
                             timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr

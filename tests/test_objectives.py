@@ -17,10 +17,10 @@ from torch.nn import functional as F
 
 from label_party.objectives import OBJECTIVES, ObjectiveSetup, build_objective
 from label_party.objectives.gafm import GAFM, PRESETS, GAFMParams, normalised_sum, soft_labels
-from label_party.objectives.gafm_select import _subset, select_delta
 from label_party.objectives.kdk import KDk, kdk_soft_labels
 from label_party.objectives.label_dp import epsilon_for, flip_probability, randomized_response
 from label_party.validate import check_chain
+from orchestration.gafm_select import _subset, select_delta
 from splitleak.config import ConfigError, parse_config
 from splitleak.inputs import PartyInputs
 from splitleak.models import InputSpec

@@ -28,10 +28,10 @@ import pytest
 import tomli_w
 
 from attacker.analysis import analyze
-from label_party.objectives.gafm_select import main as gafm_select_main
-from label_party.objectives.gafm_select import select_delta
+from orchestration.gafm_select import main as gafm_select_main
+from orchestration.gafm_select import select_delta
+from orchestration.reference import run_reference
 from splitleak.config import parse_config
-from splitleak.reference import run_reference
 from splitleak.rundir import RunDir, create_run_dir
 
 pytestmark = pytest.mark.slow
@@ -220,7 +220,7 @@ def test_distributed_run(tmp_path: Path, name: str, parties: int) -> None:
     }
     config = tmp_path / "exp.toml"
     config.write_text(tomli_w.dumps(data))
-    result = subprocess.run([sys.executable, "-m", "splitleak", "run", "--no-progress",
+    result = subprocess.run([sys.executable, "-m", "orchestration", "run", "--no-progress",
                              "--output-dir", str(tmp_path / "runs"), str(config)],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr

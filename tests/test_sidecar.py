@@ -19,10 +19,10 @@ import pytest
 
 from attacker.analysis import analyze
 from attacker.store import GradientLog, GradientStore, RecordError
+from orchestration.reference import run_reference
 from splitleak.codec import encode_ids, encode_tensor
 from splitleak.config import parse_config
 from splitleak.metrics_log import read_metrics
-from splitleak.reference import run_reference
 from splitleak.rundir import RunDir, create_run_dir
 from splitleak.v1 import attacker_pb2 as apb
 from splitleak.v1 import attacker_pb2_grpc as apb_grpc
@@ -128,7 +128,7 @@ def test_killed_sidecar_loses_at_most_the_record_in_flight(tmp_path: Path) -> No
     data = small_config(tmp_path, training={"batch_size": 16, "epochs": 8, "eval_interval": 0},
                         attacker={"on_sidecar_failure": "continue", "record_first_layer": False})
     path = write_config(tmp_path, data)
-    proc = subprocess.Popen([sys.executable, "-m", "splitleak", "run", str(path), "--no-progress"],
+    proc = subprocess.Popen([sys.executable, "-m", "orchestration", "run", str(path), "--no-progress"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     runs = tmp_path / "runs"
     end = time.monotonic() + 120

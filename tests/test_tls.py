@@ -11,9 +11,9 @@ from pathlib import Path
 import grpc
 import pytest
 
+from orchestration.run import run_distributed
 from splitleak import tls
 from splitleak.config import PROTOCOL_VERSION, TopologyConfig, parse_config
-from splitleak.orchestrator import run_distributed
 from splitleak.rundir import create_run_dir
 from splitleak.transport import create_channel
 from splitleak.v1 import split_learning_pb2 as pb

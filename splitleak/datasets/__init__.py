@@ -7,6 +7,7 @@ from splitleak.datasets import (  # noqa: F401  (imported to register)
     breast_cancer,
     criteo,
     digits,
+    mnist,
     spambase,
     synthetic_ctr,
     wine,

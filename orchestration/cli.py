@@ -40,14 +40,14 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--days", type=int, default=30, help="validity")
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["gafm-select"]:  # its own parser, options and all
-        from label_party.objectives.gafm_select import main as gafm_select
+        from orchestration.gafm_select import main as gafm_select
 
         return gafm_select(argv[1:])
     args = parser.parse_args(argv)
     setup_logging("splitleak")
     console = Console()
     if args.command == "run":
-        from splitleak.commands import cmd_run
+        from orchestration.commands import cmd_run
 
         try:
             return cmd_run(args, console)
@@ -68,12 +68,12 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"wrote ca.pem and {', '.join(names)} (.pem/.key) to {args.directory}")
         return 0
     if args.command == "validate":
-        from splitleak.commands import load_checked
+        from orchestration.commands import load_checked
 
         load_checked(args.config)
         console.print("config is valid")
         return 0
-    from splitleak.bench import run_bench
+    from orchestration.bench import run_bench
 
     return run_bench(args, console)
 

@@ -14,10 +14,10 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
+from orchestration.reference import run_reference
+from orchestration.run import run_distributed
 from splitleak.config import ExperimentConfig, load_config
 from splitleak.metrics_log import read_metrics
-from splitleak.orchestrator import run_distributed
-from splitleak.reference import run_reference
 from splitleak.rundir import RunDir, create_run_dir
 
 

@@ -9,11 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestration.processes import Child, spawn, stop_all
+from orchestration.progress import MetricsTail, RunProgress
 from splitleak import tls
 from splitleak.config import ExperimentConfig
 from splitleak.metrics_log import read_metrics
-from splitleak.processes import Child, spawn, stop_all
-from splitleak.progress import MetricsTail, RunProgress
 from splitleak.rundir import RunDir
 
 

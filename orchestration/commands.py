@@ -9,14 +9,14 @@ from rich.console import Console
 from rich.table import Table
 
 from label_party.validate import check_chain
+from orchestration.progress import RunProgress, format_eval
+from orchestration.run import RunFailed, RunOutcome, collect_outcome, run_distributed
 from splitleak.cli_common import (
     EXIT_FAILED,
     BadInput,
     config_or_exit,
 )
 from splitleak.config import ConfigError, ExperimentConfig, PluginSpec
-from splitleak.orchestrator import RunFailed, RunOutcome, collect_outcome, run_distributed
-from splitleak.progress import RunProgress, format_eval
 from splitleak.rundir import create_run_dir
 from splitleak.validation import check_core
 
@@ -76,7 +76,7 @@ def train_one(cfg: ExperimentConfig, args: argparse.Namespace, console: Console,
     console.print(f"[bold]{label}[/]: run directory {run.root}")
     try:
         if args.in_process:
-            from splitleak.reference import run_reference
+            from orchestration.reference import run_reference
 
             started = time.monotonic()
             run_reference(cfg, run)

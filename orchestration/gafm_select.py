@@ -3,7 +3,7 @@ mean leakAUC/trainAUC.
 
 For each repeat r a random subset (without replacement) of `fraction` of the run's train rows,
 and the same fraction of its test rows, is drawn from `rng(seed, "gafm_select", r)`; GAFM is
-trained on it in process (the same trainer, bottoms and step loop as `splitleak.reference`) once
+trained on it in process (the same trainer, bottoms and step loop as `orchestration.reference`) once
 per Δ with everything else as configured. Within a repeat every Δ sees the same subset and the
 same initialisation (a paired comparison); repeats differ in both.
 
@@ -17,8 +17,8 @@ same initialisation (a paired comparison); repeats differ in both.
   repeats (ties: the smaller Δ).
 
 Entry points: `select_delta(cfg, ...)` and `main(argv)` (`python -m
-label_party.objectives.gafm_select CONFIG`); `add_arguments(parser)` + `run_cli(args)` wire it
-as a subcommand. Like `splitleak.reference` this composes every role in one process (bottoms,
+orchestration.gafm_select CONFIG`); `add_arguments(parser)` + `run_cli(args)` wire it
+as a subcommand. Like `orchestration.reference` this composes every role in one process (bottoms,
 label party, attacker analysis), so those imports happen inside the functions that need them.
 """
 
@@ -108,11 +108,11 @@ def _trial(cfg: ExperimentConfig, train_ids: np.ndarray, test_ids: np.ndarray, r
     from label_party.schedule import make_plan, schedule
     from label_party.setup import load_label_party_data
     from label_party.trainer import LabelPartyTrainer
+    from orchestration.reference import LocalExchange
     from passive_party.bottom_trainer import BottomTrainer
     from splitleak.datasets import build_dataset
     from splitleak.inputs import load_party_inputs
     from splitleak.partition import passive_columns
-    from splitleak.reference import LocalExchange
     from splitleak.rundir import create_run_dir
 
     run = create_run_dir(cfg, root)

