@@ -344,6 +344,27 @@ def test_criteo_parses_the_kaggle_format(tmp_path: Path) -> None:
     assert capped.features((13, 14)).categorical.shape == (2, 1)
 
 
+def test_criteo_reads_deepctr_sample_layout(tmp_path: Path) -> None:
+    """DeepCTR's criteo_sample.txt: comma-separated, a header row, counts written as floats."""
+    header = ",".join(("label", *(f"I{i}" for i in range(1, 14)), *(f"C{i}" for i in range(1, 27))))
+    rows = [row.replace("\t", ",") for row in CRITEO_ROWS]
+    rows = [rows[0].replace(",120,", ",120.0,"), rows[1].replace(",7,", ",7.0,"), rows[2]]
+    kaggle = build_dataset("criteo", {"path": write(tmp_path / "train.txt", CRITEO_ROWS)})
+    sample = build_dataset("criteo", {"path": write(tmp_path / "sample.txt", [header, *rows])})
+    assert sample.schema().num_rows == 3
+    np.testing.assert_array_equal(sample.features((0, 39)).numeric,
+                                  kaggle.features((0, 39)).numeric)
+    np.testing.assert_array_equal(sample.features((0, 39)).categorical,
+                                  kaggle.features((0, 39)).categorical)
+    assert sample.labels().tolist() == kaggle.labels().tolist()
+    bad = write(tmp_path / "bad.txt", [header.replace("I2", "I02"), rows[0]])
+    with pytest.raises(DatasetError, match=r"line 1: a Criteo header must name label,I1,I2"):
+        build_dataset("criteo", {"path": bad})
+    fraction = write(tmp_path / "frac.txt", [header, rows[0].replace(",120.0,", ",120.5,")])
+    with pytest.raises(DatasetError, match=r"line 2: column 'I4' is '120.5', expected an integer"):
+        build_dataset("criteo", {"path": fraction}).features((0, 13))
+
+
 def test_criteo_hashing_is_stable_across_files_and_sizes(tmp_path: Path) -> None:
     other = write(tmp_path / "other.txt", [CRITEO_ROWS[2], CRITEO_ROWS[0]])
     first = build_dataset("criteo", {"path": other, "vocab_size": 1000})
@@ -424,10 +445,21 @@ def test_avazu_parses_the_kaggle_format(tmp_path: Path) -> None:
     )
 
 
+def test_avazu_without_the_id_column(tmp_path: Path) -> None:
+    """Some public copies drop `id` (it is a row number, not a feature)."""
+    with_id = build_dataset("avazu", {"path": write(tmp_path / "a.csv", [AVAZU_HEADER, *AVAZU_ROWS])})
+    drop = [",".join(line.split(",")[1:]) for line in (AVAZU_HEADER, *AVAZU_ROWS)]
+    without = build_dataset("avazu", {"path": write(tmp_path / "b.csv", drop)})
+    assert without.schema() == with_id.schema()
+    np.testing.assert_array_equal(without.features((0, 23)).categorical,
+                                  with_id.features((0, 23)).categorical)
+    assert without.labels().tolist() == [0, 1]
+
+
 @pytest.mark.parametrize(
     ("lines", "message"),
     [
-        (["id,hour,C1", "1,14102100,1005"], r"line 1: expected a header naming id, click, hour"),
+        (["id,hour,C1", "1,14102100,1005"], r"line 1: expected a header naming click, hour"),
         ([AVAZU_HEADER, AVAZU_ROWS[0].replace(",14102100,", ",14132100,")], r"line 2: .*'hour'"),
         ([AVAZU_HEADER, AVAZU_ROWS[0], "1,0,14102100"], r"line 3: expected 24 fields"),
     ],
@@ -528,6 +560,21 @@ def test_adult_reads_the_test_file_layout(tmp_path: Path) -> None:
     dataset = build_dataset("adult", {"path": path})
     assert dataset.labels().tolist() == [0, 1, 0, 0]
     assert dataset.features((0, 1)).numeric[:, 0].tolist() == [39, 50, 38, 53]
+
+
+def test_adult_reads_the_kaggle_csv_layout(tmp_path: Path) -> None:
+    """Kaggle's adult.csv: a header row with other column names, no spaces after commas."""
+    header = ("age,workclass,fnlwgt,education,educational-num,marital-status,occupation,"
+              "relationship,race,gender,capital-gain,capital-loss,hours-per-week,native-country,"
+              "income")
+    rows = [row.replace(", ", ",") for row in ADULT_ROWS]
+    kaggle = build_dataset("adult", {"path": write(tmp_path / "adult.csv", [header, *rows])})
+    uci = build_dataset("adult", {"path": write(tmp_path / "adult.data", ADULT_ROWS)})
+    assert kaggle.schema() == uci.schema()
+    np.testing.assert_array_equal(kaggle.features((0, 14)).numeric, uci.features((0, 14)).numeric)
+    np.testing.assert_array_equal(kaggle.features((0, 14)).categorical,
+                                  uci.features((0, 14)).categorical)
+    assert kaggle.labels().tolist() == [0, 1, 0, 0]
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,8 @@ NUMERIC = ("age", "fnlwgt", "education-num", "capital-gain", "capital-loss", "ho
 
 @DATASETS.register("adult")
 class Adult(TextTable):
-    """`?` is a missing category (code 0). adult.test's first line and trailing dots are fine."""
+    """`?` is a missing category (code 0). adult.test's first line and trailing dots are fine,
+    and so is a header row (Kaggle's adult.csv: `age,workclass,...,income`, no spaces)."""
 
     FORMAT = TextFormat(
         kind="UCI adult.data: 15 comma+space-separated columns, income last",
@@ -29,3 +30,4 @@ class Adult(TextTable):
     LABEL = "income"
     LABELS = {"<=50K": 0, ">50K": 1, "<=50K.": 0, ">50K.": 1}
     MISSING = frozenset({"?"})
+    HEADER_FIRST = "age"

@@ -1,4 +1,5 @@
-"""Avazu CTR (Kaggle train CSV with header): every column but id and click as a hashed category."""
+"""Avazu CTR (Kaggle train CSV with header, `id` column optional): every column but id and click
+as a hashed category."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ from splitleak.datasets.delimited import DelimitedFile, TextFormat, read_header,
 from splitleak.datasets.encoding import hash_buckets
 from splitleak.datasets.tabular import check_columns, field_ranges, make_slice, stack_columns
 
-KIND = "Avazu CSV with header id,click,hour,..."
+KIND = "Avazu CSV with header [id,]click,hour,..."
 TIME_FIELDS = ("hour_of_day", "weekday")  # from `hour` (YYMMDDHH); weekday 0 = Monday
 LABELS = {"0": 0, "1": 1}
 
@@ -57,11 +58,11 @@ class Avazu(Dataset):
     def _open(self) -> DelimitedFile:
         file = require_file(self.params.path, "Avazu CSV")
         header = read_header(file, KIND, ",")
-        absent = [name for name in ("id", "click", "hour") if name not in header]
+        absent = [name for name in ("click", "hour") if name not in header]
         if absent or len(set(header)) != len(header):
             raise DatasetError(
-                f"{file}, line 1: expected a header naming id, click, hour and the other "
-                f"columns once each ({KIND}), got {','.join(header)[:200]!r}"
+                f"{file}, line 1: expected a header naming click, hour (and id, if present) "
+                f"and the other columns once each ({KIND}), got {','.join(header)[:200]!r}"
             )
         return DelimitedFile(file, TextFormat(kind=KIND, names=header, header=True))
 

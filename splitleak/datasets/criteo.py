@@ -1,4 +1,5 @@
-"""Criteo Display Advertising (Kaggle train.txt): 13 integer counts, 26 hashed categories."""
+"""Criteo Display Advertising (Kaggle train.txt, or a CSV copy with a header such as DeepCTR's
+criteo_sample.txt): 13 integer counts, 26 hashed categories."""
 
 from __future__ import annotations
 
@@ -9,15 +10,29 @@ import numpy as np
 import pyarrow as pa
 from pydantic import Field
 
-from splitleak.datasets.base import DATASETS, Dataset, DatasetParams, FeatureSlice, Schema
-from splitleak.datasets.delimited import DelimitedFile, TextFormat, require_file
+from splitleak.datasets.base import (
+    DATASETS,
+    Dataset,
+    DatasetError,
+    DatasetParams,
+    FeatureSlice,
+    Schema,
+)
+from splitleak.datasets.delimited import (
+    DelimitedFile,
+    TextFormat,
+    first_line,
+    read_header,
+    require_file,
+    starts_with_header,
+)
 from splitleak.datasets.encoding import hash_buckets
 from splitleak.datasets.tabular import check_columns, field_ranges, make_slice, stack_columns
 
 NUMERIC = tuple(f"I{i}" for i in range(1, 14))
 CATEGORICAL = tuple(f"C{i}" for i in range(1, 27))
 FORMAT = TextFormat(
-    kind="Criteo train.txt: label, 13 integers, 26 categories, tab-separated",
+    kind="Criteo train.txt: label, 13 integers, 26 categories, tab- (or comma-) separated",
     names=("label", *NUMERIC, *CATEGORICAL),
     delimiter="\t",
 )
@@ -47,7 +62,19 @@ class Criteo(Dataset):
         self._file = self._open()
 
     def _open(self) -> DelimitedFile:
-        return DelimitedFile(require_file(self.params.path, "Criteo train.txt"), FORMAT)
+        """Kaggle's tab-separated train.txt as distributed, or a comma-separated copy; either
+        may start with a `label,I1,...,C26` header row (counts may be written as `260.0`)."""
+        file = require_file(self.params.path, "Criteo train.txt")
+        delimiter = "\t" if "\t" in first_line(file) else ","
+        fmt = replace(FORMAT, delimiter=delimiter)
+        if starts_with_header(file, delimiter, "label"):
+            header = read_header(file, FORMAT.kind, delimiter)
+            if header != FORMAT.names:
+                raise DatasetError(f"{file}, line 1: a Criteo header must name "
+                                   f"{','.join(FORMAT.names[:3])},...,C26 in order, got "
+                                   f"{','.join(header)[:200]!r}")
+            fmt = replace(fmt, header=True)
+        return DelimitedFile(file, fmt)
 
     @cached_property
     def _layout(self) -> Schema:

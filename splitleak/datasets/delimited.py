@@ -37,13 +37,23 @@ def require_file(path: str, kind: str) -> Path:
     return file
 
 
+def first_line(file: Path) -> str:
+    with file.open(encoding="utf-8", errors="replace", newline="") as lines:
+        return lines.readline().rstrip("\r\n")
+
+
 def read_header(file: Path, kind: str, delimiter: str) -> tuple[str, ...]:
     """Column names on the first line (surrounding quotes and spaces removed)."""
-    with file.open(encoding="utf-8", errors="replace", newline="") as lines:
-        first = lines.readline().rstrip("\r\n")
+    first = first_line(file)
     if not first:
         raise DatasetError(f"{file}, line 1: expected the {kind} header, got an empty line")
     return tuple(name.strip().strip('"') for name in first.split(delimiter))
+
+
+def starts_with_header(file: Path, delimiter: str, first_name: str) -> bool:
+    """Whether the first line names the columns (public copies of some sets add a header row
+    the original lacks), told by its first field being `first_name`."""
+    return first_line(file).split(delimiter)[0].strip().strip('"') == first_name
 
 
 class DelimitedFile:
@@ -126,17 +136,21 @@ class DelimitedFile:
             empty = pc.equal(values, "")
             missing = empty.to_numpy(zero_copy_only=False)
             values = pc.if_else(empty, "0", values)
-        target = pa.int64() if integer else pa.float64()
         expected = "an integer" if integer else "a number"
         try:
-            parsed = pc.cast(values, target).to_numpy(zero_copy_only=False).astype(np.float64)
+            parsed = pc.cast(values, pa.float64()).to_numpy(zero_copy_only=False)
         except pa.ArrowInvalid:
-            row = _first_unparsable(values, target)
+            row = _first_unparsable(values, pa.float64())
             raise self.bad_value(first_row + row, column, values[row].as_py(), expected) from None
         not_finite = ~np.isfinite(parsed)
         if not_finite.any():
             row = int(np.argmax(not_finite))
             raise self.bad_value(first_row + row, column, values[row].as_py(), "a finite number")
+        # Integer columns may be written as floats ("260.0", as DeepCTR's Criteo sample ships).
+        fractional = integer & (parsed != np.floor(parsed)) if integer else None
+        if fractional is not None and fractional.any():
+            row = int(np.argmax(fractional))
+            raise self.bad_value(first_row + row, column, values[row].as_py(), expected)
         return parsed, missing
 
     def codes(

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cached_property
 from typing import ClassVar
 
 import numpy as np
 
 from splitleak.datasets.base import Dataset, DatasetParams, FeatureSlice, Schema
-from splitleak.datasets.delimited import DelimitedFile, TextFormat, require_file
+from splitleak.datasets.delimited import (
+    DelimitedFile,
+    TextFormat,
+    require_file,
+    starts_with_header,
+)
 from splitleak.datasets.encoding import vocabulary_codes
 from splitleak.datasets.tabular import check_columns, field_ranges, make_slice, stack_columns
 
@@ -29,13 +35,18 @@ class TextTable(Dataset):
     LABEL: ClassVar[str]
     LABELS: ClassVar[dict[str, int]]
     MISSING: ClassVar[frozenset[str]] = frozenset()
+    HEADER_FIRST: ClassVar[str | None] = None  # a header row starting so is skipped if present
 
     def __init__(self, params: DatasetParams) -> None:
         super().__init__(params)
         self._file = self._open()
 
     def _open(self) -> DelimitedFile:
-        return DelimitedFile(require_file(self.params.path, self.FORMAT.kind), self.FORMAT)
+        file = require_file(self.params.path, self.FORMAT.kind)
+        fmt = self.FORMAT
+        if self.HEADER_FIRST and starts_with_header(file, fmt.delimiter, self.HEADER_FIRST):
+            fmt = replace(fmt, header=True)
+        return DelimitedFile(file, fmt)
 
     @cached_property
     def _schema(self) -> Schema:
