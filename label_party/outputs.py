@@ -26,7 +26,7 @@ def write_labels(run: RunDir, data: LabelPartyData) -> None:
 
 def write_outputs(run: RunDir, trainer: LabelPartyTrainer, data: LabelPartyData) -> None:
     write_labels(run, data)
-    write_atomically(run.top_model, lambda tmp: torch.save(trainer.state_dict(), tmp))
+    write_atomically(run.top_model, lambda tmp: torch.save(trainer.model_state(), tmp))
 
 
 def write_outcome(run: RunDir, outcome: dict[str, Any]) -> None:

@@ -92,5 +92,16 @@ class LabelPartyTrainer:
     def objective_summary(self) -> dict[str, Any]:
         return {"name": self.objective.name, **self.objective.summary()}
 
-    def state_dict(self) -> dict[str, Any]:
+    def model_state(self) -> dict[str, Any]:
+        """What top.pt holds: the objective's models and optimizers."""
         return self.objective.state_dict()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a checkpoint needs: the objective and each party's defense chain."""
+        return {"objective": self.objective.state_dict(),
+                "defenses": {str(k): chain.state_dict() for k, chain in self.chains.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.objective.load_state_dict(state["objective"])
+        for k, chain in self.chains.items():
+            chain.load_state_dict(state["defenses"][str(k)])
