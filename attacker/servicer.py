@@ -22,8 +22,8 @@ _OPTIONAL = ("activation", "first_layer_gradient")
 SYNC_TIMEOUT = 60.0  # s: a checkpoint Sync without a deadline waits at most this
 
 
-def add_sidecar(server: grpc.aio.Server, servicer: AttackerServicer) -> None:
-    add_service(server, pb_grpc.add_AttackerSidecarServicer_to_server, servicer)
+def add_sidecar(server: grpc.aio.Server, servicer: AttackerServicer, limit_mb: int) -> None:
+    add_service(server, pb_grpc.add_AttackerSidecarServicer_to_server, servicer, limit_mb)
 
 
 class AttackerServicer(pb_grpc.AttackerSidecarServicer):
@@ -56,7 +56,7 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
         try:
             async for record in request_iterator:
                 if isinstance(record, Malformed):
-                    raise RecordError(record.describe())
+                    raise RecordError(record.describe(), status=record.code.name)
                 claimed = record.party_id
                 if party is None:
                     party = self._admit(record.run_id, record.party_id, peer_identity(context))

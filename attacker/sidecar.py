@@ -30,7 +30,7 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
     store = GradientStore(gradients, run_id, resume=resume)
     servicer = AttackerServicer(store, observe, run_id or None, tls=tls_dir is not None)
     server = create_server(topology)
-    add_sidecar(server, servicer)
+    add_sidecar(server, servicer, topology.max_message_mb)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     port = bind(server, listen, tls_dir, ATTACKER)

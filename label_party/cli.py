@@ -19,6 +19,7 @@ from splitleak.cli_common import (
     writable_or_exit,
 )
 from splitleak.config import ConfigError, ExperimentConfig
+from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
 from splitleak.rundir import RunDir, create_run_dir, write_config
 from splitleak.transport import run_async
@@ -69,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         raise BadInput(f"label party: {describe_os_error(err)}") from None
     except CheckpointError as err:
         raise BadInput(f"--resume: {err}") from None
+    except DatasetError as err:
+        raise BadInput(f"label party: DatasetError: {err}") from None
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
 

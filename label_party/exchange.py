@@ -125,7 +125,7 @@ class NetworkExchange:
     def _silent(parties: list[int], what: str, deadline: float) -> SessionError:
         who = ", ".join(f"passive party {k}" for k in parties)
         return SessionError(grpc.StatusCode.DEADLINE_EXCEEDED,
-                            f"{who} sent no answer for {what} within the {deadline:g} s "
+                            f"{who} sent no {what} within the {deadline:g} s "
                             "step deadline", parties[0])
 
     def _check(self, k: int, msg: pb.PartyMessage | PartyGone, during: str) -> pb.PartyMessage:

@@ -7,6 +7,7 @@ import concurrent.futures
 import logging
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,44 @@ async def serve(cfg: ExperimentConfig, run: RunDir, listen: str,
     """Serve one run (or resume it from `manifest`, or from step 0 in the same directory);
     returns the process exit code (0 trained, 1 failed, 2 run directory unusable, 130 stopped)."""
     torch.set_num_threads(cfg.run.torch_threads)
+    serving = await start(cfg, run, listen, tls_dir, resuming, manifest)
+    if port_file is not None:
+        write_atomically(port_file, lambda tmp: tmp.write_text(f"{serving.address}\n"))
+    outcome = await serving.until_done(handle_signals=True)
+    if outcome["status"] == "ok":
+        return 0
+    log.error("run %s: %s", outcome["status"], outcome["message"])
+    if outcome["status"] == "interrupted":
+        return EXIT_INTERRUPTED
+    return EXIT_BAD_INPUT if outcome.get("output_error") else EXIT_FAILED
+
+
+@dataclass
+class Serving:
+    """A started label party: its server, and the run it serves."""
+
+    server: grpc.aio.Server
+    health: health.aio.HealthServicer
+    labelled: LabelPartyRun
+    address: str
+
+    async def until_done(self, handle_signals: bool = False) -> dict[str, Any]:
+        """Run to the end, write the outcome, stop serving; returns the outcome."""
+        labelled = self.labelled
+        outcome = await labelled.until_done(handle_signals)
+        labelled.writer.close()
+        try:
+            write_outcome(labelled.run, outcome)
+        except OSError as err:
+            log.error("%s", describe_os_error(err))
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace=3.0 if outcome["status"] == "ok" else 1.0)
+        return outcome
+
+
+async def start(cfg: ExperimentConfig, run: RunDir, listen: str, tls_dir: Path | None = None,
+                resuming: bool = False, manifest: Manifest | None = None) -> Serving:
+    """Load the labels, write them, and start serving the run's session."""
     data = load_label_party_data(cfg)
     if resuming:
         run.outcome.unlink(missing_ok=True)  # the interrupted attempt's; this one writes anew
@@ -65,24 +104,9 @@ async def serve(cfg: ExperimentConfig, run: RunDir, listen: str,
     log.info("label party listening on %s:%d (run %s%s)", host, port, run.root.name,
              f", resuming at step {manifest.step}" if manifest else ", resuming at step 0"
              if resuming else "")
-    if port_file is not None:
-        write_atomically(port_file, lambda tmp: tmp.write_text(f"{host}:{port}\n"))
     labelled = LabelPartyRun(cfg, run, session, data, writer,
                              Progress(start=manifest.position if manifest else Position(0, 0)))
-    outcome = await labelled.until_done()
-    writer.close()
-    try:
-        write_outcome(run, outcome)
-    except OSError as err:
-        log.error("%s", describe_os_error(err))
-    await health_servicer.enter_graceful_shutdown()
-    await server.stop(grace=3.0 if outcome["status"] == "ok" else 1.0)
-    if outcome["status"] == "ok":
-        return 0
-    log.error("run %s: %s", outcome["status"], outcome["message"])
-    if outcome["status"] == "interrupted":
-        return EXIT_INTERRUPTED
-    return EXIT_BAD_INPUT if outcome.get("output_error") else EXIT_FAILED
+    return Serving(server, health_servicer, labelled, f"{host}:{port}")
 
 
 class LabelPartyRun:
@@ -98,10 +122,12 @@ class LabelPartyRun:
         self.task: asyncio.Task | None = None
         self.started = time.monotonic()
 
-    async def until_done(self) -> dict[str, Any]:
+    async def until_done(self, handle_signals: bool = True) -> dict[str, Any]:
+        """The outcome; with `handle_signals`, SIGTERM / SIGINT interrupt the run cleanly."""
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self._interrupt)
+        signals = (signal.SIGTERM, signal.SIGINT) if handle_signals else ()
+        for sig in signals:
+            loop.add_signal_handler(sig, self.interrupt)
         self.task = asyncio.ensure_future(self._run())
         try:
             return await self.task
@@ -110,10 +136,10 @@ class LabelPartyRun:
             await self.session.wait_closed(timeout=2.0)
             return self._ended("interrupted", "the label party was stopped before a checkpoint")
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in signals:
                 loop.remove_signal_handler(sig)
 
-    def _interrupt(self) -> None:
+    def interrupt(self) -> None:
         """First signal: stop at the next boundary, after a checkpoint; second: stop now."""
         self.signals += 1
         if self.checkpoints is not None and self.signals == 1:

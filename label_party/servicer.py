@@ -21,7 +21,8 @@ async def _abort(context: grpc.aio.ServicerContext, error: SessionError) -> None
 
 
 def add_label_party(server: grpc.aio.Server, session: Session) -> None:
-    add_service(server, pb_grpc.add_LabelPartyServicer_to_server, LabelPartyServicer(session))
+    add_service(server, pb_grpc.add_LabelPartyServicer_to_server, LabelPartyServicer(session),
+                session.cfg.topology.max_message_mb)
 
 
 class LabelPartyServicer(pb_grpc.LabelPartyServicer):

@@ -59,6 +59,9 @@ class PartyStream:
     closed: asyncio.Event = field(default_factory=asyncio.Event)
     credits: int = 0
     asked: bool = False
+    ended: bool = False  # the stream broke, closed, or was refused
+    why: PartyGone | None = None
+    on_end: asyncio.Event | None = None  # the session's: some stream ended
 
     def ask(self, message: pb.LabelPartyMessage) -> None:
         """Send a message the party must answer."""
@@ -70,8 +73,7 @@ class PartyStream:
         """Why this inbound message is refused, or None (and its credit is spent)."""
         k = self.party_id
         if isinstance(message, Malformed):
-            return SessionError(grpc.StatusCode.INVALID_ARGUMENT,
-                                f"passive party {k} sent a {message.describe()}", k)
+            return SessionError(message.code, f"passive party {k} sent a {message.describe()}", k)
         if message.HasField("failure"):
             return None  # a party may always say why it stops
         if self.credits == 0:
@@ -92,6 +94,10 @@ class PartyStream:
         self.gone(PartyGone(error.message, error))
 
     def gone(self, why: PartyGone) -> None:
+        self.ended = True
+        self.why = self.why or why
+        if self.on_end is not None:
+            self.on_end.set()
         try:
             self.inbound.put_nowait(why)
         except asyncio.QueueFull:
@@ -116,6 +122,7 @@ class Session:
         self.refused: dict[int, str] = {}  # the last refusal of each known party id
         self.streams: dict[int, PartyStream] = {}
         self.all_streams_open = asyncio.Event()
+        self.a_stream_ended = asyncio.Event()
         self.started = False
 
     # -- admission -----------------------------------------------------------------------
@@ -215,27 +222,39 @@ class Session:
         if k in self.streams:
             raise SessionError(grpc.StatusCode.ALREADY_EXISTS,
                                f"passive party {k} already has a Train stream open", k)
-        stream = self.streams[k] = PartyStream(k)
+        stream = self.streams[k] = PartyStream(k, on_end=self.a_stream_ended)
         if len(self.streams) == len(self.party_ids):
             self.started = True
             self.all_streams_open.set()
         return stream
 
     async def wait_for_parties(self) -> None:
+        """Until every party's stream is open; fails at once if one ends before that."""
+        opened = asyncio.ensure_future(self.all_streams_open.wait())
+        ended = asyncio.ensure_future(self.a_stream_ended.wait())
         try:
-            await asyncio.wait_for(self.all_streams_open.wait(), self.cfg.topology.join_deadline_s)
-        except TimeoutError:
+            await asyncio.wait([opened, ended], timeout=self.cfg.topology.join_deadline_s,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            opened.cancel()
+            ended.cancel()
+        for k, stream in self.streams.items():
+            if stream.ended and not self.all_streams_open.is_set() and stream.why is not None:
+                if stream.why.error is not None:
+                    raise stream.why.error
+                raise SessionError(grpc.StatusCode.UNAVAILABLE,
+                                   f"passive party {k} {stream.why.reason} before training started", k)
+        if not self.all_streams_open.is_set():
             missing = [k for k in self.party_ids if k not in self.streams]
             raise SessionError(grpc.StatusCode.DEADLINE_EXCEEDED,
-                               "; ".join(self._why_missing(k) for k in missing),
-                               missing[0]) from None
+                               "; ".join(self._why_missing(k) for k in missing), missing[0])
 
     def _why_missing(self, k: int) -> str:
-        if k in self.refused:
-            return f"passive party {k} was refused: {self.refused[k]}"
         within = f"within {self.cfg.topology.join_deadline_s:g} s"
         if k in self.joined:
             return f"passive party {k} joined but did not open its Train stream {within}"
+        if k in self.refused:
+            return f"passive party {k} was refused: {self.refused[k]}"
         return f"passive party {k} did not join {within}"
 
     def embedding_shapes(self) -> dict[int, tuple[int, ...]]:
@@ -245,7 +264,7 @@ class Session:
     def all_connected(self) -> bool:
         """Every party's stream is open and has not ended."""
         return len(self.streams) == len(self.party_ids) and not any(
-            s.closed.is_set() for s in self.streams.values())
+            s.ended or s.closed.is_set() for s in self.streams.values())
 
     # -- ending --------------------------------------------------------------------------
     def abort(self, error: SessionError) -> None:

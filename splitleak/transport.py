@@ -31,7 +31,11 @@ def _options(max_message_mb: int) -> list[tuple[str, int]]:
 
 
 def server_options(topology: TopologyConfig) -> list[tuple[str, int]]:
-    return _options(topology.max_message_mb) + [("grpc.so_reuseport", 0)]
+    # gRPC itself cuts off at twice the configured limit (bounding what a peer can make a
+    # server allocate); between the two, splitleak.wire refuses with a status naming the limit.
+    options = dict(_options(topology.max_message_mb))
+    options["grpc.max_receive_message_length"] = 2 * topology.max_message_mb * 1024 * 1024
+    return [*options.items(), ("grpc.so_reuseport", 0)]
 
 
 def channel_options(topology: TopologyConfig) -> list[tuple[str, int]]:
