@@ -8,6 +8,7 @@ when the log is reopened (`--resume`) or repaired for an analysis (`repair_log`)
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
@@ -136,7 +137,9 @@ class _PartyWriter:
         name = f"party_{self.party_id}/shard-{number:06d}{_SUFFIX}"
         self._path = self.root / name
         self._path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self._path.open("wb", buffering=0)
+        # Buffered, and flushed after each record: a short write (a disk filling up) is
+        # retried and then raised, never silently dropped.
+        self._file = self._path.open("wb")
         self._writer = pa.ipc.new_stream(self._file, self.schema)
         self._good = 0
         self.shards.append({"file": name, "records": 0, "rows": 0})
@@ -147,6 +150,7 @@ class _PartyWriter:
             self._open_shard()
         try:
             self._writer.write_batch(batch)
+            self._file.flush()
         except OSError:
             self._abandon()
             raise
@@ -158,7 +162,8 @@ class _PartyWriter:
     def _abandon(self) -> None:
         """A write failed (e.g. no space): cut the open shard back to its last complete
         record, so it stays a readable stream; the next record starts a new shard."""
-        self._file.close()  # first: the stream writer must not write into the file any more
+        with contextlib.suppress(OSError):  # what is still buffered cannot be written either
+            self._file.close()  # first: the stream writer must not write into the file any more
         self._writer = None
         assert self._path is not None
         os.truncate(self._path, self._good)

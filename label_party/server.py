@@ -129,6 +129,8 @@ class LabelPartyRun:
         for sig in signals:
             loop.add_signal_handler(sig, self.interrupt)
         self.task = asyncio.ensure_future(self._run())
+        if self.signals:  # stopped before it began
+            self.task.cancel()
         try:
             return await self.task
         except asyncio.CancelledError:

@@ -122,3 +122,43 @@ async def record_stream(address: str, records: list[Any], raw: bool = False) -> 
         else:
             call = apb_grpc.AttackerSidecarStub(channel).Record
         return await call(iter(records), timeout=scaled(20))
+
+
+async def wait_for_train_step(run: RunDir, step: int, timeout: float = 60) -> None:
+    from splitleak.metrics_log import read_metrics
+
+    end = asyncio.get_running_loop().time() + scaled(timeout)
+    while asyncio.get_running_loop().time() < end:
+        if run.metrics.exists() and any(r["type"] == "train" and r["step"] >= step
+                                        for r in read_metrics(run.metrics)):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"step {step} never came")
+
+
+async def whole_run(cfg: ExperimentConfig, root: Path, resume: bool = False,
+                    interrupt_at: int | None = None) -> tuple[dict, list[BaseException | None]]:
+    """Every party of a run in this event loop (each with its real server or client): the
+    label party's outcome and each passive party's error (None if it finished)."""
+    from passive_party.client import run_party
+    from splitleak.checkpoint import latest
+
+    run = RunDir(root)
+    manifest = latest(run.root) if resume else None
+    observe = frozenset(cfg.attacker.observe) if cfg.attacker.enabled else frozenset()
+    serving = await start(cfg, run, "127.0.0.1:0", resuming=resume, manifest=manifest)
+    outcome = asyncio.ensure_future(serving.until_done())
+    async with contextlib.AsyncExitStack() as stack:
+        tap_address = None
+        if observe:
+            tap_address, _ = await stack.enter_async_context(
+                sidecar(root, observe, run.root.name, cfg.topology.max_message_mb, resume))
+        parties = [asyncio.ensure_future(run_party(
+            cfg, k, serving.address, run, attacker=tap_address if k in observe else None,
+            resuming=resume)) for k in range(1, cfg.topology.passive_parties + 1)]
+        if interrupt_at is not None:
+            await wait_for_train_step(run, interrupt_at)
+            serving.labelled.interrupt()
+        ended = await asyncio.wait_for(outcome, scaled(120))
+        errors = await asyncio.gather(*parties, return_exceptions=True)
+    return ended, [e if isinstance(e, BaseException) else None for e in errors]

@@ -57,7 +57,7 @@ def read_only_directory(tmp_path: Path) -> Iterator[Path]:
     try:
         yield directory
     finally:
-        subprocess.run(["umount", str(directory)], check=False)
+        subprocess.run(["umount", "-l", str(directory)], check=False)
 
 
 @contextlib.contextmanager
@@ -73,7 +73,7 @@ def full_directory(tmp_path: Path) -> Iterator[Path]:
                 filler.flush()
         yield directory
     finally:
-        subprocess.run(["umount", str(directory)], check=False)
+        subprocess.run(["umount", "-l", str(directory)], check=False)
 
 
 def _assert_one_sentence(code: int, text: str, *needles: str) -> None:
