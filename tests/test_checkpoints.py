@@ -14,7 +14,8 @@ from orchestration.cli import main as splitleak_main
 from splitleak.checkpoint import MANIFEST, complete_manifests, latest, step_dir
 from splitleak.config import ExperimentConfig, parse_config
 from splitleak.rundir import RunDir, write_config
-from tests.conftest import scaled, small_config, write_config as write_toml
+from tests.conftest import scaled, small_config
+from tests.conftest import write_config as write_toml
 from tests.live import whole_run
 from tests.runs import assert_same_run
 from tests.test_cli_refusals import exit_code_and_text

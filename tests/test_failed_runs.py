@@ -21,11 +21,9 @@ from attacker.store import GradientLog, GradientStore, RecordError, repair_log
 from splitleak.codec import encode_tensor
 from splitleak.config import parse_config
 from splitleak.rundir import RunDir
-from splitleak.v1 import split_learning_pb2 as pb
 from tests.conftest import scaled, small_config
-from tests.live import ScriptedParty, gradient_record, label_party, record_stream, sidecar
+from tests.live import ScriptedParty, gradient_record, label_party, record_stream, sidecar, whole_run
 from tests.test_checkpoints import fresh_run, resumable
-from tests.live import whole_run
 
 
 def test_interrupted_run_is_analysed_as_partial(tmp_path: Path) -> None:
