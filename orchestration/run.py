@@ -13,6 +13,7 @@ from orchestration.processes import Child, spawn, stop_all, stop_one
 from orchestration.progress import MetricsTail, RunProgress
 from splitleak import tls
 from splitleak.config import ExperimentConfig
+from splitleak.fileio import write_atomically
 from splitleak.metrics_log import read_metrics
 from splitleak.rundir import RunDir
 
@@ -114,8 +115,8 @@ def _interrupt(children: list[Child], timeout: float) -> None:
 
 def _write_pids(run: RunDir, children: list[Child]) -> None:
     """Which process is which party: for the user, and for the fault tests."""
-    pids = {c.name: c.process.pid for c in children}
-    (run.root / "pids.json").write_text(json.dumps(pids, indent=2))
+    text = json.dumps({c.name: c.process.pid for c in children}, indent=2)
+    write_atomically(run.root / "pids.json", lambda tmp: tmp.write_text(text))
 
 
 def _wait_for_address(port_file: Path, child: Child, timeout: float) -> str:
