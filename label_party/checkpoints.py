@@ -102,9 +102,9 @@ class RunCheckpoints:
         """A checkpoint at the last boundary, if the trainer still holds that state and every
         party can still answer (a party that died or stalled cannot: nothing is written)."""
         position = self.progress.boundary
-        if not (connected and self.progress.intact) or position == self.last or (
+        if not (self.every and connected and self.progress.intact) or position == self.last or (
                 error.code.name == "DEADLINE_EXCEEDED"):
-            return None
+            return None  # checkpoints are off, or a party cannot answer, or nothing is new
         try:
             return await self.take(position, None, None, reason="failed",
                                    deadline=min(FAILURE_DEADLINE, self.cfg.topology.step_deadline_s))

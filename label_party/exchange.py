@@ -16,6 +16,7 @@ from label_party.session import PartyGone, Session, SessionError
 from splitleak.checkpoint import Position
 from splitleak.codec import CodecError, decode_tensor, encode_ids, encode_tensor
 from splitleak.v1 import split_learning_pb2 as pb
+from splitleak.wire import clip
 
 log = logging.getLogger("label_party")
 TICK = 0.5  # s: how often the barrier checks its own clock
@@ -137,10 +138,10 @@ class NetworkExchange:
                                f"passive party {k} {msg.reason} during {during}", k)
         self.bytes_received += msg.ByteSize()
         if msg.HasField("failure"):
-            component = msg.failure.component or f"passive party {k}"
-            raise SessionError(grpc.StatusCode.UNAVAILABLE,
+            component = clip(msg.failure.component, 40) or f"passive party {k}"
+            raise SessionError(grpc.StatusCode.ABORTED,
                                f"{component} failed (reported by passive party {k} during "
-                               f"{during}): {msg.failure.message}", k, culprit=component)
+                               f"{during}): {clip(msg.failure.message, 500)}", k, culprit=component)
         return msg
 
     def _activation(self, k: int, msg: pb.PartyMessage | PartyGone, batch: Batch,

@@ -28,6 +28,14 @@ def main(argv: list[str] | None = None) -> int:
     v.add_argument("config", nargs="?")
     b = sub.add_parser("bench", help="distributed vs in-process throughput, wire overhead")
     b.add_argument("--steps", type=int, default=60, help="train steps per measured run")
+    k = sub.add_parser("soak", help="hostile messages against every RPC of live services, then a "
+                       "long many-party run: crashes, hangs, status codes, RSS growth")
+    k.add_argument("--messages", type=int, default=10_000, help="hostile cases per RPC")
+    k.add_argument("--parties", type=int, default=8, help="passive parties of the long run")
+    k.add_argument("--steps", type=int, default=10_000, help="train steps of the long run")
+    k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--skip-fuzz", action="store_true")
+    k.add_argument("--skip-run", action="store_true")
     h = sub.add_parser("health", help="probe a party's gRPC health service (exit 0 if SERVING)")
     h.add_argument("address", help="HOST:PORT")
     h.add_argument("--service", default="", help="service name (default: the whole server)")
@@ -86,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
         load_checked(args.config)  # warnings (allowed, but probably a mistake) are logged
         console.print("config is valid")
         return 0
+    if args.command == "soak":
+        from orchestration.soak import run_soak
+
+        return run_soak(args, console)
     from orchestration.bench import run_bench
 
     return run_bench(args, console)

@@ -39,6 +39,11 @@ def oversized(size: int, limit_mb: int) -> str:
             f"{limit_mb} MiB")
 
 
+def clip(text: str, limit: int) -> str:
+    """A peer's free text for a message of ours, cut to `limit` characters."""
+    return text if len(text) <= limit else f"{text[: limit - 1]}… ({len(text)} characters)"
+
+
 def echo(value: object, limit: int = ECHO_LIMIT) -> str:
     """repr() of a peer-supplied value for an error message, cut to `limit` characters."""
     text = repr(value)
