@@ -16,7 +16,6 @@ from label_party.session import PartyGone, Session, SessionError
 from splitleak.checkpoint import Position
 from splitleak.codec import CodecError, decode_tensor, encode_ids, encode_tensor
 from splitleak.v1 import split_learning_pb2 as pb
-from splitleak.wire import clip
 
 log = logging.getLogger("label_party")
 TICK = 0.5  # s: how often the barrier checks its own clock
@@ -130,18 +129,14 @@ class NetworkExchange:
                             "step deadline", parties[0])
 
     def _check(self, k: int, msg: pb.PartyMessage | PartyGone, during: str) -> pb.PartyMessage:
-        """What every answer must be: not the end of the stream, not a failure report."""
+        """What every answer must be: not the end of the stream (or a refusal, or the party's
+        report of why it stops: the pump turns those into the stream's end)."""
         if isinstance(msg, PartyGone):
             if msg.error is not None:
                 raise msg.error
             raise SessionError(grpc.StatusCode.UNAVAILABLE,
                                f"passive party {k} {msg.reason} during {during}", k)
         self.bytes_received += msg.ByteSize()
-        if msg.HasField("failure"):
-            component = clip(msg.failure.component, 40) or f"passive party {k}"
-            raise SessionError(grpc.StatusCode.ABORTED,
-                               f"{component} failed (reported by passive party {k} during "
-                               f"{during}): {clip(msg.failure.message, 500)}", k, culprit=component)
         return msg
 
     def _activation(self, k: int, msg: pb.PartyMessage | PartyGone, batch: Batch,

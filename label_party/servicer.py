@@ -67,7 +67,7 @@ async def _pump(requests: AsyncIterator[pb.PartyMessage | Malformed], stream: Pa
         async for message in requests:
             refusal = stream.admit(message)
             if refusal is not None:
-                stream.refuse(refusal)
+                stream.refuse(refusal)  # a refused message, or the party's own failure report
                 return
             await stream.inbound.put(message)
     except asyncio.CancelledError:

@@ -16,7 +16,7 @@ from splitleak.config import PROTOCOL_VERSION, ExperimentConfig
 from splitleak.tls import passive_identity
 from splitleak.v1 import split_learning_pb2 as pb
 from splitleak.validation import expected_embedding_shapes
-from splitleak.wire import Malformed, echo
+from splitleak.wire import Malformed, clip, echo
 
 log = logging.getLogger("label_party")
 # A party id in metadata: a few ASCII digits (anything longer is not an id of this run).
@@ -75,7 +75,7 @@ class PartyStream:
         if isinstance(message, Malformed):
             return SessionError(message.code, f"passive party {k} sent a {message.describe()}", k)
         if message.HasField("failure"):
-            return None  # a party may always say why it stops
+            return self._reported(message.failure)  # a party may always say why it stops
         if self.credits == 0:
             if not self.asked:
                 return SessionError(grpc.StatusCode.FAILED_PRECONDITION,
@@ -87,9 +87,18 @@ class PartyStream:
         self.credits -= 1
         return None
 
+    def _reported(self, failure: pb.PartyFailure) -> SessionError:
+        """The run fails with what the party says broke it (e.g. its attacker sidecar)."""
+        k = self.party_id
+        component = clip(failure.component, 40) or f"passive party {k}"
+        return SessionError(grpc.StatusCode.ABORTED,
+                            f"{component} failed (reported by passive party {k}): "
+                            f"{clip(failure.message, 500)}", k, culprit=component)
+
     def refuse(self, error: SessionError) -> None:
         """End this party's stream with `error`, and let the run fail with it."""
-        log.warning("refused passive party %d: %s", self.party_id, error.message)
+        log.warning("ending passive party %d's stream: %s [%s]", self.party_id, error.message,
+                    error.code.name)
         self.outbound.put_nowait(error)
         self.gone(PartyGone(error.message, error))
 

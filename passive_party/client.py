@@ -85,10 +85,15 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
             log.info("party %d joined run %s: %d train steps%s", party_id, plan.run_id,
                      plan.total_train_steps,
                      f", resuming at step {plan.resume_step}" if plan.resumed else "")
-            await compute(_restore, bottom, run, plan, resuming)
-            if tap is not None:
-                await tap.start(plan.run_id, party_id, plan.resume_step if plan.resumed else None)
             call = stub.Train(metadata=((PARTY_ID_KEY, str(party_id)), (SESSION_KEY, plan.session)))
+            try:
+                await compute(_restore, bottom, run, plan, resuming)
+                if tap is not None:
+                    await tap.start(plan.run_id, party_id, plan.resume_step if plan.resumed else None)
+            except (PartyError, TapError) as err:  # the label party hears why, at once
+                await _report(call, SIDECAR if isinstance(err, TapError) else identity_name(party_id),
+                              str(err))
+                raise
             await StepLoop(bottom, compute, tap, plan.run_id, run).run(call)
         await compute(bottom.save, run.bottom_model(party_id))
         if tap is not None:
@@ -101,6 +106,10 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
                             report["error"])
     finally:
         executor.shutdown(wait=False, cancel_futures=True)
+
+
+def identity_name(party_id: int) -> str:
+    return f"passive party {party_id}"
 
 
 def _restore(bottom: BottomTrainer, run: RunDir, plan: pb.TrainingPlan, resuming: bool) -> None:

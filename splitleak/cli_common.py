@@ -29,10 +29,12 @@ def setup_logging(role: str, verbose: bool = False) -> None:
 def tls_dir_or_exit(cfg: ExperimentConfig, tls_dir: Path | None) -> Path | None:
     """The TLS identity directory this process must use, or None when the config says plaintext."""
     if not cfg.topology.tls:
-        if tls_dir is not None:
-            raise BadInput(f"--tls-dir {tls_dir} given but the config says topology.tls = false: "
-                           "set topology.tls = true to use mutual TLS, or drop --tls-dir for "
-                           "plaintext (this process will not silently ignore the identities)")
+        # Identities given to a plaintext run would be silently ignored: refuse. (An empty
+        # directory, e.g. a compose volume `prepare` emptied for a plaintext run, holds none.)
+        if tls_dir is not None and (tls_dir / "ca.pem").exists():
+            raise BadInput(f"--tls-dir {tls_dir} holds TLS identities but the config says "
+                           "topology.tls = false: set topology.tls = true to use mutual TLS, or "
+                           "drop --tls-dir for plaintext on a trusted network")
         return None
     if tls_dir is None:
         raise BadInput("topology.tls = true: give --tls-dir DIR holding ca.pem and this party's "
