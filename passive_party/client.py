@@ -147,12 +147,12 @@ class StepLoop:
     batch or write the asked checkpoint."""
 
     def __init__(self, bottom: BottomTrainer, compute: Any, tap: Tap | None, run_id: str,
-                 run: RunDir | None = None) -> None:
+                 run_dir: RunDir | None = None) -> None:
         self.bottom = bottom
         self.compute = compute
         self.tap = tap
         self.run_id = run_id
-        self.run_dir = run
+        self.run_dir = run_dir  # where checkpoints go
         self._train_batch: pb.Batch | None = None  # the last TRAIN batch (its ids, epoch, step)
         self._train_activation: tensor_pb2.Tensor | None = None
 

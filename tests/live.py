@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +105,21 @@ class ScriptedParty:
                     raise AssertionError("the stream ended without an error status")
         except grpc.aio.AioRpcError as err:
             return err
+
+
+async def scripted_run(cfg: ExperimentConfig, root: Path,
+                       script: Callable[[ScriptedParty], Awaitable[None]]
+                       ) -> tuple[grpc.aio.AioRpcError, dict]:
+    """Party 1 joins a live label party, opens its Train stream and plays `script`; the status
+    its stream ends with, and the run's outcome."""
+    async with label_party(cfg, root) as (serving, outcome):
+        options = [("grpc.max_send_message_length", 64 << 20)]  # the client may send anything
+        async with grpc.aio.insecure_channel(serving.address, options=options) as channel:
+            party = ScriptedParty(cfg, channel)
+            await party.join()
+            await party.open()
+            await script(party)
+            return await party.status(), await asyncio.wait_for(outcome, scaled(30))
 
 
 def gradient_record(party: int = 1, step: int = 0, rows: int = 4, width: int = 3,

@@ -22,7 +22,7 @@ from splitleak.codec import encode_tensor
 from splitleak.config import parse_config
 from splitleak.rundir import RunDir
 from tests.conftest import scaled, small_config
-from tests.live import ScriptedParty, gradient_record, label_party, record_stream, sidecar, whole_run
+from tests.live import ScriptedParty, gradient_record, record_stream, scripted_run, sidecar, whole_run
 from tests.test_checkpoints import fresh_run, resumable
 
 
@@ -49,22 +49,16 @@ def test_failed_outcome_records_code_party_and_step(tmp_path: Path) -> None:
         topology={"passive_parties": 1, "step_deadline_s": scaled(2), "join_deadline_s": scaled(10)},
         training={"batch_size": 32, "epochs": 1, "eval_interval": 0}))
 
-    async def go() -> dict:
-        async with label_party(cfg, tmp_path / "run") as (serving, outcome):
-            async with grpc.aio.insecure_channel(serving.address) as channel:
-                party = ScriptedParty(cfg, channel)
-                await party.join()
-                call = await party.open()
-                for _ in range(3):
-                    message = await call.read()
-                    await call.write(party.activation(message.next_batch))
-                message = await call.read()
-                bad = party.activation(message.next_batch)
-                bad.activation.CopyFrom(encode_tensor(np.full((2, 2), np.nan, np.float32)))
-                await call.write(bad)
-                return await asyncio.wait_for(outcome, scaled(30))
+    async def three_then_nan(party: ScriptedParty) -> None:
+        for _ in range(3):
+            message = await party.call.read()
+            await party.call.write(party.activation(message.next_batch))
+        message = await party.call.read()
+        bad = party.activation(message.next_batch)
+        bad.activation.CopyFrom(encode_tensor(np.full((2, 2), np.nan, np.float32)))
+        await party.call.write(bad)
 
-    outcome = asyncio.run(go())
+    _, outcome = asyncio.run(scripted_run(cfg, tmp_path / "run", three_then_nan))
     assert outcome["status"] == "failed" and outcome["code"] == "INVALID_ARGUMENT"
     assert outcome["party"] == 1 and outcome["step"] == 3
     on_disk = json.loads(RunDir(tmp_path / "run").outcome.read_text())

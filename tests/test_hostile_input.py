@@ -27,6 +27,7 @@ from tests.live import (
     join_request,
     label_party,
     record_stream,
+    scripted_run,
     sidecar,
 )
 
@@ -50,17 +51,11 @@ def test_sending_before_the_run_starts_is_refused(tmp_path: Path) -> None:
     """Party 1 streams while party 2 has not joined: nothing was asked, nothing is buffered."""
     cfg = two_parties(tmp_path)
 
-    async def go() -> tuple[grpc.aio.AioRpcError, dict]:
-        async with label_party(cfg, tmp_path / "run") as (serving, outcome):
-            async with grpc.aio.insecure_channel(serving.address) as channel:
-                party = ScriptedParty(cfg, channel)
-                await party.join()
-                call = await party.open()
-                batch = pb.Batch(phase=pb.TRAIN, step=0, sample_ids=encode_tensor(np.arange(4)))
-                await call.write(party.activation(batch))
-                return await party.status(), await asyncio.wait_for(outcome, scaled(30))
+    async def unasked(party: ScriptedParty) -> None:
+        batch = pb.Batch(phase=pb.TRAIN, step=0, sample_ids=encode_tensor(np.arange(4)))
+        await party.call.write(party.activation(batch))
 
-    err, outcome = asyncio.run(go())
+    err, outcome = asyncio.run(scripted_run(cfg, tmp_path / "run", unasked))
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION, err.details()
     assert "passive party 1 sent a message before it was asked" in err.details()
     assert outcome["status"] == "failed" and outcome["party"] == 1
@@ -69,19 +64,13 @@ def test_sending_before_the_run_starts_is_refused(tmp_path: Path) -> None:
 def test_sending_faster_than_asked_is_refused(tmp_path: Path) -> None:
     cfg = one_party(tmp_path)
 
-    async def go() -> tuple[grpc.aio.AioRpcError, dict]:
-        async with label_party(cfg, tmp_path / "run") as (serving, outcome):
-            async with grpc.aio.insecure_channel(serving.address) as channel:
-                party = ScriptedParty(cfg, channel)
-                await party.join()
-                call = await party.open()
-                message = await call.read()
-                answer = party.activation(message.next_batch)
-                await call.write(answer)
-                await call.write(answer)  # only the first was asked for
-                return await party.status(), await asyncio.wait_for(outcome, scaled(30))
+    async def twice(party: ScriptedParty) -> None:
+        message = await party.call.read()
+        answer = party.activation(message.next_batch)
+        await party.call.write(answer)
+        await party.call.write(answer)  # only the first was asked for
 
-    err, outcome = asyncio.run(go())
+    err, outcome = asyncio.run(scripted_run(cfg, tmp_path / "run", twice))
     assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.details()
     assert "more messages than it was asked for" in err.details()
     assert outcome["code"] == "RESOURCE_EXHAUSTED" and outcome["culprit"] == "passive party 1"
@@ -231,20 +220,12 @@ def test_long_peer_values_are_cut_in_error_details(tmp_path: Path) -> None:
 def test_message_over_the_limit_is_resource_exhausted_naming_it(tmp_path: Path) -> None:
     cfg = one_party(tmp_path, max_message_mb=1)
 
-    async def go() -> grpc.aio.AioRpcError:
-        async with label_party(cfg, tmp_path / "run") as (serving, _):
-            options = [("grpc.max_send_message_length", 64 << 20)]
-            async with grpc.aio.insecure_channel(serving.address, options=options) as channel:
-                party = ScriptedParty(cfg, channel)
-                await party.join()
-                call = await party.open()
-                await call.read()
-                huge = np.zeros((32, 9000), np.float32)  # 1.1 MiB
-                await call.write(pb.PartyMessage(phase=pb.TRAIN, step=0,
-                                                 activation=encode_tensor(huge)))
-                return await party.status()
+    async def huge(party: ScriptedParty) -> None:
+        await party.call.read()
+        activation = encode_tensor(np.zeros((32, 9000), np.float32))  # 1.1 MiB
+        await party.call.write(pb.PartyMessage(phase=pb.TRAIN, step=0, activation=activation))
 
-    err = asyncio.run(go())
+    err, _ = asyncio.run(scripted_run(cfg, tmp_path / "run", huge))
     assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "topology.max_message_mb = 1" in err.details()
 
