@@ -23,16 +23,16 @@ from tests.runs import alive, assert_same_run, cli, pids, run_dir, wait_for_step
 
 pytestmark = pytest.mark.slow
 
-STEPS = 108  # breast_cancer, 427 train rows in batches of 8, 2 epochs
-WINDOWS = {"early": (3, 28), "middle": (40, 68), "late": (75, 96)}  # a checkpoint follows each
+# 54 train steps: breast_cancer, 427 train rows in batches of 8, one epoch
+WINDOWS = {"early": (3, 14), "middle": (20, 33), "late": (38, 48)}  # a checkpoint follows each
 ROLES = ("label party", "passive party", "attacker sidecar")
 DEADLINE = scaled(4)
 
 
 def fault_config(tmp_path: Path) -> Path:
     return write_config(tmp_path, small_config(
-        tmp_path, training={"batch_size": 8, "epochs": 2, "eval_interval": 25,
-                            "checkpoint_every": 10},
+        tmp_path, training={"batch_size": 8, "epochs": 1, "eval_interval": 15,
+                            "checkpoint_every": 5},
         defense=[{"name": "discrete_sgd", "bins": 6}],
         attacker={"record_first_layer": True, "attacks": ["norm"]},  # a quick analysis
         topology={"tls": True, "step_deadline_s": DEADLINE, "join_deadline_s": scaled(60)}))
