@@ -90,10 +90,12 @@ class PartyStream:
     def _reported(self, failure: pb.PartyFailure) -> SessionError:
         """The run fails with what the party says broke it (e.g. its attacker sidecar)."""
         k = self.party_id
-        component = clip(failure.component, 40) or f"passive party {k}"
-        return SessionError(grpc.StatusCode.ABORTED,
-                            f"{component} failed (reported by passive party {k}): "
-                            f"{clip(failure.message, 500)}", k, culprit=component)
+        itself = f"passive party {k}"
+        component = clip(failure.component, 40) or itself
+        what = f"{itself} stopped" if component == itself else (
+            f"{component} failed (reported by {itself})")
+        return SessionError(grpc.StatusCode.ABORTED, f"{what}: {clip(failure.message, 500)}", k,
+                            culprit=component)
 
     def refuse(self, error: SessionError) -> None:
         """End this party's stream with `error`, and let the run fail with it."""

@@ -152,9 +152,12 @@ async def wait_for_train_step(run: RunDir, step: int, timeout: float = 60) -> No
 
 
 async def whole_run(cfg: ExperimentConfig, root: Path, resume: bool = False,
-                    interrupt_at: int | None = None) -> tuple[dict, list[BaseException | None]]:
+                    interrupt_at: int | None = None, parties_resume: bool | None = None
+                    ) -> tuple[dict, list[BaseException | None]]:
     """Every party of a run in this event loop (each with its real server or client): the
-    label party's outcome and each passive party's error (None if it finished)."""
+    label party's outcome and each passive party's error (None if it finished).
+    `parties_resume`: whether the passive parties were started with --resume (default: as
+    the label party)."""
     from passive_party.client import run_party
     from splitleak.checkpoint import latest
 
@@ -170,7 +173,8 @@ async def whole_run(cfg: ExperimentConfig, root: Path, resume: bool = False,
                 sidecar(root, observe, run.root.name, cfg.topology.max_message_mb, resume))
         parties = [asyncio.ensure_future(run_party(
             cfg, k, serving.address, run, attacker=tap_address if k in observe else None,
-            resuming=resume)) for k in range(1, cfg.topology.passive_parties + 1)]
+            resuming=resume if parties_resume is None else parties_resume))
+            for k in range(1, cfg.topology.passive_parties + 1)]
         if interrupt_at is not None:
             await wait_for_train_step(run, interrupt_at)
             serving.labelled.interrupt()

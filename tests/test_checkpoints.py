@@ -24,11 +24,12 @@ from tests.test_cli_refusals import exit_code_and_text
 def resumable(tmp_path: Path, **overrides) -> ExperimentConfig:
     """breast_cancer in batches of 16: 27 train steps, a checkpoint every 5, a stateful
     defense (its state must survive too), the sidecar recording party 1."""
-    data = small_config(tmp_path, training={"batch_size": 16, "epochs": 1, "eval_interval": 7,
-                                            "checkpoint_every": 5},
-                        defense=[{"name": "discrete_sgd", "bins": 6}],
-                        topology={"step_deadline_s": scaled(20), "join_deadline_s": scaled(30)},
-                        **overrides)
+    overrides = {"training": {"batch_size": 16, "epochs": 1, "eval_interval": 7,
+                              "checkpoint_every": 5},
+                 "defense": [{"name": "discrete_sgd", "bins": 6}],
+                 "topology": {"step_deadline_s": scaled(20), "join_deadline_s": scaled(30)},
+                 **overrides}
+    data = small_config(tmp_path, **overrides)
     return parse_config(data)
 
 
@@ -109,3 +110,18 @@ def test_labels_are_written_when_training_starts(tmp_path: Path) -> None:
             return (tmp_path / "run" / "label_party" / "labels.parquet").exists()
 
     assert asyncio.run(go())
+
+
+def test_a_party_started_without_resume_says_so_at_once(tmp_path: Path) -> None:
+    """One party per host: a passive party that was not started with --resume cannot load
+    its checkpoint; the label party hears why at once (not at its join deadline)."""
+    cfg = resumable(tmp_path, topology={"step_deadline_s": scaled(20), "join_deadline_s": 600})
+    run = fresh_run(cfg, tmp_path / "run")
+    asyncio.run(whole_run(cfg, run.root, interrupt_at=6))
+    outcome, errors = asyncio.run(asyncio.wait_for(
+        whole_run(cfg, run.root, resume=True, parties_resume=False), scaled(60)))
+    assert outcome["status"] == "failed" and outcome["culprit"] in ("passive party 1",
+                                                                    "passive party 2")
+    assert outcome["message"].startswith(f"{outcome['culprit']} stopped: the label party resumes")
+    assert "start this party with --resume RUN_DIR" in outcome["message"]
+    assert all("start this party with --resume" in str(e) for e in errors)
