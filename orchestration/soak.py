@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import tempfile
 import threading
 import time
@@ -269,6 +270,7 @@ class SessionRig:
         writer = MetricsWriter(self.run.metrics)
         labelled = LabelPartyRun(self.cfg, self.run, session, self.data, writer, Progress())
         outcome = asyncio.ensure_future(labelled.until_done(handle_signals=False))
+        call = None
         try:
             stub = pb_grpc.LabelPartyStub(channel)
             request = pb.JoinRequest(protocol_version=PROTOCOL_VERSION, party_id=1,
@@ -277,24 +279,21 @@ class SessionRig:
             plan = await stub.Join(request, timeout=timeout)
             call = channel.stream_stream("/splitleak.v1.LabelParty/Train", **RAW)(
                 metadata=((PARTY_ID_KEY, "1"), (SESSION_KEY, plan.session)), timeout=timeout)
-            first = pb.LabelPartyMessage.FromString(await call.read())
-            code = "OK"
-            try:
-                for message in messages(self.valid_answer(first.next_batch)):
-                    await call.write(message)
-                    reply = await call.read()  # the next batch: that message was accepted
-                    if reply is grpc.aio.EOF:
-                        break
-                    nxt = pb.LabelPartyMessage.FromString(reply)
-                    if nxt.HasField("next_batch"):
-                        first = nxt
-            except grpc.aio.AioRpcError as err:
-                code = _code(err)
-            except asyncio.InvalidStateError:
-                code = _code_of(await call.code(), await call.details())
-            call.cancel()
-            return code
+            asked = pb.LabelPartyMessage.FromString(await call.read())
+            for message in messages(self.valid_answer(asked.next_batch)):
+                await call.write(message)
+                reply = await call.read()  # the next batch: that message was accepted
+                if reply is grpc.aio.EOF:
+                    break
+            return "OK"
+        except grpc.aio.AioRpcError as err:
+            return _code(err)
+        except asyncio.InvalidStateError:
+            assert call is not None
+            return _code_of(await call.code(), await call.details())
         finally:
+            if call is not None:
+                call.cancel()
             if not outcome.done():
                 labelled.interrupt()
                 labelled.interrupt()
@@ -375,7 +374,7 @@ def fuzz_services(messages: int, seed: int, workdir: Path, console: Console) -> 
     cfg = fuzz_config(workdir)
     run = create_run_dir(cfg, workdir)
     rng = np.random.default_rng(seed)
-    timeout = 10.0
+    timeout = 60.0  # a service that has not answered by then hangs (generous: a loaded host)
     label = spawn("label party", ["label_party", "serve", "--config", str(run.config), "--run-dir",
                                   str(run.root), "--port-file", str(workdir / "label.address"),
                                   "--listen", "127.0.0.1:0"], run.logs / "label_party.log")
@@ -515,6 +514,8 @@ def print_report(console: Console, fuzz: dict[str, Any] | None, run: dict[str, A
 
 
 def run_soak(args: argparse.Namespace, console: Console) -> int:
+    for role in ("label_party", "attacker", "passive_party"):  # refusals are the point here
+        logging.getLogger(role).setLevel(logging.ERROR)
     with tempfile.TemporaryDirectory(prefix="splitleak-soak-") as tmp:
         workdir = Path(tmp)
         fuzz = None if args.skip_fuzz else fuzz_services(args.messages, args.seed, workdir / "fuzz",
