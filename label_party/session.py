@@ -288,8 +288,9 @@ class Session:
                     grpc.StatusCode.ABORTED, f"run aborted: {error.message}", error.party_id))
 
     async def wait_closed(self, timeout: float) -> None:
-        waits = [s.closed.wait() for s in self.streams.values()]
-        try:
-            await asyncio.wait_for(asyncio.gather(*waits), timeout)
-        except TimeoutError:
-            pass
+        """Until every stream has ended, or `timeout` seconds."""
+        waits = [asyncio.ensure_future(s.closed.wait()) for s in self.streams.values()]
+        if waits:
+            _, pending = await asyncio.wait(waits, timeout=timeout)
+            for task in pending:
+                task.cancel()
