@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import tempfile
 import threading
 import time
@@ -312,6 +313,7 @@ class Tally:
     rpc: str
     counts: Counter = field(default_factory=Counter)
     seconds: float = 0.0
+    rss: list[float] = field(default_factory=list)  # the service's RSS (MiB) at each quarter
 
     @property
     def messages(self) -> int:
@@ -358,12 +360,16 @@ def _wait_for(path: Path, child: Child, timeout: float = 120) -> str:
     return path.read_text().strip()
 
 
-async def _fuzz(address: str, tally: Tally, payloads: Iterator[Any],
-                send: Callable[..., Any], timeout: float) -> None:
+async def _fuzz(address: str, tally: Tally, payloads: Iterator[Any], send: Callable[..., Any],
+                timeout: float, pid: int, cases: int) -> None:
     started = time.monotonic()
+    quarter = max(1, cases // 4)
+    tally.rss.append(rss_mb(pid) or 0.0)
     async with grpc.aio.insecure_channel(address) as channel:
-        for payload in payloads:
+        for i, payload in enumerate(payloads, 1):
             tally.counts[await send(channel, payload, timeout)] += 1
+            if i % quarter == 0:
+                tally.rss.append(rss_mb(pid) or 0.0)
     tally.seconds = time.monotonic() - started
 
 
@@ -409,20 +415,24 @@ def fuzz_services(messages: int, seed: int, workdir: Path, console: Console) -> 
                 metadata = ((PARTY_ID_KEY, party), (SESSION_KEY, rng.bytes(8).hex()))
                 yield metadata, messages_
 
+        label_pid, sidecar_pid = label.process.pid, sidecar.process.pid
+
         async def everything() -> None:
             await _fuzz(label_address, tallies["Join"], join_payloads(rng, join, messages),
-                        send_join, timeout)
+                        send_join, timeout, label_pid, messages)
             await _fuzz(label_address, tallies["Train (not admitted)"], unadmitted(),
-                        lambda ch, case, t: send_unadmitted(ch, case[0], case[1], t), timeout)
+                        lambda ch, case, t: send_unadmitted(ch, case[0], case[1], t), timeout,
+                        label_pid, messages)
             await _fuzz(sidecar_address, tallies["Record"], record_payloads(rng, record, messages),
-                        send_record, timeout)
+                        send_record, timeout, sidecar_pid, messages)
             rig = SessionRig(cfg, workdir / "sessions")
             await rig.start()
             try:
                 cases = (lambda valid, r=rng: next(party_payloads(r, valid, 1))
                          for _ in range(messages))
                 await _fuzz(rig.address, tallies["Train (admitted)"], cases,
-                            lambda ch, make, t: rig.case(ch, make, t), timeout)
+                            lambda ch, make, t: rig.case(ch, make, t), timeout, os.getpid(),
+                            messages)
             finally:
                 await rig.stop()
 
@@ -504,6 +514,8 @@ def print_report(console: Console, fuzz: dict[str, Any] | None, run: dict[str, A
         for tally in fuzz["tallies"].values():
             codes = ", ".join(f"{code} {n}" for code, n in tally.counts.most_common())
             console.print(f"{tally.rpc}: {codes}", soft_wrap=True)
+            console.print(f"  service RSS at 0, 25, 50, 75, 100 % of the cases (MiB): "
+                          f"{', '.join(f'{mb:.0f}' for mb in tally.rss)}", soft_wrap=True)
         for name, (before, after) in fuzz["memory"].items():
             console.print(f"{name}: RSS {before:.0f} MiB -> {after:.0f} MiB "
                           f"({after - before:+.1f} MiB)" if before and after else f"{name}: gone")

@@ -29,7 +29,7 @@ from splitleak.checkpoint import (
 from splitleak.codec import CodecError, decode_ids, decode_tensor, encode_tensor
 from splitleak.config import PROTOCOL_VERSION, ExperimentConfig
 from splitleak.datasets import build_dataset
-from splitleak.fileio import write_atomically
+from splitleak.fileio import describe_os_error, write_atomically
 from splitleak.inputs import load_party_inputs
 from splitleak.partition import passive_columns
 from splitleak.rundir import RunDir
@@ -180,6 +180,9 @@ class StepLoop:
             raise PartyError(_describe(err, "training")) from None
         except TapError as err:
             await _report(call, SIDECAR, str(err))
+            raise
+        except OSError as err:  # e.g. its disk is full: its checkpoint cannot be written
+            await _report(call, identity_name(self.bottom.party_id), describe_os_error(err))
             raise
         except PartyError:
             call.cancel()
