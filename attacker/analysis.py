@@ -16,8 +16,9 @@ import pyarrow.parquet as pq
 
 from attacker.attacks import DEFAULT_ATTACKS, DEFAULT_MULTICLASS_ATTACKS, Attack, build_attack
 from attacker.leak import attack_rng, evaluate_batch, summarise
-from attacker.store import GradientLog
+from attacker.store import GradientLog, repair_log
 from splitleak.fileio import write_atomically
+from splitleak.metrics_log import read_metrics
 from splitleak.rundir import RunDir
 
 LAYERS = {"cut_gradient": "cut", "first_layer_gradient": "first"}
@@ -67,19 +68,58 @@ class _RowSample:
         return pa.Table.from_pylist(rows) if rows else pa.table({})
 
 
+class AnalysisInputError(ValueError):
+    """The directory is not an analysable run (missing, not a run, unreadable inputs)."""
+
+
 def _labels_by_id(run: RunDir) -> np.ndarray:
     if not run.labels.exists():
         raise FileNotFoundError(f"no label export at {run.labels}: the label party writes it "
-                                "when training ends (was the run interrupted?)")
-    table = pq.read_table(run.labels, columns=["sample_id", "label"])
+                                "when training starts (did the run start?)")
+    try:
+        table = pq.read_table(run.labels, columns=["sample_id", "label"])
+    except (pa.ArrowException, OSError, KeyError) as err:
+        raise AnalysisInputError(f"{run.labels} is not a readable label export: {err}") from None
     ids = table.column("sample_id").to_numpy()
-    lookup = np.full(int(ids.max()) + 1 if ids.size else 0, -1, dtype=np.int64)
-    lookup[ids] = table.column("label").to_numpy()
+    labels = table.column("label").to_numpy()
+    if ids.size == 0:
+        raise AnalysisInputError(f"{run.labels} holds no labels")
+    if ids.min() < 0 or labels.min() < 0:
+        raise AnalysisInputError(f"{run.labels} holds negative sample ids or labels")
+    lookup = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
+    lookup[ids] = labels
     return lookup
 
 
 def run_seed(run: RunDir) -> int:
-    return int(tomllib.loads(run.config.read_text()).get("run", {}).get("seed", 0))
+    try:
+        seed = tomllib.loads(run.config.read_text()).get("run", {}).get("seed", 0)
+        return int(seed)
+    except (OSError, ValueError, TypeError, AttributeError) as err:
+        raise AnalysisInputError(f"{run.config} is not a readable experiment config: {err}") from None
+
+
+def check_run_dir(run: RunDir) -> None:
+    if not run.root.is_dir():
+        raise AnalysisInputError(f"{run.root} does not exist or is not a directory")
+    if not run.config.is_file():
+        raise AnalysisInputError(f"{run.root} is not a run directory (it has no config.toml)")
+
+
+def partial_run(run: RunDir) -> dict[str, Any] | None:
+    """How far a run that did not finish got (None for a finished run)."""
+    try:
+        outcome = json.loads(run.outcome.read_text())
+    except (OSError, ValueError):
+        outcome = {"status": "unknown (no label_party/outcome.json: still running, or killed)"}
+    if outcome.get("status") == "ok":
+        return None
+    records = list(read_metrics(run.metrics)) if run.metrics.exists() else []
+    plan = next((r for r in records if r.get("type") == "plan"), {})
+    steps = sum(1 for r in records if r.get("type") == "train")
+    return {"status": outcome.get("status"), "step": outcome.get("step"),
+            "message": outcome.get("message"), "train_steps_done": steps,
+            "train_steps_planned": plan.get("total_train_steps")}
 
 
 def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
@@ -87,6 +127,8 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
     """Analyse the gradient log of `run_dir`; writes attacker/leak.parquet and
     attacker/rows.parquet and returns the summary (also written by the report)."""
     run = RunDir(Path(run_dir))
+    check_run_dir(run)
+    repaired = repair_log(run.attacker / "gradients")
     log = GradientLog(run.attacker / "gradients")
     labels = _labels_by_id(run)
     num_classes = int(labels.max()) + 1 if labels.size else 2
@@ -98,10 +140,11 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
     sample = _RowSample()
     for party in log.parties():
         for batch in log.batches(party):
-            y = labels[batch.sample_ids]
-            if (y < 0).any():
-                raise ValueError(f"party {party} step {batch.step}: sample ids without a label "
-                                 "in the label export")
+            ids = batch.sample_ids
+            y = labels[ids] if ids.size and 0 <= ids.min() and ids.max() < labels.size else None
+            if y is None or (y < 0).any():
+                raise AnalysisInputError(f"party {party} step {batch.step}: sample ids without a "
+                                         "label in the label export (another run's labels?)")
             for column, grads in batch.tensors.items():
                 layer = LAYERS.get(column)
                 if layer is None:
@@ -123,8 +166,15 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
     rows = sample.table()
     if rows.num_rows:
         write_atomically(run.attacker / "rows.parquet", lambda tmp: pq.write_table(rows, tmp))
+    partial = partial_run(run)
+    warnings = [*repaired, *log.warnings]
+    if partial is not None:
+        warnings.insert(0, f"partial run ({partial['status']}"
+                           f"{'' if partial['step'] is None else ' at step ' + str(partial['step'])}): "
+                           f"{partial['train_steps_done']} of {partial['train_steps_planned']} train "
+                           "steps were done; this analyses what was recorded")
     return {"run_id": log.run_id or run.root.name, "seed": seed, "num_classes": num_classes,
-            "warnings": log.warnings, "leak": summarise_leak(per_batch)}
+            "partial": partial, "warnings": warnings, "leak": summarise_leak(per_batch)}
 
 
 LEAK_SCHEMA = pa.schema([

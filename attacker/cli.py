@@ -17,8 +17,10 @@ from splitleak.cli_common import (
     config_or_exit,
     setup_logging,
     tls_dir_or_exit,
+    writable_or_exit,
 )
 from splitleak.config import TopologyConfig
+from splitleak.fileio import describe_os_error
 from splitleak.registry import UnknownPluginError
 from splitleak.rundir import RunDir
 from splitleak.transport import run_async
@@ -45,24 +47,45 @@ def parse_attack(text: str) -> tuple[str, dict[str, Any]]:
     return name, params
 
 
+def hint_counts(text: str) -> list[int]:
+    """--hints: comma-separated positive integers."""
+    try:
+        counts = [int(x) for x in text.split(",")]
+    except ValueError:
+        counts = []
+    if not counts or min(counts) < 1:
+        raise argparse.ArgumentTypeError(f"expected positive integers such as 1,3,5; got {text!r}")
+    return counts
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from attacker.sidecar import serve
+    from attacker.store import RecordError
 
+    if args.out is None and args.resume is None:
+        raise BadInput("attacker serve: give --out RUN_DIR (or --resume RUN_DIR)")
+    out = args.resume or args.out
     cfg = config_or_exit(args.config) if args.config else None
     observe = set(args.party or (cfg.attacker.observe if cfg else [1]))
     topology = cfg.topology if cfg else TopologyConfig(tls=args.tls_dir is not None)
     tls_dir = tls_dir_or_exit(cfg, args.tls_dir) if cfg else args.tls_dir
+    writable_or_exit(RunDir(out).attacker / "gradients")
     try:
-        return run_async(serve(args.out, args.listen, observe, args.run_id or "", topology,
-                               args.port_file, tls_dir))
+        return run_async(serve(out, args.listen, observe, args.run_id or "", topology,
+                               args.port_file, tls_dir, resume=args.resume is not None))
+    except RecordError as err:
+        raise BadInput(f"attacker serve: {err}") from None
+    except OSError as err:
+        raise BadInput(f"attacker serve: {describe_os_error(err)}") from None
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
 
 
 def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
-    from attacker.analysis import analyze, write_summary
+    from attacker.analysis import AnalysisInputError, analyze, write_summary
     from attacker.attacks import build_attack
     from attacker.report import print_leak_table, write_report
+    from attacker.store import LogFormatError
 
     specs = [parse_attack(a) for a in args.attacks] if args.attacks else None
     for name, params in specs or []:
@@ -74,12 +97,21 @@ def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
             raise BadInput(f"--attacks {name}: {err}") from None
     try:
         summary = analyze(args.run_dir, specs, args.hints, args.seed)
+    except AnalysisInputError as err:
+        raise BadInput(f"cannot analyse {args.run_dir}: {err}") from None
     except FileNotFoundError as err:
         console.print(f"[bold red]cannot analyse {args.run_dir}:[/] {err}")
         return EXIT_FAILED
+    except LogFormatError as err:
+        raise BadInput(f"cannot analyse {args.run_dir}: {err}") from None
+    except OSError as err:
+        raise BadInput(f"cannot analyse {args.run_dir}: {describe_os_error(err)}") from None
     run = RunDir(args.run_dir)
-    write_report(run, summary)
-    write_summary(run, summary)
+    try:
+        write_report(run, summary)
+        write_summary(run, summary)
+    except OSError as err:
+        raise BadInput(f"cannot write the report of {args.run_dir}: {describe_os_error(err)}") from None
     print_leak_table(console, summary)
     for warning in summary["warnings"]:
         console.print(f"[yellow]warning:[/] {warning}")
@@ -91,8 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="record the gradients observed passive parties receive")
     s.add_argument("--listen", required=True, help="HOST:PORT (port 0: any free port)")
-    s.add_argument("--out", type=Path, required=True,
-                   help="run directory; the log goes to OUT/attacker/gradients")
+    s.add_argument("--out", type=Path, help="run directory; the log goes to OUT/attacker/gradients")
+    s.add_argument("--resume", type=Path, metavar="RUN_DIR",
+                   help="continue the log of this run directory (a resumed run; replaces --out)")
     s.add_argument("--config", help="experiment TOML (for attacker.observe and limits)")
     s.add_argument("--party", type=int, action="append",
                    help="observed passive party id (repeatable; default: attacker.observe)")
@@ -103,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("run_dir", type=Path)
     a.add_argument("--attacks", nargs="+", metavar="NAME[:K=V,...]",
                    help="attacks to run (default: every attack for the run's task)")
-    a.add_argument("--hints", type=lambda v: [int(x) for x in v.split(",")], default=[1, 3, 5],
+    a.add_argument("--hints", type=hint_counts, default=[1, 3, 5],
                    help="k values of the hint attacks, e.g. 1,3,5 (default)")
     a.add_argument("--seed", type=int, help="analysis seed (default: the run's seed)")
     b = sub.add_parser("bench", help="analysis throughput on a synthetic gradient log")

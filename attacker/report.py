@@ -258,8 +258,14 @@ def _title_md(run: RunDir, summary: dict[str, Any], inputs: _Inputs) -> list[str
     run_seed = inputs.config.get("run", {}).get("seed", "?")
     analysis_seed = summary.get("seed")
     seeds = f"seed {run_seed}" + (f" (analysis seed {analysis_seed})" if analysis_seed != run_seed else "")
-    return [f"# Label-leak report: {summary.get('run_id') or run.root.name}", "",
-            f"{seeds}; config hash `{inputs.config_hash}`; {summary.get('num_classes', '?')} classes", ""]
+    lines = [f"# Label-leak report: {summary.get('run_id') or run.root.name}", "",
+             f"{seeds}; config hash `{inputs.config_hash}`; {summary.get('num_classes', '?')} classes", ""]
+    partial = summary.get("partial")
+    if partial:
+        lines += [f"**Partial run** ({partial['status']}): {partial['train_steps_done']} of "
+                  f"{partial['train_steps_planned']} train steps were done; every number below is "
+                  "for what was recorded.", ""]
+    return lines
 
 
 def _headline_md(summary: dict[str, Any], records: list[dict[str, Any]],

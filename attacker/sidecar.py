@@ -9,14 +9,13 @@ from pathlib import Path
 
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from attacker.servicer import AttackerServicer
+from attacker.servicer import AttackerServicer, add_sidecar
 from attacker.store import GradientStore
 from splitleak.config import TopologyConfig
 from splitleak.fileio import write_atomically
 from splitleak.rundir import RunDir
 from splitleak.tls import ATTACKER
 from splitleak.transport import bind, create_server
-from splitleak.v1 import attacker_pb2_grpc as pb_grpc
 
 log = logging.getLogger("attacker")
 SERVICE_NAME = "splitleak.v1.AttackerSidecar"
@@ -24,12 +23,14 @@ SERVICE_NAME = "splitleak.v1.AttackerSidecar"
 
 async def serve(out: Path, listen: str, observe: set[int], run_id: str,
                 topology: TopologyConfig, port_file: Path | None = None,
-                tls_dir: Path | None = None) -> int:
+                tls_dir: Path | None = None, resume: bool = False) -> int:
+    """Record until every observed party is done; `resume` continues the log already in
+    `out` (each party's tap cuts it back to the resumed step first)."""
     gradients = RunDir(out).attacker / "gradients"
-    store = GradientStore(gradients, run_id)
+    store = GradientStore(gradients, run_id, resume=resume)
     servicer = AttackerServicer(store, observe, run_id or None, tls=tls_dir is not None)
     server = create_server(topology)
-    pb_grpc.add_AttackerSidecarServicer_to_server(servicer, server)
+    add_sidecar(server, servicer, topology.max_message_mb)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     port = bind(server, listen, tls_dir, ATTACKER)
@@ -68,5 +69,9 @@ async def _never_joined(servicer: AttackerServicer, observe: set[int], deadline:
     silent = sorted(observe - servicer.streaming - servicer.finished)
     if not silent:
         await asyncio.Event().wait()  # everyone came: the run decides when we end
-    log.error("passive part%s %s never opened a Record stream within %g s; giving up",
-              "y" if len(silent) == 1 else "ies", ", ".join(map(str, silent)), deadline)
+    for k in silent:
+        if k in servicer.refused:
+            log.error("passive party %d was refused: %s; giving up", k, servicer.refused[k])
+        else:
+            log.error("passive party %d never opened a Record stream within %g s; giving up",
+                      k, deadline)

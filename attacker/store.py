@@ -1,13 +1,18 @@
 """The gradient log: append-only Arrow IPC shards per party plus an atomically written index.
 
 A record batch is flushed to the OS as soon as it is written, so a killed sidecar loses at
-most the record it was writing; the reader detects such a torn tail and keeps the rest.
+most the record it was writing; a shard always ends at a record boundary otherwise (a failed
+write is cut back), so plain pyarrow reads it. A torn tail (a kill in mid-write) is cut back
+when the log is reopened (`--resume`) or repaired for an analysis (`repair_log`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -17,22 +22,29 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from splitleak.fileio import write_atomically
+from splitleak.fileio import NO_SPACE, write_atomically
 
 log = logging.getLogger("attacker")
 INDEX = "index.json"
+LOCK = ".writer.lock"  # held by the process writing the log
 FORMAT = 1
 _SUFFIX = ".arrows"  # Arrow IPC streaming format
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
 
 
 class RecordError(ValueError):
-    """A record that cannot go into the log (wrong party, shape change, bad tensor).
+    """A record that cannot go into the log (wrong party, shape change, bad tensor, no space).
 
     `status` names the gRPC status code the sidecar answers with."""
 
     def __init__(self, message: str, status: str = "INVALID_ARGUMENT") -> None:
         super().__init__(message)
         self.status = status
+
+
+class LogFormatError(ValueError):
+    """A gradient log whose index cannot be read."""
 
 
 def _vectors(rows: np.ndarray) -> pa.FixedSizeListArray:
@@ -43,6 +55,61 @@ def _vectors(rows: np.ndarray) -> pa.FixedSizeListArray:
     return pa.FixedSizeListArray.from_arrays(pa.array(flat), width)
 
 
+@dataclass(frozen=True)
+class _Prefix:
+    """The complete records at the start of a shard (before `before_step`, when given)."""
+
+    end: int  # byte offset just after the last of them
+    records: int
+    rows: int
+    first_step: int | None
+    last_step: int | None
+    schema: pa.Schema | None
+    whole: bool  # the shard holds nothing else (no torn tail, no later record)
+
+
+def _prefix(path: Path, before_step: int | None = None) -> _Prefix:
+    """Walk a shard message by message, stopping at a torn tail or at `before_step`."""
+    end = records = rows = 0
+    first = last = None
+    schema = None
+    whole = False
+    with pa.OSFile(str(path), "rb") as source:
+        reader = pa.ipc.MessageReader.open_stream(source)
+        while True:
+            try:
+                message = reader.read_next_message()
+            except StopIteration:
+                whole = True
+                break
+            except (OSError, pa.ArrowInvalid):
+                break  # torn: the sidecar stopped in the middle of this message
+            if message.type == "schema":
+                schema, end = pa.ipc.read_schema(message), source.tell()
+                continue
+            if schema is None or message.type != "record batch":
+                break
+            batch = pa.ipc.read_record_batch(message, schema)
+            step = int(batch.column(2)[0].as_py()) if batch.num_rows else last
+            if before_step is not None and step is not None and step >= before_step:
+                break
+            end, records, rows = source.tell(), records + 1, rows + batch.num_rows
+            first = step if first is None else first
+            last = step
+    return _Prefix(end, records, rows, first, last, schema, whole)
+
+
+def _cut(path: Path, prefix: _Prefix) -> bool:
+    """Keep only `prefix` of a shard (an empty one is removed); True if it was changed."""
+    if prefix.whole:
+        return False
+    if prefix.records == 0:
+        path.unlink()
+    else:
+        os.truncate(path, prefix.end)
+    return True
+
+
 @dataclass
 class _PartyWriter:
     party_id: int
@@ -51,38 +118,78 @@ class _PartyWriter:
     shapes: dict[str, list[int]]
     schema: pa.Schema
     shards: list[dict[str, Any]] = field(default_factory=list)
-    _sink: Any = None
+    last_step: int | None = None
+    _file: Any = None
     _writer: Any = None
+    _path: Path | None = None
+    _good = 0  # bytes of the open shard up to its last complete record
+
+    @property
+    def records(self) -> int:
+        return sum(s["records"] for s in self.shards)
+
+    @property
+    def rows(self) -> int:
+        return sum(s["rows"] for s in self.shards)
 
     def _open_shard(self) -> None:
-        name = f"party_{self.party_id}/shard-{len(self.shards):06d}{_SUFFIX}"
-        path = self.root / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._sink = pa.OSFile(str(path), "wb")
-        self._writer = pa.ipc.new_stream(self._sink, self.schema)
+        number = int(self.shards[-1]["file"].rsplit("-", 1)[1].split(".")[0]) + 1 if self.shards else 0
+        name = f"party_{self.party_id}/shard-{number:06d}{_SUFFIX}"
+        self._path = self.root / name
+        self._path.parent.mkdir(parents=True, exist_ok=True)
+        # Buffered, and flushed after each record: a short write (a disk filling up) is
+        # retried and then raised, never silently dropped.
+        self._file = self._path.open("wb")
+        self._writer = pa.ipc.new_stream(self._file, self.schema)
+        self._good = 0
         self.shards.append({"file": name, "records": 0, "rows": 0})
 
-    def write(self, batch: pa.RecordBatch) -> None:
-        if self._writer is None or self._sink.tell() >= self.shard_bytes:
+    def write(self, batch: pa.RecordBatch, step: int) -> None:
+        if self._writer is None or self._good >= self.shard_bytes:
             self.close()
             self._open_shard()
-        self._writer.write_batch(batch)
-        self._sink.flush()
+        try:
+            self._writer.write_batch(batch)
+            self._file.flush()
+        except OSError:
+            self._abandon()
+            raise
+        self._good = self._file.tell()
         self.shards[-1]["records"] += 1
         self.shards[-1]["rows"] += batch.num_rows
+        self.last_step = step
+
+    def _abandon(self) -> None:
+        """A write failed (e.g. no space): cut the open shard back to its last complete
+        record, so it stays a readable stream; the next record starts a new shard."""
+        with contextlib.suppress(OSError):  # what is still buffered cannot be written either
+            self._file.close()  # first: the stream writer must not write into the file any more
+        self._writer = None
+        assert self._path is not None
+        os.truncate(self._path, self._good)
+        if self.shards[-1]["records"] == 0:
+            self._path.unlink()
+            self.shards.pop()
+
+    def sync(self) -> None:
+        if self._file is not None:
+            os.fsync(self._file.fileno())
 
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
-            self._sink.close()
-            self._writer = self._sink = None
+            self._file.close()
+            self._writer = self._file = None
 
 
 class GradientStore:
-    """Writes what the sidecar receives; one shard sequence per observed party."""
+    """Writes what the sidecar receives; one shard sequence per observed party.
+
+    `resume`: continue a log already in `root` (its torn tails cut back); otherwise `root`
+    must hold no log, since the log is never overwritten."""
 
     def __init__(self, root: Path, run_id: str, shard_bytes: int = 64 << 20,
-                 index_interval: float = 1.0) -> None:
+                 index_interval: float = 1.0, resume: bool = False) -> None:
         self.root = root
         self.run_id = run_id
         self.shard_bytes = shard_bytes
@@ -90,46 +197,168 @@ class GradientStore:
         self.parties: dict[int, _PartyWriter] = {}
         self._index_written = 0.0
         root.mkdir(parents=True, exist_ok=True)
-        if (root / INDEX).exists() or any(root.glob(f"party_*/*{_SUFFIX}")):
+        self._lock = (root / LOCK).open("a")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RecordError(f"another sidecar is writing the gradient log at {root}",
+                              status="FAILED_PRECONDITION") from None
+        existing = (root / INDEX).exists() or any(root.glob(f"party_*/*{_SUFFIX}"))
+        if existing and not resume:
             raise RecordError(f"{root} already holds a gradient log; give the sidecar an empty "
-                              "directory (the log is append-only and is never overwritten)")
+                              "directory (the log is append-only and is never overwritten), "
+                              "or resume the run with --resume")
+        if existing:
+            self._reopen()
         self.write_index()
 
-    def append(self, party_id: int, epoch: int, step: int, sample_ids: np.ndarray,
-               tensors: dict[str, np.ndarray]) -> int:
-        """Append one received batch; `tensors` maps column name -> [B, *shape] float32."""
+    def _reopen(self) -> None:
+        index = json.loads((self.root / INDEX).read_text()) if (self.root / INDEX).exists() else {}
+        shapes = {int(k): v["shapes"] for k, v in index.get("parties", {}).items()}
+        for directory in sorted(self.root.glob("party_*")):
+            party = int(directory.name.split("_", 1)[1])
+            writer = None
+            for shard in sorted(directory.glob(f"shard-*{_SUFFIX}")):
+                prefix = _prefix(shard)
+                if _cut(shard, prefix):
+                    log.warning("%s: cut back to its %d complete record(s)", shard, prefix.records)
+                if prefix.records == 0 or prefix.schema is None:
+                    continue
+                if writer is None:
+                    names = [f.name for f in prefix.schema][3:]
+                    writer = _PartyWriter(party, self.root, self.shard_bytes,
+                                          shapes.get(party) or {n: [prefix.schema.field(n).type.list_size]
+                                                                for n in names}, prefix.schema)
+                writer.shards.append({"file": f"{directory.name}/{shard.name}",
+                                      "records": prefix.records, "rows": prefix.rows})
+                writer.last_step = prefix.last_step
+            if writer is not None:
+                self.parties[party] = writer
+
+    def _batch(self, party_id: int, epoch: int, step: int, sample_ids: np.ndarray,
+               tensors: dict[str, np.ndarray]) -> tuple[pa.RecordBatch, dict[str, list[int]]]:
         shapes = {name: list(t.shape[1:]) for name, t in tensors.items()}
         writer = self.parties.get(party_id)
-        if writer is None:
-            fields = [pa.field("sample_id", pa.int64()), pa.field("epoch", pa.int32()),
-                      pa.field("step", pa.int64())]
-            fields += [pa.field(name, pa.list_(pa.float32(), int(np.prod(shape))))
-                       for name, shape in shapes.items()]
-            writer = self.parties[party_id] = _PartyWriter(
-                party_id, self.root, self.shard_bytes, shapes, pa.schema(fields))
-        elif shapes != writer.shapes:
+        if writer is not None and shapes != writer.shapes:
             raise RecordError(f"passive party {party_id}, step {step}: tensors {shapes} differ "
                               f"from the shapes recorded so far {writer.shapes}")
+        if writer is not None and writer.last_step is not None and step <= writer.last_step:
+            raise RecordError(f"passive party {party_id}: a record of step {step} after one of "
+                              f"step {writer.last_step} (each train step is logged once, in "
+                              "order; a resumed run rewinds the log first)",
+                              status="FAILED_PRECONDITION")
+        fields = [pa.field("sample_id", pa.int64()), pa.field("epoch", pa.int32()),
+                  pa.field("step", pa.int64())]
+        fields += [pa.field(name, pa.list_(pa.float32(), int(np.prod(shape))))
+                   for name, shape in shapes.items()]
+        schema = writer.schema if writer is not None else pa.schema(fields)
         rows = sample_ids.shape[0]
         columns = [pa.array(sample_ids, pa.int64()), pa.array(np.full(rows, epoch, np.int32)),
                    pa.array(np.full(rows, step, np.int64))]
         columns += [_vectors(tensors[name]) for name in shapes]
-        writer.write(pa.RecordBatch.from_arrays(columns, schema=writer.schema))
+        return pa.RecordBatch.from_arrays(columns, schema=schema), shapes
+
+    def append(self, party_id: int, epoch: int, step: int, sample_ids: np.ndarray,
+               tensors: dict[str, np.ndarray]) -> int:
+        """Append one received batch; `tensors` maps column name -> [B, *shape] float32."""
+        if not 0 <= epoch <= INT32_MAX or not 0 <= step <= INT64_MAX:
+            raise RecordError(f"passive party {party_id}: epoch {epoch} / step {step} is out of "
+                              f"the logged range (epoch 0..{INT32_MAX}, step 0..{INT64_MAX})")
+        # Everything is checked and built before a party's first record fixes its schema.
+        batch, shapes = self._batch(party_id, epoch, step, sample_ids, tensors)
+        writer = self.parties.get(party_id)
+        if writer is None:
+            writer = _PartyWriter(party_id, self.root, self.shard_bytes, shapes, batch.schema)
+        try:
+            writer.write(batch, step)
+        except OSError as err:
+            self.write_index()
+            status = "RESOURCE_EXHAUSTED" if err.errno in NO_SPACE else "INTERNAL"
+            kept = f"up to step {writer.last_step}" if writer.last_step is not None else "empty"
+            raise RecordError(f"the gradient log at {self.root} cannot grow: "
+                              f"{err.strerror or err}; it is intact ({kept}) and the sidecar "
+                              "refuses records until it has room", status=status) from None
+        self.parties[party_id] = writer
         if time.monotonic() - self._index_written > self.index_interval:
             self.write_index()
-        return rows
+        return sample_ids.shape[0]
+
+    def last_step(self, party_id: int) -> int | None:
+        writer = self.parties.get(party_id)
+        return writer.last_step if writer else None
+
+    def counts(self, party_id: int) -> tuple[int, int]:
+        """(records, rows) of a party's log."""
+        writer = self.parties.get(party_id)
+        return (writer.records, writer.rows) if writer else (0, 0)
+
+    def sync(self, party_id: int) -> None:
+        """Make every record of a party survive a machine crash (a checkpoint)."""
+        writer = self.parties.get(party_id)
+        if writer is not None:
+            writer.sync()
+        self.write_index()
+
+    def rewind(self, party_id: int, step: int) -> None:
+        """Cut a party's log back to its records of train steps < `step` (a resumed run)."""
+        writer = self.parties.get(party_id)
+        if writer is None:
+            return
+        writer.close()
+        kept: list[dict[str, Any]] = []
+        cut = False
+        for shard in writer.shards:
+            path = self.root / shard["file"]
+            if cut:
+                path.unlink(missing_ok=True)
+                continue
+            prefix = _prefix(path, before_step=step)
+            if _cut(path, prefix) and not prefix.whole:
+                cut = True
+            if prefix.records:
+                kept.append({**shard, "records": prefix.records, "rows": prefix.rows})
+                writer.last_step = prefix.last_step
+        writer.shards = kept
+        if not kept:
+            del self.parties[party_id]
+        self.write_index()
 
     def write_index(self) -> None:
         index = {"format": FORMAT, "run_id": self.run_id, "parties": {
             str(k): {"shapes": w.shapes, "shards": w.shards} for k, w in self.parties.items()}}
         text = json.dumps(index, indent=1)
-        write_atomically(self.root / INDEX, lambda tmp: tmp.write_text(text))
+        try:
+            write_atomically(self.root / INDEX, lambda tmp: tmp.write_text(text))
+        except OSError as err:  # the index is a convenience: readers also scan the shards
+            log.warning("gradient log index not updated: %s", err)
         self._index_written = time.monotonic()
 
     def close(self) -> None:
         for writer in self.parties.values():
             writer.close()
         self.write_index()
+        self._lock.close()
+
+
+def repair_log(root: Path) -> list[str]:
+    """Cut torn shard tails back to their last complete record, unless a live sidecar is
+    still writing the log; returns what was done (or why not)."""
+    lock_path = root / LOCK
+    if not root.is_dir():
+        return []
+    with lock_path.open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return [f"{root} is still being written by a sidecar; its torn tails (if any) were "
+                    "not repaired"]
+        done = []
+        for shard in sorted(root.glob(f"party_*/shard-*{_SUFFIX}")):
+            prefix = _prefix(shard)
+            if _cut(shard, prefix):
+                done.append(f"{shard}: cut back to its {prefix.records} complete record(s) (the "
+                            "sidecar stopped mid-write)")
+        return done
 
 
 @dataclass(frozen=True)
@@ -151,9 +380,12 @@ class GradientLog:
         index_path = root / INDEX
         if not index_path.exists():
             raise FileNotFoundError(f"no gradient log at {root} (missing {INDEX})")
-        self.index = json.loads(index_path.read_text())
-        if self.index.get("format") != FORMAT:
-            raise ValueError(f"{index_path}: unsupported log format {self.index.get('format')}")
+        try:
+            self.index = json.loads(index_path.read_text())
+        except ValueError as err:
+            raise LogFormatError(f"{index_path} is not a gradient log index: {err}") from None
+        if not isinstance(self.index, dict) or self.index.get("format") != FORMAT:
+            raise LogFormatError(f"{index_path}: not a gradient log index of format {FORMAT}")
         self.warnings: list[str] = []
 
     @property

@@ -3,52 +3,88 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
 
 from label_party.server import serve
 from label_party.validate import check_chain
+from splitleak.checkpoint import CheckpointError, Manifest, resume_point
 from splitleak.cli_common import (
     EXIT_INTERRUPTED,
     BadInput,
     config_or_exit,
     setup_logging,
     tls_dir_or_exit,
+    warn_config,
+    writable_or_exit,
 )
-from splitleak.config import ConfigError
+from splitleak.config import ConfigError, ExperimentConfig
+from splitleak.datasets import DatasetError
+from splitleak.fileio import describe_os_error
 from splitleak.rundir import RunDir, create_run_dir, write_config
 from splitleak.transport import run_async
 from splitleak.validation import check_core
+
+log = logging.getLogger("label_party")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="label-party", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="serve one training run")
-    s.add_argument("--config", required=True, help="experiment TOML file")
+    s.add_argument("--config", help="experiment TOML file (with --resume: default the run's own)")
     s.add_argument("--listen", help="HOST:PORT (default: topology.label_party_address)")
     s.add_argument("--run-dir", type=Path, help="run directory (default: a new one under "
                    "run.output_dir)")
+    s.add_argument("--resume", type=Path, metavar="RUN_DIR",
+                   help="continue this run from its newest complete checkpoint")
     s.add_argument("--port-file", type=Path, help="write the bound HOST:PORT here once serving")
     s.add_argument("--tls-dir", type=Path, help="TLS identities (ca.pem, label-party.pem/.key)")
     s.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     setup_logging("label-party", args.verbose)
-    cfg = config_or_exit(args.config)
+    if args.config is None and args.resume is None:
+        raise BadInput("label-party serve: give --config FILE (or --resume RUN_DIR)")
+    cfg = config_or_exit(args.config or args.resume / "config.toml")
     tls_dir = tls_dir_or_exit(cfg, args.tls_dir)
     try:
-        check_core(cfg)
+        schema = check_core(cfg)
         check_chain(cfg)
     except ConfigError as err:
         raise BadInput(str(err)) from None
-    if args.run_dir is None:
-        run = create_run_dir(cfg)
+    warn_config(cfg, schema)
+    manifest: Manifest | None = None
+    if args.resume is not None:
+        run = RunDir(args.resume)
+        try:
+            manifest = resume_point(run.root, cfg)
+        except CheckpointError as err:
+            raise BadInput(f"--resume: {err}") from None
+        writable_or_exit(run.label_party)
     else:
-        run = RunDir(args.run_dir)
-        run.root.mkdir(parents=True, exist_ok=True)
-        if not run.config.exists():
-            write_config(cfg, run)
+        run = prepare_run_dir(cfg, args.run_dir)
     try:
         return run_async(serve(cfg, run, args.listen or cfg.topology.label_party_address,
-                               args.port_file, tls_dir))
+                               args.port_file, tls_dir, args.resume is not None, manifest))
+    except OSError as err:
+        raise BadInput(f"label party: {describe_os_error(err)}") from None
+    except CheckpointError as err:
+        raise BadInput(f"--resume: {err}") from None
+    except DatasetError as err:
+        raise BadInput(f"label party: DatasetError: {err}") from None
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+
+
+def prepare_run_dir(cfg: ExperimentConfig, run_dir: Path | None) -> RunDir:
+    """A new run directory, or the given one (its config written if it has none yet)."""
+    try:
+        if run_dir is None:
+            return create_run_dir(cfg)
+        run = RunDir(run_dir)
+        writable_or_exit(run.root)
+        if not run.config.exists():
+            write_config(cfg, run)
+        return run
+    except OSError as err:
+        raise BadInput(f"label party: {describe_os_error(err)}") from None

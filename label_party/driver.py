@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import torch
 
 from label_party.schedule import Batch, Phase
 from label_party.trainer import LabelPartyTrainer
+from splitleak.checkpoint import Position
 
 
 class Exchange(Protocol):
@@ -25,7 +27,30 @@ class Exchange(Protocol):
         """Deliver the last gradients and tell every party that training is over."""
 
 
+class Checkpoints(Protocol):
+    """Coordinated checkpoints at boundaries of the schedule (label_party/checkpoints.py)."""
+
+    def due(self, position: Position, batch: Batch) -> bool:
+        """Take a checkpoint before `batch`? (periodic, or the run is being interrupted)"""
+
+    async def take(self, position: Position, gradients: dict[int, torch.Tensor] | None,
+                   gradient_batch: Batch | None) -> None:
+        """Deliver the pending gradients, have every party checkpoint, write the manifest."""
+
+
 Compute = Callable[..., Awaitable[Any]]
+
+
+@dataclass
+class Progress:
+    """Where the loop is; read by whoever must describe or checkpoint a run that stopped."""
+
+    start: Position = Position(0, 0)  # a resumed run skips the batches before this
+    boundary: Position = Position(0, 0)  # the last boundary passed (train batch or eval pass)
+    batch: Batch | None = None  # the batch in flight
+    # The trainer still holds its state of `boundary` (nothing trained since): a checkpoint
+    # at `boundary` can be taken after a failure.
+    intact: bool = True
 
 
 async def call_inline(fn: Callable[..., Any], *args: Any) -> Any:
@@ -33,14 +58,31 @@ async def call_inline(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 async def drive(trainer: LabelPartyTrainer, batches: Iterable[Batch], exchange: Exchange,
-                sink: Callable[[dict], None], compute: Compute = call_inline) -> None:
-    """Run the schedule: one exchange per batch, gradients piggy-backed on the next batch."""
+                sink: Callable[[dict], None], compute: Compute = call_inline,
+                checkpoints: Checkpoints | None = None, progress: Progress | None = None) -> None:
+    """Run the schedule: one exchange per batch, gradients piggy-backed on the next batch.
+
+    A boundary is a train batch or the first batch of an evaluation pass; a checkpoint is only
+    taken there, so it never holds half an evaluation."""
+    progress = progress or Progress()
     started = time.monotonic()
     pending: dict[int, torch.Tensor] | None = None
     pending_batch: Batch | None = None
-    for batch in batches:
+    previous: Phase | None = None
+    for index, batch in enumerate(batches):
+        if index < progress.start.batches:
+            previous = batch.phase
+            continue  # done before the checkpoint this run resumes from
+        if batch.phase is Phase.TRAIN or previous is not Phase.EVAL:
+            progress.boundary, progress.intact = Position(batch.step, index), True
+            if checkpoints is not None and checkpoints.due(progress.boundary, batch):
+                await checkpoints.take(progress.boundary, pending, pending_batch)
+                pending, pending_batch = None, None
+        previous = batch.phase
+        progress.batch = batch
         activations = await exchange.exchange(pending, pending_batch, batch)
         if batch.phase is Phase.TRAIN:
+            progress.intact = False
             pending, record = await compute(trainer.train_step, batch, activations)
             pending_batch = batch
         else:
@@ -49,4 +91,5 @@ async def drive(trainer: LabelPartyTrainer, batches: Iterable[Batch], exchange: 
         if record is not None:
             record["wall"] = round(time.monotonic() - started, 6)  # seconds since the first batch
             sink(record)
+    progress.batch = None
     await exchange.finish(pending, pending_batch)

@@ -24,9 +24,9 @@ def write_labels(run: RunDir, data: LabelPartyData) -> None:
     write_atomically(run.labels, lambda tmp: pq.write_table(table, tmp))
 
 
-def write_outputs(run: RunDir, trainer: LabelPartyTrainer, data: LabelPartyData) -> None:
-    write_labels(run, data)
-    write_atomically(run.top_model, lambda tmp: torch.save(trainer.state_dict(), tmp))
+def write_outputs(run: RunDir, trainer: LabelPartyTrainer) -> None:
+    """What training leaves (the labels were written when it started)."""
+    write_atomically(run.top_model, lambda tmp: torch.save(trainer.model_state(), tmp))
 
 
 def write_outcome(run: RunDir, outcome: dict[str, Any]) -> None:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -13,33 +15,84 @@ import grpc
 import torch
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from label_party.driver import drive
-from label_party.outputs import write_outcome, write_outputs
+from label_party.checkpoints import Interrupted, RunCheckpoints, restore
+from label_party.driver import Progress, drive
+from label_party.exchange import NetworkExchange
+from label_party.outputs import write_labels, write_outcome, write_outputs
 from label_party.schedule import schedule
-from label_party.servicer import LabelPartyServicer
-from label_party.session import NetworkExchange, Session, SessionError
+from label_party.servicer import add_label_party
+from label_party.session import Session, SessionError
 from label_party.setup import LabelPartyData, load_label_party_data, plan_record
-from label_party.trainer import LabelPartyTrainer
+from label_party.trainer import LabelPartyTrainer, NonFiniteStep
+from splitleak.checkpoint import CheckpointError, Manifest, Position, latest, step_dir
+from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED
 from splitleak.config import ExperimentConfig
-from splitleak.fileio import write_atomically
+from splitleak.fileio import describe_os_error, write_atomically
 from splitleak.metrics_log import MetricsWriter
 from splitleak.rundir import RunDir
 from splitleak.tls import LABEL_PARTY
 from splitleak.transport import bind, create_server
-from splitleak.v1 import split_learning_pb2_grpc as pb_grpc
 
 log = logging.getLogger("label_party")
 SERVICE_NAME = "splitleak.v1.LabelParty"
 
 
 async def serve(cfg: ExperimentConfig, run: RunDir, listen: str,
-                port_file: Path | None = None, tls_dir: Path | None = None) -> int:
-    """Serve one run; returns the process exit code (0: trained, 1: the run failed)."""
+                port_file: Path | None = None, tls_dir: Path | None = None,
+                resuming: bool = False, manifest: Manifest | None = None) -> int:
+    """Serve one run (or resume it from `manifest`, or from step 0 in the same directory);
+    returns the process exit code (0 trained, 1 failed, 2 run directory unusable, 130 stopped)."""
     torch.set_num_threads(cfg.run.torch_threads)
+    serving = await start(cfg, run, listen, tls_dir, resuming, manifest)
+    if port_file is not None:
+        write_atomically(port_file, lambda tmp: tmp.write_text(f"{serving.address}\n"))
+    outcome = await serving.until_done(handle_signals=True)
+    if outcome["status"] == "ok":
+        return 0
+    log.error("run %s: %s", outcome["status"], outcome["message"])
+    if outcome["status"] == "interrupted":
+        return EXIT_INTERRUPTED
+    return EXIT_BAD_INPUT if outcome.get("output_error") else EXIT_FAILED
+
+
+@dataclass
+class Serving:
+    """A started label party: its server, and the run it serves."""
+
+    server: grpc.aio.Server
+    health: health.aio.HealthServicer
+    labelled: LabelPartyRun
+    address: str
+
+    async def until_done(self, handle_signals: bool = False) -> dict[str, Any]:
+        """Run to the end, write the outcome, stop serving; returns the outcome."""
+        labelled = self.labelled
+        outcome = await labelled.until_done(handle_signals)
+        labelled.writer.close()
+        try:
+            write_outcome(labelled.run, outcome)
+        except OSError as err:
+            log.error("%s", describe_os_error(err))
+        await self.health.enter_graceful_shutdown()
+        await self.server.stop(grace=3.0 if outcome["status"] == "ok" else 1.0)
+        return outcome
+
+
+async def start(cfg: ExperimentConfig, run: RunDir, listen: str, tls_dir: Path | None = None,
+                resuming: bool = False, manifest: Manifest | None = None) -> Serving:
+    """Load the labels, write them, and start serving the run's session."""
     data = load_label_party_data(cfg)
-    session = Session(cfg, data, run.root.name)
+    if resuming:
+        run.outcome.unlink(missing_ok=True)  # the interrupted attempt's; this one writes anew
+    write_labels(run, data)  # the ground truth is there for the analysis even if the run fails
+    keep = manifest.metrics_records if manifest else (0 if resuming else None)
+    writer = MetricsWriter(run.metrics, keep)
+    if manifest is not None and writer.records != manifest.metrics_records:
+        raise CheckpointError(f"{run.metrics} holds {writer.records} records but the checkpoint "
+                              f"of step {manifest.step} counts {manifest.metrics_records}")
+    session = Session(cfg, data, run.root.name, manifest, resuming)
     server = create_server(cfg.topology)
-    pb_grpc.add_LabelPartyServicer_to_server(LabelPartyServicer(session), server)
+    add_label_party(server, session)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     port = bind(server, listen, tls_dir, LABEL_PARTY)
@@ -48,58 +101,133 @@ async def serve(cfg: ExperimentConfig, run: RunDir, listen: str,
     await health_servicer.set(SERVICE_NAME, serving)
     await health_servicer.set("", serving)
     host = listen.rsplit(":", 1)[0]
-    log.info("label party listening on %s:%d (run %s)", host, port, run.root.name)
-    if port_file is not None:
-        write_atomically(port_file, lambda tmp: tmp.write_text(f"{host}:{port}\n"))
-    writer = MetricsWriter(run.metrics)
-    outcome = await _run(cfg, run, session, data, writer)
-    writer.close()
-    write_outcome(run, outcome)
-    await health_servicer.enter_graceful_shutdown()
-    await server.stop(grace=3.0)
-    if outcome["status"] != "ok":
-        log.error("run failed: %s", outcome["message"])
-        return 1
-    return 0
+    log.info("label party listening on %s:%d (run %s%s)", host, port, run.root.name,
+             f", resuming at step {manifest.step}" if manifest else ", resuming at step 0"
+             if resuming else "")
+    labelled = LabelPartyRun(cfg, run, session, data, writer,
+                             Progress(start=manifest.position if manifest else Position(0, 0)))
+    return Serving(server, health_servicer, labelled, f"{host}:{port}")
 
 
-async def _run(cfg: ExperimentConfig, run: RunDir, session: Session, data: LabelPartyData,
-               writer: MetricsWriter) -> dict[str, Any]:
-    started = time.monotonic()
-    executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="label-party-compute")
-    loop = asyncio.get_running_loop()
+class LabelPartyRun:
+    """The run's life: wait for the parties, train, and end with an outcome in every case."""
 
-    def compute(fn: Any, *args: Any) -> Any:
-        return loop.run_in_executor(executor, fn, *args)
+    def __init__(self, cfg: ExperimentConfig, run: RunDir, session: Session, data: LabelPartyData,
+                 writer: MetricsWriter, progress: Progress) -> None:
+        self.cfg, self.run, self.session, self.data = cfg, run, session, data
+        self.writer = writer
+        self.progress = progress
+        self.checkpoints: RunCheckpoints | None = None
+        self.signals = 0
+        self.task: asyncio.Task | None = None
+        self.started = time.monotonic()
 
-    writer.write(plan_record(data, len(session.party_ids), cfg.run.seed))
-    exchange: NetworkExchange | None = None
-    try:
-        await session.wait_for_parties()
-        trainer = await compute(LabelPartyTrainer, cfg, data.labels, data.num_classes,
-                                session.embedding_shapes(), data.own_inputs, data.train_ids)
-        exchange = NetworkExchange(session)
-        batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed)
-        await drive(trainer, batches, exchange, writer.write, compute)
-        await compute(write_outputs, run, trainer, data)
-        await session.wait_closed(timeout=cfg.topology.step_deadline_s)
-        return {"status": "ok", "seconds": time.monotonic() - started,
-                "train_steps": data.plan.total_train_steps,
-                "bytes_sent": exchange.bytes_sent, "bytes_received": exchange.bytes_received,
-                "embedding_shapes": {k: list(v) for k, v in session.embedding_shapes().items()},
-                "defenses": trainer.defense_summary(),
-                "objective": trainer.objective_summary()}
-    except SessionError as err:
-        session.abort(err)
-        await session.wait_closed(timeout=2.0)
-        return {"status": "failed", "code": err.code.name, "party": err.party_id,
-                "message": err.message, "seconds": time.monotonic() - started}
-    except Exception as err:  # noqa: BLE001 - a bug here must still end every party's stream
-        log.exception("label party failed")
-        message = f"label party internal error: {type(err).__name__}: {err}"
-        session.abort(SessionError(grpc.StatusCode.INTERNAL, message))
-        await session.wait_closed(timeout=2.0)
-        return {"status": "failed", "code": "INTERNAL", "party": None, "message": message,
-                "seconds": time.monotonic() - started}
-    finally:
-        executor.shutdown(wait=False, cancel_futures=True)
+    async def until_done(self, handle_signals: bool = True) -> dict[str, Any]:
+        """The outcome; with `handle_signals`, SIGTERM / SIGINT interrupt the run cleanly."""
+        loop = asyncio.get_running_loop()
+        signals = (signal.SIGTERM, signal.SIGINT) if handle_signals else ()
+        for sig in signals:
+            loop.add_signal_handler(sig, self.interrupt)
+        self.task = asyncio.ensure_future(self._run())
+        if self.signals:  # stopped before it began
+            self.task.cancel()
+        try:
+            return await self.task
+        except asyncio.CancelledError:
+            self.session.abort(SessionError(grpc.StatusCode.ABORTED, "the label party was stopped"))
+            await self.session.wait_closed(timeout=2.0)
+            return self._ended("interrupted", "the label party was stopped before a checkpoint")
+        finally:
+            for sig in signals:
+                loop.remove_signal_handler(sig)
+
+    def interrupt(self) -> None:
+        """First signal: stop at the next boundary, after a checkpoint; second: stop now."""
+        self.signals += 1
+        if self.checkpoints is not None and self.signals == 1:
+            log.warning("interrupted: stopping at the next step boundary, after a checkpoint "
+                        "(signal again to stop at once)")
+            self.checkpoints.interrupt_requested = True
+        elif self.task is not None:
+            self.task.cancel()
+
+    async def _run(self) -> dict[str, Any]:
+        executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="label-party-compute")
+        loop = asyncio.get_running_loop()
+
+        def compute(fn: Any, *args: Any) -> Any:
+            return loop.run_in_executor(executor, fn, *args)
+
+        cfg, session, data = self.cfg, self.session, self.data
+        if self.writer.records == 0:
+            self.writer.write(plan_record(data, len(session.party_ids), cfg.run.seed))
+        exchange: NetworkExchange | None = None
+        try:
+            await session.wait_for_parties()
+            trainer = await compute(LabelPartyTrainer, cfg, data.labels, data.num_classes,
+                                    session.embedding_shapes(), data.own_inputs, data.train_ids)
+            if session.resume is not None:
+                await compute(restore, trainer, self.run, session.resume)
+            exchange = NetworkExchange(session)
+            self.checkpoints = RunCheckpoints(cfg, self.run, exchange, trainer, self.writer,
+                                              compute, self.progress)
+            batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed)
+            await drive(trainer, batches, exchange, self.writer.write, compute, self.checkpoints,
+                        self.progress)
+            await compute(write_outputs, self.run, trainer)
+            await session.wait_closed(timeout=cfg.topology.step_deadline_s)
+            return {**self._ended("ok"), "train_steps": data.plan.total_train_steps,
+                    "resumed_from": (session.resume.step if session.resume else 0)
+                    if session.resumed else None,
+                    "bytes_sent": exchange.bytes_sent, "bytes_received": exchange.bytes_received,
+                    "embedding_shapes": {k: list(v) for k, v in session.embedding_shapes().items()},
+                    "defenses": trainer.defense_summary(),
+                    "objective": trainer.objective_summary()}
+        except Interrupted as stop:
+            message = (f"the run was interrupted at step {self.progress.boundary.step}; resume it "
+                       f"with --resume {self.run.root}")
+            session.abort(SessionError(grpc.StatusCode.ABORTED, message))
+            await session.wait_closed(timeout=2.0)
+            return self._ended("interrupted", message, step=stop.position.step if stop.position
+                               else None)
+        except SessionError as err:
+            return await self._failed(err)
+        except NonFiniteStep as err:
+            return await self._failed(SessionError(grpc.StatusCode.INVALID_ARGUMENT, str(err),
+                                                   err.party_id))
+        except (OSError, CheckpointError) as err:
+            message = (describe_os_error(err) if isinstance(err, OSError) else str(err))
+            log.error("the label party cannot go on: %s", message)
+            error = SessionError(grpc.StatusCode.RESOURCE_EXHAUSTED if isinstance(err, OSError)
+                                 else grpc.StatusCode.FAILED_PRECONDITION,
+                                 f"the label party cannot write its run directory: {message}")
+            outcome = await self._failed(error)
+            return {**outcome, "output_error": isinstance(err, OSError)}
+        except Exception as err:  # noqa: BLE001 - a bug here must still end every party's stream
+            log.exception("label party failed")
+            return await self._failed(SessionError(
+                grpc.StatusCode.INTERNAL, f"label party internal error: {type(err).__name__}: {err}"))
+        finally:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _failed(self, error: SessionError) -> dict[str, Any]:
+        """Checkpoint what can be (every party still there), then end every stream."""
+        if self.checkpoints is not None:
+            await self.checkpoints.after_failure(error, self.session.all_connected)
+        self.session.abort(error)
+        await self.session.wait_closed(timeout=2.0)
+        batch = self.progress.batch
+        return self._ended("failed", error.message, code=error.code.name, party=error.party_id,
+                           culprit=error.culprit,
+                           step=batch.step if batch is not None else self.progress.boundary.step)
+
+    def _ended(self, status: str, message: str | None = None, **fields: Any) -> dict[str, Any]:
+        newest = latest(self.run.root)
+        outcome: dict[str, Any] = {"status": status, "seconds": time.monotonic() - self.started}
+        if message is not None:
+            outcome["message"] = message
+        outcome.update(fields)
+        if status != "ok":
+            outcome["checkpoint"] = step_dir(self.run.root, newest.position).name if newest else None
+            outcome["checkpoint_step"] = newest.step if newest else None
+        return outcome

@@ -7,16 +7,22 @@ from collections.abc import AsyncIterator
 
 import grpc
 
-from label_party.session import PartyGone, Session, SessionError
+from label_party.session import PartyGone, PartyStream, Session, SessionError
 from splitleak.tls import peer_identity
 from splitleak.transport import PARTY_ID_KEY, SESSION_KEY
 from splitleak.v1 import split_learning_pb2 as pb
 from splitleak.v1 import split_learning_pb2_grpc as pb_grpc
+from splitleak.wire import Malformed, add_service
 
 
 async def _abort(context: grpc.aio.ServicerContext, error: SessionError) -> None:
     """The one place where a domain error becomes a gRPC status."""
     await context.abort(error.code, error.message)
+
+
+def add_label_party(server: grpc.aio.Server, session: Session) -> None:
+    add_service(server, pb_grpc.add_LabelPartyServicer_to_server, LabelPartyServicer(session),
+                session.cfg.topology.max_message_mb)
 
 
 class LabelPartyServicer(pb_grpc.LabelPartyServicer):
@@ -31,7 +37,7 @@ class LabelPartyServicer(pb_grpc.LabelPartyServicer):
             await _abort(context, err)
             raise  # unreachable: abort raises
 
-    async def Train(self, request_iterator: AsyncIterator[pb.PartyMessage],  # noqa: N802
+    async def Train(self, request_iterator: AsyncIterator[pb.PartyMessage | Malformed],  # noqa: N802
                     context: grpc.aio.ServicerContext) -> AsyncIterator[pb.LabelPartyMessage]:
         metadata = dict(context.invocation_metadata() or ())
         try:
@@ -40,28 +46,33 @@ class LabelPartyServicer(pb_grpc.LabelPartyServicer):
         except SessionError as err:
             await _abort(context, err)
             return
-        pump = asyncio.create_task(_pump(request_iterator, stream.inbound))
+        pump = asyncio.create_task(_pump(request_iterator, stream))
         try:
             while (item := await stream.outbound.get()) is not None:
                 if isinstance(item, SessionError):
                     await _abort(context, item)
                 yield item
         except asyncio.CancelledError:
-            stream.inbound.put_nowait(PartyGone("dropped its connection"))
+            stream.gone(PartyGone("dropped its connection"))
             raise
         finally:
             pump.cancel()
             stream.closed.set()
 
 
-async def _pump(requests: AsyncIterator[pb.PartyMessage], inbound: asyncio.Queue) -> None:
-    """Move a party's messages onto its inbound queue; mark how the stream ended."""
+async def _pump(requests: AsyncIterator[pb.PartyMessage | Malformed], stream: PartyStream) -> None:
+    """Move a party's answers onto its bounded inbound queue; refuse what was not asked for;
+    mark how the stream ended."""
     try:
         async for message in requests:
-            inbound.put_nowait(message)
+            refusal = stream.admit(message)
+            if refusal is not None:
+                stream.refuse(refusal)  # a refused message, or the party's own failure report
+                return
+            await stream.inbound.put(message)
     except asyncio.CancelledError:
         raise
     except Exception as err:  # noqa: BLE001 - any transport failure ends this party
-        inbound.put_nowait(PartyGone(f"lost its connection ({type(err).__name__}: {err})"))
+        stream.gone(PartyGone(f"lost its connection ({type(err).__name__}: {err})"))
         return
-    inbound.put_nowait(PartyGone("closed its stream"))
+    stream.gone(PartyGone("closed its stream"))

@@ -1,71 +1,167 @@
-"""One training run as the label party sees it: who joined, their streams, the step barrier."""
+"""One training run as the label party sees it: who joined (or was refused), their streams."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 import secrets
-import time
 from dataclasses import dataclass, field
 
 import grpc
-import torch
 
-from label_party.schedule import Batch, Phase
 from label_party.setup import LabelPartyData
-from splitleak.codec import CodecError, decode_tensor, encode_ids, encode_tensor
+from splitleak.checkpoint import Manifest, party_file_name
 from splitleak.config import PROTOCOL_VERSION, ExperimentConfig
 from splitleak.tls import passive_identity
 from splitleak.v1 import split_learning_pb2 as pb
+from splitleak.validation import expected_embedding_shapes
+from splitleak.wire import Malformed, clip, echo
+
+log = logging.getLogger("label_party")
+# A party id in metadata: a few ASCII digits (anything longer is not an id of this run).
+_PARTY_ID = re.compile(r"[0-9]{1,6}")
+INBOUND_LIMIT = 2  # per stream: the one message asked for, and how the stream ended
 
 
 class SessionError(Exception):
-    """A request the session refuses; carries the gRPC status code to answer with."""
+    """A request the session refuses, or why the run failed; carries the gRPC status code.
 
-    def __init__(self, code: grpc.StatusCode, message: str, party_id: int | None = None) -> None:
+    `culprit` names what broke the run when it is not the party itself (e.g. the attacker
+    sidecar a passive party reported as failed)."""
+
+    def __init__(self, code: grpc.StatusCode, message: str, party_id: int | None = None,
+                 culprit: str | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.party_id = party_id
+        self.culprit = culprit or (f"passive party {party_id}" if party_id else "label party")
 
 
 @dataclass(frozen=True)
 class PartyGone:
-    """Put on a party's inbound queue when its stream ends or breaks."""
+    """Put on a party's inbound queue when its stream ends, breaks, or is refused."""
 
     reason: str
+    error: SessionError | None = None  # a refusal: the run fails with exactly this
 
 
 @dataclass
 class PartyStream:
+    """One party's Train stream. The party may only answer what it was asked: every message
+    the label party sends that expects an answer grants one credit, every message the party
+    sends spends one; a message without credit is refused, never buffered."""
+
     party_id: int
-    inbound: asyncio.Queue = field(default_factory=asyncio.Queue)  # PartyMessage | PartyGone
+    inbound: asyncio.Queue = field(default_factory=lambda: asyncio.Queue(INBOUND_LIMIT))
     outbound: asyncio.Queue = field(default_factory=asyncio.Queue)  # message | SessionError | None
     closed: asyncio.Event = field(default_factory=asyncio.Event)
+    credits: int = 0
+    asked: bool = False
+    ended: bool = False  # the stream broke, closed, or was refused
+    why: PartyGone | None = None
+    on_end: asyncio.Event | None = None  # the session's: some stream ended
+
+    def ask(self, message: pb.LabelPartyMessage) -> None:
+        """Send a message the party must answer."""
+        self.credits += 1
+        self.asked = True
+        self.outbound.put_nowait(message)
+
+    def admit(self, message: pb.PartyMessage | Malformed) -> SessionError | None:
+        """Why this inbound message is refused, or None (and its credit is spent)."""
+        k = self.party_id
+        if isinstance(message, Malformed):
+            return SessionError(message.code, f"passive party {k} sent a {message.describe()}", k)
+        if message.HasField("failure"):
+            return self._reported(message.failure)  # a party may always say why it stops
+        if self.credits == 0:
+            if not self.asked:
+                return SessionError(grpc.StatusCode.FAILED_PRECONDITION,
+                                    f"passive party {k} sent a message before it was asked for "
+                                    "one (the label party asks with each batch)", k)
+            return SessionError(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"passive party {k} sent more messages than it was asked for "
+                                "(one answer per batch; nothing is buffered)", k)
+        self.credits -= 1
+        return None
+
+    def _reported(self, failure: pb.PartyFailure) -> SessionError:
+        """The run fails with what the party says broke it (e.g. its attacker sidecar)."""
+        k = self.party_id
+        itself = f"passive party {k}"
+        component = clip(failure.component, 40) or itself
+        what = f"{itself} stopped" if component == itself else (
+            f"{component} failed (reported by {itself})")
+        return SessionError(grpc.StatusCode.ABORTED, f"{what}: {clip(failure.message, 500)}", k,
+                            culprit=component)
+
+    def refuse(self, error: SessionError) -> None:
+        """End this party's stream with `error`, and let the run fail with it."""
+        log.warning("ending passive party %d's stream: %s [%s]", self.party_id, error.message,
+                    error.code.name)
+        self.outbound.put_nowait(error)
+        self.gone(PartyGone(error.message, error))
+
+    def gone(self, why: PartyGone) -> None:
+        self.ended = True
+        self.why = self.why or why
+        if self.on_end is not None:
+            self.on_end.set()
+        try:
+            self.inbound.put_nowait(why)
+        except asyncio.QueueFull:
+            pass  # an earlier message already waits; the stream's end will be seen after it
 
 
 class Session:
     """Admits the N passive parties, then lends their streams to the step loop."""
 
-    def __init__(self, cfg: ExperimentConfig, data: LabelPartyData, run_id: str) -> None:
+    def __init__(self, cfg: ExperimentConfig, data: LabelPartyData, run_id: str,
+                 resume: Manifest | None = None, resumed: bool = False) -> None:
         self.cfg = cfg
         self.data = data
         self.run_id = run_id
+        self.resume = resume  # the checkpoint this run continues from (None: step 0)
+        self.resumed = resumed or resume is not None
         self.token = secrets.token_hex(16)
         self.party_ids = list(range(1, cfg.topology.passive_parties + 1))
+        # What each party's Join must announce, fixed before anyone can send a shape.
+        self.expected_shapes = expected_embedding_shapes(cfg, data.schema)
         self.joined: dict[int, pb.JoinRequest] = {}
+        self.refused: dict[int, str] = {}  # the last refusal of each known party id
         self.streams: dict[int, PartyStream] = {}
         self.all_streams_open = asyncio.Event()
+        self.a_stream_ended = asyncio.Event()
         self.started = False
 
     # -- admission -----------------------------------------------------------------------
+    def _refusal(self, error: SessionError, what: str) -> SessionError:
+        """Log a refusal with its reason at this side (the peer only sees the status)."""
+        log.warning("refused %s: %s [%s]", what, error.message, error.code.name)
+        if error.party_id in self.party_ids:
+            self.refused[error.party_id] = error.message
+        return error
+
     def _check_identity(self, k: int, peer: str | None) -> None:
         """With TLS, a party may only speak for the id its certificate names."""
         if self.cfg.topology.tls and peer != passive_identity(k):
             raise SessionError(grpc.StatusCode.PERMISSION_DENIED,
-                               f"the client certificate names {peer!r}, which may not act as "
-                               f"passive party {k} (expected {passive_identity(k)!r})", k)
+                               f"the client certificate names {echo(peer)}, which may not act "
+                               f"as passive party {k} (expected {passive_identity(k)!r})", k)
 
     def join(self, request: pb.JoinRequest, peer: str | None = None) -> pb.TrainingPlan:
+        try:
+            self._admit(request, peer)
+        except SessionError as err:
+            raise self._refusal(err, f"the Join of passive party {request.party_id}") from None
+        self.joined[request.party_id] = request
+        self.refused.pop(request.party_id, None)
+        log.info("passive party %d joined", request.party_id)
+        return self._plan(request.party_id)
+
+    def _admit(self, request: pb.JoinRequest, peer: str | None) -> None:
         k = request.party_id
         if request.protocol_version != PROTOCOL_VERSION:
             raise SessionError(grpc.StatusCode.FAILED_PRECONDITION,
@@ -81,34 +177,33 @@ class Session:
                                "training has already started; no party can join now", k)
         if request.config_hash != self.cfg.hash:
             raise SessionError(grpc.StatusCode.FAILED_PRECONDITION,
-                               f"passive party {k} loaded config {request.config_hash!r} but the "
-                               f"label party runs {self.cfg.hash!r}: every party must use the "
+                               f"passive party {k} loaded config {echo(request.config_hash)} but "
+                               f"the label party runs {self.cfg.hash!r}: every party must use the "
                                "same experiment file", k)
         if request.num_rows != self.data.schema.num_rows:
             raise SessionError(grpc.StatusCode.FAILED_PRECONDITION,
                                f"passive party {k} holds {request.num_rows} rows but the label "
                                f"party has {self.data.schema.num_rows}: sample ids do not align", k)
-        shape = tuple(request.embedding_shape)
-        if not shape or any(s <= 0 for s in shape):
+        expected = self.expected_shapes[k]
+        if tuple(request.embedding_shape) != expected:
             raise SessionError(grpc.StatusCode.INVALID_ARGUMENT,
-                               f"passive party {k} announced embedding shape {list(shape)}; "
-                               "every dimension must be positive", k)
-        if self.cfg.model.aggregation != "concat" or self.cfg.model.top == "none":
-            for other, req in self.joined.items():
-                if tuple(req.embedding_shape) != shape:
-                    raise SessionError(
-                        grpc.StatusCode.FAILED_PRECONDITION,
-                        f"passive party {k} announced embedding shape {list(shape)} but party "
-                        f"{other} announced {list(req.embedding_shape)}; aggregation "
-                        f"'{self.cfg.model.aggregation}' needs equal shapes", k)
-        self.joined[k] = request
+                               f"passive party {k} announced embedding shape "
+                               f"{echo(list(request.embedding_shape))}, but the shared config "
+                               f"gives its bottom model the output shape {list(expected)}", k)
+
+    def _plan(self, k: int) -> pb.TrainingPlan:
         plan = self.data.plan
+        at = self.resume
         return pb.TrainingPlan(
             run_id=self.run_id, session=self.token, epochs=plan.epochs,
             batch_size=plan.batch_size, seed=self.cfg.run.seed,
             steps_per_epoch=plan.steps_per_epoch, total_train_steps=plan.total_train_steps,
             eval_interval=plan.eval_interval, num_passive_parties=len(self.party_ids),
-            step_deadline_seconds=self.cfg.topology.step_deadline_s)
+            step_deadline_seconds=self.cfg.topology.step_deadline_s,
+            resumed=self.resumed, resume_step=at.step if at else 0,
+            resume_batches=at.batches if at else 0,
+            resume_sha256=at.files.get(party_file_name(k), "") if at else "",
+            checkpoint_every=self.cfg.training.checkpoint_every)
 
     def _check_known(self, k: int) -> None:
         if k not in self.party_ids:
@@ -118,10 +213,16 @@ class Session:
 
     def open_stream(self, party_id: str | None, token: str | None,
                     peer: str | None = None) -> PartyStream:
-        if party_id is None or not party_id.isdigit():
+        try:
+            return self._open(party_id, token, peer)
+        except SessionError as err:
+            raise self._refusal(err, "a Train stream") from None
+
+    def _open(self, party_id: str | None, token: str | None, peer: str | None) -> PartyStream:
+        if party_id is None or not _PARTY_ID.fullmatch(party_id):
             raise SessionError(grpc.StatusCode.UNAUTHENTICATED,
                                f"Train stream without a valid 'splitleak-party-id' metadata "
-                               f"entry (got {party_id!r})")
+                               f"entry (got {echo(party_id)}; expected a party id 1..N)")
         k = int(party_id)
         self._check_known(k)
         self._check_identity(k, peer)
@@ -132,25 +233,49 @@ class Session:
         if k in self.streams:
             raise SessionError(grpc.StatusCode.ALREADY_EXISTS,
                                f"passive party {k} already has a Train stream open", k)
-        stream = self.streams[k] = PartyStream(k)
+        stream = self.streams[k] = PartyStream(k, on_end=self.a_stream_ended)
         if len(self.streams) == len(self.party_ids):
             self.started = True
             self.all_streams_open.set()
         return stream
 
     async def wait_for_parties(self) -> None:
+        """Until every party's stream is open; fails at once if one ends before that."""
+        opened = asyncio.ensure_future(self.all_streams_open.wait())
+        ended = asyncio.ensure_future(self.a_stream_ended.wait())
         try:
-            await asyncio.wait_for(self.all_streams_open.wait(), self.cfg.topology.join_deadline_s)
-        except TimeoutError:
+            await asyncio.wait([opened, ended], timeout=self.cfg.topology.join_deadline_s,
+                               return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            opened.cancel()
+            ended.cancel()
+        for k, stream in self.streams.items():
+            if stream.ended and not self.all_streams_open.is_set() and stream.why is not None:
+                if stream.why.error is not None:
+                    raise stream.why.error
+                raise SessionError(grpc.StatusCode.UNAVAILABLE,
+                                   f"passive party {k} {stream.why.reason} before training started", k)
+        if not self.all_streams_open.is_set():
             missing = [k for k in self.party_ids if k not in self.streams]
             raise SessionError(grpc.StatusCode.DEADLINE_EXCEEDED,
-                               f"passive part{'y' if len(missing) == 1 else 'ies'} "
-                               f"{', '.join(map(str, missing))} did not join within "
-                               f"{self.cfg.topology.join_deadline_s:g} s",
-                               missing[0]) from None
+                               "; ".join(self._why_missing(k) for k in missing), missing[0])
+
+    def _why_missing(self, k: int) -> str:
+        within = f"within {self.cfg.topology.join_deadline_s:g} s"
+        if k in self.joined:
+            return f"passive party {k} joined but did not open its Train stream {within}"
+        if k in self.refused:
+            return f"passive party {k} was refused: {self.refused[k]}"
+        return f"passive party {k} did not join {within}"
 
     def embedding_shapes(self) -> dict[int, tuple[int, ...]]:
         return {k: tuple(self.joined[k].embedding_shape) for k in self.party_ids}
+
+    @property
+    def all_connected(self) -> bool:
+        """Every party's stream is open and has not ended."""
+        return len(self.streams) == len(self.party_ids) and not any(
+            s.ended or s.closed.is_set() for s in self.streams.values())
 
     # -- ending --------------------------------------------------------------------------
     def abort(self, error: SessionError) -> None:
@@ -163,91 +288,9 @@ class Session:
                     grpc.StatusCode.ABORTED, f"run aborted: {error.message}", error.party_id))
 
     async def wait_closed(self, timeout: float) -> None:
-        waits = [s.closed.wait() for s in self.streams.values()]
-        try:
-            await asyncio.wait_for(asyncio.gather(*waits), timeout)
-        except TimeoutError:
-            pass
-
-
-class NetworkExchange:
-    """The driver's Exchange over the parties' Train streams, with a per-step deadline."""
-
-    def __init__(self, session: Session) -> None:
-        self.session = session
-        self.shapes = session.embedding_shapes()
-        self.deadline = session.cfg.topology.step_deadline_s
-        self.bytes_sent = 0
-        self.bytes_received = 0
-
-    def _send(self, gradients: dict[int, torch.Tensor] | None, gradient_batch: Batch | None,
-              next_batch: Batch | None) -> None:
-        nxt = None
-        if next_batch is not None:
-            nxt = pb.Batch(phase=int(next_batch.phase), epoch=next_batch.epoch,
-                           step=next_batch.step, sample_ids=encode_ids(next_batch.sample_ids))
-        for k, stream in self.session.streams.items():
-            msg = pb.LabelPartyMessage(next_batch=nxt, done=next_batch is None)
-            if gradients is not None and gradient_batch is not None:
-                msg.cut_gradient.CopyFrom(encode_tensor(gradients[k]))
-                msg.gradient_step = gradient_batch.step
-                msg.gradient_epoch = gradient_batch.epoch
-            self.bytes_sent += msg.ByteSize()
-            stream.outbound.put_nowait(msg)
-
-    async def exchange(self, gradients: dict[int, torch.Tensor] | None,
-                       gradient_batch: Batch | None, next_batch: Batch) -> dict[int, torch.Tensor]:
-        self._send(gradients, gradient_batch, next_batch)
-        return await self._collect(next_batch)
-
-    async def finish(self, gradients: dict[int, torch.Tensor] | None,
-                     gradient_batch: Batch | None) -> None:
-        self._send(gradients, gradient_batch, None)
-        for stream in self.session.streams.values():
-            stream.outbound.put_nowait(None)
-
-    async def _collect(self, batch: Batch) -> dict[int, torch.Tensor]:
-        streams = self.session.streams
-        waiting = {asyncio.ensure_future(s.inbound.get()): k for k, s in streams.items()}
-        activations: dict[int, torch.Tensor] = {}
-        end = time.monotonic() + self.deadline
-        try:
-            while waiting:
-                done, _ = await asyncio.wait(waiting, timeout=max(0.0, end - time.monotonic()),
-                                             return_when=asyncio.FIRST_COMPLETED)
-                if not done:
-                    raise self._stalled(sorted(waiting.values()), batch)
-                for task in done:
-                    k = waiting.pop(task)
-                    activations[k] = self._accept(k, task.result(), batch)
-        finally:
-            for task in waiting:
+        """Until every stream has ended, or `timeout` seconds."""
+        waits = [asyncio.ensure_future(s.closed.wait()) for s in self.streams.values()]
+        if waits:
+            _, pending = await asyncio.wait(waits, timeout=timeout)
+            for task in pending:
                 task.cancel()
-        return activations
-
-    def _stalled(self, parties: list[int], batch: Batch) -> SessionError:
-        who = ", ".join(f"passive party {k}" for k in parties)
-        return SessionError(grpc.StatusCode.DEADLINE_EXCEEDED,
-                            f"{who} sent no activation for {batch.phase.name} step {batch.step} "
-                            f"within the {self.deadline:g} s step deadline", parties[0])
-
-    def _accept(self, k: int, msg: pb.PartyMessage | PartyGone, batch: Batch) -> torch.Tensor:
-        if isinstance(msg, PartyGone):
-            raise SessionError(grpc.StatusCode.UNAVAILABLE,
-                               f"passive party {k} {msg.reason} during {batch.phase.name} "
-                               f"step {batch.step}", k)
-        self.bytes_received += msg.ByteSize()
-        if msg.phase != batch.phase or msg.step != batch.step:
-            raise SessionError(grpc.StatusCode.INVALID_ARGUMENT,
-                               f"passive party {k} sent an activation for "
-                               f"{Phase(msg.phase).name if msg.phase in (1, 2) else msg.phase} "
-                               f"step {msg.step}, but {batch.phase.name} step {batch.step} "
-                               "was asked", k)
-        try:
-            return decode_tensor(msg.activation,
-                                 field=f"passive party {k} activation ({batch.phase.name} "
-                                       f"step {batch.step})",
-                                 dtype=torch.float32,
-                                 shape=(batch.sample_ids.size, *self.shapes[k]), finite=True)
-        except CodecError as err:
-            raise SessionError(grpc.StatusCode.INVALID_ARGUMENT, str(err), k) from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -13,6 +14,32 @@ from label_party.objectives import ObjectiveSetup, build_objective, supervised_l
 from label_party.schedule import Batch
 from splitleak.config import ExperimentConfig
 from splitleak.inputs import PartyInputs
+
+# An activation this large (or this many times the others') overflowing the loss is the
+# sending party's fault; below it, the label party's own model diverged.
+OVERFLOW_ACTIVATION = 1e6
+
+
+class NonFiniteStep(ArithmeticError):
+    """A train step whose loss or cut gradients are not finite; names the likely party."""
+
+    def __init__(self, message: str, party_id: int | None) -> None:
+        super().__init__(message)
+        self.party_id = party_id
+
+
+def non_finite_step(step: int, loss: float, activations: dict[int, torch.Tensor]) -> NonFiniteStep:
+    """Blame the party whose (finite) activation is by far the largest, if one is."""
+    peaks = {k: float(a.detach().abs().max()) if a.numel() else 0.0 for k, a in activations.items()}
+    k = max(peaks, key=lambda party: peaks[party])
+    others = max((v for party, v in peaks.items() if party != k), default=0.0)
+    what = f"the loss of train step {step} is {loss}" if not math.isfinite(loss) else (
+        f"the cut gradients of train step {step} are not finite")
+    if peaks[k] >= OVERFLOW_ACTIVATION and peaks[k] >= 100 * others:
+        return NonFiniteStep(f"{what}: passive party {k}'s activation overflows it (max |h| = "
+                             f"{peaks[k]:.3g}; the other parties' at most {others:.3g})", k)
+    return NonFiniteStep(f"{what}: the label party's model diverged (the parties' activations "
+                         f"are at most {peaks[k]:.3g} in size)", None)
 
 
 class LabelPartyTrainer:
@@ -50,6 +77,9 @@ class LabelPartyTrainer:
         acts = [activations[k].detach().requires_grad_(True) for k in self.party_ids]
         y = self.labels[torch.from_numpy(batch.sample_ids)]
         result = self.objective.train_step(acts, self._own(batch.sample_ids), batch.sample_ids, y)
+        if not math.isfinite(result.loss) or not all(bool(torch.isfinite(g).all())
+                                                     for g in result.gradients):
+            raise non_finite_step(batch.step, result.loss, activations)
         record: dict[str, Any] = {
             "type": "train", "epoch": batch.epoch, "step": batch.step, "loss": result.loss,
             "batch_size": len(y),
@@ -92,5 +122,16 @@ class LabelPartyTrainer:
     def objective_summary(self) -> dict[str, Any]:
         return {"name": self.objective.name, **self.objective.summary()}
 
-    def state_dict(self) -> dict[str, Any]:
+    def model_state(self) -> dict[str, Any]:
+        """What top.pt holds: the objective's models and optimizers."""
         return self.objective.state_dict()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a checkpoint needs: the objective and each party's defense chain."""
+        return {"objective": self.objective.state_dict(),
+                "defenses": {str(k): chain.state_dict() for k, chain in self.chains.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.objective.load_state_dict(state["objective"])
+        for k, chain in self.chains.items():
+            chain.load_state_dict(state["defenses"][str(k)])

@@ -22,10 +22,20 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--single", action="store_true",
                    help="with the built-in default: only the run without a defense")
     r.add_argument("--output-dir", type=Path, help="override run.output_dir")
+    r.add_argument("--resume", type=Path, metavar="RUN_DIR",
+                   help="finish an interrupted run from its newest complete checkpoint")
     v = sub.add_parser("validate", help="check an experiment file and exit (2 if invalid)")
     v.add_argument("config", nargs="?")
     b = sub.add_parser("bench", help="distributed vs in-process throughput, wire overhead")
     b.add_argument("--steps", type=int, default=60, help="train steps per measured run")
+    k = sub.add_parser("soak", help="hostile messages against every RPC of live services, then a "
+                       "long many-party run: crashes, hangs, status codes, RSS growth")
+    k.add_argument("--messages", type=int, default=10_000, help="hostile cases per RPC")
+    k.add_argument("--parties", type=int, default=8, help="passive parties of the long run")
+    k.add_argument("--steps", type=int, default=10_000, help="train steps of the long run")
+    k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--skip-fuzz", action="store_true")
+    k.add_argument("--skip-run", action="store_true")
     h = sub.add_parser("health", help="probe a party's gRPC health service (exit 0 if SERVING)")
     h.add_argument("address", help="HOST:PORT")
     h.add_argument("--service", default="", help="service name (default: the whole server)")
@@ -62,17 +72,32 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if ok else EXIT_FAILED
     if args.command == "certs":
         from splitleak import tls
+        from splitleak.cli_common import BadInput
+        from splitleak.config import TopologyConfig
+        from splitleak.fileio import describe_os_error
 
+        limit = TopologyConfig.model_fields["passive_parties"].metadata
+        most = next(m.le for m in limit if hasattr(m, "le"))
+        if not 1 <= args.parties <= most or args.days < 1:
+            raise BadInput(f"splitleak certs: --parties must be 1..{most} and --days at least 1 "
+                           f"(got --parties {args.parties}, --days {args.days})")
         names = tls.identities(args.parties)
-        tls.generate(args.directory, names, args.days)
+        try:
+            tls.generate(args.directory, names, args.days)
+        except OSError as err:
+            raise BadInput(f"splitleak certs: {describe_os_error(err)}") from None
         console.print(f"wrote ca.pem and {', '.join(names)} (.pem/.key) to {args.directory}")
         return 0
     if args.command == "validate":
         from orchestration.commands import load_checked
 
-        load_checked(args.config)
+        load_checked(args.config)  # warnings (allowed, but probably a mistake) are logged
         console.print("config is valid")
         return 0
+    if args.command == "soak":
+        from orchestration.soak import run_soak
+
+        return run_soak(args, console)
     from orchestration.bench import run_bench
 
     return run_bench(args, console)

@@ -4,30 +4,54 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
 from label_party.validate import check_chain
 from orchestration.progress import RunProgress, format_eval
 from orchestration.run import RunFailed, RunOutcome, collect_outcome, run_distributed
+from splitleak.checkpoint import CheckpointError, latest, resume_point
 from splitleak.cli_common import (
     EXIT_FAILED,
     BadInput,
     config_or_exit,
+    warn_config,
 )
-from splitleak.config import ConfigError, ExperimentConfig, PluginSpec
-from splitleak.rundir import create_run_dir
+from splitleak.config import ConfigError, ExperimentConfig, PluginSpec, plugin_param_errors
+from splitleak.fileio import describe_os_error
+from splitleak.registry import UnknownPluginError
+from splitleak.rundir import RunDir, create_run_dir
 from splitleak.validation import check_core
 
 
-def validate(cfg: ExperimentConfig) -> None:
-    """Everything that can be checked before a process starts; ConfigError names the field."""
-    check_core(cfg)
+def validate(cfg: ExperimentConfig) -> list[str]:
+    """Everything that can be checked before a process starts; ConfigError names the field.
+    Returns warnings: what is allowed but probably a mistake."""
+    schema = check_core(cfg)
     check_chain(cfg)
+    check_attacks(cfg)
+    return warn_config(cfg, schema)
 
 
-def load_checked(path: str | None) -> ExperimentConfig:
+def check_attacks(cfg: ExperimentConfig) -> None:
+    """The attacks the config asks the analysis for exist and accept their parameters."""
+    from attacker.attacks import build_attack
+
+    for i, spec in enumerate(cfg.attacker.attacks):
+        try:
+            build_attack(spec.name, spec.params)
+        except UnknownPluginError as err:
+            raise ConfigError(f"attacker.attacks[{i}].name: {err}") from None
+        except ValidationError as err:
+            raise ConfigError(plugin_param_errors(f"attacker.attacks[{i}]", err)) from None
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"attacker.attacks[{i}] ({spec.name}): {err}") from None
+
+
+def load_checked(path: str | Path | None) -> ExperimentConfig:
     cfg = config_or_exit(path)
     try:
         validate(cfg)
@@ -46,6 +70,8 @@ def default_variants(cfg: ExperimentConfig) -> list[tuple[str, ExperimentConfig]
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
+    if args.resume is not None:
+        return resume_run(args, console)
     cfg = load_checked(args.config)
     if args.output_dir is not None:
         cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"output_dir": args.output_dir})})
@@ -69,24 +95,66 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def resume_run(args: argparse.Namespace, console: Console) -> int:
+    """`splitleak run [CONFIG] --resume RUN_DIR`: finish an interrupted run."""
+    run = RunDir(args.resume)
+    if args.in_process:
+        raise BadInput("--resume continues a distributed run; --in-process cannot resume")
+    if not run.config.is_file():
+        raise BadInput(f"--resume: {run.root} is not a run directory (it has no config.toml)")
+    cfg = load_checked(args.config or run.config)
+    try:
+        manifest = resume_point(run.root, cfg)
+    except CheckpointError as err:
+        raise BadInput(f"--resume: {err}") from None
+    at = f"step {manifest.step} ({manifest.reason} checkpoint)" if manifest else "step 0 (no checkpoint)"
+    console.print(f"[bold]{cfg.run.name}[/]: resuming {run.root} at {at}")
+    outcome = _distributed(cfg, run, args, console, resume=True)
+    if outcome is None:
+        return EXIT_FAILED
+    print_summary(console, outcome)
+    if cfg.attacker.enabled and cfg.attacker.observe:
+        analyse_run(cfg, outcome, console)
+    return 0
+
+
 def train_one(cfg: ExperimentConfig, args: argparse.Namespace, console: Console,
               label: str) -> RunOutcome | None:
     """One run, distributed (default) or in-process; None (after saying why) if it failed."""
-    run = create_run_dir(cfg)
-    console.print(f"[bold]{label}[/]: run directory {run.root}")
     try:
-        if args.in_process:
-            from orchestration.reference import run_reference
+        run = create_run_dir(cfg)
+    except OSError as err:
+        raise BadInput(f"cannot create the run directory: {describe_os_error(err)}") from None
+    console.print(f"[bold]{label}[/]: run directory {run.root}")
+    if args.in_process:
+        from orchestration.reference import run_reference
 
-            started = time.monotonic()
-            run_reference(cfg, run)
-            return collect_outcome(run, "in-process", time.monotonic() - started)
+        started = time.monotonic()
+        run_reference(cfg, run)
+        return collect_outcome(run, "in-process", time.monotonic() - started)
+    return _distributed(cfg, run, args, console)
+
+
+def _distributed(cfg: ExperimentConfig, run: RunDir, args: argparse.Namespace, console: Console,
+                 resume: bool = False) -> RunOutcome | None:
+    try:
         with RunProgress(f"{cfg.run.name}", console, enabled=not args.no_progress) as progress:
-            return run_distributed(cfg, run, progress)
+            return run_distributed(cfg, run, progress, resume=resume)
     except RunFailed as err:
         console.print(f"[bold red]run failed:[/] {err}")
         console.print(f"logs: {run.logs}")
+        _resume_hint(console, run)
         return None
+    except KeyboardInterrupt:
+        _resume_hint(console, run)
+        raise
+
+
+def _resume_hint(console: Console, run: RunDir) -> None:
+    newest = latest(run.root)
+    if newest is not None:
+        console.print(f"checkpoint at step {newest.step}: finish the run with "
+                      f"[bold]splitleak run --resume {run.root}[/]")
 
 
 def analyse_run(cfg: ExperimentConfig, outcome: RunOutcome, console: Console) -> dict:

@@ -25,10 +25,25 @@ class Child:
     process: subprocess.Popen
     log_path: Path
     essential: bool = True  # a failure of this child fails the run
+    stopped: bool = False  # the orchestrator signalled it while it was running
+    exited_at: float | None = None  # when the orchestrator first saw it exited (monotonic)
 
     @property
     def returncode(self) -> int | None:
         return self.process.poll()
+
+    @property
+    def failed_on_its_own(self) -> bool:
+        return self.returncode not in (None, 0) and not self.stopped
+
+    def how_it_ended(self) -> str:
+        code = self.returncode
+        if code is not None and code < 0:
+            try:
+                return f"was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"was killed by signal {-code}"
+        return f"exited with code {code}"
 
     def log_tail(self, lines: int = 20) -> str:
         try:
@@ -37,11 +52,14 @@ class Child:
             return ""
 
     def last_error(self) -> str | None:
-        """The last ERROR line the process logged, without its timestamp prefix."""
-        for line in reversed(self.log_tail(200).splitlines()):
+        """The last ERROR line the process logged, without its timestamp prefix (or, if it
+        exited with an error code but logged none, its last line: e.g. a traceback's end)."""
+        lines = [line for line in self.log_tail(200).splitlines() if line.strip()]
+        for line in reversed(lines):
             if " ERROR " in line:
                 return line.split(" ERROR ", 1)[1]
-        return None
+        exited = self.returncode is not None and self.returncode > 0
+        return lines[-1].strip() if lines and exited else None
 
 
 def spawn(name: str, args: list[str], log_path: Path, env: dict[str, str] | None = None,
@@ -61,6 +79,7 @@ def stop_all(children: list[Child], grace: float = 5.0) -> None:
     """SIGTERM every live child, then SIGKILL whatever is still alive after `grace` seconds."""
     live = [c for c in children if c.returncode is None]
     for c in live:
+        c.stopped = True
         _signal(c, signal.SIGTERM)
     end = time.monotonic() + grace
     for c in live:
@@ -69,6 +88,20 @@ def stop_all(children: list[Child], grace: float = 5.0) -> None:
         except subprocess.TimeoutExpired:
             _signal(c, signal.SIGKILL)
             c.process.wait()
+
+
+def stop_one(child: Child, timeout: float) -> bool:
+    """SIGTERM one child and wait up to `timeout` for it to end on its own terms (the label
+    party checkpoints first); True if it did."""
+    if child.returncode is not None:
+        return True
+    child.stopped = True
+    _signal(child, signal.SIGTERM)
+    try:
+        child.process.wait(timeout)
+        return True
+    except subprocess.TimeoutExpired:
+        return False
 
 
 def _signal(child: Child, sig: signal.Signals) -> None:

@@ -10,7 +10,7 @@ import torch
 
 from attacker.store import GradientStore
 from label_party.driver import drive
-from label_party.outputs import write_outcome, write_outputs
+from label_party.outputs import write_labels, write_outcome, write_outputs
 from label_party.schedule import Batch, Phase, schedule
 from label_party.setup import load_label_party_data, plan_record
 from label_party.trainer import LabelPartyTrainer
@@ -60,6 +60,7 @@ def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
     started = time.monotonic()
     dataset = build_dataset(cfg.dataset.name, cfg.dataset.params)
     data = load_label_party_data(cfg, dataset)
+    write_labels(run, data)
     width = cfg.output_width(data.num_classes)
     observe = set(cfg.attacker.observe) if cfg.attacker.enabled else set()
     capture = cfg.attacker.record_first_layer
@@ -77,7 +78,7 @@ def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
     writer.close()
     if store is not None:
         store.close()
-    write_outputs(run, trainer, data)
+    write_outputs(run, trainer)
     for k, bottom in bottoms.items():
         bottom.save(run.bottom_model(k))
     outcome = {"status": "ok", "seconds": time.monotonic() - started,

@@ -9,12 +9,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestration.processes import Child, spawn, stop_all
+from orchestration.processes import Child, spawn, stop_all, stop_one
 from orchestration.progress import MetricsTail, RunProgress
 from splitleak import tls
 from splitleak.config import ExperimentConfig
+from splitleak.fileio import write_atomically
 from splitleak.metrics_log import read_metrics
 from splitleak.rundir import RunDir
+
+# After the first process fails, the others get this long to end on their own (the label
+# party names the party that broke the run in its outcome); then every process is stopped.
+STOP_GRACE = 5.0
+# On Ctrl-C the label party gets this long, past its step deadline, to checkpoint and stop.
+INTERRUPT_GRACE = 10.0
 
 
 class RunFailed(Exception):
@@ -36,18 +43,24 @@ class RunOutcome:
 
 
 def run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | None = None,
-                    poll: float = 0.1, route: Callable[[str], str] | None = None) -> RunOutcome:
-    """Start the label party, then the N passive parties; wait for all; raise RunFailed."""
+                    poll: float = 0.1, route: Callable[[str], str] | None = None,
+                    resume: bool = False) -> RunOutcome:
+    """Start the label party, then the N passive parties; wait for all; raise RunFailed.
+    `resume`: continue the run in `run` from its newest complete checkpoint."""
     started = time.monotonic()
     port_file = run.label_party / "address"
     children: list[Child] = []
     tls_args: list[str] = []
-    if cfg.topology.tls:  # a fresh CA and one identity per process, for this run only
-        tls.generate(run.root / "tls", tls.identities(cfg.topology.passive_parties))
-        tls_args = ["--tls-dir", str(run.root / "tls")]
+    for stale in (port_file, run.attacker / "address"):  # a resumed run's old addresses
+        stale.unlink(missing_ok=True)
+    where = ["--resume", str(run.root)] if resume else None
     try:
+        if cfg.topology.tls:  # a fresh CA and one identity per process, for this run only
+            tls.generate(run.root / "tls", tls.identities(cfg.topology.passive_parties))
+            tls_args = ["--tls-dir", str(run.root / "tls")]
         label = spawn("label party", ["label_party", "serve", "--config", str(run.config),
-                                      "--run-dir", str(run.root), "--port-file", str(port_file),
+                                      *(where or ["--run-dir", str(run.root)]),
+                                      "--port-file", str(port_file),
                                       "--listen", cfg.topology.label_party_address, *tls_args],
                       run.logs / "label_party.log")
         children.append(label)
@@ -55,7 +68,8 @@ def run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | 
         sidecar = None
         if observed:  # started beside the label party: both import torch at the same time
             sidecar = spawn("attacker sidecar",
-                            ["attacker", "serve", "--listen", "127.0.0.1:0", "--out", str(run.root),
+                            ["attacker", "serve", "--listen", "127.0.0.1:0",
+                             *(where or ["--out", str(run.root)]),
                              "--config", str(run.config), "--run-id", run.root.name,
                              "--port-file", str(run.attacker / "address"), *tls_args],
                             run.logs / "attacker.log",
@@ -73,20 +87,36 @@ def run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | 
             children.append(spawn(f"passive party {k}",
                                   ["passive_party", "run", "--config", str(run.config),
                                    "--party-id", str(k), "--label-party", address,
-                                   "--run-dir", str(run.root), *tap, *tls_args],
+                                   *(where or ["--run-dir", str(run.root)]), *tap, *tls_args],
                                   run.logs / f"passive_party_{k}.log"))
         _write_pids(run, children)
-        _monitor(children, run, progress, cfg.topology.step_deadline_s + 10.0, poll)
+        try:
+            _monitor(children, run, progress, poll)
+        except KeyboardInterrupt:
+            _interrupt(children, cfg.topology.step_deadline_s + INTERRUPT_GRACE)
+            raise
     finally:
         stop_all(children)
+        if cfg.topology.tls:  # certificates stay; private keys do not outlive the run
+            tls.remove_private_keys(run.root / "tls")
     _raise_if_failed(children, run)
     return collect_outcome(run, "distributed", time.monotonic() - started)
 
 
+def _interrupt(children: list[Child], timeout: float) -> None:
+    """Ctrl-C: the label party first, so it can checkpoint every party (a second Ctrl-C
+    stops everything at once)."""
+    label = children[0]
+    try:
+        stop_one(label, timeout)
+    except KeyboardInterrupt:
+        pass
+
+
 def _write_pids(run: RunDir, children: list[Child]) -> None:
     """Which process is which party: for the user, and for the fault tests."""
-    pids = {c.name: c.process.pid for c in children}
-    (run.root / "pids.json").write_text(json.dumps(pids, indent=2))
+    text = json.dumps({c.name: c.process.pid for c in children}, indent=2)
+    write_atomically(run.root / "pids.json", lambda tmp: tmp.write_text(text))
 
 
 def _wait_for_address(port_file: Path, child: Child, timeout: float) -> str:
@@ -95,29 +125,32 @@ def _wait_for_address(port_file: Path, child: Child, timeout: float) -> str:
         if port_file.exists():
             return port_file.read_text().strip()
         if child.returncode is not None:
-            raise RunFailed(f"{child.name} exited with code {child.returncode} before serving:\n"
-                            f"{child.log_tail()}")
+            raise RunFailed(f"{child.name} {child.how_it_ended()} before serving: "
+                            f"{child.last_error() or '(no output)'}")
         time.sleep(0.05)
     raise RunFailed(f"{child.name} did not start serving within {timeout:g} s:\n{child.log_tail()}")
 
 
 def _monitor(children: list[Child], run: RunDir, progress: RunProgress | None,
-             failure_grace: float, poll: float) -> None:
-    """Follow progress until every child exits; after a failure give the others a grace period
-    to end on their own (the label party names the party that broke the run)."""
+             poll: float) -> None:
+    """Follow progress until every child exits, or until STOP_GRACE after the first essential
+    child failed (the others then have had time to say why and end)."""
     tail = MetricsTail(run.metrics)
     failed_at: float | None = None
     while True:
         if progress is not None:
             for record in tail.read_new():
                 progress.update(record)
+        now = time.monotonic()
+        for c in children:
+            if c.exited_at is None and c.returncode is not None:
+                c.exited_at = now
         if all(c.returncode is not None for c in children if c.essential):
-            _wait_briefly([c for c in children if not c.essential], timeout=failure_grace)
+            _wait_briefly([c for c in children if not c.essential], timeout=STOP_GRACE)
             return
-        if failed_at is None and any(c.essential and c.returncode not in (None, 0)
-                                     for c in children):
+        if failed_at is None and any(c.essential and c.failed_on_its_own for c in children):
             failed_at = time.monotonic()
-        if failed_at is not None and time.monotonic() - failed_at > failure_grace:
+        if failed_at is not None and time.monotonic() - failed_at > STOP_GRACE:
             return
         time.sleep(poll)
 
@@ -130,17 +163,32 @@ def _wait_briefly(children: list[Child], timeout: float) -> None:
 
 
 def _raise_if_failed(children: list[Child], run: RunDir) -> None:
+    """Name the process that failed first on its own, with its own last error line; add what
+    the label party concluded (it names the party or component that broke the run)."""
     if all(c.returncode == 0 for c in children if c.essential):
         return
-    if run.outcome.exists():
-        outcome = json.loads(run.outcome.read_text())
-        if outcome.get("status") == "failed":
-            raise RunFailed(f"{outcome['message']} [{outcome['code']}]")
-    for child in children:
-        if child.essential and child.returncode not in (0, None):
-            reason = child.last_error() or child.log_tail()
-            raise RunFailed(f"{child.name} exited with code {child.returncode}: {reason}")
-    raise RunFailed("a party did not finish; see the logs in " + str(run.logs))
+    outcome = _outcome(run)
+    concluded = (f"{outcome['message']} [{outcome['code']}]" if outcome.get("status") == "failed"
+                 else None)
+    failed = sorted((c for c in children if c.essential and c.failed_on_its_own),
+                    key=lambda c: (c.exited_at or float("inf"), c is children[0]))
+    if not failed:
+        raise RunFailed(concluded or "a party did not finish; see the logs in " + str(run.logs))
+    first = failed[0]
+    if first is children[0] and concluded:  # the label party itself: its outcome says it best
+        raise RunFailed(concluded)
+    reason = first.last_error()
+    message = f"{first.name} {first.how_it_ended()}" + (f": {reason}" if reason else "")
+    if concluded and concluded not in message:
+        message += f"\nthe label party reports: {concluded}"
+    raise RunFailed(message)
+
+
+def _outcome(run: RunDir) -> dict[str, Any]:
+    try:
+        return json.loads(run.outcome.read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def collect_outcome(run: RunDir, mode: str, seconds: float) -> RunOutcome:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -68,7 +69,19 @@ class BottomTrainer:
         """Shape the next cut gradient must have (that of the last train activation)."""
         return None if self._activation is None else tuple(self._activation.shape)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The bottom model and its optimizer (any torch.optim.Optimizer, a malicious one
+        included, keeps everything it needs in its own state_dict)."""
+        return {"party_id": self.party_id, "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if int(state["party_id"]) != self.party_id:
+            raise ValueError(f"the state is passive party {state['party_id']}'s, not party "
+                             f"{self.party_id}'s")
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
     def save(self, path: Path) -> None:
-        state = {"party_id": self.party_id, "model": self.model.state_dict(),
-                 "optimizer": self.optimizer.state_dict()}
+        state = self.state_dict()
         write_atomically(path, lambda tmp: torch.save(state, tmp))

@@ -9,12 +9,16 @@ from pathlib import Path
 from passive_party.client import PartyError, run_party
 from passive_party.tap import TapError
 from splitleak.cli_common import (
+    EXIT_BAD_INPUT,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     config_or_exit,
     setup_logging,
     tls_dir_or_exit,
+    writable_or_exit,
 )
+from splitleak.datasets import DatasetError
+from splitleak.fileio import describe_os_error
 from splitleak.rundir import RunDir
 from splitleak.transport import run_async
 
@@ -29,7 +33,10 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--party-id", type=int, required=True, help="this party's id, 1..N")
     r.add_argument("--label-party", required=True, help="label party address HOST:PORT")
     r.add_argument("--run-dir", type=Path, default=Path("."),
-                   help="where to save this party's bottom model")
+                   help="where to save this party's bottom model and checkpoints")
+    r.add_argument("--resume", type=Path, metavar="RUN_DIR",
+                   help="the run directory holding this party's checkpoints, when the label "
+                        "party resumes the run (replaces --run-dir)")
     r.add_argument("--attacker", metavar="HOST:PORT",
                    help="attacker sidecar to tap every received gradient to")
     r.add_argument("--tls-dir", type=Path, help="TLS identities (ca.pem, passive-party-K.pem/.key)")
@@ -38,12 +45,20 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(f"passive-party-{args.party_id}", args.verbose)
     cfg = config_or_exit(args.config)
     tls_dir = tls_dir_or_exit(cfg, args.tls_dir)
+    run = RunDir(args.resume or args.run_dir)
+    writable_or_exit(run.root)
     try:
-        run_async(run_party(cfg, args.party_id, args.label_party, RunDir(args.run_dir),
-                            attacker=args.attacker, tls_dir=tls_dir))
+        run_async(run_party(cfg, args.party_id, args.label_party, run, attacker=args.attacker,
+                            tls_dir=tls_dir, resuming=args.resume is not None))
     except (PartyError, TapError) as err:
         log.error("passive party %d: %s", args.party_id, err)
         return EXIT_FAILED
+    except DatasetError as err:
+        log.error("passive party %d: DatasetError: %s", args.party_id, err)
+        return EXIT_BAD_INPUT
+    except OSError as err:
+        log.error("passive party %d: %s", args.party_id, describe_os_error(err))
+        return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     return 0

@@ -14,15 +14,26 @@ import numpy as np
 import torch
 
 from passive_party.bottom_trainer import BottomTrainer
-from passive_party.tap import Tap, TapError
+from passive_party.tap import SIDECAR, Tap, TapError
+from splitleak.checkpoint import (
+    CheckpointError,
+    Position,
+    load_state,
+    party_file_name,
+    prune_own,
+    rng_state,
+    save_state,
+    set_rng_state,
+    step_dir,
+)
 from splitleak.codec import CodecError, decode_ids, decode_tensor, encode_tensor
 from splitleak.config import PROTOCOL_VERSION, ExperimentConfig
 from splitleak.datasets import build_dataset
-from splitleak.fileio import write_atomically
+from splitleak.fileio import describe_os_error, write_atomically
 from splitleak.inputs import load_party_inputs
 from splitleak.partition import passive_columns
 from splitleak.rundir import RunDir
-from splitleak.tls import passive_identity
+from splitleak.tls import LABEL_PARTY, passive_identity
 from splitleak.transport import PARTY_ID_KEY, SESSION_KEY, create_channel
 from splitleak.v1 import attacker_pb2 as apb
 from splitleak.v1 import split_learning_pb2 as pb
@@ -49,8 +60,9 @@ def load_bottom(cfg: ExperimentConfig, party_id: int,
 
 async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: RunDir,
                     bottom: BottomTrainer | None = None, attacker: str | None = None,
-                    tls_dir: Path | None = None) -> None:
-    """Train this party's bottom model; with `attacker`, tap every received gradient to it."""
+                    tls_dir: Path | None = None, resuming: bool = False) -> None:
+    """Train this party's bottom model; with `attacker`, tap every received gradient to it.
+    `resuming`: the label party may resume the run from a checkpoint in `run`."""
     torch.set_num_threads(cfg.run.torch_threads)
     if not 1 <= party_id <= cfg.topology.passive_parties:
         raise PartyError(f"--party-id {party_id} is not in this run's parties "
@@ -66,15 +78,23 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
         return loop.run_in_executor(executor, fn, *args)
 
     try:
-        async with create_channel(address, cfg.topology, tls_dir, identity) as channel:
+        async with create_channel(address, cfg.topology, tls_dir, identity,
+                                  server_identity=LABEL_PARTY) as channel:
             stub = pb_grpc.LabelPartyStub(channel)
             plan = await _join(stub, cfg, bottom)
-            log.info("party %d joined run %s: %d train steps", party_id, plan.run_id,
-                     plan.total_train_steps)
-            if tap is not None:
-                await tap.start()
+            log.info("party %d joined run %s: %d train steps%s", party_id, plan.run_id,
+                     plan.total_train_steps,
+                     f", resuming at step {plan.resume_step}" if plan.resumed else "")
             call = stub.Train(metadata=((PARTY_ID_KEY, str(party_id)), (SESSION_KEY, plan.session)))
-            await StepLoop(bottom, compute, tap, plan.run_id).run(call)
+            try:
+                await compute(_restore, bottom, run, plan, resuming)
+                if tap is not None:
+                    await tap.start(plan.run_id, party_id, plan.resume_step if plan.resumed else None)
+            except (PartyError, TapError) as err:  # the label party hears why, at once
+                await _report(call, SIDECAR if isinstance(err, TapError) else identity_name(party_id),
+                              str(err))
+                raise
+            await StepLoop(bottom, compute, tap, plan.run_id, run).run(call)
         await compute(bottom.save, run.bottom_model(party_id))
         if tap is not None:
             report = await tap.close()
@@ -86,6 +106,28 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
                             report["error"])
     finally:
         executor.shutdown(wait=False, cancel_futures=True)
+
+
+def identity_name(party_id: int) -> str:
+    return f"passive party {party_id}"
+
+
+def _restore(bottom: BottomTrainer, run: RunDir, plan: pb.TrainingPlan, resuming: bool) -> None:
+    """Load this party's checkpoint when the label party resumes the run from one."""
+    if not plan.resumed or plan.resume_batches == 0:
+        return
+    if not resuming:
+        raise PartyError(f"the label party resumes run {plan.run_id} at step {plan.resume_step}: "
+                         "start this party with --resume RUN_DIR (the run directory holding its "
+                         "checkpoints)")
+    path = step_dir(run.root, Position(plan.resume_step, plan.resume_batches)) / party_file_name(
+        bottom.party_id)
+    try:
+        state = load_state(path, plan.resume_sha256)
+        bottom.load_state_dict(state["bottom"])
+    except (CheckpointError, KeyError, ValueError, RuntimeError) as err:
+        raise PartyError(f"cannot resume at step {plan.resume_step}: {err}") from None
+    set_rng_state(state["rng"])
 
 
 async def _join(stub: pb_grpc.LabelPartyStub, cfg: ExperimentConfig,
@@ -101,13 +143,16 @@ async def _join(stub: pb_grpc.LabelPartyStub, cfg: ExperimentConfig,
 
 
 class StepLoop:
-    """Answers the label party: apply the gradient (if any), tap it, compute the asked batch."""
+    """Answers the label party: apply the gradient (if any), tap it, then compute the asked
+    batch or write the asked checkpoint."""
 
-    def __init__(self, bottom: BottomTrainer, compute: Any, tap: Tap | None, run_id: str) -> None:
+    def __init__(self, bottom: BottomTrainer, compute: Any, tap: Tap | None, run_id: str,
+                 run_dir: RunDir | None = None) -> None:
         self.bottom = bottom
         self.compute = compute
         self.tap = tap
         self.run_id = run_id
+        self.run_dir = run_dir  # where checkpoints go
         self._train_batch: pb.Batch | None = None  # the last TRAIN batch (its ids, epoch, step)
         self._train_activation: tensor_pb2.Tensor | None = None
 
@@ -122,14 +167,24 @@ class StepLoop:
                 if message.done:
                     await call.done_writing()
                     break
-                await call.write(await self._answer(message.next_batch))
+                if message.HasField("checkpoint"):
+                    answer = await self._checkpoint(message.checkpoint)
+                else:
+                    answer = await self._answer(message.next_batch)
+                await _write(call, answer)
             code = await call.code()
             if code != grpc.StatusCode.OK:
                 raise PartyError(f"the label party ended the stream with {code.name}: "
                                  f"{await call.details()}")
         except grpc.aio.AioRpcError as err:
             raise PartyError(_describe(err, "training")) from None
-        except (PartyError, TapError):
+        except TapError as err:
+            await _report(call, SIDECAR, str(err))
+            raise
+        except OSError as err:  # e.g. its disk is full: its checkpoint cannot be written
+            await _report(call, identity_name(self.bottom.party_id), describe_os_error(err))
+            raise
+        except PartyError:
             call.cancel()
             raise
 
@@ -155,6 +210,42 @@ class StepLoop:
         if train:
             self._train_batch, self._train_activation = batch, activation
         return pb.PartyMessage(phase=batch.phase, step=batch.step, activation=activation)
+
+    async def _checkpoint(self, request: pb.CheckpointRequest) -> pb.PartyMessage:
+        """Make the sidecar's log durable up to this step, write this party's state, ack."""
+        if self.run_dir is None:
+            raise PartyError("the label party asked for a checkpoint, but this party has no "
+                             "run directory to write it to")
+        recorded = await self.tap.sync(request.step) if self.tap is not None else 0
+        position = Position(request.step, request.batches)
+        name = party_file_name(self.bottom.party_id)
+        path = step_dir(self.run_dir.root, position) / name
+        state = {"bottom": self.bottom.state_dict(), "rng": rng_state(), "step": request.step}
+        sha256 = await self.compute(save_state, path, state)
+        await self.compute(prune_own, self.run_dir.root, name)
+        return pb.PartyMessage(checkpoint=pb.CheckpointAck(step=request.step, sha256=sha256,
+                                                           recorded=recorded))
+
+
+async def _write(call: Any, message: pb.PartyMessage) -> None:
+    """Write, or say why the label party ended the call meanwhile (its real status)."""
+    try:
+        await call.write(message)
+    except asyncio.InvalidStateError:
+        raise PartyError(f"the label party ended the stream with {(await call.code()).name}: "
+                         f"{await call.details()}") from None
+
+
+async def _report(call: Any, component: str, message: str) -> None:
+    """Tell the label party which component stopped this party, then end the call."""
+    try:
+        await call.write(pb.PartyMessage(failure=pb.PartyFailure(component=component,
+                                                                 message=message[:2000])))
+        await call.done_writing()
+        await asyncio.wait_for(call.code(), 5.0)
+    except (asyncio.InvalidStateError, grpc.aio.AioRpcError, TimeoutError):
+        pass
+    call.cancel()
 
 
 def _decode_gradient(message: pb.LabelPartyMessage, bottom: BottomTrainer) -> torch.Tensor:

@@ -10,11 +10,13 @@ from pathlib import Path
 import grpc
 
 from splitleak.config import AttackerConfig, TopologyConfig
+from splitleak.tls import ATTACKER
 from splitleak.transport import create_channel
 from splitleak.v1 import attacker_pb2 as apb
 from splitleak.v1 import attacker_pb2_grpc as apb_grpc
 
 log = logging.getLogger("passive_party")
+SIDECAR = "attacker sidecar"
 
 
 class TapError(RuntimeError):
@@ -24,8 +26,9 @@ class TapError(RuntimeError):
 class Tap:
     """A client stream of GradientRecords fed by a bounded queue (backpressure, no drops).
 
-    If the sidecar fails: with on_sidecar_failure = "fail" the next record raises TapError;
-    with "continue" records are counted as a gap and training goes on.
+    If the sidecar fails (ends the stream, or accepts no record for `stall_timeout` seconds):
+    with on_sidecar_failure = "fail" the next record raises TapError; with "continue" records
+    are counted as a gap and training goes on.
     """
 
     def __init__(self, address: str, attacker: AttackerConfig, topology: TopologyConfig,
@@ -34,7 +37,8 @@ class Tap:
         self.mode = attacker.on_sidecar_failure
         self.record_activation = attacker.record_activation
         self.queue: asyncio.Queue[apb.GradientRecord | None] = asyncio.Queue(attacker.queue_size)
-        self.channel = create_channel(address, topology, tls_dir, identity)
+        self.channel = create_channel(address, topology, tls_dir, identity,
+                                      server_identity=ATTACKER)
         self.stub = apb_grpc.AttackerSidecarStub(self.channel)
         self.error: str | None = None
         self.sent = 0
@@ -43,20 +47,53 @@ class Tap:
         self.summary: apb.RecordSummary | None = None
         self._call: asyncio.Task | None = None
         self.timeout = topology.join_deadline_s
+        # Less than the label party's step deadline: the party names a stalled sidecar before
+        # the label party would blame the party for the silence.
+        self.stall_timeout = topology.step_deadline_s / 2
+        self.run_id = ""
+        self.party_id = 0
 
-    async def start(self) -> None:
-        """Connect (within the join deadline) and open the Record stream."""
+    async def start(self, run_id: str, party_id: int, rewind_to: int | None = None) -> None:
+        """Connect (within the join deadline), cut the log back to `rewind_to` (a resumed
+        run), and open the Record stream."""
+        self.run_id, self.party_id = run_id, party_id
         try:
             await asyncio.wait_for(self.channel.channel_ready(), self.timeout)
         except TimeoutError:
-            self.error = (f"attacker sidecar at {self.address} is not reachable "
-                          f"(waited {self.timeout:g} s)")
-            if self.mode == "fail":
-                raise TapError(self.error) from None
-            log.error("%s; going on unobserved (attacker.on_sidecar_failure = 'continue')",
-                      self.error)
+            self._failed(f"{SIDECAR} at {self.address} is not reachable (waited {self.timeout:g} s)")
             return
-        self._call = asyncio.ensure_future(self._stream())
+        if rewind_to is not None:
+            kept = await self._sync(apb.SyncRequest.REWIND, rewind_to)
+            if kept is not None:
+                log.info("the sidecar's log of party %d was cut back to step %d (%d records)",
+                         party_id, rewind_to, kept)
+        if self.error is None:
+            self._call = asyncio.ensure_future(self._stream())
+
+    def _failed(self, error: str) -> None:
+        self.error = error
+        if self.mode == "fail":
+            raise TapError(error)
+        log.error("%s; going on unobserved (attacker.on_sidecar_failure = 'continue')", error)
+
+    async def _sync(self, mode: int, step: int) -> int | None:
+        """The sidecar's record count after a Sync, or None (and the error handled)."""
+        if self.error is not None:
+            return None
+        request = apb.SyncRequest(run_id=self.run_id, party_id=self.party_id, step=step, mode=mode)
+        try:
+            reply = await self.stub.Sync(request, timeout=self.stall_timeout)
+        except grpc.aio.AioRpcError as err:
+            what = "checkpoint" if mode == apb.SyncRequest.CHECKPOINT else "rewind"
+            self._failed(f"{SIDECAR} at {self.address} failed the {what} at step {step}: "
+                         f"{err.code().name}: {err.details()}")
+            return None
+        return int(reply.records)
+
+    async def sync(self, step: int) -> int:
+        """Wait until the sidecar holds every record of steps < `step` durably; its count
+        (0 when the run goes on unobserved)."""
+        return await self._sync(apb.SyncRequest.CHECKPOINT, step) or 0
 
     async def _records(self) -> AsyncIterator[apb.GradientRecord]:
         while (record := await self.queue.get()) is not None:
@@ -67,11 +104,14 @@ class Tap:
         try:
             self.summary = await self.stub.Record(self._records())
         except grpc.aio.AioRpcError as err:
-            self.error = f"attacker sidecar at {self.address}: {err.code().name}: {err.details()}"
+            self.error = f"{SIDECAR} at {self.address}: {err.code().name}: {err.details()}"
             log.error("%s", self.error)
-            while not self.queue.empty():  # wake a producer blocked on a full queue
-                if (record := self.queue.get_nowait()) is not None:
-                    self._gap(record)
+            self._drain()
+
+    def _drain(self) -> None:
+        while not self.queue.empty():  # wake a producer blocked on a full queue
+            if (record := self.queue.get_nowait()) is not None:
+                self._gap(record)
 
     def _gap(self, record: apb.GradientRecord) -> None:
         self.gap_records += 1
@@ -80,7 +120,15 @@ class Tap:
 
     async def record(self, record: apb.GradientRecord) -> None:
         if self.error is None:
-            await self.queue.put(record)
+            try:
+                await asyncio.wait_for(self.queue.put(record), self.stall_timeout)
+            except TimeoutError:
+                self.error = (f"{SIDECAR} at {self.address} accepted no gradient record for "
+                              f"{self.stall_timeout:g} s (stalled, or its disk is too slow)")
+                log.error("%s", self.error)
+                if self._call is not None:
+                    self._call.cancel()
+                self._drain()
             if self.error is None:
                 return
         if self.mode == "fail":
@@ -90,12 +138,19 @@ class Tap:
     async def close(self) -> dict:
         """Finish the stream and wait for the sidecar's acknowledgement."""
         if self.error is None:
-            await self.queue.put(None)
+            try:
+                await asyncio.wait_for(self.queue.put(None), self.stall_timeout)
+            except TimeoutError:
+                self.error = f"{SIDECAR} at {self.address} stopped accepting records"
+                if self._call is not None:
+                    self._call.cancel()
         if self._call is not None:
             try:
                 await asyncio.wait_for(self._call, self.timeout)
             except TimeoutError:
-                self.error = f"attacker sidecar at {self.address} did not acknowledge in time"
+                self.error = f"{SIDECAR} at {self.address} did not acknowledge in time"
+            except asyncio.CancelledError:
+                pass
         await self.channel.close()
         if self.error is not None and self.mode == "fail":
             raise TapError(self.error)

@@ -1,18 +1,72 @@
-"""Atomic file writes: readers never see a half-written file."""
+"""Atomic file writes: readers never see a half-written file, a failed write leaves nothing."""
 
 from __future__ import annotations
 
+import errno
+import hashlib
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+# A write failed because the disk (or the process's file-size limit) has no room left.
+NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
-def write_atomically(path: Path, write: Callable[[Path], Any]) -> None:
-    """Call `write` on a temporary sibling, fsync it, then rename it over `path`."""
+
+def write_atomically(path: Path, write: Callable[[Path], Any], mode: int | None = None) -> None:
+    """Call `write` on a temporary sibling, fsync it, then rename it over `path`.
+
+    `mode` creates the file with these permissions from the start (e.g. 0o600 for a private
+    key: there is no moment when others could read it). If anything fails, the temporary file
+    is removed and the error propagates; `path` keeps its old content.
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
-    write(tmp)
-    with tmp.open("rb") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        if mode is not None:
+            tmp.unlink(missing_ok=True)
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode))
+        write(tmp)
+        with tmp.open("rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_directory(path.parent)
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a rename or a new file in `directory` survive a machine crash."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def describe_os_error(err: OSError) -> str:
+    """One sentence for a failed file operation: what, where, why."""
+    where = f" {err.filename}" if err.filename else ""
+    reason = err.strerror or str(err)
+    if err.errno in NO_SPACE:
+        reason += " (the disk or the file-size limit is full)"
+    return f"cannot write{where}: {reason}"
+
+
+def check_writable(directory: Path) -> None:
+    """Create `directory` and prove a file can be written there (raises OSError if not)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    probe = directory / f".write-test-{os.getpid()}"
+    try:
+        probe.write_bytes(b"ok")
+    finally:
+        probe.unlink(missing_ok=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,17 +21,44 @@ def _clean(value: Any) -> Any:
 
 
 class MetricsWriter:
-    def __init__(self, path: Path) -> None:
+    """Appends records; `keep` (a resumed run) first cuts the file back to its first `keep`
+    complete records, so the run continues exactly where its checkpoint was taken."""
+
+    def __init__(self, path: Path, keep: int | None = None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
+        self.records = 0
+        if keep is not None:
+            self.records = truncate_records(path, keep)
         self._file = path.open("a", encoding="utf-8")
 
     def write(self, record: dict[str, Any]) -> None:
         self._file.write(json.dumps(_clean(record), separators=(",", ":")) + "\n")
         self._file.flush()
+        self.records += 1
+
+    def sync(self) -> None:
+        """Make every record written so far survive a machine crash (before a checkpoint)."""
+        self._file.flush()
+        os.fsync(self._file.fileno())
 
     def close(self) -> None:
         self._file.close()
+
+
+def truncate_records(path: Path, keep: int) -> int:
+    """Cut a metrics file to its first `keep` complete lines; returns how many it now has."""
+    if not path.exists():
+        return 0
+    kept = end = 0
+    with path.open("rb") as f:
+        for line in f:
+            if kept == keep or not line.endswith(b"\n"):
+                break
+            kept += 1
+            end += len(line)
+    os.truncate(path, end)
+    return kept
 
 
 def read_metrics(path: Path) -> Iterator[dict[str, Any]]:

@@ -12,6 +12,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from splitleak.fileio import write_atomically
+
 LABEL_PARTY = "label-party"
 ATTACKER = "attacker"
 
@@ -58,9 +60,18 @@ def generate(directory: Path, names: list[str], days: int = 30) -> None:
                 .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
                 .sign(ca_key, hashes.SHA256()))
         (directory / f"{name}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-        key_path = directory / f"{name}.key"
-        key_path.write_bytes(_pem_key(key))
-        key_path.chmod(0o600)
+        pem = _pem_key(key)  # created 0600: never readable by others, not even for a moment
+        write_atomically(directory / f"{name}.key", lambda tmp, pem=pem: tmp.write_bytes(pem),
+                         mode=0o600)
+
+
+def remove_private_keys(directory: Path) -> list[Path]:
+    """Delete the identities' private keys (the certificates stay, to show who took part)."""
+    removed = []
+    for key in sorted(directory.glob("*.key")):
+        key.unlink(missing_ok=True)
+        removed.append(key)
+    return removed
 
 
 def _read(directory: Path, name: str) -> tuple[bytes, bytes, bytes]:
@@ -78,6 +89,13 @@ def server_credentials(directory: Path, name: str) -> grpc.ServerCredentials:
     ca, cert, key = _read(directory, name)
     return grpc.ssl_server_credentials([(key, cert)], root_certificates=ca,
                                        require_client_auth=True)
+
+
+def server_name_option(server_identity: str) -> tuple[str, str]:
+    """Pin the server's role: its certificate must name `server_identity`, whatever address
+    the channel dials (every identity of a run is valid for localhost, so without this any
+    party's certificate could serve as the label party)."""
+    return ("grpc.ssl_target_name_override", server_identity)
 
 
 def channel_credentials(directory: Path, name: str) -> grpc.ChannelCredentials:

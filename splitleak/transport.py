@@ -31,7 +31,11 @@ def _options(max_message_mb: int) -> list[tuple[str, int]]:
 
 
 def server_options(topology: TopologyConfig) -> list[tuple[str, int]]:
-    return _options(topology.max_message_mb) + [("grpc.so_reuseport", 0)]
+    # gRPC itself cuts off at twice the configured limit (bounding what a peer can make a
+    # server allocate); between the two, splitleak.wire refuses with a status naming the limit.
+    options = dict(_options(topology.max_message_mb))
+    options["grpc.max_receive_message_length"] = 2 * topology.max_message_mb * 1024 * 1024
+    return [*options.items(), ("grpc.so_reuseport", 0)]
 
 
 def channel_options(topology: TopologyConfig) -> list[tuple[str, int]]:
@@ -60,11 +64,15 @@ def bind(server: grpc.aio.Server, address: str, tls_dir: Path | None = None,
 
 
 def create_channel(address: str, topology: TopologyConfig, tls_dir: Path | None = None,
-                   identity: str = "") -> grpc.aio.Channel:
-    """A channel to `address`; over mutual TLS as `identity` when `tls_dir` is given."""
+                   identity: str = "", server_identity: str | None = None) -> grpc.aio.Channel:
+    """A channel to `address`; over mutual TLS as `identity` when `tls_dir` is given, accepting
+    only a server whose certificate names `server_identity` (when given)."""
     if tls_dir is not None:
+        options: list[tuple[str, Any]] = list(channel_options(topology))
+        if server_identity is not None:
+            options.append(tls.server_name_option(server_identity))
         return grpc.aio.secure_channel(address, tls.channel_credentials(tls_dir, identity),
-                                       options=channel_options(topology))
+                                       options=options)
     return grpc.aio.insecure_channel(address, options=channel_options(topology))
 
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import math
+from itertools import combinations
+
 import torch
 from pydantic import ValidationError
+from torch import nn
 
 from splitleak.config import ConfigError, ExperimentConfig, plugin_param_errors
 from splitleak.datasets import DATASETS, DatasetError, Schema
@@ -11,9 +15,13 @@ from splitleak.models import InputSpec, build_bottom, build_top, input_spec
 from splitleak.partition import label_party_columns, passive_columns
 from splitleak.registry import UnknownPluginError
 
+# Protobuf framing and the small fields of a message, on top of its tensors' bytes.
+MESSAGE_OVERHEAD = 16 << 10
+
 
 def check_core(cfg: ExperimentConfig) -> Schema:
-    """Dataset name and params, column ranges, loss; returns the dataset's schema."""
+    """Dataset name and params, column ranges, loss, models and message sizes; returns the
+    dataset's schema."""
     try:
         cls = DATASETS.get(cfg.dataset.name)
     except UnknownPluginError as err:
@@ -35,18 +43,74 @@ def check_core(cfg: ExperimentConfig) -> Schema:
 
 def check_models(cfg: ExperimentConfig, schema: Schema, columns: dict[int, tuple[int, int]],
                  own: tuple[int, int] | None) -> None:
-    """Build every party's model once on a zero row: shapes that cannot fit fail here."""
-    width = cfg.output_width(schema.num_classes)
+    """Build every party's model once on a zero row: shapes that cannot fit fail here, and so
+    do messages that could not cross the wire within topology.max_message_mb."""
     try:
-        shapes = []
-        for cols in columns.values():
-            spec = input_spec(schema, cols)
-            bottom = build_bottom(cfg.model, spec, width, seed=0)
-            with torch.no_grad():
-                shapes.append(tuple(bottom(*_zero_row(spec)).shape[1:]))
-        build_top(cfg.model, shapes, input_spec(schema, own) if own else None, width, seed=0)
+        bottoms = {k: bottom_shapes(cfg, schema, cols) for k, cols in columns.items()}
+        shapes = [shape for shape, _ in bottoms.values()]
+        build_top(cfg.model, shapes, input_spec(schema, own) if own else None,
+                  cfg.output_width(schema.num_classes), seed=0)
     except (ValueError, RuntimeError) as err:
         raise ConfigError(f"model: {err}") from None
+    check_message_sizes(cfg, bottoms)
+
+
+def bottom_shapes(cfg: ExperimentConfig, schema: Schema,
+                  columns: tuple[int, int]) -> tuple[tuple[int, ...], int]:
+    """(activation shape, first layer's output size) of one example through the bottom model
+    the shared config gives a party holding `columns`."""
+    spec = input_spec(schema, columns)
+    bottom = build_bottom(cfg.model, spec, cfg.output_width(schema.num_classes), seed=0)
+    first = next(m for m in bottom.modules() if isinstance(m, nn.Linear | nn.Conv2d))
+    seen: list[int] = []
+    hook = first.register_forward_hook(lambda m, a, out: seen.append(out[0].numel()))
+    with torch.no_grad():
+        shape = tuple(bottom(*_zero_row(spec)).shape[1:])
+    hook.remove()
+    return shape, seen[0]
+
+
+def expected_embedding_shapes(cfg: ExperimentConfig, schema: Schema) -> dict[int, tuple[int, ...]]:
+    """Passive party id -> the activation shape (without the batch dimension) its Join must
+    announce: what the shared config implies for that party's bottom model."""
+    return {k: bottom_shapes(cfg, schema, cols)[0]
+            for k, cols in passive_columns(cfg, schema).items()}
+
+
+def check_message_sizes(cfg: ExperimentConfig, bottoms: dict[int, tuple[tuple[int, ...], int]]) -> None:
+    """Every message of a full batch fits topology.max_message_mb: activations up, cut
+    gradients plus the next batch's ids down, and the tap's records to the sidecar."""
+    limit = cfg.topology.max_message_mb << 20
+    rows = cfg.training.batch_size
+    observed = set(cfg.attacker.observe) if cfg.attacker.enabled else set()
+    for k, (shape, first_width) in sorted(bottoms.items()):
+        activation = rows * math.prod(shape) * 4
+        sizes = {"activation": activation, "cut gradient": activation + rows * 8}
+        if k in observed:
+            record = activation + rows * 8
+            record += activation if cfg.attacker.record_activation else 0
+            record += rows * first_width * 4 if cfg.attacker.record_first_layer else 0
+            sizes["gradient record to the sidecar"] = record
+        what, size = max(sizes.items(), key=lambda item: item[1])
+        if size + MESSAGE_OVERHEAD > limit:
+            needed = math.ceil((size + MESSAGE_OVERHEAD) / (1 << 20))
+            raise ConfigError(
+                f"topology.max_message_mb = {cfg.topology.max_message_mb}: passive party {k}'s "
+                f"{what} for a batch of {rows} rows takes {size / (1 << 20):.1f} MiB; raise "
+                f"max_message_mb to at least {needed} or lower training.batch_size")
+
+
+def overlap_warnings(cfg: ExperimentConfig, schema: Schema) -> list[str]:
+    """Passive parties holding the same columns (unless features.allow_overlap says so)."""
+    if cfg.features.allow_overlap:
+        return []
+    warnings = []
+    for (a, (a0, a1)), (b, (b0, b1)) in combinations(sorted(passive_columns(cfg, schema).items()), 2):
+        if max(a0, b0) < min(a1, b1):
+            warnings.append(f"features.passive: passive parties {a} and {b} both hold columns "
+                            f"[{max(a0, b0)}, {min(a1, b1)}); set features.allow_overlap = true "
+                            "if they are meant to share them")
+    return warnings
 
 
 def _zero_row(spec: InputSpec) -> tuple[torch.Tensor, torch.Tensor]:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -10,6 +13,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from orchestration.run import run_distributed
 from splitleak import tls
@@ -18,7 +22,7 @@ from splitleak.rundir import create_run_dir
 from splitleak.transport import create_channel
 from splitleak.v1 import split_learning_pb2 as pb
 from splitleak.v1 import split_learning_pb2_grpc as pb_grpc
-from tests.conftest import small_config, write_config
+from tests.conftest import scaled, small_config, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +32,9 @@ def test_run_over_mutual_tls(tmp_path: Path) -> None:
     run = create_run_dir(cfg)
     outcome = run_distributed(cfg, run)
     assert outcome.final_eval["test_auc"] > 0.9
-    assert (run.root / "tls" / "passive-party-2.key").exists()
+    # The run directory keeps who took part (certificates), not the private keys.
+    assert (run.root / "tls" / "passive-party-2.pem").exists()
+    assert not list((run.root / "tls").glob("*.key"))
 
 
 def test_identity_is_bound_to_the_party_id(tmp_path: Path) -> None:
@@ -73,3 +79,76 @@ def test_tls_config_without_identities_exits_2(tmp_path: Path) -> None:
                              "--party-id", "1", "--label-party", "127.0.0.1:1"],
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2 and "--tls-dir" in result.stderr
+
+
+def test_private_keys_are_created_private(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """0600 from the moment the file exists: no chmod afterwards (a window where the key
+    could be read), even under a permissive umask."""
+    monkeypatch.setattr(Path, "chmod", lambda self, mode: None)
+    old = os.umask(0)
+    try:
+        tls.generate(tmp_path, tls.identities(1))
+    finally:
+        os.umask(old)
+    for key in tmp_path.glob("*.key"):
+        assert stat.S_IMODE(key.stat().st_mode) == 0o600, key
+    assert stat.S_IMODE((tmp_path / "ca.pem").stat().st_mode) & 0o044  # certificates are public
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def _serve_health_as(certs: Path, identity: str) -> tuple[subprocess.Popen, str]:
+    """A gRPC server (the sidecar's, which needs no data) presenting `identity`'s certificate."""
+    impostor = certs.parent / f"as-{identity}"
+    impostor.mkdir()
+    shutil.copy(certs / "ca.pem", impostor / "ca.pem")
+    for suffix in (".pem", ".key"):
+        shutil.copy(certs / f"{identity}{suffix}", impostor / f"attacker{suffix}")
+    port_file = certs.parent / f"{identity}.address"
+    proc = subprocess.Popen([sys.executable, "-m", "attacker", "serve", "--listen", "127.0.0.1:0",
+                             "--out", str(certs.parent / f"run-{identity}"), "--tls-dir",
+                             str(impostor), "--port-file", str(port_file)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    end = time.monotonic() + scaled(60)
+    while not port_file.exists():
+        assert proc.poll() is None and time.monotonic() < end, proc.communicate()[0]
+        time.sleep(0.05)
+    return proc, port_file.read_text().strip()
+
+
+def test_clients_pin_the_servers_role(tmp_path: Path) -> None:
+    """A passive party's certificate serving on the sidecar's (or the label party's) address
+    is refused by the client: the server must hold the role the client expects."""
+    certs = tmp_path / "certs"
+    tls.generate(certs, tls.identities(2))
+    proc, address = _serve_health_as(certs, "passive-party-2")
+    genuine, genuine_address = _serve_health_as(certs, "attacker")
+    try:
+        async def health(target: str, server_identity: str | None) -> str:
+            async with create_channel(target, TopologyConfig(), certs, "passive-party-1",
+                                      server_identity=server_identity) as channel:
+                stub = health_pb2_grpc.HealthStub(channel)
+                try:
+                    reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=scaled(5))
+                except grpc.aio.AioRpcError as err:
+                    return err.code().name
+                return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+
+        assert asyncio.run(health(address, None)) == "SERVING"  # any run identity, unpinned
+        assert asyncio.run(health(address, tls.ATTACKER)) == "UNAVAILABLE"  # the tap's pin
+        assert asyncio.run(health(address, tls.LABEL_PARTY)) == "UNAVAILABLE"  # the party's pin
+        assert asyncio.run(health(genuine_address, tls.ATTACKER)) == "SERVING"
+    finally:
+        for p in (proc, genuine):
+            p.kill()
+            p.wait()
+
+
+def test_tls_dir_with_plaintext_config_exits_2(tmp_path: Path) -> None:
+    path = write_config(tmp_path, small_config(tmp_path, topology={"tls": False}))
+    certs = tmp_path / "certs"
+    tls.generate(certs, tls.identities(2))
+    result = subprocess.run([sys.executable, "-m", "passive_party", "run", "--config", str(path),
+                             "--party-id", "1", "--label-party", "127.0.0.1:1", "--tls-dir",
+                             str(certs)], capture_output=True, text=True, timeout=scaled(120))
+    assert result.returncode == 2, result.stderr
+    assert "topology.tls = false" in result.stderr and "Traceback" not in result.stderr

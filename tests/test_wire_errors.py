@@ -111,7 +111,7 @@ def test_join_refusals_name_the_problem(label_party) -> None:
     # Joined but never streamed: the label party gives up at its join deadline, naming it.
     code, outcome = lp.wait()
     assert code == 1 and outcome["code"] == "DEADLINE_EXCEEDED"
-    assert "passive party 1 did not join" in outcome["message"]
+    assert "passive party 1 joined but did not open its Train stream" in outcome["message"]
 
 
 async def _fake_party(lp: LabelPartyProcess, tamper, answer_steps: int = 10**9) -> grpc.aio.AioRpcError:
@@ -129,6 +129,8 @@ async def _fake_party(lp: LabelPartyProcess, tamper, answer_steps: int = 10**9) 
                     break
                 if message.HasField("cut_gradient"):
                     bottom.backward(torch.zeros(bottom.pending_shape))
+                if message.HasField("checkpoint"):
+                    continue  # a fake party keeps no checkpoints: the label party gives up on it
                 batch = message.next_batch
                 if answered >= answer_steps:
                     continue  # stall: keep the connection open, send nothing

@@ -48,6 +48,15 @@ class Defense(ABC):
         """Run-level figures for the report (e.g. ε of a DP defense, pass-through counts)."""
         return {}
 
+    def state_dict(self) -> dict[str, Any]:
+        """What a stateful defense carries from batch to batch (tensors, numbers, lists and
+        dicts only), for checkpoints; a stateless one has nothing."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict()` into an instance built from the same params."""
+        return None
+
 
 DEFENSES: Registry[type[Defense]] = Registry("defense")
 

@@ -72,6 +72,20 @@ class DefenseChain:
             diagnostics.update({prefix + key: value for key, value in ctx.diagnostics.items()})
         return gradient, diagnostics
 
+    def state_dict(self) -> dict[str, Any]:
+        """Every instance's state by party (and the chain's names, to catch a changed chain)."""
+        return {"chain": self.names,
+                "parties": {str(k): [d.state_dict() for d in defenses]
+                            for k, defenses in sorted(self._parties.items())}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if list(state["chain"]) != self.names:
+            raise ValueError(f"the checkpoint's defense chain {state['chain']} is not this "
+                             f"chain {self.names}")
+        for party, states in state["parties"].items():
+            for defense, defense_state in zip(self.defenses(int(party)), states, strict=True):
+                defense.load_state_dict(defense_state)
+
     def summary(self) -> dict[str, Any]:
         """Run-level figures of every defense instance, by party."""
         return {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from pydantic import Field
 
@@ -70,6 +72,15 @@ class DiscreteSgd(Defense):
         width = (high - low) / self.params.bins
         steps = ((cut_gradient.to(work) - low) / width).round().clamp(0, self.params.bins)
         return (low + steps * width).to(cut_gradient.dtype)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"count": self._count, "mean": self._mean, "m2": self._m2,
+                "interval": list(self._interval) if self._interval is not None else None}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._count, self._mean, self._m2 = int(state["count"]), state["mean"], state["m2"]
+        interval = state["interval"]
+        self._interval = (interval[0], interval[1]) if interval is not None else None
 
     def summary(self) -> dict[str, object]:
         frozen = self._interval is not None

@@ -77,6 +77,13 @@ class DpGaussian(Defense):
         noisy = torch.add(clipped, noise, alpha=self.params.noise_multiplier * clip)
         return restore(noisy, cut_gradient)
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"epochs": sorted(self._epochs), "steps": self._steps}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._epochs = {int(e) for e in state["epochs"]}
+        self._steps = int(state["steps"])
+
     def epsilon(self) -> float:
         """ε at δ of the per-row mechanism over the epochs seen (see EPSILON_COVERS)."""
         return _rdp_epsilon(self.params.noise_multiplier, len(self._epochs), self.params.delta)

@@ -177,6 +177,16 @@ class Marvell(Defense):
         ctx.diagnostics["marvell.passthrough"] = 1.0
         return cut_gradient
 
+    def state_dict(self) -> dict[str, Any]:
+        return {"batches": self._batches, "passthrough": self._passthrough,
+                "sumkl_after_total": self._sumkl_after_total,
+                "worst_auc_bound": self._worst_auc_bound}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._batches, self._passthrough = int(state["batches"]), int(state["passthrough"])
+        self._sumkl_after_total = float(state["sumkl_after_total"])
+        self._worst_auc_bound = float(state["worst_auc_bound"])
+
     def summary(self) -> dict[str, Any]:
         solved = self._batches - self._passthrough
         return {

@@ -73,7 +73,13 @@ class Objective(ABC):
         return None
 
     def state_dict(self) -> dict[str, Any]:
+        """Everything a checkpoint needs to continue exactly: models, optimizers, generators,
+        running statistics (tensors, numbers, lists and dicts only)."""
         return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore `state_dict()` into an instance built from the same params and setup."""
+        return None
 
     def summary(self) -> dict[str, Any]:
         """Run-level figures for the report (e.g. ε of label DP)."""

@@ -61,3 +61,8 @@ class CrossEntropy(Objective):
     def state_dict(self) -> dict[str, Any]:
         optimizer = self.optimizer.state_dict() if self.optimizer is not None else None
         return {"top": self.top.state_dict(), "optimizer": optimizer}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.top.load_state_dict(state["top"])
+        if self.optimizer is not None:
+            self.optimizer.load_state_dict(state["optimizer"])

@@ -255,7 +255,19 @@ class GAFM(Objective):
     def state_dict(self) -> dict[str, Any]:
         return {"generator": self.generator.state_dict(), "critic": self.critic.state_dict(),
                 "generator_optimizer": self.generator_optimizer.state_dict(),
-                "critic_optimizer": self.critic_optimizer.state_dict()}
+                "critic_optimizer": self.critic_optimizer.state_dict(),
+                "noise": self.noise.get_state(),
+                "orientation_statistic": self.orientation_statistic,
+                "orientation_changes": self.orientation_changes}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.generator.load_state_dict(state["generator"])
+        self.critic.load_state_dict(state["critic"])
+        self.generator_optimizer.load_state_dict(state["generator_optimizer"])
+        self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.noise.set_state(state["noise"])
+        self.orientation_statistic = float(state["orientation_statistic"])
+        self.orientation_changes = int(state["orientation_changes"])
 
     def summary(self) -> dict[str, Any]:
         p = self.params

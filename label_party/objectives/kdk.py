@@ -144,6 +144,17 @@ class KDk(CrossEntropy):
     def targets(self, sample_ids: np.ndarray, labels: torch.Tensor) -> torch.Tensor:
         return self.soft_targets[torch.from_numpy(np.asarray(sample_ids, dtype=np.int64))]
 
+    def state_dict(self) -> dict[str, Any]:
+        # The teacher is retrained identically from the seed; its soft labels are kept so a
+        # resumed run provably learns from the same targets.
+        return {**super().state_dict(), "soft_targets": self.soft_targets}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if not torch.equal(state["soft_targets"], self.soft_targets):
+            raise ValueError("objective kdk: the checkpoint's soft labels differ from the ones "
+                             "this teacher gives (a different dataset or config?)")
+
     def summary(self) -> dict[str, Any]:
         p = self.params
         return {"k": p.k, "epsilon": p.epsilon, "teacher_epochs": p.teacher_epochs,

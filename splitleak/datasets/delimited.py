@@ -32,6 +32,8 @@ class TextFormat:
 
 def require_file(path: str, kind: str) -> Path:
     file = Path(path).expanduser()
+    if file.is_dir():
+        raise DatasetError(f"{kind}: {path} is a directory; give the path of the file itself")
     if not file.is_file():
         raise DatasetError(f"{kind} file not found: {path}")
     return file
@@ -82,6 +84,9 @@ class DelimitedFile:
                     column_names=list(self.fmt.names),
                     skip_rows=int(self.fmt.header),
                     block_size=BLOCK_BYTES,
+                    # No read-ahead threads: a reader left open by an error must not still be
+                    # running native code while the process exits (seen as SIGABRT).
+                    use_threads=False,
                 ),
                 parse_options=csv.ParseOptions(
                     delimiter=self.fmt.delimiter,
@@ -93,16 +98,19 @@ class DelimitedFile:
                     include_columns=list(include),
                 ),
             )
-            for batch in reader:
-                if max_rows is not None:
-                    batch = batch.slice(0, max_rows - first_row)
-                columns = {name: batch.column(name) for name in include}
-                if self.fmt.strip:
-                    columns = {name: pc.utf8_trim_whitespace(c) for name, c in columns.items()}
-                yield first_row, columns
-                first_row += batch.num_rows
-                if max_rows is not None and first_row >= max_rows:
-                    return
+            try:
+                for batch in reader:
+                    if max_rows is not None:
+                        batch = batch.slice(0, max_rows - first_row)
+                    columns = {name: batch.column(name) for name in include}
+                    if self.fmt.strip:
+                        columns = {name: pc.utf8_trim_whitespace(c) for name, c in columns.items()}
+                    yield first_row, columns
+                    first_row += batch.num_rows
+                    if max_rows is not None and first_row >= max_rows:
+                        return
+            finally:
+                reader.close()
         except pa.ArrowInvalid as error:
             if "Empty CSV file" not in str(error):
                 raise self._locate_parse_error(error) from None

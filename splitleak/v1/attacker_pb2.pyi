@@ -5,6 +5,7 @@ isort:skip_file
 
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from splitleak.v1 import tensor_pb2 as _tensor_pb2
 import builtins as _builtins
 import sys
@@ -16,6 +17,49 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+@_typing.final
+class SyncRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    class _Mode:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _ModeEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[SyncRequest._Mode.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        MODE_UNSPECIFIED: SyncRequest._Mode.ValueType  # 0
+        CHECKPOINT: SyncRequest._Mode.ValueType  # 1
+        REWIND: SyncRequest._Mode.ValueType  # 2
+
+    class Mode(_Mode, metaclass=_ModeEnumTypeWrapper): ...
+    MODE_UNSPECIFIED: SyncRequest.Mode.ValueType  # 0
+    CHECKPOINT: SyncRequest.Mode.ValueType  # 1
+    REWIND: SyncRequest.Mode.ValueType  # 2
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    PARTY_ID_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    party_id: _builtins.int
+    step: _builtins.int
+    mode: Global___SyncRequest.Mode.ValueType
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        party_id: _builtins.int = ...,
+        step: _builtins.int = ...,
+        mode: Global___SyncRequest.Mode.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "party_id", b"party_id", "run_id", b"run_id", "step", b"step"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SyncRequest: _TypeAlias = SyncRequest  # noqa: Y015
 
 @_typing.final
 class GradientRecord(_message.Message):

@@ -41,6 +41,11 @@ class AttackerSidecarStub:
                 request_serializer=splitleak_dot_v1_dot_attacker__pb2.GradientRecord.SerializeToString,
                 response_deserializer=splitleak_dot_v1_dot_attacker__pb2.RecordSummary.FromString,
                 _registered_method=True)
+        self.Sync = channel.unary_unary(
+                '/splitleak.v1.AttackerSidecar/Sync',
+                request_serializer=splitleak_dot_v1_dot_attacker__pb2.SyncRequest.SerializeToString,
+                response_deserializer=splitleak_dot_v1_dot_attacker__pb2.RecordSummary.FromString,
+                _registered_method=True)
 
 
 class AttackerSidecarServicer:
@@ -55,12 +60,26 @@ class AttackerSidecarServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Sync(self, request, context):
+        """Checkpoint and resume of one party's log: CHECKPOINT waits until every record of train
+        steps < step is in the log and durable; REWIND (when the run resumes at step) cuts the
+        log back to the records of steps < step. Answers with what the log then holds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AttackerSidecarServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Record': grpc.stream_unary_rpc_method_handler(
                     servicer.Record,
                     request_deserializer=splitleak_dot_v1_dot_attacker__pb2.GradientRecord.FromString,
+                    response_serializer=splitleak_dot_v1_dot_attacker__pb2.RecordSummary.SerializeToString,
+            ),
+            'Sync': grpc.unary_unary_rpc_method_handler(
+                    servicer.Sync,
+                    request_deserializer=splitleak_dot_v1_dot_attacker__pb2.SyncRequest.FromString,
                     response_serializer=splitleak_dot_v1_dot_attacker__pb2.RecordSummary.SerializeToString,
             ),
     }
@@ -92,6 +111,33 @@ class AttackerSidecar:
             target,
             '/splitleak.v1.AttackerSidecar/Record',
             splitleak_dot_v1_dot_attacker__pb2.GradientRecord.SerializeToString,
+            splitleak_dot_v1_dot_attacker__pb2.RecordSummary.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Sync(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/splitleak.v1.AttackerSidecar/Sync',
+            splitleak_dot_v1_dot_attacker__pb2.SyncRequest.SerializeToString,
             splitleak_dot_v1_dot_attacker__pb2.RecordSummary.FromString,
             options,
             channel_credentials,

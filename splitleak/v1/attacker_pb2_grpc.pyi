@@ -37,6 +37,11 @@ class AttackerSidecarStub:
     def __new__(cls, channel: _aio.Channel) -> AttackerSidecarAsyncStub: ...
     Record: _grpc.StreamUnaryMultiCallable[_attacker_pb2.GradientRecord, _attacker_pb2.RecordSummary]
     """One client stream per observed passive party for the whole run."""
+    Sync: _grpc.UnaryUnaryMultiCallable[_attacker_pb2.SyncRequest, _attacker_pb2.RecordSummary]
+    """Checkpoint and resume of one party's log: CHECKPOINT waits until every record of train
+    steps < step is in the log and durable; REWIND (when the run resumes at step) cuts the
+    log back to the records of steps < step. Answers with what the log then holds.
+    """
 
 @_typing.type_check_only
 class AttackerSidecarAsyncStub(AttackerSidecarStub):
@@ -47,6 +52,11 @@ class AttackerSidecarAsyncStub(AttackerSidecarStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     Record: _aio.StreamUnaryMultiCallable[_attacker_pb2.GradientRecord, _attacker_pb2.RecordSummary]  # type: ignore[assignment]
     """One client stream per observed passive party for the whole run."""
+    Sync: _aio.UnaryUnaryMultiCallable[_attacker_pb2.SyncRequest, _attacker_pb2.RecordSummary]  # type: ignore[assignment]
+    """Checkpoint and resume of one party's log: CHECKPOINT waits until every record of train
+    steps < step is in the log and durable; REWIND (when the run resumes at step) cuts the
+    log back to the records of steps < step. Answers with what the log then holds.
+    """
 
 class AttackerSidecarServicer(metaclass=_abc_1.ABCMeta):
     """The attacker sidecar beside a passive party: it records every cut gradient the party
@@ -60,5 +70,16 @@ class AttackerSidecarServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_attacker_pb2.RecordSummary, _abc.Awaitable[_attacker_pb2.RecordSummary]]:
         """One client stream per observed passive party for the whole run."""
+
+    @_abc_1.abstractmethod
+    def Sync(
+        self,
+        request: _attacker_pb2.SyncRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_attacker_pb2.RecordSummary, _abc.Awaitable[_attacker_pb2.RecordSummary]]:
+        """Checkpoint and resume of one party's log: CHECKPOINT waits until every record of train
+        steps < step is in the log and durable; REWIND (when the run resumes at step) cuts the
+        log back to the records of steps < step. Answers with what the log then holds.
+        """
 
 def add_AttackerSidecarServicer_to_server(servicer: AttackerSidecarServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -87,6 +87,11 @@ class TrainingPlan(_message.Message):
     EVAL_INTERVAL_FIELD_NUMBER: _builtins.int
     NUM_PASSIVE_PARTIES_FIELD_NUMBER: _builtins.int
     STEP_DEADLINE_SECONDS_FIELD_NUMBER: _builtins.int
+    RESUMED_FIELD_NUMBER: _builtins.int
+    RESUME_STEP_FIELD_NUMBER: _builtins.int
+    RESUME_BATCHES_FIELD_NUMBER: _builtins.int
+    RESUME_SHA256_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_EVERY_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     session: _builtins.str
     epochs: _builtins.int
@@ -98,6 +103,17 @@ class TrainingPlan(_message.Message):
     """Train steps between two evaluations on the test split (0: once per epoch)."""
     num_passive_parties: _builtins.int
     step_deadline_seconds: _builtins.float
+    resumed: _builtins.bool
+    """Set when the label party resumes an interrupted run from its checkpoint at train step
+    resume_step, after resume_batches batches of the schedule (both 0: from the start, in the
+    same run directory): the party loads its own checkpoint of that position (resume_sha256
+    is its SHA-256, from the manifest) and its tap cuts the sidecar's log back to that step.
+    """
+    resume_step: _builtins.int
+    resume_batches: _builtins.int
+    resume_sha256: _builtins.str
+    checkpoint_every: _builtins.int
+    """Train steps between two coordinated checkpoints (0: none), for the party's information."""
     def __init__(
         self,
         *,
@@ -111,10 +127,15 @@ class TrainingPlan(_message.Message):
         eval_interval: _builtins.int = ...,
         num_passive_parties: _builtins.int = ...,
         step_deadline_seconds: _builtins.float = ...,
+        resumed: _builtins.bool = ...,
+        resume_step: _builtins.int = ...,
+        resume_batches: _builtins.int = ...,
+        resume_sha256: _builtins.str = ...,
+        checkpoint_every: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "epochs", b"epochs", "eval_interval", b"eval_interval", "num_passive_parties", b"num_passive_parties", "run_id", b"run_id", "seed", b"seed", "session", b"session", "step_deadline_seconds", b"step_deadline_seconds", "steps_per_epoch", b"steps_per_epoch", "total_train_steps", b"total_train_steps"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch_size", b"batch_size", "checkpoint_every", b"checkpoint_every", "epochs", b"epochs", "eval_interval", b"eval_interval", "num_passive_parties", b"num_passive_parties", "resume_batches", b"resume_batches", "resume_sha256", b"resume_sha256", "resume_step", b"resume_step", "resumed", b"resumed", "run_id", b"run_id", "seed", b"seed", "session", b"session", "step_deadline_seconds", b"step_deadline_seconds", "steps_per_epoch", b"steps_per_epoch", "total_train_steps", b"total_train_steps"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -164,6 +185,7 @@ class LabelPartyMessage(_message.Message):
     GRADIENT_EPOCH_FIELD_NUMBER: _builtins.int
     NEXT_BATCH_FIELD_NUMBER: _builtins.int
     DONE_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_FIELD_NUMBER: _builtins.int
     gradient_step: _builtins.int
     gradient_epoch: _builtins.int
     done: _builtins.bool
@@ -178,6 +200,12 @@ class LabelPartyMessage(_message.Message):
     def next_batch(self) -> Global___Batch:
         """The batch to compute next; absent when done is set."""
 
+    @_builtins.property
+    def checkpoint(self) -> Global___CheckpointRequest:
+        """Apply cut_gradient (if any), then write a checkpoint of this party's state and answer
+        with PartyMessage.checkpoint; next_batch is absent (it comes in a later message).
+        """
+
     def __init__(
         self,
         *,
@@ -186,14 +214,41 @@ class LabelPartyMessage(_message.Message):
         gradient_epoch: _builtins.int = ...,
         next_batch: Global___Batch | None = ...,
         done: _builtins.bool = ...,
+        checkpoint: Global___CheckpointRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cut_gradient", b"cut_gradient", "next_batch", b"next_batch"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint", "cut_gradient", b"cut_gradient", "next_batch", b"next_batch"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cut_gradient", b"cut_gradient", "done", b"done", "gradient_epoch", b"gradient_epoch", "gradient_step", b"gradient_step", "next_batch", b"next_batch"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["checkpoint", b"checkpoint", "cut_gradient", b"cut_gradient", "done", b"done", "gradient_epoch", b"gradient_epoch", "gradient_step", b"gradient_step", "next_batch", b"next_batch"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___LabelPartyMessage: _TypeAlias = LabelPartyMessage  # noqa: Y015
+
+@_typing.final
+class CheckpointRequest(_message.Message):
+    """A coordinated checkpoint at a position of the run's batch schedule."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STEP_FIELD_NUMBER: _builtins.int
+    BATCHES_FIELD_NUMBER: _builtins.int
+    step: _builtins.int
+    """Train steps completed (every cut gradient of steps < step has been applied)."""
+    batches: _builtins.int
+    """Batches of the schedule (train and eval) completed."""
+    def __init__(
+        self,
+        *,
+        step: _builtins.int = ...,
+        batches: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batches", b"batches", "step", b"step"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CheckpointRequest: _TypeAlias = CheckpointRequest  # noqa: Y015
 
 @_typing.final
 class PartyMessage(_message.Message):
@@ -204,11 +259,23 @@ class PartyMessage(_message.Message):
     PHASE_FIELD_NUMBER: _builtins.int
     STEP_FIELD_NUMBER: _builtins.int
     ACTIVATION_FIELD_NUMBER: _builtins.int
+    CHECKPOINT_FIELD_NUMBER: _builtins.int
+    FAILURE_FIELD_NUMBER: _builtins.int
     phase: Global___Phase.ValueType
     step: _builtins.int
     @_builtins.property
     def activation(self) -> _tensor_pb2.Tensor:
         """Float tensor of shape [B, *embedding_shape]."""
+
+    @_builtins.property
+    def checkpoint(self) -> Global___CheckpointAck:
+        """The answer to a CheckpointRequest (phase, step and activation are then unset)."""
+
+    @_builtins.property
+    def failure(self) -> Global___PartyFailure:
+        """This party stops, and why: e.g. its attacker sidecar failed, so the label party can name
+        the component that actually broke the run.
+        """
 
     def __init__(
         self,
@@ -216,11 +283,63 @@ class PartyMessage(_message.Message):
         phase: Global___Phase.ValueType = ...,
         step: _builtins.int = ...,
         activation: _tensor_pb2.Tensor | None = ...,
+        checkpoint: Global___CheckpointAck | None = ...,
+        failure: Global___PartyFailure | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["activation", b"activation"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["activation", b"activation", "checkpoint", b"checkpoint", "failure", b"failure"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activation", b"activation", "phase", b"phase", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activation", b"activation", "checkpoint", b"checkpoint", "failure", b"failure", "phase", b"phase", "step", b"step"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PartyMessage: _TypeAlias = PartyMessage  # noqa: Y015
+
+@_typing.final
+class CheckpointAck(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STEP_FIELD_NUMBER: _builtins.int
+    SHA256_FIELD_NUMBER: _builtins.int
+    RECORDED_FIELD_NUMBER: _builtins.int
+    step: _builtins.int
+    sha256: _builtins.str
+    """SHA-256 (hex) of the checkpoint file the party wrote."""
+    recorded: _builtins.int
+    """Gradient records of this party the attacker sidecar holds durably (tapped parties only)."""
+    def __init__(
+        self,
+        *,
+        step: _builtins.int = ...,
+        sha256: _builtins.str = ...,
+        recorded: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["recorded", b"recorded", "sha256", b"sha256", "step", b"step"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CheckpointAck: _TypeAlias = CheckpointAck  # noqa: Y015
+
+@_typing.final
+class PartyFailure(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COMPONENT_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    component: _builtins.str
+    """What failed, e.g. "attacker sidecar"."""
+    message: _builtins.str
+    def __init__(
+        self,
+        *,
+        component: _builtins.str = ...,
+        message: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["component", b"component", "message", b"message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PartyFailure: _TypeAlias = PartyFailure  # noqa: Y015

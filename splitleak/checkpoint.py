@@ -1,0 +1,206 @@
+"""Coordinated checkpoints (DESIGN.md §9): the files, the manifest written last, the resume point.
+
+    RUN/checkpoints/step-00000120-batch-00000131/
+        passive_party_1.pt   one per passive party (written by that party, in its run directory)
+        label_party.pt       the label party's trainer state (after every party acknowledged)
+        manifest.json        written last, by the label party: the checkpoint is complete
+
+A checkpoint at `Position(step, batches)` holds every party's state after train steps
+0..step-1 and the first `batches` batches of the schedule (evaluations included). The sidecar
+writes no file: its checkpoint is the record count at that step, in the manifest.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from splitleak.config import ConfigError, ExperimentConfig, differences, load_config
+from splitleak.fileio import sha256_file, write_atomically
+
+CHECKPOINTS = "checkpoints"
+MANIFEST = "manifest.json"
+LABEL_PARTY_FILE = "label_party.pt"
+KEEP = 2  # complete checkpoints kept on disk: the newest, and the one before in case it is torn
+FORMAT = 1
+_STEP_DIR = re.compile(r"step-(\d+)-batch-(\d+)")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: missing, incomplete, altered, or of another run."""
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a run stands in its seeded batch schedule."""
+
+    step: int  # train steps completed
+    batches: int  # schedule batches (train and eval) completed
+
+
+@dataclass(frozen=True)
+class Manifest:
+    step: int
+    batches: int
+    metrics_records: int  # lines of label_party/metrics.jsonl at this position
+    run_id: str
+    config_hash: str
+    config: dict[str, Any]  # the resolved config, to name what a resume would change
+    files: dict[str, str]  # file name in the step directory -> SHA-256
+    recorded: dict[str, int] = field(default_factory=dict)  # observed party -> log records
+    reason: str = "periodic"  # periodic | interrupted | failed
+    format: int = FORMAT
+
+    @property
+    def position(self) -> Position:
+        return Position(self.step, self.batches)
+
+
+def step_dir(run_root: Path, position: Position) -> Path:
+    return run_root / CHECKPOINTS / f"step-{position.step:08d}-batch-{position.batches:08d}"
+
+
+def party_file_name(party_id: int) -> str:
+    return f"passive_party_{party_id}.pt"
+
+
+def save_state(path: Path, state: dict[str, Any]) -> str:
+    """Write a state dict atomically; returns its SHA-256."""
+    write_atomically(path, lambda tmp: torch.save(state, tmp))
+    return sha256_file(path)
+
+
+def load_state(path: Path, sha256: str | None = None) -> dict[str, Any]:
+    """Read a state dict written by `save_state`, checking its SHA-256 when given."""
+    if not path.is_file():
+        raise CheckpointError(f"checkpoint file {path} is missing")
+    if sha256 is not None and sha256_file(path) != sha256:
+        raise CheckpointError(f"checkpoint file {path} does not match the manifest's SHA-256 "
+                              "(changed or torn since it was written)")
+    try:
+        return torch.load(path, weights_only=True)
+    except Exception as err:  # noqa: BLE001 - any unreadable file is the same problem for a user
+        raise CheckpointError(f"checkpoint file {path} cannot be read: {err}") from None
+
+
+def write_manifest(run_root: Path, manifest: Manifest) -> Path:
+    path = step_dir(run_root, manifest.position) / MANIFEST
+    text = json.dumps(asdict(manifest), indent=1, sort_keys=True)
+    write_atomically(path, lambda tmp: tmp.write_text(text))
+    return path
+
+
+def read_manifest(path: Path) -> Manifest:
+    try:
+        data = json.loads(path.read_text())
+        if data.get("format") != FORMAT:
+            raise CheckpointError(f"{path}: unsupported checkpoint format {data.get('format')}")
+        return Manifest(**data)
+    except (OSError, ValueError, TypeError) as err:
+        raise CheckpointError(f"{path} is not a readable checkpoint manifest: {err}") from None
+
+
+def _step_dirs(run_root: Path) -> list[tuple[Position, Path]]:
+    """Every checkpoint directory, in schedule order."""
+    base = run_root / CHECKPOINTS
+    if not base.is_dir():
+        return []
+    found = [(Position(int(m.group(1)), int(m.group(2))), p) for p in base.iterdir()
+             if p.is_dir() and (m := _STEP_DIR.fullmatch(p.name))]
+    return sorted(found, key=lambda item: item[0].batches)
+
+
+def complete_manifests(run_root: Path) -> list[Manifest]:
+    """Every readable manifest, oldest first (a step directory without one is incomplete)."""
+    found = []
+    for _, directory in _step_dirs(run_root):
+        if (directory / MANIFEST).is_file():
+            try:
+                found.append(read_manifest(directory / MANIFEST))
+            except CheckpointError:
+                continue
+    return found
+
+
+def latest(run_root: Path) -> Manifest | None:
+    """The newest complete checkpoint of a run, or None (resume then starts at step 0)."""
+    manifests = complete_manifests(run_root)
+    return manifests[-1] if manifests else None
+
+
+def prune(run_root: Path, keep: int = KEEP) -> None:
+    """Keep the newest `keep` complete checkpoints; remove older and abandoned directories."""
+    complete = [m.batches for m in complete_manifests(run_root)]
+    if not complete:
+        return
+    oldest_kept = complete[-keep:][0]
+    for position, directory in _step_dirs(run_root):
+        at = position.batches
+        if at < oldest_kept or (at < complete[-1] and at not in complete):
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def prune_own(run_root: Path, file_name: str, keep: int = KEEP) -> None:
+    """A party that writes into its own run directory keeps its `keep` newest checkpoint files
+    (the label party's newest complete manifest always names one of them: it asks for a new
+    checkpoint only after writing the manifest of the previous one)."""
+    mine = [d / file_name for _, d in _step_dirs(run_root) if (d / file_name).exists()]
+    for path in mine[:-keep]:
+        path.unlink(missing_ok=True)
+        try:
+            path.parent.rmdir()  # only if nothing else is left in it
+        except OSError:
+            pass
+
+
+def config_conflicts(reference: dict[str, Any], cfg: ExperimentConfig) -> list[str]:
+    """What `cfg` changes against the config a run was started (and checkpointed) with."""
+    return differences(reference, cfg.model_dump(mode="json"))
+
+
+def resume_point(run_root: Path, cfg: ExperimentConfig) -> Manifest | None:
+    """The checkpoint a resume of `run_root` with `cfg` starts from (None: step 0), after
+    checking that `cfg` is the config the run was started with."""
+    config = run_root / "config.toml"
+    if not config.is_file():
+        raise CheckpointError(f"{run_root} is not a run directory (it has no config.toml)")
+    if _outcome_status(run_root) == "ok":
+        raise CheckpointError(f"{run_root} finished (label_party/outcome.json says ok); "
+                              "there is nothing to resume")
+    manifest = latest(run_root)
+    if manifest is not None:
+        reference = manifest.config
+    else:
+        try:
+            reference = load_config(config).model_dump(mode="json")
+        except ConfigError as err:
+            raise CheckpointError(f"the run's own config cannot be read: {err}") from None
+    conflicts = config_conflicts(reference, cfg)
+    if conflicts:
+        shown = "; ".join(conflicts[:8]) + (f"; and {len(conflicts) - 8} more" if len(conflicts) > 8
+                                            else "")
+        raise CheckpointError(f"cannot resume {run_root} with a different config; it changes "
+                              f"{shown}")
+    return manifest
+
+
+def _outcome_status(run_root: Path) -> str | None:
+    try:
+        return json.loads((run_root / "label_party" / "outcome.json").read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def rng_state() -> dict[str, Any]:
+    """The process-wide torch RNG (plug-ins should use their own generators; this is the net)."""
+    return {"torch": torch.random.get_rng_state()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.random.set_rng_state(state["torch"])

@@ -1,0 +1,127 @@
+"""Checkpoints and resume within one event loop (every party's real server or client on
+loopback): an interrupted run resumed equals an uninterrupted one bit for bit; the files and
+refusals around it. The kill -9 / SIGSTOP matrix with real processes is tests/test_faults.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from orchestration.cli import main as splitleak_main
+from splitleak.checkpoint import MANIFEST, complete_manifests, latest, step_dir
+from splitleak.config import ExperimentConfig, parse_config
+from splitleak.rundir import RunDir, write_config
+from tests.conftest import scaled, small_config
+from tests.conftest import write_config as write_toml
+from tests.live import whole_run
+from tests.runs import assert_same_run
+from tests.test_cli_refusals import exit_code_and_text
+
+
+def resumable(tmp_path: Path, **overrides) -> ExperimentConfig:
+    """breast_cancer in batches of 16: 27 train steps, a checkpoint every 5, a stateful
+    defense (its state must survive too), the sidecar recording party 1."""
+    overrides = {"training": {"batch_size": 16, "epochs": 1, "eval_interval": 7,
+                              "checkpoint_every": 5},
+                 "defense": [{"name": "discrete_sgd", "bins": 6}],
+                 "topology": {"step_deadline_s": scaled(20), "join_deadline_s": scaled(30)},
+                 **overrides}
+    data = small_config(tmp_path, **overrides)
+    return parse_config(data)
+
+
+def fresh_run(cfg: ExperimentConfig, root: Path) -> RunDir:
+    run = RunDir(root)
+    root.mkdir(parents=True)
+    write_config(cfg, run)
+    return run
+
+
+def test_interrupted_run_resumes_to_the_same_numbers(tmp_path: Path) -> None:
+    cfg = resumable(tmp_path)
+    straight = fresh_run(cfg, tmp_path / "straight")
+    outcome, errors = asyncio.run(whole_run(cfg, straight.root))
+    assert outcome["status"] == "ok" and errors == [None, None]
+
+    run = fresh_run(cfg, tmp_path / "interrupted")
+    outcome, errors = asyncio.run(whole_run(cfg, run.root, interrupt_at=22))
+    assert outcome["status"] == "interrupted" and outcome["step"] == outcome["checkpoint_step"]
+    assert outcome["step"] >= 23 and all(errors)  # every party was told and stopped
+    assert "interrupted at step" in str(errors[0])
+    manifest = latest(run.root)  # stopped at a checkpoint (its own, or a periodic one just taken)
+    assert manifest is not None and manifest.step == outcome["step"]
+    assert manifest.reason in ("interrupted", "periodic")
+    assert (run.label_party / "labels.parquet").exists()
+    # Bounded disk: the newest two complete checkpoints.
+    assert len(complete_manifests(run.root)) == 2
+    assert len(list((run.root / "checkpoints").iterdir())) == 2
+
+    outcome, errors = asyncio.run(whole_run(cfg, run.root, resume=True))
+    assert outcome["status"] == "ok" and outcome["resumed_from"] == manifest.step
+    assert errors == [None, None]
+    assert_same_run(straight, run, parties=2)
+
+
+def test_manifest_is_written_last_and_names_every_file(tmp_path: Path) -> None:
+    cfg = resumable(tmp_path)
+    run = fresh_run(cfg, tmp_path / "run")
+    asyncio.run(whole_run(cfg, run.root, interrupt_at=12))
+    manifest = latest(run.root)
+    directory = step_dir(run.root, manifest.position)
+    names = sorted(p.name for p in directory.iterdir())
+    assert names == sorted([MANIFEST, *manifest.files])
+    assert sorted(manifest.files) == ["label_party.pt", "passive_party_1.pt", "passive_party_2.pt"]
+    newest = max(p.stat().st_mtime_ns for p in directory.iterdir() if p.name != MANIFEST)
+    assert (directory / MANIFEST).stat().st_mtime_ns >= newest
+    assert manifest.recorded == {"1": manifest.step}  # the sidecar holds every record so far
+    records = (run.label_party / "metrics.jsonl").read_text().splitlines()
+    assert len(records) >= manifest.metrics_records
+
+
+def test_resume_with_a_changed_config_is_refused_naming_it(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture) -> None:
+    cfg = resumable(tmp_path)
+    run = fresh_run(cfg, tmp_path / "run")
+    changed = write_toml(tmp_path, small_config(tmp_path, training={
+        "batch_size": 32, "epochs": 1, "eval_interval": 7, "checkpoint_every": 5},
+        defense=[{"name": "discrete_sgd", "bins": 6}],
+        topology={"step_deadline_s": scaled(20), "join_deadline_s": scaled(30)}), "changed.toml")
+    code, text = exit_code_and_text(splitleak_main, ["run", str(changed), "--resume", str(run.root),
+                                                     "--no-progress"], capsys)
+    assert code == 2 and "Traceback" not in text, text
+    assert "training.batch_size: 16 -> 32" in text
+    (run.label_party).mkdir(exist_ok=True)
+    run.outcome.write_text(json.dumps({"status": "ok"}))
+    code, text = exit_code_and_text(splitleak_main, ["run", "--resume", str(run.root)], capsys)
+    assert code == 2 and "nothing to resume" in text
+
+
+def test_labels_are_written_when_training_starts(tmp_path: Path) -> None:
+    """Before any party has joined, the analysis already has its ground truth."""
+    from tests.live import label_party
+
+    cfg = resumable(tmp_path)
+
+    async def go() -> bool:
+        async with label_party(cfg, tmp_path / "run"):
+            return (tmp_path / "run" / "label_party" / "labels.parquet").exists()
+
+    assert asyncio.run(go())
+
+
+def test_a_party_started_without_resume_says_so_at_once(tmp_path: Path) -> None:
+    """One party per host: a passive party that was not started with --resume cannot load
+    its checkpoint; the label party hears why at once (not at its join deadline)."""
+    cfg = resumable(tmp_path, topology={"step_deadline_s": scaled(20), "join_deadline_s": 600})
+    run = fresh_run(cfg, tmp_path / "run")
+    asyncio.run(whole_run(cfg, run.root, interrupt_at=6))
+    outcome, errors = asyncio.run(asyncio.wait_for(
+        whole_run(cfg, run.root, resume=True, parties_resume=False), scaled(60)))
+    assert outcome["status"] == "failed" and outcome["culprit"] in ("passive party 1",
+                                                                    "passive party 2")
+    assert outcome["message"].startswith(f"{outcome['culprit']} stopped: the label party resumes")
+    assert "start this party with --resume RUN_DIR" in outcome["message"]
+    assert all("start this party with --resume" in str(e) for e in errors)

@@ -1,0 +1,238 @@
+"""Bad input at the command line: exit 2 with one sentence, never a traceback (issue 13,
+item 5): unwritable or full output directories, bad analysis inputs, bad arguments, configs
+that name unknown attacks or overlapping features, data paths that are directories."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from attacker.cli import main as attacker_main
+from label_party.cli import main as label_party_main
+from orchestration.cli import main as splitleak_main
+from passive_party.cli import main as passive_party_main
+from tests.conftest import scaled, small_config, write_config
+
+
+def exit_code_and_text(main, argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str]:
+    """Run a CLI's main() in this process; its exit code and everything it printed."""
+    try:
+        code = main(argv)
+    except SystemExit as stop:
+        code = stop.code
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def _mount_tmpfs(directory: Path, options: str) -> bool:
+    directory.mkdir(parents=True, exist_ok=True)
+    result = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(directory)],
+                            capture_output=True)
+    return result.returncode == 0
+
+
+@contextlib.contextmanager
+def read_only_directory(tmp_path: Path) -> Iterator[Path]:
+    """A directory no one may write to: a read-only tmpfs (root), or mode 0555 (others)."""
+    directory = tmp_path / "read-only"
+    if os.geteuid() != 0:
+        directory.mkdir()
+        directory.chmod(0o555)
+        yield directory
+        directory.chmod(0o755)
+        return
+    if not _mount_tmpfs(directory, "ro,size=1m"):
+        pytest.skip("needs a read-only directory: run as a non-root user, or as root with the "
+                    "right to mount a tmpfs")
+    try:
+        yield directory
+    finally:
+        subprocess.run(["umount", "-l", str(directory)], check=False)
+
+
+@contextlib.contextmanager
+def full_directory(tmp_path: Path) -> Iterator[Path]:
+    """A directory on a tmpfs with no space left (where one can be mounted)."""
+    directory = tmp_path / "full"
+    if not _mount_tmpfs(directory, "size=64k"):
+        pytest.skip("needs a full disk: a small tmpfs that root may mount")
+    try:
+        with contextlib.suppress(OSError), (directory / "filler").open("wb") as filler:
+            while True:
+                filler.write(b"\0" * 4096)
+                filler.flush()
+        yield directory
+    finally:
+        subprocess.run(["umount", "-l", str(directory)], check=False)
+
+
+def _assert_one_sentence(code: int, text: str, *needles: str) -> None:
+    assert code == 2, text
+    assert "Traceback" not in text, text
+    for needle in needles:
+        assert needle in text, text
+
+
+@pytest.mark.parametrize("kind", ["read-only", "full"])
+def test_unusable_output_directory_exits_2_for_every_cli(tmp_path: Path, kind: str,
+                                                         capsys: pytest.CaptureFixture) -> None:
+    where = read_only_directory if kind == "read-only" else full_directory
+    with where(tmp_path) as directory:
+        reason = "Read-only file system" if kind == "read-only" else "No space left on device"
+        if kind == "read-only" and os.geteuid() != 0:
+            reason = "Permission denied"
+        config = write_config(tmp_path, small_config(tmp_path, run={
+            "name": "t", "seed": 3, "output_dir": str(directory / "runs")}))
+        code, text = exit_code_and_text(splitleak_main, ["run", str(config), "--no-progress"], capsys)
+        _assert_one_sentence(code, text, reason)
+        code, text = exit_code_and_text(label_party_main, [
+            "serve", "--config", str(config), "--run-dir", str(directory / "run")], capsys)
+        _assert_one_sentence(code, text, reason, "run directory")
+        code, text = exit_code_and_text(passive_party_main, [
+            "run", "--config", str(config), "--party-id", "1", "--label-party", "127.0.0.1:1",
+            "--run-dir", str(directory / "run")], capsys)
+        _assert_one_sentence(code, text, reason)
+        code, text = exit_code_and_text(attacker_main, [
+            "serve", "--listen", "127.0.0.1:0", "--out", str(directory / "run")], capsys)
+        _assert_one_sentence(code, text, reason)
+        assert not list(directory.rglob(".*.tmp")), "a temporary file was left behind"
+
+
+def test_labels_on_a_full_disk_leave_no_temporary_file(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture) -> None:
+    """The label party's first real write (its labels) fails cleanly: exit 2, nothing torn."""
+    with full_directory(tmp_path) as directory:
+        config = write_config(tmp_path, small_config(tmp_path))
+        run = directory / "run"
+        run.mkdir()
+        (run / "config.toml").write_text("")  # exists: nothing else written before the labels
+        filler = directory / "filler"
+        os.truncate(filler, filler.stat().st_size - 4096)  # one page: the probe fits, labels not
+        code, text = exit_code_and_text(label_party_main, [
+            "serve", "--config", str(config), "--run-dir", str(run), "--listen", "127.0.0.1:0"],
+            capsys)
+        _assert_one_sentence(code, text, "No space left on device")
+        assert not list(directory.rglob(".*.tmp"))
+
+
+@pytest.mark.parametrize(("setup", "args", "needle"), [
+    ("missing", [], "does not exist"),
+    ("not a run", [], "not a run directory"),
+    ("run", ["--hints", "0,-1"], "positive integers"),
+    ("empty labels", [], "holds no labels"),
+    ("corrupt config", [], "not a readable experiment config"),
+])
+def test_analyze_refuses_bad_input_with_exit_2(tmp_path: Path, setup: str, args: list[str],
+                                               needle: str, capsys: pytest.CaptureFixture) -> None:
+    run = tmp_path / "run"
+    if setup != "missing":
+        run.mkdir()
+    if setup in ("run", "empty labels", "corrupt config"):
+        (run / "config.toml").write_text("[run]\nseed = 1\n" if setup != "corrupt config"
+                                         else "[run\nseed = = 1\n")
+        (run / "label_party").mkdir()
+        labels = pa.table({"sample_id": pa.array([], pa.int64()), "label": pa.array([], pa.int64())})
+        if setup != "empty labels":
+            labels = pa.table({"sample_id": [0, 1], "label": [0, 1]})
+        pq.write_table(labels, run / "label_party" / "labels.parquet")
+        gradients = run / "attacker" / "gradients"
+        gradients.mkdir(parents=True)
+        (gradients / "index.json").write_text('{"format": 1, "run_id": "r", "parties": {}}')
+    code, text = exit_code_and_text(attacker_main, ["analyze", str(run), *args], capsys)
+    _assert_one_sentence(code, text, needle)
+
+
+@pytest.mark.parametrize("args", [["--parties", "0"], ["--parties", "-3"], ["--parties", "65"],
+                                  ["--parties", "2", "--days", "0"]])
+def test_certs_refuses_impossible_counts(tmp_path: Path, args: list[str],
+                                         capsys: pytest.CaptureFixture) -> None:
+    code, text = exit_code_and_text(splitleak_main, ["certs", str(tmp_path / "c"), *args], capsys)
+    _assert_one_sentence(code, text, "--parties must be 1..64")
+    assert not (tmp_path / "c").exists()
+
+
+@pytest.mark.parametrize(("attacks", "needle"), [
+    ([{"name": "no_such_attack"}], "attacker.attacks[0].name"),
+    ([{"name": "hint_distance", "k": 0}], "attacker.attacks[0]"),
+    ([{"name": "norm", "bogus": 1}], "attacker.attacks[0]"),
+])
+def test_validate_refuses_unknown_attacks_before_anything_starts(
+        tmp_path: Path, attacks: list, needle: str, capsys: pytest.CaptureFixture) -> None:
+    config = write_config(tmp_path, small_config(tmp_path, attacker={"attacks": attacks}))
+    for argv in (["validate", str(config)], ["run", str(config), "--no-progress"]):
+        code, text = exit_code_and_text(splitleak_main, argv, capsys)
+        _assert_one_sentence(code, text, needle)
+    assert not (tmp_path / "runs").exists(), "a run started despite the bad attack"
+
+
+def test_overlapping_passive_columns_warn_unless_allowed(tmp_path: Path,
+                                                         capsys: pytest.CaptureFixture) -> None:
+    overlapping = {"passive": [[0, 20], [10, 30]]}
+    config = write_config(tmp_path, small_config(tmp_path, features=overlapping))
+    code, text = exit_code_and_text(splitleak_main, ["validate", str(config)], capsys)
+    assert code == 0 and "passive parties 1 and 2 both hold columns [10, 20)" in text
+    allowed = write_config(tmp_path, small_config(
+        tmp_path, features={**overlapping, "allow_overlap": True}), "allowed.toml")
+    code, text = exit_code_and_text(splitleak_main, ["validate", str(allowed)], capsys)
+    assert code == 0 and "both hold columns" not in text
+
+
+def test_a_data_path_that_is_a_directory_says_so(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture) -> None:
+    config = write_config(tmp_path, small_config(tmp_path, dataset={
+        "name": "criteo", "params": {"path": str(tmp_path)}}, features={"ratios": [1, 1]}))
+    code, text = exit_code_and_text(splitleak_main, ["validate", str(config)], capsys)
+    _assert_one_sentence(code, text, "is a directory")
+
+
+def _criteo_lines(rows: int, bad_line: int | None = None, bad_fields: int | None = None) -> str:
+    lines = []
+    for i in range(rows):
+        ints = [str((i * 7 + j) % 50) for j in range(13)]
+        if i + 1 == bad_line:
+            ints[1] = "abc"
+        fields = [str(i % 2), *ints, *(f"{(i * 31 + j) % 997:08x}" for j in range(26))]
+        if i + 1 == bad_fields:
+            fields = fields[:30]
+        lines.append("\t".join(fields))
+    return "\n".join(lines) + "\n"
+
+
+def _ignore_file_size_signal() -> None:
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+@pytest.mark.slow
+def test_malformed_data_ends_in_one_sentence_never_an_abort(tmp_path: Path) -> None:
+    """A passive party reading malformed data exits 2 with the file, line and column, every
+    time (readers are closed before the process exits, and none runs threads meanwhile)."""
+    # The bad value past the first 4 MiB block: the reader is mid-file when the error comes.
+    cases = {"value": (_criteo_lines(20_000, bad_line=19_000), 2),
+             "fields": (_criteo_lines(3_000, bad_fields=2_000), 1),
+             "binary": (_criteo_lines(2_000) + "\x00\xff\xfe garbage \x01\n" * 50, 1)}
+    for name, (text, repeats) in cases.items():
+        path = tmp_path / f"{name}.txt"
+        path.write_text(text, errors="surrogateescape")
+        config = write_config(tmp_path, small_config(
+            tmp_path, dataset={"name": "criteo", "params": {"path": str(path), "vocab_size": 100}},
+            features={"ratios": [1, 1]}), f"{name}.toml")
+        for _ in range(repeats):
+            result = subprocess.run(
+                [sys.executable, "-m", "passive_party", "run", "--config", str(config),
+                 "--party-id", "1", "--label-party", "127.0.0.1:1", "--run-dir", str(tmp_path)],
+                capture_output=True, text=True, timeout=scaled(120),
+                preexec_fn=_ignore_file_size_signal)
+            assert result.returncode == 2, (name, result.returncode, result.stderr[-2000:])
+            assert "Traceback" not in result.stderr and "DatasetError" in result.stderr
+            assert f"{name}.txt, line" in result.stderr

@@ -1,0 +1,123 @@
+"""The right culprit, in one sentence (issue 13, item 4): a full sidecar is named as the
+sidecar, a refusal is logged where it happens and reported as "refused", the orchestrator
+names the first process that failed with its own error and stops the run within seconds.
+(The stalled label party and the killed sidecar are cells of tests/test_faults.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from attacker.sidecar import serve as serve_sidecar
+from splitleak.config import TopologyConfig, parse_config
+from splitleak.rundir import RunDir
+from tests.conftest import scaled, small_config, write_config
+from tests.live import ScriptedParty, gradient_record, join_request, label_party, record_stream, whole_run
+from tests.runs import cli
+from tests.test_checkpoints import fresh_run
+from tests.test_cli_refusals import _criteo_lines
+
+
+def test_a_full_sidecar_is_named_as_the_sidecar(tmp_path: Path) -> None:
+    cfg = parse_config(small_config(tmp_path, training={"batch_size": 16, "epochs": 1},
+                                    topology={"step_deadline_s": scaled(10)}))
+    run = fresh_run(cfg, tmp_path / "run")
+    gradients = run.attacker / "gradients"
+    gradients.mkdir(parents=True)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32k", "tmpfs", str(gradients)],
+                      capture_output=True).returncode:
+        pytest.skip("needs a small disk: a tmpfs that root may mount")
+    try:
+        outcome, errors = asyncio.run(whole_run(cfg, run.root))
+    finally:
+        subprocess.run(["umount", "-l", str(gradients)], check=False)
+    assert outcome["status"] == "failed" and outcome["culprit"] == "attacker sidecar"
+    assert outcome["message"].startswith("attacker sidecar failed (reported by passive party 1")
+    assert "No space left on device" in outcome["message"]
+    assert "attacker sidecar" in str(errors[0])  # the party's own log says the same
+
+
+def test_a_refused_party_is_reported_as_refused_and_logged_where_refused(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    cfg = parse_config(small_config(tmp_path, features={"passive": [[0, 30]]},
+                                    topology={"passive_parties": 1, "join_deadline_s": scaled(3)}))
+    other = parse_config(small_config(tmp_path, run={"name": "t", "seed": 4},
+                                      features={"passive": [[0, 30]]},
+                                      topology={"passive_parties": 1}))
+
+    async def go() -> dict:
+        async with label_party(cfg, tmp_path / "run") as (serving, outcome):
+            async with grpc.aio.insecure_channel(serving.address) as channel:
+                party = ScriptedParty(cfg, channel)
+                with pytest.raises(grpc.aio.AioRpcError):
+                    await party.stub.Join(join_request(other, party.bottom), timeout=scaled(10))
+            return await asyncio.wait_for(outcome, scaled(30))
+
+    with caplog.at_level(logging.WARNING, logger="label_party"):
+        outcome = asyncio.run(go())
+    assert outcome["message"].startswith("passive party 1 was refused: passive party 1 loaded "
+                                         "config"), outcome["message"]
+    assert "did not join" not in outcome["message"]
+    assert any("refused the Join of passive party 1" in r.getMessage() and "config" in r.getMessage()
+               for r in caplog.records)
+
+
+def test_the_sidecar_logs_a_refused_run_id_and_gives_up_saying_so(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    topology = TopologyConfig(tls=False, join_deadline_s=scaled(1))
+
+    async def go() -> int:
+        port_file = tmp_path / "address"
+        sidecar = asyncio.ensure_future(serve_sidecar(tmp_path / "run", "127.0.0.1:0", {1}, "r1",
+                                                      topology, port_file))
+        while not port_file.exists():
+            await asyncio.sleep(0.02)
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await record_stream(port_file.read_text().strip(), [gradient_record(run_id="r0")])
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        return await asyncio.wait_for(sidecar, scaled(30))
+
+    with caplog.at_level(logging.WARNING, logger="attacker"):
+        assert asyncio.run(go()) == 1
+    messages = [r.getMessage() for r in caplog.records]
+    assert any(m.startswith("refused passive party 1: record of run 'r0'") for m in messages)
+    assert any(m.startswith("passive party 1 was refused: record of run 'r0'") for m in messages)
+
+
+def _log_time(line: str) -> float:
+    stamp = " ".join(line.split()[:2])
+    return dt.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()
+
+
+@pytest.mark.slow
+def test_the_first_process_to_fail_is_named_with_its_own_error_and_the_run_stops(
+        tmp_path: Path) -> None:
+    """Passive party 1 cannot read its columns: the run ends within seconds (not at a
+    deadline) and says so with the party's own sentence, not a child stopped by the
+    orchestrator."""
+    data = tmp_path / "train.txt"
+    data.write_text(_criteo_lines(400, bad_line=7))
+    config = write_config(tmp_path, small_config(
+        tmp_path, dataset={"name": "criteo", "params": {"path": str(data), "vocab_size": 100}},
+        features={"ratios": [1, 1]},
+        topology={"step_deadline_s": 60, "join_deadline_s": 120, "tls": False}))
+    proc = cli("run", str(config), "--no-progress")
+    out, _ = proc.communicate(timeout=scaled(240))
+    ended = time.time()
+    text = " ".join(out.split())
+    assert proc.returncode == 1, out
+    assert re.search(r"run failed: passive party 1 exited with code 2: passive party 1: "
+                     r"DatasetError: \S+train.txt, line 7: column 'I2' is 'abc'", text), text
+    assert "-15" not in text and "SIGTERM" not in text
+    run = RunDir(next((tmp_path / "runs").iterdir()))
+    failed = next(line for line in (run.logs / "passive_party_1.log").read_text().splitlines()
+                  if " ERROR " in line)
+    assert ended - _log_time(failed) < scaled(15), "the run was not stopped within seconds"

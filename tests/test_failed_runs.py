@@ -1,0 +1,142 @@
+"""A run that fails or is interrupted stays analysable (issue 13, item 2): its outcome says
+what happened and where, the analysis reports what was recorded and says it is partial, and
+a gradient log cut short (a kill, a full disk) is readable with plain pyarrow."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import grpc
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from attacker.analysis import analyze, write_summary
+from attacker.report import write_report
+from attacker.store import GradientLog, GradientStore, RecordError, repair_log
+from splitleak.codec import encode_tensor
+from splitleak.config import parse_config
+from splitleak.rundir import RunDir
+from tests.conftest import scaled, small_config
+from tests.live import ScriptedParty, gradient_record, record_stream, scripted_run, sidecar, whole_run
+from tests.test_checkpoints import fresh_run, resumable
+
+
+def test_interrupted_run_is_analysed_as_partial(tmp_path: Path) -> None:
+    cfg = resumable(tmp_path)
+    run = fresh_run(cfg, tmp_path / "run")
+    outcome, _ = asyncio.run(whole_run(cfg, run.root, interrupt_at=8))
+    assert json.loads(run.outcome.read_text())["status"] == "interrupted"
+    summary = analyze(run.root)
+    partial = summary["partial"]
+    assert partial["status"] == "interrupted" and partial["step"] == outcome["step"]
+    assert partial["train_steps_done"] == outcome["step"] and partial["train_steps_planned"] == 27
+    assert summary["warnings"][0].startswith("partial run (interrupted at step")
+    log = GradientLog(run.attacker / "gradients")
+    assert [b.step for b in log.batches(1)] == list(range(outcome["step"]))
+    write_report(run, summary)
+    write_summary(run, summary)
+    assert "**Partial run** (interrupted)" in (run.report / "report.md").read_text()
+
+
+def test_failed_outcome_records_code_party_and_step(tmp_path: Path) -> None:
+    cfg = parse_config(small_config(
+        tmp_path, features={"passive": [[0, 30]]},
+        topology={"passive_parties": 1, "step_deadline_s": scaled(2), "join_deadline_s": scaled(10)},
+        training={"batch_size": 32, "epochs": 1, "eval_interval": 0}))
+
+    async def three_then_nan(party: ScriptedParty) -> None:
+        for _ in range(3):
+            message = await party.call.read()
+            await party.call.write(party.activation(message.next_batch))
+        message = await party.call.read()
+        bad = party.activation(message.next_batch)
+        bad.activation.CopyFrom(encode_tensor(np.full((2, 2), np.nan, np.float32)))
+        await party.call.write(bad)
+
+    _, outcome = asyncio.run(scripted_run(cfg, tmp_path / "run", three_then_nan))
+    assert outcome["status"] == "failed" and outcome["code"] == "INVALID_ARGUMENT"
+    assert outcome["party"] == 1 and outcome["step"] == 3
+    on_disk = json.loads(RunDir(tmp_path / "run").outcome.read_text())
+    assert on_disk["step"] == 3 and on_disk["culprit"] == "passive party 1"
+
+
+def _written(root: Path, steps: int, shard_bytes: int = 700) -> GradientStore:
+    store = GradientStore(root, "r", shard_bytes=shard_bytes)
+    rng = np.random.default_rng(0)
+    for step in range(steps):
+        store.append(1, 0, step, np.arange(4), {"cut_gradient": rng.normal(size=(4, 3)).astype(
+            np.float32)})
+    return store
+
+
+def test_a_torn_shard_is_cut_back_and_read_by_plain_pyarrow(tmp_path: Path) -> None:
+    store = _written(tmp_path, 5, shard_bytes=1 << 20)  # one shard
+    store.close()
+    shard = sorted((tmp_path / "party_1").glob("shard-*"))[-1]
+    before = len(pa.ipc.open_stream(shard).read_all())
+    shard.write_bytes(shard.read_bytes()[:-30])  # killed mid-write
+    with pytest.raises((OSError, pa.ArrowInvalid)):
+        pa.ipc.open_stream(shard).read_all()
+    live = GradientStore(tmp_path / "other", "r")  # a writer holds its own log's lock only
+    assert repair_log(tmp_path) and not repair_log(tmp_path)  # once, then nothing to do
+    live.close()
+    assert len(pa.ipc.open_stream(shard).read_all()) == before - 4
+    steps = [b.step for b in GradientLog(tmp_path).batches(1)]
+    assert steps == list(range(len(steps))) and len(steps) == 4
+
+
+def test_a_live_sidecars_log_is_not_repaired_under_it(tmp_path: Path) -> None:
+    store = _written(tmp_path, 2)
+    assert "still being written" in repair_log(tmp_path)[0]
+    store.close()
+
+
+def test_resumed_log_rewinds_and_continues_in_order(tmp_path: Path) -> None:
+    _written(tmp_path, 9).close()
+    store = GradientStore(tmp_path, "r", shard_bytes=700, resume=True)
+    with pytest.raises(RecordError, match="after one of step 8"):
+        store.append(1, 0, 5, np.arange(4), {"cut_gradient": np.zeros((4, 3), np.float32)})
+    store.rewind(1, 5)
+    assert store.counts(1) == (5, 20)
+    for step in range(5, 7):
+        store.append(1, 0, step, np.arange(4), {"cut_gradient": np.zeros((4, 3), np.float32)})
+    store.close()
+    assert [b.step for b in GradientLog(tmp_path).batches(1)] == list(range(7))
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path):
+    directory = tmp_path / "disk"
+    directory.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=96k", "tmpfs", str(directory)],
+                             capture_output=True).returncode == 0
+    if not mounted:
+        pytest.skip("needs a small disk: a tmpfs that root may mount")
+    yield directory
+    subprocess.run(["umount", "-l", str(directory)], check=False)
+
+
+def test_a_full_disk_is_resource_exhausted_and_the_log_stays_readable(small_disk: Path) -> None:
+    async def go() -> tuple[grpc.aio.AioRpcError, int]:
+        async with sidecar(small_disk) as (address, _):
+            records = [gradient_record(step=s, rows=64, width=16) for s in range(200)]
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await record_stream(address, records)
+            return err.value, 0
+
+    err, _ = asyncio.run(go())
+    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.details()
+    assert "cannot grow" in err.details() and "No space left on device" in err.details()
+    root = RunDir(small_disk).attacker / "gradients"
+    shards = sorted((root / "party_1").glob("shard-*"))
+    assert shards and not list(root.rglob(".*.tmp"))
+    steps = []
+    for shard in shards:  # plain pyarrow, no splitleak code
+        steps += pa.ipc.open_stream(shard).read_all().column("step").unique().to_pylist()
+    assert steps == list(range(len(steps))) and 0 < len(steps) < 200
+    assert os.path.getsize(shards[-1]) > 0
