@@ -93,7 +93,20 @@ def cae_loss(model: ConfusionalAutoencoder, labels: torch.Tensor, params: CAEPar
 
 def train_autoencoder(classes: int, params: CAEParams, seed: int) -> tuple[ConfusionalAutoencoder,
                                                                          list[float]]:
-    """Train E and D on seeded near-one-hot vectors; returns the model and each epoch's loss."""
+    """Train E and D on seeded near-one-hot vectors; returns the model and each epoch's loss.
+
+    One intra-op thread, whatever the process uses: on K-wide layers threads cost more than they
+    save (measured 8× the CPU time with 2 threads on a busy machine), and the trained
+    autoencoder is then the same bit for bit whatever `run.torch_threads` says."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _train(classes, params, seed)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(classes: int, params: CAEParams, seed: int) -> tuple[ConfusionalAutoencoder, list[float]]:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(seed, "cae", "autoencoder"))
         model = ConfusionalAutoencoder(classes, params.hidden or 6 * classes + 2)
