@@ -145,7 +145,7 @@ def test_mid_penalty_is_lambda_times_the_gaussian_kl(tmp_path: Path) -> None:
         assert mu.shape == (32, 3)
         expected += kl_divergence(Normal(mu, sigma), Normal(0.0, 1.0)).sum(1).mean()
     assert torch.allclose(penalty, 0.1 * expected)
-    assert metrics["mid.kl_party_1"] > 0
+    assert metrics["mid.kl.party_1"] > 0
     zero, _ = build_objective("mid", {"lambda": 0.0}, setup).penalty(acts, y)
     assert float(zero.detach()) == 0.0
 

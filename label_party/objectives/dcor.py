@@ -25,8 +25,8 @@ import torch
 from pydantic import Field
 
 from label_party.objectives.base import OBJECTIVES, ObjectiveParams
-from label_party.objectives.cross_entropy import CrossEntropy, load_top_state
 from label_party.objectives.pairwise import flat_rows, row_reduce
+from label_party.objectives.penalised import PartyPenalty
 
 
 class DcorParams(ObjectiveParams):
@@ -71,25 +71,24 @@ def distance_correlation(activation: torch.Tensor, labels: torch.Tensor,
 
 
 @OBJECTIVES.register("dcor")
-class DistanceCorrelation(CrossEntropy):
+class DistanceCorrelation(PartyPenalty):
     """Cross-entropy plus α·Σ_k dCor(y, h_k) over the passive parties' activations."""
 
     name = "dcor"
     Params = DcorParams
     params: DcorParams
 
-    def penalty(self, activations: list[torch.Tensor],
-                labels: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, Any]]:
-        values = [distance_correlation(a, labels, self.params.squared) for a in activations]
-        # Activations arrive in party-id order; the passive parties are numbered 1..N.
-        metrics = {f"dcor.party_{k}": float(v.detach()) for k, v in enumerate(values, start=1)}
-        return self.params.alpha * torch.stack(values).sum(), metrics
+    term_name = "dcor"
+
+    @property
+    def weight(self) -> float:
+        return self.params.alpha
+
+    def party_term(self, index: int, activation: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return distance_correlation(activation, labels, self.params.squared)
 
     def summary(self) -> dict[str, Any]:
         return {"alpha": self.params.alpha,
                 "statistic": "dCor²" if self.params.squared else "dCor",
                 "penalty": "alpha × Σ_k dCor(one-hot y, h_k) per batch, added to the loss",
                 "seed": self.setup.seed}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        load_top_state(self, state)

@@ -30,7 +30,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from label_party.objectives.base import OBJECTIVES, ObjectiveParams, ObjectiveSetup, Own
-from label_party.objectives.cross_entropy import CrossEntropy, load_top_state
+from label_party.objectives.cross_entropy import load_top_state
+from label_party.objectives.penalised import PartyPenalty
 from splitleak.optim import make_optimizer
 from splitleak.seeding import derive_seed, generator
 
@@ -72,10 +73,11 @@ class Bottleneck(nn.Module):
 
 
 @OBJECTIVES.register("mid")
-class MID(CrossEntropy):
+class MID(PartyPenalty):
     """Cross-entropy through one variational bottleneck per passive party, plus λ·KL."""
 
     name = "mid"
+    term_name = "mid.kl"
     Params = MIDParams
     params: MIDParams
 
@@ -104,12 +106,12 @@ class MID(CrossEntropy):
             decoded.append(bottleneck(activation, noise))
         return super().logits(decoded, own, training)
 
-    def penalty(self, activations: list[torch.Tensor],
-                labels: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, Any]]:
-        kls = [b.kl(a) for b, a in zip(self.bottlenecks, activations, strict=True)]
-        # Activations arrive in party-id order; the passive parties are numbered 1..N.
-        metrics = {f"mid.kl_party_{k}": float(v.detach()) for k, v in enumerate(kls, start=1)}
-        return self.params.weight * torch.stack(kls).sum(), metrics
+    @property
+    def weight(self) -> float:
+        return self.params.weight
+
+    def party_term(self, index: int, activation: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        return self.bottlenecks[index].kl(activation)
 
     def summary(self) -> dict[str, Any]:
         p = self.params

@@ -30,8 +30,8 @@ from pydantic import Field, PositiveFloat
 from torch.nn import functional as F
 
 from label_party.objectives.base import OBJECTIVES, ObjectiveParams
-from label_party.objectives.cross_entropy import CrossEntropy, load_top_state
 from label_party.objectives.pairwise import flat_rows, row_reduce
+from label_party.objectives.penalised import PartyPenalty
 
 # Keeps arccos's derivative finite for (anti)parallel rows.
 _COSINE_LIMIT = 1.0 - 1e-7
@@ -78,21 +78,22 @@ def potential_energy(activation: torch.Tensor, labels: torch.Tensor, distance: s
 
 
 @OBJECTIVES.register("pe_loss")
-class PotentialEnergyLoss(CrossEntropy):
+class PotentialEnergyLoss(PartyPenalty):
     """Cross-entropy plus α·Σ_k L_pe(h_k): each class's cut-layer outputs spread apart."""
 
     name = "pe_loss"
     Params = PELossParams
     params: PELossParams
 
-    def penalty(self, activations: list[torch.Tensor],
-                labels: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, Any]]:
+    term_name = "pe_loss"
+
+    @property
+    def weight(self) -> float:
+        return self.params.alpha
+
+    def party_term(self, index: int, activation: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         p = self.params
-        values = [potential_energy(a, labels, p.distance, p.normalize, p.softening)
-                  for a in activations]
-        # Activations arrive in party-id order; the passive parties are numbered 1..N.
-        metrics = {f"pe_loss.party_{k}": float(v.detach()) for k, v in enumerate(values, start=1)}
-        return p.alpha * torch.stack(values).sum(), metrics
+        return potential_energy(activation, labels, p.distance, p.normalize, p.softening)
 
     def summary(self) -> dict[str, Any]:
         p = self.params
@@ -100,6 +101,3 @@ class PotentialEnergyLoss(CrossEntropy):
                 "softening": p.softening,
                 "penalty": "alpha × Σ_k mean over same-class pairs of 1/sqrt(d² + δ²)",
                 "seed": self.setup.seed}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        load_top_state(self, state)
