@@ -20,7 +20,7 @@ from attacker.store import GradientLog
 from splitleak.fileio import write_atomically
 from splitleak.rundir import RunDir
 
-LAYERS = {"cut_gradient": "cut", "first_layer_gradient": "first"}
+LAYERS = {"cut_gradient": "cut", "first_layer_gradient": "first", "activation": "activation"}
 SAMPLED_BATCHES = 5  # early and late batches whose per-row figures feed the plots
 
 
@@ -121,7 +121,7 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
                     result = evaluate_batch(attack, grads, y, rng, num_classes)
                     per_batch.append(_row(party, layer, batch.epoch, batch.step, attack, result,
                                           seed))
-                if num_classes == 2:
+                if num_classes == 2 and layer != "activation":
                     sample.add(party, layer, batch.step, grads, y,
                                attack_rng(seed, batch.step, party, f"{layer}:sample"))
         per_batch += pool.evaluate(epoch_attacks, party, seed, num_classes)
@@ -137,6 +137,8 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
 def _applies(attack: Attack, layer: str, num_classes: int) -> bool:
     if attack.metric_kind(num_classes) == "score" and num_classes > 2:
         return False  # scores rank two classes
+    if layer == "activation":  # what the party sent, not a gradient
+        return attack.on_activations
     return layer == "cut" or not attack.cut_layer_only  # logit gradients: the cut layer only
 
 

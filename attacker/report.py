@@ -30,7 +30,7 @@ log = logging.getLogger("attacker.report")
 
 FLIPPED = "flip-corrected leak AUC max(AUC, 1 − AUC)"
 OTHER_METRICS = "label attacks: label accuracy; count attacks: count error Σ|n̂ − n|/2B, 0 = exact"
-LAYER_ORDER = {"cut": 0, "first": 1}
+LAYER_ORDER = {"cut": 0, "first": 1, "activation": 2}
 PLOT_FILES = ("leak_party*_*.png", "norms_party*.png", "cosine_party*.png", "training.png")
 
 

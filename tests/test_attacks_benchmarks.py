@@ -182,7 +182,7 @@ def test_whole_counts(estimate: list[float], total: int) -> None:
 
 
 def synthetic_run(root: Path, classes: int, width: int, batches: list[tuple[int, int]],
-                  rows: int = 30) -> RunDir:
+                  rows: int = 30, activation: bool = False) -> RunDir:
     """A run directory with a gradient log of logit gradients at uniform predictions (cut layer)
     and noise at the first layer, for the given (epoch, step) batches of `rows` rows each."""
     run = RunDir(root)
@@ -198,9 +198,12 @@ def synthetic_run(root: Path, classes: int, width: int, batches: list[tuple[int,
         probs = np.full((rows, width), 1.0 / width)
         cut = mean_ce_gradients(probs, labels[ids]) if width == classes else rng.standard_normal(
             (rows, width)).astype(np.float32)
-        store.append(1, epoch, step, ids, {"cut_gradient": cut,
-                                           "first_layer_gradient": rng.standard_normal(
-                                               (rows, 4)).astype(np.float32)})
+        tensors = {"cut_gradient": cut,
+                   "first_layer_gradient": rng.standard_normal((rows, 4)).astype(np.float32)}
+        if activation:  # what the party sent: one tight blob per class
+            tensors["activation"] = blobs(classes, 1, seed=i)[0][labels[ids]] + 0.01 * \
+                rng.standard_normal((rows, 6)).astype(np.float32)
+        store.append(1, epoch, step, ids, tensors)
     store.close()
     return run
 
@@ -233,3 +236,14 @@ def test_analysis_skips_counts_off_the_logits(tmp_path: Path) -> None:
     analyze(run.root, [("batch_label_counts", {})])
     leak = pq.read_table(run.attacker / "leak.parquet").to_pylist()
     assert len(leak) == 2 and all("not the 2 logits" in r["skip_reason"] for r in leak)
+
+
+def test_analysis_clusters_the_recorded_activations(tmp_path: Path) -> None:
+    run = synthetic_run(tmp_path / "run", classes=3, width=3, batches=[(0, 0), (0, 1)],
+                        activation=True)
+    summary = analyze(run.root, [("clustering", {}), ("batch_label_counts", {})])
+    layers = {(e["attack"], e["layer"]) for e in summary["leak"] if e["scope"] == "run"}
+    assert layers == {("clustering", "cut"), ("clustering", "first"), ("clustering", "activation"),
+                      ("batch_label_counts", "cut")}  # only clustering reads activations
+    entry = next(e for e in summary["leak"] if e["layer"] == "activation" and e["scope"] == "run")
+    assert entry["accuracy"]["mean"] == 1.0  # the blobs are the classes

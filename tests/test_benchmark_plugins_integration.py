@@ -13,14 +13,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import tomli_w
 
 from attacker.analysis import analyze, metric_stats
+from attacker.store import GradientLog
 from orchestration.reference import run_reference
 from splitleak.config import load_config, parse_config
 from splitleak.rundir import RunDir, create_run_dir
-from tests.conftest import scaled
+from tests.conftest import scaled, small_config, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -138,3 +140,25 @@ def test_distributed_run(tmp_path: Path, name: str, parties: int) -> None:
     assert "clustering" in attacks
     report = (run.report / "report.md").read_text()
     assert f"`{data['objective']['name']}`" in report
+
+
+def test_reference_records_the_activations_the_tap_records(tmp_path: Path) -> None:
+    """attacker.record_activation: the in-process reference logs what the distributed tap logs."""
+    data = small_config(tmp_path, training={"batch_size": 32, "epochs": 1, "max_steps": 3},
+                        attacker={"record_activation": True})
+    result = subprocess.run([sys.executable, "-m", "orchestration", "run", "--no-progress",
+                             str(write_config(tmp_path, data))],
+                            capture_output=True, text=True, timeout=scaled(300))
+    assert result.returncode == 0, result.stdout + result.stderr
+    distributed = RunDir(next((tmp_path / "runs").iterdir()))
+    cfg = parse_config(data)
+    reference = create_run_dir(cfg, tmp_path / "ref")
+    run_reference(cfg, reference)
+    logs = [list(GradientLog(r.attacker / "gradients").batches(1)) for r in (distributed, reference)]
+    assert [b.step for b in logs[0]] == [b.step for b in logs[1]] == [0, 1, 2]
+    for ours, theirs in zip(*logs, strict=True):
+        assert np.array_equal(ours.sample_ids, theirs.sample_ids)
+        np.testing.assert_allclose(ours.tensors["activation"], theirs.tensors["activation"],
+                                   rtol=1e-5, atol=1e-6)
+    summary = analyze(reference.root, [("clustering", {})])
+    assert {e["layer"] for e in summary["leak"]} == {"cut", "first", "activation"}

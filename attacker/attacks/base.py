@@ -79,6 +79,8 @@ class Attack(ABC):
     side_knowledge: ClassVar[str]  # one line, printed next to every number
     Params: ClassVar[type[AttackParams]] = AttackParams
     cut_layer_only: ClassVar[bool] = False  # reads logit gradients: no first-layer analysis
+    # Also run on the activations the party sent, when recorded (attacker.record_activation).
+    on_activations: ClassVar[bool] = False
 
     def __init__(self, params: AttackParams) -> None:
         self.params = params

@@ -3,6 +3,8 @@
 k-means with k = the number of classes on the received gradients of one batch (or, with
 scope = "epoch", of one epoch), rows scaled to unit length first (SecretFlow's similarity
 attack normalises them; `normalize = false` clusters the raw rows). No label is used to cluster.
+When the run records the activations the party sent (`attacker.record_activation`), the
+analysis also clusters those (layer "activation"): the forward embeddings PELoss and dCor act on.
 
 - Binary: score = −‖g − c_min‖, c_min the centre of the smaller cluster, so larger means more
   likely positive under the declared side knowledge that positives are the minority (equal
@@ -53,6 +55,7 @@ class ClusteringAttack(Attack):
     )
     Params = ClusteringParams
     params: ClusteringParams
+    on_activations = True  # SecretFlow's attack clusters gradients or forward embeddings
 
     @property
     def label(self) -> str:
