@@ -3,7 +3,8 @@
 Runs, one after another and in process (the same math as a distributed run), the built-in
 default (binary) and examples/digits_no_top.toml (10 classes, no top model) with no defense and
 with each of grad_perturb, mid, dcor, pe_loss and cae at two strengths, analyses every run with
-the attacks that apply, and prints two markdown tables. Accuracy and leak figures, not speed:
+the attacks that apply (on party 1's cut-layer gradients, and clustering also on the
+activations it sent), and prints two markdown tables. Accuracy and leak figures, not speed:
 machine load does not change them.
 
     .venv/bin/python scripts/benchmark_plugins_table.py --output-dir /tmp/table [--only binary]
@@ -64,13 +65,15 @@ def measure(task: str, label: str, objective: dict | None, chain: list,
     data["objective"] = objective or {"name": "cross_entropy"}
     data["defense"] = chain
     data["run"] = dict(data["run"], output_dir=str(output_dir / task))
+    data["attacker"] = dict(data["attacker"], record_activation=True)  # forward-embedding attack
     cfg = parse_config(data)
     run = create_run_dir(cfg)
     run_reference(cfg, run)
     attacks = BINARY_ATTACKS if task == "binary" else MULTICLASS_ATTACKS
     summary = analyze(run.root, attacks)
-    leak = {e["attack"]: metric_stats(e) for e in summary["leak"]
-            if e["scope"] == "run" and e["layer"] == "cut" and e["party_id"] == 1}
+    leak = {e["attack"] + ("" if e["layer"] == "cut" else " on activations"): metric_stats(e)
+            for e in summary["leak"] if e["scope"] == "run" and e["party_id"] == 1
+            and e["layer"] in ("cut", "activation")}
     evals = [json.loads(line) for line in run.metrics.read_text().splitlines() if '"eval"' in line]
     metric = "test_auc" if task == "binary" else "test_accuracy"
     return {"task": task, "setting": label, "utility": evals[-1][metric], "leak": leak,
