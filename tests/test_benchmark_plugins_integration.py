@@ -2,7 +2,8 @@
 new defense against the attacks it targets on digits, and every new defense in a distributed
 run (real processes, gRPC) with 1 and 3 passive parties.
 
-Measured at seed 0 (torch 2.13 CPU): see the closing note of issue 12 for the full table.
+The full table (two strengths per defense, utility and every attack that applies):
+scripts/benchmark_plugins_table.py.
 """
 
 from __future__ import annotations
