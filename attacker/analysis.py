@@ -21,7 +21,7 @@ from splitleak.fileio import write_atomically
 from splitleak.metrics_log import read_metrics
 from splitleak.rundir import RunDir
 
-LAYERS = {"cut_gradient": "cut", "first_layer_gradient": "first"}
+LAYERS = {"cut_gradient": "cut", "first_layer_gradient": "first", "activation": "activation"}
 SAMPLED_BATCHES = 5  # early and late batches whose per-row figures feed the plots
 
 
@@ -138,29 +138,36 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
                            (attacks or default_attacks(num_classes, hints))]
     per_batch: list[dict[str, Any]] = []
     sample = _RowSample()
+    epoch_attacks = [a for a in built if a.per_epoch]
     for party in log.parties():
+        pool = _EpochPool()
         for batch in log.batches(party):
             ids = batch.sample_ids
             y = labels[ids] if ids.size and 0 <= ids.min() and ids.max() < labels.size else None
             if y is None or (y < 0).any():
                 raise AnalysisInputError(f"party {party} step {batch.step}: sample ids without a "
                                          "label in the label export (another run's labels?)")
+            if batch.epoch != pool.epoch:
+                per_batch += pool.evaluate(epoch_attacks, party, seed, num_classes)
+                pool = _EpochPool(batch.epoch)
             for column, grads in batch.tensors.items():
                 layer = LAYERS.get(column)
                 if layer is None:
                     continue
                 for attack in built:
-                    if attack.kind == "score" and num_classes > 2:
+                    if not _applies(attack, layer, num_classes):
                         continue
-                    if attack.kind == "label" and layer != "cut":
-                        continue  # reads logit gradients: meaningful at the cut layer only
+                    if attack.per_epoch:
+                        pool.add(layer, batch.step, grads, y)
+                        continue
                     rng = attack_rng(seed, batch.step, party, f"{layer}:{attack.label}")
-                    result = evaluate_batch(attack, grads, y, rng)
+                    result = evaluate_batch(attack, grads, y, rng, num_classes)
                     per_batch.append(_row(party, layer, batch.epoch, batch.step, attack, result,
                                           seed))
-                if num_classes == 2:
+                if num_classes == 2 and layer != "activation":
                     sample.add(party, layer, batch.step, grads, y,
                                attack_rng(seed, batch.step, party, f"{layer}:sample"))
+        per_batch += pool.evaluate(epoch_attacks, party, seed, num_classes)
     leak = pa.Table.from_pylist(per_batch, schema=LEAK_SCHEMA)
     write_atomically(run.attacker / "leak.parquet", lambda tmp: pq.write_table(leak, tmp))
     rows = sample.table()
@@ -177,12 +184,49 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
             "partial": partial, "warnings": warnings, "leak": summarise_leak(per_batch)}
 
 
+def _applies(attack: Attack, layer: str, num_classes: int) -> bool:
+    if attack.metric_kind(num_classes) == "score" and num_classes > 2:
+        return False  # scores rank two classes
+    if layer == "activation":  # what the party sent, not a gradient
+        return attack.on_activations
+    return layer == "cut" or not attack.cut_layer_only  # logit gradients: the cut layer only
+
+
+class _EpochPool:
+    """One epoch's gradient rows and labels per layer, for attacks run once per epoch."""
+
+    def __init__(self, epoch: int = -1) -> None:
+        self.epoch = epoch
+        self.rows: dict[str, list[tuple[int, np.ndarray, np.ndarray]]] = defaultdict(list)
+
+    def add(self, layer: str, step: int, grads: np.ndarray, labels: np.ndarray) -> None:
+        batches = self.rows[layer]
+        if not batches or batches[-1][0] != step:  # several epoch attacks share one copy
+            batches.append((step, grads.reshape(grads.shape[0], -1), labels))
+
+    def evaluate(self, attacks: list[Attack], party: int, seed: int,
+                 num_classes: int) -> list[dict[str, Any]]:
+        """One row per (layer, attack) that saw this epoch, at the epoch's last step."""
+        rows = []
+        for layer, batches in self.rows.items():
+            step = batches[-1][0]
+            grads = np.concatenate([g for _, g, _ in batches])
+            y = np.concatenate([t for _, _, t in batches])
+            for attack in attacks:
+                if _applies(attack, layer, num_classes):
+                    rng = attack_rng(seed, step, party, f"{layer}:{attack.label}")
+                    result = evaluate_batch(attack, grads, y, rng, num_classes)
+                    rows.append(_row(party, layer, self.epoch, step, attack, result, seed))
+        return rows
+
+
 LEAK_SCHEMA = pa.schema([
     ("party_id", pa.int32()), ("layer", pa.string()), ("epoch", pa.int32()), ("step", pa.int64()),
     ("attack", pa.string()), ("name", pa.string()), ("side_knowledge", pa.string()),
     ("metric", pa.string()), ("auc_raw", pa.float64()), ("auc_flipped", pa.float64()),
     ("accuracy", pa.float64()), ("n_rows", pa.int64()), ("n_excluded", pa.int64()),
     ("n_pos", pa.int64()), ("skip_reason", pa.string()), ("seed", pa.int64()),
+    ("count_error", pa.float64()),
 ])
 
 
@@ -195,7 +239,7 @@ def _row(party: int, layer: str, epoch: int, step: int, attack: Attack, result: 
             "auc_flipped": result.auc.flipped if result.auc else None,
             "accuracy": result.accuracy, "n_rows": result.n_rows,
             "n_excluded": result.n_excluded, "n_pos": result.auc.n_pos if result.auc else None,
-            "skip_reason": result.skip_reason, "seed": seed}
+            "skip_reason": result.skip_reason, "seed": seed, "count_error": result.count_error}
 
 
 def summarise_leak(per_batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -218,15 +262,15 @@ def summarise_leak(per_batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if first["metric"] == "auc":
             entry["raw"] = summarise([r["auc_raw"] for r in kept])
             entry["flipped"] = summarise([r["auc_flipped"] for r in kept])
-        else:
-            entry["accuracy"] = summarise([r["accuracy"] for r in kept])
+        else:  # accuracy, or count_error: one value per batch under the metric's own name
+            entry[first["metric"]] = summarise([r[first["metric"]] for r in kept])
         out.append(entry)
     return out
 
 
 def headline(summary: dict[str, Any], layer: str = "cut") -> dict[str, dict[str, float]]:
-    """attack -> {"mean", "p95", "max"} of the flip-corrected AUC (or accuracy) over the run,
-    for the first observed party at `layer`."""
+    """attack -> {"mean", "p95", "max"} of the flip-corrected AUC (or accuracy, or count
+    error) over the run, for the first observed party at `layer`."""
     entries = [e for e in summary["leak"] if e["scope"] == "run" and e["layer"] == layer]
     if not entries:
         return {}
@@ -234,9 +278,14 @@ def headline(summary: dict[str, Any], layer: str = "cut") -> dict[str, dict[str,
     table = {}
     for e in entries:
         if e["party_id"] == party:
-            stats = e.get("flipped") or e.get("accuracy")
+            stats = metric_stats(e)
             table[e["attack"]] = {k: stats[k] for k in ("mean", "p95", "max")}
     return table
+
+
+def metric_stats(entry: dict[str, Any]) -> dict[str, Any]:
+    """The summary of an entry's headline metric: flip-corrected AUC, accuracy or count error."""
+    return entry.get("flipped") or entry.get("accuracy") or entry.get("count_error") or {}
 
 
 def write_summary(run: RunDir, summary: dict[str, Any]) -> None:

@@ -26,17 +26,22 @@ class LeakAUC:
     n_pos: int
 
 
+Metric = Literal["auc", "accuracy", "count_error"]
+METRIC_OF_KIND: dict[str, Metric] = {"score": "auc", "label": "accuracy", "counts": "count_error"}
+
+
 @dataclass(frozen=True)
 class BatchLeak:
     """One attack's metric on one batch, or why the batch was skipped."""
 
     attack: str  # the attack's label, e.g. `hint_distance(k=3)`
-    metric: Literal["auc", "accuracy"]
+    metric: Metric
     n_rows: int  # rows in the batch
     n_excluded: int  # rows left out as side knowledge
     auc: LeakAUC | None = None
     accuracy: float | None = None
     skip_reason: str | None = None
+    count_error: float | None = None  # Σ_c |n̂_c − n_c| / (2B) (counts attacks)
 
     @property
     def skipped(self) -> bool:
@@ -106,6 +111,15 @@ def label_accuracy(
     return float(np.mean(pred[keep] == labels[keep]))
 
 
+def count_error(counts: np.ndarray, labels: np.ndarray, num_classes: int) -> float:
+    """Σ_c |n̂_c − n_c| / (2B): the share of the batch the inferred class counts misplace."""
+    truth = np.bincount(np.asarray(labels, dtype=np.int64), minlength=num_classes)
+    counts = np.asarray(counts, dtype=np.float64)
+    if counts.shape != truth.shape:
+        raise ValueError(f"counts {counts.shape} must have one entry per class {truth.shape}")
+    return float(np.abs(counts - truth).sum() / (2 * truth.sum()))
+
+
 def summarise(values: Sequence[float]) -> dict[str, float | int]:
     """Mean, 95th percentile (linear interpolation; Li et al.'s headline) and max over batches."""
     array = np.asarray(values, dtype=np.float64)
@@ -157,17 +171,20 @@ def _skip_after_exclusion(labels: np.ndarray, keep: np.ndarray, n_used: int) -> 
 
 
 def evaluate_batch(
-    attack: Attack, gradients: np.ndarray, labels: np.ndarray, rng: np.random.Generator
+    attack: Attack, gradients: np.ndarray, labels: np.ndarray, rng: np.random.Generator,
+    num_classes: int | None = None,
 ) -> BatchLeak:
     """Run one attack on one batch: AUC for score attacks (binary labels), accuracy for label
-    attacks. Rows handed out as side knowledge never count, even if the attack forgets them."""
+    attacks, count error for count attacks. Rows handed out as side knowledge never count, even
+    if the attack forgets them. `num_classes`: the task's (default: from the batch's labels)."""
     gradients = np.asarray(gradients, dtype=np.float32)
     gradients = gradients.reshape(gradients.shape[0], -1)  # flatten multi-dimensional cut layers
     labels = np.asarray(labels)
     n_rows = gradients.shape[0]
     if labels.shape != (n_rows,):
         raise ValueError(f"labels must have shape ({n_rows},), got {labels.shape}")
-    metric: Literal["auc", "accuracy"] = "auc" if attack.kind == "score" else "accuracy"
+    num_classes = num_classes or max(2, int(labels.max()) + 1 if n_rows else 2)
+    metric = METRIC_OF_KIND[attack.metric_kind(num_classes)]
 
     def skipped(reason: str, n_excluded: int = 0) -> BatchLeak:
         return BatchLeak(attack.label, metric, n_rows, n_excluded, skip_reason=reason)
@@ -181,8 +198,13 @@ def evaluate_batch(
         if classes.size == 1:
             return skipped(f"single class in batch (all {int(classes[0])})")
 
-    side = SideKnowledge(labels, rng)
+    side = SideKnowledge(labels, rng, num_classes)
     result = attack(gradients, side)
+    if result.skip_reason is not None:
+        return skipped(result.skip_reason)
+    if metric == "count_error":
+        error = count_error(result.values, labels, num_classes)
+        return BatchLeak(attack.label, metric, n_rows, 0, count_error=error)
     if result.values.shape != (n_rows,) or result.exclude.shape != (n_rows,):
         raise ValueError(f"{attack.label} returned values/exclude not of shape ({n_rows},)")
     keep = ~(result.exclude | side.used)

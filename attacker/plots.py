@@ -75,7 +75,7 @@ def _leak_line(ax: plt.Axes, steps: np.ndarray, values: np.ndarray, style: str, 
 
 def leak_over_training(leak: pa.Table, party: int, layer: str, seed: int, path: Path,
                        bound: tuple[np.ndarray, np.ndarray] | None = None) -> None:
-    """Per-batch flip-corrected leak AUC (label accuracy for label attacks) against the step:
+    """Per-batch flip-corrected leak AUC (label accuracy, count error) against the step:
     one panel per attack family, one line per attack; optionally Marvell's Thm-1 AUC bound."""
     rows = _select(leak, party_id=party, layer=layer)
     if rows.num_rows == 0:
@@ -84,12 +84,13 @@ def leak_over_training(leak: pa.Table, party: int, layer: str, seed: int, path: 
     for label in dict.fromkeys(_column(rows, "attack")):
         families.setdefault(label.split("(", 1)[0], []).append(label)
     fig, axes = _panel_grid(len(families), 4.0, 2.8)
-    accuracy, window = False, 1
+    accuracy, metric, window = False, "auc", 1
     for ax, (family, members) in zip(axes.flat, families.items(), strict=False):
         for index, label in enumerate(members):
             one = _select(rows, attack=label).sort_by("step")
-            accuracy = one.column("metric")[0].as_py() == "accuracy"
-            values = _column(one, "accuracy" if accuracy else "auc_flipped").astype(float)
+            metric = one.column("metric")[0].as_py()
+            accuracy = metric != "auc"  # accuracy or count error: both in [0, 1], no 0.5 line
+            values = _column(one, "auc_flipped" if metric == "auc" else metric).astype(float)
             window = max(window, _leak_line(ax, _column(one, "step"), values,
                                             LINE_STYLES[index % len(LINE_STYLES)],
                                             label[len(family):].strip("()") or family))
@@ -105,6 +106,8 @@ def leak_over_training(leak: pa.Table, party: int, layer: str, seed: int, path: 
         if not accuracy:
             ax.axhline(0.5, color="grey", lw=0.8, ls=":")
         ax.set_ylim(*((-0.02, 1.02) if accuracy else (0.45, 1.02)))
+        if metric == "count_error":
+            ax.set_ylabel("count error Σ|n̂ − n|/2B")
         ax.grid(alpha=0.3)
     notes = [] if accuracy else ["dotted grey: 0.5 (no leak)"]
     if bound is not None and not accuracy:

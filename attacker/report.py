@@ -21,7 +21,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from attacker.analysis import headline
+from attacker.analysis import headline, metric_stats
 from splitleak.fileio import write_atomically
 from splitleak.metrics_log import read_metrics
 from splitleak.rundir import RunDir
@@ -29,7 +29,8 @@ from splitleak.rundir import RunDir
 log = logging.getLogger("attacker.report")
 
 FLIPPED = "flip-corrected leak AUC max(AUC, 1 − AUC)"
-LAYER_ORDER = {"cut": 0, "first": 1}
+OTHER_METRICS = "label attacks: label accuracy; count attacks: count error Σ|n̂ − n|/2B, 0 = exact"
+LAYER_ORDER = {"cut": 0, "first": 1, "activation": 2}
 PLOT_FILES = ("leak_party*_*.png", "norms_party*.png", "cosine_party*.png", "training.png")
 
 
@@ -53,7 +54,8 @@ def side_knowledge_tag(attack: str, sentence: str) -> str:
         return f"≥{params.get('hints', '?')} labels/class/batch"
     if "k" in params:
         return f"{params['k']} positive{'' if params['k'] == '1' else 's'}/batch"
-    known = {"cosine_oracle": "1 positive/batch (oracle)", "cosine_majority": "positives = minority"}
+    known = {"cosine_oracle": "1 positive/batch (oracle)", "cosine_majority": "positives = minority",
+             "clustering": "minority / best permutation"}
     if name in known:
         return known[name]
     if re.match(r"none\b", sentence):
@@ -67,17 +69,13 @@ def _run_entries(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return sorted(entries, key=lambda e: (e["party_id"], _layer_key(e["layer"])))
 
 
-def _stats(entry: dict[str, Any]) -> dict[str, Any]:
-    return entry.get("flipped") or entry.get("accuracy") or {}
-
-
 def leak_table(summary: dict[str, Any], title: str = "label leakage") -> Table:
     """One row per attack, cut layer then first layer: p95 / mean / max of the flip-corrected
-    leak AUC (label accuracy for label attacks) over the run's batches, and a side-knowledge tag."""
+    leak AUC (label accuracy, count error) over the run's batches, and a side-knowledge tag."""
     entries = _run_entries(summary)
     several = len({e["party_id"] for e in entries}) > 1
     table = Table(title=f"{title} (seed {summary.get('seed', '?')})", box=box.SIMPLE_HEAD, pad_edge=False,
-                  caption=f"per-batch {FLIPPED} (label attacks: label accuracy) over the run; "
+                  caption=f"per-batch {FLIPPED} ({OTHER_METRICS}) over the run; "
                           "p95 = 95th percentile, Li et al.'s headline. Full side knowledge: report.md")
     for column in ("attack", "p95", "mean", "max", "skipped", "side knowledge"):
         table.add_column(column, justify="left" if column in ("attack", "side knowledge") else "right")
@@ -89,7 +87,7 @@ def leak_table(summary: dict[str, Any], title: str = "label leakage") -> Table:
             previous = (e["party_id"], e["layer"])
             table.add_row(f"[bold]party {e['party_id']}, {e['layer']} layer[/]" if several
                           else f"[bold]{e['layer']} layer[/]")
-        stats = _stats(e)
+        stats = metric_stats(e)
         table.add_row(escape(e["attack"]), *(_fmt(stats.get(k)) for k in ("p95", "mean", "max")),
                       f"{e['skipped']}/{e['batches']}",
                       escape(side_knowledge_tag(e["attack"], e["side_knowledge"])))
@@ -105,8 +103,8 @@ def comparison_table(rows: list[tuple[str, dict[str, Any], dict[str, Any]]], lay
     attack's p95 flip-corrected leak AUC at `layer`; changes are against the first run."""
     heads = [headline(summary, layer) for _, summary, _ in rows]
     table = Table(title=f"utility, then p95 leak at the {layer} layer", box=box.SIMPLE_HEAD,
-                  caption=f"p95 rows: 95th percentile over batches of the {FLIPPED} (label attacks: "
-                          "label accuracy). (±x) = change against the first column")
+                  caption=f"p95 rows: 95th percentile over batches of the {FLIPPED} ({OTHER_METRICS}). "
+                          "(±x) = change against the first column")
     table.add_column("")
     for label, _, _ in rows:
         table.add_column(escape(label), justify="right")
@@ -276,7 +274,7 @@ def _headline_md(summary: dict[str, Any], records: list[dict[str, Any]],
     party = min(e["party_id"] for e in summary["leak"] if e["layer"] == "cut")
     side = {e["attack"]: e["side_knowledge"] for e in summary["leak"]}
     lines = ["## Headline", "", f"Party {party}, cut layer, seed {summary.get('seed')}: p95 over batches "
-             f"of the {FLIPPED} (label attacks: label accuracy).", ""]
+             f"of the {FLIPPED} ({OTHER_METRICS}).", ""]
     utility_ = {k: v for k, v in _utility(records).items() if k != "train steps"} if records else {}
     if utility_:
         lines += ["Final utility: " + ", ".join(f"{k} {_fmt(v, 4)}" for k, v in utility_.items()) + ".", ""]
@@ -365,6 +363,7 @@ def _leak_md(summary: dict[str, Any], leak: pa.Table | None) -> list[str]:
         lines += [f"### Party {party}, {layer} layer (seed {first['seed']}, {first['batches']} batches)", ""]
         auc = [e for e in group if e["metric"] == "auc"]
         accuracy = [e for e in group if e["metric"] == "accuracy"]
+        counts = [e for e in group if e["metric"] == "count_error"]
         if auc:
             header = [f"{kind} {k}" for kind in ("raw", "flipped") for k in ("mean", "p95", "max")]
             lines += _md_table(["attack", "side knowledge", *header, "skipped"], [
@@ -377,6 +376,12 @@ def _leak_md(summary: dict[str, Any], leak: pa.Table | None) -> list[str]:
                 [e["attack"], side_knowledge_tag(e["attack"], e["side_knowledge"]),
                  *(_fmt(e["accuracy"][k]) for k in ("mean", "p95", "max")),
                  f"{e['skipped']}/{e['batches']}"] for e in accuracy])
+        if counts:
+            lines += _md_table(["attack", "side knowledge", "count error mean", "count error p95",
+                                "count error max", "skipped"], [
+                [e["attack"], side_knowledge_tag(e["attack"], e["side_knowledge"]),
+                 *(_fmt(e["count_error"][k]) for k in ("mean", "p95", "max")),
+                 f"{e['skipped']}/{e['batches']}"] for e in counts])
         lines += _skip_reasons(leak, party, layer)
     return lines
 
@@ -397,9 +402,9 @@ def _epoch_md(summary: dict[str, Any]) -> list[str]:
     per: dict[tuple[int, str], dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
     for e in summary["leak"]:
         if e["scope"] == "epoch":
-            per[(e["party_id"], e["layer"])][e["attack"]][e["epoch"]] = _stats(e).get("p95")
+            per[(e["party_id"], e["layer"])][e["attack"]][e["epoch"]] = metric_stats(e).get("p95")
     lines = ["## p95 per epoch", "", f"95th percentile over each epoch's batches of the {FLIPPED} "
-             f"(label attacks: label accuracy); seed {summary.get('seed')}.", ""]
+             f"({OTHER_METRICS}); seed {summary.get('seed')}.", ""]
     for (party, layer), attacks in sorted(per.items(), key=lambda kv: (kv[0][0], _layer_key(kv[0][1]))):
         epochs = sorted({epoch for values in attacks.values() for epoch in values})
         lines += [f"### Party {party}, {layer} layer", "",

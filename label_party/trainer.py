@@ -12,7 +12,8 @@ from sklearn.metrics import roc_auc_score
 from label_party.defenses import DefenseChain
 from label_party.objectives import ObjectiveSetup, build_objective, supervised_loss
 from label_party.schedule import Batch
-from splitleak.config import ExperimentConfig
+from label_party.validate import class_gradients_error
+from splitleak.config import ConfigError, ExperimentConfig
 from splitleak.inputs import PartyInputs
 
 # An activation this large (or this many times the others') overflowing the loss is the
@@ -64,6 +65,10 @@ class LabelPartyTrainer:
         self.objective = build_objective(cfg.objective.name, cfg.objective.params, setup)
         specs = [(spec.name, spec.params) for spec in cfg.defense]
         self.chains = {k: DefenseChain(specs, cfg.run.seed) for k in self.party_ids}
+        # Per-class gradients cost K extra backward products: only when the chain reads them.
+        self.class_gradients = any(c.needs_class_gradients for c in self.chains.values())
+        if self.class_gradients and not self.objective.supports_class_gradients:
+            raise ConfigError(class_gradients_error(cfg))
         self._eval: list[tuple[torch.Tensor, torch.Tensor]] = []
 
     def _own(self, sample_ids: np.ndarray) -> tuple[torch.Tensor | None, torch.Tensor | None]:
@@ -76,20 +81,23 @@ class LabelPartyTrainer:
         """The objective's update; returns each party's (defended) cut gradient."""
         acts = [activations[k].detach().requires_grad_(True) for k in self.party_ids]
         y = self.labels[torch.from_numpy(batch.sample_ids)]
-        result = self.objective.train_step(acts, self._own(batch.sample_ids), batch.sample_ids, y)
+        result = self.objective.train_step(acts, self._own(batch.sample_ids), batch.sample_ids, y,
+                                           class_gradients=self.class_gradients)
         if not math.isfinite(result.loss) or not all(bool(torch.isfinite(g).all())
                                                      for g in result.gradients):
             raise non_finite_step(batch.step, result.loss, activations)
+        per_class = result.class_gradients or [None] * len(self.party_ids)
         record: dict[str, Any] = {
             "type": "train", "epoch": batch.epoch, "step": batch.step, "loss": result.loss,
             "batch_size": len(y),
             "positives": int((y == 1).sum()) if self.num_classes == 2 else None,
             **result.metrics}
         gradients = {}
-        for k, gradient in zip(self.party_ids, result.gradients, strict=True):
+        for k, gradient, class_gradients in zip(self.party_ids, result.gradients, per_class,
+                                                strict=True):
             gradients[k], diagnostics = self.chains[k].apply(
                 gradient, y, party_id=k, epoch=batch.epoch, step=batch.step,
-                num_classes=self.num_classes)
+                num_classes=self.num_classes, class_gradients=class_gradients)
             if diagnostics:
                 record[f"defense.{k}"] = diagnostics
         return gradients, record

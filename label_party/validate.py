@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import ValidationError
 
-from label_party.defenses import build_defense
+from label_party.defenses import DEFENSES, build_defense
 from label_party.objectives import OBJECTIVES
 from splitleak.config import ConfigError, ExperimentConfig, plugin_param_errors
 from splitleak.registry import UnknownPluginError
@@ -27,3 +27,15 @@ def check_chain(cfg: ExperimentConfig) -> None:
             raise ConfigError(f"defense[{i}].name: {err}") from None
         except ValidationError as err:
             raise ConfigError(f"{spec.name}: {plugin_param_errors(f'defense[{i}]', err)}") from None
+    if (any(DEFENSES.get(spec.name).needs_class_gradients for spec in cfg.defense)
+            and not cls.supports_class_gradients):
+        raise ConfigError(class_gradients_error(cfg))
+
+
+def class_gradients_error(cfg: ExperimentConfig) -> str:
+    """Why a chain that reads per-class gradients cannot run with this objective."""
+    needing = sorted({s.name for s in cfg.defense if DEFENSES.get(s.name).needs_class_gradients})
+    allowed = [n for n in OBJECTIVES.names() if OBJECTIVES.get(n).supports_class_gradients]
+    return (f"defense {', '.join(needing)} needs the per-class gradients of the objective, and "
+            f"objective {cfg.objective.name!r} has none (its loss is not a supervised loss "
+            f"on labels); allowed objectives: {', '.join(allowed)}")

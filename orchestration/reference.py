@@ -27,10 +27,13 @@ class LocalExchange:
     """Calls each bottom directly, in party order, in the order the wire would deliver."""
 
     def __init__(self, bottoms: dict[int, BottomTrainer], store: GradientStore | None = None,
-                 observe: set[int] | frozenset[int] = frozenset()) -> None:
+                 observe: set[int] | frozenset[int] = frozenset(),
+                 record_activation: bool = False) -> None:
         self.bottoms = bottoms
         self.store = store  # the in-process stand-in for the tap + sidecar
         self.observe = observe
+        self.record_activation = record_activation
+        self._sent: dict[int, torch.Tensor] = {}  # each party's last train activation
 
     def _backward(self, gradients: dict[int, torch.Tensor] | None, batch: Batch | None) -> None:
         if gradients is None or batch is None:
@@ -41,13 +44,18 @@ class LocalExchange:
                 tensors = {"cut_gradient": gradients[k].numpy()}
                 if bottom.first_layer_gradient is not None:
                     tensors["first_layer_gradient"] = bottom.first_layer_gradient.numpy()
+                if self.record_activation:  # as the tap: the activation this gradient answers
+                    tensors["activation"] = self._sent[k].numpy()
                 self.store.append(k, batch.epoch, batch.step, batch.sample_ids, tensors)
 
     async def exchange(self, gradients: dict[int, torch.Tensor] | None,
                        gradient_batch: Batch | None, next_batch: Batch) -> dict[int, torch.Tensor]:
         self._backward(gradients, gradient_batch)
         train = next_batch.phase is Phase.TRAIN
-        return {k: b.forward(next_batch.sample_ids, train) for k, b in self.bottoms.items()}
+        activations = {k: b.forward(next_batch.sample_ids, train) for k, b in self.bottoms.items()}
+        if train:
+            self._sent = activations
+        return activations
 
     async def finish(self, gradients: dict[int, torch.Tensor] | None,
                      gradient_batch: Batch | None) -> None:
@@ -74,7 +82,8 @@ def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
     writer = MetricsWriter(run.metrics)
     writer.write(plan_record(data, len(bottoms), cfg.run.seed))
     batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed)
-    asyncio.run(drive(trainer, batches, LocalExchange(bottoms, store, observe), writer.write))
+    exchange = LocalExchange(bottoms, store, observe, cfg.attacker.record_activation)
+    asyncio.run(drive(trainer, batches, exchange, writer.write))
     writer.close()
     if store is not None:
         store.close()

@@ -358,43 +358,62 @@ def test_defaults_cover_every_registered_attack() -> None:
     defaults = {name for name, _ in DEFAULT_ATTACKS + DEFAULT_MULTICLASS_ATTACKS}
     assert defaults == set(ATTACKS.names())
     for name, params in DEFAULT_ATTACKS:
-        assert build_attack(name, params).kind == "score"
+        assert build_attack(name, params).metric_kind(2) == "score"
     for name, params in DEFAULT_MULTICLASS_ATTACKS:
-        assert build_attack(name, params).kind == "label"
+        assert build_attack(name, params).metric_kind(10) in ("label", "counts")
 
 
-def _run(attack: Attack, gradients: np.ndarray, labels: np.ndarray, seed: int) -> AttackResult:
-    return attack(gradients, SideKnowledge(labels, np.random.default_rng(seed)))
+def _run(attack: Attack, gradients: np.ndarray, labels: np.ndarray, seed: int,
+         num_classes: int | None = None) -> AttackResult:
+    return attack(gradients, SideKnowledge(labels, np.random.default_rng(seed), num_classes))
 
 
-def _check_result(attack: Attack, result: AttackResult, n_rows: int, dim: int) -> None:
-    assert result.values.shape == (n_rows,)
+def _check_result(attack: Attack, result: AttackResult, n_rows: int, dim: int,
+                  num_classes: int = 2) -> None:
     assert result.exclude.shape == (n_rows,) and result.exclude.dtype == np.bool_
-    if attack.kind == "score":
+    if result.skip_reason is not None:  # outside what the attack works on, and it says why
+        assert result.skip_reason.strip() and not result.exclude.any()
+        return
+    kind = attack.metric_kind(num_classes)
+    if kind == "counts":
+        assert result.values.shape == (num_classes,)
+        assert (result.values >= 0).all() and result.values.sum() == n_rows
+        np.testing.assert_array_equal(result.values, np.round(result.values))
+        return
+    assert result.values.shape == (n_rows,)
+    if kind == "score":
         assert np.isfinite(result.values[~result.exclude]).all()
     else:
         assert np.issubdtype(result.values.dtype, np.integer)
-        assert ((result.values >= -1) & (result.values < dim)).all()
+        assert ((result.values >= -1) & (result.values < max(dim, num_classes))).all()
 
 
+METRIC_VALUE = {"score": "auc", "label": "accuracy", "counts": "count_error"}
+
+
+@pytest.mark.parametrize("num_classes", [2, 4])
 @pytest.mark.parametrize("name", ATTACKS.names())
-def test_attack_conformance(name: str) -> None:
+def test_attack_conformance(name: str, num_classes: int) -> None:
     cls = ATTACKS.get(name)
     attack = build_attack(name, {})
-    assert cls.name == name and attack.kind in ("score", "label")
+    kind = attack.metric_kind(num_classes)
+    assert cls.name == name and kind in METRIC_VALUE
     assert attack.side_knowledge.strip() and "\n" not in attack.side_knowledge
     assert attack.label.startswith(name)
+    if kind == "score" and num_classes > 2:
+        return  # scores rank two classes; the analysis never runs them on more
 
     rng = np.random.default_rng(11)
-    gradients = rng.standard_normal((64, 10)).astype(np.float32)
-    labels = (rng.random(64) < 0.3).astype(np.int64)
-    first = _run(attack, gradients, labels, seed=2)
-    second = _run(attack, gradients, labels, seed=2)
-    _check_result(attack, first, 64, 10)
+    dim = 10 if num_classes == 2 else num_classes  # K columns: logit gradients, for counts
+    gradients = rng.standard_normal((64, dim)).astype(np.float32)
+    labels = (rng.random(64) * num_classes ** 0.5).astype(np.int64) ** 2 % num_classes
+    first = _run(attack, gradients, labels, seed=2, num_classes=num_classes)
+    second = _run(attack, gradients, labels, seed=2, num_classes=num_classes)
+    _check_result(attack, first, 64, dim, num_classes)
     np.testing.assert_array_equal(first.values, second.values)
     np.testing.assert_array_equal(first.exclude, second.exclude)
-    leak = evaluate_batch(attack, gradients, labels, np.random.default_rng(2))
-    assert leak.skipped or (leak.auc if attack.kind == "score" else leak.accuracy) is not None
+    leak = evaluate_batch(attack, gradients, labels, np.random.default_rng(2), num_classes)
+    assert leak.skipped or getattr(leak, METRIC_VALUE[kind]) is not None
 
     zero_rows = gradients.copy()
     zero_rows[::3] = 0.0
@@ -407,9 +426,9 @@ def test_attack_conformance(name: str) -> None:
         (gradients[:5], np.zeros(5, dtype=np.int64)),
     ]
     for batch, batch_labels in edge_cases:
-        result = _run(attack, batch, batch_labels, seed=0)
-        _check_result(attack, result, *batch.shape)
-        evaluate_batch(attack, batch, batch_labels, np.random.default_rng(0))
+        result = _run(attack, batch, batch_labels, seed=0, num_classes=num_classes)
+        _check_result(attack, result, *batch.shape, num_classes)
+        evaluate_batch(attack, batch, batch_labels, np.random.default_rng(0), num_classes)
 
 
 def test_center_attack_label_hides_unused_hints() -> None:

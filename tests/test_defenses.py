@@ -33,12 +33,14 @@ PARAMS: dict[str, dict] = {
     "sparsify": {"kept_fraction": 0.5},
     "discrete_sgd": {"bins": 6},
     "ppdl": {"theta_u": 0.5},
+    "grad_perturb": {"epsilon": 1.0},
 }
-RANDOMISED = ["max_norm", "iso", "perp", "marvell", "dp_gaussian", "laplace", "ppdl"]
+RANDOMISED = ["max_norm", "iso", "perp", "marvell", "dp_gaussian", "laplace", "ppdl", "grad_perturb"]
 HYPOTHESIS = settings(deadline=None, max_examples=40, derandomize=True)
 
 
-def context(labels: torch.Tensor, seed: int = 0, epoch: int = 0, step: int = 0) -> DefenseContext:
+def context(labels: torch.Tensor, seed: int = 0, epoch: int = 0, step: int = 0,
+            class_gradients: torch.Tensor | None = None) -> DefenseContext:
     return DefenseContext(
         labels=labels,
         party_id=1,
@@ -46,7 +48,14 @@ def context(labels: torch.Tensor, seed: int = 0, epoch: int = 0, step: int = 0) 
         step=step,
         num_classes=2,
         generator=torch.Generator().manual_seed(seed),
+        class_gradients=class_gradients,
     )
+
+
+def binary_class_gradients(gradient: torch.Tensor) -> torch.Tensor:
+    """[2, B, *shape] stand-ins for "the gradient if the label were 0 / 1" (BCE-like: one row
+    scaled two ways); a defense that reads them gets them, the rest ignore them."""
+    return torch.stack([0.5 * gradient + 0.25, -0.5 * gradient]).to(gradient.dtype)
 
 
 def two_class_batch(batch: int = 32, shape: tuple[int, ...] = (8,), seed: int = 0):
@@ -59,7 +68,8 @@ def two_class_batch(batch: int = 32, shape: tuple[int, ...] = (8,), seed: int = 
 
 def run(name: str, gradient: torch.Tensor, labels: torch.Tensor, seed: int = 0, **params):
     defense = build_defense(name, {**PARAMS[name], **params})
-    ctx = context(labels, seed)
+    per_class = binary_class_gradients(gradient) if defense.needs_class_gradients else None
+    ctx = context(labels, seed, class_gradients=per_class)
     return defense(gradient, ctx), ctx, defense
 
 
@@ -144,6 +154,8 @@ def test_bad_params_are_refused() -> None:
         ("dp_gaussian", {"noise_multiplier": 1.0}),
         ("dp_gaussian", {"clip": 1.0, "adaptive": True, "noise_multiplier": 1.0}),
         ("ppdl", {"theta_u": 0.5, "unknown": 1}),
+        ("grad_perturb", {"epsilon": 0.0}),
+        ("grad_perturb", {}),
     ]:
         with pytest.raises(ValidationError):
             build_defense(name, params)
@@ -169,6 +181,7 @@ def tiled(copies: int):
         ("marvell", {"s": 0.5, "uv_choice": "same"}),
         ("dp_gaussian", {"clip": 100.0, "noise_multiplier": 0.01}),
         ("laplace", {"b": 0.3}),
+        ("grad_perturb", {"epsilon": 2.0}),
     ],
 )
 def test_noise_is_zero_mean(name: str, params: dict) -> None:
@@ -607,3 +620,60 @@ def test_chain_refuses_bad_specs_when_built() -> None:
         DefenseChain([("iso", {"t": -1})], seed=0)
     with pytest.raises(ValueError, match="name"):
         DefenseChain([{"params": {}}], seed=0)
+
+
+# --------------------------------------------------------------------------- grad_perturb
+
+
+def test_grad_perturb_mixes_each_rows_class_gradients_with_laplace_weights() -> None:
+    # With g^(c) = the unit vector e_c, row j's noise is exactly its K weights u_j.
+    batch, classes, epsilon = 20000, 3, 4.0
+    gradient = torch.zeros(batch, classes, dtype=torch.float64)
+    per_class = torch.eye(classes, dtype=torch.float64)[:, None, :].expand(classes, batch, classes)
+    ctx = context(torch.zeros(batch, dtype=torch.int64), seed=3, class_gradients=per_class)
+    weights = build_defense("grad_perturb", {"epsilon": epsilon})(gradient, ctx)
+    scale = 2.0 / epsilon
+    assert weights.abs().mean().item() == pytest.approx(scale, rel=0.02)  # E|Laplace(b)| = b
+    assert weights.var(0).mean().item() == pytest.approx(2 * scale**2, rel=0.04)
+    correlation = torch.corrcoef(weights.T)
+    assert (correlation - torch.eye(classes, dtype=torch.float64)).abs().max() < 0.03
+    assert ctx.diagnostics["grad_perturb.gradient_norm_mean"] == 0.0
+
+
+def test_grad_perturb_adds_the_weighted_sum_to_the_gradient() -> None:
+    gradient, labels = two_class_batch(6, (2, 3), seed=1)
+    per_class = binary_class_gradients(gradient)
+    ctx = context(labels, seed=4, class_gradients=per_class)
+    out = build_defense("grad_perturb", {"epsilon": 0.5})(gradient, ctx)
+    noise = (out - gradient).reshape(6, -1)
+    # Each row's noise lies in the span of its own two class gradients.
+    basis = per_class.reshape(2, 6, -1).permute(1, 2, 0)  # [B, d, K]
+    weights = torch.linalg.lstsq(basis, noise[..., None]).solution
+    assert torch.allclose(basis @ weights, noise[..., None], atol=1e-5)
+    assert not torch.equal(out, gradient)
+
+
+def test_grad_perturb_without_class_gradients_is_refused() -> None:
+    gradient, labels = two_class_batch(4, (3,))
+    defense = build_defense("grad_perturb", {"epsilon": 1.0})
+    with pytest.raises(ValueError, match=r"grad_perturb needs ctx.class_gradients of shape \[K, 4, 3\]"):
+        defense(gradient, context(labels))
+    with pytest.raises(ValueError, match="got \\(2, 3, 3\\)"):
+        defense(gradient, context(labels, class_gradients=torch.zeros(2, 3, 3)))
+    assert defense.summary()["laplace_scale"] == 2.0
+
+
+def test_chain_asks_for_class_gradients_only_when_a_defense_reads_them() -> None:
+    assert not DefenseChain([("laplace", {"b": 0.1}), ("marvell", {"s": 1.0})], 0).needs_class_gradients
+    chain = DefenseChain([("laplace", {"b": 0.1}), ("grad_perturb", {"epsilon": 1.0})], seed=2)
+    assert chain.needs_class_gradients
+    gradient, labels = two_class_batch(8, (3,))
+    per_class = binary_class_gradients(gradient)
+    out, diagnostics = chain.apply(gradient, labels, 1, 0, 5, 2, class_gradients=per_class)
+    expected = build_defense("laplace", {"b": 0.1})(
+        gradient, DefenseContext(labels, 1, 0, 5, 2, defense_generator(2, 0, 1, 5)))
+    # The clean per-class gradients reach grad_perturb after laplace has run.
+    expected = build_defense("grad_perturb", {"epsilon": 1.0})(
+        expected, DefenseContext(labels, 1, 0, 5, 2, defense_generator(2, 1, 1, 5),
+                                 class_gradients=per_class))
+    assert torch.equal(out, expected) and "grad_perturb.noise_norm_mean" in diagnostics

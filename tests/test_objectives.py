@@ -36,6 +36,10 @@ PARAMS: dict[str, dict[str, Any]] = {
     "label_dp": {"epsilon": 1.0},
     "kdk": {"k": 2, "epsilon": 0.3, "teacher_epochs": 2, "teacher_lr": 0.01},
     "gafm": {"preset": "spambase"},
+    "mid": {"lambda": 0.1},
+    "dcor": {"alpha": 1.0},
+    "pe_loss": {"alpha": 1.0},
+    "cae": {"lambda": 0.5, "epochs": 2, "rows": 2000},
 }
 
 

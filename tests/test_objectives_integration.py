@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import tomli_w
 
-from attacker.analysis import analyze
+from attacker.analysis import analyze, metric_stats
 from orchestration.gafm_select import main as gafm_select_main
 from orchestration.gafm_select import select_delta
 from orchestration.reference import run_reference
@@ -60,7 +60,7 @@ def reference(tmp_path: Path, data: dict, attacks: list | None = None
     run = create_run_dir(cfg)
     outcome = run_reference(cfg, run)
     summary = analyze(run.root, attacks)
-    leak = {e["attack"]: (e.get("flipped") or e["accuracy"]) for e in summary["leak"]
+    leak = {e["attack"]: metric_stats(e) for e in summary["leak"]
             if e["scope"] == "run" and e["layer"] == "cut" and e["party_id"] == 1}
     evals = [json.loads(line) for line in run.metrics.read_text().splitlines() if '"eval"' in line]
     return evals[-1], leak, outcome

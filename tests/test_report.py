@@ -14,6 +14,7 @@ from rich.console import Console
 
 from attacker.analysis import LEAK_SCHEMA, summarise_leak
 from attacker.attacks import DEFAULT_ATTACKS, DEFAULT_MULTICLASS_ATTACKS, build_attack
+from attacker.leak import METRIC_OF_KIND
 from attacker.report import comparison_table, print_leak_table, side_knowledge_tag, utility, write_report
 from splitleak.rundir import RunDir
 
@@ -22,7 +23,8 @@ STEPS = 21  # scored batches; one more, skipped, follows
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def _leak_rows(attacks: list[tuple[str, dict]], layers: tuple[str, ...]) -> list[dict[str, Any]]:
+def _leak_rows(attacks: list[tuple[str, dict]], layers: tuple[str, ...],
+               num_classes: int = 2) -> list[dict[str, Any]]:
     """Per-batch rows: norm at the cut layer scores 0.50, 0.52, ..., 0.90 (p95 0.880); the
     cosine oracle's raw AUC is 1 - that (raw p95 0.480, flipped p95 0.880); a last batch is skipped."""
     rng = np.random.default_rng(0)
@@ -33,16 +35,17 @@ def _leak_rows(attacks: list[tuple[str, dict]], layers: tuple[str, ...]) -> list
                 attack = build_attack(name, params)
                 value = 0.5 + 0.02 * step if layer == "cut" else float(rng.uniform(0.5, 1.0))
                 skipped = step == STEPS
-                accuracy = attack.kind == "label"
+                metric = METRIC_OF_KIND[attack.metric_kind(num_classes)]
+                auc = metric == "auc"
                 raw = 1.0 - value if name == "cosine_oracle" else value
                 rows.append({
                     "party_id": 1, "layer": layer, "epoch": step // 11, "step": step, "attack": attack.label,
-                    "name": name, "side_knowledge": attack.side_knowledge,
-                    "metric": "accuracy" if accuracy else "auc",
-                    "auc_raw": None if skipped or accuracy else raw,
-                    "auc_flipped": None if skipped or accuracy else max(raw, 1.0 - raw),
-                    "accuracy": value if accuracy and not skipped else None,
-                    "n_rows": 64, "n_excluded": 0, "n_pos": None if accuracy else 12,
+                    "name": name, "side_knowledge": attack.side_knowledge, "metric": metric,
+                    "auc_raw": raw if auc and not skipped else None,
+                    "auc_flipped": max(raw, 1.0 - raw) if auc and not skipped else None,
+                    "accuracy": value if metric == "accuracy" and not skipped else None,
+                    "count_error": value if metric == "count_error" and not skipped else None,
+                    "n_rows": 64, "n_excluded": 0, "n_pos": 12 if auc else None,
                     "skip_reason": "single class in batch (all 0)" if skipped else None, "seed": SEED})
     return rows
 
@@ -89,7 +92,7 @@ def make_run(root: Path, *, multiclass: bool = False, first_layer: bool = True, 
         run.outcome.write_text(json.dumps({"status": "ok", "defenses": {
             "1": {"chain": ["marvell"], "seed": SEED, "parties": {"1": [instance]}}}}))
     attacks = DEFAULT_MULTICLASS_ATTACKS if multiclass else DEFAULT_ATTACKS
-    per_batch = _leak_rows(attacks, ("cut", "first") if first_layer else ("cut",))
+    per_batch = _leak_rows(attacks, ("cut", "first") if first_layer else ("cut",), 3 if multiclass else 2)
     pq.write_table(pa.Table.from_pylist(per_batch, schema=LEAK_SCHEMA), run.attacker / "leak.parquet")
     if row_sample:
         pq.write_table(_sample_rows(), run.attacker / "rows.parquet")
@@ -115,7 +118,7 @@ def test_full_report(tmp_path: Path) -> None:
     # cosine oracle at the cut layer: raw mean, p95, max, then flipped mean, p95, max, skipped
     raw, flipped = "0.300 | 0.480 | 0.500", "0.700 | 0.880 | 0.900"
     assert f"| cosine_oracle | 1 positive/batch (oracle) | {raw} | {flipped} | 1/22 |" in text
-    assert "single class in batch (all 0): 13" in text
+    assert "single class in batch (all 0): 14" in text  # one skipped batch per binary attack
     assert "| test AUC | test loss | train steps |" in text and "| 0.7900 | 0.5000 | 22 |" in text
     assert "1. `marvell`: s=4.0" in text and "max_auc_bound=0.7500" in text
     assert "mean 0.725, p95 0.750" in text  # Theorem-1 bound: 0.75 and 0.70 alternating over 22 batches
@@ -141,6 +144,9 @@ def test_missing_inputs_are_skipped_and_said(tmp_path: Path) -> None:
     assert "no eval records" in text
     assert "None: the cut-layer gradients were sent unchanged." in text
     assert "| direct_label | none | 0.700 | 0.880 | 0.900 | 1/22 |" in text  # label accuracy, not AUC
+    assert "| count error mean | count error p95 | count error max |" in text
+    assert "| batch_label_counts | none | 0.700 | 0.880 | 0.900 | 1/22 |" in text
+    assert "| clustering | minority / best permutation | 0.700 | 0.880 | 0.900 | 1/22 |" in text
     _assert_png(run.report / "leak_party1_cut.png")
     _assert_png(run.report / "training.png")
     for name in ("leak_party1_first.png", "norms_party1.png", "cosine_party1.png"):
@@ -190,6 +196,7 @@ def test_comparison_table(tmp_path: Path) -> None:
     ("hint_distance(k=3)", "3 positives/batch"), ("hint_inner(k=1)", "1 positive/batch"),
     ("mean(centers=oracle)", "all labels (oracle)"),
     ("median(centers=hint, hints=5)", "≥5 labels/class/batch"), ("direct_label", "none"),
+    ("batch_label_counts", "none"), ("clustering", "minority / best permutation"),
 ])
 def test_side_knowledge_tag(label: str, tag: str) -> None:
     sentence = {build_attack(n, p).label: build_attack(n, p).side_knowledge

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from attacker.attacks import (  # noqa: F401  (imported to register)
+    batch_label_counts,
+    clustering,
     cosine_majority,
     cosine_oracle,
     direct_label,
@@ -27,10 +29,15 @@ DEFAULT_ATTACKS: list[tuple[str, dict[str, Any]]] = [
     ("mean", {"centers": "hint"}),
     ("median", {"centers": "oracle"}),
     ("median", {"centers": "hint"}),
+    ("clustering", {}),
 ]
 
 # Run on every multi-class run.
-DEFAULT_MULTICLASS_ATTACKS: list[tuple[str, dict[str, Any]]] = [("direct_label", {})]
+DEFAULT_MULTICLASS_ATTACKS: list[tuple[str, dict[str, Any]]] = [
+    ("direct_label", {}),
+    ("batch_label_counts", {}),
+    ("clustering", {}),
+]
 
 __all__ = [
     "ATTACKS",

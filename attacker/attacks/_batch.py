@@ -38,3 +38,8 @@ def no_rows_excluded(n_rows: int) -> np.ndarray:
 def unscored(n_rows: int) -> AttackResult:
     """The side knowledge was unavailable (e.g. no positive to pick): nothing to measure."""
     return AttackResult(values=np.zeros(n_rows), exclude=np.ones(n_rows, dtype=bool))
+
+
+def not_applicable(n_rows: int, reason: str) -> AttackResult:
+    """The batch is outside what the attack can work on (e.g. not logit gradients)."""
+    return AttackResult(values=np.zeros(0), exclude=np.zeros(n_rows, dtype=bool), skip_reason=reason)

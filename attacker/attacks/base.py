@@ -11,6 +11,8 @@ from pydantic import BaseModel, ConfigDict
 
 from splitleak.registry import Registry
 
+AttackKind = Literal["score", "label", "counts"]
+
 
 class AttackParams(BaseModel):
     """Base of every attack's parameter model."""
@@ -25,10 +27,17 @@ class SideKnowledge:
     hands out is marked as used, so the metric can exclude those rows from the AUC.
     """
 
-    def __init__(self, labels: np.ndarray, rng: np.random.Generator) -> None:
+    def __init__(self, labels: np.ndarray, rng: np.random.Generator,
+                 num_classes: int | None = None) -> None:
         self._labels = labels
         self._rng = rng
         self.used = np.zeros(labels.shape[0], dtype=bool)
+        # The task's class count is public (it fixes the model's output width), not a label.
+        self.num_classes = num_classes or max(2, int(labels.max()) + 1 if labels.size else 2)
+
+    def random_state(self) -> int:
+        """A seed for the attack's own randomness (e.g. k-means' start), from the batch's stream."""
+        return int(self._rng.integers(2**31 - 1))
 
     def known_positives(self, k: int) -> np.ndarray:
         """Indices of up to k positive (class 1) rows, chosen at random."""
@@ -54,22 +63,36 @@ class SideKnowledge:
 
 @dataclass(frozen=True)
 class AttackResult:
-    """Scores (kind "score": larger = more likely positive) or labels (kind "label")."""
+    """Scores (kind "score": larger = more likely positive), labels (kind "label") or the
+    batch's class counts (kind "counts"); `skip_reason` says why the batch cannot be attacked."""
 
-    values: np.ndarray  # float64 [B] scores, or int64 [B] inferred labels
+    values: np.ndarray  # float64 [B] scores, int64 [B] inferred labels, or float64 [K] counts
     exclude: np.ndarray  # bool [B]: rows given as side knowledge, left out of the metric
+    skip_reason: str | None = None
 
 
 class Attack(ABC):
     """One label-inference attack on a batch of received cut-layer gradients."""
 
     name: ClassVar[str]
-    kind: ClassVar[Literal["score", "label"]] = "score"
+    kind: ClassVar[AttackKind] = "score"
     side_knowledge: ClassVar[str]  # one line, printed next to every number
     Params: ClassVar[type[AttackParams]] = AttackParams
+    cut_layer_only: ClassVar[bool] = False  # reads logit gradients: no first-layer analysis
+    # Also run on the activations the party sent, when recorded (attacker.record_activation).
+    on_activations: ClassVar[bool] = False
 
     def __init__(self, params: AttackParams) -> None:
         self.params = params
+
+    def metric_kind(self, num_classes: int) -> AttackKind:
+        """What the attack returns for a task with this many classes (its `kind` by default)."""
+        return self.kind
+
+    @property
+    def per_epoch(self) -> bool:
+        """True: attacked once per epoch, on all of the epoch's rows at once."""
+        return False
 
     @abstractmethod
     def __call__(self, gradients: np.ndarray, side: SideKnowledge) -> AttackResult:
@@ -80,6 +103,13 @@ class Attack(ABC):
         """Name plus parameters, as shown in tables (e.g. `hint_distance(k=3)`)."""
         args = ", ".join(f"{k}={v}" for k, v in self.params.model_dump().items())
         return f"{self.name}({args})" if args else self.name
+
+
+def label_without_defaults(attack: Attack) -> str:
+    """Name plus only the parameters that differ from their defaults, e.g. `clustering(scope=epoch)`."""
+    changed = attack.params.model_dump(exclude_defaults=True)
+    args = ", ".join(f"{k}={v}" for k, v in changed.items())
+    return f"{attack.name}({args})" if args else attack.name
 
 
 ATTACKS: Registry[type[Attack]] = Registry("attack")

@@ -12,6 +12,7 @@ from attacker.attacks.base import ATTACKS, Attack, AttackResult, SideKnowledge
 class DirectLabelAttack(Attack):
     name = "direct_label"
     kind = "label"
+    cut_layer_only = True
     side_knowledge = "none (multi-class, no top model: the gradient is the softmax-CE p - y)"
 
     def __call__(self, gradients: np.ndarray, side: SideKnowledge) -> AttackResult:

@@ -3,6 +3,7 @@
 from label_party.defenses import (  # noqa: F401  (each module registers its defense)
     discrete_sgd,
     dp_gaussian,
+    grad_perturb,
     iso,
     laplace,
     marvell,

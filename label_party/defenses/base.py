@@ -29,6 +29,9 @@ class DefenseContext:
     num_classes: int
     generator: torch.Generator  # seeded from (run seed, chain position, party, step)
     diagnostics: dict[str, float] = field(default_factory=dict)  # per-batch numbers, name-prefixed
+    # [K, B, *shape]: the cut gradient each row would give if its label were c (BCE: K = 2),
+    # before any defense; computed only for a chain with a defense that declares it needs them.
+    class_gradients: torch.Tensor | None = None
 
 
 class Defense(ABC):
@@ -36,6 +39,8 @@ class Defense(ABC):
 
     name: ClassVar[str]
     Params: ClassVar[type[DefenseParams]] = DefenseParams
+    # True: the trainer computes ctx.class_gradients for the chain (K extra backward products).
+    needs_class_gradients: ClassVar[bool] = False
 
     def __init__(self, params: DefenseParams) -> None:
         self.params = params

@@ -36,6 +36,11 @@ class DefenseChain:
     def names(self) -> list[str]:
         return [cls.name for cls, _ in self._specs]
 
+    @property
+    def needs_class_gradients(self) -> bool:
+        """Some defense of the chain reads ctx.class_gradients (e.g. grad_perturb)."""
+        return any(cls.needs_class_gradients for cls, _ in self._specs)
+
     def defenses(self, party_id: int) -> list[Defense]:
         """The instances serving one passive party (created on first use)."""
         if party_id not in self._parties:
@@ -50,9 +55,11 @@ class DefenseChain:
         epoch: int,
         step: int,
         num_classes: int,
+        class_gradients: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """Run the chain on one party's [B, *shape] gradient; returns (g̃, per-batch diagnostics).
 
+        `class_gradients` ([K, B, *shape], clean) reaches every defense of the chain unchanged.
         A defense named twice in the chain gets its diagnostics keys prefixed "<position>:".
         """
         names = self.names
@@ -66,6 +73,7 @@ class DefenseChain:
                 step=step,
                 num_classes=num_classes,
                 generator=defense_generator(self.seed, position, party_id, step),
+                class_gradients=class_gradients,
             )
             gradient = defense(gradient, ctx)
             prefix = f"{position}:" if names.count(defense.name) > 1 else ""

@@ -40,6 +40,8 @@ class StepResult:
     loss: float
     gradients: list[torch.Tensor]  # dL/dh per passive party, before the defense chain
     metrics: dict[str, Any] = field(default_factory=dict)
+    # Per passive party [K, B, *shape]: dL/dh if every row's label were c (asked for by the chain).
+    class_gradients: list[torch.Tensor] | None = None
 
 
 Own = tuple[torch.Tensor | None, torch.Tensor | None]
@@ -50,6 +52,8 @@ class Objective(ABC):
 
     name: ClassVar[str]
     Params: ClassVar[type[ObjectiveParams]] = ObjectiveParams
+    # True: train_step(..., class_gradients=True) fills StepResult.class_gradients.
+    supports_class_gradients: ClassVar[bool] = False
 
     def __init__(self, params: ObjectiveParams, setup: ObjectiveSetup) -> None:
         type(self).check(setup.cfg)  # the same check `splitleak validate` runs before start
@@ -58,9 +62,11 @@ class Objective(ABC):
 
     @abstractmethod
     def train_step(self, activations: list[torch.Tensor], own: Own, sample_ids: np.ndarray,
-                   labels: torch.Tensor) -> StepResult:
+                   labels: torch.Tensor, class_gradients: bool = False) -> StepResult:
         """One update. `activations` are leaf tensors that require grad; `labels` are the true
-        labels of the batch (an objective may replace them, e.g. label DP)."""
+        labels of the batch (an objective may replace them, e.g. label DP). With
+        `class_gradients` (only asked of objectives that support them), also the per-class
+        gradients at the parameters before this step's update."""
 
     @abstractmethod
     def predict(self, activations: list[torch.Tensor], own: Own) -> torch.Tensor:
@@ -93,6 +99,24 @@ def supervised_loss(logits: torch.Tensor, targets: torch.Tensor, kind: str) -> t
     if targets.dtype.is_floating_point:
         return torch.sum(-targets * F.log_softmax(logits, dim=1), dim=1).mean()
     return F.cross_entropy(logits, targets)
+
+
+def per_class_gradients(logits: torch.Tensor, activations: list[torch.Tensor],
+                        class_targets: torch.Tensor, kind: str) -> list[torch.Tensor]:
+    """Per party [K, B, *shape]: the gradient of `supervised_loss(logits, class_targets[c])`
+    with respect to each activation, for every c at once.
+
+    The loss's derivative in the logits is vmapped over the K target sets; the K products with
+    the Jacobian of the model then go through one batched backward pass (no loop over rows or
+    classes). `logits` must still hold its graph; it is kept for the caller's own backward.
+    """
+    def loss_at(z: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return supervised_loss(z, targets, kind)
+
+    cotangents = torch.func.vmap(torch.func.grad(loss_at), in_dims=(None, 0))(
+        logits.detach(), class_targets)
+    return list(torch.autograd.grad(logits, activations, grad_outputs=cotangents,
+                                    retain_graph=True, is_grads_batched=True))
 
 
 OBJECTIVES: Registry[type[Objective]] = Registry("objective")

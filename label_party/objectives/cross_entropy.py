@@ -14,6 +14,7 @@ from label_party.objectives.base import (
     ObjectiveSetup,
     Own,
     StepResult,
+    per_class_gradients,
     supervised_loss,
 )
 from splitleak.models import build_top
@@ -23,9 +24,11 @@ from splitleak.seeding import derive_seed
 
 @OBJECTIVES.register("cross_entropy")
 class CrossEntropy(Objective):
-    """The default: no label protection; subclasses change the targets (label DP, KD^k)."""
+    """The default: no label protection. Subclasses change the targets (label DP, KD^k, CAE),
+    the path from activations to logits (MID) or add a penalty to the loss (dCor, PELoss)."""
 
     name = "cross_entropy"
+    supports_class_gradients = True
 
     def __init__(self, params: ObjectiveParams, setup: ObjectiveSetup) -> None:
         super().__init__(params, setup)
@@ -42,27 +45,55 @@ class CrossEntropy(Objective):
         """What the loss is computed against (the true labels here)."""
         return labels
 
+    def class_targets(self, batch_size: int) -> torch.Tensor:
+        """[K, B] (or [K, B, K] soft) targets: every row labelled c, for each class c.
+
+        BCE has one logit and the two "classes" 0 and 1."""
+        if self.loss_kind == "bce":
+            return torch.arange(2, dtype=torch.float32)[:, None].expand(2, batch_size)
+        classes = self.setup.num_classes
+        return torch.arange(classes)[:, None].expand(classes, batch_size)
+
+    def logits(self, activations: list[torch.Tensor], own: Own, training: bool) -> torch.Tensor:
+        """The model from the parties' activations to the logits."""
+        self.top.train(training)
+        return self.top(activations, *own)
+
+    def penalty(self, activations: list[torch.Tensor],
+                labels: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, Any]]:
+        """A term added to the supervised loss, and its per-step metrics (none here)."""
+        return None, {}
+
     def train_step(self, activations: list[torch.Tensor], own: Own, sample_ids: np.ndarray,
-                   labels: torch.Tensor) -> StepResult:
-        self.top.train()
+                   labels: torch.Tensor, class_gradients: bool = False) -> StepResult:
         if self.optimizer is not None:
             self.optimizer.zero_grad(set_to_none=True)
-        loss = supervised_loss(self.top(activations, *own), self.targets(sample_ids, labels),
-                               self.loss_kind)
+        logits = self.logits(activations, own, training=True)
+        loss = supervised_loss(logits, self.targets(sample_ids, labels), self.loss_kind)
+        penalty, metrics = self.penalty(activations, labels)
+        if penalty is not None:
+            metrics = {f"{self.name}.supervised_loss": float(loss.detach()), **metrics}
+            loss = loss + penalty
+        per_class = (per_class_gradients(logits, activations, self.class_targets(len(labels)),
+                                         self.loss_kind) if class_gradients else None)
         loss.backward()
         if self.optimizer is not None:
             self.optimizer.step()
-        return StepResult(float(loss.detach()), [a.grad for a in activations])
+        return StepResult(float(loss.detach()), [a.grad for a in activations], metrics, per_class)
 
     def predict(self, activations: list[torch.Tensor], own: Own) -> torch.Tensor:
-        self.top.eval()
-        return self.top(activations, *own)
+        return self.logits(activations, own, training=False)
 
     def state_dict(self) -> dict[str, Any]:
         optimizer = self.optimizer.state_dict() if self.optimizer is not None else None
         return {"top": self.top.state_dict(), "optimizer": optimizer}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.top.load_state_dict(state["top"])
-        if self.optimizer is not None:
-            self.optimizer.load_state_dict(state["optimizer"])
+        load_top_state(self, state)
+
+
+def load_top_state(objective: CrossEntropy, state: dict[str, Any]) -> None:
+    """Restore what CrossEntropy.state_dict saved: the top model and its optimizer."""
+    objective.top.load_state_dict(state["top"])
+    if objective.optimizer is not None:
+        objective.optimizer.load_state_dict(state["optimizer"])

@@ -198,7 +198,7 @@ class GAFM(Objective):
         self.generator_optimizer.step()
 
     def train_step(self, activations: list[torch.Tensor], own: Own, sample_ids: np.ndarray,
-                   labels: torch.Tensor) -> StepResult:
+                   labels: torch.Tensor, class_gradients: bool = False) -> StepResult:
         self.generator.train()
         self.critic.train()
         aggregated = self.aggregate(activations)
