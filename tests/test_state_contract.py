@@ -20,7 +20,7 @@ from passive_party.client import load_bottom
 from splitleak.config import parse_config
 from tests.conftest import small_config
 from tests.test_defenses import PARAMS as DEFENSE_PARAMS
-from tests.test_defenses import context, two_class_batch
+from tests.test_defenses import binary_class_gradients, context, two_class_batch
 from tests.test_objectives import PARAMS as OBJECTIVE_PARAMS
 from tests.test_objectives import batch, objective_case
 
@@ -63,7 +63,8 @@ def _defense_steps(defense, steps: range) -> list[tuple[torch.Tensor, dict]]:
     out = []
     for step in steps:
         gradient, labels = two_class_batch(24, (6,), seed=step)
-        ctx = context(labels, seed=100 + step, epoch=step // 3, step=step)
+        per_class = binary_class_gradients(gradient) if defense.needs_class_gradients else None
+        ctx = context(labels, seed=100 + step, epoch=step // 3, step=step, class_gradients=per_class)
         out.append((defense(gradient, ctx), dict(ctx.diagnostics)))
     return out
 
