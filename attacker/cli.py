@@ -45,11 +45,25 @@ def parse_attack(text: str) -> tuple[str, dict[str, Any]]:
     return name, params
 
 
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _positive_list(text: str) -> list[int]:
+    return [_positive(item) for item in text.split(",")]
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from attacker.sidecar import serve
 
     cfg = config_or_exit(args.config) if args.config else None
-    observe = set(args.party or (cfg.attacker.observe if cfg else [1]))
+    observe = set(args.party or (cfg.threat.curious if cfg else [1]))
     topology = cfg.topology if cfg else TopologyConfig(tls=args.tls_dir is not None)
     tls_dir = tls_dir_or_exit(cfg, args.tls_dir) if cfg else args.tls_dir
     try:
@@ -60,9 +74,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
-    from attacker.analysis import analyze, write_summary
+    from attacker.analysis import analyze
     from attacker.attacks import build_attack
     from attacker.report import print_leak_table, write_report
+    from attacker.summary import write_summary
 
     specs = [parse_attack(a) for a in args.attacks] if args.attacks else None
     for name, params in specs or []:
@@ -73,8 +88,8 @@ def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
         except ValidationError as err:
             raise BadInput(f"--attacks {name}: {err}") from None
     try:
-        summary = analyze(args.run_dir, specs, args.hints, args.seed)
-    except FileNotFoundError as err:
+        summary = analyze(args.run_dir, specs, args.hints, args.seed, args.draws)
+    except (FileNotFoundError, ValueError) as err:
         console.print(f"[bold red]cannot analyse {args.run_dir}:[/] {err}")
         return EXIT_FAILED
     run = RunDir(args.run_dir)
@@ -93,9 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--listen", required=True, help="HOST:PORT (port 0: any free port)")
     s.add_argument("--out", type=Path, required=True,
                    help="run directory; the log goes to OUT/attacker/gradients")
-    s.add_argument("--config", help="experiment TOML (for attacker.observe and limits)")
+    s.add_argument("--config", help="experiment TOML (its curious parties, limits)")
     s.add_argument("--party", type=int, action="append",
-                   help="observed passive party id (repeatable; default: attacker.observe)")
+                   help="observed passive party id (repeatable; default: the threat model's "
+                   "curious parties)")
     s.add_argument("--run-id", help="accept only records of this run")
     s.add_argument("--port-file", type=Path, help="write the bound HOST:PORT here once serving")
     s.add_argument("--tls-dir", type=Path, help="TLS identities (ca.pem, attacker.pem/.key)")
@@ -103,9 +119,12 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("run_dir", type=Path)
     a.add_argument("--attacks", nargs="+", metavar="NAME[:K=V,...]",
                    help="attacks to run (default: every attack for the run's task)")
-    a.add_argument("--hints", type=lambda v: [int(x) for x in v.split(",")], default=[1, 3, 5],
-                   help="k values of the hint attacks, e.g. 1,3,5 (default)")
-    a.add_argument("--seed", type=int, help="analysis seed (default: the run's seed)")
+    a.add_argument("--hints", type=_positive_list,
+                   help="k values of the hint attacks, e.g. 1,3,5 (default: the threat model's)")
+    a.add_argument("--seed", type=int, help="side-knowledge seed of every attacker (default: the "
+                   "threat model's, else the run's seed)")
+    a.add_argument("--draws", type=_positive, help="R draws of random side knowledge per batch "
+                   "(default: threat.draws, 5)")
     b = sub.add_parser("bench", help="analysis throughput on a synthetic gradient log")
     b.add_argument("--rows", type=int, default=1_000_000)
     b.add_argument("--dim", type=int, default=128)

@@ -87,9 +87,12 @@ def leak_over_training(leak: pa.Table, party: int, layer: str, seed: int, path: 
     accuracy, window = False, 1
     for ax, (family, members) in zip(axes.flat, families.items(), strict=False):
         for index, label in enumerate(members):
-            one = _select(rows, attack=label).sort_by("step")
+            one = _select(rows, attack=label)
             accuracy = one.column("metric")[0].as_py() == "accuracy"
-            values = _column(one, "accuracy" if accuracy else "auc_flipped").astype(float)
+            column = "accuracy" if accuracy else "auc_flipped"
+            # one point per batch: the mean over the draws of random side knowledge
+            one = one.group_by("step").aggregate([(column, "mean")]).sort_by("step")
+            values = _column(one, f"{column}_mean").astype(float)
             window = max(window, _leak_line(ax, _column(one, "step"), values,
                                             LINE_STYLES[index % len(LINE_STYLES)],
                                             label[len(family):].strip("()") or family))

@@ -14,7 +14,7 @@ import torch
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from label_party.driver import drive
-from label_party.outputs import write_outcome, write_outputs
+from label_party.outputs import clean_anchor_writer, write_outcome, write_outputs
 from label_party.schedule import schedule
 from label_party.servicer import LabelPartyServicer
 from label_party.session import NetworkExchange, Session, SessionError
@@ -74,10 +74,12 @@ async def _run(cfg: ExperimentConfig, run: RunDir, session: Session, data: Label
 
     writer.write(plan_record(data, len(session.party_ids), cfg.run.seed))
     exchange: NetworkExchange | None = None
+    anchors = clean_anchor_writer(run, cfg, data.num_classes)
     try:
         await session.wait_for_parties()
         trainer = await compute(LabelPartyTrainer, cfg, data.labels, data.num_classes,
-                                session.embedding_shapes(), data.own_inputs, data.train_ids)
+                                session.embedding_shapes(), data.own_inputs, data.train_ids,
+                                anchors)
         exchange = NetworkExchange(session)
         batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed)
         await drive(trainer, batches, exchange, writer.write, compute)
@@ -103,3 +105,5 @@ async def _run(cfg: ExperimentConfig, run: RunDir, session: Session, data: Label
                 "seconds": time.monotonic() - started}
     finally:
         executor.shutdown(wait=False, cancel_futures=True)
+        if anchors is not None:
+            anchors.close()

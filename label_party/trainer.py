@@ -11,6 +11,7 @@ from sklearn.metrics import roc_auc_score
 from label_party.defenses import DefenseChain
 from label_party.objectives import ObjectiveSetup, build_objective, supervised_loss
 from label_party.schedule import Batch
+from splitleak.anchors import CleanAnchorWriter
 from splitleak.config import ExperimentConfig
 from splitleak.inputs import PartyInputs
 
@@ -21,7 +22,8 @@ class LabelPartyTrainer:
     def __init__(self, cfg: ExperimentConfig, labels: np.ndarray, num_classes: int,
                  activation_shapes: dict[int, tuple[int, ...]],
                  own_inputs: PartyInputs | None = None,
-                 train_ids: np.ndarray | None = None) -> None:
+                 train_ids: np.ndarray | None = None,
+                 anchors: CleanAnchorWriter | None = None) -> None:
         self.cfg = cfg
         self.num_classes = num_classes
         self.party_ids = sorted(activation_shapes)
@@ -38,6 +40,7 @@ class LabelPartyTrainer:
         specs = [(spec.name, spec.params) for spec in cfg.defense]
         self.chains = {k: DefenseChain(specs, cfg.run.seed) for k in self.party_ids}
         self._eval: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.anchors = anchors  # evaluation-only: clean gradients of a few positives per batch
 
     def _own(self, sample_ids: np.ndarray) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         if self.own_inputs is None:
@@ -57,6 +60,9 @@ class LabelPartyTrainer:
             **result.metrics}
         gradients = {}
         for k, gradient in zip(self.party_ids, result.gradients, strict=True):
+            if self.anchors is not None:
+                self.anchors.record(k, batch.epoch, batch.step, batch.sample_ids, y.numpy(),
+                                    gradient.detach().numpy())
             gradients[k], diagnostics = self.chains[k].apply(
                 gradient, y, party_id=k, epoch=batch.epoch, step=batch.step,
                 num_classes=self.num_classes)

@@ -58,7 +58,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             return EXIT_FAILED
         print_summary(console, outcome)
         summary = None
-        if variant.attacker.enabled and variant.attacker.observe:
+        if variant.attacker.enabled:
             summary = analyse_run(variant, outcome, console)
         compared.append((label, summary, outcome))
     if len(compared) > 1 and all(summary for _, summary, _ in compared):
@@ -91,11 +91,12 @@ def train_one(cfg: ExperimentConfig, args: argparse.Namespace, console: Console,
 
 def analyse_run(cfg: ExperimentConfig, outcome: RunOutcome, console: Console) -> dict:
     """The attacker's offline analysis of a finished run, and its report."""
-    from attacker.analysis import analyze, write_summary
+    from attacker.analysis import analyze
     from attacker.report import print_leak_table, write_report
+    from attacker.summary import write_summary
 
     specs = [(a.name, a.params) for a in cfg.attacker.attacks] or None
-    summary = analyze(outcome.run.root, specs, cfg.attacker.hints)
+    summary = analyze(outcome.run.root, specs)
     write_report(outcome.run, summary)
     write_summary(outcome.run, summary)
     print_leak_table(console, summary)

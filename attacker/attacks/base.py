@@ -1,15 +1,22 @@
-"""The attack plug-in interface: per-batch scores (or labels) from received gradients."""
+"""The attack plug-in interfaces: per-batch scores (or labels) from received gradients, and
+run-level attacks that read what a party keeps after training (e.g. its bottom model)."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from splitleak.registry import Registry
+
+if TYPE_CHECKING:
+    from splitleak.config import ExperimentConfig
+    from splitleak.rundir import RunDir
+
+NO_PREDICTION = -1  # a label attack's value for a row its rule makes no prediction on
 
 
 class AttackParams(BaseModel):
@@ -25,10 +32,24 @@ class SideKnowledge:
     hands out is marked as used, so the metric can exclude those rows from the AUC.
     """
 
-    def __init__(self, labels: np.ndarray, rng: np.random.Generator) -> None:
+    def __init__(self, labels: np.ndarray, rng: np.random.Generator,
+                 clean_anchor: tuple[int, np.ndarray] | None = None) -> None:
         self._labels = labels
         self._rng = rng
+        self._clean_anchor = clean_anchor
         self.used = np.zeros(labels.shape[0], dtype=bool)
+
+    def clean_positive(self) -> tuple[int, np.ndarray | None] | None:
+        """(row, clean gradient) of one positive the label party drew for this batch, with its
+        gradient before any defense (the cosine oracle's side knowledge, Li et al. §3.3); the
+        gradient is None when the run has no clean-anchor artifact (the caller then uses the
+        received row). None when the batch has no positive."""
+        if self._clean_anchor is not None:
+            row, gradient = self._clean_anchor
+            self.used[row] = True
+            return row, gradient
+        picked = self.known_positives(1)
+        return (int(picked[0]), None) if picked.size else None
 
     def known_positives(self, k: int) -> np.ndarray:
         """Indices of up to k positive (class 1) rows, chosen at random."""
@@ -60,20 +81,17 @@ class AttackResult:
     exclude: np.ndarray  # bool [B]: rows given as side knowledge, left out of the metric
 
 
-class Attack(ABC):
-    """One label-inference attack on a batch of received cut-layer gradients."""
+class AttackPlugin(ABC):
+    """What every attack declares: its name, parameters and side knowledge."""
 
     name: ClassVar[str]
-    kind: ClassVar[Literal["score", "label"]] = "score"
+    kind: ClassVar[Literal["score", "label", "run"]]
     side_knowledge: ClassVar[str]  # one line, printed next to every number
     Params: ClassVar[type[AttackParams]] = AttackParams
+    needs_clean_anchors: ClassVar[bool] = False  # reads the label party's clean-anchor artifact
 
     def __init__(self, params: AttackParams) -> None:
         self.params = params
-
-    @abstractmethod
-    def __call__(self, gradients: np.ndarray, side: SideKnowledge) -> AttackResult:
-        """`gradients` is float32 [B, d] (multi-dimensional cut layers flattened)."""
 
     @property
     def label(self) -> str:
@@ -81,10 +99,78 @@ class Attack(ABC):
         args = ", ".join(f"{k}={v}" for k, v in self.params.model_dump().items())
         return f"{self.name}({args})" if args else self.name
 
+    @property
+    def randomised(self) -> bool:
+        """Draws side knowledge at random, so the analysis repeats it over R seeded draws."""
+        return False
 
-ATTACKS: Registry[type[Attack]] = Registry("attack")
+
+class Attack(AttackPlugin):
+    """One label-inference attack on a batch of received cut-layer gradients."""
+
+    kind: ClassVar[Literal["score", "label"]] = "score"
+
+    @abstractmethod
+    def __call__(self, gradients: np.ndarray, side: SideKnowledge) -> AttackResult:
+        """`gradients` is float32 [B, d] (multi-dimensional cut layers flattened). A label
+        attack marks rows it makes no prediction on with NO_PREDICTION."""
 
 
-def build_attack(name: str, params: dict[str, Any]) -> Attack:
+@dataclass
+class RunContext:
+    """What a run-level attack may read: the run directory, the experiment file, the attacking
+    parties, and labels only through `labelled_examples` (its declared side knowledge)."""
+
+    run: RunDir
+    cfg: ExperimentConfig
+    parties: tuple[int, ...]  # one party, or a colluding group
+    seed: int  # the parties' side-knowledge seed
+    train_ids: np.ndarray
+    test_ids: np.ndarray
+    _labels: np.ndarray  # by sample id (evaluation artifact); use labelled_examples / evaluate
+    labelled: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    @property
+    def num_classes(self) -> int:
+        return max(2, int(self._labels.max()) + 1) if self._labels.size else 2
+
+    def labelled_examples(self, per_class: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """`per_class` train rows of every class, drawn at random, with their labels; they are
+        excluded from the reported train accuracy."""
+        y = self._labels[self.train_ids]
+        chosen = [rng.choice(self.train_ids[y == c], size=min(per_class, int((y == c).sum())),
+                             replace=False) for c in range(self.num_classes) if (y == c).any()]
+        self.labelled = np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, dtype=np.int64)
+        return self.labelled, self._labels[self.labelled]
+
+    def truth(self, sample_ids: np.ndarray) -> np.ndarray:
+        """Ground truth to score predictions against (never to train on)."""
+        return self._labels[sample_ids]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """A run-level attack's figures: `accuracy` is its headline (train top-1, pooled over rows)."""
+
+    accuracy: float
+    correct: int
+    rows: int
+    figures: dict[str, Any]
+
+
+class RunAttack(AttackPlugin):
+    """An attack run once per attacking party (or colluding group) on what it kept."""
+
+    kind: ClassVar[Literal["run"]] = "run"
+
+    @abstractmethod
+    def run(self, context: RunContext) -> RunResult:
+        """Attack; raise ValueError with a sentence when the run lacks what it needs."""
+
+
+ATTACKS: Registry[type[AttackPlugin]] = Registry("attack")
+
+
+def build_attack(name: str, params: dict[str, Any]) -> AttackPlugin:
     cls = ATTACKS.get(name)
     return cls(cls.Params.model_validate(params))
