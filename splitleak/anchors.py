@@ -55,6 +55,7 @@ class CleanAnchorWriter:
         self.draws = cfg.threat.draws
         self.seeds = {k: cfg.threat.side_seed(k, cfg.run.seed) for k in parties}
         self._sink = self._writer = None
+        self._width: int | None = None
 
     def record(self, party_id: int, epoch: int, step: int, sample_ids: np.ndarray,
                labels: np.ndarray, clean_gradient: np.ndarray) -> None:
@@ -75,7 +76,8 @@ class CleanAnchorWriter:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._sink = pa.OSFile(str(self.path), "wb")
             self._writer = pa.ipc.new_stream(self._sink, batch.schema)
-        elif batch.schema != self._writer.schema:
+            self._width = gradients.shape[1]
+        elif gradients.shape[1] != self._width:
             raise ValueError(f"party {party_id} step {step}: clean gradient width "
                              f"{gradients.shape[1]} differs from the anchors written so far")
         self._writer.write_batch(batch)

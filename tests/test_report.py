@@ -134,7 +134,8 @@ def test_full_report(tmp_path: Path) -> None:
     # cosine oracle at the cut layer: raw mean, p95, max, then flipped mean, p95, max, spread, skipped
     raw, flipped = "0.300 | 0.480 | 0.500", "0.700 | 0.880 | 0.900"
     assert f"| cosine_oracle | 1 clean positive/batch | {raw} | {flipped} | - | 1/22 |" in text
-    assert "## Threat model" in text and "| 1 | yes | honest (follows the protocol) | 1, 3, 5 | 4/class |" in text
+    assert "## Threat model" in text
+    assert "| 1 | yes | honest (follows the protocol) | 1, 3, 5 | 4/class |" in text
     # model completion: train and test top-1 / top-5, then both baselines (train / test)
     assert ("| 1 | curious, honest | model_completion(labelled_per_class=4) | 40 | 0.810 | 0.970 | "
             "0.620 | 0.900 | 0.410 / 0.400 | 0.220 / 0.210 |") in text
