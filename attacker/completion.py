@@ -13,6 +13,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from attacker.mixmatch import (
+    debiased,
     ema_update,
     jitter,
     linear_rampup,
@@ -159,6 +160,10 @@ class Trainer:
         self.ema = copy.deepcopy(model)
         for parameter in self.ema.parameters():
             parameter.requires_grad_(False)
+        # zero-started running averages of every floating-point entry, debiased when read
+        self._averages = {k: torch.zeros_like(v) for k, v in model.state_dict().items()
+                          if v.is_floating_point()}
+        self._updates = 0
         self.torch_gen = generator(seed, "completion", "augment")
         self.mix_rng = rng(seed, "completion", "mixup")
         self.order_rng = rng(seed, "completion", "order")
@@ -220,8 +225,8 @@ class Trainer:
         """EMA of every floating-point entry (weights and BatchNorm statistics), then MixMatch's
         weight decay on the trained weights."""
         state = self.model.state_dict()
-        pairs = [(v, state[k]) for k, v in self.ema.state_dict().items() if v.is_floating_point()]
-        ema_update([a for a, _ in pairs], [v for _, v in pairs], self.s.ema_decay)
+        ema_update(self._averages.values(), [state[k] for k in self._averages], self.s.ema_decay)
+        self._updates += 1
         with torch.no_grad():
             for parameter in self.model.parameters():
                 if parameter.requires_grad:
@@ -230,6 +235,9 @@ class Trainer:
     @torch.no_grad()
     def predict(self, ids: np.ndarray) -> torch.Tensor:
         """Logits of the EMA model (what the attacker keeps) for these rows."""
+        if self._updates:
+            self.ema.load_state_dict({k: debiased(v, self.s.ema_decay, self._updates)
+                                      for k, v in self._averages.items()}, strict=False)
         self.ema.eval()
         chunks = [torch.from_numpy(ids[i: i + EVAL_CHUNK]) for i in range(0, ids.size, EVAL_CHUNK)]
         outputs = [self.ema([v.rows(c) for v in self.views]) for c in chunks]

@@ -49,6 +49,12 @@ def ema_update(averages: Iterable[torch.Tensor], values: Iterable[torch.Tensor],
         average.mul_(decay).add_(value, alpha=1.0 - decay)
 
 
+def debiased(average: torch.Tensor, decay: float, updates: int) -> torch.Tensor:
+    """An average started at zero, divided by 1 − decay^t (as Adam does its moments): the
+    weighted mean of the t values seen, so a short training is not dominated by its start."""
+    return average / (1.0 - decay ** updates) if updates else average
+
+
 def shift_images(images: torch.Tensor, max_shift: int, generator: torch.Generator) -> torch.Tensor:
     """Translate each [C, H, W] image by its own random (dy, dx) in [−s, s]², zero-filled: the
     digit moves, its shape does not (no flips, which would change a digit's class)."""

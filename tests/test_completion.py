@@ -13,6 +13,7 @@ from attacker.analysis import analyze
 from attacker.attacks import RunContext, build_attack
 from attacker.completion import top_k_correct
 from attacker.mixmatch import (
+    debiased,
     ema_update,
     jitter,
     linear_rampup,
@@ -85,6 +86,20 @@ def test_ema_update_by_hand() -> None:
     torch.testing.assert_close(average, torch.tensor([1.2, 9.0]))
     ema_update([average], [value], 0.0)  # decay 0 copies
     torch.testing.assert_close(average, value)
+
+
+def test_debiased_ema_by_hand() -> None:
+    # From zero, two updates with decay 0.9 of 10 then 20: a = 0.1 * 10 = 1, then
+    # 0.9 * 1 + 0.1 * 20 = 2.9; debiased by 1 - 0.81 = 0.19: 2.9 / 0.19 = (0.9*10 + 20) / 1.9
+    average = torch.zeros(1)
+    for value in (10.0, 20.0):
+        ema_update([average], [torch.tensor([value])], 0.9)
+    torch.testing.assert_close(debiased(average, 0.9, 2), torch.tensor([(9.0 + 20.0) / 1.9]))
+    constant = torch.zeros(1)
+    for _ in range(3):
+        ema_update([constant], [torch.tensor([5.0])], 0.999)
+    torch.testing.assert_close(debiased(constant, 0.999, 3), torch.tensor([5.0]))  # no pull to 0
+    assert debiased(average, 0.9, 0) is average
 
 
 def test_shift_images_translates_without_changing_the_digit() -> None:
