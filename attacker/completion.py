@@ -4,6 +4,7 @@ MixMatch on a few labelled rows and the party's other rows, scored on train and 
 from __future__ import annotations
 
 import copy
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -50,7 +51,7 @@ class Settings:
     weight_decay: float  # MixMatch's per-step θ ← θ·(1 − wd·lr)
     head_layers: int
     fine_tune_bottom: bool
-    max_shift: int  # images: random translation, pixels
+    max_shift: float  # images: random translation up to this fraction of the height (whole pixels)
     noise: float  # tabular: Gaussian noise on standardised numeric fields
 
 
@@ -176,7 +177,8 @@ class Trainer:
         for view in self.views:
             numeric, categorical = view.rows(rows)
             if view.inputs.spec.image_shape is not None:
-                numeric = shift_images(numeric, self.s.max_shift, self.torch_gen)
+                pixels = math.floor(self.s.max_shift * numeric.shape[2])
+                numeric = shift_images(numeric, pixels, self.torch_gen)
             else:
                 numeric = jitter(numeric, self.s.noise, self.torch_gen)
             parts.append((numeric, categorical))

@@ -58,7 +58,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             return EXIT_FAILED
         print_summary(console, outcome)
         summary = None
-        if variant.attacker.enabled:
+        if variant.attacker.enabled and (variant.tapped_parties or any(
+                p.labelled_per_class for p in variant.threat.parties.values())):
             summary = analyse_run(variant, outcome, console)
         compared.append((label, summary, outcome))
     if len(compared) > 1 and all(summary for _, summary, _ in compared):

@@ -34,7 +34,8 @@ class CompletionParams(AttackParams):
     weight_decay: float = Field(0.02, ge=0, description="MixMatch's per-step θ·(1 − wd·lr)")
     head_layers: int = Field(1, ge=1, description="(BatchNorm, ReLU, Linear) blocks (Fu: 1)")
     fine_tune_bottom: bool = Field(True, description="train the bottom too (Fu: images yes)")
-    max_shift: int = Field(2, ge=0, description="images: random translation in pixels")
+    max_shift: float = Field(0.075, ge=0, lt=0.5, description="images: random translation up to "
+                             "this fraction of the height, in whole pixels (28 px: 2; 8 px: none)")
     noise: float = Field(0.1, ge=0, description="tabular: Gaussian noise on standardised numerics")
     baselines: bool = Field(True, description="also train the labelled-only and random-bottom heads")
 
