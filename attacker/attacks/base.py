@@ -127,25 +127,26 @@ class RunContext:
     seed: int  # the parties' side-knowledge seed
     train_ids: np.ndarray
     test_ids: np.ndarray
-    _labels: np.ndarray  # by sample id (evaluation artifact); use labelled_examples / evaluate
+    truth_by_id: np.ndarray  # labels.parquet (evaluation artifact): reach it only through
+    # labelled_examples (side knowledge) and truth (scoring), never to train on
     labelled: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
 
     @property
     def num_classes(self) -> int:
-        return max(2, int(self._labels.max()) + 1) if self._labels.size else 2
+        return max(2, int(self.truth_by_id.max()) + 1) if self.truth_by_id.size else 2
 
     def labelled_examples(self, per_class: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """`per_class` train rows of every class, drawn at random, with their labels; they are
         excluded from the reported train accuracy."""
-        y = self._labels[self.train_ids]
+        y = self.truth_by_id[self.train_ids]
         chosen = [rng.choice(self.train_ids[y == c], size=min(per_class, int((y == c).sum())),
                              replace=False) for c in range(self.num_classes) if (y == c).any()]
         self.labelled = np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, dtype=np.int64)
-        return self.labelled, self._labels[self.labelled]
+        return self.labelled, self.truth_by_id[self.labelled]
 
     def truth(self, sample_ids: np.ndarray) -> np.ndarray:
         """Ground truth to score predictions against (never to train on)."""
-        return self._labels[sample_ids]
+        return self.truth_by_id[sample_ids]
 
 
 @dataclass(frozen=True)
