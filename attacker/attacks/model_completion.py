@@ -6,6 +6,7 @@ import time
 from typing import Any
 
 import numpy as np
+import torch
 from pydantic import Field
 
 from attacker.attacks.base import ATTACKS, AttackParams, RunAttack, RunContext, RunResult
@@ -67,6 +68,14 @@ class ModelCompletionAttack(RunAttack):
                         fine_tune_bottom=p.fine_tune_bottom, max_shift=p.max_shift, noise=p.noise)
 
     def run(self, context: RunContext) -> RunResult:
+        threads = torch.get_num_threads()
+        torch.set_num_threads(context.cfg.run.torch_threads)  # as the parties: no oversubscription
+        try:
+            return self._run(context)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _run(self, context: RunContext) -> RunResult:
         started = time.process_time()
         num_classes = context.num_classes
         views = load_parties(context.run, context.cfg, context.parties, num_classes)
