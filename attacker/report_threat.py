@@ -25,7 +25,8 @@ def threat_md(summary: dict[str, Any]) -> list[str]:
         return []
     rows = []
     for key, party in sorted(threat.get("parties", {}).items(), key=lambda kv: int(kv[0])):
-        deviation = (f"malicious optimizer (γ={party['gamma']:g}, clamp {list(party['clamp'])})"
+        low, high = party.get("clamp", (1.0, 5.0))
+        deviation = (f"malicious optimizer (γ={party['gamma']:g}, clamp [{low:g}, {high:g}])"
                      if party.get("optimizer") == "malicious" else "honest (follows the protocol)")
         labelled = party.get("labelled_per_class")
         rows.append([key, "yes" if party.get("curious") else "no", deviation,

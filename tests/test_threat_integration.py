@@ -55,7 +55,8 @@ def test_distributed_run_with_a_threat_model_is_analysed_and_reported(tmp_path: 
     assert completion["completion"]["labelled"] == 4 * 2 and "random_bottom" in completion["completion"][
         "baselines"]
     report = (run.report / "report.md").read_text()
-    for part in ("## Threat model", "## Model completion", "malicious optimizer (γ=1, clamp [1.0, 5.0])",
+    for part in ("## Threat model", "## Model completion",
+                 "| 1 | yes | malicious optimizer (γ=1, clamp [1, 5]) |",
                  "Colluding groups (analysed together): 1+2", "### Party 1+2, cut layer"):
         assert part in report
     assert "model completion" in result.stdout and "malicious: 1 clean positive/batch" in result.stdout
