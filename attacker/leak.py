@@ -10,7 +10,7 @@ from typing import Literal
 
 import numpy as np
 
-from attacker.attacks.base import Attack, SideKnowledge
+from attacker.attacks.base import NO_PREDICTION, Attack, SideKnowledge
 
 # Keeps these streams apart from any other SeedSequence the project derives from the same seed.
 _RNG_DOMAIN = zlib.crc32(b"splitleak.attacker.attack_rng")
@@ -26,13 +26,15 @@ class LeakAUC:
     n_pos: int
 
 
+SkipKind = Literal["empty", "single_class", "degenerate", "side_knowledge", "no_prediction",
+                   "attack"]
 Metric = Literal["auc", "accuracy", "count_error"]
 METRIC_OF_KIND: dict[str, Metric] = {"score": "auc", "label": "accuracy", "counts": "count_error"}
 
 
 @dataclass(frozen=True)
 class BatchLeak:
-    """One attack's metric on one batch, or why the batch was skipped."""
+    """One attack's metric on one batch, or why the batch was skipped (never scored 0.5)."""
 
     attack: str  # the attack's label, e.g. `hint_distance(k=3)`
     metric: Metric
@@ -41,6 +43,10 @@ class BatchLeak:
     auc: LeakAUC | None = None
     accuracy: float | None = None
     skip_reason: str | None = None
+    skip_kind: SkipKind | None = None
+    n_correct: int | None = None  # label attacks: rows predicted right,
+    n_predicted: int | None = None  # rows with a prediction (the accuracy's denominator),
+    n_no_prediction: int | None = None  # rows the rule made no prediction on (skipped, counted)
     count_error: float | None = None  # Σ_c |n̂_c − n_c| / (2B) (counts attacks)
 
     @property
@@ -101,11 +107,12 @@ def leak_auc(
 def label_accuracy(
     pred: np.ndarray, labels: np.ndarray, exclude: np.ndarray | None = None
 ) -> float | None:
-    """Top-1 accuracy of inferred labels over the non-excluded rows; None if no row is left."""
+    """Top-1 accuracy of inferred labels over the non-excluded rows that got a prediction
+    (NO_PREDICTION rows are left out, as Fu et al. count); None if no such row is left."""
     pred, labels = np.asarray(pred), np.asarray(labels)
     if pred.ndim != 1 or labels.shape != pred.shape:
         raise ValueError(f"pred {pred.shape} and labels {labels.shape} must be equal 1-D")
-    keep = _kept(pred.shape[0], exclude)
+    keep = _kept(pred.shape[0], exclude) & (pred != NO_PREDICTION)
     if not keep.any():
         return None
     return float(np.mean(pred[keep] == labels[keep]))
@@ -118,6 +125,12 @@ def count_error(counts: np.ndarray, labels: np.ndarray, num_classes: int) -> flo
     if counts.shape != truth.shape:
         raise ValueError(f"counts {counts.shape} must have one entry per class {truth.shape}")
     return float(np.abs(counts - truth).sum() / (2 * truth.sum()))
+
+
+def pooled_accuracy(correct: Sequence[int], predicted: Sequence[int]) -> float | None:
+    """Accuracy over every row of every batch (a 4-row batch weighs 4 rows, not one batch)."""
+    total = int(np.sum(predicted, dtype=np.int64))
+    return int(np.sum(correct, dtype=np.int64)) / total if total else None
 
 
 def summarise(values: Sequence[float]) -> dict[str, float | int]:
@@ -170,13 +183,21 @@ def _skip_after_exclusion(labels: np.ndarray, keep: np.ndarray, n_used: int) -> 
     return f"no {missing} left after excluding {n_excluded} side-knowledge row(s)"
 
 
+def _all_tied(scores: np.ndarray) -> bool:
+    return scores.size > 0 and bool(np.all(scores == scores[0]))
+
+
 def evaluate_batch(
     attack: Attack, gradients: np.ndarray, labels: np.ndarray, rng: np.random.Generator,
+    clean_anchor: tuple[int, np.ndarray] | None = None,
     num_classes: int | None = None,
 ) -> BatchLeak:
     """Run one attack on one batch: AUC for score attacks (binary labels), accuracy for label
     attacks, count error for count attacks. Rows handed out as side knowledge never count, even
-    if the attack forgets them. `num_classes`: the task's (default: from the batch's labels)."""
+    if the attack forgets them. A batch that carries no information (empty input, all kept
+    scores tied, no prediction on any row) is skipped and counted, never scored 0.5.
+    `clean_anchor` = (row, clean gradient) of the positive the label party drew for this batch,
+    if the run wrote one. `num_classes`: the task's (default: from the batch's labels)."""
     gradients = np.asarray(gradients, dtype=np.float32)
     gradients = gradients.reshape(gradients.shape[0], -1)  # flatten multi-dimensional cut layers
     labels = np.asarray(labels)
@@ -186,22 +207,23 @@ def evaluate_batch(
     num_classes = num_classes or max(2, int(labels.max()) + 1 if n_rows else 2)
     metric = METRIC_OF_KIND[attack.metric_kind(num_classes)]
 
-    def skipped(reason: str, n_excluded: int = 0) -> BatchLeak:
-        return BatchLeak(attack.label, metric, n_rows, n_excluded, skip_reason=reason)
+    def skipped(kind: SkipKind, reason: str, n_excluded: int = 0, **counts: int) -> BatchLeak:
+        return BatchLeak(attack.label, metric, n_rows, n_excluded, skip_reason=reason,
+                         skip_kind=kind, **counts)
 
-    if n_rows == 0:
-        return skipped("empty batch")
+    if n_rows == 0 or gradients.shape[1] == 0:
+        return skipped("empty", "empty batch" if n_rows == 0 else "empty attack input (d = 0)")
     if metric == "auc":
         if not np.isin(labels, (0, 1)).all():
             raise ValueError(f"{attack.label} is a score attack and needs binary labels")
         classes = np.unique(labels)
         if classes.size == 1:
-            return skipped(f"single class in batch (all {int(classes[0])})")
+            return skipped("single_class", f"single class in batch (all {int(classes[0])})")
 
-    side = SideKnowledge(labels, rng, num_classes)
+    side = SideKnowledge(labels, rng, num_classes, clean_anchor)
     result = attack(gradients, side)
     if result.skip_reason is not None:
-        return skipped(result.skip_reason)
+        return skipped("attack", result.skip_reason)
     if metric == "count_error":
         error = count_error(result.values, labels, num_classes)
         return BatchLeak(attack.label, metric, n_rows, 0, count_error=error)
@@ -214,9 +236,19 @@ def evaluate_batch(
     if metric == "auc":
         auc = leak_auc(result.values, labels, ~keep)
         if auc is None:
-            return skipped(_skip_after_exclusion(labels, keep, n_used), n_excluded)
+            return skipped("side_knowledge", _skip_after_exclusion(labels, keep, n_used), n_excluded)
+        if _all_tied(np.asarray(result.values)[keep]):
+            return skipped("degenerate", f"degenerate: all {auc.n_rows} scores tied (no information)",
+                           n_excluded)
         return BatchLeak(attack.label, metric, n_rows, n_excluded, auc=auc)
-    accuracy = label_accuracy(result.values, labels, ~keep)
-    if accuracy is None:
-        return skipped(_skip_after_exclusion(labels, keep, n_used), n_excluded)
-    return BatchLeak(attack.label, metric, n_rows, n_excluded, accuracy=accuracy)
+    if not keep.any():
+        return skipped("side_knowledge", _skip_after_exclusion(labels, keep, n_used), n_excluded)
+    predicted = keep & (result.values != NO_PREDICTION)
+    n_predicted = int(np.count_nonzero(predicted))
+    n_correct = int(np.count_nonzero(result.values[predicted] == labels[predicted]))
+    counts = {"n_correct": n_correct, "n_predicted": n_predicted,
+              "n_no_prediction": int(np.count_nonzero(keep)) - n_predicted}
+    if n_predicted == 0:
+        return skipped("no_prediction", "no prediction on any row", n_excluded, **counts)
+    return BatchLeak(attack.label, metric, n_rows, n_excluded, accuracy=n_correct / n_predicted,
+                     **counts)

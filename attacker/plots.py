@@ -87,10 +87,13 @@ def leak_over_training(leak: pa.Table, party: int, layer: str, seed: int, path: 
     accuracy, metric, window = False, "auc", 1
     for ax, (family, members) in zip(axes.flat, families.items(), strict=False):
         for index, label in enumerate(members):
-            one = _select(rows, attack=label).sort_by("step")
+            one = _select(rows, attack=label)
             metric = one.column("metric")[0].as_py()
             accuracy = metric != "auc"  # accuracy or count error: both in [0, 1], no 0.5 line
-            values = _column(one, "auc_flipped" if metric == "auc" else metric).astype(float)
+            column = "auc_flipped" if metric == "auc" else metric
+            # one point per batch: the mean over the draws of random side knowledge
+            one = one.group_by("step").aggregate([(column, "mean")]).sort_by("step")
+            values = _column(one, f"{column}_mean").astype(float)
             window = max(window, _leak_line(ax, _column(one, "step"), values,
                                             LINE_STYLES[index % len(LINE_STYLES)],
                                             label[len(family):].strip("()") or family))

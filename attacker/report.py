@@ -21,7 +21,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from attacker.analysis import headline, metric_stats
+from attacker.report_threat import above_bound_notes, completion_md, threat_md
+from attacker.report_threat import fmt as _fmt
+from attacker.report_threat import md_table as _md_table
+from attacker.summary import headline, headline_value, marvell_bounds, metric_stats
 from splitleak.fileio import write_atomically
 from splitleak.metrics_log import read_metrics
 from splitleak.rundir import RunDir
@@ -38,12 +41,6 @@ def _layer_key(layer: str) -> int:
     return LAYER_ORDER.get(layer, len(LAYER_ORDER))
 
 
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "n/a"
-    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
-
-
 def side_knowledge_tag(attack: str, sentence: str) -> str:
     """A few words for a table cell, from the attack's label; report.md has the full sentence."""
     name, _, rest = attack.partition("(")
@@ -54,8 +51,9 @@ def side_knowledge_tag(attack: str, sentence: str) -> str:
         return f"≥{params.get('hints', '?')} labels/class/batch"
     if "k" in params:
         return f"{params['k']} positive{'' if params['k'] == '1' else 's'}/batch"
-    known = {"cosine_oracle": "1 positive/batch (oracle)", "cosine_majority": "positives = minority",
-             "clustering": "minority / best permutation"}
+    known = {"cosine_oracle": "1 clean positive/batch", "cosine_majority": "positives = minority",
+             "clustering": "minority / best permutation",
+             "model_completion": f"own bottom, {params.get('labelled_per_class', '?')} labelled/class"}
     if name in known:
         return known[name]
     if re.match(r"none\b", sentence):
@@ -63,39 +61,105 @@ def side_knowledge_tag(attack: str, sentence: str) -> str:
     return sentence if len(sentence) <= 28 else sentence[:27] + "…"
 
 
-def _run_entries(summary: dict[str, Any]) -> list[dict[str, Any]]:
-    """Run-level entries by party, then layer (cut first), then in the analysis' attack order."""
-    entries = [e for e in summary["leak"] if e["scope"] == "run"]
-    return sorted(entries, key=lambda e: (e["party_id"], _layer_key(e["layer"])))
+def _who(entry: dict[str, Any]) -> str:
+    """"1", or "1+2" for a colluding group."""
+    return "+".join(map(str, entry.get("parties") or [entry["party_id"]]))
+
+
+def _run_entries(summary: dict[str, Any], completion: bool = False) -> list[dict[str, Any]]:
+    """Run-level gradient-attack entries (or, with `completion`, the model-completion ones) by
+    party, then layer (cut first), then in the analysis' attack order."""
+    entries = [e for e in summary["leak"] if e["scope"] == "run" and ("completion" in e or "error" in e)
+               == completion]
+    return sorted(entries, key=lambda e: (len(e.get("parties") or [1]), e["party_id"],
+                                          _layer_key(e["layer"])))
+
+
+def threat_tag(entry: dict[str, Any]) -> str:
+    """A word or two for a table cell: curious / malicious / colluding; report.md has the rest."""
+    if len(entry.get("parties") or [1]) > 1:
+        return f"colluding {_who(entry)}"
+    threat = entry.get("threat") or ""
+    return "malicious" if "malicious" in threat else "curious" if threat else "not recorded"
+
+
+def _spread_cell(entry: dict[str, Any], stat: str = "p95") -> str:
+    spread = (entry.get("spread") or {}).get("flipped", {}).get(stat)
+    return f"±{spread['std']:.3f}" if spread and spread.get("std") is not None and math.isfinite(
+        spread["std"]) else ""
+
+
+def _skip_cell(entry: dict[str, Any]) -> str:
+    degenerate = entry.get("degenerate") or 0
+    return f"{entry['skipped']}/{entry['batches']}" + (f" ({degenerate} tied)" if degenerate else "")
 
 
 def leak_table(summary: dict[str, Any], title: str = "label leakage") -> Table:
-    """One row per attack, cut layer then first layer: p95 / mean / max of the flip-corrected
-    leak AUC (label accuracy, count error) over the run's batches, and a side-knowledge tag."""
+    """One row per attack, cut layer then first layer: p95 and mean of the flip-corrected leak AUC
+    over the run's batches (label attacks: pooled accuracy, then the per-batch mean; count attacks:
+    count error), the spread
+    over draws of random side knowledge, and the threat model with the side knowledge."""
     entries = _run_entries(summary)
-    several = len({e["party_id"] for e in entries}) > 1
+    several = len({_who(e) for e in entries}) > 1
+    draws = summary.get("draws")
     table = Table(title=f"{title} (seed {summary.get('seed', '?')})", box=box.SIMPLE_HEAD, pad_edge=False,
-                  caption=f"per-batch {FLIPPED} ({OTHER_METRICS}) over the run; "
-                          "p95 = 95th percentile, Li et al.'s headline. Full side knowledge: report.md")
-    for column in ("attack", "p95", "mean", "max", "skipped", "side knowledge"):
-        table.add_column(column, justify="left" if column in ("attack", "side knowledge") else "right")
+                  caption=f"per-batch {FLIPPED} over the run; p95 = 95th percentile, Li et al.'s headline "
+                          "(label attacks: accuracy pooled over rows; count attacks: count error, "
+                          f"0 = exact). ± = std of p95 over {draws or 'R'} draws of random side "
+                          "knowledge. Max, full threat model: report.md")
+    for column in ("attack", "p95", "mean", "±", "skipped", "threat: side knowledge"):
+        table.add_column(column, justify="left" if column in ("attack", "threat: side knowledge")
+                         else "right", overflow="fold")
     previous = None
     for e in entries:
-        if (e["party_id"], e["layer"]) != previous:
+        if (_who(e), e["layer"]) != previous:
             if previous is not None:
                 table.add_section()
-            previous = (e["party_id"], e["layer"])
-            table.add_row(f"[bold]party {e['party_id']}, {e['layer']} layer[/]" if several
+            previous = (_who(e), e["layer"])
+            table.add_row(f"[bold]party {_who(e)}, {e['layer']} layer[/]" if several
                           else f"[bold]{e['layer']} layer[/]")
         stats = metric_stats(e)
-        table.add_row(escape(e["attack"]), *(_fmt(stats.get(k)) for k in ("p95", "mean", "max")),
-                      f"{e['skipped']}/{e['batches']}",
-                      escape(side_knowledge_tag(e["attack"], e["side_knowledge"])))
+        table.add_row(escape(e["attack"]), _fmt(headline_value(e)),
+                      _fmt(stats.get("mean")), _spread_cell(e), f"{e['skipped']}/{e['batches']}",
+                      escape(f"{threat_tag(e)}: {side_knowledge_tag(e['attack'], e['side_knowledge'])}"))
     return table
+
+
+def completion_table(summary: dict[str, Any]) -> Table | None:
+    """Model completion per attacker: top-1 (top-5) on train and test rows, and both baselines."""
+    entries = _run_entries(summary, completion=True)
+    if not entries:
+        return None
+    table = Table(title="model completion (label inference accuracy pooled over rows)",
+                  box=box.SIMPLE_HEAD, pad_edge=False,
+                  caption="train rows exclude the labelled ones; baselines: the same head on the "
+                          "labelled rows alone, and MixMatch on a random bottom")
+    for column in ("party", "threat", "labelled", "train", "test", "labelled only", "random bottom"):
+        table.add_column(column, justify="left" if column in ("party", "threat") else "right")
+    for e in entries:
+        if "error" in e:
+            table.add_row(_who(e), escape(threat_tag(e)), "-", f"[red]{escape(e['error'])}[/]")
+            continue
+        c = e["completion"]
+        base = c.get("baselines", {})
+        table.add_row(_who(e), escape(threat_tag(e)), str(c["labelled"]), _top_cell(c["train"]),
+                      _top_cell(c["test"]),
+                      *(f"{_fmt(base[b]['train']['top1'])} / {_fmt(base[b]['test']['top1'])}"
+                        if b in base else "-" for b in ("labelled_only", "random_bottom")))
+    return table
+
+
+def _top_cell(split: dict[str, Any]) -> str:
+    """Top-1, and top-5 in brackets when the task has ten or more classes."""
+    top5 = split.get("top5")
+    return _fmt(split["top1"]) + (f" ({_fmt(top5)})" if top5 is not None else "")
 
 
 def print_leak_table(console: Console, summary: dict[str, Any]) -> None:
     console.print(leak_table(summary))
+    table = completion_table(summary)
+    if table is not None:
+        console.print(table)
 
 
 def comparison_table(rows: list[tuple[str, dict[str, Any], dict[str, Any]]], layer: str = "cut") -> Table:
@@ -103,8 +167,8 @@ def comparison_table(rows: list[tuple[str, dict[str, Any], dict[str, Any]]], lay
     attack's p95 flip-corrected leak AUC at `layer`; changes are against the first run."""
     heads = [headline(summary, layer) for _, summary, _ in rows]
     table = Table(title=f"utility, then p95 leak at the {layer} layer", box=box.SIMPLE_HEAD,
-                  caption=f"p95 rows: 95th percentile over batches of the {FLIPPED} ({OTHER_METRICS}). "
-                          "(±x) = change against the first column")
+                  caption=f"p95 rows: 95th percentile over batches of the {FLIPPED} ({OTHER_METRICS}; "
+                          "label accuracy pooled over rows). (±x) = change against the first column")
     table.add_column("")
     for label, _, _ in rows:
         table.add_column(escape(label), justify="right")
@@ -119,7 +183,7 @@ def comparison_table(rows: list[tuple[str, dict[str, Any], dict[str, Any]]], lay
         table.add_row(escape(key), *cells)
     table.add_section()
     for attack in dict.fromkeys(a for head in heads for a in head):
-        values = (_fmt(h[attack]["p95"]) if attack in h else "-" for h in heads)
+        values = (_fmt(h[attack]["value"]) if attack in h else "-" for h in heads)
         table.add_row(escape(f"p95 {attack}"), *values)
     return table
 
@@ -141,16 +205,9 @@ def utility(run: RunDir) -> dict[str, Any]:
 
 
 def _bounds(records: list[dict[str, Any]]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-    """Per party, (steps, Thm-1 AUC bound) of the batches whose defense logged one (the worst if several)."""
-    found: dict[int, list[tuple[int, float]]] = defaultdict(list)
-    for r in (r for r in records if r.get("type") == "train"):
-        for key, diagnostics in r.items():
-            if key.startswith("defense.") and isinstance(diagnostics, dict):
-                values = [v for k, v in diagnostics.items() if k.endswith("auc_bound") and v is not None]
-                if values:
-                    found[int(key.removeprefix("defense."))].append((r["step"], max(values)))
-    return {party: (np.array([s for s, _ in points]), np.array([v for _, v in points]))
-            for party, points in found.items()}
+    """Per party, (steps, Thm-1 AUC bound) of the batches whose defense logged one."""
+    return {party: (np.array(list(points)), np.array(list(points.values())))
+            for party, points in marvell_bounds(records).items()}
 
 
 @dataclass
@@ -236,20 +293,17 @@ def write_report(run: RunDir, summary: dict[str, Any]) -> None:
     notes: list[str] = []
     figures = _draw_plots(run, summary, inputs, notes)
     bounds = _bounds(inputs.records)
-    lines = [*_title_md(run, summary, inputs), *_headline_md(summary, inputs.records, bounds),
+    warnings = [*above_bound_notes(summary), *summary.get("warnings", []), *notes]
+    lines = [*_title_md(run, summary, inputs), *threat_md(summary),
+             *_headline_md(summary, inputs.records, bounds), *completion_md(summary),
              *_utility_md(inputs.records), *_objective_md(inputs.config, inputs.outcome),
              *_defense_md(inputs.config, inputs.outcome),
              *_bound_md(bounds, summary), *_leak_md(summary, inputs.leak), *_epoch_md(summary),
              *_side_knowledge_md(summary), "## Warnings", "",
-             *(f"- {w}" for w in [*summary.get("warnings", []), *notes] or ["none"]), "", "## Plots", "",
+             *(f"- {w}" for w in warnings or ["none"]), "", "## Plots", "",
              *(f"### {caption}\n\n![{caption}]({name})\n" for caption, name in figures)]
     text = "\n".join(lines) + "\n"
     write_atomically(run.report / "report.md", lambda tmp: tmp.write_text(text))
-
-
-def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return [*lines, *("| " + " | ".join(row) + " |" for row in rows), ""]
 
 
 def _title_md(run: RunDir, summary: dict[str, Any], inputs: _Inputs) -> list[str]:
@@ -272,9 +326,12 @@ def _headline_md(summary: dict[str, Any], records: list[dict[str, Any]],
     if not head:
         return ["## Headline", "", "No cut-layer leak measured.", ""]
     party = min(e["party_id"] for e in summary["leak"] if e["layer"] == "cut")
-    side = {e["attack"]: e["side_knowledge"] for e in summary["leak"]}
-    lines = ["## Headline", "", f"Party {party}, cut layer, seed {summary.get('seed')}: p95 over batches "
-             f"of the {FLIPPED} ({OTHER_METRICS}).", ""]
+    entry = {e["attack"]: e for e in _run_entries(summary) if e["party_id"] == party
+             and e["layer"] == "cut" and len(e.get("parties") or [party]) == 1}
+    threat = next(iter(entry.values())).get("threat") or "not recorded"
+    lines = ["## Headline", "", f"Party {party} ({threat}), cut layer, seed {summary.get('seed')}: p95 over "
+             f"batches of the {FLIPPED} ({OTHER_METRICS}; label accuracy pooled over rows); ± = its "
+             "standard deviation over the draws of random side knowledge.", ""]
     utility_ = {k: v for k, v in _utility(records).items() if k != "train steps"} if records else {}
     if utility_:
         lines += ["Final utility: " + ", ".join(f"{k} {_fmt(v, 4)}" for k, v in utility_.items()) + ".", ""]
@@ -282,8 +339,9 @@ def _headline_md(summary: dict[str, Any], records: list[dict[str, Any]],
         values = bounds[party][1]
         lines += [f"Theorem-1 AUC bound (per batch): mean {_fmt(float(values.mean()))}, "
                   f"p95 {_fmt(float(np.percentile(values, 95)))}.", ""]
-    rows = [[a, _fmt(s["p95"]), side_knowledge_tag(a, side[a])] for a, s in head.items()]
-    return lines + _md_table(["attack", "p95", "side knowledge"], rows)
+    rows = [[a, _fmt(s["value"]), _spread_cell(entry[a]) or "-", threat_tag(entry[a]),
+             side_knowledge_tag(a, entry[a]["side_knowledge"])] for a, s in head.items()]
+    return lines + _md_table(["attack", "p95", "±", "threat", "side knowledge"], rows)
 
 
 def _utility_md(records: list[dict[str, Any]]) -> list[str]:
@@ -342,12 +400,18 @@ def _bound_md(bounds: dict[int, tuple[np.ndarray, np.ndarray]], summary: dict[st
              _fmt(float(np.percentile(values, 95))), _fmt(float(values.max())),
              _worst_p95(summary, party, "cut"), _worst_p95(summary, party, "first")]
             for party, (_, values) in sorted(bounds.items())]
+    above = [[str(a["party_id"]), a["attack"], f"{a['above']}/{a['batches']}", _fmt(a["max_excess"]),
+              _fmt(a["mean_excess"])] for a in summary.get("above_bound", [])]
     return ["## Theorem-1 AUC bound vs measured leak", "",
             "Per batch, the sumKL Marvell reaches bounds every attack's AUC by 1/2 + √ε/2 − ε/8 under the "
             "Gaussian model it fits (Li et al., Thm 1). Measured = the highest p95 over attacks of the "
             f"{FLIPPED}, with that attack.", "",
             *_md_table(["party", "batches with a bound", "bound mean", "bound p95", "bound max",
-                        "measured p95, cut", "measured p95, first"], rows)]
+                        "measured p95, cut", "measured p95, first"], rows),
+            *(["Batches whose measured leak AUC (cut layer, flip-corrected, mean over draws) exceeds "
+               "that batch's bound (see Warnings for why this can happen):", "",
+               *_md_table(["party", "attack", "batches above", "max excess", "mean excess"], above)]
+              if above else ["No batch's measured leak exceeds its bound.", ""])]
 
 
 def _leak_md(summary: dict[str, Any], leak: pa.Table | None) -> list[str]:
@@ -355,41 +419,51 @@ def _leak_md(summary: dict[str, Any], leak: pa.Table | None) -> list[str]:
              "Per-batch values summarised over the run: mean, p95 (95th percentile, Li et al.'s headline), "
              "max. **raw** = ROC AUC of the attack's score against the labels (below 0.5: the score ranks "
              f"the classes the wrong way round); **flipped** = {FLIPPED} (GAFM).", ""]
-    groups: dict[tuple[int, str], list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
     for e in _run_entries(summary):
-        groups[(e["party_id"], e["layer"])].append(e)
-    for (party, layer), group in groups.items():
+        groups[(_who(e), e["layer"])].append(e)
+    for (who, layer), group in groups.items():
         first = group[0]
-        lines += [f"### Party {party}, {layer} layer (seed {first['seed']}, {first['batches']} batches)", ""]
+        lines += [f"### Party {who}, {layer} layer (seed {first['seed']}, {first['batches']} batches)", "",
+                  f"Threat model: {first.get('threat') or 'not recorded'}.", ""]
         auc = [e for e in group if e["metric"] == "auc"]
         accuracy = [e for e in group if e["metric"] == "accuracy"]
         counts = [e for e in group if e["metric"] == "count_error"]
         if auc:
             header = [f"{kind} {k}" for kind in ("raw", "flipped") for k in ("mean", "p95", "max")]
-            lines += _md_table(["attack", "side knowledge", *header, "skipped"], [
+            lines += _md_table(["attack", "side knowledge", *header, "± flipped p95", "skipped"], [
                 [e["attack"], side_knowledge_tag(e["attack"], e["side_knowledge"]),
                  *(_fmt(e[kind][k]) for kind in ("raw", "flipped") for k in ("mean", "p95", "max")),
-                 f"{e['skipped']}/{e['batches']}"] for e in auc])
+                 _spread_cell(e) or "-", _skip_cell(e)] for e in auc])
         if accuracy:
-            lines += _md_table(["attack", "side knowledge", "accuracy mean", "accuracy p95", "accuracy max",
-                                "skipped"], [
+            lines += _md_table(["attack", "side knowledge", "pooled accuracy", "rows", "no prediction",
+                                "batch mean", "batch p95", "batch max", "skipped"], [
                 [e["attack"], side_knowledge_tag(e["attack"], e["side_knowledge"]),
-                 *(_fmt(e["accuracy"][k]) for k in ("mean", "p95", "max")),
-                 f"{e['skipped']}/{e['batches']}"] for e in accuracy])
+                 _fmt(e.get("pooled", {}).get("accuracy")), str(e.get("pooled", {}).get("rows", "?")),
+                 str(e.get("pooled", {}).get("no_prediction", "?")),
+                 *(_fmt(e["accuracy"][k]) for k in ("mean", "p95", "max")), _skip_cell(e)]
+                for e in accuracy])
         if counts:
             lines += _md_table(["attack", "side knowledge", "count error mean", "count error p95",
                                 "count error max", "skipped"], [
                 [e["attack"], side_knowledge_tag(e["attack"], e["side_knowledge"]),
                  *(_fmt(e["count_error"][k]) for k in ("mean", "p95", "max")),
-                 f"{e['skipped']}/{e['batches']}"] for e in counts])
-        lines += _skip_reasons(leak, party, layer)
+                 _skip_cell(e)] for e in counts])
+        lines += _skip_reasons(leak, who, layer)
+    if any(e.get("degenerate") for e in _run_entries(summary)):
+        lines += ["(n tied) = batches skipped as degenerate: every score tied (e.g. both class medians "
+                  "the zero vector), which carries no information and is never scored 0.5.", ""]
     return lines
 
 
-def _skip_reasons(leak: pa.Table | None, party: int, layer: str) -> list[str]:
+def _skip_reasons(leak: pa.Table | None, who: str, layer: str) -> list[str]:
     if leak is None:
         return []
-    skipped = leak.filter(pc.and_(pc.equal(leak["party_id"], party), pc.equal(leak["layer"], layer)))
+    if "parties" in leak.column_names:
+        mine = pc.equal(pc.coalesce(leak["parties"], pc.cast(leak["party_id"], pa.string())), who)
+    else:
+        mine = pc.equal(pc.cast(leak["party_id"], pa.string()), who)
+    skipped = leak.filter(pc.and_(mine, pc.equal(leak["layer"], layer)))
     skipped = skipped.filter(pc.is_valid(skipped["skip_reason"]))
     counts = skipped.group_by("skip_reason").aggregate([("step", "count")]).to_pylist()
     if not counts:
@@ -399,13 +473,14 @@ def _skip_reasons(leak: pa.Table | None, party: int, layer: str) -> list[str]:
 
 
 def _epoch_md(summary: dict[str, Any]) -> list[str]:
-    per: dict[tuple[int, str], dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    per: dict[tuple[str, str], dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
     for e in summary["leak"]:
         if e["scope"] == "epoch":
-            per[(e["party_id"], e["layer"])][e["attack"]][e["epoch"]] = metric_stats(e).get("p95")
+            per[(_who(e), e["layer"])][e["attack"]][e["epoch"]] = metric_stats(e).get("p95")
     lines = ["## p95 per epoch", "", f"95th percentile over each epoch's batches of the {FLIPPED} "
              f"({OTHER_METRICS}); seed {summary.get('seed')}.", ""]
-    for (party, layer), attacks in sorted(per.items(), key=lambda kv: (kv[0][0], _layer_key(kv[0][1]))):
+    for (party, layer), attacks in sorted(per.items(), key=lambda kv: (len(kv[0][0]), kv[0][0],
+                                                                       _layer_key(kv[0][1]))):
         epochs = sorted({epoch for values in attacks.values() for epoch in values})
         lines += [f"### Party {party}, {layer} layer", "",
                   *_md_table(["attack", *(f"epoch {ep}" for ep in epochs)],
@@ -415,7 +490,7 @@ def _epoch_md(summary: dict[str, Any]) -> list[str]:
 
 def _side_knowledge_md(summary: dict[str, Any]) -> list[str]:
     attacks: dict[str, dict[str, None]] = defaultdict(dict)  # sentence -> its attacks, in order
-    for e in _run_entries(summary):
+    for e in _run_entries(summary) + _run_entries(summary, completion=True):
         attacks[e["side_knowledge"]][e["attack"]] = None
     lines = ["## Side knowledge of each attack", "", "As each attack declares it; the tables' short tags "
              "stand for these sentences.", ""]

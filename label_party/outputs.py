@@ -12,6 +12,8 @@ import torch
 
 from label_party.setup import LabelPartyData
 from label_party.trainer import LabelPartyTrainer
+from splitleak.anchors import CleanAnchorWriter, anchor_parties
+from splitleak.config import ExperimentConfig
 from splitleak.fileio import write_atomically
 from splitleak.rundir import RunDir
 
@@ -22,6 +24,13 @@ def write_labels(run: RunDir, data: LabelPartyData) -> None:
     split = np.array(["train"] * data.train_ids.size + ["test"] * data.test_ids.size)
     table = pa.table({"sample_id": ids, "label": data.labels[ids], "split": split})
     write_atomically(run.labels, lambda tmp: pq.write_table(table, tmp))
+
+
+def clean_anchor_writer(run: RunDir, cfg: ExperimentConfig,
+                        num_classes: int) -> CleanAnchorWriter | None:
+    """The clean-anchor artifact's writer when the run's analysis needs it (splitleak.anchors)."""
+    parties = anchor_parties(cfg, num_classes)
+    return CleanAnchorWriter(run.clean_anchors, cfg, parties) if parties else None
 
 
 def write_outputs(run: RunDir, trainer: LabelPartyTrainer) -> None:

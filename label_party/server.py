@@ -18,7 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from label_party.checkpoints import Interrupted, RunCheckpoints, restore
 from label_party.driver import Progress, drive
 from label_party.exchange import NetworkExchange
-from label_party.outputs import write_labels, write_outcome, write_outputs
+from label_party.outputs import clean_anchor_writer, write_labels, write_outcome, write_outputs
 from label_party.schedule import schedule
 from label_party.servicer import add_label_party
 from label_party.session import Session, SessionError
@@ -162,12 +162,16 @@ class LabelPartyRun:
         if self.writer.records == 0:
             self.writer.write(plan_record(data, len(session.party_ids), cfg.run.seed))
         exchange: NetworkExchange | None = None
+        anchors = clean_anchor_writer(self.run, cfg, data.num_classes)
         try:
             await session.wait_for_parties()
             trainer = await compute(LabelPartyTrainer, cfg, data.labels, data.num_classes,
-                                    session.embedding_shapes(), data.own_inputs, data.train_ids)
+                                    session.embedding_shapes(), data.own_inputs, data.train_ids,
+                                    anchors)
             if session.resume is not None:
                 await compute(restore, trainer, self.run, session.resume)
+            if anchors is not None:  # a resumed run redoes the steps after its checkpoint
+                await compute(anchors.keep_before, session.resume.step if session.resume else 0)
             exchange = NetworkExchange(session)
             self.checkpoints = RunCheckpoints(cfg, self.run, exchange, trainer, self.writer,
                                               compute, self.progress)
@@ -209,6 +213,8 @@ class LabelPartyRun:
                 grpc.StatusCode.INTERNAL, f"label party internal error: {type(err).__name__}: {err}"))
         finally:
             executor.shutdown(wait=False, cancel_futures=True)
+            if anchors is not None:
+                anchors.close()
 
     async def _failed(self, error: SessionError) -> dict[str, Any]:
         """Checkpoint what can be (every party still there), then end every stream."""

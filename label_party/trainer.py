@@ -13,6 +13,7 @@ from label_party.defenses import DefenseChain
 from label_party.objectives import ObjectiveSetup, build_objective, supervised_loss
 from label_party.schedule import Batch
 from label_party.validate import class_gradients_error
+from splitleak.anchors import CleanAnchorWriter
 from splitleak.config import ConfigError, ExperimentConfig
 from splitleak.inputs import PartyInputs
 
@@ -49,7 +50,8 @@ class LabelPartyTrainer:
     def __init__(self, cfg: ExperimentConfig, labels: np.ndarray, num_classes: int,
                  activation_shapes: dict[int, tuple[int, ...]],
                  own_inputs: PartyInputs | None = None,
-                 train_ids: np.ndarray | None = None) -> None:
+                 train_ids: np.ndarray | None = None,
+                 anchors: CleanAnchorWriter | None = None) -> None:
         self.cfg = cfg
         self.num_classes = num_classes
         self.party_ids = sorted(activation_shapes)
@@ -70,6 +72,7 @@ class LabelPartyTrainer:
         if self.class_gradients and not self.objective.supports_class_gradients:
             raise ConfigError(class_gradients_error(cfg))
         self._eval: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.anchors = anchors  # evaluation-only: clean gradients of a few positives per batch
 
     def _own(self, sample_ids: np.ndarray) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         if self.own_inputs is None:
@@ -95,6 +98,9 @@ class LabelPartyTrainer:
         gradients = {}
         for k, gradient, class_gradients in zip(self.party_ids, result.gradients, per_class,
                                                 strict=True):
+            if self.anchors is not None:
+                self.anchors.record(k, batch.epoch, batch.step, batch.sample_ids, y.numpy(),
+                                    gradient.detach().numpy())
             gradients[k], diagnostics = self.chains[k].apply(
                 gradient, y, party_id=k, epoch=batch.epoch, step=batch.step,
                 num_classes=self.num_classes, class_gradients=class_gradients)

@@ -84,7 +84,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             return EXIT_FAILED
         print_summary(console, outcome)
         summary = None
-        if variant.attacker.enabled and variant.attacker.observe:
+        if analysable(variant):
             summary = analyse_run(variant, outcome, console)
         compared.append((label, summary, outcome))
     if len(compared) > 1 and all(summary for _, summary, _ in compared):
@@ -113,7 +113,7 @@ def resume_run(args: argparse.Namespace, console: Console) -> int:
     if outcome is None:
         return EXIT_FAILED
     print_summary(console, outcome)
-    if cfg.attacker.enabled and cfg.attacker.observe:
+    if analysable(cfg):
         analyse_run(cfg, outcome, console)
     return 0
 
@@ -157,13 +157,20 @@ def _resume_hint(console: Console, run: RunDir) -> None:
                       f"[bold]splitleak run --resume {run.root}[/]")
 
 
+def analysable(cfg: ExperimentConfig) -> bool:
+    """A run has something to analyse: a tapped party, or a run-level attack of the threat model."""
+    return cfg.attacker.enabled and bool(cfg.tapped_parties or any(
+        p.labelled_per_class for p in cfg.threat.parties.values()))
+
+
 def analyse_run(cfg: ExperimentConfig, outcome: RunOutcome, console: Console) -> dict:
     """The attacker's offline analysis of a finished run, and its report."""
-    from attacker.analysis import analyze, write_summary
+    from attacker.analysis import analyze
     from attacker.report import print_leak_table, write_report
+    from attacker.summary import write_summary
 
     specs = [(a.name, a.params) for a in cfg.attacker.attacks] or None
-    summary = analyze(outcome.run.root, specs, cfg.attacker.hints)
+    summary = analyze(outcome.run.root, specs)
     write_report(outcome.run, summary)
     write_summary(outcome.run, summary)
     print_leak_table(console, summary)

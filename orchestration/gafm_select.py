@@ -123,7 +123,7 @@ def _trial(cfg: ExperimentConfig, train_ids: np.ndarray, test_ids: np.ndarray, r
     width = cfg.output_width(data.num_classes)
     bottoms = {k: BottomTrainer(cfg, k, load_party_inputs(cfg, dataset, cols), width)
                for k, cols in passive_columns(cfg, data.schema).items()}
-    observe = set(cfg.attacker.observe)
+    observe = set(cfg.threat.curious)
     store = GradientStore(run.attacker / "gradients", run.root.name)
     trainer = LabelPartyTrainer(cfg, data.labels, data.num_classes,
                                 {k: b.embedding_shape for k, b in bottoms.items()}, data.own_inputs,

@@ -10,7 +10,7 @@ import torch
 
 from attacker.store import GradientStore
 from label_party.driver import drive
-from label_party.outputs import write_labels, write_outcome, write_outputs
+from label_party.outputs import clean_anchor_writer, write_labels, write_outcome, write_outputs
 from label_party.schedule import Batch, Phase, schedule
 from label_party.setup import load_label_party_data, plan_record
 from label_party.trainer import LabelPartyTrainer
@@ -70,21 +70,24 @@ def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
     data = load_label_party_data(cfg, dataset)
     write_labels(run, data)
     width = cfg.output_width(data.num_classes)
-    observe = set(cfg.attacker.observe) if cfg.attacker.enabled else set()
+    observe = set(cfg.tapped_parties)
     capture = cfg.attacker.record_first_layer
     bottoms = {k: BottomTrainer(cfg, k, load_party_inputs(cfg, dataset, cols), width,
                                 capture and k in observe)
                for k, cols in passive_columns(cfg, data.schema).items()}
     store = GradientStore(run.attacker / "gradients", run.root.name) if observe else None
+    anchors = clean_anchor_writer(run, cfg, data.num_classes)
     trainer = LabelPartyTrainer(cfg, data.labels, data.num_classes,
                                 {k: b.embedding_shape for k, b in bottoms.items()}, data.own_inputs,
-                                data.train_ids)
+                                data.train_ids, anchors)
     writer = MetricsWriter(run.metrics)
     writer.write(plan_record(data, len(bottoms), cfg.run.seed))
     batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed)
     exchange = LocalExchange(bottoms, store, observe, cfg.attacker.record_activation)
     asyncio.run(drive(trainer, batches, exchange, writer.write))
     writer.close()
+    if anchors is not None:
+        anchors.close()
     if store is not None:
         store.close()
     write_outputs(run, trainer)

@@ -64,7 +64,7 @@ def run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | 
                                       "--listen", cfg.topology.label_party_address, *tls_args],
                       run.logs / "label_party.log")
         children.append(label)
-        observed = set(cfg.attacker.observe) if cfg.attacker.enabled else set()
+        observed = set(cfg.tapped_parties)
         sidecar = None
         if observed:  # started beside the label party: both import torch at the same time
             sidecar = spawn("attacker sidecar",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -9,12 +10,25 @@ import numpy as np
 import torch
 from torch import nn
 
+from passive_party.malicious_optimizer import MaliciousSGD
 from splitleak.config import ExperimentConfig
 from splitleak.fileio import write_atomically
 from splitleak.inputs import PartyInputs
 from splitleak.models import build_bottom
 from splitleak.optim import make_optimizer
 from splitleak.seeding import derive_seed
+
+
+def bottom_optimizer(cfg: ExperimentConfig, party_id: int,
+                     params: Iterable[nn.Parameter]) -> torch.optim.Optimizer:
+    """The configured optimizer, or Fu et al.'s malicious SGD when the threat model says so
+    (opt-in per party; it takes lr, momentum and weight decay from the party's sgd settings)."""
+    threat = cfg.threat.party(party_id)
+    settings = cfg.optimizer_for(str(party_id))
+    if threat is None or threat.optimizer != "malicious":
+        return make_optimizer(params, settings)
+    return MaliciousSGD(params, lr=settings.lr, momentum=settings.momentum,
+                        weight_decay=settings.weight_decay, gamma=threat.gamma, clamp=threat.clamp)
 
 
 class BottomTrainer:
@@ -26,7 +40,7 @@ class BottomTrainer:
         self.inputs = inputs
         self.model = build_bottom(cfg.model, inputs.spec, output_width,
                                   derive_seed(cfg.run.seed, "bottom", party_id))
-        self.optimizer = make_optimizer(self.model.parameters(), cfg.optimizer_for(str(party_id)))
+        self.optimizer = bottom_optimizer(cfg, party_id, self.model.parameters())
         self._activation: torch.Tensor | None = None
         self._first_output: torch.Tensor | None = None
         self.first_layer_gradient: torch.Tensor | None = None  # after each backward, if captured

@@ -69,6 +69,9 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
                          f"1..{cfg.topology.passive_parties}")
     tapped = attacker is not None
     bottom = bottom or load_bottom(cfg, party_id, tapped and cfg.attacker.record_first_layer)
+    if party_id in cfg.threat.malicious:  # the threat model's opt-in deviation (Fu et al.)
+        log.info("party %d trains with the malicious optimizer: %s", party_id,
+                 cfg.threat.describe([party_id]))
     identity = passive_identity(party_id)
     tap = Tap(attacker, cfg.attacker, cfg.topology, tls_dir, identity) if attacker else None
     executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="passive-compute")

@@ -21,6 +21,8 @@ from pydantic import (
     model_validator,
 )
 
+from splitleak.threat import ThreatConfig, migration_message
+
 PROTOCOL_VERSION = 2  # 2: checkpoints and resume in the Train stream and the training plan
 
 
@@ -68,18 +70,18 @@ class FeatureConfig(_Frozen):
 
 class ModelConfig(_Frozen):
     kind: Literal["mlp", "wide_deep", "cnn"] = "mlp"
-    layers: list[PositiveInt] = [64, 64]  # mlp/wide_deep: deep widths; cnn: fc head widths
+    layers: list[PositiveInt] = [64, 64]  # mlp/wide_deep: deep widths; cnn: fc widths after the convs
     channels: list[PositiveInt] = [16, 32]  # cnn: one conv block per entry
-    cut_layer: PositiveInt = 1  # layers (cnn: conv blocks) on the passive side
+    cut_layer: PositiveInt = 1  # layers on the passive side (cnn: conv blocks, then fc layers)
     embedding_dim: PositiveInt = 4  # per categorical field, deep part
     top: Literal["mlp", "none"] = "mlp"  # none: logits = sum of the parties' outputs
     aggregation: Literal["concat", "sum", "mean"] = "concat"
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelConfig:
-        bottom_depth = len(self.channels) if self.kind == "cnn" else len(self.layers)
+        bottom_depth = len(self.layers) + (len(self.channels) if self.kind == "cnn" else 0)
         if self.cut_layer > bottom_depth:
-            unit = "channels (conv blocks)" if self.kind == "cnn" else "layers"
+            unit = "conv blocks and fc layers" if self.kind == "cnn" else "layers"
             raise ValueError(f"cut_layer={self.cut_layer} exceeds the {bottom_depth} {unit}")
         if self.top == "none":
             if self.aggregation != "sum":
@@ -136,16 +138,23 @@ class PluginSpec(_Frozen):
 
 
 class AttackerConfig(_Frozen):
-    """The curious half of the passive parties: what the sidecar records and analyses."""
+    """The sidecar and the offline analysis: what is recorded and which attacks run."""
 
     enabled: bool = True
-    observe: list[PositiveInt] = [1]  # passive parties whose received gradients are recorded
     record_first_layer: bool = True  # also the gradient at the party's first layer
     record_activation: bool = False  # also the activation the party sent
     queue_size: PositiveInt = 64  # records in flight before the tap applies backpressure
     on_sidecar_failure: Literal["fail", "continue"] = "fail"  # continue: record the gap
     attacks: list[PluginSpec] = []  # empty: every default attack for the run's task
-    hints: list[PositiveInt] = [1, 3, 5]  # k of the hint attacks in the default list
+
+    @model_validator(mode="before")
+    @classmethod
+    def _moved_to_threat(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            moved = [key for key in ("observe", "hints") if key in value]
+            if moved:
+                raise ValueError(migration_message(value))
+        return value
 
     @field_validator("attacks", mode="before")
     @classmethod
@@ -163,6 +172,7 @@ class ExperimentConfig(_Frozen):
     objective: PluginSpec = PluginSpec(name="cross_entropy")  # what the label party learns from
     defense: list[PluginSpec] = []  # gradient defense chain, applied in order
     attacker: AttackerConfig = AttackerConfig()
+    threat: ThreatConfig = ThreatConfig()  # who attacks, what they know and do (DESIGN.md §1)
 
     @model_validator(mode="after")
     def _parties(self) -> ExperimentConfig:
@@ -177,10 +187,14 @@ class ExperimentConfig(_Frozen):
         if bad:
             raise ValueError(f"training.optimizers has unknown party {bad}; allowed keys: "
                              f"{', '.join(sorted(allowed))}")
-        outside = sorted(set(self.attacker.observe) - set(range(1, n + 1)))
-        if outside:
-            raise ValueError(f"attacker.observe names parties {outside}; this run has passive "
-                             f"parties 1..{n}")
+        self.threat.check_parties(n)
+        for k in self.threat.malicious:
+            name = self.optimizer_for(str(k)).name
+            if name != "sgd":
+                raise ValueError(
+                    f"threat.parties.{k}.optimizer = 'malicious' is Fu et al.'s malicious SGD: party "
+                    f"{k} trains with '{name}'; set training.optimizers.\"{k}\" = {{ name = \"sgd\", "
+                    "lr = 0.1, momentum = 0.9 } (its lr, momentum and weight decay are used)")
         if self.model.kind == "wide_deep" and self.features.label_party is None:
             raise ValueError("model.kind = 'wide_deep' puts the wide part on the label party: "
                              "give it features (features.label_party = [start, stop])")
@@ -211,6 +225,11 @@ class ExperimentConfig(_Frozen):
 
     def optimizer_for(self, party: str) -> OptimizerConfig:
         return self.training.optimizers.get(party, self.training.optimizer)
+
+    @property
+    def tapped_parties(self) -> list[int]:
+        """Passive parties whose received gradients the sidecar records (none if disabled)."""
+        return self.threat.curious if self.attacker.enabled else []
 
     def to_toml(self) -> str:
         return tomli_w.dumps(_drop_none(self.model_dump(mode="json")))

@@ -34,6 +34,11 @@ class RunDir:
         return self.label_party / "labels.parquet"
 
     @property
+    def clean_anchors(self) -> Path:
+        """Evaluation-only clean (pre-defense) gradients of a few positives (splitleak.anchors)."""
+        return self.label_party / "clean_anchors.arrows"
+
+    @property
     def top_model(self) -> Path:
         return self.label_party / "top.pt"
 

@@ -82,7 +82,7 @@ def check_message_sizes(cfg: ExperimentConfig, bottoms: dict[int, tuple[tuple[in
     gradients plus the next batch's ids down, and the tap's records to the sidecar."""
     limit = cfg.topology.max_message_mb << 20
     rows = cfg.training.batch_size
-    observed = set(cfg.attacker.observe) if cfg.attacker.enabled else set()
+    observed = set(cfg.tapped_parties)
     for k, (shape, first_width) in sorted(bottoms.items()):
         activation = rows * math.prod(shape) * 4
         sizes = {"activation": activation, "cut gradient": activation + rows * 8}

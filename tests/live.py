@@ -163,7 +163,7 @@ async def whole_run(cfg: ExperimentConfig, root: Path, resume: bool = False,
 
     run = RunDir(root)
     manifest = latest(run.root) if resume else None
-    observe = frozenset(cfg.attacker.observe) if cfg.attacker.enabled else frozenset()
+    observe = frozenset(cfg.tapped_parties)
     serving = await start(cfg, run, "127.0.0.1:0", resuming=resume, manifest=manifest)
     outcome = asyncio.ensure_future(serving.until_done())
     async with contextlib.AsyncExitStack() as stack:

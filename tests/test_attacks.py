@@ -15,20 +15,28 @@ from attacker.attacks import (
     ATTACKS,
     DEFAULT_ATTACKS,
     DEFAULT_MULTICLASS_ATTACKS,
+    NO_PREDICTION,
+    RUN_ATTACKS,
     Attack,
     AttackResult,
+    RunAttack,
     SideKnowledge,
     build_attack,
 )
 from attacker.leak import (
+    BatchLeak,
+    LeakAUC,
     attack_rng,
     auc_bound_from_sumkl,
     detection_error_lower_bound,
     evaluate_batch,
     label_accuracy,
     leak_auc,
+    pooled_accuracy,
     summarise,
 )
+from attacker.summary import summarise_leak
+from splitleak.anchors import CLEAN_ANCHOR_ATTACKS
 
 BINARY_DEFAULTS = [
     pytest.param(name, params, id=f"{name}-{params}") for name, params in DEFAULT_ATTACKS
@@ -193,14 +201,115 @@ def test_direct_label_recovers_softmax_ce_labels() -> None:
     assert leak.metric == "accuracy" and leak.accuracy == 1.0
 
 
-def test_direct_label_row_without_negative_counts_wrong() -> None:
-    gradients = np.array([[0.2, -0.3, 0.1], [0.0, 0.0, 0.0], [0.5, 0.0, 0.5]], dtype=np.float32)
-    result = build_attack("direct_label", {})(gradients, no_side(3))
-    np.testing.assert_array_equal(result.values, [1, -1, -1])
-    assert label_accuracy(result.values, np.array([1, 0, 2])) == pytest.approx(1 / 3)
+def test_direct_label_row_without_negative_is_skipped_and_counted() -> None:
+    # Fu et al. count a row with no negative coordinate neither right nor wrong.
+    gradients = np.array([[0.2, -0.3, 0.1], [0.0, 0.0, 0.0], [0.5, 0.0, 0.5], [-0.1, 0.05, 0.05]],
+                         dtype=np.float32)
+    labels = np.array([1, 0, 2, 2])
+    result = build_attack("direct_label", {})(gradients, no_side(4))
+    np.testing.assert_array_equal(result.values, [1, NO_PREDICTION, NO_PREDICTION, 0])
+    assert label_accuracy(result.values, labels) == pytest.approx(1 / 2)
+    leak = evaluate("direct_label", {}, gradients, labels)
+    assert (leak.n_correct, leak.n_predicted, leak.n_no_prediction) == (1, 2, 2)
+    assert leak.accuracy == pytest.approx(1 / 2)
+    none = evaluate("direct_label", {}, np.zeros((3, 3), dtype=np.float32), np.array([0, 1, 2]))
+    assert none.skip_kind == "no_prediction" and none.n_no_prediction == 3
+
+
+def test_pooled_accuracy_weighs_rows_not_batches() -> None:
+    # A full batch of 8 rows all right, then a 2-row last batch all wrong: the mean over batches
+    # is 0.5, but 8 of 10 rows are right.
+    eye = np.eye(3, dtype=np.float32)
+    full = evaluate("direct_label", {}, -eye[np.zeros(8, dtype=int)], np.zeros(8, dtype=np.int64))
+    last = evaluate("direct_label", {}, -eye[np.zeros(2, dtype=int)], np.ones(2, dtype=np.int64))
+    assert (full.accuracy, last.accuracy) == (1.0, 0.0)
+    rows = [_leak_row(step, leak) for step, leak in enumerate((full, last))]
+    entry = next(e for e in summarise_leak(rows) if e["scope"] == "run")
+    assert entry["accuracy"]["mean"] == pytest.approx(0.5)
+    assert entry["pooled"] == {"accuracy": pytest.approx(0.8), "correct": 8, "rows": 10,
+                               "no_prediction": 0}
+    assert pooled_accuracy([8, 0], [8, 2]) == pytest.approx(0.8)
+    assert pooled_accuracy([], []) is None
 
 
 # --- skipping and exclusion ------------------------------------------------------------------
+
+
+def _leak_row(step: int, leak: BatchLeak, draw: int = 0) -> dict:
+    return {"party_id": 1, "parties": "1", "layer": "cut", "epoch": 0, "step": step,
+            "attack": leak.attack, "name": leak.attack, "side_knowledge": "s", "metric": leak.metric,
+            "auc_raw": leak.auc.raw if leak.auc else None,
+            "auc_flipped": leak.auc.flipped if leak.auc else None, "accuracy": leak.accuracy,
+            "n_rows": leak.n_rows, "n_excluded": leak.n_excluded, "n_pos": None,
+            "skip_reason": leak.skip_reason, "seed": 0, "draw": draw, "skip_kind": leak.skip_kind,
+            "n_correct": leak.n_correct, "n_predicted": leak.n_predicted,
+            "n_no_prediction": leak.n_no_prediction}
+
+
+@pytest.mark.parametrize("name", ["median", "mean", "norm", "cosine_majority"])
+def test_tied_batch_is_skipped_as_degenerate_never_scored_half(name: str) -> None:
+    # First-layer gradients after a dead ReLU: every row zero, so both class medians are the zero
+    # vector and every score ties. That carries no information: skipped and counted.
+    labels = np.array([0, 1, 0, 1, 1, 0, 0, 0])
+    params = {"centers": "oracle"} if name in ("mean", "median") else {}
+    leak = evaluate(name, params, np.zeros((8, 5), dtype=np.float32), labels)
+    assert leak.auc is None and leak.skip_kind == "degenerate"
+    assert leak.skip_reason.startswith("degenerate: all 8 scores tied")
+    scored = evaluate(name, params, *separable_batch())
+    entry = next(e for e in summarise_leak([_leak_row(0, leak), _leak_row(1, scored)])
+                 if e["scope"] == "run")
+    assert (entry["batches"], entry["skipped"], entry["degenerate"]) == (2, 1, 1)
+    assert entry["flipped"]["n"] == 1 and entry["flipped"]["mean"] == 1.0  # never a 0.5 in it
+
+
+def test_empty_attack_input_is_skipped() -> None:
+    leak = evaluate("norm", {}, np.zeros((4, 0), dtype=np.float32), np.array([0, 1, 0, 1]))
+    assert leak.skip_kind == "empty" and "d = 0" in leak.skip_reason
+
+
+def test_cosine_oracle_uses_the_clean_anchor_when_given() -> None:
+    # Received rows are noised; the clean gradient of row 0 points along +e0. The score is the
+    # cosine with the clean anchor, not with the received row 0.
+    received = np.array([[0.0, 5.0], [1.0, 0.0], [-1.0, 0.0], [1.0, 1.0]], dtype=np.float32)
+    labels = np.array([1, 1, 0, 0])
+    attack = build_attack("cosine_oracle", {})
+    clean = attack(received, SideKnowledge(labels, np.random.default_rng(0),
+                                           clean_anchor=(0, np.array([2.0, 0.0], dtype=np.float32))))
+    np.testing.assert_allclose(clean.values[1:], [1.0, -1.0, math.sqrt(0.5)])
+    np.testing.assert_array_equal(clean.exclude, [True, False, False, False])
+    leak = evaluate_batch(attack, received, labels, np.random.default_rng(0),
+                          (0, np.array([2.0, 0.0], dtype=np.float32)))
+    assert leak.auc.raw == 1.0 and leak.n_excluded == 1
+    side = SideKnowledge(labels, np.random.default_rng(0), clean_anchor=None)
+    row, gradient = side.clean_positive()
+    assert labels[row] == 1 and gradient is None and side.used[row]  # no artifact: received row
+
+
+def test_spread_over_draws_of_random_side_knowledge() -> None:
+    # Two draws of a hint attack over three batches: draw 0 scores 0.6, 0.7, 0.8 and draw 1
+    # scores 0.8, 0.9, 1.0. Each number is the mean over draws; the spread is across draws.
+    rows = []
+    for draw, values in enumerate(((0.6, 0.7, 0.8), (0.8, 0.9, 1.0))):
+        for step, value in enumerate(values):
+            leak = BatchLeak("hint_distance(k=1)", "auc", 10, 1, auc=LeakAUC(value, value, 9, 3))
+            rows.append(_leak_row(step, leak, draw))
+    entry = next(e for e in summarise_leak(rows) if e["scope"] == "run")
+    assert entry["draws"] == 2 and entry["batches"] == 3 and entry["flipped"]["n"] == 3
+    assert entry["flipped"]["mean"] == pytest.approx(0.8)  # (0.7 + 0.9) / 2
+    p95 = (np.percentile([0.6, 0.7, 0.8], 95) + np.percentile([0.8, 0.9, 1.0], 95)) / 2
+    assert entry["flipped"]["p95"] == pytest.approx(p95)
+    assert entry["spread"]["flipped"]["mean"]["std"] == pytest.approx(np.std([0.7, 0.9], ddof=1))
+    assert entry["spread"]["flipped"]["max"] == pytest.approx(
+        {"std": np.std([0.8, 1.0], ddof=1), "min": 0.8, "max": 1.0})
+
+
+def test_randomised_attacks_are_the_ones_drawing_side_knowledge() -> None:
+    randomised = {build_attack(n, p).label for n, p in DEFAULT_ATTACKS if build_attack(n, p).randomised}
+    assert randomised == {"cosine_oracle", "hint_distance(k=1)", "hint_distance(k=3)",
+                          "hint_distance(k=5)", "hint_inner(k=1)", "hint_inner(k=3)",
+                          "hint_inner(k=5)", "mean(centers=hint, hints=5)",
+                          "median(centers=hint, hints=5)"}
+    assert not build_attack("direct_label", {}).randomised
 
 
 def test_single_class_batch_is_skipped_with_reason() -> None:
@@ -355,12 +464,22 @@ def test_evaluate_batch_is_reproducible_with_attack_rng() -> None:
 
 
 def test_defaults_cover_every_registered_attack() -> None:
-    defaults = {name for name, _ in DEFAULT_ATTACKS + DEFAULT_MULTICLASS_ATTACKS}
+    defaults = {name for name, _ in DEFAULT_ATTACKS + DEFAULT_MULTICLASS_ATTACKS} | set(RUN_ATTACKS)
     assert defaults == set(ATTACKS.names())
     for name, params in DEFAULT_ATTACKS:
         assert build_attack(name, params).metric_kind(2) == "score"
     for name, params in DEFAULT_MULTICLASS_ATTACKS:
         assert build_attack(name, params).metric_kind(10) in ("label", "counts")
+    for name in RUN_ATTACKS:
+        assert isinstance(build_attack(name, {}), RunAttack)
+
+
+def test_clean_anchor_declarations_match_the_label_party_list() -> None:
+    # The label party (core, no attacker import) writes clean anchors for the attacks in
+    # CLEAN_ANCHOR_ATTACKS; the attacks declare it themselves. The two must agree.
+    declared = {name for name in ATTACKS.names() if ATTACKS.get(name).needs_clean_anchors}
+    assert declared == set(CLEAN_ANCHOR_ATTACKS)
+    assert declared & {name for name, _ in DEFAULT_ATTACKS}  # the defaults need them
 
 
 def _run(attack: Attack, gradients: np.ndarray, labels: np.ndarray, seed: int,
@@ -389,10 +508,11 @@ def _check_result(attack: Attack, result: AttackResult, n_rows: int, dim: int,
 
 
 METRIC_VALUE = {"score": "auc", "label": "accuracy", "counts": "count_error"}
+BATCH_ATTACKS = [name for name in ATTACKS.names() if issubclass(ATTACKS.get(name), Attack)]
 
 
 @pytest.mark.parametrize("num_classes", [2, 4])
-@pytest.mark.parametrize("name", ATTACKS.names())
+@pytest.mark.parametrize("name", BATCH_ATTACKS)
 def test_attack_conformance(name: str, num_classes: int) -> None:
     cls = ATTACKS.get(name)
     attack = build_attack(name, {})
@@ -412,7 +532,7 @@ def test_attack_conformance(name: str, num_classes: int) -> None:
     _check_result(attack, first, 64, dim, num_classes)
     np.testing.assert_array_equal(first.values, second.values)
     np.testing.assert_array_equal(first.exclude, second.exclude)
-    leak = evaluate_batch(attack, gradients, labels, np.random.default_rng(2), num_classes)
+    leak = evaluate_batch(attack, gradients, labels, np.random.default_rng(2), num_classes=num_classes)
     assert leak.skipped or getattr(leak, METRIC_VALUE[kind]) is not None
 
     zero_rows = gradients.copy()
@@ -428,7 +548,7 @@ def test_attack_conformance(name: str, num_classes: int) -> None:
     for batch, batch_labels in edge_cases:
         result = _run(attack, batch, batch_labels, seed=0, num_classes=num_classes)
         _check_result(attack, result, *batch.shape, num_classes)
-        evaluate_batch(attack, batch, batch_labels, np.random.default_rng(0), num_classes)
+        evaluate_batch(attack, batch, batch_labels, np.random.default_rng(0), num_classes=num_classes)
 
 
 def test_center_attack_label_hides_unused_hints() -> None:

@@ -37,7 +37,7 @@ def blobs(classes: int, per_class: int, dim: int = 6, spread: float = 0.05,
 def evaluate(name: str, params: dict, gradients: np.ndarray, labels: np.ndarray,
              num_classes: int | None = None, seed: int = 0):
     return evaluate_batch(build_attack(name, params), gradients, labels,
-                          np.random.default_rng(seed), num_classes)
+                          np.random.default_rng(seed), num_classes=num_classes)
 
 
 # --- clustering ------------------------------------------------------------------------------

@@ -34,6 +34,7 @@ IN_MEMORY = [
     ("digits", {}),
     ("digits_binary", {"positive_digit": 3}),
     ("mnist_5k", {}),
+    ("mnist_5k_binary", {"positive_digits": [0, 1]}),
     ("synthetic_ctr", {"rows": 3000, "vocab_size": 50, "seed": 1}),
 ]
 
@@ -61,7 +62,7 @@ def write(path: Path, lines: list[str]) -> str:
 def test_every_dataset_is_registered() -> None:
     assert set(DATASETS.names()) >= {
         "adult", "avazu", "bank", "breast_cancer", "criteo", "digits", "digits_binary",
-        "mnist_5k", "spambase", "synthetic_ctr", "wine",
+        "mnist_5k", "mnist_5k_binary", "spambase", "synthetic_ctr", "wine",
     }  # fmt: skip
 
 
@@ -207,6 +208,17 @@ def test_mnist_5k_is_real_mnist_split_into_image_halves() -> None:
     # Real handwriting: the ink sits in the middle (MNIST centres each digit), ~13 % of pixels.
     assert images[..., 10:18, 10:18].mean() > 3 * images.mean()
     assert 0.1 < (images > 0.5).mean() < 0.2
+
+
+def test_mnist_5k_binary_labels_the_chosen_digits_positive() -> None:
+    digits = build_dataset("mnist_5k", {}).labels()
+    balanced = build_dataset("mnist_5k_binary", {})
+    assert balanced.schema().num_classes == 2
+    np.testing.assert_array_equal(balanced.labels(), (digits >= 5).astype(np.int64))  # default 5..9
+    np.testing.assert_array_equal(build_dataset("mnist_5k_binary", {"positive_digits": [3]}).labels(),
+                                  (digits == 3).astype(np.int64))
+    with pytest.raises(ValueError, match="distinct digits"):
+        build_dataset("mnist_5k_binary", {"positive_digits": [3, 3]})
 
 
 def test_mnist_5k_without_the_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -51,9 +51,12 @@ def test_li_et_al_findings_on_the_default(tmp_path: Path) -> None:
 
     marvell_run, marvell, marvell_eval = _default_with(tmp_path, [{"name": "marvell", "s": 4.0}],
                                                        "marvell")
-    assert marvell["norm"]["p95"] <= 0.7 and marvell["cosine_oracle"]["p95"] <= 0.7
     assert marvell_eval["test_auc"] > 0.65  # protection costs some utility, not all of it
     bound = _mean_diagnostic(marvell_run, "marvell.auc_bound")
+    # The cosine oracle's anchor is the positive's clean gradient (Li et al. §3.3), so Marvell's
+    # noise on the anchor no longer hides the leak (about 0.1 more than a noised anchor); it
+    # stays under the Theorem-1 bound (about 0.72 here) all the same.
+    assert marvell["norm"]["p95"] <= 0.7 and marvell["cosine_oracle"]["p95"] <= bound
     assert marvell["norm"]["mean"] <= bound and marvell["cosine_oracle"]["mean"] <= bound
 
     _, max_norm, _ = _default_with(tmp_path, [{"name": "max_norm"}], "max_norm")

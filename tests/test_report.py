@@ -16,7 +16,9 @@ from attacker.analysis import LEAK_SCHEMA, summarise_leak
 from attacker.attacks import DEFAULT_ATTACKS, DEFAULT_MULTICLASS_ATTACKS, build_attack
 from attacker.leak import METRIC_OF_KIND
 from attacker.report import comparison_table, print_leak_table, side_knowledge_tag, utility, write_report
+from attacker.summary import above_bound, marvell_bounds
 from splitleak.rundir import RunDir
+from splitleak.threat import ThreatConfig
 
 SEED = 7
 STEPS = 21  # scored batches; one more, skipped, follows
@@ -96,10 +98,26 @@ def make_run(root: Path, *, multiclass: bool = False, first_layer: bool = True, 
     pq.write_table(pa.Table.from_pylist(per_batch, schema=LEAK_SCHEMA), run.attacker / "leak.parquet")
     if row_sample:
         pq.write_table(_sample_rows(), run.attacker / "rows.parquet")
+    threat = ThreatConfig.model_validate({"parties": {"1": {"labelled_per_class": 4}}})
     summary = {"run_id": "synthetic-run", "seed": SEED, "num_classes": 3 if multiclass else 2,
+               "draws": 5, "threat": threat.model_dump(mode="json"),
                "warnings": ["shard-000003.arrows: truncated tail after 2 complete record(s)"],
-               "leak": summarise_leak(per_batch)}
+               "leak": summarise_leak(per_batch, {"1": threat.describe([1])}) + [COMPLETION],
+               "above_bound": above_bound(per_batch, marvell_bounds(records))}
     return run, summary
+
+
+COMPLETION = {
+    "party_id": 1, "parties": [1], "layer": "bottom", "attack": "model_completion(labelled_per_class=4)",
+    "scope": "run", "epoch": None, "side_knowledge": "the party's own bottom model, 4 labelled rows/class",
+    "threat": "curious, honest", "metric": "accuracy", "seed": SEED, "draws": 1, "batches": 1,
+    "skipped": 0, "degenerate": 0, "accuracy": {"mean": 0.81, "p95": 0.81, "max": 0.81, "n": 1},
+    "pooled": {"accuracy": 0.81, "correct": 810, "rows": 1000, "no_prediction": 0},
+    "completion": {"train": {"top1": 0.81, "correct": 810, "rows": 1000, "top5": 0.97},
+                   "test": {"top1": 0.62, "correct": 124, "rows": 200, "top5": 0.9},
+                   "baselines": {"labelled_only": {"train": {"top1": 0.41}, "test": {"top1": 0.4}},
+                                 "random_bottom": {"train": {"top1": 0.22}, "test": {"top1": 0.21}}},
+                   "labelled": 40, "classes": 10, "steps": 2000, "cpu_seconds": 61.0}}
 
 
 def _assert_png(path: Path) -> None:
@@ -114,11 +132,21 @@ def test_full_report(tmp_path: Path) -> None:
     text = (run.report / "report.md").read_text()
     assert "# Label-leak report: synthetic-run" in text
     assert f"seed {SEED}" in text and "`abcdef0123456789`" in text
-    assert "| norm | 0.880 | none |" in text  # the headline: p95 of 0.50, 0.52, ..., 0.90
-    # cosine oracle at the cut layer: raw mean, p95, max, then flipped mean, p95, max, skipped
+    assert "| norm | 0.880 | - | curious | none |" in text  # headline: p95 of 0.50, 0.52, ..., 0.90
+    assert "Party 1 (curious, honest), cut layer" in text
+    # cosine oracle at the cut layer: raw mean, p95, max, then flipped mean, p95, max, spread, skipped
     raw, flipped = "0.300 | 0.480 | 0.500", "0.700 | 0.880 | 0.900"
-    assert f"| cosine_oracle | 1 positive/batch (oracle) | {raw} | {flipped} | 1/22 |" in text
-    assert "single class in batch (all 0): 14" in text  # one skipped batch per binary attack
+    assert f"| cosine_oracle | 1 clean positive/batch | {raw} | {flipped} | - | 1/22 |" in text
+    assert "## Threat model" in text
+    assert "| 1 | yes | honest (follows the protocol) | 1, 3, 5 | 4/class |" in text
+    # model completion: train and test top-1 / top-5, then both baselines (train / test)
+    assert ("| 1 | curious, honest | model_completion(labelled_per_class=4) | 40 | 0.810 | 0.970 | "
+            "0.620 | 0.900 | 0.410 / 0.400 | 0.220 / 0.210 |") in text
+    # norm's per-batch AUC 0.50 + 0.02 * step (steps 0..20 scored) passes the bound of its batch
+    # (0.70 at odd steps, 0.75 at even ones) at steps 12, 14, .., 20 and 13, 15, .., 19
+    assert "| 1 | norm | 9/21 | 0.180 | 0.096 |" in text
+    assert "most often norm: 9 of 21 batches, by up to 0.180" in text
+    assert "single class in batch (all 0): 14" in text
     assert "| test AUC | test loss | train steps |" in text and "| 0.7900 | 0.5000 | 22 |" in text
     assert "1. `marvell`: s=4.0" in text and "max_auc_bound=0.7500" in text
     assert "mean 0.725, p95 0.750" in text  # Theorem-1 bound: 0.75 and 0.70 alternating over 22 batches
@@ -143,10 +171,12 @@ def test_missing_inputs_are_skipped_and_said(tmp_path: Path) -> None:
     assert "no norm or cosine histograms" in text
     assert "no eval records" in text
     assert "None: the cut-layer gradients were sent unchanged." in text
-    assert "| direct_label | none | 0.700 | 0.880 | 0.900 | 1/22 |" in text  # label accuracy, not AUC
+    # label accuracy pooled over rows (64 per batch here), then the per-batch mean / p95 / max
+    assert "| direct_label | none | 0.700 | 1344 | 0 | 0.700 | 0.880 | 0.900 | 1/22 |" in text
     assert "| count error mean | count error p95 | count error max |" in text
     assert "| batch_label_counts | none | 0.700 | 0.880 | 0.900 | 1/22 |" in text
-    assert "| clustering | minority / best permutation | 0.700 | 0.880 | 0.900 | 1/22 |" in text
+    assert ("| clustering | minority / best permutation | 0.700 | 1344 | 0 | 0.700 | 0.880 | 0.900 "
+            "| 1/22 |") in text
     _assert_png(run.report / "leak_party1_cut.png")
     _assert_png(run.report / "training.png")
     for name in ("leak_party1_first.png", "norms_party1.png", "cosine_party1.png"):
@@ -160,7 +190,7 @@ def test_report_without_metrics_or_logs(tmp_path: Path) -> None:
     write_report(run, summary)
     text = (run.report / "report.md").read_text()
     assert "no label_party/metrics.jsonl" in text and "no attacker/leak.parquet" in text
-    assert "| norm | 0.880 | none |" in text
+    assert "| norm | 0.880 | - | curious | none |" in text
     assert not list(run.report.glob("*.png"))
 
 
@@ -173,6 +203,9 @@ def test_terminal_table_fits_100_columns(tmp_path: Path) -> None:
         assert max(len(line) for line in lines) <= 100
     assert any("median(centers=hint, hints=5)" in line and "0.880" in line for line in lines)
     assert sum("cosine_oracle" in line for line in lines) == 2  # cut and first layer, one line each
+    assert any("norm" in line and "curious: none" in line for line in lines)
+    completion = next(line for line in lines if line.lstrip().startswith("1 ") and "0.620" in line)
+    assert "0.810 (0.970)" in completion and "0.410 / 0.400" in completion
 
 
 def test_comparison_table(tmp_path: Path) -> None:
@@ -192,7 +225,7 @@ def test_comparison_table(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("label", "tag"), [
-    ("norm", "none"), ("cosine_oracle", "1 positive/batch (oracle)"),
+    ("norm", "none"), ("cosine_oracle", "1 clean positive/batch"),
     ("hint_distance(k=3)", "3 positives/batch"), ("hint_inner(k=1)", "1 positive/batch"),
     ("mean(centers=oracle)", "all labels (oracle)"),
     ("median(centers=hint, hints=5)", "≥5 labels/class/batch"), ("direct_label", "none"),

@@ -14,9 +14,21 @@ from attacker.attacks import (  # noqa: F401  (imported to register)
     hint_inner,
     mean,
     median,
+    model_completion,
     norm,
 )
-from attacker.attacks.base import ATTACKS, Attack, AttackResult, SideKnowledge, build_attack
+from attacker.attacks.base import (
+    ATTACKS,
+    NO_PREDICTION,
+    Attack,
+    AttackPlugin,
+    AttackResult,
+    RunAttack,
+    RunContext,
+    RunResult,
+    SideKnowledge,
+    build_attack,
+)
 
 # Run on every binary run, in this order.
 DEFAULT_ATTACKS: list[tuple[str, dict[str, Any]]] = [
@@ -39,12 +51,21 @@ DEFAULT_MULTICLASS_ATTACKS: list[tuple[str, dict[str, Any]]] = [
     ("clustering", {}),
 ]
 
+# Run once per attacking party whose threat entry declares labelled examples (labelled_per_class).
+RUN_ATTACKS: list[str] = ["model_completion"]
+
 __all__ = [
     "ATTACKS",
     "DEFAULT_ATTACKS",
     "DEFAULT_MULTICLASS_ATTACKS",
+    "NO_PREDICTION",
+    "RUN_ATTACKS",
     "Attack",
+    "AttackPlugin",
     "AttackResult",
+    "RunAttack",
+    "RunContext",
+    "RunResult",
     "SideKnowledge",
     "build_attack",
 ]

@@ -59,6 +59,10 @@ class CenterAttack(Attack):
         """The center of one class's rows (float64 [d])."""
 
     @property
+    def randomised(self) -> bool:
+        return self.params.centers == "hint"
+
+    @property
     def label(self) -> str:
         if self.params.centers == "oracle":  # `hints` plays no part in the oracle variant
             return f"{self.name}(centers=oracle)"

@@ -1,17 +1,23 @@
-"""The attack plug-in interface: per-batch scores (or labels) from received gradients."""
+"""The attack plug-in interfaces: per-batch scores (or labels) from received gradients, and
+run-level attacks that read what a party keeps after training (e.g. its bottom model)."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
 from splitleak.registry import Registry
 
+if TYPE_CHECKING:
+    from splitleak.config import ExperimentConfig
+    from splitleak.rundir import RunDir
+
 AttackKind = Literal["score", "label", "counts"]
+NO_PREDICTION = -1  # a label attack's value for a row its rule makes no prediction on
 
 
 class AttackParams(BaseModel):
@@ -27,10 +33,11 @@ class SideKnowledge:
     hands out is marked as used, so the metric can exclude those rows from the AUC.
     """
 
-    def __init__(self, labels: np.ndarray, rng: np.random.Generator,
-                 num_classes: int | None = None) -> None:
+    def __init__(self, labels: np.ndarray, rng: np.random.Generator, num_classes: int | None = None,
+                 clean_anchor: tuple[int, np.ndarray] | None = None) -> None:
         self._labels = labels
         self._rng = rng
+        self._clean_anchor = clean_anchor
         self.used = np.zeros(labels.shape[0], dtype=bool)
         # The task's class count is public (it fixes the model's output width), not a label.
         self.num_classes = num_classes or max(2, int(labels.max()) + 1 if labels.size else 2)
@@ -38,6 +45,18 @@ class SideKnowledge:
     def random_state(self) -> int:
         """A seed for the attack's own randomness (e.g. k-means' start), from the batch's stream."""
         return int(self._rng.integers(2**31 - 1))
+
+    def clean_positive(self) -> tuple[int, np.ndarray | None] | None:
+        """(row, clean gradient) of one positive the label party drew for this batch, with its
+        gradient before any defense (the cosine oracle's side knowledge, Li et al. §3.3); the
+        gradient is None when the run has no clean-anchor artifact (the caller then uses the
+        received row). None when the batch has no positive."""
+        if self._clean_anchor is not None:
+            row, gradient = self._clean_anchor
+            self.used[row] = True
+            return row, gradient
+        picked = self.known_positives(1)
+        return (int(picked[0]), None) if picked.size else None
 
     def known_positives(self, k: int) -> np.ndarray:
         """Indices of up to k positive (class 1) rows, chosen at random."""
@@ -71,19 +90,37 @@ class AttackResult:
     skip_reason: str | None = None
 
 
-class Attack(ABC):
-    """One label-inference attack on a batch of received cut-layer gradients."""
+class AttackPlugin(ABC):
+    """What every attack declares: its name, parameters and side knowledge."""
 
     name: ClassVar[str]
-    kind: ClassVar[AttackKind] = "score"
+    kind: ClassVar[Literal["score", "label", "counts", "run"]]
     side_knowledge: ClassVar[str]  # one line, printed next to every number
     Params: ClassVar[type[AttackParams]] = AttackParams
-    cut_layer_only: ClassVar[bool] = False  # reads logit gradients: no first-layer analysis
-    # Also run on the activations the party sent, when recorded (attacker.record_activation).
-    on_activations: ClassVar[bool] = False
+    needs_clean_anchors: ClassVar[bool] = False  # reads the label party's clean-anchor artifact
 
     def __init__(self, params: AttackParams) -> None:
         self.params = params
+
+    @property
+    def label(self) -> str:
+        """Name plus parameters, as shown in tables (e.g. `hint_distance(k=3)`)."""
+        args = ", ".join(f"{k}={v}" for k, v in self.params.model_dump().items())
+        return f"{self.name}({args})" if args else self.name
+
+    @property
+    def randomised(self) -> bool:
+        """Draws side knowledge at random, so the analysis repeats it over R seeded draws."""
+        return False
+
+
+class Attack(AttackPlugin):
+    """One label-inference attack on a batch of received cut-layer gradients."""
+
+    kind: ClassVar[AttackKind] = "score"
+    cut_layer_only: ClassVar[bool] = False  # reads logit gradients: no first-layer analysis
+    # Also run on the activations the party sent, when recorded (attacker.record_activation).
+    on_activations: ClassVar[bool] = False
 
     def metric_kind(self, num_classes: int) -> AttackKind:
         """What the attack returns for a task with this many classes (its `kind` by default)."""
@@ -96,25 +133,73 @@ class Attack(ABC):
 
     @abstractmethod
     def __call__(self, gradients: np.ndarray, side: SideKnowledge) -> AttackResult:
-        """`gradients` is float32 [B, d] (multi-dimensional cut layers flattened)."""
-
-    @property
-    def label(self) -> str:
-        """Name plus parameters, as shown in tables (e.g. `hint_distance(k=3)`)."""
-        args = ", ".join(f"{k}={v}" for k, v in self.params.model_dump().items())
-        return f"{self.name}({args})" if args else self.name
+        """`gradients` is float32 [B, d] (multi-dimensional cut layers flattened). A label
+        attack marks rows it makes no prediction on with NO_PREDICTION."""
 
 
-def label_without_defaults(attack: Attack) -> str:
+def label_without_defaults(attack: AttackPlugin) -> str:
     """Name plus only the parameters that differ from their defaults, e.g. `clustering(scope=epoch)`."""
     changed = attack.params.model_dump(exclude_defaults=True)
     args = ", ".join(f"{k}={v}" for k, v in changed.items())
     return f"{attack.name}({args})" if args else attack.name
 
 
-ATTACKS: Registry[type[Attack]] = Registry("attack")
+@dataclass
+class RunContext:
+    """What a run-level attack may read: the run directory, the experiment file, the attacking
+    parties, and labels only through `labelled_examples` (its declared side knowledge)."""
+
+    run: RunDir
+    cfg: ExperimentConfig
+    parties: tuple[int, ...]  # one party, or a colluding group
+    seed: int  # the parties' side-knowledge seed
+    train_ids: np.ndarray
+    test_ids: np.ndarray
+    truth_by_id: np.ndarray  # labels.parquet (evaluation artifact): reach it only through
+    # labelled_examples (side knowledge) and truth (scoring), never to train on
+    labelled: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    @property
+    def num_classes(self) -> int:
+        return max(2, int(self.truth_by_id.max()) + 1) if self.truth_by_id.size else 2
+
+    def labelled_examples(self, per_class: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """`per_class` train rows of every class, drawn at random, with their labels; they are
+        excluded from the reported train accuracy."""
+        y = self.truth_by_id[self.train_ids]
+        chosen = [rng.choice(self.train_ids[y == c], size=min(per_class, int((y == c).sum())),
+                             replace=False) for c in range(self.num_classes) if (y == c).any()]
+        self.labelled = np.sort(np.concatenate(chosen)) if chosen else np.zeros(0, dtype=np.int64)
+        return self.labelled, self.truth_by_id[self.labelled]
+
+    def truth(self, sample_ids: np.ndarray) -> np.ndarray:
+        """Ground truth to score predictions against (never to train on)."""
+        return self.truth_by_id[sample_ids]
 
 
-def build_attack(name: str, params: dict[str, Any]) -> Attack:
+@dataclass(frozen=True)
+class RunResult:
+    """A run-level attack's figures: `accuracy` is its headline (train top-1, pooled over rows)."""
+
+    accuracy: float
+    correct: int
+    rows: int
+    figures: dict[str, Any]
+
+
+class RunAttack(AttackPlugin):
+    """An attack run once per attacking party (or colluding group) on what it kept."""
+
+    kind: ClassVar[Literal["run"]] = "run"
+
+    @abstractmethod
+    def run(self, context: RunContext) -> RunResult:
+        """Attack; raise ValueError with a sentence when the run lacks what it needs."""
+
+
+ATTACKS: Registry[type[AttackPlugin]] = Registry("attack")
+
+
+def build_attack(name: str, params: dict[str, Any]) -> AttackPlugin:
     cls = ATTACKS.get(name)
     return cls(cls.Params.model_validate(params))

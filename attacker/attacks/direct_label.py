@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from attacker.attacks._batch import no_rows_excluded
-from attacker.attacks.base import ATTACKS, Attack, AttackResult, SideKnowledge
+from attacker.attacks.base import ATTACKS, NO_PREDICTION, Attack, AttackResult, SideKnowledge
 
 
 @ATTACKS.register("direct_label")
@@ -21,6 +21,7 @@ class DirectLabelAttack(Attack):
             raise ValueError(f"gradients must be [B, d], got shape {rows.shape}")
         negative = rows < 0
         # The true class is the one coordinate with p_y - 1 < 0; a row with none (p_y rounded
-        # to 1, or a perturbed gradient) gets -1, which never matches a label.
-        inferred = np.where(negative.any(axis=1), negative.argmax(axis=1), -1).astype(np.int64)
+        # to 1, or a perturbed gradient) gets no prediction, skipped and counted as Fu et al. do.
+        inferred = np.where(negative.any(axis=1), negative.argmax(axis=1), NO_PREDICTION)
+        inferred = inferred.astype(np.int64)
         return AttackResult(inferred, no_rows_excluded(rows.shape[0]))

@@ -16,6 +16,10 @@ class HintInnerAttack(Attack):
     Params = HintParams
     params: HintParams
 
+    @property
+    def randomised(self) -> bool:
+        return True
+
     def __call__(self, gradients: np.ndarray, side: SideKnowledge) -> AttackResult:
         rows = as_rows(gradients)
         hints = side.known_positives(self.params.k)

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from importlib import resources
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.csv as pa_csv
+from pydantic import Field, field_validator
 
-from splitleak.datasets.base import DATASETS, Dataset, DatasetError, FeatureSlice, Schema
+from splitleak.datasets.base import DATASETS, Dataset, DatasetError, DatasetParams, FeatureSlice, Schema
 from splitleak.datasets.tabular import image_slice
 
 ROWS, SIDE = 5000, 28
@@ -55,3 +57,29 @@ class Mnist5k(Dataset):
 
     def labels(self) -> np.ndarray:
         return _mnist_table()[1].copy()
+
+
+class MnistBinaryParams(DatasetParams):
+    positive_digits: list[int] = Field([5, 6, 7, 8, 9], min_length=1, max_length=9)
+
+    @field_validator("positive_digits")
+    @classmethod
+    def _digits(cls, value: list[int]) -> list[int]:
+        if not all(0 <= d <= 9 for d in value) or len(set(value)) != len(value):
+            raise ValueError(f"positive_digits {value} must be distinct digits 0..9")
+        return sorted(value)
+
+
+@DATASETS.register("mnist_5k_binary")
+class Mnist5kBinary(Mnist5k):
+    """The same 5,000 digits; label 1 iff the digit is one of `positive_digits` (default 5..9,
+    about half the rows): a binary task for the binary-only defenses (Marvell) on real images."""
+
+    Params = MnistBinaryParams
+    params: MnistBinaryParams
+
+    def schema(self) -> Schema:
+        return replace(super().schema(), num_classes=2)
+
+    def labels(self) -> np.ndarray:
+        return np.isin(_mnist_table()[1], self.params.positive_digits).astype(np.int64)

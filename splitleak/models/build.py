@@ -102,6 +102,10 @@ def _bottom(cfg: ModelConfig, spec: InputSpec, outputs: int) -> Bottom:
         if spec.image_shape is None:
             raise ValueError("model.kind = 'cnn' needs an image dataset (e.g. digits)")
         body: nn.Module = conv_blocks(spec.image_shape[0], cfg.channels[: cfg.cut_layer])
+        fc = cfg.cut_layer - len(cfg.channels)
+        if fc > 0:  # the cut lies in the fully connected layers (Fu et al.'s bottoms end in fc)
+            flat = _numel(_shape_after(body, (1, *spec.image_shape)))
+            body = nn.Sequential(body, nn.Flatten(), relu_stack(flat, cfg.layers[:fc])[0])
         if cfg.top == "none":
             flat = _shape_after(body, (1, *spec.image_shape))
             body = nn.Sequential(body, nn.Flatten(), nn.Linear(_numel(flat), outputs))
@@ -153,7 +157,10 @@ def build_top(cfg: ModelConfig, activation_shapes: list[tuple[int, ...]],
         if cfg.top == "none":
             return TopModel("sum", None, own_bottom, wide)
         merged = _merged_shape(shapes, cfg.aggregation)
-        if cfg.kind == "cnn":
+        if cfg.kind == "cnn" and cfg.cut_layer > len(cfg.channels):
+            stack, width = relu_stack(_numel(merged), cfg.layers[cfg.cut_layer - len(cfg.channels):])
+            head = nn.Sequential(nn.Flatten(), stack, nn.Linear(width, outputs))
+        elif cfg.kind == "cnn":
             convs = conv_blocks(merged[0], cfg.channels[cfg.cut_layer:])
             flat = _numel(_shape_after(convs, (1, *merged)))
             stack, width = relu_stack(flat, cfg.layers)

@@ -1,0 +1,149 @@
+"""Clean anchors: the pre-defense cut gradients of a few positives per batch, an evaluation-only
+artifact the label party writes for the cosine oracle (Li et al. §3.3), never sent on the wire.
+
+Per train step and tapped party the label party draws R = threat.draws positives of the batch
+(seeded, with replacement: each draw is one independent pick of "one random positive") and
+appends their sample ids and clean gradients to `label_party/clean_anchors.arrows` (Arrow IPC
+stream, flushed per step). Size: steps × tapped parties × R × d × 4 bytes.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from splitleak.config import ExperimentConfig
+from splitleak.seeding import rng
+
+# Attacks whose side knowledge is a clean anchor (attacker plug-ins declare `needs_clean_anchors`;
+# a conformance test keeps the two in step, since the core must not import the attacker).
+CLEAN_ANCHOR_ATTACKS = frozenset({"cosine_oracle"})
+
+SCHEMA_FIELDS = [("party_id", pa.int32()), ("epoch", pa.int32()), ("step", pa.int64()),
+                 ("draw", pa.int32()), ("sample_id", pa.int64())]
+
+
+def anchor_parties(cfg: ExperimentConfig, num_classes: int) -> list[int]:
+    """The tapped parties whose clean anchors this run writes: binary runs whose analysis
+    includes an attack that needs them (the default attack set does)."""
+    if num_classes != 2:
+        return []
+    named = {spec.name for spec in cfg.attacker.attacks}
+    if named and not named & CLEAN_ANCHOR_ATTACKS:
+        return []
+    return cfg.tapped_parties
+
+
+def draw_anchor_rows(labels: np.ndarray, seed: int, party_id: int, step: int,
+                     draws: int) -> np.ndarray:
+    """Row indices (within the batch) of `draws` positives picked at random; empty if none."""
+    positives = np.flatnonzero(np.asarray(labels) == 1)
+    if positives.size == 0:
+        return positives
+    return rng(seed, "clean_anchor", party_id, step).choice(positives, size=draws, replace=True)
+
+
+class CleanAnchorWriter:
+    """Appends one record batch per (step, party); the file stays readable up to the last one."""
+
+    def __init__(self, path: Path, cfg: ExperimentConfig, parties: list[int]) -> None:
+        self.path = path
+        self.parties = set(parties)
+        self.draws = cfg.threat.draws
+        self.seeds = {k: cfg.threat.side_seed(k, cfg.run.seed) for k in parties}
+        self._sink = self._writer = None
+        self._width: int | None = None
+
+    def record(self, party_id: int, epoch: int, step: int, sample_ids: np.ndarray,
+               labels: np.ndarray, clean_gradient: np.ndarray) -> None:
+        if party_id not in self.parties:
+            return
+        rows = draw_anchor_rows(labels, self.seeds[party_id], party_id, step, self.draws)
+        if rows.size == 0:
+            return
+        gradients = np.ascontiguousarray(clean_gradient[rows], dtype=np.float32).reshape(rows.size, -1)
+        n = rows.size
+        columns = [pa.array(np.full(n, party_id, np.int32)), pa.array(np.full(n, epoch, np.int32)),
+                   pa.array(np.full(n, step, np.int64)), pa.array(np.arange(n, dtype=np.int32)),
+                   pa.array(np.asarray(sample_ids)[rows].astype(np.int64)),
+                   pa.FixedSizeListArray.from_arrays(pa.array(gradients.reshape(-1)),
+                                                     gradients.shape[1])]
+        batch = pa.RecordBatch.from_arrays(columns, schema=self._schema(gradients.shape[1]))
+        if self._writer is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._sink = pa.OSFile(str(self.path), "wb")
+            self._writer = pa.ipc.new_stream(self._sink, batch.schema)
+            self._width = gradients.shape[1]
+        elif gradients.shape[1] != self._width:
+            raise ValueError(f"party {party_id} step {step}: clean gradient width "
+                             f"{gradients.shape[1]} differs from the anchors written so far")
+        self._writer.write_batch(batch)
+        self._sink.flush()
+
+    def keep_before(self, step: int) -> None:
+        """Keep only the records of train steps before `step` (a resumed run redoes the rest,
+        and a torn tail goes too), rewritten atomically; later records append after them."""
+        kept: list[pa.RecordBatch] = []
+        if self.path.exists():
+            try:
+                with pa.OSFile(str(self.path), "rb") as source:
+                    for batch in pa.ipc.open_stream(source):
+                        if batch.column("step")[0].as_py() < step:
+                            kept.append(batch)
+            except (pa.ArrowInvalid, OSError):
+                pass  # a torn tail: the complete records before it are kept
+        self.close()
+        if not kept:
+            self.path.unlink(missing_ok=True)
+            return
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        self._sink = pa.OSFile(str(tmp), "wb")
+        self._writer = pa.ipc.new_stream(self._sink, kept[0].schema)
+        for batch in kept:
+            self._writer.write_batch(batch)
+        self._sink.flush()
+        os.replace(tmp, self.path)
+        self._width = kept[0].schema.field("gradient").type.list_size
+
+    @staticmethod
+    def _schema(width: int) -> pa.Schema:
+        return pa.schema([*SCHEMA_FIELDS, ("gradient", pa.list_(pa.float32(), width))])
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._sink.close()
+            self._writer = self._sink = None
+
+
+@dataclass(frozen=True)
+class BatchAnchors:
+    """One (party, step): the sample id and clean gradient of each draw, in draw order."""
+
+    sample_ids: np.ndarray  # int64 [R]
+    gradients: np.ndarray  # float32 [R, d]
+
+
+def read_clean_anchors(path: Path) -> tuple[dict[tuple[int, int], BatchAnchors], str | None]:
+    """(party, step) -> anchors, and a warning if the file ends in a torn record."""
+    found: dict[tuple[int, int], BatchAnchors] = {}
+    if not path.exists():
+        return found, None
+    warning = None
+    try:
+        with pa.OSFile(str(path), "rb") as source:
+            for batch in pa.ipc.open_stream(source):
+                width = batch.schema.field("gradient").type.list_size
+                key = (int(batch.column("party_id")[0].as_py()), int(batch.column("step")[0].as_py()))
+                order = np.argsort(batch.column("draw").to_numpy())
+                gradients = batch.column("gradient").values.to_numpy(zero_copy_only=False)
+                found[key] = BatchAnchors(batch.column("sample_id").to_numpy()[order],
+                                          gradients.reshape(-1, width)[order])
+    except (pa.ArrowInvalid, OSError) as err:
+        warning = (f"{path}: truncated after {len(found)} complete batch(es) of clean anchors "
+                   f"(the label party stopped mid-write?): {err}; using the complete ones")
+    return found, warning

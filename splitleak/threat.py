@@ -1,0 +1,120 @@
+"""The threat model (`[threat]`): which passive parties attack, what they know, what they do."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+
+DEFAULT_HINTS = (1, 3, 5)
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ThreatParty(_Frozen):
+    """One adversarial passive party: its tap, its deviation from the protocol, its side knowledge."""
+
+    curious: bool = True  # its received gradients are tapped to the attacker sidecar
+    optimizer: Literal["honest", "malicious"] = "honest"  # malicious: Fu et al.'s optimizer
+    gamma: PositiveFloat = 1.0  # malicious optimizer: r = clamp(1 + gamma * g_t / g_(t-1), clamp)
+    clamp: tuple[float, float] = (1.0, 5.0)
+    hints: list[PositiveInt] = list(DEFAULT_HINTS)  # k known positives per batch (hint attacks)
+    labelled_per_class: PositiveInt | None = None  # labelled train rows per class: model completion
+    seed: int | None = Field(None, ge=0, lt=2**63)  # draws of side knowledge; None: the run seed
+
+    @model_validator(mode="after")
+    def _clamp(self) -> ThreatParty:
+        low, high = self.clamp
+        if not 0 < low <= high:
+            raise ValueError(f"clamp = {list(self.clamp)} must be [low, high] with 0 < low <= high "
+                             "(Fu et al.: [1.0, 5.0])")
+        return self
+
+    def describe(self) -> str:
+        """A few words for reports, e.g. `curious, malicious optimizer (γ=1, clamp [1, 5])`."""
+        words = ["curious" if self.curious else "not tapped"]
+        if self.optimizer == "malicious":
+            low, high = self.clamp
+            words.append(f"malicious optimizer (γ={self.gamma:g}, clamp [{low:g}, {high:g}])")
+        else:
+            words.append("honest")
+        return ", ".join(words)
+
+
+def _default_parties() -> dict[str, ThreatParty]:
+    return {"1": ThreatParty()}
+
+
+class ThreatConfig(_Frozen):
+    """Absent from a file: passive party 1 is curious and honest (the sidecar taps it)."""
+
+    draws: PositiveInt = Field(5, le=1000)  # R repetitions of random side knowledge per batch
+    collusion: list[list[PositiveInt]] = []  # groups of parties analysed together by one attacker
+    parties: dict[str, ThreatParty] = Field(default_factory=_default_parties)
+
+    @model_validator(mode="after")
+    def _groups(self) -> ThreatConfig:
+        for i, group in enumerate(self.collusion):
+            if len(set(group)) < 2 or len(set(group)) != len(group):
+                raise ValueError(f"collusion[{i}] = {group} must name two or more distinct parties")
+            strangers = [k for k in group if str(k) not in self.parties]
+            if strangers:
+                raise ValueError(f"collusion[{i}] names parties {strangers} that have no "
+                                 f"[threat.parties.K] entry; colluding parties must be adversaries")
+        return self
+
+    def check_parties(self, passive_parties: int) -> None:
+        """Party keys must be passive party ids of this run."""
+        allowed = {str(k) for k in range(1, passive_parties + 1)}
+        bad = sorted(set(self.parties) - allowed, key=str)
+        bad += sorted({str(k) for g in self.collusion for k in g} - allowed - set(bad), key=str)
+        if bad:
+            raise ValueError(f"threat names parties {bad}; this run has passive parties "
+                             f"1..{passive_parties}")
+
+    def party(self, party_id: int) -> ThreatParty | None:
+        return self.parties.get(str(party_id))
+
+    @property
+    def curious(self) -> list[int]:
+        """Parties whose received gradients the sidecar records."""
+        return sorted(int(k) for k, p in self.parties.items() if p.curious)
+
+    @property
+    def malicious(self) -> list[int]:
+        return sorted(int(k) for k, p in self.parties.items() if p.optimizer == "malicious")
+
+    def side_seed(self, party_id: int, run_seed: int) -> int:
+        """The seed of a party's random side knowledge (hints, oracle positives, labelled rows)."""
+        entry = self.party(party_id)
+        return run_seed if entry is None or entry.seed is None else entry.seed
+
+    def describe(self, parties: list[int]) -> str:
+        """The threat model behind one number: who attacks and how, in a few words."""
+        if len(parties) > 1:
+            return (f"colluding parties {'+'.join(map(str, parties))}: "
+                    + "; ".join(f"{k} {self._describe_one(k)}" for k in parties))
+        return self._describe_one(parties[0])
+
+    def _describe_one(self, party_id: int) -> str:
+        entry = self.party(party_id)
+        return entry.describe() if entry is not None else "honest, not tapped"
+
+
+def migration_message(attacker: dict[str, Any]) -> str:
+    """The error for a pre-threat-model file: what moved and the exact replacement."""
+    observe = attacker.get("observe", [1])
+    hints = attacker.get("hints")
+    parties = observe if isinstance(observe, list) and observe else [1]
+    lines = []
+    for k in parties:
+        lines.append(f"[threat.parties.{k}]")
+        lines.append("curious = true")
+        if hints is not None:
+            lines.append(f"hints = {list(hints) if isinstance(hints, list) else hints}")
+    moved = [f"attacker.{key}" for key in ("observe", "hints") if key in attacker]
+    return (f"{' and '.join(moved)} moved to the threat model: delete "
+            f"{'them' if len(moved) > 1 else 'it'} from [attacker] and write instead\n"
+            + "\n".join(f"      {line}" for line in lines))

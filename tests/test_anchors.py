@@ -1,0 +1,128 @@
+"""Clean anchors for the cosine oracle: the label party's seeded draw, the artifact, and the
+analysis using the clean (pre-defense) gradient, equal to the received one only without a defense."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attacker.analysis import analyze
+from attacker.attacks import build_attack
+from attacker.leak import evaluate_batch
+from attacker.store import GradientLog
+from orchestration.reference import run_reference
+from splitleak.anchors import CleanAnchorWriter, anchor_parties, draw_anchor_rows, read_clean_anchors
+from splitleak.config import parse_config
+from splitleak.rundir import RunDir, create_run_dir
+from tests.conftest import small_config
+
+
+def test_draw_picks_positives_with_replacement_and_is_seeded() -> None:
+    labels = np.array([0, 1, 0, 0, 1, 0])
+    rows = draw_anchor_rows(labels, seed=3, party_id=1, step=7, draws=5)
+    assert rows.size == 5 and set(rows.tolist()) <= {1, 4}
+    np.testing.assert_array_equal(rows, draw_anchor_rows(labels, 3, 1, 7, 5))
+    others = [draw_anchor_rows(labels, 3, 1, step, 5).tolist() for step in range(8, 14)]
+    assert any(o != rows.tolist() for o in others)  # another step, another draw
+    assert draw_anchor_rows(np.zeros(4), 3, 1, 7, 5).size == 0
+
+
+def test_anchor_parties_follow_the_declared_attacks(tmp_path: Path) -> None:
+    cfg = parse_config(small_config(tmp_path))
+    assert anchor_parties(cfg, 2) == [1]  # the default attacks include the cosine oracle
+    assert anchor_parties(cfg, 10) == []  # multi-class: no score attack runs
+    named = parse_config(small_config(tmp_path, attacker={"attacks": ["norm"]}))
+    assert anchor_parties(named, 2) == []
+    oracle = parse_config(small_config(tmp_path, attacker={"attacks": ["norm", "cosine_oracle"]}))
+    assert anchor_parties(oracle, 2) == [1]
+    assert anchor_parties(parse_config(small_config(tmp_path, attacker={"enabled": False})), 2) == []
+
+
+def test_artifact_round_trips_and_survives_a_torn_tail(tmp_path: Path) -> None:
+    cfg = parse_config(small_config(tmp_path, threat={"draws": 3}))
+    path = tmp_path / "anchors.arrows"
+    writer = CleanAnchorWriter(path, cfg, [1])
+    gradients = np.arange(12, dtype=np.float32).reshape(4, 3)
+    writer.record(1, 0, 5, np.array([40, 41, 42, 43]), np.array([0, 1, 1, 0]), gradients)
+    writer.record(2, 0, 5, np.array([40, 41, 42, 43]), np.array([0, 1, 1, 0]), gradients)  # not tapped
+    writer.record(1, 0, 6, np.array([1, 2]), np.array([0, 0]), gradients[:2])  # no positive
+    writer.close()
+    found, warning = read_clean_anchors(path)
+    assert warning is None and list(found) == [(1, 5)]
+    anchors = found[(1, 5)]
+    assert anchors.sample_ids.size == 3 and set(anchors.sample_ids.tolist()) <= {41, 42}
+    for sample_id, gradient in zip(anchors.sample_ids, anchors.gradients, strict=True):
+        np.testing.assert_array_equal(gradient, gradients[sample_id - 40])
+    path.write_bytes(path.read_bytes()[:-20])
+    found, warning = read_clean_anchors(path)
+    assert found == {} and "truncated" in warning
+    assert read_clean_anchors(tmp_path / "absent.arrows") == ({}, None)
+
+
+def _run(tmp_path: Path, defense: list[dict]) -> RunDir:
+    cfg = parse_config(small_config(tmp_path, defense=defense, threat={"draws": 3},
+                                    training={"epochs": 3, "batch_size": 32}))
+    run = create_run_dir(cfg, suffix="-" + (defense[0]["name"] if defense else "none"))
+    run_reference(cfg, run)
+    return run
+
+
+def _with_anchor(run: RunDir, use_clean: bool) -> list[float]:
+    """The cosine oracle's per-batch AUC with the label party's anchors, the anchor vector being
+    the clean gradient or the received row of the same sample."""
+    anchors, _ = read_clean_anchors(run.clean_anchors)
+    labels = analyze_labels(run)
+    attack = build_attack("cosine_oracle", {})
+    aucs = []
+    for batch in GradientLog(run.attacker / "gradients").batches(1):
+        found = anchors[(1, batch.step)]
+        grads = batch.tensors["cut_gradient"]
+        for draw, sample_id in enumerate(found.sample_ids):
+            row = int(np.flatnonzero(batch.sample_ids == sample_id)[0])
+            anchor = found.gradients[draw] if use_clean else grads[row]
+            leak = evaluate_batch(attack, grads, labels[batch.sample_ids], np.random.default_rng(0),
+                                  (row, anchor))
+            aucs.append(leak.auc.raw if leak.auc else np.nan)
+    return aucs
+
+
+def analyze_labels(run: RunDir) -> np.ndarray:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(run.labels).to_pydict()
+    lookup = np.full(max(table["sample_id"]) + 1, -1)
+    lookup[table["sample_id"]] = table["label"]
+    return lookup
+
+
+def test_clean_anchor_equals_received_without_a_defense_and_differs_under_marvell(
+        tmp_path: Path) -> None:
+    plain, marvell = _run(tmp_path, []), _run(tmp_path, [{"name": "marvell", "s": 4.0}])
+    for run in (plain, marvell):
+        anchors, _ = read_clean_anchors(run.clean_anchors)
+        steps = [b.step for b in GradientLog(run.attacker / "gradients").batches(1)]
+        assert set(steps) <= {step for _, step in anchors} and len(anchors) >= len(steps) - 1
+        assert all(a.sample_ids.size == 3 for a in anchors.values())
+    # No defense: the clean gradient is the received one, bit for bit, and so is the leak.
+    assert np.array_equal(_with_anchor(plain, True), _with_anchor(plain, False), equal_nan=True)
+    # Marvell: the received anchor carries Marvell's noise; the clean one does not.
+    clean, received = np.array(_with_anchor(marvell, True)), np.array(_with_anchor(marvell, False))
+    assert not np.allclose(clean, received, equal_nan=True)
+    # The analysis reads the artifact: draw r uses anchor r, and nothing falls back.
+    summary = analyze(marvell.root, [("cosine_oracle", {})])
+    assert not any("no clean anchor" in w for w in summary["warnings"])
+    entry = next(e for e in summary["leak"] if e["scope"] == "run" and e["layer"] == "cut")
+    assert entry["draws"] == 3 and "spread" in entry
+    per_draw = np.nanmean(clean.reshape(-1, 3), axis=0)  # batches in order, three draws each
+    assert entry["raw"]["mean"] == pytest.approx(per_draw.mean(), abs=1e-9)
+
+
+def test_analysis_falls_back_to_received_anchors_and_says_so(tmp_path: Path) -> None:
+    run = _run(tmp_path, [{"name": "marvell", "s": 4.0}])
+    run.clean_anchors.unlink()
+    summary = analyze(run.root, [("cosine_oracle", {})], draws=2)
+    assert any("no clean anchor" in w and "received" in w for w in summary["warnings"])
+    entry = next(e for e in summary["leak"] if e["scope"] == "run" and e["layer"] == "cut")
+    assert entry["draws"] == 2
