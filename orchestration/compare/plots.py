@@ -1,0 +1,104 @@
+"""The comparison's figures (matplotlib Agg): leak vs utility per attack with CI bars and the
+Pareto frontier; leak vs strength per defense family."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display: files only
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+from matplotlib.ticker import NullFormatter  # noqa: E402
+
+from orchestration.compare.trends import Trend  # noqa: E402
+
+DPI = 110
+
+
+def _err(row: dict[str, Any], prefix: str) -> tuple[float, float]:
+    """Distances from the mean to the CI ends (0 where there is no interval)."""
+    mean, low, high = (row.get(f"{prefix}_{k}") for k in ("mean", "ci_low", "ci_high"))
+    if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)):
+        return 0.0, 0.0
+    return mean - low, high - mean
+
+
+def _colors(families: list[str]) -> dict[str, Any]:
+    cmap = plt.get_cmap("tab10")
+    return {f: cmap(i % 10) for i, f in enumerate(dict.fromkeys(families))}
+
+
+def leak_vs_utility(rows: list[dict[str, Any]], path: Path, leak_label: str, utility_label: str) -> None:
+    """One attack: each setting at (leak, utility) seed means with 95 % CI bars; the frontier
+    joins the settings no other beats on both (up and to the left is better)."""
+    rows = [r for r in rows if r["leak_mean"] is not None and r["utility_mean"] is not None]
+    colors = _colors([r["family"] for r in rows])
+    fig, ax = plt.subplots(figsize=(7.5, 5.2))
+    shown: set[str] = set()
+    for row in rows:
+        xerr, yerr = _err(row, "leak"), _err(row, "utility")
+        ax.errorbar(row["leak_mean"], row["utility_mean"], xerr=[[xerr[0]], [xerr[1]]],
+                    yerr=[[yerr[0]], [yerr[1]]], fmt="o" if row["pareto"] else "s", ms=6,
+                    color=colors[row["family"]], mfc=colors[row["family"]] if row["pareto"] else "white",
+                    capsize=3, lw=1, label=None if row["family"] in shown else row["family"])
+        shown.add(row["family"])
+        ax.annotate(row["setting"], (row["leak_mean"], row["utility_mean"]), fontsize=7,
+                    xytext=(4, 4), textcoords="offset points", color="0.25")
+    frontier = sorted((r for r in rows if r["pareto"]), key=lambda r: r["leak_mean"])
+    if frontier:
+        ax.step([r["leak_mean"] for r in frontier], [r["utility_mean"] for r in frontier],
+                where="post", color="black", lw=1.2, ls="--", alpha=0.7, label="Pareto frontier")
+    ax.set_xlabel(f"{leak_label}\n(mean over seeds, 95 % t interval)")
+    ax.set_ylabel(f"{utility_label} (mean over seeds, 95 % t interval)")
+    ax.set_title(f"{rows[0]['attack'] if rows else ''}: leak vs utility (better: up and left)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
+
+
+def leak_vs_strength(family_trends: list[Trend], baselines: dict[str, dict[str, Any]], path: Path,
+                     leak_label: str) -> None:
+    """One defense family: per attack, the leak at each level of each varying parameter (lines
+    for the other parameters' values); the dashed line is the same set-up without a defense."""
+    by_attack: dict[str, list[Trend]] = defaultdict(list)
+    for trend in family_trends:
+        by_attack[trend.attack].append(trend)
+    count = len(by_attack)
+    ncols = min(3, count)
+    nrows = math.ceil(count / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.6 * nrows), squeeze=False)
+    for ax, (attack, attack_trends) in zip(axes.flat, by_attack.items(), strict=False):
+        for trend in attack_trends:
+            x = np.array([v for v, _ in trend.levels])
+            y = np.array([row["leak_mean"] for _, row in trend.levels])
+            err = np.array([_err(row, "leak") for _, row in trend.levels]).T
+            fixed = ", ".join(f"{k.split('.', 1)[-1]}={v:g}" for k, v in trend.fixed.items())
+            ax.errorbar(x, y, yerr=err, marker="o", capsize=3, lw=1.2,
+                        label=trend.parameter.split(".", 1)[-1] + (f" ({fixed})" if fixed else ""))
+            if (x > 0).all() and x.max() / x.min() >= 10:
+                ax.set_xscale("log")
+                ax.xaxis.set_minor_formatter(NullFormatter())
+            ax.set_xticks(x, [f"{v:g}" for v in x])
+        base = baselines.get(attack)
+        if base is not None and base.get("leak_mean") is not None:
+            ax.axhline(base["leak_mean"], color="0.4", ls="--", lw=1, label="no defense")
+        ax.set_title(attack, fontsize=9)
+        ax.set_xlabel(attack_trends[0].parameter)
+        ax.set_ylabel(leak_label, fontsize=8)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[count:]:
+        ax.set_visible(False)
+    fig.suptitle(f"{family_trends[0].family}: leak vs strength (mean over seeds, 95 % t interval)",
+                 fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=DPI)
+    plt.close(fig)
