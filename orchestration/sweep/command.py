@@ -12,7 +12,7 @@ from types import FrameType
 from rich.console import Console
 
 from orchestration.commands import validate
-from orchestration.sweep.engine import Engine
+from orchestration.sweep.engine import Engine, EngineError
 from orchestration.sweep.index import SweepIndex, SweepIndexError
 from orchestration.sweep.points import Point, resolve
 from orchestration.sweep.runner import SweepOutcome, run_points
@@ -90,6 +90,8 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     try:
         outcome = run_points(points, index, engine, retry_failed=args.retry_failed, console=console,
                              show_progress=not args.no_progress)
+    except EngineError as err:
+        raise BadInput(f"--engine {engine.name}: {err}") from None
     except KeyboardInterrupt:
         counts = index.counts()
         console.print(f"[bold red]interrupted[/]: every running point was stopped; index "

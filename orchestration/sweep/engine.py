@@ -24,6 +24,10 @@ from splitleak.rundir import RunDir, write_config
 Status = Literal["done", "failed", "interrupted"]
 
 
+class EngineError(ValueError):
+    """The engine cannot run these points as asked (e.g. --spread on too few nodes)."""
+
+
 @dataclass(frozen=True)
 class PointResult:
     status: Status
