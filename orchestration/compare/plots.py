@@ -48,12 +48,11 @@ def leak_vs_utility(rows: list[dict[str, Any]], path: Path, leak_label: str, uti
                     color=colors[row["family"]], mfc=colors[row["family"]] if row["pareto"] else "white",
                     capsize=3, lw=1, label=None if row["family"] in shown else row["family"])
         shown.add(row["family"])
-        ax.annotate(row["setting"], (row["leak_mean"], row["utility_mean"]), fontsize=7,
-                    xytext=(4, 4), textcoords="offset points", color="0.25")
     frontier = sorted((r for r in rows if r["pareto"]), key=lambda r: r["leak_mean"])
     if frontier:
         ax.step([r["leak_mean"] for r in frontier], [r["utility_mean"] for r in frontier],
                 where="post", color="black", lw=1.2, ls="--", alpha=0.7, label="Pareto frontier")
+    _label_points(ax, rows)
     ax.set_xlabel(f"{leak_label}\n(mean over seeds, 95 % t interval)")
     ax.set_ylabel(f"{utility_label} (mean over seeds, 95 % t interval)")
     ax.set_title(f"{rows[0]['attack'] if rows else ''}: leak vs utility (better: up and left)")
@@ -62,6 +61,31 @@ def leak_vs_utility(rows: list[dict[str, Any]], path: Path, leak_label: str, uti
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     plt.close(fig)
+
+
+def _overlaps(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def _label_points(ax: plt.Axes, rows: list[dict[str, Any]]) -> None:
+    """Name each setting beside its marker, moving a label up or down until it does not cover
+    one already placed (settings often crowd near the no-defense corner)."""
+    ax.autoscale_view()
+    scale = ax.figure.dpi / 72  # points to pixels
+    placed: list[tuple[float, ...]] = []
+    for row in sorted(rows, key=lambda r: (-r["utility_mean"], r["leak_mean"])):
+        x, y = ax.transData.transform((row["leak_mean"], row["utility_mean"]))
+        width, height = len(row["setting"]) * 4.0 * scale, 8.0 * scale
+        left = x + 4 * scale + width > ax.bbox.x1  # no room on the right: label to the left
+        x0 = x - 4 * scale - width if left else x + 4 * scale
+        for dy in (3, -11, 13, -21, 23, -31, 33, -41, 43):
+            box = (x0, y + dy * scale, x0 + width, y + dy * scale + height)
+            if not any(_overlaps(box, other) for other in placed):
+                break
+        placed.append(box)
+        ax.annotate(row["setting"], (row["leak_mean"], row["utility_mean"]), fontsize=7,
+                    xytext=(-4 if left else 4, dy), textcoords="offset points", color="0.25",
+                    ha="right" if left else "left")
 
 
 def leak_vs_strength(family_trends: list[Trend], baselines: dict[str, dict[str, Any]], path: Path,
