@@ -32,7 +32,7 @@ import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from rich.console import Console
@@ -40,6 +40,10 @@ from rich.console import Console
 from orchestration.sweep.arguments import add_engine_arguments
 from splitleak.config import ConfigError, ExperimentConfig
 from splitleak.seeding import derive_seed
+
+if TYPE_CHECKING:
+    from orchestration.sweep.engine import Engine
+    from orchestration.sweep.points import Point
 
 DELTAS = (0.05, 0.1, 0.2, 0.3, 0.5)
 ATTACK_SPECS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -98,7 +102,7 @@ def _sweep_base(cfg: ExperimentConfig, attacks: Sequence[str]) -> ExperimentConf
     return ExperimentConfig.model_validate(data)
 
 
-def _trial(point: Any, repeat: int, attacks: Sequence[str]) -> DeltaTrial:
+def _trial(point: Point, repeat: int, attacks: Sequence[str]) -> DeltaTrial:
     """leakAUC, trainAUC and test AUC of one finished trial run."""
     from orchestration.compare.read import read_run
 
@@ -118,7 +122,7 @@ def _trial(point: Any, repeat: int, attacks: Sequence[str]) -> DeltaTrial:
 
 def select_delta(cfg: ExperimentConfig, *, deltas: Sequence[float] = DELTAS, fraction: float = 0.1,
                  repeats: int = 5, attacks: Sequence[str] = ("norm",),
-                 output_dir: Path | None = None, engine: Any = None,
+                 output_dir: Path | None = None, engine: Engine | None = None,
                  console: Console | None = None) -> DeltaSelection:
     """Run the selection as a sweep on `engine` (default: the local engine); the trial run
     directories go under `output_dir`/gafm_select (a temporary directory if None)."""

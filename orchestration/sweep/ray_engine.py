@@ -160,7 +160,8 @@ class RayEngine(Engine):
             listener.finished(point, result)
             return result
         except Exception as err:  # noqa: BLE001 - the point fails, the sweep goes on
-            message = f"{type(err).__name__}: {err}"
+            cause = getattr(err, "cause", None) or err  # a role's own error, not Ray's wrapper
+            message = f"{type(cause).__name__}: {cause}"
             nodes = None
         finally:
             self._release(actors, group)
