@@ -101,7 +101,8 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     if not args.no_compare and outcome.counts.get("done"):
         from orchestration.compare.command import compare_and_print
 
-        compare_and_print([sweep_dir], sweep_dir / "compare", console)
+        compare_and_print([sweep_dir], sweep_dir / "compare", console,
+                          leak_stat=sweep.sweep.leak_stat)
     return EXIT_FAILED if outcome.counts.get("failed") else 0
 
 

@@ -6,6 +6,7 @@
     output_dir = "sweeps"
     seeds = [0, 1, 2]                  # a run.seed axis crossed with everything
     subset = 0.1                       # optional: dataset.subset.fraction of every point
+    leak_stat = "flipped_p95"          # the comparison's leak on plots and the frontier
 
     [set]                              # overrides of every point: config path -> value
     "training.max_steps" = 60
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError, model_validator
 
@@ -56,6 +57,7 @@ class SweepSection(_Strict):
     seeds: list[NonNegativeInt] | None = Field(None, min_length=1)
     subset: float | None = Field(None, gt=0.0, le=1.0)
     description: str = ""
+    leak_stat: Literal["flipped_p95", "flipped_mean"] = "flipped_p95"  # the comparison's headline
 
     @model_validator(mode="after")
     def _unique_seeds(self) -> SweepSection:
