@@ -202,3 +202,18 @@ def test_compare_reads_a_sweep_index(tmp_path: Path, capsys: pytest.CaptureFixtu
     with pytest.raises(SystemExit) as exit_info:
         main(["compare", str(tmp_path)])  # neither a sweep nor run directories
     assert exit_info.value.code == 2 and "not a sweep directory" in capsys.readouterr().err
+
+
+def test_trends_of_a_two_parameter_grid() -> None:
+    rows = [{"family": "kdk", "setup": "s", "attack": "direct_label", "leak_mean": 0.5 - eps / 2 - k / 100,
+             "strengths": json.dumps({"kdk.epsilon": eps, "kdk.k": k, "kdk.teacher_lr": 0.001})}
+            for eps in (0.2, 0.5) for k in (2, 3, 5)]
+    rows[-1]["leak_mean"] = 0.9  # eps 0.5, k 5: breaks the fall along k
+    found = {(t.parameter, tuple(t.fixed.items())): t for t in trends(rows)}
+    assert set(found) == {("kdk.epsilon", (("kdk.k", 2),)), ("kdk.epsilon", (("kdk.k", 3),)),
+                          ("kdk.epsilon", (("kdk.k", 5),)), ("kdk.k", (("kdk.epsilon", 0.2),)),
+                          ("kdk.k", (("kdk.epsilon", 0.5),))}  # the constant teacher_lr is not held
+    assert found[("kdk.k", (("kdk.epsilon", 0.2),))].direction == "falls"
+    assert found[("kdk.k", (("kdk.epsilon", 0.2),))].spearman == pytest.approx(-1.0)
+    assert found[("kdk.k", (("kdk.epsilon", 0.5),))].direction == "mixed"
+    assert found[("kdk.epsilon", (("kdk.k", 5),))].direction == "rises"

@@ -90,23 +90,23 @@ def _label_points(ax: plt.Axes, rows: list[dict[str, Any]]) -> None:
 
 def leak_vs_strength(family_trends: list[Trend], baselines: dict[str, dict[str, Any]], path: Path,
                      leak_label: str) -> None:
-    """One defense family: per attack, the leak at each level of each varying parameter (lines
-    for the other parameters' values); the dashed line is the same set-up without a defense."""
-    by_attack: dict[str, list[Trend]] = defaultdict(list)
+    """One defense family: a panel per attack and varying parameter, the leak at each of its
+    levels (a line per value of the family's other varying parameters); the dashed line is the
+    same set-up without a defense."""
+    by_attack: dict[tuple[str, str], list[Trend]] = defaultdict(list)
     for trend in family_trends:
-        by_attack[trend.attack].append(trend)
+        by_attack[(trend.attack, trend.parameter)].append(trend)
     count = len(by_attack)
     ncols = min(3, count)
     nrows = math.ceil(count / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(4.6 * ncols, 3.6 * nrows), squeeze=False)
-    for ax, (attack, attack_trends) in zip(axes.flat, by_attack.items(), strict=False):
+    for ax, ((attack, parameter), attack_trends) in zip(axes.flat, by_attack.items(), strict=False):
         for trend in attack_trends:
             x = np.array([v for v, _ in trend.levels])
             y = np.array([row["leak_mean"] for _, row in trend.levels])
             err = np.array([_err(row, "leak") for _, row in trend.levels]).T
             fixed = ", ".join(f"{k.split('.', 1)[-1]}={v:g}" for k, v in trend.fixed.items())
-            ax.errorbar(x, y, yerr=err, marker="o", capsize=3, lw=1.2,
-                        label=trend.parameter.split(".", 1)[-1] + (f" ({fixed})" if fixed else ""))
+            ax.errorbar(x, y, yerr=err, marker="o", capsize=3, lw=1.2, label=fixed or "leak")
             if (x > 0).all() and x.max() / x.min() >= 10:
                 ax.set_xscale("log")
                 ax.xaxis.set_minor_formatter(NullFormatter())
@@ -115,7 +115,7 @@ def leak_vs_strength(family_trends: list[Trend], baselines: dict[str, dict[str, 
         if base is not None and base.get("leak_mean") is not None:
             ax.axhline(base["leak_mean"], color="0.4", ls="--", lw=1, label="no defense")
         ax.set_title(attack, fontsize=9)
-        ax.set_xlabel(attack_trends[0].parameter)
+        ax.set_xlabel(parameter)
         ax.set_ylabel(leak_label, fontsize=8)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7)

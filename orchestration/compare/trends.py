@@ -15,7 +15,7 @@ from scipy import stats
 class Trend:
     family: str
     parameter: str  # e.g. "marvell.s"
-    fixed: dict[str, float]  # the family's other parameters, held at these values
+    fixed: dict[str, float]  # the family's other varying parameters, held at these values
     attack: str
     levels: list[tuple[float, dict[str, Any]]]  # (parameter value, table row), ascending
 
@@ -55,7 +55,7 @@ def trends(rows: list[dict[str, Any]]) -> list[Trend]:
             for row, p in zip(members, params, strict=True):
                 if parameter not in p:
                     continue
-                fixed = tuple(sorted((k, v) for k, v in p.items() if k != parameter))
+                fixed = tuple(sorted((k, v) for k, v in p.items() if k != parameter and k in varying))
                 key = (name, parameter, fixed, row["attack"], row["setup"])
                 groups[key].append((p[parameter], row))
     return [Trend(f, parameter, dict(fixed), attack, sorted(levels, key=lambda lv: lv[0]))
