@@ -62,22 +62,25 @@ def write_tables(comparison: Comparison, out: Path) -> None:
     write_atomically(out / "table.csv", lambda tmp: pa_csv.write_csv(table, tmp))
 
 
+def _leak_cells(row: dict[str, Any], auc: bool) -> list[str]:
+    if not auc:
+        return [_ci(row, "leak_accuracy")]
+    return [_ci(row, "leak_flipped_p95"), _ci(row, "leak_flipped_mean"),
+            _num(row["leak_raw_p95_mean"]), _num(row["leak_raw_mean_mean"])]
+
+
 def _attack_md(rows: list[dict[str, Any]], figure: str | None) -> list[str]:
     first = rows[0]
     utility = UTILITY_LABELS.get(first["utility_metric"], first["utility_metric"])
     lines = [f"## {first['attack']}", "", f"Side knowledge: {first['side_knowledge'] or 'none stated'}. "
              f"Type: {first['attack_type']}. Party {first['party']}, {first['layer']} layer.", ""]
-    if first["metric"] == "auc":
-        leak_header = ["p95 flipped [CI]", "mean flipped [CI]", "p95 raw", "mean raw"]
-        leak_cells = lambda r: [_ci(r, "leak_flipped_p95"), _ci(r, "leak_flipped_mean"),  # noqa: E731
-                                _num(r["leak_raw_p95_mean"]), _num(r["leak_raw_mean_mean"])]
-    else:
-        leak_header = ["accuracy [CI]"]
-        leak_cells = lambda r: [_ci(r, "leak_accuracy")]  # noqa: E731
+    auc = first["metric"] == "auc"
+    leak_header = ["p95 flipped [CI]", "mean flipped [CI]", "p95 raw", "mean raw"] if auc else [
+        "accuracy [CI]"]
     header = ["setting", "seeds", f"{utility} [CI]", f"{utility} worst / best", "drop vs no defense [CI]",
               *leak_header, "leak worst / best", "draw spread", "DCS [CI]", "DCS ours [CI]", "Pareto"]
     body = [[r["setting"], str(r["n_seeds"]), _ci(r, "utility"), _worst_best(r, "utility"),
-             _ci(r, "utility_drop"), *leak_cells(r), _worst_best(r, "leak"), _num(r["spread_mean"]),
+             _ci(r, "utility_drop"), *_leak_cells(r, auc), _worst_best(r, "leak"), _num(r["spread_mean"]),
              _ci(r, "dcs"), _ci(r, "dcs_ours"), "✓" if r["pareto"] else ""] for r in rows]
     lines += _md_table(header, body)
     lines += [f"Leak = {LEAK_LABELS.get(first['headline'], first['headline'])} for worst / best and "

@@ -12,6 +12,7 @@ import hashlib
 import json
 from collections import defaultdict
 from dataclasses import dataclass, field
+from statistics import fmean
 from typing import Any
 
 from orchestration.compare import dcs as capability
@@ -228,8 +229,7 @@ def _dcs_of_means(setting: Setting, entries: dict[int, LeakEntry],
     stars = [r.utility for r in setting.baseline.runs.values()] if setting.baseline else []
     if None in aps or None in mps or not stars or None in stars:
         return None
-    mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
-    return capability.dcs(mean(aps), mean(mps), mean(stars))
+    return capability.dcs(fmean(aps), fmean(mps), fmean(stars))
 
 
 def _mark_frontier(rows: list[dict[str, Any]]) -> None:
