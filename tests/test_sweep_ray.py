@@ -71,7 +71,10 @@ def test_spread_point_runs_each_role_on_its_own_node_with_the_local_numbers(clus
     ray_seconds = time.monotonic() - started
     (row,) = read_index(point.run_dir.parent)
     assert row["status"] == "done", row["message"]
-    nodes = json.loads((point.run_dir / "nodes.json").read_text())
+    placed = json.loads((point.run_dir / "ray.json").read_text())
+    assert placed["strategy"] == "STRICT_SPREAD"
+    assert set(placed["seconds"]) == {"placement", "actors", "training", "streaming", "analysis"}
+    nodes = placed["nodes"]
     assert set(nodes) == {"label_party", "attacker", "passive_party_1"}
     assert len({where["node_id"] for where in nodes.values()}) == NODES  # STRICT_SPREAD
     assert json.loads(row["nodes"]) == nodes and index.rows[point.hash]["engine"] == "ray"
@@ -104,8 +107,9 @@ def test_packed_points_write_into_a_shared_directory(cluster, tmp_path: Path) ->
     _run(points, RayEngine(shared_dir=tmp_path / "shared", cpus_per_role=0.5))
     (row,) = read_index(points[0].run_dir.parent)
     assert row["status"] == "done", row["message"]
-    nodes = json.loads((points[0].run_dir / "nodes.json").read_text())
-    assert set(nodes) == {"label_party", "attacker", "passive_party_1", "passive_party_2"}
+    placed = json.loads((points[0].run_dir / "ray.json").read_text())
+    assert placed["strategy"] == "PACK"
+    assert set(placed["nodes"]) == {"label_party", "attacker", "passive_party_1", "passive_party_2"}
     assert (points[0].run_dir / "passive_party_2" / "bottom.pt").exists()
     assert (points[0].run_dir / "report" / "summary.json").exists()
     assert set(Path(tempfile.gettempdir()).glob("splitleak-*")) <= scratch  # node-local scratch removed
@@ -115,3 +119,13 @@ def test_spread_needs_a_node_per_role(cluster, tmp_path: Path) -> None:
     points = _points(tmp_path, "wide", topology={"passive_parties": 2})  # 4 roles, 3 nodes
     with pytest.raises(EngineError, match="4 roles on its own node, but the cluster has 3 node"):
         RayEngine(spread=True).run(points, None)
+
+
+def test_a_role_that_fails_fails_its_point_with_the_reason(cluster, tmp_path: Path) -> None:
+    points = _points(tmp_path, "broken", dataset={"name": "breast_cancer", "params": {"rows": 5}},
+                     topology={"passive_parties": 1}, features={"passive": [[0, 30]]})
+    _run(points, RayEngine(spread=True))
+    (row,) = read_index(points[0].run_dir.parent)
+    assert row["status"] == "failed"
+    assert "label_party ended before serving" in row["message"] and "rows" in row["message"]
+    assert json.loads((points[0].run_dir / "ray.json").read_text())["nodes"]["label_party"]

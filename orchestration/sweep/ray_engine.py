@@ -74,6 +74,19 @@ class _Cancelled(Exception):
     pass
 
 
+class _Phases:
+    """Wall seconds of a point's phases on Ray (what ray.json reports as its overhead)."""
+
+    def __init__(self) -> None:
+        self._last = time.monotonic()
+        self.seconds: dict[str, float] = {}
+
+    def mark(self, phase: str) -> None:
+        now = time.monotonic()
+        self.seconds[phase] = round(now - self._last, 3)
+        self._last = now
+
+
 def _roles(point: Point) -> list[str]:
     cfg = point.config
     observed = cfg.attacker.enabled and bool(cfg.attacker.observe)
@@ -146,30 +159,39 @@ class RayEngine(Engine):
         started = time.monotonic()
         run = prepare_run_dir(point)
         roles = _roles(point)
-        group = placement_group([{"CPU": self.cpus_per_role}] * len(roles),
-                                strategy="STRICT_SPREAD" if self.spread else "PACK")
+        strategy = "STRICT_SPREAD" if self.spread else "PACK"
+        group = placement_group([{"CPU": self.cpus_per_role}] * len(roles), strategy=strategy)
         actors: dict[str, Any] = {}
+        nodes: dict[str, Any] | None = None
+        phases = _Phases()
         try:
             self._wait(group.ready(), cancel)
+            phases.mark("placement")
             actors = self._place(point, run, roles, group)
             nodes = {role: ray.get(actor.where.remote()) for role, actor in actors.items()}
-            (run.root / "nodes.json").write_text(json.dumps(nodes, indent=2))
-            message = self._train(point, run, actors, listener, cancel)
+            phases.mark("actors")
+            status, essential = self._train(point, actors, listener, cancel)
+            phases.mark("training")
+            self._collect(run, actors)
+            phases.mark("streaming")
+            message = self._failure(run, status, essential)
         except _Cancelled:
-            result = PointResult("interrupted", time.monotonic() - started, "stopped by Ctrl-C")
+            result = PointResult("interrupted", time.monotonic() - started, "stopped by Ctrl-C", nodes)
             listener.finished(point, result)
             return result
         except Exception as err:  # noqa: BLE001 - the point fails, the sweep goes on
             cause = getattr(err, "cause", None) or err  # a role's own error, not Ray's wrapper
             message = f"{type(cause).__name__}: {cause}"
-            nodes = None
         finally:
             self._release(actors, group)
         if message is None:
             collect_outcome(run, "ray", time.monotonic() - started)
             result = self._analyse(point, run, started, nodes, cancel)
+            phases.mark("analysis")
         else:
             result = PointResult("failed", time.monotonic() - started, message, nodes)
+        (run.root / "ray.json").write_text(json.dumps(
+            {"strategy": strategy, "nodes": nodes, "seconds": phases.seconds}, indent=2))
         listener.finished(point, result)
         return result
 
@@ -205,16 +227,15 @@ class RayEngine(Engine):
             role, config, run.root.name, shared, identities.get(role))
             for i, role in enumerate(roles)}
 
-    def _train(self, point: Point, run: RunDir, actors: dict[str, Any], listener: Listener,
-               cancel: threading.Event) -> str | None:
+    def _train(self, point: Point, actors: dict[str, Any], listener: Listener,
+               cancel: threading.Event) -> tuple[dict[str, dict[str, Any]], list[str]]:
         """Start the servers, then the passive parties; follow until every essential role ended.
-        Returns None when training succeeded, else the reason (naming the party)."""
+        Returns each role's last status and the roles whose failure fails the run."""
         cfg = point.config
         deadline = cfg.topology.join_deadline_s + 30.0
-        label = self._wait(actors[LABEL_PARTY].start.remote(), cancel, deadline)
-        sidecar = None
-        if ATTACKER in actors:
-            sidecar = self._wait(actors[ATTACKER].start.remote(), cancel, deadline)
+        servers = {r: actors[r].start.remote() for r in (LABEL_PARTY, ATTACKER) if r in actors}
+        label = self._wait(servers[LABEL_PARTY], cancel, deadline)  # both load at the same time
+        sidecar = self._wait(servers[ATTACKER], cancel, deadline) if ATTACKER in servers else None
         observed = set(cfg.attacker.observe)
         for role, actor in actors.items():
             if role not in (LABEL_PARTY, ATTACKER):
@@ -240,14 +261,19 @@ class RayEngine(Engine):
             if failed_at is not None and time.monotonic() - failed_at > grace:
                 break
             time.sleep(self.poll)
-        if self.shared_dir is None:
-            for actor in actors.values():
-                receive(run.root, (ray.get(ref) for ref in actor.files.options(
-                    num_returns="streaming").remote()))
-        return self._failure(run, status, essential)
+        return status, essential
+
+    def _collect(self, run: RunDir, actors: dict[str, Any]) -> None:
+        """Stream every role's files into the driver's run directory (not with a shared one)."""
+        if self.shared_dir is not None:
+            return
+        for actor in actors.values():
+            receive(run.root, (ray.get(ref) for ref in actor.files.options(
+                num_returns="streaming").remote()))
 
     @staticmethod
     def _failure(run: RunDir, status: dict[str, dict[str, Any]], essential: list[str]) -> str | None:
+        """None when training succeeded, else the reason, naming the party (outcome.json first)."""
         if all(status[r]["code"] == 0 for r in essential):
             return None
         if run.outcome.exists():
