@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import threading
 from pathlib import Path
 
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -44,8 +45,11 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
         write_atomically(port_file, lambda tmp: tmp.write_text(f"{host}:{port}\n"))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+    if threading.current_thread() is threading.main_thread():
+        # Signals reach only the main thread; a sidecar run in a worker thread (a Ray role
+        # actor) is stopped by ending its process instead.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
     done = asyncio.ensure_future(servicer.all_finished.wait())
     stopped = asyncio.ensure_future(stop.wait())
     abandoned = asyncio.ensure_future(_never_joined(servicer, observe, 2 * topology.join_deadline_s))

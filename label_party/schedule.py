@@ -25,6 +25,7 @@ class Batch:
     step: int  # train step counter (an EVAL batch carries the step it follows)
     sample_ids: np.ndarray  # int64 [B]
     last_of_eval: bool = False  # the final EVAL batch of one evaluation pass
+    split: str = "test"  # the rows an EVAL batch scores: "test", or "train" (training.eval_train)
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,7 @@ class Plan:
     steps_per_epoch: int
     total_train_steps: int
     eval_interval: int
+    eval_train: bool = False  # the final evaluation pass also scores the train rows
 
 
 def make_plan(cfg: ExperimentConfig, num_train: int) -> Plan:
@@ -42,13 +44,14 @@ def make_plan(cfg: ExperimentConfig, num_train: int) -> Plan:
     total = steps_per_epoch * t.epochs
     if t.max_steps is not None:
         total = min(total, t.max_steps)
-    return Plan(t.epochs, t.batch_size, steps_per_epoch, total, t.eval_interval)
+    return Plan(t.epochs, t.batch_size, steps_per_epoch, total, t.eval_interval, t.eval_train)
 
 
 def schedule(plan: Plan, train_ids: np.ndarray, test_ids: np.ndarray,
              seed: int) -> Iterator[Batch]:
     """Train batches in a fresh seeded order each epoch; an evaluation pass over the test
-    split every `eval_interval` steps (or at each epoch's end when 0) and at the very end."""
+    split every `eval_interval` steps (or at each epoch's end when 0) and at the very end; the
+    last pass also covers the train rows when the plan says `eval_train`."""
     step = 0
     for epoch in range(plan.epochs):
         order = train_ids[rng(seed, "epoch", epoch).permutation(train_ids.size)]
@@ -61,13 +64,18 @@ def schedule(plan: Plan, train_ids: np.ndarray, test_ids: np.ndarray,
             due = (plan.eval_interval and step % plan.eval_interval == 0) or (
                 not plan.eval_interval and start + plan.batch_size >= order.size)
             if due or last:
-                yield from _evaluation(plan, test_ids, epoch, step)
+                splits = [("test", test_ids)]
+                if last and plan.eval_train:
+                    splits.append(("train", train_ids))
+                yield from _evaluation(plan, splits, epoch, step)
         if step >= plan.total_train_steps:
             return
 
 
-def _evaluation(plan: Plan, test_ids: np.ndarray, epoch: int, step: int) -> Iterator[Batch]:
-    chunks = range(0, test_ids.size, plan.batch_size)
-    for i, start in enumerate(chunks):
-        yield Batch(Phase.EVAL, epoch, step, test_ids[start: start + plan.batch_size],
-                    last_of_eval=i == len(chunks) - 1)
+def _evaluation(plan: Plan, splits: list[tuple[str, np.ndarray]], epoch: int,
+                step: int) -> Iterator[Batch]:
+    """One evaluation pass: each split's rows in batches; the pass's last batch says so."""
+    batches = [(split, ids[start: start + plan.batch_size]) for split, ids in splits
+               for start in range(0, ids.size, plan.batch_size)]
+    for i, (split, ids) in enumerate(batches):
+        yield Batch(Phase.EVAL, epoch, step, ids, last_of_eval=i == len(batches) - 1, split=split)

@@ -8,9 +8,10 @@ import numpy as np
 
 from label_party.schedule import Plan, make_plan
 from splitleak.config import ExperimentConfig
-from splitleak.datasets import Dataset, Schema, build_dataset, train_test_ids
+from splitleak.datasets import Dataset, Schema, build_dataset, subset_ids, train_test_ids
 from splitleak.inputs import PartyInputs, load_party_inputs
 from splitleak.partition import label_party_columns
+from splitleak.seeding import rng
 
 
 @dataclass(frozen=True)
@@ -33,8 +34,21 @@ def load_label_party_data(cfg: ExperimentConfig, dataset: Dataset | None = None)
     columns = label_party_columns(cfg, schema)
     own = load_party_inputs(cfg, dataset, columns) if columns else None
     train_ids, test_ids = train_test_ids(schema.num_rows, cfg.dataset.test_fraction, cfg.run.seed)
+    train_ids, test_ids = _subset(cfg, train_ids, test_ids)
     return LabelPartyData(schema, dataset.labels(), own, train_ids, test_ids,
                           make_plan(cfg, train_ids.size))
+
+
+def _subset(cfg: ExperimentConfig, train_ids: np.ndarray,
+            test_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """dataset.subset: the same seeded fraction of the train and of the test rows. Only the label
+    party picks batches, so the passive parties need not know (they scale features with the
+    statistics of the whole train split either way)."""
+    subset = cfg.dataset.subset
+    if subset is None:
+        return train_ids, test_ids
+    draw = rng(cfg.run.seed if subset.seed is None else subset.seed, "dataset_subset")
+    return subset_ids(train_ids, subset.fraction, draw), subset_ids(test_ids, subset.fraction, draw)
 
 
 def plan_record(data: LabelPartyData, passive_parties: int, seed: int) -> dict:

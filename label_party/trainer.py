@@ -71,7 +71,7 @@ class LabelPartyTrainer:
         self.class_gradients = any(c.needs_class_gradients for c in self.chains.values())
         if self.class_gradients and not self.objective.supports_class_gradients:
             raise ConfigError(class_gradients_error(cfg))
-        self._eval: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self._eval: list[tuple[str, torch.Tensor, torch.Tensor]] = []
         self.anchors = anchors  # evaluation-only: clean gradients of a few positives per batch
 
     def _own(self, sample_ids: np.ndarray) -> tuple[torch.Tensor | None, torch.Tensor | None]:
@@ -110,24 +110,31 @@ class LabelPartyTrainer:
 
     @torch.no_grad()
     def eval_step(self, batch: Batch, activations: dict[int, torch.Tensor]) -> dict | None:
-        """Accumulate test predictions; at the pass's last batch return the test metrics."""
+        """Accumulate predictions; at the pass's last batch return the metrics of each split it
+        scored (`test_*`, and `train_*` when the pass covered the train rows)."""
         logits = self.objective.predict([activations[k] for k in self.party_ids],
                                         self._own(batch.sample_ids))
-        self._eval.append((logits, self.labels[torch.from_numpy(batch.sample_ids)]))
+        self._eval.append((batch.split, logits, self.labels[torch.from_numpy(batch.sample_ids)]))
         if not batch.last_of_eval:
             return None
-        logits = torch.cat([lg for lg, _ in self._eval])
-        y = torch.cat([t for _, t in self._eval])
+        record: dict[str, Any] = {"type": "eval", "epoch": batch.epoch, "step": batch.step}
+        for split in dict.fromkeys(split for split, _, _ in self._eval):
+            record.update(self._split_metrics(split, [(lg, y) for s, lg, y in self._eval
+                                                      if s == split]))
         self._eval.clear()
-        record: dict[str, Any] = {"type": "eval", "epoch": batch.epoch, "step": batch.step,
-                                  "test_loss": float(supervised_loss(logits, y, self.loss_kind)),
-                                  "test_rows": len(y)}
+        return record
+
+    def _split_metrics(self, split: str, parts: list[tuple[torch.Tensor, torch.Tensor]]) -> dict:
+        logits = torch.cat([lg for lg, _ in parts])
+        y = torch.cat([t for _, t in parts])
+        record: dict[str, Any] = {f"{split}_loss": float(supervised_loss(logits, y, self.loss_kind)),
+                                  f"{split}_rows": len(y)}
         pred = (logits[:, 0] > 0).long() if self.loss_kind == "bce" else logits.argmax(1)
         if self.num_classes == 2:
             scores = logits[:, 0] if self.loss_kind == "bce" else logits[:, 1] - logits[:, 0]
             both = len(torch.unique(y)) == 2
-            record["test_auc"] = float(roc_auc_score(y.numpy(), scores.numpy())) if both else None
-        record["test_accuracy"] = float((pred == y).double().mean())
+            record[f"{split}_auc"] = float(roc_auc_score(y.numpy(), scores.numpy())) if both else None
+        record[f"{split}_accuracy"] = float((pred == y).double().mean())
         return record
 
     def defense_summary(self) -> dict[int, Any]:

@@ -42,6 +42,20 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--timeout", type=float, default=5.0)
     h.add_argument("--tls-dir", type=Path, help="probe over mutual TLS with these identities")
     h.add_argument("--identity", default="attacker", help="client identity for --tls-dir")
+    from orchestration.sweep.arguments import add_arguments as sweep_arguments
+
+    sweep_arguments(sub.add_parser(
+        "sweep", help="run every point of a sweep file (resumable), then compare them",
+        description="Run every point of a sweep file (variants x axes x seeds, each an ordinary "
+                    "multi-process run) on the local or a Ray engine; points already done are "
+                    "skipped, Ctrl-C stops them all; then write the trade-off report (compare/)."))
+    from orchestration.compare.arguments import add_arguments as compare_arguments
+
+    compare_arguments(sub.add_parser(
+        "compare", help="the trade-off report of a sweep directory or of run directories",
+        description="Per defense setting and attack: utility and leak over seeds (mean, 95 % t "
+                    "interval, worst / best), VFLAIR's DCS / T-DCS / C-DCS and ours, the Pareto "
+                    "frontier; writes report.md, table.parquet/.csv and PNGs."))
     sub.add_parser("gafm-select", add_help=False,
                    help="choose GAFM's Δ on random 10 %% subsets (GAFM App. D.3); --help for more")
     c = sub.add_parser("certs", help="make a CA and one TLS identity per party (mutual TLS)")
@@ -64,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         except KeyboardInterrupt:
             console.print("[bold red]interrupted[/]: every party was stopped")
             return EXIT_INTERRUPTED
+    if args.command in ("sweep", "compare"):
+        return _sweep_or_compare(args, console)
     if args.command == "health":
         from splitleak.health import probe
 
@@ -101,6 +117,16 @@ def main(argv: list[str] | None = None) -> int:
     from orchestration.bench import run_bench
 
     return run_bench(args, console)
+
+
+def _sweep_or_compare(args: argparse.Namespace, console: Console) -> int:
+    if args.command == "compare":
+        from orchestration.compare.command import cmd_compare
+
+        return cmd_compare(args, console)
+    from orchestration.sweep.command import cmd_sweep
+
+    return cmd_sweep(args, console)
 
 
 if __name__ == "__main__":

@@ -1,45 +1,49 @@
-"""GAFM's Δ selection (Appendix D.3): train on random 10 % subsets, keep the Δ with the lowest
-mean leakAUC/trainAUC.
+"""GAFM's Δ selection (Appendix D.3) as a sweep: train on random 10 % subsets, keep the Δ with
+the lowest mean leakAUC/trainAUC.
 
-For each repeat r a random subset (without replacement) of `fraction` of the run's train rows,
-and the same fraction of its test rows, is drawn from `rng(seed, "gafm_select", r)`; GAFM is
-trained on it in process (the same trainer, bottoms and step loop as `orchestration.reference`) once
-per Δ with everything else as configured. Within a repeat every Δ sees the same subset and the
-same initialisation (a paired comparison); repeats differ in both.
+The sweep's points are Δ × repeat: repeat r has the run seed `derive_seed(seed, "gafm_select",
+"run", r)` and, through `dataset.subset` (seeded by the run seed), its own random subset
+(without replacement) of `fraction` of the train rows and of the test rows. Within a repeat
+every Δ sees the same subset and the same initialisation (a paired comparison); repeats differ
+in both. Each point is an ordinary distributed run with its analysis, on the local engine or
+on a Ray cluster; its run directory is named by its config hash, so an interrupted selection
+resumes where it stopped when given the same `output_dir`.
 
 - leakAUC: mean over the batches of the flip-corrected per-batch leak AUC max(AUC, 1 − AUC) at
   the cut layer, averaged over the observed parties and over `attacks` (default: the norm attack
   alone; the paper averages the ratio over norm, mean and median attacks: pass
   `attacks=("norm", "mean", "median")` — mean and median use oracle class centers, as GAFM
   evaluates them). Single-class batches are skipped, as in the report.
-- trainAUC: ROC AUC of the trained model's prediction on the subset's train rows.
+- trainAUC: ROC AUC of the trained model's prediction on the subset's train rows (the final
+  evaluation also scores the train rows: `training.eval_train`).
 - ratio = leakAUC / trainAUC per (Δ, repeat); the selected Δ has the lowest mean ratio over the
   repeats (ties: the smaller Δ).
 
-Entry points: `select_delta(cfg, ...)` and `main(argv)` (`python -m
-orchestration.gafm_select CONFIG`); `add_arguments(parser)` + `run_cli(args)` wire it
-as a subcommand. Like `orchestration.reference` this composes every role in one process (bottoms,
-label party, attacker analysis), so those imports happen inside the functions that need them.
+Entry points: `select_delta(cfg, ...)` and `main(argv)` (`splitleak gafm-select CONFIG`).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import dataclasses
 import json
+import math
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from sklearn.metrics import roc_auc_score
+from rich.console import Console
 
+from orchestration.sweep.arguments import add_engine_arguments
 from splitleak.config import ConfigError, ExperimentConfig
-from splitleak.seeding import derive_seed, rng
+from splitleak.seeding import derive_seed
+
+if TYPE_CHECKING:
+    from orchestration.sweep.engine import Engine
+    from orchestration.sweep.points import Point
 
 DELTAS = (0.05, 0.1, 0.2, 0.3, 0.5)
 ATTACK_SPECS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -85,77 +89,43 @@ class DeltaSelection:
                 "train_auc": "ROC AUC of the prediction on the subset's train rows"}
 
 
-def _with_delta(cfg: ExperimentConfig, delta: float, seed: int) -> ExperimentConfig:
+class SelectionFailed(RuntimeError):
+    """A trial run failed; the message names the trial and why."""
+
+
+def _sweep_base(cfg: ExperimentConfig, attacks: Sequence[str]) -> ExperimentConfig:
+    """The trials' shared config: attacker on with only the chosen attacks, train rows scored."""
     data = cfg.model_dump(mode="json")
-    data["objective"] = {**cfg.objective.params, "name": cfg.objective.name, "delta": delta}
-    data["run"]["seed"] = seed
     data["attacker"]["enabled"] = True
+    data["attacker"]["attacks"] = [{"name": ATTACK_SPECS[a][0], **ATTACK_SPECS[a][1]} for a in attacks]
+    data["training"]["eval_train"] = True
     return ExperimentConfig.model_validate(data)
 
 
-def _subset(ids: np.ndarray, fraction: float, generator: np.random.Generator) -> np.ndarray:
-    size = max(2, int(round(fraction * ids.size)))
-    return np.sort(generator.choice(ids, size=min(size, ids.size), replace=False))
+def _trial(point: Point, repeat: int, attacks: Sequence[str]) -> DeltaTrial:
+    """leakAUC, trainAUC and test AUC of one finished trial run."""
+    from orchestration.compare.read import read_run
 
-
-def _trial(cfg: ExperimentConfig, train_ids: np.ndarray, test_ids: np.ndarray, root: Path,
-           attacks: Sequence[str]) -> tuple[float, float, float | None]:
-    """Train GAFM on the given rows in process; returns (leakAUC, trainAUC, test AUC)."""
-    from attacker.analysis import analyze
-    from attacker.store import GradientStore
-    from label_party.driver import drive
-    from label_party.outputs import write_labels
-    from label_party.schedule import make_plan, schedule
-    from label_party.setup import load_label_party_data
-    from label_party.trainer import LabelPartyTrainer
-    from orchestration.reference import LocalExchange
-    from passive_party.bottom_trainer import BottomTrainer
-    from splitleak.datasets import build_dataset
-    from splitleak.inputs import load_party_inputs
-    from splitleak.partition import passive_columns
-    from splitleak.rundir import create_run_dir
-
-    run = create_run_dir(cfg, root)
-    dataset = build_dataset(cfg.dataset.name, cfg.dataset.params)
-    data = load_label_party_data(cfg, dataset)
-    data = dataclasses.replace(data, train_ids=train_ids, test_ids=test_ids,
-                               plan=make_plan(cfg, train_ids.size))
-    width = cfg.output_width(data.num_classes)
-    bottoms = {k: BottomTrainer(cfg, k, load_party_inputs(cfg, dataset, cols), width)
-               for k, cols in passive_columns(cfg, data.schema).items()}
-    observe = set(cfg.threat.curious)
-    store = GradientStore(run.attacker / "gradients", run.root.name)
-    trainer = LabelPartyTrainer(cfg, data.labels, data.num_classes,
-                                {k: b.embedding_shape for k, b in bottoms.items()}, data.own_inputs,
-                                data.train_ids)
-    records: list[dict[str, Any]] = []
-    batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed)
-    asyncio.run(drive(trainer, batches, LocalExchange(bottoms, store, observe), records.append))
-    store.close()
-    write_labels(run, data)
-    summary = analyze(run.root, [ATTACK_SPECS[a] for a in attacks])
-    labels = {ATTACK_SPECS[a][0] for a in attacks}
-    leaks = [e["flipped"]["mean"] for e in summary["leak"]
-             if e["scope"] == "run" and e["layer"] == "cut" and e["attack"].split("(")[0] in labels
-             and e.get("flipped") and e["flipped"]["mean"] is not None]
+    result = read_run(point.run_dir)
+    names = {ATTACK_SPECS[a][0] for a in attacks}
+    leaks = [e.flipped_mean for e in result.leak if e.layer == "cut" and e.flipped_mean is not None
+             and e.attack.split("(")[0] in names]
     if not leaks:
-        raise ValueError(f"no batch with both classes in the {train_ids.size}-row subset: raise "
-                         "the fraction or the batch size")
-    with torch.no_grad():
-        activations = [bottoms[k].forward(train_ids, False) for k in sorted(bottoms)]
-        own = (data.own_inputs.rows(torch.from_numpy(train_ids)) if data.own_inputs is not None
-               else (None, None))
-        scores = trainer.objective.predict(activations, own)[:, 0].numpy()
-    y = data.labels[train_ids]
-    train_auc = float(roc_auc_score(y, scores)) if len(np.unique(y)) == 2 else float("nan")
-    evals = [r for r in records if r.get("type") == "eval"]
-    return float(np.mean(leaks)), train_auc, (evals[-1].get("test_auc") if evals else None)
+        raise ValueError(f"no batch with both classes in the subset of trial {point.label}: raise the "
+                         "fraction or the batch size")
+    final = result.final_eval
+    train_auc = final.get("train_auc")
+    return DeltaTrial(float(point.config.objective.params["delta"]), repeat, point.seed,
+                      int(final.get("train_rows") or 0), float(np.mean(leaks)),
+                      float(train_auc) if train_auc is not None else math.nan, final.get("test_auc"))
 
 
 def select_delta(cfg: ExperimentConfig, *, deltas: Sequence[float] = DELTAS, fraction: float = 0.1,
                  repeats: int = 5, attacks: Sequence[str] = ("norm",),
-                 output_dir: Path | None = None) -> DeltaSelection:
-    """Run the selection; trial run directories go under `output_dir` (a temporary one if None)."""
+                 output_dir: Path | None = None, engine: Engine | None = None,
+                 console: Console | None = None) -> DeltaSelection:
+    """Run the selection as a sweep on `engine` (default: the local engine); the trial run
+    directories go under `output_dir`/gafm_select (a temporary directory if None)."""
     if cfg.objective.name != "gafm":
         raise ConfigError(f"Δ selection is for objective 'gafm'; the config has "
                           f"objective.name = {cfg.objective.name!r}")
@@ -166,24 +136,35 @@ def select_delta(cfg: ExperimentConfig, *, deltas: Sequence[float] = DELTAS, fra
         raise ConfigError(f"fraction must be in (0, 1], got {fraction}")
     if any(not 0 <= d <= 0.5 for d in deltas):
         raise ConfigError(f"every Δ must be in [0, 0.5], got {list(deltas)}")
-    from label_party.setup import load_label_party_data
+    if repeats < 1:
+        raise ConfigError(f"repeats must be at least 1, got {repeats}")
+    from orchestration.commands import validate
+    from orchestration.sweep.index import SweepIndex
+    from orchestration.sweep.local import LocalEngine
+    from orchestration.sweep.points import resolve
+    from orchestration.sweep.runner import run_points
+    from orchestration.sweep.spec import SweepError, parse_sweep
 
-    data = load_label_party_data(cfg)
-    trials: list[DeltaTrial] = []
+    seeds = [derive_seed(cfg.run.seed, "gafm_select", "run", r) % 2**31 for r in range(repeats)]
+    sweep = parse_sweep({"sweep": {"name": "gafm_select", "seeds": seeds, "subset": fraction},
+                         "axes": {"objective.delta": [float(d) for d in deltas]}}, "gafm-select")
+    engine = engine or LocalEngine()
     with tempfile.TemporaryDirectory(prefix="gafm-select-") as scratch:
-        root = Path(output_dir) if output_dir is not None else Path(scratch)
-        for repeat in range(repeats):
-            draw = rng(cfg.run.seed, "gafm_select", repeat)
-            train_ids = _subset(data.train_ids, fraction, draw)
-            test_ids = _subset(data.test_ids, fraction, draw)
-            seed = derive_seed(cfg.run.seed, "gafm_select", "run", repeat) % 2**31
-            for delta in deltas:
-                leak, train_auc, test_auc = _trial(_with_delta(cfg, delta, seed), train_ids,
-                                                   test_ids, root, attacks)
-                trials.append(DeltaTrial(float(delta), repeat, seed, int(train_ids.size), leak,
-                                         train_auc, test_auc))
-    mean_ratio = {float(d): float(np.mean([t.ratio for t in trials if t.delta == d]))
-                  for d in deltas}
+        sweep_dir = Path(output_dir if output_dir is not None else scratch) / sweep.sweep.name
+        try:
+            points = resolve(sweep, _sweep_base(cfg, attacks), sweep_dir, check=validate)
+        except SweepError as err:
+            raise ConfigError(str(err)) from None
+        index = SweepIndex(sweep_dir, points, engine.name)
+        run_points(points, index, engine, retry_failed=True, console=console,
+                   show_progress=console is not None)
+        failed = [row for row in index.rows.values() if row["status"] != "done"]
+        if failed:
+            raise SelectionFailed("; ".join(f"trial {r['label']} {r['status']}: {r['message']}"
+                                            for r in failed))
+        trials = sorted((_trial(p, seeds.index(p.seed), attacks) for p in points),
+                        key=lambda t: (t.repeat, t.delta))
+    mean_ratio = {float(d): float(np.mean([t.ratio for t in trials if t.delta == d])) for d in deltas}
     best = min(sorted(mean_ratio), key=lambda d: mean_ratio[d])
     return DeltaSelection(best, mean_ratio, trials, fraction, repeats, tuple(attacks), cfg.run.seed)
 
@@ -197,25 +178,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="random subsets (default: 5)")
     parser.add_argument("--attacks", nargs="+", default=["norm"], choices=sorted(ATTACK_SPECS),
                         help="attacks whose leak AUCs are averaged (default: norm)")
-    parser.add_argument("--output-dir", type=Path, help="keep the trial run directories here")
+    parser.add_argument("--output-dir", type=Path, help="keep the trial run directories here (and "
+                        "resume an interrupted selection from them)")
     parser.add_argument("--json", type=Path, help="also write the selection as JSON here")
+    add_engine_arguments(parser)
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    from label_party.validate import check_chain
-    from splitleak.cli_common import EXIT_BAD_INPUT, config_or_exit
-    from splitleak.validation import check_core
+    from orchestration.commands import validate
+    from orchestration.sweep.command import build_engine
+    from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, config_or_exit
 
     cfg = config_or_exit(args.config)
     try:
-        check_core(cfg)
-        check_chain(cfg)
+        validate(cfg)
         selection = select_delta(cfg, deltas=args.deltas, fraction=args.fraction,
                                  repeats=args.repeats, attacks=args.attacks,
-                                 output_dir=args.output_dir)
+                                 output_dir=args.output_dir, engine=build_engine(args),
+                                 console=Console(stderr=True))
     except ConfigError as err:
         print(f"invalid config {args.config}: {err}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except (SelectionFailed, ValueError) as err:
+        print(f"Δ selection failed: {err}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("interrupted: every trial was stopped", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(f"GAFM Δ selection on {args.repeats} random {args.fraction:.0%} subsets, "
           f"ratio = leakAUC ({', '.join(args.attacks)}) / trainAUC, seed {cfg.run.seed}")
     print(f"{'delta':>7} {'mean ratio':>11} {'leakAUC':>8} {'trainAUC':>9}")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+from collections.abc import Iterable
 from pathlib import Path
 
 import grpc
@@ -35,9 +36,17 @@ def _pem_key(key: ec.EllipticCurvePrivateKey) -> bytes:
                              serialization.NoEncryption())
 
 
-def generate(directory: Path, names: list[str], days: int = 30) -> None:
+def _host(host: str) -> x509.GeneralName:
+    try:
+        return x509.IPAddress(ipaddress.ip_address(host))
+    except ValueError:
+        return x509.DNSName(host)
+
+
+def generate(directory: Path, names: list[str], days: int = 30, hosts: Iterable[str] = ()) -> None:
     """A fresh CA (`ca.pem`) and `<name>.pem` / `<name>.key` per identity. Each certificate
-    is valid for localhost, 127.0.0.1 and the identity's own name as a host (compose service)."""
+    is valid for localhost, 127.0.0.1, the identity's own name as a host (compose service) and
+    every extra host given (IP addresses or DNS names, e.g. the nodes of a Ray cluster)."""
     directory.mkdir(parents=True, exist_ok=True)
     now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -48,15 +57,16 @@ def generate(directory: Path, names: list[str], days: int = 30) -> None:
           .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
           .sign(ca_key, hashes.SHA256()))
     (directory / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    extra = [_host(h) for h in dict.fromkeys(hosts) if h not in ("localhost", "127.0.0.1")]
     for name in names:
         key = ec.generate_private_key(ec.SECP256R1())
-        hosts = x509.SubjectAlternativeName([
+        alt_names = x509.SubjectAlternativeName([
             x509.DNSName(name), x509.DNSName("localhost"),
-            x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+            x509.IPAddress(ipaddress.ip_address("127.0.0.1")), *extra])
         cert = (x509.CertificateBuilder().subject_name(_name(name)).issuer_name(ca.subject)
                 .public_key(key.public_key()).serial_number(x509.random_serial_number())
                 .not_valid_before(now).not_valid_after(now + dt.timedelta(days=days))
-                .add_extension(hosts, critical=False)
+                .add_extension(alt_names, critical=False)
                 .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
                 .sign(ca_key, hashes.SHA256()))
         (directory / f"{name}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))

@@ -1,4 +1,5 @@
-"""Every shipped experiment file parses; the built-in ones also pass the full pre-start checks."""
+"""Every shipped experiment file parses; the built-in ones also pass the full pre-start checks;
+every example sweep resolves to points that pass them too."""
 
 from __future__ import annotations
 
@@ -7,10 +8,14 @@ from pathlib import Path
 import pytest
 
 from label_party.validate import check_chain
+from orchestration.sweep.command import sweep_points
+from orchestration.sweep.spec import load_sweep
 from splitleak.config import load_config
 from splitleak.validation import check_core
 
-EXAMPLES = sorted((Path(__file__).parent.parent / "examples").rglob("*.toml"))
+ROOT = Path(__file__).parent.parent / "examples"
+SWEEPS = sorted((ROOT / "sweeps").glob("*.toml"))
+EXAMPLES = sorted(set(ROOT.rglob("*.toml")) - set(SWEEPS))
 NEEDS_FILE = {"criteo_file.toml"}
 
 
@@ -24,3 +29,11 @@ def test_example_is_valid(path: Path) -> None:
 
 def test_there_are_examples() -> None:
     assert len(EXAMPLES) >= 4
+    assert {p.name for p in SWEEPS} >= {"li_tradeoff.toml", "gafm_table2.toml", "kdk_grid.toml"}
+
+
+@pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.name)
+def test_example_sweep_is_valid(path: Path, tmp_path: Path) -> None:
+    sweep = load_sweep(path)
+    points = sweep_points(sweep, path, tmp_path / sweep.sweep.name)
+    assert len(points) >= 27 and len({p.setting for p in points}) >= 4

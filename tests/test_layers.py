@@ -62,3 +62,32 @@ def test_the_check_sees_lazy_imports(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from attacker.store import GradientStore\n    import label_party\n")
     assert imported_packages(module) == {(2, "attacker"), (3, "label_party")}
+
+
+def _top_level_imports(path: Path) -> set[str]:
+    names = set()
+    for node in ast.parse(path.read_text(), filename=str(path)).body:
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_ray_is_imported_only_by_its_engine() -> None:
+    """Ray is an optional extra (splitleak[ray]): one module imports it, and that module is
+    imported only when the ray engine is asked for."""
+    engine = ROOT / "orchestration" / "sweep" / "ray_engine.py"
+    importing = []
+    for package in PROJECT:
+        for path in modules(package):
+            tree = ast.parse(path.read_text(), filename=str(path))
+            names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
+                     for alias in node.names}
+            names |= {node.module for node in ast.walk(tree)
+                      if isinstance(node, ast.ImportFrom) and node.module}
+            if path != engine and any(n == "ray" or n.startswith("ray.") for n in names):
+                importing.append(str(path.relative_to(ROOT)))
+            if "orchestration.sweep.ray_engine" in _top_level_imports(path):
+                importing.append(f"{path.relative_to(ROOT)} (eagerly imports the ray engine)")
+    assert not importing, importing

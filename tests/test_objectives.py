@@ -20,8 +20,9 @@ from label_party.objectives.gafm import GAFM, PRESETS, GAFMParams, normalised_su
 from label_party.objectives.kdk import KDk, kdk_soft_labels
 from label_party.objectives.label_dp import epsilon_for, flip_probability, randomized_response
 from label_party.validate import check_chain
-from orchestration.gafm_select import _subset, select_delta
+from orchestration.gafm_select import select_delta
 from splitleak.config import ConfigError, parse_config
+from splitleak.datasets import subset_ids
 from splitleak.inputs import PartyInputs
 from splitleak.models import InputSpec
 from tests.conftest import small_config
@@ -438,7 +439,7 @@ def test_gafm_refuses_unequal_party_outputs(tmp_path: Path) -> None:
 
 def test_delta_selection_arguments(tmp_path: Path) -> None:
     ids = np.arange(1000)
-    picked = _subset(ids, 0.1, np.random.default_rng(0))
+    picked = subset_ids(ids, 0.1, np.random.default_rng(0))
     assert picked.size == 100 and np.unique(picked).size == 100
     with pytest.raises(ConfigError, match="gafm"):
         select_delta(config(tmp_path))

@@ -20,7 +20,7 @@ from splitleak.datasets.base import (
     Schema,
     build_dataset,
 )
-from splitleak.datasets.split import standardize, train_test_ids
+from splitleak.datasets.split import standardize, subset_ids, train_test_ids
 
 __all__ = [
     "DATASETS",
@@ -30,5 +30,6 @@ __all__ = [
     "Schema",
     "build_dataset",
     "standardize",
+    "subset_ids",
     "train_test_ids",
 ]

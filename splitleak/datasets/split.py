@@ -18,6 +18,12 @@ def train_test_ids(num_rows: int, test_fraction: float, seed: int) -> tuple[np.n
     return np.sort(order[num_test:]).astype(np.int64), np.sort(order[:num_test]).astype(np.int64)
 
 
+def subset_ids(ids: np.ndarray, fraction: float, generator: np.random.Generator) -> np.ndarray:
+    """A random `fraction` of `ids` without replacement (at least 2 rows), ascending."""
+    size = min(max(2, round(fraction * ids.size)), ids.size)
+    return np.sort(generator.choice(ids, size=size, replace=False))
+
+
 def standardize(numeric: np.ndarray, train_ids: np.ndarray) -> np.ndarray:
     """Z-score with statistics of the train rows only, so nothing is learned from test rows.
 

@@ -1,0 +1,1 @@
+"""`splitleak compare`: the trade-off report of a sweep (tables with CIs, DCS, Pareto plots)."""

@@ -1,0 +1,20 @@
+"""The options of `splitleak compare` (light: the CLI builds its parser without importing torch)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", type=Path, nargs="+", metavar="SWEEP_DIR|RUN_DIR",
+                        help="a sweep directory (its finished points), run directories, or a "
+                        "directory of run directories")
+    parser.add_argument("--output-dir", type=Path,
+                        help="where compare/ goes (default: SWEEP_DIR/compare for one sweep "
+                        "directory, else ./compare)")
+    parser.add_argument("--leak-stat", choices=("flipped_p95", "flipped_mean"), default="flipped_p95",
+                        help="the AUC statistic of the plots and the Pareto frontier (default: the "
+                        "p95 over batches, Li et al.'s headline)")
+    parser.add_argument("--layer", default="cut", help="gradient layer of the leak (cut or first)")
+    parser.add_argument("--party", type=int, help="observed passive party (default: the lowest)")

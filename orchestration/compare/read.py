@@ -1,0 +1,149 @@
+"""What the comparison reads from a run directory: its config, final utility (metrics.jsonl) and
+run-level leak (report/summary.json), through one adapter for the summary's entries."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestration.sweep.index import INDEX_FILE, read_index
+from splitleak.config import ConfigError, ExperimentConfig, load_config
+from splitleak.metrics_log import read_metrics
+from splitleak.rundir import RunDir
+
+DEFAULT_ATTACK_TYPE = "label inference"  # every attack splitleak has today (VFLAIR's LI type)
+
+
+@dataclass(frozen=True)
+class LeakEntry:
+    """One attack's run-level leak at one party and layer."""
+
+    attack: str
+    party: int
+    layer: str
+    metric: str  # "auc" or "accuracy"
+    side_knowledge: str
+    attack_type: str
+    flipped_mean: float | None = None  # flip-corrected max(AUC, 1 - AUC), mean over batches
+    flipped_p95: float | None = None
+    raw_mean: float | None = None
+    raw_p95: float | None = None
+    accuracy: float | None = None  # pooled over rows when the summary has it, else batch mean
+    spread: float | None = None  # spread of the headline across random side-knowledge draws
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, dict):  # a spread given per statistic: its standard deviation, else the
+        value = value.get("std", value.get("sd", value.get("mean")))  # spread of the mean
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _spread(entry: dict[str, Any], part: str) -> float | None:
+    spread = entry.get("spread")
+    if isinstance(spread, dict) and part in spread:
+        spread = spread[part]
+    if isinstance(spread, dict) and isinstance(spread.get("p95"), dict):
+        spread = spread["p95"]  # per statistic: the headline's (p95) spread across draws
+    return _number(spread)
+
+
+def leak_entries(summary: dict[str, Any]) -> list[LeakEntry]:
+    """The run-level entries of a report/summary.json. The one place that knows its layout:
+    `flipped`/`raw` (mean, p95, max over batches) for AUC attacks, `accuracy` (mean over batches,
+    or `pooled` over rows) for accuracy attacks, and, when present, `spread` across random
+    side-knowledge draws (a number, or per part {"flipped": ..., "accuracy": ...}, each per
+    statistic {"p95": {"std": ..}}). Count attacks (metric count_error: lower = more leak) are
+    left out: the comparison ranks leaks that grow with what the attacker learns."""
+    entries = []
+    for e in summary.get("leak", []):
+        if e.get("scope") != "run" or e.get("metric") == "count_error" or e.get("skipped") and not (
+                e.get("flipped") or e.get("accuracy")):
+            continue
+        flipped, raw, accuracy = (e.get(k) or {} for k in ("flipped", "raw", "accuracy"))
+        metric = e.get("metric") or ("auc" if flipped else "accuracy")
+        pooled = (e.get("pooled") or {}).get("accuracy", accuracy.get("pooled", e.get("pooled_accuracy")))
+        entries.append(LeakEntry(
+            attack=e["attack"], party=int(e["party_id"]), layer=e["layer"], metric=metric,
+            side_knowledge=e.get("side_knowledge", ""),
+            attack_type=e.get("attack_type", DEFAULT_ATTACK_TYPE),
+            flipped_mean=_number(flipped.get("mean")), flipped_p95=_number(flipped.get("p95")),
+            raw_mean=_number(raw.get("mean")), raw_p95=_number(raw.get("p95")),
+            accuracy=_number(pooled if pooled is not None else accuracy.get("mean")),
+            spread=_spread(e, "flipped" if metric == "auc" else "accuracy")))
+    return entries
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """A finished, analysed run as the comparison sees it."""
+
+    root: Path
+    config: ExperimentConfig
+    label: str | None  # the sweep's name for its setting (None outside a sweep)
+    num_classes: int
+    final_eval: dict[str, Any]
+    leak: list[LeakEntry]
+
+    @property
+    def seed(self) -> int:
+        return self.config.run.seed
+
+    @property
+    def utility_metric(self) -> str:
+        return "test_auc" if self.num_classes == 2 else "test_accuracy"
+
+    @property
+    def utility(self) -> float | None:
+        return _number(self.final_eval.get(self.utility_metric))
+
+
+def read_run(root: Path, label: str | None = None) -> RunResult:
+    """Raises ValueError saying what is missing when the run cannot be compared."""
+    run = RunDir(root)
+    summary_path = run.report / "summary.json"
+    for needed, why in ((run.config, "config.toml"), (run.metrics, "label_party/metrics.jsonl"),
+                        (summary_path, "report/summary.json (run `attacker analyze` on it)")):
+        if not needed.exists():
+            raise ValueError(f"{root}: no {why}")
+    try:
+        config = load_config(run.config)
+    except ConfigError as err:
+        raise ValueError(f"{root}: {err}") from None
+    records = list(read_metrics(run.metrics))
+    evals = [r for r in records if r.get("type") == "eval"]
+    plan = next((r for r in records if r.get("type") == "plan"), {})
+    summary = json.loads(summary_path.read_text())
+    num_classes = int(summary.get("num_classes") or plan.get("num_classes") or 2)
+    return RunResult(root, config, label, num_classes, evals[-1] if evals else {},
+                     leak_entries(summary))
+
+
+def find_runs(paths: list[Path]) -> tuple[list[RunResult], list[str]]:
+    """Runs under each path (a sweep directory: its finished points; a run directory; or a
+    directory of run directories) and a warning for each one that cannot be compared.
+    ValueError when a path is none of these."""
+    found: list[tuple[Path, str | None]] = []
+    for path in paths:
+        if (path / INDEX_FILE).exists():
+            found += [(path / row["run_dir"], row["setting"]) for row in read_index(path)
+                      if row["status"] == "done"]
+        elif (path / "config.toml").exists():
+            found.append((path, None))
+        elif path.is_dir() and any((child / "config.toml").exists() for child in path.iterdir()):
+            found += [(child, None) for child in sorted(path.iterdir())
+                      if (child / "config.toml").exists()]
+        else:
+            raise ValueError(f"{path}: not a sweep directory (no {INDEX_FILE}), a run directory "
+                             "(no config.toml) or a directory of run directories")
+    runs, warnings = [], []
+    for root, label in found:
+        try:
+            runs.append(read_run(root, label))
+        except ValueError as err:
+            warnings.append(f"skipped: {err}")
+    return runs, warnings

@@ -1,0 +1,201 @@
+"""compare/: table.parquet and table.csv (one row per setting and attack), the PNGs, report.md."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.csv as pa_csv
+import pyarrow.parquet as pq
+
+from orchestration.compare.table import NO_DEFENSE, Comparison
+from orchestration.compare.trends import Trend, trends
+from splitleak.fileio import write_atomically
+
+log = logging.getLogger("compare")
+
+LEAK_LABELS = {
+    "flipped_p95": "p95 over batches of the flip-corrected leak AUC",
+    "flipped_mean": "mean over batches of the flip-corrected leak AUC",
+    "accuracy": "label-inference accuracy",
+}
+UTILITY_LABELS = {"test_auc": "test AUC", "test_accuracy": "test accuracy"}
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_").lower() or "x"
+
+
+def _num(value: Any, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "–"
+    return f"{value:.{digits}f}"
+
+
+def _ci(row: dict[str, Any], prefix: str) -> str:
+    mean = row.get(f"{prefix}_mean")
+    if mean is None:
+        return "–"
+    low, high = row.get(f"{prefix}_ci_low"), row.get(f"{prefix}_ci_high")
+    interval = f" [{_num(low)}, {_num(high)}]" if low is not None and math.isfinite(low) else ""
+    return _num(mean) + interval
+
+
+def _worst_best(row: dict[str, Any], prefix: str) -> str:
+    return f"{_num(row.get(f'{prefix}_worst'))} / {_num(row.get(f'{prefix}_best'))}"
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
+            *("| " + " | ".join(r) + " |" for r in rows), ""]
+
+
+def write_tables(comparison: Comparison, out: Path) -> None:
+    table = pa.Table.from_pylist(comparison.rows)
+    write_atomically(out / "table.parquet", lambda tmp: pq.write_table(table, tmp))
+    write_atomically(out / "table.csv", lambda tmp: pa_csv.write_csv(table, tmp))
+
+
+def _leak_cells(row: dict[str, Any], auc: bool) -> list[str]:
+    if not auc:
+        return [_ci(row, "leak_accuracy")]
+    return [_ci(row, "leak_flipped_p95"), _ci(row, "leak_flipped_mean"),
+            _num(row["leak_raw_p95_mean"]), _num(row["leak_raw_mean_mean"])]
+
+
+def _attack_md(rows: list[dict[str, Any]], figure: str | None) -> list[str]:
+    first = rows[0]
+    utility = UTILITY_LABELS.get(first["utility_metric"], first["utility_metric"])
+    lines = [f"## {first['attack']}", "", f"Side knowledge: {first['side_knowledge'] or 'none stated'}. "
+             f"Type: {first['attack_type']}. Party {first['party']}, {first['layer']} layer.", ""]
+    auc = first["metric"] == "auc"
+    leak_header = ["p95 flipped [CI]", "mean flipped [CI]", "p95 raw", "mean raw"] if auc else [
+        "accuracy [CI]"]
+    header = ["setting", "seeds", f"{utility} [CI]", f"{utility} worst / best", "drop vs no defense [CI]",
+              *leak_header, "leak worst / best", "draw spread", "DCS [CI]", "DCS ours [CI]", "Pareto"]
+    body = [[r["setting"], str(r["n_seeds"]), _ci(r, "utility"), _worst_best(r, "utility"),
+             _ci(r, "utility_drop"), *_leak_cells(r, auc), _worst_best(r, "leak"), _num(r["spread_mean"]),
+             _ci(r, "dcs"), _ci(r, "dcs_ours"), "✓" if r["pareto"] else ""] for r in rows]
+    lines += _md_table(header, body)
+    lines += [f"Leak = {LEAK_LABELS.get(first['headline'], first['headline'])} for worst / best and "
+              "the frontier; flipped = max(AUC, 1 − AUC) (GAFM), raw = the attack's AUC as scored. "
+              "Draw spread: across the random side-knowledge draws, when the analysis made several.", ""]
+    if figure:
+        lines += [f"![{first['attack']}: leak vs utility]({figure})", ""]
+    return lines
+
+
+def _dcs_md(comparison: Comparison) -> list[str]:
+    by_setting: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in comparison.rows:
+        by_setting[row["setting"]].append(row)
+    types = list(dict.fromkeys(r["attack_type"] for r in comparison.rows))
+    header = ["setting", *(f"T-DCS {t} [CI]" for t in types), "C-DCS [CI]", "C-DCS of seed means",
+              "C-DCS ours [CI]"]
+    body = []
+    for setting, rows in by_setting.items():
+        t_cells = []
+        for kind in types:
+            row = next((r for r in rows if r["attack_type"] == kind), None)
+            t_cells.append(_ci(row, "t_dcs") if row else "–")
+        body.append([setting, *t_cells, _ci(rows[0], "c_dcs"), _num(rows[0]["c_dcs_of_means"]),
+                     _ci(rows[0], "c_dcs_ours")])
+    return ["## Defense capability (VFLAIR's DCS)", "",
+            "DCS = 1 / (1 + √((1−β)·max(AP−AP*, 0)² + β·max(MP*−MP, 0)²)), β = 0.5, AP* = 0, MP* = the "
+            "utility of the same set-up without a defense and the same seed; AP = the flip-corrected mean "
+            "leak AUC (accuracy-type attacks: the label accuracy), MP = the utility above. Computed per "
+            "seed, then the mean with a 95 % t interval. T-DCS = mean DCS over one attack type's attacks, "
+            "C-DCS = mean of the T-DCS. *Of seed means* = VFLAIR's own aggregation (DCS of the seeds' "
+            "mean AP and MP). *Ours*: AP* = chance (0.5 for an AUC, 1/K for a K-class accuracy).", "",
+            *_md_table(header, body)]
+
+
+def _trend_md(found: list[Trend], figures: dict[str, str]) -> list[str]:
+    if not found:
+        return []
+    body = []
+    for t in found:
+        levels = "; ".join(f"{v:g}: {_ci(row, 'leak')}" for v, row in t.levels)
+        held = ", ".join(f"{k}={v:g}" for k, v in t.fixed.items()) or "–"
+        body.append([t.family, t.parameter, held, t.attack, levels, t.direction,
+                     _num(t.spearman, 2)])
+    return ["## Leak vs strength", "",
+            "Seed-mean leak (95 % t interval) at each level of a parameter within a defense family; "
+            "direction = whether the mean is monotone in the parameter.", "",
+            *_md_table(["family", "parameter", "held", "attack", "leak at each level", "direction",
+                        "Spearman ρ"], body),
+            *(f"![{family}: leak vs strength]({name})\n" for family, name in figures.items())]
+
+
+def _draw(comparison: Comparison, out: Path, found: list[Trend], warnings: list[str]) -> tuple[
+        dict[str, str], dict[str, str]]:
+    from orchestration.compare import plots  # matplotlib only when a report is written
+
+    by_attack: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in comparison.rows:
+        by_attack[row["attack"]].append(row)
+    attack_figures, family_figures = {}, {}
+    for attack, rows in by_attack.items():
+        name = f"leak_vs_utility_{_slug(attack)}.png"
+        try:
+            plots.leak_vs_utility(rows, out / name, LEAK_LABELS[rows[0]["headline"]],
+                                  UTILITY_LABELS.get(rows[0]["utility_metric"], "utility"))
+            attack_figures[attack] = name
+        except Exception as err:  # noqa: BLE001 - a broken plot must not lose the report
+            log.exception("plot %s failed", name)
+            warnings.append(f"plot {name} failed: {type(err).__name__}: {err}")
+    by_family: dict[str, list[Trend]] = defaultdict(list)
+    for trend in found:
+        by_family[trend.family].append(trend)
+    for family, family_trends in by_family.items():
+        name = f"strength_{_slug(family)}.png"
+        baselines = {r["attack"]: r for r in comparison.rows if r["family"] == NO_DEFENSE
+                     and r["setup"] == family_trends[0].levels[0][1]["setup"]}
+        leak_label = LEAK_LABELS[family_trends[0].levels[0][1]["headline"]]
+        try:
+            plots.leak_vs_strength(family_trends, baselines, out / name, leak_label)
+            family_figures[family] = name
+        except Exception as err:  # noqa: BLE001
+            log.exception("plot %s failed", name)
+            warnings.append(f"plot {name} failed: {type(err).__name__}: {err}")
+    return attack_figures, family_figures
+
+
+def write_report(comparison: Comparison, out: Path, sources: list[Path]) -> Path:
+    """Everything under `out`; returns the path of report.md."""
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in [*out.glob("leak_vs_utility_*.png"), *out.glob("strength_*.png")]:
+        stale.unlink()
+    write_tables(comparison, out)
+    warnings = list(comparison.warnings)
+    found = trends(comparison.rows)
+    attack_figures, family_figures = _draw(comparison, out, found, warnings)
+    runs = sum(len(s.runs) for s in comparison.settings)
+    lines = ["# Trade-off report", "",
+             f"{runs} runs in {len(comparison.settings)} settings from {', '.join(map(str, sources))}. "
+             f"Leak at party {comparison.party}, {comparison.layer} layer. Every number is over a "
+             "setting's seeds: the mean with its 95 % Student-t interval [low, high], and worst / best "
+             "over seeds (GAFM's reporting). Plots and the Pareto frontier use "
+             f"the {LEAK_LABELS[comparison.leak_stat]} (accuracy-type attacks: the accuracy).", "",
+             "A setting is on the **Pareto frontier** of an attack when no other setting has at least "
+             "its utility and at most its leak (seed means). In a leak-vs-utility plot the frontier is "
+             "the dashed staircase; up and to the left is better; filled markers are on it.", ""]
+    for attack in comparison.attacks():
+        rows = [r for r in comparison.rows if r["attack"] == attack]
+        lines += _attack_md(rows, attack_figures.get(attack))
+    lines += _dcs_md(comparison)
+    lines += _trend_md(found, family_figures)
+    lines += ["## Warnings", "", *(f"- {w}" for w in warnings or ["none"]), "",
+              "## Settings", "", *_md_table(["setting", "family", "strengths", "seeds", "run directories"], [
+                  [s.label, s.family, json.dumps(s.strengths) if s.strengths else "–",
+                   ", ".join(map(str, sorted(s.runs))), ", ".join(r.root.name for r in s.runs.values())]
+                  for s in comparison.settings])]
+    text = "\n".join(lines) + "\n"
+    write_atomically(out / "report.md", lambda tmp: tmp.write_text(text))
+    return out / "report.md"

@@ -1,0 +1,274 @@
+"""The comparison table: one row per (setting, attack), every number over the setting's seeds.
+
+A setting is a config without its seed (run.seed, name, output_dir, torch_threads dropped);
+its baseline is the setting of the same set-up (same config without defense and objective)
+that has no defense (no gradient defense, or only `no_noise`, and the plain cross_entropy
+objective). A run is paired with the baseline run of the same seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import defaultdict
+from dataclasses import dataclass, field
+from statistics import fmean
+from typing import Any
+
+from orchestration.compare import dcs as capability
+from orchestration.compare.read import LeakEntry, RunResult
+from orchestration.compare.stats import over_seeds
+from splitleak.config import ExperimentConfig
+
+NOT_THE_EXPERIMENT = ("seed", "name", "output_dir", "torch_threads")
+AUC_STATS = ("flipped_mean", "flipped_p95", "raw_mean", "raw_p95")
+LEAK_STATS = (*AUC_STATS, "accuracy")
+NO_DEFENSE = "no defense"
+
+
+def _digest(data: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def setting_key(cfg: ExperimentConfig) -> str:
+    data = cfg.model_dump(mode="json")
+    for key in NOT_THE_EXPERIMENT:
+        data["run"].pop(key, None)
+    return _digest(data)
+
+
+def setup_key(cfg: ExperimentConfig) -> str:
+    data = cfg.model_dump(mode="json")
+    for key in NOT_THE_EXPERIMENT:
+        data["run"].pop(key, None)
+    data.pop("defense")
+    data.pop("objective")
+    return _digest(data)
+
+
+def family(cfg: ExperimentConfig) -> str:
+    """The defense family: the objective (unless plain cross-entropy) and the gradient chain."""
+    names = ([cfg.objective.name] if cfg.objective.name != "cross_entropy" else []) + [
+        d.name for d in cfg.defense if d.name != "no_noise"]
+    return "+".join(names) or NO_DEFENSE
+
+
+def strengths(cfg: ExperimentConfig) -> dict[str, float]:
+    """The numeric parameters of the family's plug-ins, e.g. {"marvell.s": 4.0}."""
+    specs = ([cfg.objective] if cfg.objective.name != "cross_entropy" else []) + list(cfg.defense)
+    return {f"{spec.name}.{k}": float(v) for spec in specs for k, v in spec.params.items()
+            if isinstance(v, int | float) and not isinstance(v, bool)}
+
+
+@dataclass
+class Setting:
+    key: str
+    setup: str
+    label: str
+    family: str
+    strengths: dict[str, float]
+    runs: dict[int, RunResult]  # by seed
+    baseline: Setting | None = None
+
+    @property
+    def first(self) -> RunResult:
+        return next(iter(self.runs.values()))
+
+
+def settings_of(runs: list[RunResult], warnings: list[str]) -> list[Setting]:
+    """Runs grouped by setting (first-seen order), each paired with its set-up's baseline."""
+    settings: dict[str, Setting] = {}
+    for run in runs:
+        key = setting_key(run.config)
+        setting = settings.get(key)
+        if setting is None:
+            label = run.label or _label(run.config)
+            setting = settings[key] = Setting(key, setup_key(run.config), label, family(run.config),
+                                              strengths(run.config), {})
+        if run.seed in setting.runs:
+            warnings.append(f"{setting.label}: seed {run.seed} twice ({setting.runs[run.seed].root} "
+                            f"and {run.root}); the second is left out")
+            continue
+        setting.runs[run.seed] = run
+    labels = [s.label for s in settings.values()]
+    for setting in settings.values():
+        if labels.count(setting.label) > 1:
+            setting.label = f"{setting.label} [{setting.key[:6]}]"
+    baselines = {}
+    for setting in settings.values():
+        if setting.family == NO_DEFENSE:
+            baselines.setdefault(setting.setup, setting)
+    for setting in settings.values():
+        setting.baseline = baselines.get(setting.setup)
+    return list(settings.values())
+
+
+def _label(cfg: ExperimentConfig) -> str:
+    params = ", ".join(f"{k.split('.', 1)[1]}={v:g}" for k, v in strengths(cfg).items())
+    return f"{family(cfg)}{' ' + params if params else ''}"
+
+
+def observed_party(settings: list[Setting], layer: str) -> int | None:
+    parties = [e.party for s in settings for r in s.runs.values() for e in r.leak if e.layer == layer]
+    return min(parties) if parties else None
+
+
+@dataclass
+class Comparison:
+    rows: list[dict[str, Any]]
+    settings: list[Setting]
+    party: int | None
+    layer: str
+    leak_stat: str  # the AUC statistic plots and the frontier use
+    warnings: list[str] = field(default_factory=list)
+
+    def attacks(self) -> list[str]:
+        return list(dict.fromkeys(r["attack"] for r in self.rows))
+
+
+def headline(metric: str, leak_stat: str) -> str:
+    return leak_stat if metric == "auc" else "accuracy"
+
+
+def compare(runs: list[RunResult], layer: str = "cut", party: int | None = None,
+            leak_stat: str = "flipped_p95", warnings: list[str] | None = None) -> Comparison:
+    warnings = warnings if warnings is not None else []
+    settings = settings_of(runs, warnings)
+    party = party if party is not None else observed_party(settings, layer)
+    rows: list[dict[str, Any]] = []
+    for setting in settings:
+        if len(setting.runs) < 3:
+            warnings.append(f"{setting.label}: {len(setting.runs)} seed(s); confidence intervals "
+                            "need at least 3 to mean much (ALGORITHMS.md §1)")
+        if setting.baseline is None:
+            warnings.append(f"{setting.label}: no run of the same set-up without a defense, so no "
+                            "utility drop and no DCS")
+        rows += _setting_rows(setting, party, layer, leak_stat)
+    _mark_frontier(rows)
+    _add_type_scores(rows, settings)
+    return Comparison(rows, settings, party, layer, leak_stat, warnings)
+
+
+def _entries(run: RunResult, party: int | None, layer: str) -> dict[str, LeakEntry]:
+    return {e.attack: e for e in run.leak if e.party == party and e.layer == layer}
+
+
+def _stat(entry: LeakEntry | None, stat: str) -> float | None:
+    return None if entry is None else getattr(entry, stat)
+
+
+def _ap(entry: LeakEntry | None) -> float | None:
+    """VFLAIR's attack performance: the flip-corrected mean leak AUC, or the label accuracy."""
+    return _stat(entry, "flipped_mean" if entry is not None and entry.metric == "auc" else "accuracy")
+
+
+def _per_seed_dcs(setting: Setting, attack: str, party: int | None, layer: str,
+                  ap_star: float | None) -> dict[int, float]:
+    """DCS per seed against the same seed's baseline utility; AP* = 0, or chance when given."""
+    out = {}
+    baseline = setting.baseline
+    for seed, run in setting.runs.items():
+        base = baseline.runs.get(seed) if baseline is not None else None
+        ap = _ap(_entries(run, party, layer).get(attack))
+        if base is None or ap is None or run.utility is None or base.utility is None:
+            continue
+        out[seed] = capability.dcs(ap, run.utility, base.utility, ap_star or 0.0)
+    return out
+
+
+def _setting_rows(setting: Setting, party: int | None, layer: str,
+                  leak_stat: str) -> list[dict[str, Any]]:
+    per_seed = {seed: _entries(run, party, layer) for seed, run in setting.runs.items()}
+    attacks = list(dict.fromkeys(a for entries in per_seed.values() for a in entries))
+    first = setting.first
+    utility = {seed: run.utility for seed, run in setting.runs.items()}
+    base_runs = setting.baseline.runs if setting.baseline else {}
+    drops = [base_runs[s].utility - u for s, u in utility.items()
+             if s in base_runs and u is not None and base_runs[s].utility is not None]
+    rows = []
+    for attack in attacks:
+        entries = {seed: e[attack] for seed, e in per_seed.items() if attack in e}
+        sample = next(iter(entries.values()))
+        row: dict[str, Any] = {
+            "setting": setting.label, "setting_key": setting.key, "setup": setting.setup,
+            "family": setting.family,
+            "strengths": json.dumps(setting.strengths), "baseline": setting.baseline.label
+            if setting.baseline else None, "attack": attack, "attack_type": sample.attack_type,
+            "metric": sample.metric, "side_knowledge": sample.side_knowledge, "party": party,
+            "layer": layer, "seeds": json.dumps(sorted(entries)), "n_seeds": len(entries),
+            "utility_metric": first.utility_metric, "headline": headline(sample.metric, leak_stat)}
+        row |= _columns("utility", [utility[s] for s in entries], higher_is_better=True)
+        row |= _columns("utility_drop", drops, higher_is_better=False)
+        for stat in LEAK_STATS:
+            row |= _columns(f"leak_{stat}", [_stat(e, stat) for e in entries.values()], False)
+        row |= _columns("leak", [_stat(e, row["headline"]) for e in entries.values()], False)
+        spreads = [e.spread for e in entries.values() if e.spread is not None]
+        row["spread_mean"] = sum(spreads) / len(spreads) if spreads else None
+        chance = capability.chance(sample.metric, first.num_classes)
+        for name, ap_star in (("dcs", None), ("dcs_ours", chance)):
+            values = _per_seed_dcs(setting, attack, party, layer, ap_star)
+            row |= _columns(name, list(values.values()), higher_is_better=True)
+            row[f"{name}_by_seed"] = json.dumps(values)
+        row["dcs_of_means"] = _dcs_of_means(setting, entries, utility)
+        rows.append(row)
+    return rows
+
+
+def _columns(prefix: str, values: list[float | None], higher_is_better: bool) -> dict[str, Any]:
+    summary = over_seeds(values, higher_is_better)
+    if summary is None:
+        return {f"{prefix}_{k}": None for k in ("mean", "ci_low", "ci_high", "worst", "best")}
+    return summary.columns(prefix)
+
+
+def _dcs_of_means(setting: Setting, entries: dict[int, LeakEntry],
+                  utility: dict[int, float | None]) -> float | None:
+    """VFLAIR's aggregation: DCS of the seed means (AP, MP) against the baseline's mean MP."""
+    aps = [_ap(e) for e in entries.values()]
+    mps = [utility[s] for s in entries]
+    stars = [r.utility for r in setting.baseline.runs.values()] if setting.baseline else []
+    if None in aps or None in mps or not stars or None in stars:
+        return None
+    return capability.dcs(fmean(aps), fmean(mps), fmean(stars))
+
+
+def _mark_frontier(rows: list[dict[str, Any]]) -> None:
+    """Pareto per attack: no other setting has at least the utility and at most the leak
+    (seed means), and is strictly better in one of them."""
+    by_attack: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        by_attack[row["attack"]].append(row)
+    for group in by_attack.values():
+        for row in group:
+            u, leak = row["utility_mean"], row["leak_mean"]
+            row["pareto"] = u is not None and leak is not None and not any(
+                o is not row and o["utility_mean"] is not None and o["leak_mean"] is not None
+                and o["utility_mean"] >= u and o["leak_mean"] <= leak
+                and (o["utility_mean"] > u or o["leak_mean"] < leak) for o in group)
+
+
+def _add_type_scores(rows: list[dict[str, Any]], settings: list[Setting]) -> None:
+    """T-DCS (mean DCS over one type's attacks) and C-DCS (mean of the T-DCS), per seed, then
+    over seeds; the `_of_means` columns aggregate VFLAIR's way (from the DCS of seed means)."""
+    for setting in settings:
+        own = [r for r in rows if r["setting_key"] == setting.key]
+        types = list(dict.fromkeys(r["attack_type"] for r in own))
+        for name in ("dcs", "dcs_ours"):
+            per_type: dict[str, dict[int, float]] = {}
+            for kind in types:
+                by_seed: dict[int, list[float]] = defaultdict(list)
+                for r in own:
+                    if r["attack_type"] == kind:
+                        for seed, value in json.loads(r[f"{name}_by_seed"]).items():
+                            by_seed[int(seed)].append(value)
+                per_type[kind] = {s: sum(v) / len(v) for s, v in by_seed.items()}
+            seeds = set().union(*(v.keys() for v in per_type.values())) if per_type else set()
+            c_scores = [capability.mean_of(per_type[k].get(s) for k in types) for s in sorted(seeds)]
+            for r in own:
+                r |= _columns(f"t_{name}", list(per_type[r["attack_type"]].values()), True)
+                r |= _columns(f"c_{name}", c_scores, True)
+        t_means = {kind: capability.mean_of(r["dcs_of_means"] for r in own if r["attack_type"] == kind)
+                   for kind in types}
+        for r in own:
+            r["t_dcs_of_means"] = t_means[r["attack_type"]]
+            r["c_dcs_of_means"] = capability.mean_of(t_means.values())

@@ -1,0 +1,33 @@
+"""The options of `splitleak sweep` and of every command that runs points on an engine (light:
+the CLI builds its parser from these without importing torch)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options every command that runs points on an engine shares (sweep, gafm-select)."""
+    parser.add_argument("--engine", choices=("local", "ray"), default="local",
+                        help="local: processes on this machine (default); ray: a Ray cluster")
+    parser.add_argument("--jobs", type=int, help="points at a time (default local: the cores this "
+                        "process may use; ray: what the cluster's CPUs hold)")
+    parser.add_argument("--address", help="ray: the cluster, HOST:PORT (default: RAY_ADDRESS, "
+                        "else a Ray instance started on this machine)")
+    parser.add_argument("--spread", action="store_true",
+                        help="ray: STRICT_SPREAD, every role of a point on a different node "
+                        "(default PACK)")
+    parser.add_argument("--shared-dir", type=Path,
+                        help="ray: an output directory every node mounts at this same path; roles "
+                        "write run directories there (default: streamed back to this machine)")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", type=Path, help="sweep file (TOML)")
+    add_engine_arguments(parser)
+    parser.add_argument("--retry-failed", action="store_true",
+                        help="run the points that failed before again (default: keep their failure)")
+    parser.add_argument("--output-dir", type=Path, help="override sweep.output_dir")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--no-compare", action="store_true", help="do not write compare/ afterwards")

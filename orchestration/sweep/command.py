@@ -1,0 +1,122 @@
+"""`splitleak sweep FILE`: resolve the points, run the unfinished ones on an engine, compare."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+from collections.abc import Sequence
+from pathlib import Path
+from types import FrameType
+
+from rich.console import Console
+
+from orchestration.commands import validate
+from orchestration.sweep.engine import Engine, EngineError
+from orchestration.sweep.index import SweepIndex, SweepIndexError
+from orchestration.sweep.points import Point, resolve
+from orchestration.sweep.runner import SweepOutcome, run_points
+from orchestration.sweep.spec import SweepError, SweepFile, base_path, load_sweep
+from splitleak.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, BadInput
+from splitleak.config import ConfigError, ExperimentConfig, load_config
+
+
+def build_engine(args: argparse.Namespace) -> Engine:
+    """The engine the arguments ask for; BadInput (exit 2) for an impossible combination."""
+    if args.jobs is not None and args.jobs < 1:
+        raise BadInput(f"--jobs must be at least 1, got {args.jobs}")
+    if args.engine == "local":
+        ray_only = [o for o, given in (("--address", args.address), ("--spread", args.spread),
+                                       ("--shared-dir", args.shared_dir)) if given]
+        if ray_only:
+            raise BadInput(f"{', '.join(ray_only)} only apply to --engine ray")
+        from orchestration.sweep.local import LocalEngine
+
+        return LocalEngine(args.jobs)
+    try:
+        from orchestration.sweep.ray_engine import RayEngine
+    except ImportError as err:
+        raise BadInput(f"--engine ray needs Ray ({err}); install the extra: "
+                       "pip install 'splitleak[ray]'") from None
+    return RayEngine(args.address, spread=args.spread, shared_dir=args.shared_dir, jobs=args.jobs)
+
+
+def check_ports(points: Sequence[Point], engine: Engine) -> None:
+    """Concurrent points on one machine each need their own ports: only port 0 (any free port)."""
+    fixed = sorted({p.config.topology.label_party_address for p in points
+                    if not p.config.topology.label_party_address.endswith(":0")})
+    if fixed and engine.name == "local" and engine.jobs > 1:
+        raise BadInput(f"topology.label_party_address = {fixed[0]!r} is a fixed port, but --jobs "
+                       f"{engine.jobs} runs points at the same time: use port 0 (any free port) or "
+                       "--jobs 1")
+
+
+def sweep_points(sweep: SweepFile, source: Path | None, sweep_dir: Path,
+                 base: ExperimentConfig | None = None) -> list[Point]:
+    """Every point, validated like `splitleak validate`; BadInput names the field."""
+    try:
+        base = base or load_config(base_path(sweep, source))
+        return resolve(sweep, base, sweep_dir, check=validate)
+    except ConfigError as err:
+        raise BadInput(f"sweep.base: {err}") from None
+    except SweepError as err:
+        raise BadInput(str(err)) from None
+
+
+def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
+    try:
+        sweep = load_sweep(args.file)
+    except SweepError as err:
+        raise BadInput(str(err)) from None
+    engine = build_engine(args)
+    output_dir = args.shared_dir or args.output_dir or sweep.sweep.output_dir
+    sweep_dir = Path(output_dir).resolve() / sweep.sweep.name if args.shared_dir else (
+        Path(output_dir) / sweep.sweep.name)
+    points = sweep_points(sweep, args.file, sweep_dir)
+    check_ports(points, engine)
+    try:
+        index = SweepIndex(sweep_dir, points, engine.name)
+    except SweepIndexError as err:
+        raise BadInput(str(err)) from None
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(args.file, sweep_dir / "sweep.toml")
+    console.print(f"sweep [bold]{sweep.sweep.name}[/]: {len(points)} points in {sweep_dir} "
+                  f"({engine.name} engine, {engine.jobs} at a time)")
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    try:
+        outcome = run_points(points, index, engine, retry_failed=args.retry_failed, console=console,
+                             show_progress=not args.no_progress)
+    except EngineError as err:
+        raise BadInput(f"--engine {engine.name}: {err}") from None
+    except KeyboardInterrupt:
+        counts = index.counts()
+        console.print(f"[bold red]interrupted[/]: every running point was stopped; index "
+                      f"{index.path}: {_counts(counts)}. Run the same command again to resume.")
+        return EXIT_INTERRUPTED
+    _print_outcome(console, outcome, index)
+    if not args.no_compare and outcome.counts.get("done"):
+        from orchestration.compare.command import compare_and_print
+
+        compare_and_print([sweep_dir], sweep_dir / "compare", console,
+                          leak_stat=sweep.sweep.leak_stat)
+    return EXIT_FAILED if outcome.counts.get("failed") else 0
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{n} {status}" for status, n in counts.items())
+
+
+def _print_outcome(console: Console, outcome: SweepOutcome, index: SweepIndex) -> None:
+    ran = len(outcome.results)
+    console.print(f"{outcome.points} points: {ran} run now, {outcome.skipped} skipped "
+                  f"(finished earlier, or failed earlier without --retry-failed); index: "
+                  f"{_counts(outcome.counts)}")
+    failed = [row for row in index.rows.values() if row["status"] == "failed"]
+    for row in failed:
+        console.print(f"[red]failed[/] {row['label']} ({row['run_dir']}): {row['message']}")
+    if failed:
+        console.print("rerun with --retry-failed to try the failed points again")

@@ -1,0 +1,83 @@
+"""The local engine: points run concurrently on this machine, each a worker process that runs
+the point's N+2 party processes on free loopback ports (port 0) and then its analysis."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from orchestration.processes import Child, spawn, stop_all
+from orchestration.progress import MetricsTail
+from orchestration.sweep.engine import (
+    Engine,
+    Listener,
+    PointResult,
+    default_jobs,
+    prepare_run_dir,
+    read_result,
+)
+from orchestration.sweep.points import Point
+from splitleak.rundir import RunDir
+
+
+@dataclass
+class _Running:
+    point: Point
+    child: Child
+    tail: MetricsTail
+    started: float
+
+
+class LocalEngine(Engine):
+    name = "local"
+
+    def __init__(self, jobs: int | None = None, poll: float = 0.2, stop_grace: float = 15.0) -> None:
+        if jobs is not None and jobs < 1:
+            raise ValueError(f"--jobs must be at least 1, got {jobs}")
+        self.jobs = jobs or default_jobs()
+        self.poll = poll
+        self.stop_grace = stop_grace  # a worker's own parties get 5 s to stop within this
+
+    def run(self, points: Sequence[Point], listener: Listener) -> dict[str, PointResult]:
+        queue = deque(points)
+        running: dict[str, _Running] = {}
+        results: dict[str, PointResult] = {}
+        try:
+            while queue or running:
+                while queue and len(running) < self.jobs:
+                    point = queue.popleft()
+                    running[point.hash] = self._start(point)
+                    listener.started(point)
+                for key, job in list(running.items()):
+                    for record in job.tail.read_new():
+                        listener.record(job.point, record)
+                    if job.child.returncode is not None:
+                        del running[key]
+                        results[key] = self._result(job)
+                        listener.finished(job.point, results[key])
+                time.sleep(self.poll)
+        except KeyboardInterrupt:
+            stop_all([job.child for job in running.values()], grace=self.stop_grace)
+            for key, job in running.items():
+                results[key] = PointResult("interrupted", time.monotonic() - job.started,
+                                           "stopped by Ctrl-C")
+                listener.finished(job.point, results[key])
+            raise
+        return results
+
+    def _start(self, point: Point) -> _Running:
+        run = prepare_run_dir(point)
+        child = spawn(f"sweep point {point.label}", ["orchestration.sweep.worker", str(run.root)],
+                      run.logs / "sweep_point.log")
+        return _Running(point, child, MetricsTail(RunDir(run.root).metrics), time.monotonic())
+
+    def _result(self, job: _Running) -> PointResult:
+        seconds = time.monotonic() - job.started
+        result = read_result(job.point.run_dir)
+        if result is None:  # the worker died before it could say why
+            reason = job.child.last_error() or job.child.log_tail(5) or "no log"
+            return PointResult("failed", seconds, f"point worker exited with code "
+                                                  f"{job.child.returncode}: {reason}")
+        return PointResult(result.status, seconds, result.message, result.nodes)

@@ -1,0 +1,115 @@
+"""The points of a sweep: every variant crossed with the grid of axes, each an ordinary config."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from orchestration.sweep.overrides import OverrideError, apply
+from orchestration.sweep.spec import SweepError, SweepFile, VariantSpec
+from splitleak.config import ConfigError, ExperimentConfig, parse_config
+
+Override = tuple[str, Any]
+
+
+@dataclass(frozen=True)
+class Point:
+    """One experiment of a sweep; its config hash names its run directory."""
+
+    index: int
+    variant: str
+    axes: tuple[Override, ...]  # the axis values that tell it apart within its variant
+    overrides: tuple[Override, ...]  # every override applied to the base, in order
+    config: ExperimentConfig
+    run_dir: Path
+
+    @property
+    def hash(self) -> str:
+        return self.config.hash
+
+    @property
+    def seed(self) -> int:
+        return self.config.run.seed
+
+    @property
+    def setting(self) -> str:
+        """The point without its seed: what the comparison groups seeds by."""
+        shown = [f"{axis_name(p)}={_show(v)}" for p, v in self.axes if p != "run.seed"]
+        return ", ".join([self.variant, *shown])
+
+    @property
+    def label(self) -> str:
+        return f"{self.setting}, seed={self.seed}"
+
+    def overrides_json(self) -> str:
+        return json.dumps(dict(self.overrides), default=str)
+
+
+def axis_name(path: str) -> str:
+    """`defense.0.s` -> `s`, `run.seed` -> `seed`: the last word of the path."""
+    return path.rsplit(".", 1)[-1]
+
+
+def _show(value: Any) -> str:
+    return json.dumps(value) if isinstance(value, dict | list) else str(value)
+
+
+def _applied(data: dict[str, Any], overrides: list[Override], where: str) -> dict[str, Any]:
+    for path, value in overrides:
+        try:
+            data = apply(data, path, value)
+        except OverrideError as err:
+            raise SweepError(f"{where} {path!r}: {err}") from None
+    return data
+
+
+def resolve(sweep: SweepFile, base: ExperimentConfig, sweep_dir: Path,
+            check: Callable[[ExperimentConfig], None] | None = None) -> list[Point]:
+    """Every point, in order: variants (or the base alone), each crossed with the sweep-wide
+    axes, its own axes and the seeds. `check` validates a point's config beyond the schema
+    (e.g. against its dataset); a bad point raises SweepError naming it and the field."""
+    start = _applied(base.model_dump(mode="json"), list(sweep.set.items()), "set")
+    variants = sweep.variant or [VariantSpec(name=base.run.name)]
+    points: list[Point] = []
+    seen: dict[str, str] = {}
+    for i, variant in enumerate(variants):
+        own = list(variant.set.items())
+        data = _applied(start, own, f"variant[{i}] ({variant.name!r}) set")
+        axes: dict[str, list[Any]] = {**sweep.axes, **variant.axes}
+        if sweep.sweep.seeds is not None:
+            axes["run.seed"] = list(sweep.sweep.seeds)
+        for values in itertools.product(*axes.values()):
+            combo = list(zip(axes, values, strict=True))
+            point_data = _applied(data, combo, f"variant {variant.name!r} axis")
+            extra: list[Override] = []
+            if sweep.sweep.subset is not None:
+                extra = [("dataset.subset", {"fraction": sweep.sweep.subset})]
+                point_data = _applied(point_data, extra, "sweep.subset:")
+            point = _point(len(points), variant.name, combo, [*sweep.set.items(), *own, *combo, *extra],
+                           point_data, sweep_dir, check)
+            if point.hash in seen:
+                raise SweepError(f"points {seen[point.hash]!r} and {point.label!r} are the same "
+                                 f"experiment (config hash {point.hash}); drop one")
+            seen[point.hash] = point.label
+            points.append(point)
+    return points
+
+
+def _point(index: int, variant: str, combo: list[Override], overrides: list[Override],
+           data: dict[str, Any], sweep_dir: Path,
+           check: Callable[[ExperimentConfig], None] | None) -> Point:
+    shown = ", ".join(f"{p}={_show(v)}" for p, v in combo)
+    where = f"point {index} (variant {variant!r}{'; ' + shown if shown else ''})"
+    try:
+        cfg = parse_config(data, where)
+        if check is not None:
+            check(cfg)
+    except ConfigError as err:
+        text = str(err)
+        raise SweepError(text if text.startswith("invalid config") else
+                         f"invalid config {where}: {text}") from None
+    return Point(index, variant, tuple(combo), tuple(overrides), cfg, sweep_dir / cfg.hash)

@@ -1,0 +1,313 @@
+"""The Ray engine: every point is a placement group with one bundle per role (label party,
+attacker sidecar, each passive party); PACK by default, STRICT_SPREAD (`--spread`) puts every
+role of a point on a different node. Role actors run the same per-service coroutines as the
+role CLIs (orchestration.sweep.roles), reach each other by node IP over mutual TLS with
+identities the driver makes per run for the nodes involved, and either write into a shared
+output directory or stream their files back to the driver. The point's analysis then runs on
+the driver, as the local engine's worker runs it.
+
+The only module that imports Ray (the optional extra `splitleak[ray]`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.util.placement_group import (
+    PlacementGroup,
+    placement_group,
+    placement_group_table,
+    remove_placement_group,
+)
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from orchestration.processes import spawn, stop_all
+from orchestration.run import collect_outcome
+from orchestration.sweep.engine import (
+    Engine,
+    EngineError,
+    Listener,
+    PointResult,
+    prepare_run_dir,
+    read_result,
+)
+from orchestration.sweep.points import Point
+from orchestration.sweep.roles import ATTACKER, LABEL_PARTY, RoleHost, passive_role, receive
+from splitleak import tls
+from splitleak.rundir import RunDir
+
+
+@ray.remote(max_restarts=0)
+class RoleActor:
+    """One role of one point on the node Ray placed its bundle on."""
+
+    def __init__(self, role: str, config_toml: str, run_name: str, run_root: str | None,
+                 identity: dict[str, bytes] | None) -> None:
+        self.host = RoleHost(role, config_toml, run_name, run_root, identity)
+
+    def where(self) -> dict[str, Any]:
+        return {"node_id": ray.get_runtime_context().get_node_id(),
+                "ip": ray.util.get_node_ip_address(), "pid": os.getpid()}
+
+    def start(self, label_party: str | None = None, attacker: str | None = None) -> str | None:
+        return self.host.start(ray.util.get_node_ip_address(), label_party, attacker)
+
+    def poll(self) -> dict[str, Any]:
+        return self.host.poll()
+
+    def files(self):  # noqa: ANN201 - a Ray streaming generator
+        yield from self.host.files()
+
+    def cleanup(self) -> None:
+        self.host.cleanup()
+
+
+class _Cancelled(Exception):
+    pass
+
+
+class _Phases:
+    """Wall seconds of a point's phases on Ray (what ray.json reports as its overhead)."""
+
+    def __init__(self) -> None:
+        self._last = time.monotonic()
+        self.seconds: dict[str, float] = {}
+
+    def mark(self, phase: str) -> None:
+        now = time.monotonic()
+        self.seconds[phase] = round(now - self._last, 3)
+        self._last = now
+
+
+def _roles(point: Point) -> list[str]:
+    cfg = point.config
+    observed = cfg.attacker.enabled and bool(cfg.attacker.observe)
+    return [LABEL_PARTY, *([ATTACKER] if observed else []),
+            *(passive_role(k) for k in range(1, cfg.topology.passive_parties + 1))]
+
+
+def _identity_of(role: str) -> str:
+    if role == LABEL_PARTY:
+        return tls.LABEL_PARTY
+    if role == ATTACKER:
+        return tls.ATTACKER
+    return tls.passive_identity(int(role.rsplit("_", 1)[1]))
+
+
+class RayEngine(Engine):
+    name = "ray"
+
+    def __init__(self, address: str | None = None, spread: bool = False, shared_dir: Path | None = None,
+                 jobs: int | None = None, cpus_per_role: float = 1.0, poll: float = 0.5) -> None:
+        self.address = address
+        self.spread = spread
+        self.shared_dir = shared_dir
+        self.cpus_per_role = cpus_per_role
+        self.poll = poll
+        self._jobs = jobs
+        self.jobs = jobs or 1  # known once connected: what the cluster's CPUs hold
+
+    def _connect(self, points: Sequence[Point]) -> None:
+        if not ray.is_initialized():
+            ray.init(address=self.address, log_to_driver=False)
+        nodes = [n for n in ray.nodes() if n["Alive"]]
+        usable = [n for n in nodes if n["Resources"].get("CPU", 0) >= self.cpus_per_role]
+        widest = max(len(_roles(p)) for p in points)
+        if self.spread and widest > len(usable):
+            raise EngineError(f"--spread puts each of a point's {widest} roles on its own node, but "
+                              f"the cluster has {len(usable)} node(s) with {self.cpus_per_role:g} CPU "
+                              "free; add nodes or drop --spread")
+        cpus = sum(n["Resources"].get("CPU", 0) for n in nodes)
+        self.jobs = self._jobs or max(1, int(cpus // (self.cpus_per_role * widest)))
+
+    def run(self, points: Sequence[Point], listener: Listener) -> dict[str, PointResult]:
+        if not points:
+            return {}
+        self._connect(points)
+        cancel = threading.Event()
+        results: dict[str, PointResult] = {}
+        pool = ThreadPoolExecutor(self.jobs, thread_name_prefix="ray-point")
+        futures = {pool.submit(self._run_point, p, listener, cancel): p for p in points}
+        try:
+            for future in as_completed(futures):
+                result = future.result()
+                if result is not None:
+                    results[futures[future].hash] = result
+        except KeyboardInterrupt:
+            cancel.set()  # running points stop their actors and report; queued ones never start
+            pool.shutdown(wait=True, cancel_futures=True)
+            for future, point in futures.items():
+                if future.done() and not future.cancelled() and future.result() is not None:
+                    results[point.hash] = future.result()
+            raise
+        finally:
+            pool.shutdown(wait=True)
+        return results
+
+    def _run_point(self, point: Point, listener: Listener, cancel: threading.Event) -> PointResult | None:
+        if cancel.is_set():
+            return None
+        listener.started(point)
+        started = time.monotonic()
+        run = prepare_run_dir(point)
+        roles = _roles(point)
+        strategy = "STRICT_SPREAD" if self.spread else "PACK"
+        group = placement_group([{"CPU": self.cpus_per_role}] * len(roles), strategy=strategy)
+        actors: dict[str, Any] = {}
+        nodes: dict[str, Any] | None = None
+        phases = _Phases()
+        try:
+            self._wait(group.ready(), cancel)
+            phases.mark("placement")
+            actors = self._place(point, run, roles, group)
+            nodes = {role: ray.get(actor.where.remote()) for role, actor in actors.items()}
+            phases.mark("actors")
+            status, essential = self._train(point, actors, listener, cancel)
+            phases.mark("training")
+            self._collect(run, actors)
+            phases.mark("streaming")
+            message = self._failure(run, status, essential)
+        except _Cancelled:
+            result = PointResult("interrupted", time.monotonic() - started, "stopped by Ctrl-C", nodes)
+            listener.finished(point, result)
+            return result
+        except Exception as err:  # noqa: BLE001 - the point fails, the sweep goes on
+            cause = getattr(err, "cause", None) or err  # a role's own error, not Ray's wrapper
+            message = f"{type(cause).__name__}: {cause}"
+        finally:
+            self._release(actors, group)
+        if message is None:
+            collect_outcome(run, "ray", time.monotonic() - started)
+            result = self._analyse(point, run, started, nodes, cancel)
+            phases.mark("analysis")
+        else:
+            result = PointResult("failed", time.monotonic() - started, message, nodes)
+        (run.root / "ray.json").write_text(json.dumps(
+            {"strategy": strategy, "nodes": nodes, "seconds": phases.seconds}, indent=2))
+        listener.finished(point, result)
+        return result
+
+    def _wait(self, ref: Any, cancel: threading.Event, timeout: float | None = None) -> Any:
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            ready, _ = ray.wait([ref], timeout=self.poll)
+            if ready:
+                return ray.get(ready[0])
+            if cancel.is_set():
+                raise _Cancelled
+            if end is not None and time.monotonic() > end:
+                raise TimeoutError(f"no answer from the cluster within {timeout:g} s")
+
+    def _place(self, point: Point, run: RunDir, roles: list[str], group: PlacementGroup) -> dict[str, Any]:
+        """One actor per role on its bundle, with a TLS identity valid for its node's address."""
+        table = placement_group_table(group)["bundles_to_node_id"]
+        addresses = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
+        identities: dict[str, dict[str, bytes]] = {}
+        if point.config.topology.tls:
+            tls_dir = run.root / "tls"
+            tls.generate(tls_dir, tls.identities(point.config.topology.passive_parties),
+                         hosts=sorted({addresses[node] for node in table.values()}))
+            for role in roles:
+                name = _identity_of(role)
+                identities[role] = {f: (tls_dir / f).read_bytes()
+                                    for f in ("ca.pem", f"{name}.pem", f"{name}.key")}
+        config = point.config.to_toml()
+        shared = str(run.root.resolve()) if self.shared_dir is not None else None
+        return {role: RoleActor.options(
+            num_cpus=self.cpus_per_role, scheduling_strategy=PlacementGroupSchedulingStrategy(
+                group, placement_group_bundle_index=i)).remote(
+            role, config, run.root.name, shared, identities.get(role))
+            for i, role in enumerate(roles)}
+
+    def _train(self, point: Point, actors: dict[str, Any], listener: Listener,
+               cancel: threading.Event) -> tuple[dict[str, dict[str, Any]], list[str]]:
+        """Start the servers, then the passive parties; follow until every essential role ended.
+        Returns each role's last status and the roles whose failure fails the run."""
+        cfg = point.config
+        deadline = cfg.topology.join_deadline_s + 30.0
+        servers = {r: actors[r].start.remote() for r in (LABEL_PARTY, ATTACKER) if r in actors}
+        label = self._wait(servers[LABEL_PARTY], cancel, deadline)  # both load at the same time
+        sidecar = self._wait(servers[ATTACKER], cancel, deadline) if ATTACKER in servers else None
+        observed = set(cfg.attacker.observe)
+        for role, actor in actors.items():
+            if role not in (LABEL_PARTY, ATTACKER):
+                tap = sidecar if int(role.rsplit("_", 1)[1]) in observed else None
+                self._wait(actor.start.remote(label, tap), cancel, deadline)
+        essential = [r for r in actors if r != ATTACKER or cfg.attacker.on_sidecar_failure == "fail"]
+        grace = cfg.topology.step_deadline_s + 10.0
+        failed_at: float | None = None
+        while True:
+            if cancel.is_set():
+                raise _Cancelled
+            status = dict(zip(actors, ray.get([a.poll.remote() for a in actors.values()], timeout=60),
+                              strict=True))
+            for record in status[LABEL_PARTY]["records"]:
+                listener.record(point, record)
+            ended = [r for r in essential if status[r]["done"]]
+            if len(ended) == len(essential) and all(s["done"] for s in status.values()):
+                break
+            if failed_at is None and any(status[r]["code"] for r in ended):
+                failed_at = time.monotonic()
+            if len(ended) == len(essential) and failed_at is None:
+                failed_at = time.monotonic()  # give a non-essential sidecar its grace period
+            if failed_at is not None and time.monotonic() - failed_at > grace:
+                break
+            time.sleep(self.poll)
+        return status, essential
+
+    def _collect(self, run: RunDir, actors: dict[str, Any]) -> None:
+        """Stream every role's files into the driver's run directory (not with a shared one)."""
+        if self.shared_dir is not None:
+            return
+        for actor in actors.values():
+            receive(run.root, (ray.get(ref) for ref in actor.files.options(
+                num_returns="streaming").remote()))
+
+    @staticmethod
+    def _failure(run: RunDir, status: dict[str, dict[str, Any]], essential: list[str]) -> str | None:
+        """None when training succeeded, else the reason, naming the party (outcome.json first)."""
+        if all(status[r]["code"] == 0 for r in essential):
+            return None
+        if run.outcome.exists():
+            outcome = json.loads(run.outcome.read_text())
+            if outcome.get("status") == "failed":
+                return f"{outcome['message']} [{outcome['code']}]"
+        for role in essential:
+            if status[role]["code"] != 0:
+                return status[role]["error"] or f"{role} did not finish"
+        return "a role did not finish"
+
+    @staticmethod
+    def _release(actors: dict[str, Any], group: PlacementGroup) -> None:
+        for actor in actors.values():
+            try:
+                ray.get(actor.cleanup.remote(), timeout=10)
+            except Exception:  # noqa: BLE001, S110 - a dead actor has nothing left to clean
+                pass
+            ray.kill(actor)
+        remove_placement_group(group)
+
+    def _analyse(self, point: Point, run: RunDir, started: float, nodes: dict[str, Any] | None,
+                 cancel: threading.Event) -> PointResult:
+        """The attacker's analysis on the driver, in a worker process like the local engine's."""
+        child = spawn(f"analysis of {point.label}",
+                      ["orchestration.sweep.worker", str(run.root), "--analysis-only"],
+                      run.logs / "sweep_point.log")
+        while child.returncode is None:
+            if cancel.is_set():
+                stop_all([child])
+                return PointResult("interrupted", time.monotonic() - started, "stopped by Ctrl-C", nodes)
+            time.sleep(self.poll)
+        result = read_result(run.root)
+        if result is None:
+            return PointResult("failed", time.monotonic() - started,
+                               f"analysis exited with code {child.returncode}: {child.log_tail(5)}", nodes)
+        return PointResult(result.status, time.monotonic() - started, result.message, nodes)

@@ -1,0 +1,164 @@
+"""One role of a point, hosted by an engine's worker (a Ray actor): the same per-service coroutine
+the role's CLI runs (label_party.server.serve, passive_party.client.run_party,
+attacker.sidecar.serve), in a thread of its own so the host can answer polls meanwhile.
+
+Nothing here imports Ray; orchestration.sweep.ray_engine wraps a RoleHost in an actor.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import tempfile
+import threading
+import time
+import tomllib
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
+from typing import Any
+
+from orchestration.progress import MetricsTail
+from splitleak.config import parse_config
+from splitleak.rundir import RunDir
+from splitleak.transport import run_async
+
+LABEL_PARTY, ATTACKER = "label_party", "attacker"
+CHUNK_BYTES = 4 * 1024 * 1024  # streamed files travel in pieces this size
+LOG_FORMAT = "%(asctime)s {role} %(levelname)s %(message)s"
+
+
+def passive_role(party_id: int) -> str:
+    return f"passive_party_{party_id}"
+
+
+class RoleError(RuntimeError):
+    """The role could not start; the message says why."""
+
+
+class RoleHost:
+    """Runs one role of one run. `run_root` is the run directory the role writes (a shared path,
+    or None: a fresh node-local one named `run_name`, streamed back by `files`); `identity` is
+    this role's TLS files by name (ca.pem, <name>.pem, <name>.key), kept node-local."""
+
+    def __init__(self, role: str, config_toml: str, run_name: str, run_root: str | None = None,
+                 identity: dict[str, bytes] | None = None) -> None:
+        self.role = role
+        self.cfg = parse_config(tomllib.loads(config_toml), f"{run_name} ({role})")
+        self._scratch = Path(tempfile.mkdtemp(prefix=f"splitleak-{role}-"))
+        self.streamed = run_root is None
+        self.run = RunDir(self._scratch / run_name if run_root is None else Path(run_root))
+        self.run.root.mkdir(parents=True, exist_ok=True)
+        self.tls_dir: Path | None = None
+        if identity:
+            self.tls_dir = self._scratch / "tls"
+            self.tls_dir.mkdir(mode=0o700)
+            for name, data in identity.items():
+                (self.tls_dir / name).write_bytes(data)
+                (self.tls_dir / name).chmod(0o600)
+        self._log = self._log_to(self.run.logs / f"{role}.log")
+        self._thread: threading.Thread | None = None
+        self._code: int | None = None
+        self._error: str | None = None
+        self._tail = MetricsTail(self.run.metrics) if role == LABEL_PARTY else None
+
+    def _log_to(self, path: Path) -> logging.Handler:
+        """The role's log in the run directory, as `splitleak run` keeps one per process."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(path)
+        handler.setFormatter(logging.Formatter(LOG_FORMAT.format(role=self.role.replace("_", "-"))))
+        root = logging.getLogger()
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+        return handler
+
+    def start(self, host: str, label_party: str | None = None, attacker: str | None = None) -> str | None:
+        """Start the role; a server role returns the HOST:PORT it listens on once it serves."""
+        port_file = self._scratch / "address"
+        listen = f"{host}:0"
+        self._thread = threading.Thread(target=self._main, name=self.role, daemon=True,
+                                        args=(self._coroutine(listen, port_file, label_party, attacker),))
+        self._thread.start()
+        if self.role not in (LABEL_PARTY, ATTACKER):
+            return None
+        deadline = time.monotonic() + self.cfg.topology.join_deadline_s
+        while time.monotonic() < deadline:
+            if port_file.exists():
+                return port_file.read_text().strip()
+            if self._code is not None:
+                raise RoleError(f"{self.role} ended before serving: {self._error or 'no message'}")
+            time.sleep(0.05)
+        raise RoleError(f"{self.role} did not serve within {self.cfg.topology.join_deadline_s:g} s")
+
+    def _coroutine(self, listen: str, port_file: Path, label_party: str | None,
+                   attacker: str | None) -> Coroutine[Any, Any, Any]:
+        cfg = self.cfg
+        if self.role == LABEL_PARTY:
+            from label_party.server import serve
+
+            return serve(cfg, self.run, listen, port_file, self.tls_dir)
+        if self.role == ATTACKER:
+            from attacker.sidecar import serve as serve_sidecar
+
+            return serve_sidecar(self.run.root, listen, set(cfg.attacker.observe), self.run.root.name,
+                                 cfg.topology, port_file, self.tls_dir)
+        from passive_party.client import run_party
+
+        party_id = int(self.role.rsplit("_", 1)[1])
+        if label_party is None:
+            raise RoleError(f"{self.role} needs the label party's address")
+        return run_party(cfg, party_id, label_party, self.run, attacker=attacker, tls_dir=self.tls_dir)
+
+    def _main(self, coroutine: Coroutine[Any, Any, Any]) -> None:
+        try:
+            code = run_async(coroutine)
+            self._code = code if isinstance(code, int) else 0
+            if self._code:
+                self._error = f"{self.role} exited with code {self._code} (see logs/{self.role}.log)"
+        except Exception as err:  # noqa: BLE001 - reported to the driver, which names the role
+            logging.getLogger(self.role).exception("%s failed", self.role)
+            self._error = f"{self.role}: {type(err).__name__}: {err}"
+            self._code = 1
+
+    def poll(self) -> dict[str, Any]:
+        """Whether the role ended (and how), plus the label party's new metrics records."""
+        return {"done": self._code is not None, "code": self._code, "error": self._error,
+                "records": self._tail.read_new() if self._tail is not None else []}
+
+    def files(self) -> Iterator[tuple[str, int, bytes]]:
+        """Every file the role wrote, as (path relative to the run directory, offset, bytes)."""
+        if not self.streamed:
+            return
+        for path in sorted(p for p in self.run.root.rglob("*") if p.is_file()):
+            relative = path.relative_to(self.run.root).as_posix()
+            with path.open("rb") as f:
+                offset = 0
+                while True:
+                    chunk = f.read(CHUNK_BYTES)
+                    if not chunk and offset:
+                        break
+                    yield relative, offset, chunk
+                    offset += len(chunk)
+                    if len(chunk) < CHUNK_BYTES:
+                        break
+
+    def cleanup(self) -> None:
+        logging.getLogger().removeHandler(self._log)
+        self._log.close()
+        shutil.rmtree(self._scratch, ignore_errors=True)
+
+
+def receive(run_root: Path, pieces: Iterator[tuple[str, int, bytes]]) -> int:
+    """Write streamed pieces into `run_root`; returns the bytes written. A path that leaves the
+    run directory is refused (the pieces come from another process)."""
+    written = 0
+    root = run_root.resolve()
+    for relative, offset, data in pieces:
+        target = (root / relative).resolve()
+        if root not in target.parents:
+            raise RoleError(f"streamed file {relative!r} is outside the run directory")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with target.open("r+b" if offset else "wb") as f:
+            f.seek(offset)
+            f.write(data)
+        written += len(data)
+    return written

@@ -1,0 +1,128 @@
+"""The sweep file (TOML): a base experiment, overrides for every point, named variants, axes.
+
+    [sweep]
+    name = "li_tradeoff"               # the sweep directory: <output_dir>/<name>
+    base = "../../splitleak/configs/default.toml"   # relative to this file; omit: built-in default
+    output_dir = "sweeps"
+    seeds = [0, 1, 2]                  # a run.seed axis crossed with everything
+    subset = 0.1                       # optional: dataset.subset.fraction of every point
+    leak_stat = "flipped_p95"          # the comparison's leak on plots and the frontier
+
+    [set]                              # overrides of every point: config path -> value
+    "training.max_steps" = 60
+
+    [axes]                             # a grid: every combination, crossed with every variant
+    "topology.passive_parties" = [2, 4]
+
+    [[variant]]                        # named override tables, each with optional own axes
+    name = "marvell"
+    set = { defense = [{ name = "marvell" }] }
+    axes = { "defense.0.s" = [0.1, 0.25, 1, 4] }
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError, model_validator
+
+from splitleak.config import format_validation_error
+
+
+class SweepError(ValueError):
+    """A sweep file that cannot run; the message names the field and what is allowed."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+Axes = dict[str, list[Any]]
+
+
+def _check_axes(axes: Axes, where: str) -> None:
+    for path, values in axes.items():
+        if not values:
+            raise ValueError(f"{where} {path!r} has no values; give at least one")
+        if len(set(map(repr, values))) != len(values):
+            raise ValueError(f"{where} {path!r} repeats a value: {values}")
+
+
+class SweepSection(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    base: str | None = None  # experiment file relative to the sweep file; None: built-in default
+    output_dir: Path = Path("sweeps")
+    seeds: list[NonNegativeInt] | None = Field(None, min_length=1)
+    subset: float | None = Field(None, gt=0.0, le=1.0)
+    description: str = ""
+    leak_stat: Literal["flipped_p95", "flipped_mean"] = "flipped_p95"  # the comparison's headline
+
+    @model_validator(mode="after")
+    def _unique_seeds(self) -> SweepSection:
+        if self.seeds is not None and len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"sweep.seeds repeats a seed: {self.seeds}")
+        return self
+
+
+class VariantSpec(_Strict):
+    name: str = Field(min_length=1)
+    set: dict[str, Any] = {}
+    axes: Axes = {}
+
+    @model_validator(mode="after")
+    def _axes(self) -> VariantSpec:
+        _check_axes(self.axes, f"variant {self.name!r} axis")
+        return self
+
+
+class SweepFile(_Strict):
+    sweep: SweepSection
+    set: dict[str, Any] = {}
+    axes: Axes = {}
+    variant: list[VariantSpec] = []
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SweepFile:
+        _check_axes(self.axes, "axis")
+        names = [v.name for v in self.variant]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"variant names must be unique; repeated: {', '.join(repeated)}")
+        for v in self.variant:
+            both = sorted(set(v.axes) & set(self.axes))
+            if both:
+                raise ValueError(f"variant {v.name!r} axes {both} are also sweep-wide axes; give each "
+                                 "path in one place")
+        seeded = [where for where, axes in [("axes", self.axes)] + [
+            (f"variant {v.name!r} axes", v.axes) for v in self.variant] if "run.seed" in axes]
+        if self.sweep.seeds is not None and seeded:
+            raise ValueError(f"sweep.seeds and {seeded[0]} both set run.seed; keep one")
+        return self
+
+
+def parse_sweep(data: dict[str, Any], source: str = "<dict>") -> SweepFile:
+    try:
+        return SweepFile.model_validate(data)
+    except ValidationError as err:
+        raise SweepError(format_validation_error(err, source, "sweep file")) from None
+
+
+def load_sweep(path: str | Path) -> SweepFile:
+    p = Path(path)
+    if not p.is_file():
+        raise SweepError(f"sweep file not found: {p}")
+    try:
+        data = tomllib.loads(p.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise SweepError(f"invalid sweep file {p}: not valid TOML: {err}") from None
+    return parse_sweep(data, str(p))
+
+
+def base_path(sweep: SweepFile, source: Path | None) -> Path | None:
+    """The base experiment file, relative to the sweep file's folder; None: the built-in default."""
+    if sweep.sweep.base is None:
+        return None
+    base = Path(sweep.sweep.base)
+    return base if base.is_absolute() or source is None else source.parent / base

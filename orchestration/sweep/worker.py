@@ -1,0 +1,78 @@
+"""One sweep point in its own process: the distributed run and the attacker's analysis, exactly
+as `splitleak run` does them; the outcome goes to sweep_point.json in the run directory.
+
+    python -m orchestration.sweep.worker RUN_DIR [--analysis-only]
+
+The engine stops a point with SIGTERM; the worker then stops every party it started.
+A process of its own per point keeps matplotlib (not thread-safe) and the GIL out of the way
+of the other points and makes stopping a point one signal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+
+from rich.console import Console
+
+from orchestration.commands import analyse_run
+from orchestration.run import RunFailed, RunOutcome, run_distributed
+from orchestration.sweep.engine import PointResult, write_result
+from splitleak.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, setup_logging
+from splitleak.config import load_config
+from splitleak.rundir import RunDir
+
+log = logging.getLogger("sweep")
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def _outcome_of_finished_run(run: RunDir) -> RunOutcome:
+    """What an engine that trained the run elsewhere recorded in summary.json."""
+    summary = json.loads(run.summary.read_text())
+    return RunOutcome(run, summary["mode"], summary["seconds"], summary["train_steps"],
+                      summary["final_eval"], summary.get("training_seconds", 0.0))
+
+
+def run_point(run: RunDir, analysis_only: bool = False) -> PointResult:
+    started = time.monotonic()
+    cfg = load_config(run.config)
+    try:
+        outcome = _outcome_of_finished_run(run) if analysis_only else run_distributed(cfg, run)
+        if cfg.attacker.enabled and cfg.attacker.observe:
+            analyse_run(cfg, outcome, Console(file=sys.stdout, width=120))
+    except RunFailed as err:
+        return PointResult("failed", time.monotonic() - started, str(err))
+    except KeyboardInterrupt:
+        return PointResult("interrupted", time.monotonic() - started, "stopped by the sweep")
+    except Exception as err:  # noqa: BLE001 - the sweep records why and goes on with other points
+        log.exception("point failed")
+        return PointResult("failed", time.monotonic() - started, f"{type(err).__name__}: {err}")
+    return PointResult("done", time.monotonic() - started)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m orchestration.sweep.worker", description=__doc__)
+    parser.add_argument("run_dir", type=Path, help="the point's run directory (holds config.toml)")
+    parser.add_argument("--analysis-only", action="store_true",
+                        help="the run was trained elsewhere (summary.json written): analyse it")
+    args = parser.parse_args(argv)
+    setup_logging("sweep-point")
+    signal.signal(signal.SIGTERM, _interrupt)
+    result = run_point(RunDir(args.run_dir), args.analysis_only)
+    write_result(args.run_dir, result)
+    if result.status == "failed":
+        log.error("%s", result.message)
+    return {"done": 0, "failed": EXIT_FAILED}.get(result.status, EXIT_INTERRUPTED)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+"""The trade-off report on hand-made run directories: t intervals, paired utility drop, VFLAIR's
+DCS / T-DCS / C-DCS and ours, the Pareto frontier, trends, the files it writes."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from scipy import stats
+
+from orchestration.cli import main
+from orchestration.compare.dcs import chance, dcs
+from orchestration.compare.read import find_runs, leak_entries
+from orchestration.compare.report import write_report
+from orchestration.compare.stats import over_seeds
+from orchestration.compare.table import compare
+from orchestration.compare.trends import trends
+from orchestration.sweep.index import SweepIndex
+from orchestration.sweep.points import resolve
+from orchestration.sweep.spec import parse_sweep
+from splitleak.config import parse_config
+from splitleak.rundir import RunDir, write_config
+from tests.conftest import small_config
+
+SEEDS = (0, 1, 2)
+# setting -> (defense chain, test AUC per seed, norm leak (flipped mean, p95) per seed)
+SETTINGS: dict[str, tuple[list[dict], list[float], list[tuple[float, float]]]] = {
+    "none": ([], [0.95, 0.96, 0.97], [(0.90, 0.95), (0.92, 0.96), (0.94, 0.97)]),
+    "marvell 1": ([{"name": "marvell", "s": 1.0}], [0.93, 0.94, 0.95],
+                  [(0.70, 0.80), (0.72, 0.81), (0.74, 0.82)]),
+    "marvell 4": ([{"name": "marvell", "s": 4.0}], [0.90, 0.91, 0.92],
+                  [(0.60, 0.65), (0.62, 0.66), (0.64, 0.67)]),
+    "iso 1": ([{"name": "iso", "t": 1.0}], [0.90, 0.91, 0.92], [(0.85, 0.90), (0.86, 0.91), (0.87, 0.92)]),
+}
+
+
+def leak_entry(attack: str, mean: float, p95: float, **extra: Any) -> dict[str, Any]:
+    return {"scope": "run", "party_id": 1, "layer": "cut", "attack": attack, "metric": "auc",
+            "side_knowledge": "none", "batches": 10, "skipped": 0,
+            "flipped": {"mean": mean, "p95": p95, "max": p95}, "raw": {"mean": 1 - mean, "p95": 0.5,
+                                                                         "max": 0.5}, **extra}
+
+
+def fake_run(root: Path, data: dict[str, Any], utility: float, leak: list[dict[str, Any]],
+             num_classes: int = 2) -> Path:
+    """What a finished, analysed run leaves that compare reads."""
+    cfg = parse_config(data)
+    run = RunDir(root)
+    run.label_party.mkdir(parents=True)
+    write_config(cfg, run)
+    key = "test_auc" if num_classes == 2 else "test_accuracy"
+    records = [{"type": "plan", "num_classes": num_classes}, {"type": "eval", key: utility - 0.1},
+               {"type": "eval", key: utility, "test_loss": 0.3}]
+    run.metrics.write_text("".join(json.dumps(r) + "\n" for r in records))
+    run.report.mkdir()
+    summary = {"num_classes": num_classes,
+               "leak": [*leak, {**leak[0], "scope": "epoch", "epoch": 0, "flipped": {"mean": 0.0}}]}
+    (run.report / "summary.json").write_text(json.dumps(summary))
+    return root
+
+
+@pytest.fixture
+def runs_dir(tmp_path: Path) -> Path:
+    for name, (chain, utilities, leaks) in SETTINGS.items():
+        for seed, utility, (mean, p95) in zip(SEEDS, utilities, leaks, strict=True):
+            data = small_config(tmp_path, run={"seed": seed, "name": name.replace(" ", "_")},
+                                defense=chain)
+            fake_run(tmp_path / "runs" / f"{name.replace(' ', '_')}-{seed}", data, utility,
+                     [leak_entry("norm", mean, p95)])
+    return tmp_path / "runs"
+
+
+def test_over_seeds_is_the_student_t_interval() -> None:
+    values = [0.93, 0.94, 0.96]
+    summary = over_seeds(values, higher_is_better=True)
+    half = stats.t.ppf(0.975, 2) * np.std(values, ddof=1) / math.sqrt(3)
+    assert summary.mean == pytest.approx(np.mean(values))
+    mean = np.mean(values)
+    assert (summary.ci_low, summary.ci_high) == pytest.approx((mean - half, mean + half))
+    assert (summary.worst, summary.best) == (0.93, 0.96)
+    leak = over_seeds(values, higher_is_better=False)
+    assert (leak.worst, leak.best) == (0.96, 0.93)
+    single = over_seeds([0.5, None], higher_is_better=True)
+    assert single.n == 1 and math.isnan(single.ci_low)
+    assert over_seeds([0.5, 0.5, 0.5], True).ci_low == 0.5  # no spread: a zero-width interval
+    assert over_seeds([None], True) is None
+
+
+def test_dcs_is_vflairs_formula() -> None:
+    # VFLAIR cal_dcs(mp, ap, mp0, ap0=0, beta=0.5): distance on the gaps that hurt, clipped at 0
+    assert dcs(0.8, 0.9, 0.95) == pytest.approx(1 / (1 + math.sqrt(0.5 * 0.8 ** 2 + 0.5 * 0.05 ** 2)))
+    assert dcs(0.0, 0.97, 0.95) == 1.0  # no attack success, no utility lost
+    assert dcs(0.6, 0.9, 0.95, ap_star=0.5) == pytest.approx(
+        1 / (1 + math.sqrt(0.5 * 0.1 ** 2 + 0.5 * 0.05 ** 2)))
+    assert dcs(0.4, 0.9, 0.9, ap_star=0.5) == 1.0  # below chance is no leak in ours
+    assert chance("auc", 2) == 0.5 and chance("accuracy", 10) == pytest.approx(0.1)
+
+
+def test_leak_entries_read_todays_summary_and_the_spread_and_pooled_extensions() -> None:
+    summary = {"leak": [
+        leak_entry("norm", 0.8, 0.9),
+        leak_entry("cosine_oracle", 0.7, 0.8, spread={"flipped": {"mean": 0.02, "p95": 0.03}}),
+        {"scope": "run", "party_id": 1, "layer": "cut", "attack": "direct_label", "metric": "accuracy",
+         "side_knowledge": "none", "accuracy": {"mean": 0.5, "p95": 0.9, "max": 1.0, "pooled": 0.4},
+         "spread": 0.01},
+        {"scope": "run", "party_id": 2, "layer": "first", "attack": "x", "metric": "accuracy",
+         "accuracy": {"mean": 0.3}},
+        {"scope": "epoch", "party_id": 1, "layer": "cut", "attack": "norm", "flipped": {"mean": 0.0}},
+    ]}
+    norm, cosine, direct, other = leak_entries(summary)
+    assert (norm.flipped_mean, norm.flipped_p95, norm.raw_mean, norm.spread) == (0.8, 0.9, pytest.approx(0.2),
+                                                                                 None)
+    assert cosine.spread == 0.02 and cosine.attack_type == "label inference"
+    assert direct.metric == "accuracy" and direct.accuracy == 0.4 and direct.spread == 0.01
+    assert other.accuracy == 0.3 and other.party == 2 and other.layer == "first"
+
+
+def test_leak_entries_read_what_the_analysis_writes() -> None:
+    """The summary layout of attacker.summary: spread per statistic, pooled accuracy, count error."""
+    from attacker.summary import summarise_leak
+
+    def row(attack: str, step: int, draw: int, **fields: Any) -> dict[str, Any]:
+        return {"party_id": 1, "parties": "1", "layer": "cut", "epoch": 0, "step": step, "attack": attack,
+                "side_knowledge": "k", "seed": 0, "draw": draw, "skip_reason": None, **fields}
+
+    rows = [row("hint_distance(k=1)", step, draw, metric="auc", auc_raw=value, auc_flipped=value)
+            for step in range(4) for draw, value in ((0, 0.6 + 0.01 * step), (1, 0.8 + 0.01 * step))]
+    rows += [row("direct_label", step, 0, metric="accuracy", accuracy=0.5, n_correct=n, n_predicted=10,
+                 n_no_prediction=0) for step, n in enumerate((2, 8))]
+    rows += [row("batch_label_counts", 0, 0, metric="count_error", count_error=0.1)]
+    hint, direct = leak_entries({"leak": summarise_leak(rows)})
+    p95 = [float(np.percentile([base + 0.01 * s for s in range(4)], 95)) for base in (0.6, 0.8)]
+    assert hint.spread == pytest.approx(float(np.std(p95, ddof=1)))
+    assert hint.flipped_p95 == pytest.approx(float(np.mean(p95)))
+    assert direct.accuracy == pytest.approx(0.5) and direct.metric == "accuracy"  # 10 of 20 rows
+
+
+def test_compare_pairs_seeds_and_finds_the_frontier(runs_dir: Path) -> None:
+    runs, warnings = find_runs([runs_dir])
+    assert len(runs) == 12 and not warnings
+    comparison = compare(runs)
+    rows = {r["setting"]: r for r in comparison.rows}
+    assert set(rows) == {"no defense", "marvell s=1", "marvell s=4", "iso t=1"}
+    assert comparison.party == 1 and not comparison.warnings
+    m4 = rows["marvell s=4"]
+    assert m4["utility_mean"] == pytest.approx(0.91) and m4["n_seeds"] == 3
+    assert m4["utility_drop_mean"] == pytest.approx(0.05)  # the same seed's no-defense run
+    assert m4["utility_worst"] == 0.90 and m4["utility_best"] == 0.92
+    assert m4["leak_mean"] == pytest.approx(0.66)  # p95 is the default headline
+    assert m4["leak_flipped_mean_mean"] == pytest.approx(0.62)
+    assert m4["leak_worst"] == 0.67 and m4["leak_best"] == 0.65
+    half = stats.t.ppf(0.975, 2) * 0.01 / math.sqrt(3)
+    assert (m4["leak_ci_low"], m4["leak_ci_high"]) == pytest.approx((0.66 - half, 0.66 + half))
+    per_seed = [dcs(ap, mp, star) for ap, mp, star in zip([0.6, 0.62, 0.64], [0.90, 0.91, 0.92],
+                                                          [0.95, 0.96, 0.97], strict=True)]
+    assert m4["dcs_mean"] == pytest.approx(np.mean(per_seed))
+    assert m4["dcs_ours_mean"] == pytest.approx(np.mean(
+        [dcs(ap, mp, star, 0.5) for ap, mp, star in zip([0.6, 0.62, 0.64], [0.90, 0.91, 0.92],
+                                                        [0.95, 0.96, 0.97], strict=True)]))
+    assert m4["dcs_of_means"] == pytest.approx(dcs(0.62, 0.91, 0.96))
+    assert m4["t_dcs_mean"] == pytest.approx(m4["dcs_mean"]) == pytest.approx(m4["c_dcs_mean"])
+    assert {s: r["pareto"] for s, r in rows.items()} == {
+        "no defense": True, "marvell s=1": True, "marvell s=4": True, "iso t=1": False}
+    assert rows["no defense"]["baseline"] == "no defense" and rows["no defense"]["utility_drop_mean"] == 0
+    (marvell,) = [t for t in trends(comparison.rows) if t.family == "marvell"]
+    assert marvell.parameter == "marvell.s" and marvell.direction == "falls"
+    assert [v for v, _ in marvell.levels] == [1.0, 4.0]
+
+
+def test_compare_says_what_it_cannot_compute(runs_dir: Path, tmp_path: Path) -> None:
+    lonely = small_config(tmp_path, run={"seed": 0}, training={"batch_size": 32},
+                          defense=[{"name": "iso", "t": 2.0}])
+    fake_run(runs_dir / "lonely", lonely, 0.9, [leak_entry("norm", 0.7, 0.8)])
+    (runs_dir / "unanalysed").mkdir()
+    (runs_dir / "unanalysed" / "config.toml").write_text("")
+    runs, warnings = find_runs([runs_dir])
+    assert any("unanalysed: no label_party/metrics.jsonl" in w for w in warnings)
+    comparison = compare(runs, warnings=warnings)
+    row = next(r for r in comparison.rows if r["setting"] == "iso t=2")
+    assert row["dcs_mean"] is None and row["utility_drop_mean"] is None and row["baseline"] is None
+    assert any("iso t=2: 1 seed(s)" in w for w in comparison.warnings)
+    assert any("iso t=2: no run of the same set-up without a defense" in w for w in comparison.warnings)
+
+
+def test_report_files(runs_dir: Path, tmp_path: Path) -> None:
+    runs, _ = find_runs([runs_dir])
+    out = tmp_path / "compare"
+    report = write_report(compare(runs), out, [runs_dir])
+    table = pq.read_table(out / "table.parquet")
+    assert table.num_rows == 4 and {"utility_ci_low", "dcs_mean", "pareto"} <= set(table.column_names)
+    assert (out / "table.csv").read_text().startswith('"setting"')
+    assert (out / "leak_vs_utility_norm.png").stat().st_size > 10_000
+    assert (out / "strength_marvell.png").stat().st_size > 10_000
+    text = report.read_text()
+    for part in ("## norm", "## Defense capability (VFLAIR's DCS)", "## Leak vs strength", "| marvell | "
+                 "marvell.s | – | norm |", "](leak_vs_utility_norm.png)", "0.910 ["):
+        assert part in text, part
+
+
+def test_compare_reads_a_sweep_index(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    base = parse_config(small_config(tmp_path))
+    sweep = parse_sweep({"sweep": {"name": "s", "seeds": [0, 1]}})
+    points = resolve(sweep, base, tmp_path / "s")
+    index = SweepIndex(tmp_path / "s", points, "local")
+    for point in points:
+        fake_run(point.run_dir, point.config.model_dump(mode="json"), 0.9, [leak_entry("norm", 0.8, 0.9)])
+    index.mark(points[0], "done", 1.0)
+    index.mark(points[1], "failed", 1.0, "boom")
+    runs, warnings = find_runs([tmp_path / "s"])
+    assert [r.root for r in runs] == [points[0].run_dir] and runs[0].label == "t"
+    assert main(["compare", str(tmp_path / "s")]) == 0
+    assert (tmp_path / "s" / "compare" / "report.md").exists()
+    assert "trade-off report" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compare", str(tmp_path / "missing")])
+    assert exit_info.value.code == 2
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compare", str(tmp_path)])  # neither a sweep nor run directories
+    assert exit_info.value.code == 2 and "not a sweep directory" in capsys.readouterr().err
+
+
+def test_trends_of_a_two_parameter_grid() -> None:
+    rows = [{"family": "kdk", "setup": "s", "attack": "direct_label", "leak_mean": 0.5 - eps / 2 - k / 100,
+             "strengths": json.dumps({"kdk.epsilon": eps, "kdk.k": k, "kdk.teacher_lr": 0.001})}
+            for eps in (0.2, 0.5) for k in (2, 3, 5)]
+    rows[-1]["leak_mean"] = 0.9  # eps 0.5, k 5: breaks the fall along k
+    found = {(t.parameter, tuple(t.fixed.items())): t for t in trends(rows)}
+    assert set(found) == {("kdk.epsilon", (("kdk.k", 2),)), ("kdk.epsilon", (("kdk.k", 3),)),
+                          ("kdk.epsilon", (("kdk.k", 5),)), ("kdk.k", (("kdk.epsilon", 0.2),)),
+                          ("kdk.k", (("kdk.epsilon", 0.5),))}  # the constant teacher_lr is not held
+    assert found[("kdk.k", (("kdk.epsilon", 0.2),))].direction == "falls"
+    assert found[("kdk.k", (("kdk.epsilon", 0.2),))].spearman == pytest.approx(-1.0)
+    assert found[("kdk.k", (("kdk.epsilon", 0.5),))].direction == "mixed"
+    assert found[("kdk.epsilon", (("kdk.k", 5),))].direction == "rises"

@@ -1,0 +1,102 @@
+"""sweep.parquet (resume by hash, retry of failed points, atomic rewrites) and what a Ray role
+actor streams back (the role host, without Ray)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from orchestration.sweep import roles
+from orchestration.sweep.index import SweepIndex, SweepIndexError, read_index
+from orchestration.sweep.points import Point, resolve
+from orchestration.sweep.roles import RoleError, RoleHost, receive
+from orchestration.sweep.spec import parse_sweep
+from splitleak.config import parse_config
+from tests.conftest import small_config
+
+
+def _points(tmp_path: Path, seeds: list[int]) -> list[Point]:
+    sweep = parse_sweep({"sweep": {"name": "s", "seeds": seeds}})
+    return resolve(sweep, parse_config(small_config(tmp_path)), tmp_path / "s")
+
+
+def _finish(point: Point) -> None:
+    """The outputs a finished point leaves (what `finished` checks)."""
+    (point.run_dir / "report").mkdir(parents=True)
+    (point.run_dir / "summary.json").write_text("{}")
+
+
+def test_resume_by_hash_and_retry_failed(tmp_path: Path) -> None:
+    points = _points(tmp_path, [0, 1, 2, 3])
+    index = SweepIndex(tmp_path / "s", points, "local")
+    assert index.todo(points, retry_failed=False) == points
+    _finish(points[0])
+    index.mark(points[0], "done", 12.5)
+    index.mark(points[1], "failed", 3.0, "passive party 2 exited with code 1")
+    index.mark(points[2], "running")
+    rows = read_index(tmp_path / "s")
+    assert [r["status"] for r in rows] == ["done", "failed", "running", "pending"]
+    assert rows[1]["message"] == "passive party 2 exited with code 1" and rows[0]["seconds"] == 12.5
+    assert rows[0]["run_dir"] == points[0].hash and json.loads(rows[0]["overrides"]) == {"run.seed": 0}
+
+    # a new sweep over the same points, in another order, with one more: matched by hash
+    more = _points(tmp_path, [3, 2, 1, 0, 4])
+    again = SweepIndex(tmp_path / "s", more, "local")
+    by_seed = {p.seed: p for p in more}
+    assert again.todo(more, retry_failed=False) == [by_seed[3], by_seed[2], by_seed[4]]
+    assert again.todo(more, retry_failed=True) == [by_seed[3], by_seed[2], by_seed[1], by_seed[4]]
+    assert again.rows[points[1].hash]["message"] == "passive party 2 exited with code 1"
+    # a finished point whose run directory is gone runs again
+    (points[0].run_dir / "summary.json").unlink()
+    assert by_seed[0] in again.todo(more, retry_failed=False)
+    assert again.counts() == {"pending": 2, "running": 1, "done": 1, "failed": 1}
+    with pytest.raises(ValueError, match="allowed: pending"):
+        again.mark(points[0], "finished")
+
+
+def test_every_change_rewrites_a_readable_index(tmp_path: Path) -> None:
+    points = _points(tmp_path, [0, 1])
+    index = SweepIndex(tmp_path / "s", points, "ray")
+    index.mark(points[1], "done", 1.0, nodes={"label_party": {"node_id": "a"}})
+    table = pq.read_table(tmp_path / "s" / "sweep.parquet")
+    assert table.num_rows == 2 and table.column("engine").to_pylist() == ["ray", "ray"]
+    assert json.loads(table.column("nodes")[1].as_py()) == {"label_party": {"node_id": "a"}}
+    assert not list((tmp_path / "s").glob(".*.tmp"))  # the temporary sibling was renamed over
+
+
+def test_an_unreadable_index_is_named(tmp_path: Path) -> None:
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / "sweep.parquet").write_text("not parquet")
+    with pytest.raises(SweepIndexError, match="not a readable sweep index"):
+        SweepIndex(tmp_path / "s", _points(tmp_path, [0]), "local")
+
+
+def test_role_files_stream_back_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(roles, "CHUNK_BYTES", 7)
+    cfg = parse_config(small_config(tmp_path))
+    host = RoleHost(roles.passive_role(1), cfg.to_toml(), "abc123", identity={"ca.pem": b"ca"})
+    try:
+        assert host.run.root.name == "abc123" and host.streamed
+        assert (host.tls_dir / "ca.pem").stat().st_mode & 0o777 == 0o600
+        files = {"passive_party_1/bottom.pt": bytes(range(30)), "passive_party_1/empty": b"",
+                 "passive_party_1/seven": b"1234567"}
+        for name, data in files.items():
+            (host.run.root / name).parent.mkdir(parents=True, exist_ok=True)
+            (host.run.root / name).write_bytes(data)
+        pieces = list(host.files())
+        assert max(len(data) for _, _, data in pieces) == 7
+        out = tmp_path / "driver" / "abc123"
+        written = receive(out, iter(pieces))
+        assert written == 37
+        for name, data in files.items():
+            assert (out / name).read_bytes() == data
+        assert (out / "logs" / "passive_party_1.log").exists()  # the role's own log comes back too
+    finally:
+        host.cleanup()
+    assert not host.tls_dir.exists()
+    with pytest.raises(RoleError, match="outside the run directory"):
+        receive(tmp_path / "driver" / "abc123", iter([("../../escape", 0, b"x")]))
+    assert not (tmp_path / "escape").exists()

@@ -1,0 +1,131 @@
+"""The Ray engine on a real 3-node Ray cluster started on this machine (ray.cluster_utils):
+a spread point puts every role on its own node and talks mutual TLS by node IP, its numbers
+equal the local engine's for the same seed; a packed point writes into a shared directory."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from orchestration.sweep.engine import EngineError
+from orchestration.sweep.index import SweepIndex, read_index
+from orchestration.sweep.local import LocalEngine
+from orchestration.sweep.points import Point, resolve
+from orchestration.sweep.runner import run_points
+from orchestration.sweep.spec import parse_sweep
+from splitleak.config import parse_config
+from splitleak.metrics_log import read_metrics
+from tests.conftest import small_config
+
+ray = pytest.importorskip("ray", reason="the Ray engine needs the optional extra splitleak[ray]")
+from ray.cluster_utils import Cluster  # noqa: E402
+
+from orchestration.sweep.ray_engine import RayEngine  # noqa: E402
+
+pytestmark = pytest.mark.slow
+NODES = 3
+OBJECT_STORE = 80 * 1024 * 1024  # Ray's floor is ~75 MB; the runs' files stream in 4 MB pieces
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Three Ray nodes of one logical CPU each, all on this machine."""
+    nodes = Cluster(initialize_head=True,
+                    head_node_args={"num_cpus": 1, "object_store_memory": OBJECT_STORE})
+    for _ in range(NODES - 1):
+        nodes.add_node(num_cpus=1, object_store_memory=OBJECT_STORE)
+    nodes.wait_for_nodes()
+    ray.init(address=nodes.address, log_to_driver=False)
+    yield nodes
+    ray.shutdown()
+    nodes.shutdown()
+
+
+def _points(tmp_path: Path, name: str, **overrides) -> list[Point]:
+    base = parse_config(small_config(
+        tmp_path, training={"epochs": 1}, attacker={"attacks": ["norm", "cosine_majority"]},
+        **overrides))
+    return resolve(parse_sweep({"sweep": {"name": name, "seeds": [5]}}), base, tmp_path / name)
+
+
+def _run(points: list[Point], engine) -> SweepIndex:
+    index = SweepIndex(points[0].run_dir.parent, points, engine.name)
+    run_points(points, index, engine, console=Console(quiet=True), show_progress=False)
+    return index
+
+
+def _without_wall_clock(records: list[dict]) -> list[dict]:
+    return [{k: v for k, v in r.items() if k != "wall"} for r in records]
+
+
+def test_spread_point_runs_each_role_on_its_own_node_with_the_local_numbers(cluster, tmp_path: Path) -> None:
+    one_party = {"topology": {"passive_parties": 1, "tls": True}, "features": {"passive": [[0, 30]]}}
+    (point,) = _points(tmp_path, "ray", **one_party)
+    started = time.monotonic()
+    index = _run([point], RayEngine(spread=True))
+    ray_seconds = time.monotonic() - started
+    (row,) = read_index(point.run_dir.parent)
+    assert row["status"] == "done", row["message"]
+    placed = json.loads((point.run_dir / "ray.json").read_text())
+    assert placed["strategy"] == "STRICT_SPREAD"
+    assert set(placed["seconds"]) == {"placement", "actors", "training", "streaming", "analysis"}
+    nodes = placed["nodes"]
+    assert set(nodes) == {"label_party", "attacker", "passive_party_1"}
+    assert len({where["node_id"] for where in nodes.values()}) == NODES  # STRICT_SPREAD
+    assert json.loads(row["nodes"]) == nodes and index.rows[point.hash]["engine"] == "ray"
+    label_ip = nodes["label_party"]["ip"]
+    assert f"listening on {label_ip}:" in (point.run_dir / "logs" / "label_party.log").read_text()
+    for streamed in ("attacker/gradients/index.json", "passive_party_1/bottom.pt", "label_party/top.pt",
+                     "logs/passive_party_1.log", "report/report.md"):
+        assert (point.run_dir / streamed).exists(), streamed
+
+    (twin,) = _points(tmp_path, "local", **one_party)
+    assert twin.hash == point.hash  # the same experiment: only the engine differs
+    started = time.monotonic()
+    _run([twin], LocalEngine(jobs=1))
+    print(f"\npoint wall time: ray (spread, 3 nodes) {ray_seconds:.1f} s, local "
+          f"{time.monotonic() - started:.1f} s")
+    assert read_index(twin.run_dir.parent)[0]["status"] == "done"
+    ray_metrics = list(read_metrics(point.run_dir / "label_party" / "metrics.jsonl"))
+    local_metrics = list(read_metrics(twin.run_dir / "label_party" / "metrics.jsonl"))
+    assert _without_wall_clock(ray_metrics) == _without_wall_clock(local_metrics)
+    ray_leak = json.loads((point.run_dir / "report" / "summary.json").read_text())
+    local_leak = json.loads((twin.run_dir / "report" / "summary.json").read_text())
+    assert ray_leak == local_leak
+    assert (point.run_dir / "summary.json").exists()
+    assert json.loads((point.run_dir / "summary.json").read_text())["mode"] == "ray"
+
+
+def test_packed_points_write_into_a_shared_directory(cluster, tmp_path: Path) -> None:
+    points = _points(tmp_path / "shared", "packed", topology={"passive_parties": 2, "tls": False})
+    scratch = set(Path(tempfile.gettempdir()).glob("splitleak-*"))
+    _run(points, RayEngine(shared_dir=tmp_path / "shared", cpus_per_role=0.5))
+    (row,) = read_index(points[0].run_dir.parent)
+    assert row["status"] == "done", row["message"]
+    placed = json.loads((points[0].run_dir / "ray.json").read_text())
+    assert placed["strategy"] == "PACK"
+    assert set(placed["nodes"]) == {"label_party", "attacker", "passive_party_1", "passive_party_2"}
+    assert (points[0].run_dir / "passive_party_2" / "bottom.pt").exists()
+    assert (points[0].run_dir / "report" / "summary.json").exists()
+    assert set(Path(tempfile.gettempdir()).glob("splitleak-*")) <= scratch  # node-local scratch removed
+
+
+def test_spread_needs_a_node_per_role(cluster, tmp_path: Path) -> None:
+    points = _points(tmp_path, "wide", topology={"passive_parties": 2})  # 4 roles, 3 nodes
+    with pytest.raises(EngineError, match="4 roles on its own node, but the cluster has 3 node"):
+        RayEngine(spread=True).run(points, None)
+
+
+def test_a_role_that_fails_fails_its_point_with_the_reason(cluster, tmp_path: Path) -> None:
+    points = _points(tmp_path, "broken", dataset={"name": "breast_cancer", "params": {"rows": 5}},
+                     topology={"passive_parties": 1}, features={"passive": [[0, 30]]})
+    _run(points, RayEngine(spread=True))
+    (row,) = read_index(points[0].run_dir.parent)
+    assert row["status"] == "failed"
+    assert "label_party ended before serving" in row["message"] and "rows" in row["message"]
+    assert json.loads((points[0].run_dir / "ray.json").read_text())["nodes"]["label_party"]

@@ -1,0 +1,153 @@
+"""The sweep file: overrides by config path, validation naming the field, points by config hash."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+from orchestration.cli import main
+from orchestration.commands import validate
+from orchestration.sweep.overrides import OverrideError, apply
+from orchestration.sweep.points import resolve
+from orchestration.sweep.spec import SweepError, parse_sweep
+from splitleak.config import load_config, parse_config
+from splitleak.rundir import RunDir
+from splitleak.rundir import write_config as write_run_config
+from tests.conftest import small_config, write_config
+
+BASE = {"run": {"seed": 0}, "defense": [{"name": "marvell", "s": 1.0}],
+        "objective": {"name": "cross_entropy"}, "training": {"epochs": 2, "batch_size": 64}}
+
+
+def test_apply_sets_scalars_in_lists_and_tables() -> None:
+    out = apply(BASE, "defense.0.s", 4)
+    assert out["defense"] == [{"name": "marvell", "s": 4}]
+    assert BASE["defense"][0]["s"] == 1.0  # the input is not changed
+    assert apply(BASE, "training.epochs", 5)["training"] == {"epochs": 5, "batch_size": 64}
+    assert apply(BASE, "dataset.subset.fraction", 0.1)["dataset"] == {"subset": {"fraction": 0.1}}
+
+
+def test_apply_merges_tables_but_a_different_plugin_replaces() -> None:
+    merged = apply(BASE, "training", {"epochs": 3})
+    assert merged["training"] == {"epochs": 3, "batch_size": 64}
+    same = apply(BASE, "defense.0", {"name": "marvell", "uv_choice": "same"})
+    assert same["defense"][0] == {"name": "marvell", "s": 1.0, "uv_choice": "same"}
+    other = apply(BASE, "defense.0", {"name": "iso", "t": 2.0})
+    assert other["defense"][0] == {"name": "iso", "t": 2.0}  # marvell's s does not linger
+    assert apply(BASE, "defense", [])["defense"] == []
+
+
+@pytest.mark.parametrize("path, message", [
+    ("defense.1.s", "defense has 1 entry, so there is no defense.1"),
+    ("defense.first.s", "index it by number"),
+    ("training.epochs.x", "not a table or list"),
+    ("training..epochs", "empty part"),
+])
+def test_apply_names_what_does_not_fit(path: str, message: str) -> None:
+    with pytest.raises(OverrideError, match=message):
+        apply(BASE, path, 1)
+
+
+def _sweep(**sections) -> dict:
+    return {"sweep": {"name": "s", **sections.pop("sweep", {})}, **sections}
+
+
+@pytest.mark.parametrize("data, message", [
+    (_sweep(sweep={"bogus": 1}), r"sweep\.bogus"),
+    (_sweep(sweep={"name": "a b"}), r"sweep\.name"),
+    (_sweep(axes={"defense.0.s": []}), "has no values"),
+    (_sweep(axes={"run.seed": [1, 1]}), "repeats a value"),
+    (_sweep(sweep={"seeds": [0, 0]}), "repeats a seed"),
+    (_sweep(sweep={"seeds": [0]}, axes={"run.seed": [1, 2]}), "both set run.seed"),
+    (_sweep(variant=[{"name": "a"}, {"name": "a"}]), "repeated: a"),
+    (_sweep(variant=[{"name": "a", "axes": {"x.y": [1]}}], axes={"x.y": [2]}), "in one place"),
+    (_sweep(variant=[{"name": "a", "bogus": 1}]), r"variant\.0\.bogus"),
+    (_sweep(sweep={"subset": 1.5}), r"sweep\.subset"),
+])
+def test_sweep_file_errors_name_the_field(data: dict, message: str) -> None:
+    with pytest.raises(SweepError, match=message):
+        parse_sweep(data, "test.toml")
+
+
+def test_points_cross_variants_axes_and_seeds(tmp_path: Path) -> None:
+    base = parse_config(small_config(tmp_path))
+    sweep = parse_sweep(_sweep(
+        sweep={"seeds": [0, 1], "subset": 0.5}, set={"training.epochs": 1},
+        axes={"training.batch_size": [32, 64]},
+        variant=[{"name": "none"},
+                 {"name": "marvell", "set": {"defense": [{"name": "marvell"}]},
+                  "axes": {"defense.0.s": [0.25, 4.0]}}]))
+    points = resolve(sweep, base, tmp_path / "sweeps" / "s", check=validate)
+    assert len(points) == 2 * 2 + 2 * 2 * 2  # (none + marvell x 2 s) x 2 batch sizes x 2 seeds
+    assert [p.index for p in points] == list(range(len(points)))
+    assert len({p.hash for p in points}) == len(points)
+    assert all(p.run_dir == tmp_path / "sweeps" / "s" / p.hash for p in points)
+    first, last = points[0], points[-1]
+    assert first.label == "none, batch_size=32, seed=0" and first.setting == "none, batch_size=32"
+    assert last.label == "marvell, batch_size=64, s=4.0, seed=1"
+    assert last.config.defense[0].params == {"s": 4.0}
+    assert last.config.training.epochs == 1 and last.config.dataset.subset.fraction == 0.5
+    assert json.loads(last.overrides_json()) == {
+        "training.epochs": 1, "defense": [{"name": "marvell"}], "training.batch_size": 64,
+        "defense.0.s": 4.0, "run.seed": 1, "dataset.subset": {"fraction": 0.5}}
+    # the seed is the only difference between the two points of one setting
+    assert {p.seed for p in points if p.setting == last.setting} == {0, 1}
+
+
+def test_a_bad_point_names_itself_and_the_field(tmp_path: Path) -> None:
+    base = parse_config(small_config(tmp_path))
+    bad_axis = parse_sweep(_sweep(variant=[{"name": "m", "set": {"defense": [{"name": "marvell"}]},
+                                            "axes": {"defense.0.s": [1.0, -1.0]}}]))
+    with pytest.raises(SweepError, match=r"point 1 \(variant 'm'; defense.0.s=-1.0\).*s: Input should "
+                                         "be greater than 0"):
+        resolve(bad_axis, base, tmp_path, check=validate)
+    schema = parse_sweep(_sweep(set={"training.batch_size": 0}))
+    with pytest.raises(SweepError, match="training.batch_size"):
+        resolve(schema, base, tmp_path, check=validate)
+    missing = parse_sweep(_sweep(axes={"defense.0.s": [1.0]}))
+    with pytest.raises(SweepError, match="'defense.0.s': defense has 0 entries"):
+        resolve(missing, base, tmp_path)
+    same = parse_sweep(_sweep(variant=[{"name": "a"}, {"name": "b", "set": {"training.epochs": 2}}]))
+    with pytest.raises(SweepError, match="'a, seed=3' and 'b, seed=3' are the same experiment"):
+        resolve(same, base, tmp_path)  # small_config already trains 2 epochs
+
+
+def test_run_directory_config_keeps_the_hash(tmp_path: Path) -> None:
+    """A point's worker reloads config.toml: it must be the same experiment (same hash)."""
+    cfg = parse_config(small_config(tmp_path, dataset={"name": "breast_cancer", "subset": 0.3},
+                                    defense=[{"name": "marvell", "s": 0.25}]))
+    run = RunDir(tmp_path / "run")
+    run.root.mkdir()
+    write_run_config(cfg, run)
+    assert load_config(run.config).hash == cfg.hash
+
+
+def _cli(tmp_path: Path, sweep: dict, *args: str) -> int:
+    path = tmp_path / "sweep.toml"
+    path.write_text(tomli_w.dumps(sweep))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", str(path), "--no-progress", *args])
+    return exit_info.value.code
+
+
+def test_cli_refuses_bad_sweeps_with_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    base = write_config(tmp_path, small_config(tmp_path))
+    assert _cli(tmp_path, _sweep(sweep={"base": str(base), "seeds": "x"})) == 2
+    assert "sweep.seeds" in capsys.readouterr().err
+    assert _cli(tmp_path, _sweep(sweep={"base": str(tmp_path / "nope.toml")})) == 2
+    assert "config file not found" in capsys.readouterr().err
+    assert _cli(tmp_path, _sweep(sweep={"base": str(base)}), "--jobs", "0") == 2
+    assert "--jobs must be at least 1" in capsys.readouterr().err
+    assert _cli(tmp_path, _sweep(sweep={"base": str(base)}), "--spread") == 2
+    assert "only apply to --engine ray" in capsys.readouterr().err
+    fixed = _sweep(sweep={"base": str(base)}, set={"topology.label_party_address": "127.0.0.1:50999"},
+                   axes={"run.seed": [1, 2]})
+    assert _cli(tmp_path, fixed, "--jobs", "2") == 2
+    assert "fixed port" in capsys.readouterr().err
+    (tmp_path / "broken.toml").write_text("[sweep\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", str(tmp_path / "broken.toml")])
+    assert exit_info.value.code == 2 and "not valid TOML" in capsys.readouterr().err
