@@ -6,7 +6,7 @@ VENV ?= .venv
 BIN = $(VENV)/bin
 STAMP = $(VENV)/.installed
 
-.PHONY: setup run test lint bench protos clean
+.PHONY: setup run test test-slow lint bench protos clean
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -18,8 +18,13 @@ setup: $(STAMP)
 run: $(STAMP)
 	$(BIN)/splitleak run
 
+# The README's test command (≤ 10 min): everything but the multi-process end-to-end runs.
 test: $(STAMP)
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not slow and not containers"
+
+# What CI adds: end-to-end runs, faults, fuzz, soak, sweeps, the Ray cluster (tens of minutes).
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -m "slow and not containers"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

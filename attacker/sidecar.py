@@ -58,9 +58,14 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
     await server.stop(grace=2.0)
     store.close()
     missing = sorted(observe - servicer.finished)
+    unfinished = (f" before passive part{'y' if len(missing) == 1 else 'ies'} "
+                  f"{', '.join(map(str, missing))} finished streaming") if missing else ""
+    if stopped.done() and not done.done():
+        log.warning("interrupted by a signal%s: the log at %s holds what was recorded until then "
+                    "(attacker serve --resume continues it)", unfinished, gradients)
+        return 1 if missing else 0
     if missing:
-        log.error("stopped before passive part%s %s finished streaming",
-                  "y" if len(missing) == 1 else "ies", ", ".join(map(str, missing)))
+        log.error("stopped%s", unfinished)
         return 1
     log.info("recorded every observed party; log at %s", gradients)
     return 0

@@ -48,8 +48,10 @@ async def serve(cfg: ExperimentConfig, run: RunDir, listen: str,
         write_atomically(port_file, lambda tmp: tmp.write_text(f"{serving.address}\n"))
     outcome = await serving.until_done(handle_signals=True)
     if outcome["status"] == "ok":
+        log.info("training finished: ok (%s train steps in %.1f s)", outcome.get("train_steps"),
+                 outcome["seconds"])
         return 0
-    log.error("run %s: %s", outcome["status"], outcome["message"])
+    log.error("training finished: %s (%s)", outcome["status"], outcome["message"])
     if outcome["status"] == "interrupted":
         return EXIT_INTERRUPTED
     return EXIT_BAD_INPUT if outcome.get("output_error") else EXIT_FAILED
@@ -81,6 +83,7 @@ class Serving:
 async def start(cfg: ExperimentConfig, run: RunDir, listen: str, tls_dir: Path | None = None,
                 resuming: bool = False, manifest: Manifest | None = None) -> Serving:
     """Load the labels, write them, and start serving the run's session."""
+    log.info("loading data (%s)…", cfg.dataset.name)
     data = load_label_party_data(cfg)
     if resuming:
         run.outcome.unlink(missing_ok=True)  # the interrupted attempt's; this one writes anew

@@ -134,6 +134,11 @@ def test_cli_run_trains_and_writes_run_directory(tmp_path: Path) -> None:
     summary = json.loads(run.summary.read_text())
     assert summary["final_eval"]["test_auc"] > 0.9
     assert "hash" in run.config.read_text().splitlines()[0]
+    # the label party says what it is doing before it listens, and how training ended
+    lines = (run.logs / "label_party.log").read_text().splitlines()
+    loading = next(i for i, line in enumerate(lines) if "label-party INFO loading data (" in line)
+    assert loading < next(i for i, line in enumerate(lines) if "listening on" in line)
+    assert any("training finished: ok (" in line for line in lines)
 
 
 def test_failing_party_stops_every_process_and_names_it(tmp_path: Path) -> None:

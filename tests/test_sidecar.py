@@ -123,6 +123,17 @@ def test_sidecar_records_and_exits_when_observed_parties_are_done(tmp_path: Path
     assert [b.step for b in log.batches(1)] == list(range(5))
 
 
+
+def test_interrupted_sidecar_says_so_in_its_last_line(tmp_path: Path) -> None:
+    proc, address = _start_sidecar(tmp_path, "--party", "1", "--party", "2", "--run-id", "r1")
+    asyncio.run(_send(address, [_record(1, s) for s in range(3)]))  # party 2 never streams
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    last = out.strip().splitlines()[-1]
+    assert "attacker" in last and "interrupted by a signal before passive party 2 finished" in last, out
+    assert "recorded every observed party" not in out
+    assert [b.step for b in GradientLog(tmp_path / "run" / "attacker" / "gradients").batches(1)] == [0, 1, 2]
+
 @pytest.mark.slow
 def test_killed_sidecar_loses_at_most_the_record_in_flight(tmp_path: Path) -> None:
     data = small_config(tmp_path, training={"batch_size": 16, "epochs": 8, "eval_interval": 0},
