@@ -92,7 +92,12 @@ class Tap:
 
     async def sync(self, step: int) -> int:
         """Wait until the sidecar holds every record of steps < `step` durably; its count
-        (0 when the run goes on unobserved)."""
+        (0 when the run goes on unobserved). With on_sidecar_failure = "fail", a sidecar already
+        gone raises TapError: records may have been lost in flight, so no checkpoint may claim
+        the log durable (a resume then starts from the last one that could)."""
+        if self.error is not None and self.mode == "fail":
+            raise TapError(f"{self.error}; no checkpoint at step {step}: the gradient log may "
+                           "miss records in flight")
         return await self._sync(apb.SyncRequest.CHECKPOINT, step) or 0
 
     async def _records(self) -> AsyncIterator[apb.GradientRecord]:

@@ -12,7 +12,8 @@ import pytest
 
 from orchestration.cli import main as splitleak_main
 from splitleak.checkpoint import MANIFEST, complete_manifests, latest, step_dir
-from splitleak.config import ExperimentConfig, parse_config
+from passive_party.tap import Tap, TapError
+from splitleak.config import AttackerConfig, ExperimentConfig, TopologyConfig, parse_config
 from splitleak.rundir import RunDir, write_config
 from tests.conftest import scaled, small_config
 from tests.conftest import write_config as write_toml
@@ -125,3 +126,22 @@ def test_a_party_started_without_resume_says_so_at_once(tmp_path: Path) -> None:
     assert outcome["message"].startswith(f"{outcome['culprit']} stopped: the label party resumes")
     assert "start this party with --resume RUN_DIR" in outcome["message"]
     assert all("start this party with --resume" in str(e) for e in errors)
+
+
+@pytest.mark.parametrize("mode", ["fail", "continue"])
+def test_no_checkpoint_claims_a_log_whose_sidecar_is_gone(mode: str) -> None:
+    """A sidecar that failed before a checkpoint may have lost records in flight: with "fail",
+    the party must not acknowledge the checkpoint (a resume from it would miss those records)."""
+    async def sync_after_failure() -> int:
+        tap = Tap("127.0.0.1:9", AttackerConfig(on_sidecar_failure=mode), TopologyConfig(tls=False))
+        tap.error = "attacker sidecar at 127.0.0.1:9: UNAVAILABLE: Connection reset by peer"
+        try:
+            return await tap.sync(15)
+        finally:
+            await tap.channel.close()
+
+    if mode == "fail":
+        with pytest.raises(TapError, match="no checkpoint at step 15"):
+            asyncio.run(sync_after_failure())
+    else:
+        assert asyncio.run(sync_after_failure()) == 0  # the run goes on unobserved, as configured
