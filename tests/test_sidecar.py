@@ -174,10 +174,11 @@ def test_killed_sidecar_loses_at_most_the_record_in_flight(tmp_path: Path) -> No
     analyze(run.root)
     analyze(ref.root)
     ours = pq.read_table(run.attacker / "leak.parquet").to_pylist()
-    theirs = {(r["attack"], r["step"]): r for r in pq.read_table(ref.attacker / "leak.parquet").to_pylist()}
+    theirs = {(r["attack"], r["step"], r["draw"]): r
+              for r in pq.read_table(ref.attacker / "leak.parquet").to_pylist()}
     assert ours
     for row in ours:
-        other = theirs[(row["attack"], row["step"])]
+        other = theirs[(row["attack"], row["step"], row["draw"])]
         assert row["skip_reason"] == other["skip_reason"]
         if row["auc_raw"] is not None:
             assert row["auc_raw"] == pytest.approx(other["auc_raw"], abs=1e-6)

@@ -89,7 +89,7 @@ class _Phases:
 
 def _roles(point: Point) -> list[str]:
     cfg = point.config
-    observed = cfg.attacker.enabled and bool(cfg.attacker.observe)
+    observed = bool(cfg.tapped_parties)
     return [LABEL_PARTY, *([ATTACKER] if observed else []),
             *(passive_role(k) for k in range(1, cfg.topology.passive_parties + 1))]
 
@@ -236,7 +236,7 @@ class RayEngine(Engine):
         servers = {r: actors[r].start.remote() for r in (LABEL_PARTY, ATTACKER) if r in actors}
         label = self._wait(servers[LABEL_PARTY], cancel, deadline)  # both load at the same time
         sidecar = self._wait(servers[ATTACKER], cancel, deadline) if ATTACKER in servers else None
-        observed = set(cfg.attacker.observe)
+        observed = set(cfg.tapped_parties)
         for role, actor in actors.items():
             if role not in (LABEL_PARTY, ATTACKER):
                 tap = sidecar if int(role.rsplit("_", 1)[1]) in observed else None

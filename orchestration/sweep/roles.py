@@ -99,7 +99,7 @@ class RoleHost:
         if self.role == ATTACKER:
             from attacker.sidecar import serve as serve_sidecar
 
-            return serve_sidecar(self.run.root, listen, set(cfg.attacker.observe), self.run.root.name,
+            return serve_sidecar(self.run.root, listen, set(cfg.tapped_parties), self.run.root.name,
                                  cfg.topology, port_file, self.tls_dir)
         from passive_party.client import run_party
 

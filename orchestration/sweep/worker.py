@@ -21,7 +21,7 @@ from types import FrameType
 
 from rich.console import Console
 
-from orchestration.commands import analyse_run
+from orchestration.commands import analysable, analyse_run
 from orchestration.run import RunFailed, RunOutcome, run_distributed
 from orchestration.sweep.engine import PointResult, write_result
 from splitleak.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, setup_logging
@@ -47,7 +47,7 @@ def run_point(run: RunDir, analysis_only: bool = False) -> PointResult:
     cfg = load_config(run.config)
     try:
         outcome = _outcome_of_finished_run(run) if analysis_only else run_distributed(cfg, run)
-        if cfg.attacker.enabled and cfg.attacker.observe:
+        if analysable(cfg):
             analyse_run(cfg, outcome, Console(file=sys.stdout, width=120))
     except RunFailed as err:
         return PointResult("failed", time.monotonic() - started, str(err))
