@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import logging
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +47,10 @@ async def serve(cfg: ExperimentConfig, run: RunDir, listen: str,
     serving = await start(cfg, run, listen, tls_dir, resuming, manifest)
     if port_file is not None:
         write_atomically(port_file, lambda tmp: tmp.write_text(f"{serving.address}\n"))
-    outcome = await serving.until_done(handle_signals=True)
+    # Signals reach only the main thread; a label party run in a worker thread (a Ray role
+    # actor) is stopped by ending its process instead.
+    outcome = await serving.until_done(
+        handle_signals=threading.current_thread() is threading.main_thread())
     if outcome["status"] == "ok":
         log.info("training finished: ok (%s train steps in %.1f s)", outcome.get("train_steps"),
                  outcome["seconds"])
