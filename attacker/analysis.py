@@ -142,9 +142,9 @@ def _run_config(run: RunDir) -> dict[str, Any]:
         raise AnalysisInputError(f"{run.config} is not a readable experiment config: {err}") from None
 
 
-def run_seed(run: RunDir) -> int:
+def _seed_of(config: dict[str, Any], run: RunDir) -> int:
     try:
-        return int(_run_config(run).get("run", {}).get("seed", 0))
+        return int(config.get("run", {}).get("seed", 0))
     except (ValueError, TypeError, AttributeError) as err:
         raise AnalysisInputError(f"{run.config}: run.seed is not an integer: {err}") from None
 
@@ -172,10 +172,10 @@ def partial_run(run: RunDir) -> dict[str, Any] | None:
             "train_steps_planned": plan.get("total_train_steps")}
 
 
-def run_threat(run: RunDir) -> ThreatConfig:
+def _threat_of(config: dict[str, Any], run: RunDir) -> ThreatConfig:
     """The run's threat model; a file from before `[threat]` reads as the default (party 1)."""
     try:
-        return ThreatConfig.model_validate(_run_config(run).get("threat") or {})
+        return ThreatConfig.model_validate(config.get("threat") or {})
     except ValidationError as err:
         raise AnalysisInputError(f"{run.config}: invalid [threat] section: {err}") from None
 
@@ -186,8 +186,9 @@ class Analysis:
     def __init__(self, run: RunDir, attacks: list[tuple[str, dict]] | None, hints: Iterable[int] | None,
                  seed: int | None, draws: int | None) -> None:
         self.run = run
-        self.threat = run_threat(run)
-        self.run_seed = run_seed(run) if seed is None else seed
+        config = _run_config(run)
+        self.threat = _threat_of(config, run)
+        self.run_seed = _seed_of(config, run) if seed is None else seed
         self.seed_override = seed
         self.draws = draws or self.threat.draws
         self.hints = list(hints) if hints is not None else None

@@ -63,12 +63,11 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
     if stopped.done() and not done.done():
         log.warning("interrupted by a signal%s: the log at %s holds what was recorded until then "
                     "(attacker serve --resume continues it)", unfinished, gradients)
-        return 1 if missing else 0
-    if missing:
+    elif missing:
         log.error("stopped%s", unfinished)
-        return 1
-    log.info("recorded every observed party; log at %s", gradients)
-    return 0
+    else:
+        log.info("recorded every observed party; log at %s", gradients)
+    return 1 if missing else 0
 
 
 async def _never_joined(servicer: AttackerServicer, observe: set[int], deadline: float) -> None:

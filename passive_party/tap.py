@@ -77,14 +77,20 @@ class Tap:
         log.error("%s; going on unobserved (attacker.on_sidecar_failure = 'continue')", error)
 
     async def _sync(self, mode: int, step: int) -> int | None:
-        """The sidecar's record count after a Sync, or None (and the error handled)."""
+        """The sidecar's record count after a Sync, or None (and the error handled). With
+        on_sidecar_failure = "fail", a sidecar already gone raises TapError: records may have been
+        lost in flight, so no checkpoint may claim the log durable (a resume then starts from
+        the last one that could)."""
+        what = "checkpoint" if mode == apb.SyncRequest.CHECKPOINT else "rewind"
         if self.error is not None:
+            if self.mode == "fail":
+                raise TapError(f"{self.error}; no {what} at step {step}: the gradient log may "
+                               "miss records in flight")
             return None
         request = apb.SyncRequest(run_id=self.run_id, party_id=self.party_id, step=step, mode=mode)
         try:
             reply = await self.stub.Sync(request, timeout=self.stall_timeout)
         except grpc.aio.AioRpcError as err:
-            what = "checkpoint" if mode == apb.SyncRequest.CHECKPOINT else "rewind"
             self._failed(f"{SIDECAR} at {self.address} failed the {what} at step {step}: "
                          f"{err.code().name}: {err.details()}")
             return None
@@ -92,12 +98,7 @@ class Tap:
 
     async def sync(self, step: int) -> int:
         """Wait until the sidecar holds every record of steps < `step` durably; its count
-        (0 when the run goes on unobserved). With on_sidecar_failure = "fail", a sidecar already
-        gone raises TapError: records may have been lost in flight, so no checkpoint may claim
-        the log durable (a resume then starts from the last one that could)."""
-        if self.error is not None and self.mode == "fail":
-            raise TapError(f"{self.error}; no checkpoint at step {step}: the gradient log may "
-                           "miss records in flight")
+        (0 when the run goes on unobserved)."""
         return await self._sync(apb.SyncRequest.CHECKPOINT, step) or 0
 
     async def _records(self) -> AsyncIterator[apb.GradientRecord]:

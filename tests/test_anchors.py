@@ -126,3 +126,38 @@ def test_analysis_falls_back_to_received_anchors_and_says_so(tmp_path: Path) -> 
     assert any("no clean anchor" in w and "received" in w for w in summary["warnings"])
     entry = next(e for e in summary["leak"] if e["scope"] == "run" and e["layer"] == "cut")
     assert entry["draws"] == 2
+
+
+def test_a_resumed_writer_keeps_the_earlier_steps_and_rewrites_the_rest(tmp_path: Path) -> None:
+    """A run resumed at step 3 redoes steps 3.. : the records before step 3 stay as the first
+    attempt wrote them, what it wrote after (steps 3, 4 and a torn tail) is replaced."""
+    cfg = parse_config(small_config(tmp_path))
+    labels = np.array([1, 0, 1, 1, 0, 0, 1, 0])
+
+    def write(writer: CleanAnchorWriter, steps: range, scale: float = 1.0) -> None:
+        for step in steps:
+            gradient = np.arange(16, dtype=np.float32).reshape(8, 2) * (step + 1) * scale
+            writer.record(1, 0, step, np.arange(8) + 10 * step, labels, gradient)
+
+    whole = CleanAnchorWriter(tmp_path / "whole.arrows", cfg, [1])
+    write(whole, range(6))
+    whole.close()
+    path = tmp_path / "resumed.arrows"
+    first = CleanAnchorWriter(path, cfg, [1])
+    write(first, range(5), scale=-1.0)  # steps 3 and 4 differ from what the resumed run computes
+    first.close()
+    with path.open("ab") as torn:
+        torn.write(b"\x00\x01\x02")
+    resumed = CleanAnchorWriter(path, cfg, [1])
+    resumed.keep_before(3)
+    write(resumed, range(3, 6))
+    resumed.close()
+
+    expected, _ = read_clean_anchors(tmp_path / "whole.arrows")
+    found, warning = read_clean_anchors(path)
+    assert warning is None and sorted(found) == sorted(expected) == [(1, s) for s in range(6)]
+    for key, anchors in expected.items():
+        np.testing.assert_array_equal(found[key].sample_ids, anchors.sample_ids)
+        # steps 0-2 kept from the first attempt (its scale -1), 3-5 rewritten
+        sign = -1.0 if key[1] < 3 else 1.0
+        np.testing.assert_array_equal(found[key].gradients, sign * anchors.gradients)

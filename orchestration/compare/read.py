@@ -61,8 +61,7 @@ def leak_entries(summary: dict[str, Any]) -> list[LeakEntry]:
     left out: the comparison ranks leaks that grow with what the attacker learns."""
     entries = []
     for e in summary.get("leak", []):
-        if e.get("scope") != "run" or e.get("metric") == "count_error" or e.get("skipped") and not (
-                e.get("flipped") or e.get("accuracy")):
+        if e.get("scope") != "run" or e.get("metric") == "count_error":
             continue
         flipped, raw, accuracy = (e.get(k) or {} for k in ("flipped", "raw", "accuracy"))
         metric = e.get("metric") or ("auc" if flipped else "accuracy")
