@@ -94,34 +94,55 @@ def _skip_cell(entry: dict[str, Any]) -> str:
     return f"{entry['skipped']}/{entry['batches']}" + (f" ({degenerate} tied)" if degenerate else "")
 
 
+# The terminal's side-knowledge tags, short enough for 80 columns; the caption's legend says what
+# they mean and report.md has the full sentences.
+_COMPACT_TAGS = ((r"^1 clean positive/batch$", "clean pos."), (r"^(\d+) positives?/batch$", r"\1 pos."),
+                 (r"^≥(\d+) labels/class/batch$", r"≥\1/class"), (r"^all labels \(oracle\)$", "oracle"),
+                 (r"^positives = minority$", "minority"), (r"^minority / best permutation$", "minority+perm"),
+                 (r"^own bottom, (\S+) labelled/class$", r"\1 lab./class"))
+TAG_LEGEND = ("side knowledge per batch: k pos. = k known positives; clean pos. = one pre-defense "
+              "positive gradient; ≥h/class = h known labels of each class; oracle = every label; "
+              "minority = positives are the minority class (+perm: best label permutation)")
+
+
+def compact_tag(attack: str, sentence: str) -> str:
+    """The side-knowledge tag in a few characters, for the terminal (legend: TAG_LEGEND)."""
+    tag = side_knowledge_tag(attack, sentence)
+    for pattern, short in _COMPACT_TAGS:
+        if re.match(pattern, tag):
+            return re.sub(pattern, short, tag)
+    return tag
+
+
 def leak_table(summary: dict[str, Any], title: str = "label leakage") -> Table:
     """One row per attack, cut layer then first layer: p95 and mean of the flip-corrected leak AUC
     over the run's batches (label attacks: pooled accuracy, then the per-batch mean; count attacks:
-    count error), the spread
-    over draws of random side knowledge, and the threat model with the side knowledge."""
+    count error), the spread over draws of random side knowledge, and the side knowledge; each
+    section's heading names the attacking party and its threat model. Fits 80 columns."""
     entries = _run_entries(summary)
-    several = len({_who(e) for e in entries}) > 1
     draws = summary.get("draws")
-    table = Table(title=f"{title} (seed {summary.get('seed', '?')})", box=box.SIMPLE_HEAD, pad_edge=False,
+    table = Table(title=f"{title} (seed {summary.get('seed', '?')})", box=box.SIMPLE_HEAD, show_edge=False,
+                  collapse_padding=True,
                   caption=f"per-batch {FLIPPED} over the run; p95 = 95th percentile, Li et al.'s headline "
                           "(label attacks: accuracy pooled over rows; count attacks: count error, "
                           f"0 = exact). ± = std of p95 over {draws or 'R'} draws of random side "
-                          "knowledge. Max, full threat model: report.md")
-    for column in ("attack", "p95", "mean", "±", "skipped", "threat: side knowledge"):
-        table.add_column(column, justify="left" if column in ("attack", "threat: side knowledge")
-                         else "right", overflow="fold")
+                          f"knowledge. {TAG_LEGEND}. Max, full threat model: report.md")
+    width = max((len(e["attack"]) for e in entries), default=6)
+    table.add_column("attack", no_wrap=True, min_width=width)
+    for column in ("p95", "mean", "±", "skipped"):
+        table.add_column(column, justify="right", no_wrap=True)
+    table.add_column("knows", overflow="fold")
     previous = None
     for e in entries:
         if (_who(e), e["layer"]) != previous:
             if previous is not None:
                 table.add_section()
             previous = (_who(e), e["layer"])
-            table.add_row(f"[bold]party {_who(e)}, {e['layer']} layer[/]" if several
-                          else f"[bold]{e['layer']} layer[/]")
+            table.add_row(f"[bold]{e['layer']} layer, party {_who(e)} ({escape(threat_tag(e))})[/]")
         stats = metric_stats(e)
         table.add_row(escape(e["attack"]), _fmt(headline_value(e)),
                       _fmt(stats.get("mean")), _spread_cell(e), f"{e['skipped']}/{e['batches']}",
-                      escape(f"{threat_tag(e)}: {side_knowledge_tag(e['attack'], e['side_knowledge'])}"))
+                      escape(compact_tag(e["attack"], e["side_knowledge"])))
     return table
 
 
@@ -131,20 +152,20 @@ def completion_table(summary: dict[str, Any]) -> Table | None:
     if not entries:
         return None
     table = Table(title="model completion (label inference accuracy pooled over rows)",
-                  box=box.SIMPLE_HEAD, pad_edge=False,
-                  caption="train rows exclude the labelled ones; baselines: the same head on the "
-                          "labelled rows alone, and MixMatch on a random bottom")
-    for column in ("party", "threat", "labelled", "train", "test", "labelled only", "random bottom"):
-        table.add_column(column, justify="left" if column in ("party", "threat") else "right")
+                  box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True,
+                  caption="train rows exclude the labelled ones; (top-5); baselines train/test: the "
+                          "same head on the labelled rows alone, and MixMatch on a random bottom")
+    for column in ("attacker", "labelled", "train", "test", "labelled\nonly", "random\nbottom"):
+        table.add_column(column, justify="left" if column == "attacker" else "right", no_wrap=True)
     for e in entries:
+        who = escape(f"{_who(e)} {threat_tag(e)}")
         if "error" in e:
-            table.add_row(_who(e), escape(threat_tag(e)), "-", f"[red]{escape(e['error'])}[/]")
+            table.add_row(who, "-", f"[red]{escape(e['error'])}[/]")
             continue
         c = e["completion"]
         base = c.get("baselines", {})
-        table.add_row(_who(e), escape(threat_tag(e)), str(c["labelled"]), _top_cell(c["train"]),
-                      _top_cell(c["test"]),
-                      *(f"{_fmt(base[b]['train']['top1'])} / {_fmt(base[b]['test']['top1'])}"
+        table.add_row(who, str(c["labelled"]), _top_cell(c["train"]), _top_cell(c["test"]),
+                      *(f"{_fmt(base[b]['train']['top1'])}/{_fmt(base[b]['test']['top1'])}"
                         if b in base else "-" for b in ("labelled_only", "random_bottom")))
     return table
 
@@ -162,29 +183,40 @@ def print_leak_table(console: Console, summary: dict[str, Any]) -> None:
         console.print(table)
 
 
-def comparison_table(rows: list[tuple[str, dict[str, Any], dict[str, Any]]], layer: str = "cut") -> Table:
-    """Runs side by side from (label, summary, utility) triples: utility metrics, then each
-    attack's p95 flip-corrected leak AUC at `layer`; changes are against the first run."""
-    heads = [headline(summary, layer) for _, summary, _ in rows]
-    table = Table(title=f"utility, then p95 leak at the {layer} layer", box=box.SIMPLE_HEAD,
-                  caption=f"p95 rows: 95th percentile over batches of the {FLIPPED} ({OTHER_METRICS}; "
+def _with_change(value: Any, first: Any, digits: int, show: bool) -> str:
+    """A cell with its change against the first column's value, when both are numbers."""
+    change = show and isinstance(value, float) and isinstance(first, float)
+    return _fmt(value, digits) + (f" ({value - first:+.{digits}f})" if change else "")
+
+
+def comparison_table(rows: list[tuple[str, dict[str, Any], dict[str, Any]]],
+                     layers: tuple[str, ...] = ("cut", "first")) -> Table:
+    """Runs side by side from (label, summary, utility) triples: utility metrics, then per layer
+    each attack's headline leak (p95 of the flip-corrected AUC; pooled accuracy; count error),
+    every cell after the first column with its change against the first column."""
+    table = Table(title="side by side: utility, then p95 leak per layer", box=box.SIMPLE_HEAD,
+                  caption=f"leak rows: 95th percentile over batches of the {FLIPPED} ({OTHER_METRICS}; "
                           "label accuracy pooled over rows). (±x) = change against the first column")
-    table.add_column("")
+    heads = {layer: [headline(summary, layer) for _, summary, _ in rows] for layer in layers}
+    names = [a for layer in layers for head in heads[layer] for a in head]
+    table.add_column("", no_wrap=True, min_width=max(map(len, names), default=0))
     for label, _, _ in rows:
-        table.add_column(escape(label), justify="right")
+        table.add_column(escape(label), justify="right", no_wrap=True)
     table.add_row("seed", *(str(summary.get("seed", "?")) for _, summary, _ in rows))
     base = rows[0][2] if rows else {}
     for key in dict.fromkeys(k for _, _, utility_ in rows for k in utility_):
-        cells = []
-        for i, (_, _, utility_) in enumerate(rows):
-            value, first = utility_.get(key), base.get(key)
-            delta = i > 0 and isinstance(value, float) and isinstance(first, float)
-            cells.append(_fmt(value, 4) + (f" ({value - first:+.4f})" if delta else ""))
-        table.add_row(escape(key), *cells)
-    table.add_section()
-    for attack in dict.fromkeys(a for head in heads for a in head):
-        values = (_fmt(h[attack]["value"]) if attack in h else "-" for h in heads)
-        table.add_row(escape(f"p95 {attack}"), *values)
+        table.add_row(escape(key), *(_with_change(u.get(key), base.get(key), 4, i > 0)
+                                     for i, (_, _, u) in enumerate(rows)))
+    for layer in layers:
+        if not any(heads[layer]):
+            continue
+        table.add_section()
+        table.add_row(f"[bold]{layer} layer[/]")
+        first = heads[layer][0]
+        for attack in dict.fromkeys(a for head in heads[layer] for a in head):
+            table.add_row(escape(attack), *(
+                _with_change(h[attack]["value"], first.get(attack, {}).get("value"), 3, i > 0)
+                if attack in h else "-" for i, h in enumerate(heads[layer])))
     return table
 
 

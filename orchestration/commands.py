@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from pydantic import ValidationError
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -78,6 +79,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     variants = default_variants(cfg) if args.config is None and not args.single else [
         (cfg.run.name, cfg)]
     compared = []
+    side_by_side = len(variants) > 1  # the runs' own leak tables give way to one comparison
     for label, variant in variants:
         outcome = train_one(variant, args, console, label)
         if outcome is None:
@@ -85,13 +87,14 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         print_summary(console, outcome)
         summary = None
         if analysable(variant):
-            summary = analyse_run(variant, outcome, console)
+            summary = analyse_run(variant, outcome, console, leak_table=not side_by_side)
         compared.append((label, summary, outcome))
-    if len(compared) > 1 and all(summary for _, summary, _ in compared):
+    if side_by_side and all(summary for _, summary, _ in compared):
         from attacker.report import comparison_table, utility
 
         console.print(comparison_table([(label, summary, utility(outcome.run))
                                         for label, summary, outcome in compared]))
+        console.print("each run's full leak table, threat model and plots: its report/report.md")
     return 0
 
 
@@ -163,8 +166,10 @@ def analysable(cfg: ExperimentConfig) -> bool:
         p.labelled_per_class for p in cfg.threat.parties.values()))
 
 
-def analyse_run(cfg: ExperimentConfig, outcome: RunOutcome, console: Console) -> dict:
-    """The attacker's offline analysis of a finished run, and its report."""
+def analyse_run(cfg: ExperimentConfig, outcome: RunOutcome, console: Console,
+                leak_table: bool = True) -> dict:
+    """The attacker's offline analysis of a finished run, and its report (and, unless told
+    otherwise, its leak table in the terminal)."""
     from attacker.analysis import analyze
     from attacker.report import print_leak_table, write_report
     from attacker.summary import write_summary
@@ -173,17 +178,19 @@ def analyse_run(cfg: ExperimentConfig, outcome: RunOutcome, console: Console) ->
     summary = analyze(outcome.run.root, specs)
     write_report(outcome.run, summary)
     write_summary(outcome.run, summary)
-    print_leak_table(console, summary)
+    if leak_table:
+        print_leak_table(console, summary)
     console.print(f"report: {outcome.run.report / 'report.md'}")
     return summary
 
 
 def print_summary(console: Console, outcome: RunOutcome) -> None:
-    table = Table(title=f"run {outcome.run.root.name} ({outcome.mode})")
+    table = Table(title=f"run {outcome.run.root.name} ({outcome.mode})", box=box.SIMPLE_HEAD,
+                  caption="wall s includes start-up; steps/s is over training only")
     table.add_column("train steps", justify="right")
-    table.add_column("steps/s (training)", justify="right")
-    table.add_column("wall s (with start-up)", justify="right")
-    table.add_column("test metric")
+    table.add_column("steps/s", justify="right")
+    table.add_column("wall s", justify="right")
+    table.add_column("test metric", no_wrap=True)
     table.add_column("test loss", justify="right")
     final = outcome.final_eval or {}
     table.add_row(str(outcome.train_steps), f"{outcome.steps_per_second:.1f}",

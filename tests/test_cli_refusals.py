@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -236,3 +237,6 @@ def test_malformed_data_ends_in_one_sentence_never_an_abort(tmp_path: Path) -> N
             assert result.returncode == 2, (name, result.returncode, result.stderr[-2000:])
             assert "Traceback" not in result.stderr and "DatasetError" in result.stderr
             assert f"{name}.txt, line" in result.stderr
+            # one log line with its timestamp and role prefix, like every other process's
+            error = next(line for line in result.stderr.splitlines() if "DatasetError" in line)
+            assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ passive-party-1 ERROR ", error), error

@@ -40,6 +40,12 @@ def test_default_run_leaks_like_li_et_al(tmp_path: Path) -> None:
     for name in ("report.md", "summary.json"):
         assert (run.report / name).exists()
     assert "norm" in result.stdout and "cosine_oracle" in result.stdout
+    # one side-by-side table instead of each run's own leak table: "label leakage" is the
+    # per-run table's title; the comparison has both layers, changes against the first column
+    assert "label leakage" not in result.stdout and "side by side" in result.stdout
+    assert "cut layer" in result.stdout and "first layer" in result.stdout
+    norm_row = next(line for line in result.stdout.splitlines() if line.split()[:1] == ["norm"])
+    assert "(-0." in norm_row  # Marvell lowers the norm leak
 
     again = subprocess.run([sys.executable, "-m", "attacker", "analyze", str(run.root)],
                            capture_output=True, text=True, timeout=600)

@@ -194,18 +194,22 @@ def test_report_without_metrics_or_logs(tmp_path: Path) -> None:
     assert not list(run.report.glob("*.png"))
 
 
-def test_terminal_table_fits_100_columns(tmp_path: Path) -> None:
+def test_terminal_table_fits_80_columns(tmp_path: Path) -> None:
     _, summary = make_run(tmp_path / "run", row_sample=False)
-    for width in (100, 200):  # at 200 the table takes its natural width: no wrapping needed at 100
+    for width in (80, 200):  # at 200 the table takes its natural width: no wrapping needed at 80
         console = Console(width=width, record=True)
         print_leak_table(console, summary)
         lines = console.export_text().splitlines()
-        assert max(len(line) for line in lines) <= 100
-    assert any("median(centers=hint, hints=5)" in line and "0.880" in line for line in lines)
-    assert sum("cosine_oracle" in line for line in lines) == 2  # cut and first layer, one line each
-    assert any("norm" in line and "curious: none" in line for line in lines)
-    completion = next(line for line in lines if line.lstrip().startswith("1 ") and "0.620" in line)
-    assert "0.810 (0.970)" in completion and "0.410 / 0.400" in completion
+        assert max(len(line) for line in lines) <= 80
+        leak_rows = lines[:next(i for i, line in enumerate(lines) if "per-batch" in line)]
+        assert any("median(centers=hint, hints=5)" in line and "0.880" in line and "≥5/class" in line
+                   for line in leak_rows)  # the longest name whole, its side knowledge on its line
+        assert sum("cosine_oracle" in line for line in leak_rows) == 2  # cut and first layer
+        assert any(line.split() == ["norm", "0.880", "0.700", "1/22", "none"] for line in leak_rows)
+        assert any("cut layer, party 1 (curious)" in line for line in leak_rows)
+        assert any("first layer, party 1 (curious)" in line for line in leak_rows)
+        completion = next(line for line in lines if line.lstrip().startswith("1 curious"))
+        assert "0.810 (0.970)" in completion and "0.410/0.400" in completion
 
 
 def test_comparison_table(tmp_path: Path) -> None:
@@ -214,13 +218,19 @@ def test_comparison_table(tmp_path: Path) -> None:
     for entry in other["leak"]:
         if entry["attack"] == "norm" and entry["scope"] == "run" and entry["layer"] == "cut":
             entry["flipped"]["p95"] = 0.55
-    console = Console(width=120, record=True)
+    console = Console(width=80, record=True)
     console.print(comparison_table([("no defense", summary, utility(run)),
                                     ("marvell", other, {**utility(run), "test AUC": 0.75})]))
-    text = console.export_text()
+    lines = console.export_text().splitlines()
+    text = "\n".join(lines)
+    assert max(map(len, lines)) <= 80
     assert "no defense" in text and "marvell" in text and "p95" in text and "flip-corrected" in text
-    norm = next(line for line in text.splitlines() if "p95 norm" in line)
-    assert "0.880" in norm and "0.550" in norm
+    cut, first = (next(i for i, line in enumerate(lines) if f"{layer} layer" in line)
+                  for layer in ("cut", "first"))
+    assert cut < first
+    assert lines[cut + 1].split() == ["norm", "0.880", "0.550", "(-0.330)"]  # change vs column 1
+    assert lines[first + 1].split()[0] == "norm" and "(+0.000)" in lines[first + 1]
+    assert any("median(centers=hint, hints=5)" in line for line in lines[cut:first])
     assert "0.7500 (-0.0400)" in text
 
 
