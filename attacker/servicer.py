@@ -8,9 +8,10 @@ import math
 from collections.abc import AsyncIterator
 
 import grpc
+import numpy as np
 
 from attacker.store import GradientStore, RecordError
-from splitleak.codec import CodecError, decode_ids, decode_view
+from splitleak.codec import CodecError, decode_ids, decode_tensor, decode_view
 from splitleak.tls import passive_identity, peer_identity
 from splitleak.v1 import attacker_pb2 as pb
 from splitleak.v1 import attacker_pb2_grpc as pb_grpc
@@ -19,11 +20,20 @@ from splitleak.wire import Malformed, add_service, echo
 
 log = logging.getLogger("attacker")
 _OPTIONAL = ("activation", "first_layer_gradient")
+_RECORDED = (tensor_pb2.FLOAT32, tensor_pb2.FLOAT16, tensor_pb2.BFLOAT16)  # [wire] dtypes
 SYNC_TIMEOUT = 60.0  # s: a checkpoint Sync without a deadline waits at most this
 
 
 def add_sidecar(server: grpc.aio.Server, servicer: AttackerServicer, limit_mb: int) -> None:
     add_service(server, pb_grpc.add_AttackerSidecarServicer_to_server, servicer, limit_mb)
+
+
+def _received(tensor: tensor_pb2.Tensor, field: str) -> np.ndarray:
+    """A recorded tensor as float32: float32 is viewed without a copy; a float16 / bfloat16
+    wire (`[wire] dtype`) is widened exactly, so the log holds what the party received."""
+    if tensor.dtype == tensor_pb2.FLOAT32:
+        return decode_view(tensor, field=field, dtype=tensor_pb2.FLOAT32)
+    return decode_tensor(tensor, field=field, dtype=_RECORDED).float().numpy()
 
 
 class AttackerServicer(pb_grpc.AttackerSidecarServicer):
@@ -140,8 +150,7 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
         try:
             ids = decode_ids(record.sample_ids, field=f"{where} sample_ids")
             names = ["cut_gradient"] + [n for n in _OPTIONAL if record.HasField(n)]
-            arrays = {n: decode_view(getattr(record, n), field=f"{where} {n}",
-                                     dtype=tensor_pb2.FLOAT32) for n in names}
+            arrays = {n: _received(getattr(record, n), f"{where} {n}") for n in names}
         except CodecError as err:
             raise RecordError(str(err)) from None
         if ids.size == 0:

@@ -14,7 +14,7 @@ import torch
 from label_party.schedule import Batch, Phase
 from label_party.session import PartyGone, Session, SessionError
 from splitleak.checkpoint import Position
-from splitleak.codec import CodecError, decode_tensor, encode_ids, encode_tensor
+from splitleak.codec import WIRE_FLOATS, CodecError, decode_tensor, encode_ids, encode_tensor
 from splitleak.v1 import split_learning_pb2 as pb
 
 log = logging.getLogger("label_party")
@@ -32,6 +32,7 @@ class NetworkExchange:
         self.session = session
         self.shapes = session.embedding_shapes()
         self.deadline = session.cfg.topology.step_deadline_s
+        self.wire = WIRE_FLOATS[session.cfg.wire.dtype]
         self.bytes_sent = 0
         self.bytes_received = 0
 
@@ -44,7 +45,7 @@ class NetworkExchange:
         for k, stream in self.session.streams.items():
             msg = pb.LabelPartyMessage(next_batch=nxt, done=next_batch is None and checkpoint is None)
             if gradients is not None and gradient_batch is not None:
-                msg.cut_gradient.CopyFrom(encode_tensor(gradients[k]))
+                msg.cut_gradient.CopyFrom(encode_tensor(gradients[k].to(self.wire)))
                 msg.gradient_step = gradient_batch.step
                 msg.gradient_epoch = gradient_batch.epoch
             if checkpoint is not None:
@@ -153,8 +154,8 @@ class NetworkExchange:
             return decode_tensor(msg.activation,
                                  field=f"passive party {k} activation ({batch.phase.name} "
                                        f"step {batch.step})",
-                                 dtype=torch.float32,
-                                 shape=(batch.sample_ids.size, *self.shapes[k]), finite=True)
+                                 dtype=self.wire,
+                                 shape=(batch.sample_ids.size, *self.shapes[k]), finite=True).float()
         except CodecError as err:
             raise SessionError(grpc.StatusCode.INVALID_ARGUMENT, str(err), k) from None
 

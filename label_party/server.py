@@ -98,7 +98,7 @@ async def start(cfg: ExperimentConfig, run: RunDir, listen: str, tls_dir: Path |
         raise CheckpointError(f"{run.metrics} holds {writer.records} records but the checkpoint "
                               f"of step {manifest.step} counts {manifest.metrics_records}")
     session = Session(cfg, data, run.root.name, manifest, resuming)
-    server = create_server(cfg.topology)
+    server = create_server(cfg.topology, cfg.wire.compression)
     add_label_party(server, session)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

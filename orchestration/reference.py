@@ -15,6 +15,7 @@ from label_party.schedule import Batch, Phase, schedule
 from label_party.setup import load_label_party_data, plan_record
 from label_party.trainer import LabelPartyTrainer
 from passive_party.bottom_trainer import BottomTrainer
+from splitleak.codec import as_received
 from splitleak.config import ExperimentConfig
 from splitleak.datasets import build_dataset
 from splitleak.inputs import load_party_inputs
@@ -28,8 +29,9 @@ class LocalExchange:
 
     def __init__(self, bottoms: dict[int, BottomTrainer], store: GradientStore | None = None,
                  observe: set[int] | frozenset[int] = frozenset(),
-                 record_activation: bool = False) -> None:
+                 record_activation: bool = False, wire_dtype: str = "float32") -> None:
         self.bottoms = bottoms
+        self.wire_dtype = wire_dtype  # tensors are rounded as the wire would round them
         self.store = store  # the in-process stand-in for the tap + sidecar
         self.observe = observe
         self.record_activation = record_activation
@@ -39,9 +41,10 @@ class LocalExchange:
         if gradients is None or batch is None:
             return
         for k, bottom in self.bottoms.items():
-            bottom.backward(gradients[k])
+            received = as_received(gradients[k], self.wire_dtype)
+            bottom.backward(received)
             if self.store is not None and k in self.observe:
-                tensors = {"cut_gradient": gradients[k].numpy()}
+                tensors = {"cut_gradient": received.numpy()}
                 if bottom.first_layer_gradient is not None:
                     tensors["first_layer_gradient"] = bottom.first_layer_gradient.numpy()
                 if self.record_activation:  # as the tap: the activation this gradient answers
@@ -52,7 +55,8 @@ class LocalExchange:
                        gradient_batch: Batch | None, next_batch: Batch) -> dict[int, torch.Tensor]:
         self._backward(gradients, gradient_batch)
         train = next_batch.phase is Phase.TRAIN
-        activations = {k: b.forward(next_batch.sample_ids, train) for k, b in self.bottoms.items()}
+        activations = {k: as_received(b.forward(next_batch.sample_ids, train), self.wire_dtype)
+                       for k, b in self.bottoms.items()}
         if train:
             self._sent = activations
         return activations
@@ -83,7 +87,7 @@ def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
     writer = MetricsWriter(run.metrics)
     writer.write(plan_record(data, len(bottoms), cfg.run.seed))
     batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed)
-    exchange = LocalExchange(bottoms, store, observe, cfg.attacker.record_activation)
+    exchange = LocalExchange(bottoms, store, observe, cfg.attacker.record_activation, cfg.wire.dtype)
     asyncio.run(drive(trainer, batches, exchange, writer.write))
     writer.close()
     if anchors is not None:

@@ -26,7 +26,7 @@ from splitleak.checkpoint import (
     set_rng_state,
     step_dir,
 )
-from splitleak.codec import CodecError, decode_ids, decode_tensor, encode_tensor
+from splitleak.codec import WIRE_FLOATS, CodecError, decode_ids, decode_tensor, encode_tensor
 from splitleak.config import PROTOCOL_VERSION, ExperimentConfig
 from splitleak.datasets import build_dataset
 from splitleak.fileio import describe_os_error, write_atomically
@@ -82,7 +82,8 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
 
     try:
         async with create_channel(address, cfg.topology, tls_dir, identity,
-                                  server_identity=LABEL_PARTY) as channel:
+                                  server_identity=LABEL_PARTY,
+                                  compression=cfg.wire.compression) as channel:
             stub = pb_grpc.LabelPartyStub(channel)
             plan = await _join(stub, cfg, bottom)
             log.info("party %d joined run %s: %d train steps%s", party_id, plan.run_id,
@@ -97,7 +98,7 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
                 await _report(call, SIDECAR if isinstance(err, TapError) else identity_name(party_id),
                               str(err))
                 raise
-            await StepLoop(bottom, compute, tap, plan.run_id, run).run(call)
+            await StepLoop(bottom, compute, tap, plan.run_id, run, cfg.wire.dtype).run(call)
         await compute(bottom.save, run.bottom_model(party_id))
         if tap is not None:
             report = await tap.close()
@@ -150,8 +151,9 @@ class StepLoop:
     batch or write the asked checkpoint."""
 
     def __init__(self, bottom: BottomTrainer, compute: Any, tap: Tap | None, run_id: str,
-                 run_dir: RunDir | None = None) -> None:
+                 run_dir: RunDir | None = None, wire_dtype: str = "float32") -> None:
         self.bottom = bottom
+        self.wire = WIRE_FLOATS[wire_dtype]  # what activations travel as, gradients come as
         self.compute = compute
         self.tap = tap
         self.run_id = run_id
@@ -192,7 +194,7 @@ class StepLoop:
             raise
 
     async def _apply(self, message: pb.LabelPartyMessage) -> None:
-        gradient = _decode_gradient(message, self.bottom)
+        gradient = _decode_gradient(message, self.bottom, self.wire)
         await self.compute(self.bottom.backward, gradient)
         if self.tap is None or self._train_batch is None:
             return
@@ -209,7 +211,7 @@ class StepLoop:
     async def _answer(self, batch: pb.Batch) -> pb.PartyMessage:
         ids = _decode_batch_ids(batch, self.bottom.inputs.num_rows)
         train = batch.phase == pb.TRAIN
-        activation = encode_tensor(await self.compute(self.bottom.forward, ids, train))
+        activation = encode_tensor((await self.compute(self.bottom.forward, ids, train)).to(self.wire))
         if train:
             self._train_batch, self._train_activation = batch, activation
         return pb.PartyMessage(phase=batch.phase, step=batch.step, activation=activation)
@@ -251,7 +253,8 @@ async def _report(call: Any, component: str, message: str) -> None:
     call.cancel()
 
 
-def _decode_gradient(message: pb.LabelPartyMessage, bottom: BottomTrainer) -> torch.Tensor:
+def _decode_gradient(message: pb.LabelPartyMessage, bottom: BottomTrainer,
+                     wire: torch.dtype) -> torch.Tensor:
     shape = bottom.pending_shape
     if shape is None:
         raise PartyError(f"received a cut gradient for step {message.gradient_step} but no "
@@ -259,7 +262,7 @@ def _decode_gradient(message: pb.LabelPartyMessage, bottom: BottomTrainer) -> to
     try:
         return decode_tensor(message.cut_gradient,
                              field=f"cut gradient (step {message.gradient_step})",
-                             dtype=torch.float32, shape=shape, finite=True)
+                             dtype=wire, shape=shape, finite=True).float()
     except CodecError as err:
         raise PartyError(str(err)) from None
 

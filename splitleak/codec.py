@@ -41,6 +41,17 @@ _FROM_NUMPY = {spec.wire.str[1:]: code for code, spec in _SPECS.items() if spec.
 _SUPPORTED = ", ".join(spec.name for spec in _SPECS.values())
 
 
+WIRE_FLOATS = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def as_received(tensor: torch.Tensor, wire_dtype: str) -> torch.Tensor:
+    """What a float32 tensor becomes after travelling as `wire_dtype` (the in-process
+    reference's stand-in for encode + decode)."""
+    if wire_dtype == "float32":
+        return tensor
+    return tensor.to(WIRE_FLOATS[wire_dtype]).float()
+
+
 def _wire_code(dtype: object) -> int:
     code: int | None = None
     if isinstance(dtype, torch.dtype):

@@ -153,6 +153,14 @@ class PluginSpec(_Frozen):
         return dict(self.model_extra or {})
 
 
+class WireConfig(_Frozen):
+    """How cut-layer tensors travel between the parties (DESIGN.md §3). Anything but float32 is
+    a lossy compression, and so a defense too: the tap records what the passive party received."""
+
+    dtype: Literal["float32", "float16", "bfloat16"] = "float32"  # activations and gradients
+    compression: Literal["none", "gzip", "deflate"] = "none"  # gRPC message compression
+
+
 class AttackerConfig(_Frozen):
     """The sidecar and the offline analysis: what is recorded and which attacks run."""
 
@@ -188,6 +196,7 @@ class ExperimentConfig(_Frozen):
     objective: PluginSpec = PluginSpec(name="cross_entropy")  # what the label party learns from
     defense: list[PluginSpec] = []  # gradient defense chain, applied in order
     attacker: AttackerConfig = AttackerConfig()
+    wire: WireConfig = WireConfig()  # dtype and compression of what travels between parties
     threat: ThreatConfig = ThreatConfig()  # who attacks, what they know and do (DESIGN.md §1)
 
     @model_validator(mode="after")

@@ -46,8 +46,12 @@ def channel_options(topology: TopologyConfig) -> list[tuple[str, int]]:
     ]
 
 
-def create_server(topology: TopologyConfig) -> grpc.aio.Server:
-    return grpc.aio.server(options=server_options(topology))
+COMPRESSION = {"none": grpc.Compression.NoCompression, "gzip": grpc.Compression.Gzip,
+               "deflate": grpc.Compression.Deflate}
+
+
+def create_server(topology: TopologyConfig, compression: str = "none") -> grpc.aio.Server:
+    return grpc.aio.server(options=server_options(topology), compression=COMPRESSION[compression])
 
 
 def bind(server: grpc.aio.Server, address: str, tls_dir: Path | None = None,
@@ -64,16 +68,19 @@ def bind(server: grpc.aio.Server, address: str, tls_dir: Path | None = None,
 
 
 def create_channel(address: str, topology: TopologyConfig, tls_dir: Path | None = None,
-                   identity: str = "", server_identity: str | None = None) -> grpc.aio.Channel:
+                   identity: str = "", server_identity: str | None = None,
+                   compression: str = "none") -> grpc.aio.Channel:
     """A channel to `address`; over mutual TLS as `identity` when `tls_dir` is given, accepting
-    only a server whose certificate names `server_identity` (when given)."""
+    only a server whose certificate names `server_identity` (when given); messages compressed
+    with `compression` (none, gzip, deflate)."""
     if tls_dir is not None:
         options: list[tuple[str, Any]] = list(channel_options(topology))
         if server_identity is not None:
             options.append(tls.server_name_option(server_identity))
         return grpc.aio.secure_channel(address, tls.channel_credentials(tls_dir, identity),
-                                       options=options)
-    return grpc.aio.insecure_channel(address, options=channel_options(topology))
+                                       options=options, compression=COMPRESSION[compression])
+    return grpc.aio.insecure_channel(address, options=channel_options(topology),
+                                     compression=COMPRESSION[compression])
 
 
 def run_async(main: Coroutine[Any, Any, T]) -> T:

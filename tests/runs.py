@@ -117,3 +117,22 @@ def assert_same_run(a: RunDir, b: RunDir, parties: int) -> None:
     assert outcome_a["status"] == outcome_b["status"] == "ok"
     assert outcome_a["defenses"] == outcome_b["defenses"]
     assert outcome_a["objective"] == outcome_b["objective"]
+
+
+def distributed_and_reference(tmp_path: Path, data: dict[str, Any]) -> tuple[RunDir, RunDir]:
+    """The config `data` trained by `splitleak run` (every party its own process) and by the
+    in-process reference; their run directories."""
+    from orchestration.reference import run_reference
+    from splitleak.config import parse_config
+    from splitleak.rundir import create_run_dir
+    from tests.conftest import write_config
+
+    result = subprocess.run([sys.executable, "-m", "orchestration", "run", "--no-progress",
+                             str(write_config(tmp_path, data))],
+                            capture_output=True, text=True, timeout=scaled(300))
+    assert result.returncode == 0, result.stdout + result.stderr
+    distributed = RunDir(next((tmp_path / "runs").iterdir()))
+    cfg = parse_config(data)
+    reference = create_run_dir(cfg, tmp_path / "ref")
+    run_reference(cfg, reference)
+    return distributed, reference

@@ -23,7 +23,8 @@ from attacker.store import GradientLog
 from orchestration.reference import run_reference
 from splitleak.config import load_config, parse_config
 from splitleak.rundir import RunDir, create_run_dir
-from tests.conftest import scaled, small_config, write_config
+from tests.conftest import scaled, small_config
+from tests.runs import distributed_and_reference
 
 pytestmark = pytest.mark.slow
 
@@ -147,14 +148,7 @@ def test_reference_records_the_activations_the_tap_records(tmp_path: Path) -> No
     """attacker.record_activation: the in-process reference logs what the distributed tap logs."""
     data = small_config(tmp_path, training={"batch_size": 32, "epochs": 1, "max_steps": 3},
                         attacker={"record_activation": True})
-    result = subprocess.run([sys.executable, "-m", "orchestration", "run", "--no-progress",
-                             str(write_config(tmp_path, data))],
-                            capture_output=True, text=True, timeout=scaled(300))
-    assert result.returncode == 0, result.stdout + result.stderr
-    distributed = RunDir(next((tmp_path / "runs").iterdir()))
-    cfg = parse_config(data)
-    reference = create_run_dir(cfg, tmp_path / "ref")
-    run_reference(cfg, reference)
+    distributed, reference = distributed_and_reference(tmp_path, data)
     logs = [list(GradientLog(r.attacker / "gradients").batches(1)) for r in (distributed, reference)]
     assert [b.step for b in logs[0]] == [b.step for b in logs[1]] == [0, 1, 2]
     for ours, theirs in zip(*logs, strict=True):
