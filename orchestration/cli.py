@@ -36,6 +36,15 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--seed", type=int, default=0)
     k.add_argument("--skip-fuzz", action="store_true")
     k.add_argument("--skip-run", action="store_true")
+    y = sub.add_parser("relay", help="a shaping TCP relay: emulated latency, jitter and "
+                       "bandwidth in front of a label party (what [network] starts per party)")
+    y.add_argument("--to", required=True, metavar="HOST:PORT", help="the label party")
+    y.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT (port 0: any free)")
+    y.add_argument("--latency-ms", type=float, default=0.0, help="one-way latency")
+    y.add_argument("--jitter-ms", type=float, default=0.0, help="std of the one-way latency")
+    y.add_argument("--bandwidth-mbit", type=float, help="per direction (default: unlimited)")
+    y.add_argument("--seed", type=int, default=0, help="seed of the jitter")
+    y.add_argument("--port-file", type=Path, help="write the bound HOST:PORT here")
     h = sub.add_parser("health", help="probe a party's gRPC health service (exit 0 if SERVING)")
     h.add_argument("address", help="HOST:PORT")
     h.add_argument("--service", default="", help="service name (default: the whole server)")
@@ -68,6 +77,10 @@ def main(argv: list[str] | None = None) -> int:
 
         return gafm_select(argv[1:])
     args = parser.parse_args(argv)
+    if args.command == "relay":
+        from orchestration.relay import cmd_relay
+
+        return cmd_relay(args)
     setup_logging("splitleak")
     console = Console()
     if args.command == "run":

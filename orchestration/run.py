@@ -50,6 +50,7 @@ def run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | 
     started = time.monotonic()
     port_file = run.label_party / "address"
     children: list[Child] = []
+    relays: list[Child] = []  # [network]: one shaping relay per passive party's connection
     tls_args: list[str] = []
     for stale in (port_file, run.attacker / "address"):  # a resumed run's old addresses
         stale.unlink(missing_ok=True)
@@ -84,23 +85,41 @@ def run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | 
                                                 cfg.topology.join_deadline_s)
         for k in range(1, cfg.topology.passive_parties + 1):
             tap = ["--attacker", sidecar_address] if sidecar_address and k in observed else []
+            link = address
+            if cfg.network.shaped:
+                relays.append(_start_relay(cfg, run, k, address))
+                link = _wait_for_address(run.root / f"relay_{k}.address", relays[-1],
+                                         cfg.topology.join_deadline_s)
             children.append(spawn(f"passive party {k}",
                                   ["passive_party", "run", "--config", str(run.config),
-                                   "--party-id", str(k), "--label-party", address,
+                                   "--party-id", str(k), "--label-party", link,
                                    *(where or ["--run-dir", str(run.root)]), *tap, *tls_args],
                                   run.logs / f"passive_party_{k}.log"))
-        _write_pids(run, children)
+        _write_pids(run, children + relays)
         try:
             _monitor(children, run, progress, poll)
         except KeyboardInterrupt:
             _interrupt(children, cfg.topology.step_deadline_s + INTERRUPT_GRACE)
             raise
     finally:
-        stop_all(children)
+        stop_all(children + relays)
         if cfg.topology.tls:  # certificates stay; private keys do not outlive the run
             tls.remove_private_keys(run.root / "tls")
     _raise_if_failed(children, run)
     return collect_outcome(run, "distributed", time.monotonic() - started)
+
+
+def _start_relay(cfg: ExperimentConfig, run: RunDir, k: int, label_party: str) -> Child:
+    """The emulated wide-area link between passive party k and the label party."""
+    port_file = run.root / f"relay_{k}.address"
+    port_file.unlink(missing_ok=True)
+    n = cfg.network
+    bandwidth = ["--bandwidth-mbit", str(n.bandwidth_mbit)] if n.bandwidth_mbit else []
+    return spawn(f"relay {k}", ["orchestration", "relay", "--to", label_party,
+                                "--latency-ms", str(n.one_way_latency_ms),
+                                "--jitter-ms", str(n.jitter_ms), *bandwidth,
+                                "--seed", str(cfg.run.seed * 100 + k), "--port-file", str(port_file)],
+                 run.logs / f"relay_{k}.log")
 
 
 def _interrupt(children: list[Child], timeout: float) -> None:

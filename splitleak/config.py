@@ -153,6 +153,19 @@ class PluginSpec(_Frozen):
         return dict(self.model_extra or {})
 
 
+class NetworkConfig(_Frozen):
+    """An emulated wide-area link between each passive party and the label party: `splitleak
+    run` puts a shaping relay (orchestration/relay.py) on each party's connection when set."""
+
+    one_way_latency_ms: float = Field(0.0, ge=0.0, le=10_000.0)
+    jitter_ms: float = Field(0.0, ge=0.0, le=10_000.0)  # std of the one-way latency (normal)
+    bandwidth_mbit: PositiveFloat | None = None  # per direction and party link; None: unlimited
+
+    @property
+    def shaped(self) -> bool:
+        return bool(self.one_way_latency_ms or self.jitter_ms or self.bandwidth_mbit)
+
+
 class WireConfig(_Frozen):
     """How cut-layer tensors travel between the parties (DESIGN.md §3). Anything but float32 is
     a lossy compression, and so a defense too: the tap records what the passive party received."""
@@ -197,6 +210,7 @@ class ExperimentConfig(_Frozen):
     defense: list[PluginSpec] = []  # gradient defense chain, applied in order
     attacker: AttackerConfig = AttackerConfig()
     wire: WireConfig = WireConfig()  # dtype and compression of what travels between parties
+    network: NetworkConfig = NetworkConfig()  # emulated latency / bandwidth between parties
     threat: ThreatConfig = ThreatConfig()  # who attacks, what they know and do (DESIGN.md §1)
 
     @model_validator(mode="after")

@@ -1,0 +1,149 @@
+"""A shaping TCP relay: a wide-area link between a passive party and the label party, emulated.
+
+Each direction is a link of its own: bytes are serialised at `bandwidth_mbit` (a chunk
+occupies the link for size / bandwidth), then arrive `one_way_latency_ms` later, plus a
+normal jitter of standard deviation `jitter_ms`, never before the chunk sent ahead of them
+(TCP keeps order). What is in flight is bounded (FLIGHT chunks per direction): a sender
+faster than the link is slowed by TCP's own flow control, as on a real link. The relay sees
+only TCP bytes, so mutual TLS stays end to end between the parties.
+
+    splitleak relay --to 127.0.0.1:50051 --listen 127.0.0.1:0 --latency-ms 25 --bandwidth-mbit 100
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from pydantic import ValidationError
+
+from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, setup_logging
+from splitleak.config import NetworkConfig, format_validation_error
+from splitleak.fileio import write_atomically
+from splitleak.transport import run_async
+
+log = logging.getLogger("relay")
+ADDRESS = re.compile(r"^[^\s:]+:\d{1,5}$")
+CHUNK = 64 << 10  # bytes read at a time
+FLIGHT = 64  # chunks queued per direction: 4 MiB, over the bandwidth-delay product of WAN links
+
+
+@dataclass
+class Link:
+    """One direction's schedule: when each chunk written now arrives at the other end."""
+
+    latency_s: float
+    bandwidth_bps: float | None  # None: no limit
+    jitter_s: float = 0.0
+    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+    _free_at: float = 0.0  # when the link has serialised everything given so far
+    _last_arrival: float = 0.0
+
+    @classmethod
+    def of(cls, network: NetworkConfig, seed: int) -> Link:
+        bandwidth = network.bandwidth_mbit * 1e6 if network.bandwidth_mbit else None
+        return cls(network.one_way_latency_ms / 1e3, bandwidth, network.jitter_ms / 1e3,
+                   np.random.default_rng(seed))
+
+    def arrival(self, now: float, size: int) -> float:
+        start = max(now, self._free_at)
+        self._free_at = start + (size * 8 / self.bandwidth_bps if self.bandwidth_bps else 0.0)
+        jitter = self.rng.normal(0.0, self.jitter_s) if self.jitter_s else 0.0
+        self._last_arrival = max(self._free_at + max(self.latency_s + jitter, 0.0),
+                                 self._last_arrival)
+        return self._last_arrival
+
+
+async def _carry(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, link: Link) -> None:
+    """Forward one direction through `link` until the sender closes it."""
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue(FLIGHT)
+
+    async def deliver() -> None:
+        while (item := await queue.get()) is not None:
+            at, chunk = item
+            if (wait := at - loop.time()) > 0:
+                await asyncio.sleep(wait)
+            writer.write(chunk)
+            await writer.drain()
+        if writer.can_write_eof():
+            writer.write_eof()
+
+    delivering = asyncio.ensure_future(deliver())
+    try:
+        while chunk := await reader.read(CHUNK):
+            await queue.put((link.arrival(loop.time(), len(chunk)), chunk))
+    except ConnectionError:
+        pass
+    finally:
+        await queue.put(None)
+        with contextlib.suppress(ConnectionError):
+            await delivering
+
+
+class Relay:
+    """Accepts connections on `listen` and carries each to `target` over two shaped links."""
+
+    def __init__(self, target: str, network: NetworkConfig, seed: int = 0) -> None:
+        self.host, port = target.rsplit(":", 1)
+        self.port = int(port)
+        self.network = network
+        self.seed = seed
+        self.connections = 0
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        seed = self.seed * 1_000 + self.connections
+        try:
+            up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
+        except OSError as err:
+            log.warning("cannot reach %s:%d: %s", self.host, self.port, err)
+            writer.close()
+            return
+        try:
+            await asyncio.gather(_carry(reader, up_writer, Link.of(self.network, 2 * seed)),
+                                 _carry(up_reader, writer, Link.of(self.network, 2 * seed + 1)))
+        finally:
+            for w in (writer, up_writer):
+                w.close()
+
+    async def serve(self, listen: str, port_file: Path | None = None) -> None:
+        host, port = listen.rsplit(":", 1)
+        server = await asyncio.start_server(self._connection, host, int(port))
+        bound = f"{host}:{server.sockets[0].getsockname()[1]}"
+        n = self.network
+        log.info("relaying %s -> %s:%d: one-way latency %g ms, jitter %g ms, bandwidth %s", bound,
+                 self.host, self.port, n.one_way_latency_ms, n.jitter_ms,
+                 f"{n.bandwidth_mbit:g} Mbit/s" if n.bandwidth_mbit else "unlimited")
+        if port_file is not None:
+            write_atomically(port_file, lambda tmp: tmp.write_text(bound))
+        async with server:
+            await server.serve_forever()
+
+
+def cmd_relay(args: argparse.Namespace) -> int:
+    setup_logging("relay")
+    try:
+        network = NetworkConfig(one_way_latency_ms=args.latency_ms, jitter_ms=args.jitter_ms,
+                                bandwidth_mbit=args.bandwidth_mbit)
+    except ValidationError as err:
+        log.error("%s", format_validation_error(err, "relay options", "link"))
+        return EXIT_BAD_INPUT
+    for option, address in (("--to", args.to), ("--listen", args.listen)):
+        if not ADDRESS.match(address):
+            log.error("relay: %s %r is not HOST:PORT (e.g. 127.0.0.1:50051)", option, address)
+            return EXIT_BAD_INPUT
+    try:
+        run_async(Relay(args.to, network, args.seed).serve(args.listen, args.port_file))
+    except OSError as err:
+        log.error("relay: cannot listen on %s: %s", args.listen, err)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    return 0

@@ -1,0 +1,112 @@
+"""The shaping relay ([network]): each direction a link of its own with latency, bandwidth and
+jitter; order kept; bounded memory; end to end in front of a real label party."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from orchestration.relay import Link, Relay
+from splitleak.config import ConfigError, NetworkConfig, parse_config
+from splitleak.metrics_log import read_metrics
+from splitleak.rundir import RunDir
+from tests.conftest import scaled, small_config, write_config
+
+
+def test_link_serialises_at_the_bandwidth_then_adds_the_latency() -> None:
+    link = Link(latency_s=0.025, bandwidth_bps=8e6)  # 1 MB/s
+    assert link.arrival(0.0, 100_000) == pytest.approx(0.1 + 0.025)  # 0.1 s on the wire
+    assert link.arrival(0.0, 100_000) == pytest.approx(0.2 + 0.025)  # queued behind the first
+    assert link.arrival(1.0, 1_000) == pytest.approx(1.001 + 0.025)  # the link was idle again
+
+
+def test_jitter_never_reorders_and_is_seeded() -> None:
+    def arrivals(seed: int, every: float) -> list[float]:
+        link = Link(0.05, None, jitter_s=0.02, rng=np.random.default_rng(seed))
+        return [link.arrival(i * every, 100) for i in range(200)]
+
+    first = arrivals(1, 0.001)  # sent closer together than the jitter: order must be kept
+    assert first == sorted(first) and first == arrivals(1, 0.001) and first != arrivals(2, 0.001)
+    sparse = np.array(arrivals(1, 0.5)) - np.arange(200) * 0.5  # far apart: the jitter shows
+    assert np.median(sparse) == pytest.approx(0.05, abs=0.005)
+    assert np.std(sparse) == pytest.approx(0.02, rel=0.25)
+
+
+def test_network_section_is_validated(tmp_path: Path) -> None:
+    assert not NetworkConfig().shaped and NetworkConfig(one_way_latency_ms=1).shaped
+    for network, field in [({"one_way_latency_ms": -1}, "one_way_latency_ms"),
+                           ({"bandwidth_mbit": 0}, "bandwidth_mbit"), ({"loss": 0.1}, "loss")]:
+        with pytest.raises(ConfigError, match=field):
+            parse_config(small_config(tmp_path, network=network))
+
+
+async def _through_relay(network: NetworkConfig, payload: int) -> tuple[float, float, bytes]:
+    """(round-trip time of one byte, seconds to send `payload` bytes one way, what came back)."""
+    received = bytearray()
+
+    async def sink(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(await reader.readexactly(1))  # echo the ping
+        await writer.drain()
+        while chunk := await reader.read(1 << 16):
+            received.extend(chunk)
+        writer.write(b"done")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(sink, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    port_file = Path(f"/tmp/relay-test-{port}")
+    relay = asyncio.ensure_future(Relay(f"127.0.0.1:{port}", network).serve("127.0.0.1:0", port_file))
+    while not port_file.exists():
+        await asyncio.sleep(0.01)
+    host, relay_port = port_file.read_text().rsplit(":", 1)
+    port_file.unlink()
+    reader, writer = await asyncio.open_connection(host, int(relay_port))
+    start = time.perf_counter()
+    writer.write(b"x")
+    assert await reader.readexactly(1) == b"x"
+    rtt = time.perf_counter() - start
+    data = np.random.default_rng(0).bytes(payload)
+    start = time.perf_counter()
+    writer.write(data)
+    writer.write_eof()
+    assert await reader.read() == b"done"
+    seconds = time.perf_counter() - start
+    relay.cancel()
+    server.close()
+    return rtt, seconds, bytes(received)
+
+
+def test_relay_delays_and_throttles_real_connections() -> None:
+    network = NetworkConfig(one_way_latency_ms=40, bandwidth_mbit=16)  # 2 MB/s each way
+    rtt, seconds, received = asyncio.run(_through_relay(network, 1_000_000))
+    assert received == np.random.default_rng(0).bytes(1_000_000)  # every byte, in order
+    assert 0.08 <= rtt <= 0.08 + scaled(0.5)  # two one-way latencies, never less
+    # 1 MB at 2 MB/s plus the latency there and back: never faster than the link allows
+    assert 0.5 + 0.08 <= seconds <= 0.58 + scaled(2.0)
+
+
+@pytest.mark.slow
+def test_run_over_an_emulated_wan(tmp_path: Path) -> None:
+    """`splitleak run` with [network]: a relay per passive party, TLS end to end through it;
+    every step waits for at least one round trip (gradient + next batch out, activation back)."""
+    data = small_config(tmp_path, training={"batch_size": 32, "epochs": 1, "max_steps": 12},
+                        topology={"tls": True}, network={"one_way_latency_ms": 30})
+    result = subprocess.run([sys.executable, "-m", "orchestration", "run", "--no-progress",
+                             str(write_config(tmp_path, data))],
+                            capture_output=True, text=True, timeout=scaled(300))
+    assert result.returncode == 0, result.stdout + result.stderr
+    run = RunDir(next((tmp_path / "runs").iterdir()))
+    pids = json.loads((run.root / "pids.json").read_text())
+    assert {"relay 1", "relay 2"} <= pids.keys()
+    assert "one-way latency 30 ms" in (run.logs / "relay_1.log").read_text()
+    walls = [r["wall"] for r in read_metrics(run.metrics) if r["type"] == "train"]
+    assert len(walls) == 12
+    assert (walls[-1] - walls[0]) / 11 >= 0.06  # ≥ one round trip of 2 × 30 ms per step
