@@ -21,8 +21,11 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from attacker.report_exact import exact_md, exact_table
 from attacker.report_threat import above_bound_notes, completion_md, threat_md
+from attacker.report_exact import exact_md, exact_table
 from attacker.report_threat import fmt as _fmt
+from attacker.report_exact import exact_md, exact_table
 from attacker.report_threat import md_table as _md_table
 from attacker.summary import headline, headline_value, marvell_bounds, metric_stats
 from splitleak.fileio import write_atomically
@@ -69,8 +72,8 @@ def _who(entry: dict[str, Any]) -> str:
 def _run_entries(summary: dict[str, Any], completion: bool = False) -> list[dict[str, Any]]:
     """Run-level gradient-attack entries (or, with `completion`, the model-completion ones) by
     party, then layer (cut first), then in the analysis' attack order."""
-    entries = [e for e in summary["leak"] if e["scope"] == "run" and ("completion" in e or "error" in e)
-               == completion]
+    entries = [e for e in summary["leak"] if e["scope"] == "run" and "exact" not in e
+               and ("completion" in e or "error" in e) == completion]
     return sorted(entries, key=lambda e: (len(e.get("parties") or [1]), e["party_id"],
                                           _layer_key(e["layer"])))
 
@@ -157,9 +160,9 @@ def _top_cell(split: dict[str, Any]) -> str:
 
 def print_leak_table(console: Console, summary: dict[str, Any]) -> None:
     console.print(leak_table(summary))
-    table = completion_table(summary)
-    if table is not None:
-        console.print(table)
+    for table in (completion_table(summary), exact_table(summary)):
+        if table is not None:
+            console.print(table)
 
 
 def comparison_table(rows: list[tuple[str, dict[str, Any], dict[str, Any]]], layer: str = "cut") -> Table:
@@ -296,6 +299,7 @@ def write_report(run: RunDir, summary: dict[str, Any]) -> None:
     warnings = [*above_bound_notes(summary), *summary.get("warnings", []), *notes]
     lines = [*_title_md(run, summary, inputs), *threat_md(summary),
              *_headline_md(summary, inputs.records, bounds), *completion_md(summary),
+             *exact_md(summary),
              *_utility_md(inputs.records), *_objective_md(inputs.config, inputs.outcome),
              *_defense_md(inputs.config, inputs.outcome),
              *_bound_md(bounds, summary), *_leak_md(summary, inputs.leak), *_epoch_md(summary),
