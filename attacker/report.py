@@ -23,9 +23,7 @@ from rich.table import Table
 
 from attacker.report_exact import exact_md, exact_table
 from attacker.report_threat import above_bound_notes, completion_md, threat_md
-from attacker.report_exact import exact_md, exact_table
 from attacker.report_threat import fmt as _fmt
-from attacker.report_exact import exact_md, exact_table
 from attacker.report_threat import md_table as _md_table
 from attacker.summary import headline, headline_value, marvell_bounds, metric_stats
 from splitleak.fileio import write_atomically

@@ -136,7 +136,7 @@ class ExactAttack(RunAttack):
                                 input_spec(schema, label_party_columns(cfg, schema)),
                                 cfg.output_width(context.num_classes), seed=0)
             top.load_state_dict(state)
-            ids = batch.sample_ids
+            ids = torch.from_numpy(np.array(batch.sample_ids))
             with torch.enable_grad():
                 found_labels, found_codes = reconstruct(
                     top, activations, torch.from_numpy(np.array(batch.tensors["cut_gradient"])),
@@ -144,7 +144,7 @@ class ExactAttack(RunAttack):
                     self.params.chunk_candidates)
             labels.append(found_labels)
             codes.append(found_codes)
-            truth_labels.append(context.truth(ids))
+            truth_labels.append(context.truth(batch.sample_ids))
             truth_codes.append(categorical_by_id[ids][:, list(own.private)].numpy())
         if not labels:
             raise ValueError("no recorded batch at a snapshot step has both the cut gradient and "
