@@ -207,3 +207,13 @@ def test_exact_reconstructs_the_adult_example(tmp_path: Path) -> None:
     assert entry["exact"]["label_f1"] >= 0.99
     assert min(entry["exact"]["feature_f1"].values()) >= 0.95
     assert set(entry["exact"]["feature_f1"]) == {"marital-status", "relationship", "race", "sex"}
+
+
+def test_attacker_bench_prints_candidate_gradients_per_second() -> None:
+    done = subprocess.run([sys.executable, "-m", "attacker", "bench", "--exact", "--rows", "64",
+                           "--vocab", "3", "--dim", "8", "--batch-size", "32"],
+                          capture_output=True, text=True, timeout=scaled(120))
+    assert done.returncode == 0, done.stderr
+    figures = json.loads(done.stdout[done.stdout.index("{"):])
+    assert figures["candidates"] == 64 * 3 * 3 * 2 and figures["per_cpu_second"] > 0
+    assert "candidate gradients per second per core" in done.stdout
