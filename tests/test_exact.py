@@ -23,7 +23,14 @@ from splitleak.rundir import RunDir
 from splitleak.threat import ThreatConfig
 from splitleak.v1 import split_learning_pb2 as pb
 from splitleak.validation import check_core
-from splitleak.white_box import OwnColumns, SnapshotWriter, own_columns, read_snapshot, snapshot_files
+from splitleak.white_box import (
+    OwnColumns,
+    SnapshotWriter,
+    own_columns,
+    read_snapshot,
+    snapshot_files,
+    snapshot_path,
+)
 from tests.conftest import scaled, small_config, write_config
 
 CARDS = (3, 4)
@@ -217,3 +224,38 @@ def test_attacker_bench_prints_candidate_gradients_per_second() -> None:
     figures = json.loads(done.stdout[done.stdout.index("{"):])
     assert figures["candidates"] == 64 * 3 * 3 * 2 and figures["per_cpu_second"] > 0
     assert "candidate gradients per second per core" in done.stdout
+
+
+@pytest.mark.slow
+def test_a_resumed_white_box_run_writes_the_same_snapshots(tmp_path: Path) -> None:
+    """Interrupted after a checkpoint and resumed: the snapshots of the redone steps are written
+    anew and every snapshot equals an uninterrupted run's, as does the label export."""
+    import asyncio
+
+    from splitleak.rundir import write_config as write_run_config
+    from tests.live import whole_run
+
+    data = _exact_config(tmp_path)
+    data["training"] = {**data["training"], "batch_size": 40, "checkpoint_every": 3}
+    data["topology"] = {**data["topology"], "step_deadline_s": scaled(20), "join_deadline_s": scaled(30)}
+    data["threat"]["white_box"] = {"every": 1}
+    cfg = parse_config(data)
+    runs = {}
+    for name in ("straight", "interrupted"):
+        run = RunDir(tmp_path / name)
+        run.root.mkdir()
+        write_run_config(cfg, run)
+        runs[name] = run
+    outcome, _ = asyncio.run(whole_run(cfg, runs["straight"].root))
+    assert outcome["status"] == "ok"
+    outcome, _ = asyncio.run(whole_run(cfg, runs["interrupted"].root, interrupt_at=7))
+    assert outcome["status"] == "interrupted"
+    stray = snapshot_path(runs["interrupted"].white_box, 11)  # a step after the checkpoint, torn
+    stray.write_bytes(b"torn")  # (the resumed run drops and rewrites it)
+    outcome, _ = asyncio.run(whole_run(cfg, runs["interrupted"].root, resume=True))
+    assert outcome["status"] == "ok" and outcome["resumed_from"] > 0
+    straight, resumed = (snapshot_files(r.white_box) for r in runs.values())
+    assert list(straight) == list(resumed) == list(range(12))  # 480 train rows / 40
+    for step in straight:
+        assert straight[step].read_bytes() == resumed[step].read_bytes(), step
+    assert runs["straight"].labels.read_bytes() == runs["interrupted"].labels.read_bytes()
