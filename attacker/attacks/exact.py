@@ -117,6 +117,7 @@ class ExactAttack(RunAttack):
         party = context.parties[0]
         schema = build_dataset(cfg.dataset.name, cfg.dataset.params).schema()
         own = own_columns(cfg, schema)
+        own_spec = input_spec(schema, label_party_columns(cfg, schema) or (0, 0))  # own_columns: set
         candidates = Candidates.enumerate(own.private_cardinalities, own.private, context.num_classes)
         self.check_size(own, candidates)
         snapshots = snapshot_files(run.white_box)
@@ -132,8 +133,7 @@ class ExactAttack(RunAttack):
             step, state = read_snapshot(snapshots[batch.step])
             activations = torch.from_numpy(np.array(batch.tensors["activation"]))
             if top is None:
-                top = build_top(cfg.model, [tuple(activations.shape[1:])],
-                                input_spec(schema, label_party_columns(cfg, schema)),
+                top = build_top(cfg.model, [tuple(activations.shape[1:])], own_spec,
                                 cfg.output_width(context.num_classes), seed=0)
             top.load_state_dict(state)
             ids = torch.from_numpy(np.array(batch.sample_ids))
