@@ -157,10 +157,13 @@ def _top_cell(split: dict[str, Any]) -> str:
 
 
 def print_leak_table(console: Console, summary: dict[str, Any]) -> None:
-    console.print(leak_table(summary))
-    for table in (completion_table(summary), exact_table(summary)):
-        if table is not None:
-            console.print(table)
+    """The gradient attacks' table, then the run-level attacks' (an empty first table is left
+    out when a run-level one follows, e.g. a run analysed with EXACT alone)."""
+    run_level = [t for t in (completion_table(summary), exact_table(summary)) if t is not None]
+    if _run_entries(summary) or not run_level:
+        console.print(leak_table(summary))
+    for table in run_level:
+        console.print(table)
 
 
 def comparison_table(rows: list[tuple[str, dict[str, Any], dict[str, Any]]], layer: str = "cut") -> Table:

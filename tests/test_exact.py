@@ -270,3 +270,22 @@ def test_a_resumed_white_box_run_writes_the_same_snapshots(tmp_path: Path) -> No
     for step in straight:
         assert straight[step].read_bytes() == resumed[step].read_bytes(), step
     assert runs["straight"].labels.read_bytes() == runs["interrupted"].labels.read_bytes()
+
+
+def test_the_report_shows_exact_and_no_empty_leak_table() -> None:
+    from rich.console import Console
+
+    from attacker.report import print_leak_table
+    from attacker.report_exact import exact_md
+
+    entry = {"party_id": 1, "parties": [1], "layer": "bottom", "scope": "run", "attack": "exact",
+             "side_knowledge": "white box", "pooled": {"accuracy": 0.9, "rows": 10},
+             "exact": {"label_f1": 0.875, "feature_f1": {"C4": 0.5, "C9": 0.25},
+                       "candidates_per_example": 1024, "batches": 3}}
+    summary = {"leak": [entry], "seed": 0, "draws": 5}
+    lines = "\n".join(exact_md(summary))
+    assert "## EXACT" in lines and "| 1 | 0.875 | C4 0.500, C9 0.250 | 0.900 | 1,024 | 10 | 3 |" in lines
+    console = Console(record=True, width=200)
+    print_leak_table(console, summary)
+    text = console.export_text()
+    assert "EXACT (white box)" in text and "label leakage" not in text
