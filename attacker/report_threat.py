@@ -46,7 +46,8 @@ def threat_md(summary: dict[str, Any]) -> list[str]:
 
 def completion_md(summary: dict[str, Any]) -> list[str]:
     """Fu et al.'s model completion: accuracy pooled over rows, next to both baselines."""
-    entries = [e for e in summary["leak"] if e["layer"] == "bottom" and e["scope"] == "run"]
+    entries = [e for e in summary["leak"] if e["layer"] == "bottom" and e["scope"] == "run"
+               and "exact" not in e]
     if not entries:
         return []
     rows, failed = [], []

@@ -16,14 +16,29 @@ from splitleak.anchors import CleanAnchorWriter, anchor_parties
 from splitleak.config import ExperimentConfig
 from splitleak.fileio import write_atomically
 from splitleak.rundir import RunDir
+from splitleak.white_box import FEATURE_PREFIX, SnapshotWriter, own_columns
 
 
-def write_labels(run: RunDir, data: LabelPartyData) -> None:
-    """Evaluation-only ground truth for the offline leak analysis (never sent on the wire)."""
+def write_labels(run: RunDir, data: LabelPartyData, cfg: ExperimentConfig) -> None:
+    """Evaluation-only ground truth for the offline leak analysis (never sent on the wire); a
+    white-box threat model adds the label party's own feature values (`feature.<name>`: the
+    private categoricals EXACT is scored against, and the columns it assumes known)."""
     ids = np.concatenate([data.train_ids, data.test_ids])
     split = np.array(["train"] * data.train_ids.size + ["test"] * data.test_ids.size)
-    table = pa.table({"sample_id": ids, "label": data.labels[ids], "split": split})
+    columns = {"sample_id": ids, "label": data.labels[ids], "split": split}
+    if cfg.threat.white_box_parties and data.own_inputs is not None:
+        own = own_columns(cfg, data.schema)
+        numeric = data.own_inputs.numeric.numpy()[ids]
+        categorical = data.own_inputs.categorical.numpy()[ids]
+        columns |= {FEATURE_PREFIX + name: numeric[:, i] for i, name in enumerate(own.numeric)}
+        columns |= {FEATURE_PREFIX + name: categorical[:, i] for i, name in enumerate(own.categorical)}
+    table = pa.table(columns)
     write_atomically(run.labels, lambda tmp: pq.write_table(table, tmp))
+
+
+def snapshot_writer(run: RunDir, cfg: ExperimentConfig) -> SnapshotWriter | None:
+    """The white-box snapshots' writer when the threat model has a white-box attacker."""
+    return SnapshotWriter(run.white_box, cfg.threat) if cfg.threat.white_box_parties else None
 
 
 def clean_anchor_writer(run: RunDir, cfg: ExperimentConfig,

@@ -19,7 +19,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from label_party.checkpoints import Interrupted, RunCheckpoints, restore
 from label_party.driver import Progress, drive
 from label_party.exchange import NetworkExchange
-from label_party.outputs import clean_anchor_writer, write_labels, write_outcome, write_outputs
+from label_party.outputs import (
+    clean_anchor_writer,
+    snapshot_writer,
+    write_labels,
+    write_outcome,
+    write_outputs,
+)
 from label_party.schedule import schedule
 from label_party.servicer import add_label_party
 from label_party.session import Session, SessionError
@@ -91,7 +97,7 @@ async def start(cfg: ExperimentConfig, run: RunDir, listen: str, tls_dir: Path |
     data = load_label_party_data(cfg)
     if resuming:
         run.outcome.unlink(missing_ok=True)  # the interrupted attempt's; this one writes anew
-    write_labels(run, data)  # the ground truth is there for the analysis even if the run fails
+    write_labels(run, data, cfg)  # the ground truth is there for the analysis even if the run fails
     keep = manifest.metrics_records if manifest else (0 if resuming else None)
     writer = MetricsWriter(run.metrics, keep)
     if manifest is not None and writer.records != manifest.metrics_records:
@@ -170,15 +176,18 @@ class LabelPartyRun:
             self.writer.write(plan_record(data, len(session.party_ids), cfg.run.seed))
         exchange: NetworkExchange | None = None
         anchors = clean_anchor_writer(self.run, cfg, data.num_classes)
+        snapshots = snapshot_writer(self.run, cfg)
         try:
             await session.wait_for_parties()
             trainer = await compute(LabelPartyTrainer, cfg, data.labels, data.num_classes,
                                     session.embedding_shapes(), data.own_inputs, data.train_ids,
-                                    anchors)
+                                    anchors, snapshots)
             if session.resume is not None:
                 await compute(restore, trainer, self.run, session.resume)
-            if anchors is not None:  # a resumed run redoes the steps after its checkpoint
-                await compute(anchors.keep_before, session.resume.step if session.resume else 0)
+            resumed_at = session.resume.step if session.resume else 0
+            for artifact in (anchors, snapshots):  # a resumed run redoes the steps after its checkpoint
+                if artifact is not None:
+                    await compute(artifact.keep_before, resumed_at)
             exchange = NetworkExchange(session)
             self.checkpoints = RunCheckpoints(cfg, self.run, exchange, trainer, self.writer,
                                               compute, self.progress)

@@ -16,6 +16,7 @@ from label_party.validate import class_gradients_error
 from splitleak.anchors import CleanAnchorWriter
 from splitleak.config import ConfigError, ExperimentConfig
 from splitleak.inputs import PartyInputs
+from splitleak.white_box import SnapshotWriter
 
 # An activation this large (or this many times the others') overflowing the loss is the
 # sending party's fault; below it, the label party's own model diverged.
@@ -51,7 +52,8 @@ class LabelPartyTrainer:
                  activation_shapes: dict[int, tuple[int, ...]],
                  own_inputs: PartyInputs | None = None,
                  train_ids: np.ndarray | None = None,
-                 anchors: CleanAnchorWriter | None = None) -> None:
+                 anchors: CleanAnchorWriter | None = None,
+                 snapshots: SnapshotWriter | None = None) -> None:
         self.cfg = cfg
         self.num_classes = num_classes
         self.party_ids = sorted(activation_shapes)
@@ -73,6 +75,7 @@ class LabelPartyTrainer:
             raise ConfigError(class_gradients_error(cfg))
         self._eval: list[tuple[str, torch.Tensor, torch.Tensor]] = []
         self.anchors = anchors  # evaluation-only: clean gradients of a few positives per batch
+        self.snapshots = snapshots  # evaluation-only: the model a white-box attacker knows
 
     def _own(self, sample_ids: np.ndarray) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         if self.own_inputs is None:
@@ -84,6 +87,9 @@ class LabelPartyTrainer:
         """The objective's update; returns each party's (defended) cut gradient."""
         acts = [activations[k].detach().requires_grad_(True) for k in self.party_ids]
         y = self.labels[torch.from_numpy(batch.sample_ids)]
+        if self.snapshots is not None:  # the parameters this step's gradient is computed with
+            self.snapshots.record(batch.epoch, batch.step,
+                                  self.objective.top)  # type: ignore[attr-defined]
         result = self.objective.train_step(acts, self._own(batch.sample_ids), batch.sample_ids, y,
                                            class_gradients=self.class_gradients)
         if not math.isfinite(result.loss) or not all(bool(torch.isfinite(g).all())

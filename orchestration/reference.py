@@ -10,7 +10,13 @@ import torch
 
 from attacker.store import GradientStore
 from label_party.driver import drive
-from label_party.outputs import clean_anchor_writer, write_labels, write_outcome, write_outputs
+from label_party.outputs import (
+    clean_anchor_writer,
+    snapshot_writer,
+    write_labels,
+    write_outcome,
+    write_outputs,
+)
 from label_party.schedule import Batch, Phase, schedule
 from label_party.setup import load_label_party_data, plan_record
 from label_party.trainer import LabelPartyTrainer
@@ -72,7 +78,7 @@ def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
     started = time.monotonic()
     dataset = build_dataset(cfg.dataset.name, cfg.dataset.params)
     data = load_label_party_data(cfg, dataset)
-    write_labels(run, data)
+    write_labels(run, data, cfg)
     width = cfg.output_width(data.num_classes)
     observe = set(cfg.tapped_parties)
     capture = cfg.attacker.record_first_layer
@@ -83,7 +89,7 @@ def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
     anchors = clean_anchor_writer(run, cfg, data.num_classes)
     trainer = LabelPartyTrainer(cfg, data.labels, data.num_classes,
                                 {k: b.embedding_shape for k, b in bottoms.items()}, data.own_inputs,
-                                data.train_ids, anchors)
+                                data.train_ids, anchors, snapshot_writer(run, cfg))
     writer = MetricsWriter(run.metrics)
     writer.write(plan_record(data, len(bottoms), cfg.run.seed))
     batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed)

@@ -234,10 +234,35 @@ class ExperimentConfig(_Frozen):
                     f"threat.parties.{k}.optimizer = 'malicious' is Fu et al.'s malicious SGD: party "
                     f"{k} trains with '{name}'; set training.optimizers.\"{k}\" = {{ name = \"sgd\", "
                     "lr = 0.1, momentum = 0.9 } (its lr, momentum and weight decay are used)")
+        if self.threat.white_box_parties:
+            self._check_white_box()
         if self.model.kind == "wide_deep" and self.features.label_party is None:
             raise ValueError("model.kind = 'wide_deep' puts the wide part on the label party: "
                              "give it features (features.label_party = [start, stop])")
         return self
+
+    def _check_white_box(self) -> None:
+        """EXACT's set-up (ALGORITHMS.md §2.10): two parties, the plain objective, a label party
+        with its own (private) features, and the activations the attacker sent on record."""
+        k = self.threat.white_box_parties[0]
+        needs = [
+            (self.topology.passive_parties == 1, "topology.passive_parties = 1 (Qiu et al.'s two-"
+             "party split: with more, the gradient also depends on activations the attacker "
+             "never sees)"),
+            (self.features.label_party is not None, "features.label_party = [start, stop) (the "
+             "private features EXACT reconstructs live there)"),
+            (self.objective.name == "cross_entropy", f"objective = 'cross_entropy' (got "
+             f"'{self.objective.name}'; defend with the gradient chain, e.g. dp_gaussian)"),
+            (self.model.kind != "cnn", "model.kind = 'mlp' or 'wide_deep' (categorical private "
+             "features)"),
+            (self.attacker.enabled and self.attacker.record_activation,
+             "attacker.enabled = true and attacker.record_activation = true (EXACT needs the "
+             "activation the party sent next to the gradient it received)"),
+        ]
+        missing = [what for ok, what in needs if not ok]
+        if missing:
+            raise ValueError(f"threat.parties.{k}.white_box = true (EXACT) needs "
+                             + "; ".join(missing))
 
     @field_validator("objective", mode="before")
     @classmethod

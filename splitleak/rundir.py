@@ -39,6 +39,11 @@ class RunDir:
         return self.label_party / "clean_anchors.arrows"
 
     @property
+    def white_box(self) -> Path:
+        """Evaluation-only snapshots of the label party's model per step (splitleak.white_box)."""
+        return self.label_party / "white_box"
+
+    @property
     def top_model(self) -> Path:
         return self.label_party / "top.pt"
 

@@ -23,6 +23,8 @@ class ThreatParty(_Frozen):
     hints: list[PositiveInt] = list(DEFAULT_HINTS)  # k known positives per batch (hint attacks)
     labelled_per_class: PositiveInt | None = None  # labelled train rows per class: model completion
     seed: int | None = Field(None, ge=0, lt=2**63)  # draws of side knowledge; None: the run seed
+    # Knows the label party's model at each snapshot step (Qiu et al.'s EXACT); [threat.white_box].
+    white_box: bool = False
 
     @model_validator(mode="after")
     def _clamp(self) -> ThreatParty:
@@ -30,6 +32,9 @@ class ThreatParty(_Frozen):
         if not 0 < low <= high:
             raise ValueError(f"clamp = {list(self.clamp)} must be [low, high] with 0 < low <= high "
                              "(Fu et al.: [1.0, 5.0])")
+        if self.white_box and not self.curious:
+            raise ValueError("white_box = true needs curious = true: EXACT reads the gradients "
+                             "the sidecar records for this party")
         return self
 
     def describe(self) -> str:
@@ -40,7 +45,19 @@ class ThreatParty(_Frozen):
             words.append(f"malicious optimizer (γ={self.gamma:g}, clamp [{low:g}, {high:g}])")
         else:
             words.append("honest")
+        if self.white_box:
+            words.append("white-box (label party's model per snapshot step)")
         return ", ".join(words)
+
+
+class WhiteBoxConfig(_Frozen):
+    """What a white-box attacker sees and EXACT enumerates (ALGORITHMS.md §2.10)."""
+
+    # Categorical columns of features.label_party that EXACT reconstructs, by schema name; the
+    # label party's other columns are assumed known (Qiu et al.). Empty: all its categoricals.
+    private_features: list[str] = []
+    every: PositiveInt = 1  # snapshot the label party's model every k-th train step (0, k, 2k, ...)
+    max_snapshots: PositiveInt = Field(200, le=100_000)  # bounds the artifact: steps < every * this
 
 
 def _default_parties() -> dict[str, ThreatParty]:
@@ -53,6 +70,7 @@ class ThreatConfig(_Frozen):
     draws: PositiveInt = Field(5, le=1000)  # R repetitions of random side knowledge per batch
     collusion: list[list[PositiveInt]] = []  # groups of parties analysed together by one attacker
     parties: dict[str, ThreatParty] = Field(default_factory=_default_parties)
+    white_box: WhiteBoxConfig = WhiteBoxConfig()
 
     @model_validator(mode="after")
     def _groups(self) -> ThreatConfig:
@@ -81,6 +99,16 @@ class ThreatConfig(_Frozen):
     def curious(self) -> list[int]:
         """Parties whose received gradients the sidecar records."""
         return sorted(int(k) for k, p in self.parties.items() if p.curious)
+
+    @property
+    def white_box_parties(self) -> list[int]:
+        """Curious parties that know the label party's model (EXACT's threat model)."""
+        return sorted(int(k) for k, p in self.parties.items() if p.white_box and p.curious)
+
+    def snapshot_step(self, step: int) -> bool:
+        """Whether the label party snapshots its model at train step `step` (a white-box run)."""
+        every = self.white_box.every
+        return step % every == 0 and step // every < self.white_box.max_snapshots
 
     @property
     def malicious(self) -> list[int]:

@@ -14,6 +14,7 @@ from splitleak.datasets import DATASETS, DatasetError, Schema
 from splitleak.models import InputSpec, build_bottom, build_top, input_spec
 from splitleak.partition import label_party_columns, passive_columns
 from splitleak.registry import UnknownPluginError
+from splitleak.white_box import own_columns
 
 # Protobuf framing and the small fields of a message, on top of its tensors' bytes.
 MESSAGE_OVERHEAD = 16 << 10
@@ -38,6 +39,8 @@ def check_core(cfg: ExperimentConfig) -> Schema:
     own = label_party_columns(cfg, schema)
     cfg.loss_for(schema.num_classes)
     check_models(cfg, schema, columns, own)
+    if cfg.threat.white_box_parties:
+        own_columns(cfg, schema)  # the private features name categorical columns of the slice
     return schema
 
 

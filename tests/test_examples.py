@@ -16,7 +16,7 @@ from splitleak.validation import check_core
 ROOT = Path(__file__).parent.parent / "examples"
 SWEEPS = sorted((ROOT / "sweeps").glob("*.toml"))
 EXAMPLES = sorted(set(ROOT.rglob("*.toml")) - set(SWEEPS))
-NEEDS_FILE = {"criteo_file.toml"}
+NEEDS_FILE = {"criteo_file.toml", "adult.toml", "adult_dp.toml"}
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)

@@ -10,6 +10,7 @@ from attacker.attacks import (  # noqa: F401  (imported to register)
     cosine_majority,
     cosine_oracle,
     direct_label,
+    exact,
     hint_distance,
     hint_inner,
     mean,
@@ -22,6 +23,7 @@ from attacker.attacks.base import (
     NO_PREDICTION,
     Attack,
     AttackPlugin,
+    AttackRefused,
     AttackResult,
     RunAttack,
     RunContext,
@@ -51,8 +53,9 @@ DEFAULT_MULTICLASS_ATTACKS: list[tuple[str, dict[str, Any]]] = [
     ("clustering", {}),
 ]
 
-# Run once per attacking party whose threat entry declares labelled examples (labelled_per_class).
-RUN_ATTACKS: list[str] = ["model_completion"]
+# Run once per attacking party whose threat entry declares labelled examples (labelled_per_class),
+# and EXACT once per party declared white_box.
+RUN_ATTACKS: list[str] = ["model_completion", "exact"]
 
 __all__ = [
     "ATTACKS",
@@ -62,6 +65,7 @@ __all__ = [
     "RUN_ATTACKS",
     "Attack",
     "AttackPlugin",
+    "AttackRefused",
     "AttackResult",
     "RunAttack",
     "RunContext",

@@ -177,6 +177,11 @@ class RunContext:
         return self.truth_by_id[sample_ids]
 
 
+class AttackRefused(ValueError):
+    """The attack will not run with these settings (e.g. EXACT's enumeration above its cap):
+    the analysis stops with the sentence rather than leaving a warning."""
+
+
 @dataclass(frozen=True)
 class RunResult:
     """A run-level attack's figures: `accuracy` is its headline (train top-1, pooled over rows)."""
