@@ -15,9 +15,11 @@ from orchestration.bench import bench_config
 from orchestration.bench_budget import COMPONENTS, step_budget
 from orchestration.bench_report import print_bench, ratio_pairs, summarise_rounds
 from orchestration.bench_rounds import busy_rounds, interleave, per_round_ratios, spread
-from splitleak.rundir import RunDir
+from orchestration.reference import run_reference
+from splitleak.config import parse_config
+from splitleak.rundir import RunDir, create_run_dir
 from splitleak.timing import TIMING_FILE, WARMUP_STEPS, StepTimer, read_timing, timed
-from tests.conftest import scaled
+from tests.conftest import scaled, small_config
 
 
 def test_spread_median_min_max_and_a_bootstrap_interval_inside_the_range():
@@ -167,6 +169,15 @@ def test_step_budget_takes_the_busiest_party_and_leaves_transport_as_the_rest(tm
     (run.label_party / TIMING_FILE).unlink()
     with pytest.raises(ValueError, match="wrote no timing"):
         step_budget(run, 2, steps_per_s=25.0)
+
+
+def test_the_in_process_reference_times_the_label_party_too(tmp_path):
+    cfg = parse_config(small_config(tmp_path))
+    run = create_run_dir(cfg, tmp_path / "ref")
+    outcome = run_reference(cfg, run)
+    timing = json.loads((run.label_party / TIMING_FILE).read_text())
+    assert timing["train_steps"] == outcome["train_steps"] - WARMUP_STEPS > 0
+    assert set(timing["spans"]) == {"compute", "exchange"}  # no codec in-process
 
 
 def test_bench_config_scales_parties_at_the_same_cut_width():
