@@ -20,6 +20,7 @@ from orchestration.bench_report import print_bench, summarise_rounds
 from orchestration.bench_rounds import default_busy_load, interleave
 from orchestration.reference import run_reference
 from orchestration.run import run_distributed
+from splitleak.cli_common import BadInput
 from splitleak.config import ExperimentConfig, load_config
 from splitleak.metrics_log import read_metrics
 from splitleak.rundir import RunDir, create_run_dir
@@ -166,6 +167,9 @@ def bench_variants(args: argparse.Namespace, base: Path,
 def run_bench(args: argparse.Namespace, console: Console) -> int:
     from label_party.defenses.bench_marvell import SHAPES, time_marvell
 
+    if args.json is not None and not args.json.parent.is_dir():
+        raise BadInput(f"splitleak bench: --json {args.json}: directory {args.json.parent} does "
+                       "not exist")
     rounds_wanted = 1 if args.quick else args.rounds
     busy_load = args.busy_load if args.busy_load is not None else default_busy_load()
     parties = sorted(set(args.parties or []))
@@ -174,9 +178,14 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
     console.print(f"splitleak bench: {rounds_wanted} interleaved round(s) of in-process, "
                   f"distributed, distributed+sidecar{scaled}")
 
+    done: list[dict[str, Any]] = []
+
     def announce(record: dict[str, Any]) -> None:
         console.print(f"round {record['round'] + 1}/{rounds_wanted} done, 1-minute load "
                       f"{record['load_start']:.2f} -> {record['load_end']:.2f}")
+        done.append(record)
+        if args.json is not None:  # the rounds so far survive an interrupted bench
+            args.json.write_text(json.dumps({"partial": True, "rounds": done}, indent=2))
 
     with tempfile.TemporaryDirectory(prefix="splitleak-bench-") as tmp:
         base = Path(tmp)

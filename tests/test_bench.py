@@ -191,7 +191,7 @@ def test_bench_config_scales_parties_at_the_same_cut_width():
 @pytest.mark.parametrize("argv, says", [
     (["--rounds", "0"], "outside 1.."), (["--parties", "0"], "outside 1..64"),
     (["--parties", "65"], "outside 1..64"), (["--steps", "x"], "not an integer"),
-    (["--steps", "5"], "outside 10.."),
+    (["--steps", "5"], "outside 10.."), (["--json", "/nonexistent/dir/b.json"], "does not exist"),
 ])
 def test_bad_bench_arguments_exit_2_naming_what_is_allowed(argv, says):
     done = subprocess.run([sys.executable, "-m", "orchestration", "bench", *argv],

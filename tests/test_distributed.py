@@ -68,7 +68,8 @@ def test_distributed_equals_reference(tmp_path: Path, parties: int, overrides: d
                                                     "wait", "write"})
                           for k in range(1, parties + 1))]:
         timing = json.loads((role / TIMING_FILE).read_text())
-        assert timing["train_steps"] == timed_steps and set(timing["spans"]) == spans, role
+        assert timing["train_steps"] == timed_steps, role
+        assert spans <= set(timing["spans"]) <= spans | {"tap"}, role  # tap: a tapped party
         assert all(s["seconds"] > 0 for s in timing["spans"].values()), role
 
 
