@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from orchestration.bench_budget import COMPONENTS, LEGEND, median_budget
@@ -42,14 +43,14 @@ def print_bench(result: dict[str, Any], console: Console) -> None:
     rounds = result["rounds"]
     table = Table(title=f"splitleak bench: default set-up, {result['steps']} train steps a run "
                         f"(batch 1024, cut width 128), {len(rounds)} interleaved round(s); "
-                        "median [min–max] over rounds")
+                        "median \\[min–max] over rounds")
     table.add_column("figure")
     table.add_column("value", justify="right")
     for name, s in result["steps_per_s"].items():
-        table.add_row(f"{name}, train steps/s", describe(s, 1))
+        table.add_row(f"{name}, train steps/s", escape(describe(s, 1)))
     aims = {"distributed / in-process": " (aim >= 0.8)", "with sidecar / without": " (aim >= 0.9)"}
     for label, s in result["ratios"].items():
-        table.add_row(f"[bold]{label}[/]{aims.get(label, '')}, per round", f"[bold]{describe(s)}")
+        table.add_row(f"[bold]{label}[/]{aims.get(label, '')}, per round", f"[bold]{escape(describe(s))}")
     table.add_row("raw tensor bytes per step", f"{result['raw_bytes_per_step']:,.0f}")
     table.add_row("protobuf message bytes per step", f"{result['protobuf_bytes_per_step']:,.0f}")
     table.add_row("socket bytes per step (gRPC over HTTP/2)", f"{result['wire_bytes_per_step']:,.0f}")
@@ -75,4 +76,6 @@ def print_bench(result: dict[str, Any], console: Console) -> None:
         console.print(f"[yellow]warning: the machine was busy (1-minute load above "
                       f"{result['busy_load']:.1f}) in round(s) "
                       f"{', '.join(str(i + 1) for i in result['busy_rounds'])}: absolute steps/s "
-                      "are low there; the per-round ratios compare runs of the same round")
+                      "are low there; the per-round ratios compare runs of the same round, but "
+                      "with more runnable processes than cores a multi-process run gets a larger "
+                      "share of the CPU than one process, which favours the distributed side")

@@ -14,7 +14,7 @@ from orchestration import bench_rounds
 from orchestration.bench import bench_config
 from orchestration.bench_budget import COMPONENTS, step_budget
 from orchestration.bench_report import print_bench, ratio_pairs, summarise_rounds
-from orchestration.bench_rounds import busy_rounds, interleave, per_round_ratios, spread
+from orchestration.bench_rounds import busy_rounds, describe, interleave, per_round_ratios, spread
 from orchestration.cli import main
 from orchestration.reference import run_reference
 from splitleak.config import parse_config
@@ -30,6 +30,9 @@ def test_spread_median_min_max_and_a_bootstrap_interval_inside_the_range():
     assert 0.8 <= low <= 0.95 <= high <= 1.1
     assert spread([0.9, 1.1, 0.8, 1.0, 0.95])["ci95"] == s["ci95"]  # reproducible
     assert s["values"] == [0.9, 1.1, 0.8, 1.0, 0.95]  # every round kept, in order
+    many = spread([1.0 + 0.01 * i for i in range(12)])
+    assert many["min"] < many["ci95"][0] and many["ci95"][1] < many["max"]  # narrower than range
+    assert "95 % CI" in describe(many) and "95 % CI" not in describe(s)
 
 
 def test_spread_has_no_interval_for_one_round_or_identical_rounds():
@@ -107,7 +110,8 @@ def test_the_printout_shows_ratios_with_spread_the_budget_and_warns_when_busy():
     print_bench(_printable(summarise_rounds(_rounds(5), [2, 4], busy_load=0.5)), console)
     text = console.export_text()
     assert "distributed / in-process (aim >= 0.8), per round" in text
-    assert "0.91 [0.90–0.92] (5 rounds, 95 % CI" in text
+    assert "0.91 [0.90–0.92] (5 rounds)" in text  # the 95 % CI of 5 rounds is their range
+    assert "median [min–max] over rounds" in text
     assert "distributed N=4 / N=2, per round" in text
     assert "party compute" in text and "transport+scheduling" in text
     assert "0.00->0.10, 0.20->0.30" in text
@@ -155,7 +159,8 @@ def test_step_budget_takes_the_busiest_party_and_leaves_transport_as_the_rest(tm
         label.add("decode", 0.0005)
     run.label_party.mkdir(parents=True)
     label.write(run.label_party / TIMING_FILE, per="compute")
-    _timing(run.passive_party(1), 10, backward=6.0, decode=0.2, encode=0.2, wait=15.0, write=3.0)
+    _timing(run.passive_party(1), 10, backward=6.0, decode=0.2, encode=0.2, tap=2.0, wait=15.0,
+            write=3.0)
     _timing(run.passive_party(2), 10, backward=9.0, decode=0.3, encode=0.2, tap=1.0, wait=14.0,
             write=0.5)
     budget = step_budget(run, 2, steps_per_s=25.0)
@@ -164,7 +169,7 @@ def test_step_budget_takes_the_busiest_party_and_leaves_transport_as_the_rest(tm
     assert budget["label_codec"] == pytest.approx(1.0)
     assert budget["label_waiting"] == pytest.approx(19.0)
     assert budget["passive_compute"] == pytest.approx(9.0)  # party 2: busier without `write`
-    assert budget["passive_tap"] == pytest.approx(1.0)
+    assert budget["passive_tap"] == pytest.approx(2.0)  # the tapped party's, slowest or not
     assert budget["transport"] == pytest.approx(19.0 - 10.5)
     assert budget["passive_waiting"] == pytest.approx(14.0)
     (run.label_party / TIMING_FILE).unlink()
