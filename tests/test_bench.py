@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -210,7 +211,7 @@ def test_quick_bench_runs_one_round_and_writes_its_json(tmp_path):
     out = tmp_path / "bench.json"
     done = subprocess.run([sys.executable, "-m", "orchestration", "bench", "--quick", "--steps",
                            "12", "--json", str(out)], capture_output=True, text=True,
-                          timeout=scaled(600))
+                          timeout=scaled(600), env={**os.environ, "COLUMNS": "200"})
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     assert len(result["rounds"]) == 1
