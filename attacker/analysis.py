@@ -83,8 +83,10 @@ class _RowSample:
     """Per-row norms and cosines of the first and last few batches, for the histograms."""
 
     def __init__(self) -> None:
-        self.early: dict[tuple[int, str], list[list[dict[str, Any]]]] = defaultdict(list)
-        self.late: dict[tuple[int, str], deque[list[dict[str, Any]]]] = defaultdict(
+        # Per batch (party, layer, step, labels, norms, cosines): rows are built only for the
+        # batches kept, not for each of the log's thousands of batches.
+        self.early: dict[tuple[int, str], list[tuple]] = defaultdict(list)
+        self.late: dict[tuple[int, str], deque[tuple]] = defaultdict(
             lambda: deque(maxlen=SAMPLED_BATCHES))
 
     def add(self, party: int, layer: str, step: int, grads: np.ndarray, labels: np.ndarray,
@@ -96,15 +98,20 @@ class _RowSample:
             anchor = grads[rng.choice(positives)]
             denominator = norms * np.linalg.norm(anchor)
             np.divide(grads @ anchor, denominator, out=cosine, where=denominator > 0)
-        rows = [{"party_id": party, "layer": layer, "step": step, "label": int(y),
-                 "norm": float(n), "cosine_oracle": float(c)}
-                for y, n, c in zip(labels, norms, cosine, strict=True)]
         early = self.early[(party, layer)]
-        (early if len(early) < SAMPLED_BATCHES else self.late[(party, layer)]).append(rows)
+        batch = (party, layer, step, labels, norms, cosine)
+        (early if len(early) < SAMPLED_BATCHES else self.late[(party, layer)]).append(batch)
+
+    @staticmethod
+    def _rows(batch: tuple, phase: str) -> list[dict[str, Any]]:
+        party, layer, step, labels, norms, cosine = batch
+        return [{"party_id": party, "layer": layer, "step": step, "label": int(y),
+                 "norm": float(n), "cosine_oracle": float(c), "phase": phase}
+                for y, n, c in zip(labels, norms, cosine, strict=True)]
 
     def table(self) -> pa.Table:
-        rows = [dict(r, phase="early") for b in self.early.values() for batch in b for r in batch]
-        rows += [dict(r, phase="late") for b in self.late.values() for batch in b for r in batch]
+        rows = [r for b in self.early.values() for batch in b for r in self._rows(batch, "early")]
+        rows += [r for b in self.late.values() for batch in b for r in self._rows(batch, "late")]
         return pa.Table.from_pylist(rows) if rows else pa.table({})
 
 

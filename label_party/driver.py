@@ -12,6 +12,7 @@ import torch
 from label_party.schedule import Batch, Phase
 from label_party.trainer import LabelPartyTrainer
 from splitleak.checkpoint import Position
+from splitleak.timing import StepTimer, timed
 
 
 class Exchange(Protocol):
@@ -59,11 +60,14 @@ async def call_inline(fn: Callable[..., Any], *args: Any) -> Any:
 
 async def drive(trainer: LabelPartyTrainer, batches: Iterable[Batch], exchange: Exchange,
                 sink: Callable[[dict], None], compute: Compute = call_inline,
-                checkpoints: Checkpoints | None = None, progress: Progress | None = None) -> None:
+                checkpoints: Checkpoints | None = None, progress: Progress | None = None,
+                timer: StepTimer | None = None) -> None:
     """Run the schedule: one exchange per batch, gradients piggy-backed on the next batch.
 
     A boundary is a train batch or the first batch of an evaluation pass; a checkpoint is only
-    taken there, so it never holds half an evaluation."""
+    taken there, so it never holds half an evaluation. `timer`: train steps' time split into
+    `exchange` (sending, waiting for the parties, decoding) and `compute` (the label's step)."""
+    timer = timer or StepTimer()
     progress = progress or Progress()
     started = time.monotonic()
     pending: dict[int, torch.Tensor] | None = None
@@ -80,10 +84,13 @@ async def drive(trainer: LabelPartyTrainer, batches: Iterable[Batch], exchange: 
                 pending, pending_batch = None, None
         previous = batch.phase
         progress.batch = batch
-        activations = await exchange.exchange(pending, pending_batch, batch)
-        if batch.phase is Phase.TRAIN:
+        train = batch.phase is Phase.TRAIN
+        with timer.span("exchange", timed(train, batch.step)):
+            activations = await exchange.exchange(pending, pending_batch, batch)
+        if train:
             progress.intact = False
-            pending, record = await compute(trainer.train_step, batch, activations)
+            with timer.span("compute", timed(train, batch.step)):
+                pending, record = await compute(trainer.train_step, batch, activations)
             pending_batch = batch
         else:
             pending, pending_batch = None, None

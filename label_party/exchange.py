@@ -15,6 +15,7 @@ from label_party.schedule import Batch, Phase
 from label_party.session import PartyGone, Session, SessionError
 from splitleak.checkpoint import Position
 from splitleak.codec import WIRE_FLOATS, CodecError, decode_tensor, encode_ids, encode_tensor
+from splitleak.timing import StepTimer, timed
 from splitleak.v1 import split_learning_pb2 as pb
 
 log = logging.getLogger("label_party")
@@ -35,9 +36,16 @@ class NetworkExchange:
         self.wire = WIRE_FLOATS[session.cfg.wire.dtype]
         self.bytes_sent = 0
         self.bytes_received = 0
+        self.timer = StepTimer()  # the driver's too: encode/decode of train steps
 
     def _send(self, gradients: dict[int, torch.Tensor] | None, gradient_batch: Batch | None,
               next_batch: Batch | None, checkpoint: Position | None = None) -> None:
+        train = next_batch is not None and next_batch.phase is Phase.TRAIN
+        with self.timer.span("encode", train and timed(train, next_batch.step)):
+            self._queue(gradients, gradient_batch, next_batch, checkpoint)
+
+    def _queue(self, gradients: dict[int, torch.Tensor] | None, gradient_batch: Batch | None,
+               next_batch: Batch | None, checkpoint: Position | None) -> None:
         nxt = None
         if next_batch is not None:
             nxt = pb.Batch(phase=int(next_batch.phase), epoch=next_batch.epoch,
@@ -151,11 +159,13 @@ class NetworkExchange:
                                f"passive party {k} sent {got}, but {batch.phase.name} step "
                                f"{batch.step} was asked", k)
         try:
-            return decode_tensor(msg.activation,
-                                 field=f"passive party {k} activation ({batch.phase.name} "
-                                       f"step {batch.step})",
-                                 dtype=self.wire,
-                                 shape=(batch.sample_ids.size, *self.shapes[k]), finite=True).float()
+            with self.timer.span("decode", timed(batch.phase is Phase.TRAIN, batch.step)):
+                return decode_tensor(msg.activation,
+                                     field=f"passive party {k} activation ({batch.phase.name} "
+                                           f"step {batch.step})",
+                                     dtype=self.wire,
+                                     shape=(batch.sample_ids.size, *self.shapes[k]),
+                                     finite=True).float()
         except CodecError as err:
             raise SessionError(grpc.StatusCode.INVALID_ARGUMENT, str(err), k) from None
 

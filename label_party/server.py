@@ -37,6 +37,7 @@ from splitleak.config import ExperimentConfig
 from splitleak.fileio import describe_os_error, write_atomically
 from splitleak.metrics_log import MetricsWriter
 from splitleak.rundir import RunDir
+from splitleak.timing import TIMING_FILE
 from splitleak.tls import LABEL_PARTY
 from splitleak.transport import bind, create_server
 
@@ -193,7 +194,8 @@ class LabelPartyRun:
                                               compute, self.progress)
             batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed)
             await drive(trainer, batches, exchange, self.writer.write, compute, self.checkpoints,
-                        self.progress)
+                        self.progress, exchange.timer)
+            exchange.timer.write(self.run.label_party / TIMING_FILE, per="compute")
             await compute(write_outputs, self.run, trainer)
             await session.wait_closed(timeout=cfg.topology.step_deadline_s)
             return {**self._ended("ok"), "train_steps": data.plan.total_train_steps,

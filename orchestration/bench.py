@@ -5,17 +5,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 from rich.console import Console
-from rich.table import Table
 
+from orchestration.bench_budget import step_budget
+from orchestration.bench_report import print_bench, summarise_rounds
+from orchestration.bench_rounds import default_busy_load, interleave
 from orchestration.reference import run_reference
 from orchestration.run import run_distributed
+from splitleak.cli_common import BadInput
 from splitleak.config import ExperimentConfig, load_config
 from splitleak.metrics_log import read_metrics
 from splitleak.rundir import RunDir, create_run_dir
@@ -68,15 +73,17 @@ class ByteCountingRelay:
             writer.close()
 
 
-def bench_config(steps: int, sidecar: bool = False) -> ExperimentConfig:
+def bench_config(steps: int, sidecar: bool = False, parties: int = 2) -> ExperimentConfig:
     """The default set-up (synthetic CTR, batch 1024, cut width 128, 2 passive parties),
-    `steps` train steps, one evaluation at the end; the sidecar records only if asked."""
-    cfg = load_config(None)
-    return cfg.model_copy(update={
-        "run": cfg.run.model_copy(update={"name": "bench"}),
-        "training": cfg.training.model_copy(update={"max_steps": steps, "eval_interval": 0}),
-        "attacker": cfg.attacker.model_copy(update={"enabled": sidecar}),
-    })
+    `steps` train steps, one evaluation at the end; the sidecar records only if asked.
+    `parties`: that many passive parties, the columns split evenly, each keeping the cut width."""
+    data = load_config(None).model_dump()
+    data["run"]["name"] = "bench"
+    data["training"].update(max_steps=steps, eval_interval=0)
+    data["attacker"]["enabled"] = sidecar
+    data["topology"]["passive_parties"] = parties
+    data["features"].update(ratios=[1.0] * parties, passive=None)
+    return ExperimentConfig.model_validate(data)
 
 
 def steady_steps_per_second(run: RunDir, warmup: int) -> float:
@@ -103,72 +110,96 @@ def raw_tensor_bytes(run: RunDir, outcome: dict[str, Any]) -> int:
     return total
 
 
+def _wire_figures(cfg: ExperimentConfig, base: Path) -> dict[str, float]:
+    """Bytes per train step: raw tensors, protobuf messages, and on the socket (one run)."""
+    relayed = create_run_dir(cfg, base, "-relayed")
+    relays: list[ByteCountingRelay] = []
+
+    def route(address: str) -> str:
+        relays.append(ByteCountingRelay(address).__enter__())
+        return relays[-1].address
+
+    try:
+        run_distributed(cfg, relayed, route=route)
+    finally:
+        for relay in relays:
+            relay.__exit__()
+    outcome = json.loads(relayed.outcome.read_text())
+    steps = sum(1 for r in read_metrics(relayed.metrics) if r["type"] == "train")
+    raw = raw_tensor_bytes(relayed, outcome) / steps
+    wire = sum(r.upstream + r.downstream for r in relays) / steps
+    payload = (outcome["bytes_sent"] + outcome["bytes_received"]) / steps
+    return {"raw_bytes_per_step": raw, "protobuf_bytes_per_step": payload,
+            "wire_bytes_per_step": wire, "wire_over_raw": wire / raw}
+
+
+def bench_variants(args: argparse.Namespace, base: Path,
+                   console: Console) -> dict[str, Callable[[], dict[str, Any]]]:
+    """Each measured variant: a fresh run (distributed or in-process) giving its steady steps/s
+    and, when distributed, its step budget per role."""
+    warmup = max(5, args.steps // 10)
+
+    def variant(label: str, config: ExperimentConfig, distributed: bool) -> Callable[[], dict]:
+        def measure() -> dict[str, Any]:
+            console.print(f"  {label}: {args.steps} train steps ...")
+            run = create_run_dir(config, base, "-bench")
+            (run_distributed if distributed else run_reference)(config, run)
+            figures: dict[str, Any] = {"steps_per_s": steady_steps_per_second(run, warmup)}
+            if distributed:
+                figures["budget"] = step_budget(run, config.topology.passive_parties,
+                                                figures["steps_per_s"])
+            shutil.rmtree(run.root, ignore_errors=True)  # rounds x variants runs add up
+            return figures
+        return measure
+
+    cfg = bench_config(args.steps)
+    variants = {"in-process": variant("in-process", cfg, False),
+                "distributed": variant("distributed", cfg, True),
+                "distributed+sidecar": variant("distributed+sidecar",
+                                               bench_config(args.steps, sidecar=True), True)}
+    for n in args.parties or []:
+        scaled = bench_config(args.steps, parties=n)
+        variants[f"in-process N={n}"] = variant(f"in-process N={n}", scaled, False)
+        variants[f"distributed N={n}"] = variant(f"distributed N={n}", scaled, True)
+    return variants
+
+
 def run_bench(args: argparse.Namespace, console: Console) -> int:
     from label_party.defenses.bench_marvell import SHAPES, time_marvell
 
-    cfg = bench_config(args.steps)
-    warmup = max(5, args.steps // 10)
-    results: dict[str, Any] = {}
+    if args.json is not None and not args.json.parent.is_dir():
+        raise BadInput(f"splitleak bench: --json {args.json}: directory {args.json.parent} does "
+                       "not exist")
+    rounds_wanted = 1 if args.quick else args.rounds
+    busy_load = args.busy_load if args.busy_load is not None else default_busy_load()
+    parties = sorted(set(args.parties or []))
+    args.parties = parties
+    scaled = "".join(f", N={n}" for n in parties)
+    console.print(f"splitleak bench: {rounds_wanted} interleaved round(s) of in-process, "
+                  f"distributed, distributed+sidecar{scaled}")
+
+    done: list[dict[str, Any]] = []
+
+    def announce(record: dict[str, Any]) -> None:
+        console.print(f"round {record['round'] + 1}/{rounds_wanted} done, 1-minute load "
+                      f"{record['load_start']:.2f} -> {record['load_end']:.2f}")
+        done.append(record)
+        if args.json is not None:  # the rounds so far survive an interrupted bench
+            args.json.write_text(json.dumps({"partial": True, "rounds": done}, indent=2))
+
     with tempfile.TemporaryDirectory(prefix="splitleak-bench-") as tmp:
         base = Path(tmp)
-
-        def measure(label: str, config: ExperimentConfig, distributed: bool) -> RunDir:
-            console.print(f"{label}: {args.steps} train steps ...")
-            run = create_run_dir(config, base, "-" + label.split()[0])
-            if distributed:
-                run_distributed(config, run)
-            else:
-                run_reference(config, run)
-            results[label] = steady_steps_per_second(run, warmup)
-            return run
-
-        measure("in-process reference", cfg, distributed=False)
-        measure("distributed", cfg, distributed=True)
-        measure("distributed+sidecar", bench_config(args.steps, sidecar=True), distributed=True)
+        rounds = interleave(bench_variants(args, base, console), rounds_wanted, announce)
         console.print("distributed through a byte-counting relay ...")
-        relayed = create_run_dir(cfg, base, "-relayed")
-        relays: list[ByteCountingRelay] = []
-
-        def route(address: str) -> str:
-            relays.append(ByteCountingRelay(address).__enter__())
-            return relays[-1].address
-
-        try:
-            run_distributed(cfg, relayed, route=route)
-        finally:
-            for relay in relays:
-                relay.__exit__()
-        outcome = json.loads(relayed.outcome.read_text())
-        steps = sum(1 for r in read_metrics(relayed.metrics) if r["type"] == "train")
-        raw = raw_tensor_bytes(relayed, outcome) / steps
-        wire = sum(r.upstream + r.downstream for r in relays) / steps
-        payload = (outcome["bytes_sent"] + outcome["bytes_received"]) / steps
+        wire = _wire_figures(bench_config(args.steps), base)
     torch.set_num_threads(1)
     marvell = {shape: time_marvell(*shape, repeats=30)[0] for shape in SHAPES}
-    step_ms = 1e3 / results["distributed"]
-    table = Table(title=f"splitleak bench: default set-up, {args.steps} train steps "
-                        "(batch 1024, cut width 128, 2 passive parties), measured in this run")
-    table.add_column("figure")
-    table.add_column("value", justify="right")
-    for label in ("in-process reference", "distributed", "distributed+sidecar"):
-        table.add_row(f"{label}, train steps/s", f"{results[label]:.1f}")
-    ratio = results["distributed"] / results["in-process reference"]
-    sidecar_ratio = results["distributed+sidecar"] / results["distributed"]
-    table.add_row("[bold]distributed / in-process[/] (aim >= 0.8)", f"[bold]{ratio:.2f}x")
-    table.add_row("[bold]with sidecar / without[/] (aim >= 0.9)", f"[bold]{sidecar_ratio:.2f}x")
-    table.add_row("raw tensor bytes per step", f"{raw:,.0f}")
-    table.add_row("protobuf message bytes per step", f"{payload:,.0f}")
-    table.add_row("socket bytes per step (gRPC over HTTP/2)", f"{wire:,.0f}")
-    table.add_row("[bold]wire / raw[/] (aim <= 1.05)", f"[bold]{wire / raw:.4f}x")
-    table.add_row("distributed train step (ms)", f"{step_ms:.1f}")
-    for (batch, dim), ms in marvell.items():
-        share = f" = {100 * ms / step_ms:.1f} % of the step" if (batch, dim) == (1024, 128) else ""
-        table.add_row(f"marvell per batch, B={batch} d={dim} (ms)", f"{ms:.2f}{share}")
-    console.print(table)
-    console.print_json(json.dumps({
-        "steps_per_s": results, "distributed_over_reference": ratio,
-        "sidecar_over_plain": sidecar_ratio, "raw_bytes_per_step": raw,
-        "protobuf_bytes_per_step": payload, "wire_bytes_per_step": wire,
-        "wire_over_raw": wire / raw, "step_ms": step_ms,
-        "marvell_ms": {f"{b}x{d}": ms for (b, d), ms in marvell.items()}}))
+    result = summarise_rounds(rounds, parties, busy_load)
+    result.update(wire, steps=args.steps, marvell_ms={f"{b}x{d}": ms for (b, d), ms in marvell.items()})
+    print_bench(result, console)
+    if args.json is not None:
+        args.json.write_text(json.dumps(result, indent=2))
+        console.print(f"every round: {args.json}")
+    else:
+        console.print_json(json.dumps(result))
     return 0

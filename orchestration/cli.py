@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -27,7 +28,18 @@ def main(argv: list[str] | None = None) -> int:
     v = sub.add_parser("validate", help="check an experiment file and exit (2 if invalid)")
     v.add_argument("config", nargs="?")
     b = sub.add_parser("bench", help="distributed vs in-process throughput, wire overhead")
-    b.add_argument("--steps", type=int, default=60, help="train steps per measured run")
+    b.add_argument("--steps", type=_at_least(10), default=60, help="train steps per measured run")
+    b.add_argument("--rounds", type=_at_least(1), default=5,
+                   help="interleaved rounds (every variant once per round); default 5")
+    b.add_argument("--quick", action="store_true", help="one round: a smoke run, no spread")
+    b.add_argument("--parties", type=_at_least(1, 64), nargs="+", metavar="N",
+                   help="also measure distributed vs in-process with N passive parties "
+                        "(e.g. 2 4 8), each keeping the cut width 128")
+    b.add_argument("--busy-load", type=float, metavar="LOAD",
+                   help="warn about rounds whose 1-minute load average is above LOAD "
+                        "(default: half the cores)")
+    b.add_argument("--json", type=Path, metavar="FILE",
+                   help="write every round and the summary here (default: print it)")
     k = sub.add_parser("soak", help="hostile messages against every RPC of live services, then a "
                        "long many-party run: crashes, hangs, status codes, RSS growth")
     k.add_argument("--messages", type=int, default=10_000, help="hostile cases per RPC")
@@ -130,6 +142,19 @@ def main(argv: list[str] | None = None) -> int:
     from orchestration.bench import run_bench
 
     return run_bench(args, console)
+
+
+def _at_least(low: int, high: int = 1_000_000) -> Callable[[str], int]:
+    """An argparse type: an integer in [low, high] (else exit 2 naming what is allowed)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is outside {low}..{high}")
+        return value
+    return parse
 
 
 def _sweep_or_compare(args: argparse.Namespace, console: Console) -> int:

@@ -28,6 +28,7 @@ from splitleak.inputs import load_party_inputs
 from splitleak.metrics_log import MetricsWriter
 from splitleak.partition import passive_columns
 from splitleak.rundir import RunDir
+from splitleak.timing import TIMING_FILE, StepTimer
 
 
 class LocalExchange:
@@ -94,7 +95,9 @@ def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
     writer.write(plan_record(data, len(bottoms), cfg.run.seed))
     batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed)
     exchange = LocalExchange(bottoms, store, observe, cfg.attacker.record_activation, cfg.wire.dtype)
-    asyncio.run(drive(trainer, batches, exchange, writer.write))
+    timer = StepTimer()
+    asyncio.run(drive(trainer, batches, exchange, writer.write, timer=timer))
+    timer.write(run.label_party / TIMING_FILE, per="compute")
     writer.close()
     if anchors is not None:
         anchors.close()

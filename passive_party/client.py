@@ -6,6 +6,7 @@ import asyncio
 import concurrent.futures
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from splitleak.fileio import describe_os_error, write_atomically
 from splitleak.inputs import load_party_inputs
 from splitleak.partition import passive_columns
 from splitleak.rundir import RunDir
+from splitleak.timing import TIMING_FILE, StepTimer, timed
 from splitleak.tls import LABEL_PARTY, passive_identity
 from splitleak.transport import PARTY_ID_KEY, SESSION_KEY, create_channel
 from splitleak.v1 import attacker_pb2 as apb
@@ -98,8 +100,10 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
                 await _report(call, SIDECAR if isinstance(err, TapError) else identity_name(party_id),
                               str(err))
                 raise
-            await StepLoop(bottom, compute, tap, plan.run_id, run, cfg.wire.dtype).run(call)
+            steps = StepLoop(bottom, compute, tap, plan.run_id, run, cfg.wire.dtype)
+            await steps.run(call)
         await compute(bottom.save, run.bottom_model(party_id))
+        steps.timer.write(run.passive_party(party_id) / TIMING_FILE, per="forward")
         if tap is not None:
             report = await tap.close()
             write_atomically(run.passive_party(party_id) / "tap.json",
@@ -160,13 +164,20 @@ class StepLoop:
         self.run_dir = run_dir  # where checkpoints go
         self._train_batch: pb.Batch | None = None  # the last TRAIN batch (its ids, epoch, step)
         self._train_activation: tensor_pb2.Tensor | None = None
+        # Train steps' time: `wait` for the label party (its compute and the transport),
+        # `decode` / `encode`, `backward` / `forward` (compute), `tap`, `write` (hand-over).
+        self.timer = StepTimer()
 
     async def run(self, call: Any) -> None:
         try:
             while True:
+                began = time.perf_counter()
                 message = await call.read()
                 if message is grpc.aio.EOF:
                     raise PartyError("the label party closed the stream before saying done")
+                train = timed(message.next_batch.phase == pb.TRAIN, message.next_batch.step)
+                if train:
+                    self.timer.add("wait", time.perf_counter() - began)
                 if message.HasField("cut_gradient"):
                     await self._apply(message)
                 if message.done:
@@ -176,7 +187,8 @@ class StepLoop:
                     answer = await self._checkpoint(message.checkpoint)
                 else:
                     answer = await self._answer(message.next_batch)
-                await _write(call, answer)
+                with self.timer.span("write", train):
+                    await _write(call, answer)
             code = await call.code()
             if code != grpc.StatusCode.OK:
                 raise PartyError(f"the label party ended the stream with {code.name}: "
@@ -194,10 +206,17 @@ class StepLoop:
             raise
 
     async def _apply(self, message: pb.LabelPartyMessage) -> None:
-        gradient = _decode_gradient(message, self.bottom, self.wire)
-        await self.compute(self.bottom.backward, gradient)
+        on = timed(True, message.gradient_step)
+        with self.timer.span("decode", on):
+            gradient = _decode_gradient(message, self.bottom, self.wire)
+        with self.timer.span("backward", on):
+            await self.compute(self.bottom.backward, gradient)
         if self.tap is None or self._train_batch is None:
             return
+        with self.timer.span("tap", on):
+            await self._tap(message)
+
+    async def _tap(self, message: pb.LabelPartyMessage) -> None:
         record = apb.GradientRecord(run_id=self.run_id, party_id=self.bottom.party_id,
                                     epoch=message.gradient_epoch, step=message.gradient_step,
                                     sample_ids=self._train_batch.sample_ids,
@@ -209,9 +228,14 @@ class StepLoop:
         await self.tap.record(record)
 
     async def _answer(self, batch: pb.Batch) -> pb.PartyMessage:
-        ids = _decode_batch_ids(batch, self.bottom.inputs.num_rows)
         train = batch.phase == pb.TRAIN
-        activation = encode_tensor((await self.compute(self.bottom.forward, ids, train)).to(self.wire))
+        on = timed(train, batch.step)
+        with self.timer.span("decode", on):
+            ids = _decode_batch_ids(batch, self.bottom.inputs.num_rows)
+        with self.timer.span("forward", on):
+            output = await self.compute(self.bottom.forward, ids, train)
+        with self.timer.span("encode", on):
+            activation = encode_tensor(output.to(self.wire))
         if train:
             self._train_batch, self._train_activation = batch, activation
         return pb.PartyMessage(phase=batch.phase, step=batch.step, activation=activation)

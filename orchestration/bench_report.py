@@ -1,0 +1,81 @@
+"""`splitleak bench`'s summary: per-round ratios with median and spread, the step budget, load."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from orchestration.bench_budget import COMPONENTS, LEGEND, median_budget
+from orchestration.bench_rounds import busy_rounds, describe, per_round_ratios, spread
+
+
+def ratio_pairs(parties: list[int]) -> dict[str, tuple[str, str]]:
+    """The ratios the bench reports: name -> (numerator variant, denominator variant)."""
+    pairs = {"distributed / in-process": ("distributed", "in-process"),
+             "with sidecar / without": ("distributed+sidecar", "distributed")}
+    for n in parties:
+        pairs[f"distributed / in-process, N={n}"] = (f"distributed N={n}", f"in-process N={n}")
+    for n in parties[1:]:
+        for mode in ("distributed", "in-process"):
+            pairs[f"{mode} N={n} / N={parties[0]}"] = (f"{mode} N={n}", f"{mode} N={parties[0]}")
+    return pairs
+
+
+def summarise_rounds(rounds: list[dict[str, Any]], parties: list[int],
+                     busy_load: float) -> dict[str, Any]:
+    """The bench's JSON: every round, each variant's and ratio's median and spread, the median
+    step budget per distributed variant, and the busy rounds."""
+    names = list(rounds[0]["variants"])
+    steps_per_s = {name: spread([r["variants"][name]["steps_per_s"] for r in rounds])
+                   for name in names}
+    ratios = {label: spread(per_round_ratios(rounds, a, b))
+              for label, (a, b) in ratio_pairs(parties).items()}
+    budgets = {name: median_budget([r["variants"][name]["budget"] for r in rounds])
+               for name in names if "budget" in rounds[0]["variants"][name]}
+    return {"rounds": rounds, "steps_per_s": steps_per_s, "ratios": ratios, "budget_ms": budgets,
+            "busy_load": busy_load, "busy_rounds": busy_rounds(rounds, busy_load)}
+
+
+def print_bench(result: dict[str, Any], console: Console) -> None:
+    rounds = result["rounds"]
+    table = Table(title=f"splitleak bench: default set-up, {result['steps']} train steps a run "
+                        f"(batch 1024, cut width 128), {len(rounds)} interleaved round(s); "
+                        "median \\[min–max] over rounds")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    for name, s in result["steps_per_s"].items():
+        table.add_row(f"{name}, train steps/s", escape(describe(s, 1)))
+    aims = {"distributed / in-process": " (aim >= 0.8)", "with sidecar / without": " (aim >= 0.9)"}
+    for label, s in result["ratios"].items():
+        table.add_row(f"[bold]{label}[/]{aims.get(label, '')}, per round", f"[bold]{escape(describe(s))}")
+    table.add_row("raw tensor bytes per step", f"{result['raw_bytes_per_step']:,.0f}")
+    table.add_row("protobuf message bytes per step", f"{result['protobuf_bytes_per_step']:,.0f}")
+    table.add_row("socket bytes per step (gRPC over HTTP/2)", f"{result['wire_bytes_per_step']:,.0f}")
+    table.add_row("[bold]wire / raw[/] (aim <= 1.05)", f"[bold]{result['wire_over_raw']:.4f}x")
+    step_ms = result["budget_ms"]["distributed"]["step"]
+    for shape, ms in result["marvell_ms"].items():
+        share = f" = {100 * ms / step_ms:.1f} % of the step" if shape == "1024x128" else ""
+        table.add_row(f"marvell per batch, B x d = {shape} (ms)", f"{ms:.2f}{share}")
+    console.print(table)
+    budget = Table(title="step budget, ms per train step (median over rounds; from the timers "
+                         "each role writes to timing.json)")
+    budget.add_column("component")
+    for name in result["budget_ms"]:
+        budget.add_column(name.replace("distributed", "dist."), justify="right")
+    for key, text in COMPONENTS:
+        budget.add_row(text, *(f"{b[key]:.1f}" for b in result["budget_ms"].values()))
+    console.print(budget)
+    console.print(LEGEND)
+    loads = ", ".join(f"{r['load_start']:.2f}->{r['load_end']:.2f}" for r in rounds)
+    console.print(f"1-minute load average at start->end of each round: {loads} (odd rounds run "
+                  "the variants in reverse order)")
+    if result["busy_rounds"]:
+        console.print(f"[yellow]warning: the machine was busy (1-minute load above "
+                      f"{result['busy_load']:.1f}) in round(s) "
+                      f"{', '.join(str(i + 1) for i in result['busy_rounds'])}: absolute steps/s "
+                      "are low there; the per-round ratios compare runs of the same round, but "
+                      "with more runnable processes than cores a multi-process run gets a larger "
+                      "share of the CPU than one process, which favours the distributed side")

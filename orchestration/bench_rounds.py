@@ -1,0 +1,79 @@
+"""Interleaved bench rounds: every variant once per round, per-round ratios, median and spread,
+and the machine's load around each round (other load lands on both sides of a ratio)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from scipy.stats import bootstrap
+
+BOOTSTRAP_RESAMPLES = 2000
+BOOTSTRAP_SEED = 0  # the interval is a description of the rounds, so it is reproducible
+
+
+def load_average() -> float:
+    """The machine's 1-minute load average."""
+    return os.getloadavg()[0]
+
+
+def default_busy_load() -> float:
+    """Above this 1-minute load the machine counts as busy: half of its cores."""
+    return (os.cpu_count() or 1) / 2
+
+
+def interleave(variants: dict[str, Callable[[], dict[str, Any]]], rounds: int,
+               on_round: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+    """Run every variant once per round, in order A B C … on even rounds and … C B A on odd ones
+    (so a drift in the machine's speed lands on both sides of every pair); each variant returns
+    its figures. Every round keeps the load average at its start and end."""
+    names = list(variants)
+    kept: list[dict[str, Any]] = []
+    for index in range(rounds):
+        order = names if index % 2 == 0 else names[::-1]
+        record: dict[str, Any] = {"round": index, "order": order, "load_start": load_average()}
+        record["variants"] = {name: variants[name]() for name in order}
+        record["load_end"] = load_average()
+        kept.append(record)
+        if on_round is not None:
+            on_round(record)
+    return kept
+
+
+def per_round_ratios(rounds: Sequence[dict[str, Any]], numerator: str, denominator: str,
+                     figure: str = "steps_per_s") -> list[float]:
+    """numerator / denominator of `figure`, one value per round (both measured in that round)."""
+    return [r["variants"][numerator][figure] / r["variants"][denominator][figure] for r in rounds]
+
+
+def spread(values: Sequence[float]) -> dict[str, Any]:
+    """Median, min and max of per-round values, and a 95 % percentile-bootstrap interval of the
+    median (None below 3 rounds, or when every round gave the same value)."""
+    array = np.asarray(values, dtype=np.float64)
+    if array.size == 0:
+        raise ValueError("no rounds to summarise")
+    interval = None
+    if array.size >= 3 and np.ptp(array) > 0:
+        ci = bootstrap((array,), np.median, n_resamples=BOOTSTRAP_RESAMPLES, method="percentile",
+                       rng=np.random.default_rng(BOOTSTRAP_SEED)).confidence_interval
+        interval = [float(ci.low), float(ci.high)]
+    return {"median": float(np.median(array)), "min": float(array.min()),
+            "max": float(array.max()), "ci95": interval, "n": int(array.size),
+            "values": [float(v) for v in array]}
+
+
+def busy_rounds(rounds: Sequence[dict[str, Any]], threshold: float) -> list[int]:
+    """Rounds whose load average at start or end was above `threshold`."""
+    return [r["round"] for r in rounds if max(r["load_start"], r["load_end"]) > threshold]
+
+
+def describe(s: dict[str, Any], digits: int = 2) -> str:
+    """`0.93 [0.82–1.01] (5 rounds, 95 % CI 0.85–0.99)`."""
+    text = f"{s['median']:.{digits}f} [{s['min']:.{digits}f}–{s['max']:.{digits}f}]"
+    detail = f"{s['n']} round{'s' if s['n'] != 1 else ''}"
+    # With 5 rounds the 95 % interval of the median is the range itself: not printed twice.
+    if s["ci95"] is not None and s["ci95"] != [s["min"], s["max"]]:
+        detail += f", 95 % CI {s['ci95'][0]:.{digits}f}–{s['ci95'][1]:.{digits}f}"
+    return f"{text} ({detail})"

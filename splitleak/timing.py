@@ -1,0 +1,67 @@
+"""Step-time budget: cheap perf_counter spans a role sums per phase and writes as timing.json."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from splitleak.fileio import write_atomically
+
+TIMING_FILE = "timing.json"
+# Train steps before this one are not timed: the first contact, allocations and autograd's
+# first passes are warm-up, and the first wait holds the whole set-up.
+WARMUP_STEPS = 5
+
+
+def timed(train: bool, step: int) -> bool:
+    """Whether a batch's spans count: a train step past the warm-up."""
+    return train and step >= WARMUP_STEPS
+
+
+class StepTimer:
+    """Total seconds and count per span name (e.g. `compute`, `encode`, `wait`) over the train
+    steps past the warm-up (`timed`); two perf_counter calls per span, so it stays on in every run."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.counts: dict[str, int] = {}
+
+    def add(self, name: str, seconds: float) -> None:
+        self.seconds[name] = self.seconds.get(name, 0.0) + seconds
+        self.counts[name] = self.counts.get(name, 0) + 1
+
+    @contextmanager
+    def span(self, name: str, on: bool = True) -> Iterator[None]:
+        """Time the block under `name`; `on=False` (e.g. an evaluation batch) times nothing."""
+        if not on:
+            yield
+            return
+        began = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.add(name, time.perf_counter() - began)
+
+    def as_dict(self, per: str) -> dict:
+        """Seconds and counts per span, and the mean milliseconds per train step; the train
+        steps are counted by span `per` (one per step, e.g. the label's `compute`)."""
+        steps = self.counts.get(per, 0)
+        return {"train_steps": steps,
+                "spans": {name: {"seconds": s, "count": self.counts[name],
+                                 "ms_per_step": 1e3 * s / steps if steps else 0.0}
+                          for name, s in sorted(self.seconds.items())}}
+
+    def write(self, path: Path, per: str) -> None:
+        data = json.dumps(self.as_dict(per), indent=2)
+        write_atomically(path, lambda tmp: tmp.write_text(data))
+
+
+def read_timing(path: Path) -> dict[str, float]:
+    """ms per train step of each span in a role's timing.json ({} if the role wrote none)."""
+    if not path.is_file():
+        return {}
+    spans = json.loads(path.read_text())["spans"]
+    return {name: span["ms_per_step"] for name, span in spans.items()}

@@ -1,0 +1,223 @@
+"""`splitleak bench`: interleaved rounds, their statistics, the JSON layout, the step budget, CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from orchestration import bench_rounds
+from orchestration.bench import bench_config
+from orchestration.bench_budget import COMPONENTS, step_budget
+from orchestration.bench_report import print_bench, ratio_pairs, summarise_rounds
+from orchestration.bench_rounds import busy_rounds, describe, interleave, per_round_ratios, spread
+from orchestration.cli import main
+from orchestration.reference import run_reference
+from splitleak.config import parse_config
+from splitleak.rundir import RunDir, create_run_dir
+from splitleak.timing import TIMING_FILE, WARMUP_STEPS, StepTimer, read_timing, timed
+from tests.conftest import scaled, small_config
+
+
+def test_spread_median_min_max_and_a_bootstrap_interval_inside_the_range():
+    s = spread([0.9, 1.1, 0.8, 1.0, 0.95])
+    assert s["median"] == 0.95 and s["min"] == 0.8 and s["max"] == 1.1 and s["n"] == 5
+    low, high = s["ci95"]
+    assert 0.8 <= low <= 0.95 <= high <= 1.1
+    assert spread([0.9, 1.1, 0.8, 1.0, 0.95])["ci95"] == s["ci95"]  # reproducible
+    assert s["values"] == [0.9, 1.1, 0.8, 1.0, 0.95]  # every round kept, in order
+    many = spread([1.0 + 0.01 * i for i in range(12)])
+    assert many["min"] < many["ci95"][0] and many["ci95"][1] < many["max"]  # narrower than range
+    assert "95 % CI" in describe(many) and "95 % CI" not in describe(s)
+
+
+def test_spread_has_no_interval_for_one_round_or_identical_rounds():
+    assert spread([1.2])["ci95"] is None and spread([1.2])["median"] == 1.2
+    assert spread([1.0, 1.0, 1.0])["ci95"] is None
+    with pytest.raises(ValueError, match="no rounds"):
+        spread([])
+
+
+def test_interleave_alternates_the_order_and_records_load_around_each_round(monkeypatch):
+    loads = iter([0.1, 0.2, 0.3, 0.4, 0.5, 0.6])
+    monkeypatch.setattr(bench_rounds, "load_average", lambda: next(loads))
+    calls: list[str] = []
+
+    def variant(name: str, value: float):
+        def run() -> dict:
+            calls.append(name)
+            return {"steps_per_s": value}
+        return run
+
+    seen: list[int] = []
+    rounds = interleave({"A": variant("A", 10.0), "B": variant("B", 5.0)}, 3,
+                        lambda r: seen.append(r["round"]))
+    assert calls == ["A", "B", "B", "A", "A", "B"]
+    assert [r["order"] for r in rounds] == [["A", "B"], ["B", "A"], ["A", "B"]]
+    assert [(r["load_start"], r["load_end"]) for r in rounds] == [(0.1, 0.2), (0.3, 0.4), (0.5, 0.6)]
+    assert seen == [0, 1, 2]
+    assert per_round_ratios(rounds, "B", "A") == [0.5, 0.5, 0.5]
+    assert busy_rounds(rounds, 0.35) == [1, 2]
+
+
+def _budget(step: float) -> dict[str, float]:
+    return {key: step if key == "step" else 1.0 for key, _ in COMPONENTS}
+
+
+def _rounds(n: int) -> list[dict]:
+    return [{"round": i, "order": [], "load_start": 0.2 * i, "load_end": 0.2 * i + 0.1,
+             "variants": {"in-process": {"steps_per_s": 20.0 + i},
+                          "distributed": {"steps_per_s": 18.0 + i, "budget": _budget(50.0 + i)},
+                          "distributed+sidecar": {"steps_per_s": 16.0,
+                                                  "budget": _budget(60.0)},
+                          "in-process N=2": {"steps_per_s": 20.0},
+                          "distributed N=2": {"steps_per_s": 21.0, "budget": _budget(40.0)},
+                          "in-process N=4": {"steps_per_s": 10.0},
+                          "distributed N=4": {"steps_per_s": 12.0, "budget": _budget(70.0)}}}
+            for i in range(n)]
+
+
+def test_summary_json_keeps_every_round_and_names_every_ratio():
+    result = json.loads(json.dumps(summarise_rounds(_rounds(5), [2, 4], busy_load=0.5)))
+    assert len(result["rounds"]) == 5 and result["rounds"][3]["variants"]["in-process"] == {
+        "steps_per_s": 23.0}
+    assert set(result["ratios"]) == set(ratio_pairs([2, 4])) == {
+        "distributed / in-process", "with sidecar / without", "distributed / in-process, N=2",
+        "distributed / in-process, N=4", "distributed N=4 / N=2", "in-process N=4 / N=2"}
+    ratio = result["ratios"]["distributed / in-process"]
+    assert ratio["values"] == pytest.approx([18 / 20, 19 / 21, 20 / 22, 21 / 23, 22 / 24])
+    assert ratio["median"] == pytest.approx(20 / 22)
+    assert result["ratios"]["distributed N=4 / N=2"]["median"] == pytest.approx(12 / 21)
+    assert result["steps_per_s"]["distributed"]["min"] == 18.0
+    assert result["budget_ms"]["distributed"]["step"] == 52.0  # median over rounds
+    assert set(result["budget_ms"]) == {"distributed", "distributed+sidecar", "distributed N=2",
+                                        "distributed N=4"}
+    assert result["busy_rounds"] == [3, 4]  # load above 0.5 at its end
+
+
+def _printable(result: dict) -> dict:
+    return result | {"steps": 60, "raw_bytes_per_step": 1.0, "protobuf_bytes_per_step": 1.0,
+                     "wire_bytes_per_step": 1.02, "wire_over_raw": 1.02,
+                     "marvell_ms": {"1024x128": 1.0}}
+
+
+def test_the_printout_shows_ratios_with_spread_the_budget_and_warns_when_busy():
+    console = Console(record=True, width=200)
+    print_bench(_printable(summarise_rounds(_rounds(5), [2, 4], busy_load=0.5)), console)
+    text = console.export_text()
+    assert "distributed / in-process (aim >= 0.8), per round" in text
+    assert "0.91 [0.90–0.92] (5 rounds)" in text  # the 95 % CI of 5 rounds is their range
+    assert "median [min–max] over rounds" in text
+    assert "distributed N=4 / N=2, per round" in text
+    assert "party compute" in text and "transport+scheduling" in text
+    assert "0.00->0.10, 0.20->0.30" in text
+    assert "the machine was busy (1-minute load above 0.5) in round(s) 4, 5" in text
+    console = Console(record=True, width=200)
+    print_bench(_printable(summarise_rounds(_rounds(1), [], busy_load=10.0)), console)
+    text = console.export_text()
+    assert "machine was busy" not in text and "(1 round)" in text
+
+
+def test_step_timer_sums_spans_per_train_step_past_the_warm_up(tmp_path):
+    timer = StepTimer()
+    for step in range(WARMUP_STEPS + 3):
+        with timer.span("compute", timed(True, step)):
+            pass
+        with timer.span("compute", timed(False, step)):  # evaluation batches do not count
+            pass
+    timer.add("wait", 0.006)
+    timer.add("wait", 0.002)
+    timer.write(tmp_path / TIMING_FILE, per="compute")
+    data = json.loads((tmp_path / TIMING_FILE).read_text())
+    assert data["train_steps"] == 3 and data["spans"]["compute"]["count"] == 3
+    assert read_timing(tmp_path / TIMING_FILE)["wait"] == pytest.approx(8.0 / 3)
+    assert read_timing(tmp_path / "missing.json") == {}
+
+
+def _timing(path: Path, steps: int, **ms: float) -> None:
+    """A party's timing.json: `steps` train steps, `ms` per step of each span."""
+    timer = StepTimer()
+    for _ in range(steps):
+        timer.add("forward", 0.0)
+    for name, value in ms.items():
+        timer.add(name, value * steps / 1e3)
+    path.mkdir(parents=True, exist_ok=True)
+    timer.write(path / TIMING_FILE, per="forward")
+
+
+def test_step_budget_takes_the_busiest_party_and_leaves_transport_as_the_rest(tmp_path):
+    run = RunDir(tmp_path)
+    label = StepTimer()
+    for _ in range(10):
+        label.add("compute", 0.012)
+        label.add("exchange", 0.020)
+        label.add("encode", 0.0005)
+        label.add("decode", 0.0005)
+    run.label_party.mkdir(parents=True)
+    label.write(run.label_party / TIMING_FILE, per="compute")
+    _timing(run.passive_party(1), 10, backward=6.0, decode=0.2, encode=0.2, tap=2.0, wait=15.0,
+            write=3.0)
+    _timing(run.passive_party(2), 10, backward=9.0, decode=0.3, encode=0.2, tap=1.0, wait=14.0,
+            write=0.5)
+    budget = step_budget(run, 2, steps_per_s=25.0)
+    assert budget["step"] == pytest.approx(40.0)
+    assert budget["label_compute"] == pytest.approx(12.0)
+    assert budget["label_codec"] == pytest.approx(1.0)
+    assert budget["label_waiting"] == pytest.approx(19.0)
+    assert budget["passive_compute"] == pytest.approx(9.0)  # party 2: busier without `write`
+    assert budget["passive_tap"] == pytest.approx(2.0)  # the tapped party's, slowest or not
+    assert budget["transport"] == pytest.approx(19.0 - 10.5)
+    assert budget["passive_waiting"] == pytest.approx(14.0)
+    (run.label_party / TIMING_FILE).unlink()
+    with pytest.raises(ValueError, match="wrote no timing"):
+        step_budget(run, 2, steps_per_s=25.0)
+
+
+def test_the_in_process_reference_times_the_label_party_too(tmp_path):
+    cfg = parse_config(small_config(tmp_path))
+    run = create_run_dir(cfg, tmp_path / "ref")
+    outcome = run_reference(cfg, run)
+    timing = json.loads((run.label_party / TIMING_FILE).read_text())
+    assert timing["train_steps"] == outcome["train_steps"] - WARMUP_STEPS > 0
+    assert set(timing["spans"]) == {"compute", "exchange"}  # no codec in-process
+
+
+def test_bench_config_scales_parties_at_the_same_cut_width():
+    cfg = bench_config(30, parties=4)
+    assert cfg.topology.passive_parties == 4 and cfg.features.ratios == [1.0] * 4
+    assert cfg.model.layers == bench_config(30).model.layers
+    assert cfg.training.max_steps == 30 and not cfg.attacker.enabled
+    assert bench_config(30, sidecar=True).attacker.enabled
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--rounds", "0"], "outside 1.."), (["--parties", "0"], "outside 1..64"),
+    (["--parties", "65"], "outside 1..64"), (["--steps", "x"], "not an integer"),
+    (["--steps", "5"], "outside 10.."), (["--json", "/nonexistent/dir/b.json"], "does not exist"),
+])
+def test_bad_bench_arguments_exit_2_naming_what_is_allowed(argv, says, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["bench", *argv])
+    assert exit_.value.code == 2 and says in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_quick_bench_runs_one_round_and_writes_its_json(tmp_path):
+    out = tmp_path / "bench.json"
+    done = subprocess.run([sys.executable, "-m", "orchestration", "bench", "--quick", "--steps",
+                           "12", "--json", str(out)], capture_output=True, text=True,
+                          timeout=scaled(600), env={**os.environ, "COLUMNS": "200"})
+    assert done.returncode == 0, done.stderr
+    result = json.loads(out.read_text())
+    assert len(result["rounds"]) == 1
+    assert set(result["rounds"][0]["variants"]) == {"in-process", "distributed",
+                                                   "distributed+sidecar"}
+    budget = result["budget_ms"]["distributed"]
+    assert budget["label_compute"] > 0 and budget["passive_compute"] > 0
+    assert result["ratios"]["distributed / in-process"]["n"] == 1
+    assert "distributed / in-process (aim >= 0.8), per round" in done.stdout
