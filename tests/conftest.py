@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,14 @@ from splitleak.config import ExperimentConfig, parse_config
 # One knob for every deadline in the tests: a loaded machine slows the suite down instead of
 # failing it (e.g. SPLITLEAK_TEST_TIME_SCALE=3 while other jobs share the cores).
 TIME_SCALE = float(os.environ.get("SPLITLEAK_TEST_TIME_SCALE", "1"))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Deliver Ctrl-C to the processes the tests start: a background job of a non-interactive
+    shell (e.g. `bash .ci/run &`) starts with SIGINT ignored, every child inherits that, and
+    the tests that press Ctrl-C on a run or a sweep would then watch it run to its end."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def scaled(seconds: float) -> float:

@@ -59,7 +59,9 @@ def test_distributed_run_with_a_threat_model_is_analysed_and_reported(tmp_path: 
                  "| 1 | yes | malicious optimizer (γ=1, clamp [1, 5]) |",
                  "Colluding groups (analysed together): 1+2", "### Party 1+2, cut layer"):
         assert part in report
-    assert "model completion" in result.stdout and "malicious: 1 clean positive/batch" in result.stdout
+    lines = result.stdout.splitlines()
+    assert "model completion" in result.stdout and "cut layer, party 1 (malicious)" in result.stdout
+    assert any(line.split()[:1] == ["cosine_oracle"] and "clean pos." in line for line in lines)
 
 
 def _digits_run(tmp_path: Path, optimizer: str, seed: int) -> RunDir:

@@ -42,7 +42,10 @@ def read_index(sweep_dir: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     try:
-        table = pq.read_table(path)
+        # One open file: the writer replaces the index by a rename, and a path read may take
+        # the size of one version and the bytes of the next (pyarrow stats, then reopens).
+        with path.open("rb") as source:
+            table = pq.read_table(pa.BufferReader(source.read()))
     except (pa.ArrowInvalid, OSError) as err:
         raise SweepIndexError(f"{path} is not a readable sweep index ({err}); move it away to start "
                           "the sweep's bookkeeping afresh (finished run directories are kept)") from None
