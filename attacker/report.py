@@ -26,8 +26,10 @@ from attacker.report_threat import above_bound_notes, completion_md, threat_md
 from attacker.report_threat import fmt as _fmt
 from attacker.report_threat import md_table as _md_table
 from attacker.summary import headline, headline_value, marvell_bounds, metric_stats
+from splitleak.config import NetworkConfig, WireConfig
 from splitleak.fileio import write_atomically
 from splitleak.metrics_log import read_metrics
+from splitleak.pace import ms_per_step
 from splitleak.rundir import RunDir
 
 log = logging.getLogger("attacker.report")
@@ -343,12 +345,24 @@ def write_report(run: RunDir, summary: dict[str, Any]) -> None:
     write_atomically(run.report / "report.md", lambda tmp: tmp.write_text(text))
 
 
+def _wire_words(config: dict[str, Any]) -> str:
+    """`; wire float16, sparse; network 25 ms one-way, 100 Mbit/s` when not the defaults."""
+    try:
+        wire, network = WireConfig(**config.get("wire", {})), NetworkConfig(**config.get("network", {}))
+    except ValueError:
+        return ""
+    words = ([f"wire {wire.describe()}"] if wire != WireConfig() else []) + (
+        [f"network {network.describe()}"] if network.shaped else [])
+    return "".join(f"; {w}" for w in words)
+
+
 def _title_md(run: RunDir, summary: dict[str, Any], inputs: _Inputs) -> list[str]:
     run_seed = inputs.config.get("run", {}).get("seed", "?")
     analysis_seed = summary.get("seed")
     seeds = f"seed {run_seed}" + (f" (analysis seed {analysis_seed})" if analysis_seed != run_seed else "")
     lines = [f"# Label-leak report: {summary.get('run_id') or run.root.name}", "",
-             f"{seeds}; config hash `{inputs.config_hash}`; {summary.get('num_classes', '?')} classes", ""]
+             f"{seeds}; config hash `{inputs.config_hash}`; {summary.get('num_classes', '?')} classes"
+             + _wire_words(inputs.config), ""]
     partial = summary.get("partial")
     if partial:
         lines += [f"**Partial run** ({partial['status']}): {partial['train_steps_done']} of "
@@ -386,7 +400,18 @@ def _utility_md(records: list[dict[str, Any]]) -> list[str]:
         return []
     utility_ = _utility(records)
     return ["## Utility", "", "Final evaluation of the label party (label_party/metrics.jsonl).", "",
-            *_md_table(list(utility_), [[_fmt(v, 4) for v in utility_.values()]])]
+            *_md_table(list(utility_), [[_fmt(v, 4) for v in utility_.values()]]), *_pace_md(records)]
+
+
+def _pace_md(records: list[dict[str, Any]]) -> list[str]:
+    step = ms_per_step(records)
+    walls = [r["wall"] for r in records if r.get("type") in ("train", "eval")
+             and isinstance(r.get("wall"), int | float)]
+    if step is None or not walls:
+        return []
+    return [f"Pace: median train step {step:.1f} ms; training took {max(walls):.1f} s "
+            "(label party's clock, evaluation passes included; `splitleak compare` gives the time "
+            "to a target utility).", ""]
 
 
 def _objective_md(config: dict[str, Any], outcome: dict[str, Any]) -> list[str]:

@@ -29,9 +29,10 @@ def add_sidecar(server: grpc.aio.Server, servicer: AttackerServicer, limit_mb: i
 
 
 def _received(tensor: tensor_pb2.Tensor, field: str) -> np.ndarray:
-    """A recorded tensor as float32: float32 is viewed without a copy; a float16 / bfloat16
-    wire (`[wire] dtype`) is widened exactly, so the log holds what the party received."""
-    if tensor.dtype == tensor_pb2.FLOAT32:
+    """A recorded tensor as float32: dense float32 is viewed without a copy; a float16 /
+    bfloat16 wire (`[wire] dtype`) is widened and a sparse one (`[wire] sparse`) expanded,
+    both exactly, so the log holds what the party received."""
+    if tensor.dtype == tensor_pb2.FLOAT32 and not tensor.sparse:
         return decode_view(tensor, field=field, dtype=tensor_pb2.FLOAT32)
     return decode_tensor(tensor, field=field, dtype=_RECORDED).float().numpy()
 

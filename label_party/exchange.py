@@ -34,6 +34,7 @@ class NetworkExchange:
         self.shapes = session.embedding_shapes()
         self.deadline = session.cfg.topology.step_deadline_s
         self.wire = WIRE_FLOATS[session.cfg.wire.dtype]
+        self.sparse = session.cfg.wire.sparse  # (indices, values) when that is smaller
         self.bytes_sent = 0
         self.bytes_received = 0
         self.timer = StepTimer()  # the driver's too: encode/decode of train steps
@@ -53,7 +54,7 @@ class NetworkExchange:
         for k, stream in self.session.streams.items():
             msg = pb.LabelPartyMessage(next_batch=nxt, done=next_batch is None and checkpoint is None)
             if gradients is not None and gradient_batch is not None:
-                msg.cut_gradient.CopyFrom(encode_tensor(gradients[k].to(self.wire)))
+                msg.cut_gradient.CopyFrom(encode_tensor(gradients[k].to(self.wire), sparse=self.sparse))
                 msg.gradient_step = gradient_batch.step
                 msg.gradient_epoch = gradient_batch.epoch
             if checkpoint is not None:

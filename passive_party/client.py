@@ -28,7 +28,7 @@ from splitleak.checkpoint import (
     step_dir,
 )
 from splitleak.codec import WIRE_FLOATS, CodecError, decode_ids, decode_tensor, encode_tensor
-from splitleak.config import PROTOCOL_VERSION, ExperimentConfig
+from splitleak.config import PROTOCOL_VERSION, ExperimentConfig, WireConfig
 from splitleak.datasets import build_dataset
 from splitleak.fileio import describe_os_error, write_atomically
 from splitleak.inputs import load_party_inputs
@@ -100,7 +100,7 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
                 await _report(call, SIDECAR if isinstance(err, TapError) else identity_name(party_id),
                               str(err))
                 raise
-            steps = StepLoop(bottom, compute, tap, plan.run_id, run, cfg.wire.dtype)
+            steps = StepLoop(bottom, compute, tap, plan.run_id, run, cfg.wire)
             await steps.run(call)
         await compute(bottom.save, run.bottom_model(party_id))
         steps.timer.write(run.passive_party(party_id) / TIMING_FILE, per="forward")
@@ -155,9 +155,11 @@ class StepLoop:
     batch or write the asked checkpoint."""
 
     def __init__(self, bottom: BottomTrainer, compute: Any, tap: Tap | None, run_id: str,
-                 run_dir: RunDir | None = None, wire_dtype: str = "float32") -> None:
+                 run_dir: RunDir | None = None, wire: WireConfig | None = None) -> None:
         self.bottom = bottom
-        self.wire = WIRE_FLOATS[wire_dtype]  # what activations travel as, gradients come as
+        wire = wire or WireConfig()
+        self.wire = WIRE_FLOATS[wire.dtype]  # what activations travel as, gradients come as
+        self.sparse = wire.sparse  # activations as (indices, values) when that is smaller
         self.compute = compute
         self.tap = tap
         self.run_id = run_id
@@ -235,7 +237,7 @@ class StepLoop:
         with self.timer.span("forward", on):
             output = await self.compute(self.bottom.forward, ids, train)
         with self.timer.span("encode", on):
-            activation = encode_tensor(output.to(self.wire))
+            activation = encode_tensor(output.to(self.wire), sparse=self.sparse)
         if train:
             self._train_batch, self._train_activation = batch, activation
         return pb.PartyMessage(phase=batch.phase, step=batch.step, activation=activation)

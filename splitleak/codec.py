@@ -41,6 +41,12 @@ _FROM_NUMPY = {spec.wire.str[1:]: code for code, spec in _SPECS.items() if spec.
 _SUPPORTED = ", ".join(spec.name for spec in _SPECS.values())
 
 
+_FLOATS = {tensor_pb2.FLOAT32, tensor_pb2.FLOAT16, tensor_pb2.BFLOAT16, tensor_pb2.FLOAT64}
+_INDEX = np.dtype("<i4")  # a sparse tensor's flat positions
+# A sparse message without an expected shape may expand to at most this many elements (what
+# a dense float32 message of 256 MiB holds): a few bytes on the wire never claim unbounded memory.
+SPARSE_MAX_ELEMENTS = 1 << 26
+
 WIRE_FLOATS = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -65,8 +71,10 @@ def _wire_code(dtype: object) -> int:
     return code
 
 
-def encode_tensor(tensor: torch.Tensor | np.ndarray) -> tensor_pb2.Tensor:
-    """Encode a dense tensor (any strides, any device, grad or not) as a Tensor message."""
+def encode_tensor(tensor: torch.Tensor | np.ndarray, *, sparse: bool = False) -> tensor_pb2.Tensor:
+    """Encode a dense tensor (any strides, any device, grad or not) as a Tensor message;
+    sparse: send a floating tensor as (indices, values) when that is smaller (density below
+    itemsize / (itemsize + 4): ½ for float32, ⅓ for float16). Both forms are exact."""
     if isinstance(tensor, torch.Tensor):
         if tensor.layout != torch.strided:
             raise TypeError(f"only dense tensors can be encoded, got layout {tensor.layout}")
@@ -76,8 +84,16 @@ def encode_tensor(tensor: torch.Tensor | np.ndarray) -> tensor_pb2.Tensor:
     else:
         array = np.asarray(tensor)
         code = _wire_code(array.dtype)
-    data = array.astype(_SPECS[code].wire, copy=False).tobytes(order="C")
-    return tensor_pb2.Tensor(dtype=code, shape=array.shape, data=data)
+    wire = array.astype(_SPECS[code].wire, copy=False)
+    if sparse and code in _FLOATS and 0 < wire.size < 2**31:
+        # Nonzero by bit pattern, so -0.0 travels as itself.
+        bits = wire.reshape(-1).view(f"<i{wire.itemsize}")
+        positions = np.flatnonzero(bits)
+        if len(positions) * (wire.itemsize + _INDEX.itemsize) < wire.nbytes:
+            return tensor_pb2.Tensor(dtype=code, shape=array.shape, sparse=True,
+                                     indices=positions.astype(_INDEX).tobytes(),
+                                     data=wire.reshape(-1)[positions].tobytes())
+    return tensor_pb2.Tensor(dtype=code, shape=array.shape, data=wire.tobytes(order="C"))
 
 
 def _format_shape(shape: Collection[int | None]) -> str:
@@ -91,8 +107,9 @@ def _shape_matches(expected: tuple[int | None, ...], dims: list[int]) -> bool:
 
 
 def _validated(msg: tensor_pb2.Tensor, field: str, dtype: DType | Collection[DType] | None,
-               shape: tuple[int | None, ...] | None) -> tuple[_Spec, list[int], bytes]:
-    """The checks every decode makes: dtype known and allowed, shape, byte length."""
+               shape: tuple[int | None, ...] | None) -> tuple[_Spec, list[int], bytes | np.ndarray]:
+    """The checks every decode makes: dtype known and allowed, shape, byte length; returns the
+    dense payload (the message's bytes, or a sparse message expanded to a flat wire array)."""
     spec = _SPECS.get(msg.dtype)
     if spec is None:
         got = tensor_pb2.DType.Name(msg.dtype) if msg.dtype == 0 else f"unknown value {msg.dtype}"
@@ -100,12 +117,6 @@ def _validated(msg: tensor_pb2.Tensor, field: str, dtype: DType | Collection[DTy
     dims = list(msg.shape)
     if any(size < 0 for size in dims):
         raise CodecError(f"{field}: shape {dims} has a negative dimension")
-    data = msg.data  # one access: the runtime may copy the bytes out on every access
-    needed = math.prod(dims) * spec.wire.itemsize
-    if len(data) != needed:
-        raise CodecError(
-            f"{field}: data has {len(data)} bytes, shape {dims} {spec.name} needs {needed}"
-        )
     if dtype is not None:
         allowed = list(dtype) if isinstance(dtype, Collection) else [dtype]
         if msg.dtype not in {_wire_code(expected) for expected in allowed}:
@@ -113,7 +124,42 @@ def _validated(msg: tensor_pb2.Tensor, field: str, dtype: DType | Collection[DTy
             raise CodecError(f"{field}: dtype {spec.name}, expected {names}")
     if shape is not None and not _shape_matches(shape, dims):
         raise CodecError(f"{field}: expected shape {_format_shape(shape)}, got {dims}")
+    if msg.sparse:
+        return spec, dims, _expanded(msg, field, spec, dims, bounded=shape is None)
+    if msg.indices:
+        raise CodecError(f"{field}: a dense tensor carries indices; set sparse or drop them")
+    data = msg.data  # one access: the runtime may copy the bytes out on every access
+    needed = math.prod(dims) * spec.wire.itemsize
+    if len(data) != needed:
+        raise CodecError(
+            f"{field}: data has {len(data)} bytes, shape {dims} {spec.name} needs {needed}"
+        )
     return spec, dims, data
+
+
+def _expanded(msg: tensor_pb2.Tensor, field: str, spec: _Spec, dims: list[int],
+              bounded: bool) -> np.ndarray:
+    """A sparse message as the flat dense wire array, after checking every index."""
+    if msg.dtype not in _FLOATS:
+        raise CodecError(f"{field}: a sparse tensor must be floating, got {spec.name}")
+    size = math.prod(dims)
+    if size >= 2**31 or (bounded and size > SPARSE_MAX_ELEMENTS):
+        limit = 2**31 - 1 if size >= 2**31 else SPARSE_MAX_ELEMENTS
+        raise CodecError(f"{field}: sparse shape {dims} has {size} elements; at most {limit}")
+    indices, data = msg.indices, msg.data
+    if len(indices) % _INDEX.itemsize:
+        raise CodecError(f"{field}: indices have {len(indices)} bytes, not a multiple of 4 (int32)")
+    count = len(indices) // _INDEX.itemsize
+    if len(data) != count * spec.wire.itemsize:
+        raise CodecError(f"{field}: {count} indices need {count * spec.wire.itemsize} bytes of "
+                         f"{spec.name} values, data has {len(data)}")
+    positions = np.frombuffer(indices, dtype=_INDEX)
+    if count and (positions[0] < 0 or positions[-1] >= size or not (np.diff(positions) > 0).all()):
+        raise CodecError(f"{field}: sparse indices must be strictly increasing positions in "
+                         f"[0, {size}) of shape {dims}")
+    dense = np.zeros(size, dtype=spec.wire)
+    dense[positions] = np.frombuffer(data, dtype=spec.wire)
+    return dense
 
 
 def _reshaped(array: np.ndarray, dims: list[int], field: str) -> np.ndarray:
@@ -139,7 +185,8 @@ def decode_tensor(
     """
     spec, dims, data = _validated(msg, field, dtype, shape)
     # The single copy out of the immutable bytes; it also fixes byte order on big-endian hosts.
-    wire = np.frombuffer(data, dtype=spec.wire if spec.name != "bool" else np.uint8)
+    wire = data if isinstance(data, np.ndarray) else np.frombuffer(
+        data, dtype=spec.wire if spec.name != "bool" else np.uint8)
     array = wire != 0 if spec.name == "bool" else wire.astype(spec.wire.newbyteorder("="))
     array = _reshaped(array, dims, field)
     if finite and spec.torch_dtype.is_floating_point:
@@ -151,10 +198,12 @@ def decode_tensor(
 def decode_view(msg: tensor_pb2.Tensor, *, field: str, dtype: DType,
                 shape: tuple[int | None, ...] | None = None) -> np.ndarray:
     """A read-only little-endian numpy view of the message's bytes: no copy (for a receiver
-    that only stores the tensor, e.g. the sidecar). bfloat16 and bool are not viewable."""
+    that only stores the tensor, e.g. the sidecar). bfloat16, bool and sparse tensors are not
+    viewable."""
     spec, dims, data = _validated(msg, field, dtype, shape)
-    if spec.name in ("bfloat16", "bool"):
-        raise CodecError(f"{field}: a {spec.name} tensor cannot be viewed without a copy")
+    if spec.name in ("bfloat16", "bool") or isinstance(data, np.ndarray):
+        kind = "sparse" if isinstance(data, np.ndarray) else spec.name
+        raise CodecError(f"{field}: a {kind} tensor cannot be viewed without a copy")
     return _reshaped(np.frombuffer(data, dtype=spec.wire), dims, field)
 
 
@@ -185,5 +234,5 @@ def decode_ids(msg: tensor_pb2.Tensor, field: str) -> np.ndarray:
 
 
 def raw_nbytes(msg: tensor_pb2.Tensor) -> int:
-    """Payload bytes of a Tensor message, without the protobuf framing."""
-    return len(msg.data)
+    """Payload bytes of a Tensor message (values and sparse indices), without the framing."""
+    return len(msg.data) + len(msg.indices)

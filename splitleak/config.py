@@ -165,6 +165,18 @@ class NetworkConfig(_Frozen):
     def shaped(self) -> bool:
         return bool(self.one_way_latency_ms or self.jitter_ms or self.bandwidth_mbit)
 
+    def describe(self) -> str:
+        """`LAN`, or e.g. `25 ms ± 2 one-way, 100 Mbit/s` (what the relays emulate)."""
+        if not self.shaped:
+            return "LAN"
+        parts = []
+        if self.one_way_latency_ms or self.jitter_ms:
+            jitter = f" ± {self.jitter_ms:g}" if self.jitter_ms else ""
+            parts.append(f"{self.one_way_latency_ms:g} ms{jitter} one-way")
+        if self.bandwidth_mbit:
+            parts.append(f"{self.bandwidth_mbit:g} Mbit/s")
+        return ", ".join(parts)
+
 
 class WireConfig(_Frozen):
     """How cut-layer tensors travel between the parties (DESIGN.md §3). Anything but float32 is
@@ -172,6 +184,15 @@ class WireConfig(_Frozen):
 
     dtype: Literal["float32", "float16", "bfloat16"] = "float32"  # activations and gradients
     compression: Literal["none", "gzip", "deflate"] = "none"  # gRPC message compression
+    # Send a tensor as (int32 positions, values) when that is smaller than dense: below density
+    # ½ for float32, ⅓ for 16-bit floats (e.g. the `sparsify` defense's gradients, ReLU
+    # activations). Exact: it changes bytes on the wire, never a value.
+    sparse: bool = False
+
+    def describe(self) -> str:
+        """e.g. `float16, sparse, gzip`."""
+        return ", ".join([self.dtype] + (["sparse"] if self.sparse else [])
+                         + ([self.compression] if self.compression != "none" else []))
 
 
 class AttackerConfig(_Frozen):
@@ -367,4 +388,7 @@ def load_config(path: str | Path | None = None) -> ExperimentConfig:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"invalid config {source}: not valid TOML: {err}") from None
+    if "sweep" in data and "variant" in data:
+        raise ConfigError(f"{source} is a sweep file (it has [sweep] and [[variant]]), not an "
+                          f"experiment: run it with `splitleak sweep {source}`")
     return parse_config(data, source)

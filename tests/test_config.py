@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -100,3 +101,10 @@ def test_plugin_parameters_are_checked_before_start(tmp_path, override, message)
         check_core(cfg)
         check_chain(cfg)
     assert message in str(err.value)
+
+
+def test_a_sweep_file_given_as_an_experiment_says_how_to_run_it(tmp_path: Path) -> None:
+    path = tmp_path / "wan.toml"
+    path.write_text('[sweep]\nname = "wan"\n\n[[variant]]\nname = "lan"\n')
+    with pytest.raises(ConfigError, match=r"sweep file .*splitleak sweep"):
+        load_config(path)

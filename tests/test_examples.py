@@ -3,6 +3,7 @@ every example sweep resolves to points that pass them too."""
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from splitleak.config import load_config
 from splitleak.validation import check_core
 
 ROOT = Path(__file__).parent.parent / "examples"
-SWEEPS = sorted((ROOT / "sweeps").glob("*.toml"))
+SWEEPS = sorted(p for p in ROOT.rglob("*.toml") if "sweep" in tomllib.loads(p.read_text()))
 EXAMPLES = sorted(set(ROOT.rglob("*.toml")) - set(SWEEPS))
 NEEDS_FILE = {"criteo_file.toml", "adult.toml", "adult_dp.toml"}
 
@@ -32,7 +33,8 @@ REPRODUCTIONS = {"li_tradeoff.toml", "gafm_table2.toml", "kdk_grid.toml"}
 
 def test_there_are_examples() -> None:
     assert len(EXAMPLES) >= 4
-    assert {p.name for p in SWEEPS} >= REPRODUCTIONS
+    assert {p.name for p in SWEEPS} >= REPRODUCTIONS | {"speedup.toml"}
+    assert ROOT / "wan" / "sweep.toml" in SWEEPS
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.name)
@@ -41,5 +43,5 @@ def test_example_sweep_is_valid(path: Path, tmp_path: Path) -> None:
     points = sweep_points(sweep, path, tmp_path / sweep.sweep.name)
     if path.name in REPRODUCTIONS:  # a paper's comparison: every setting, several seeds
         assert len(points) >= 27 and len({p.setting for p in points}) >= 4
-    else:  # a measuring sweep (speedup.toml): small, but points to run side by side
+    else:  # a measuring sweep (speedup, wan): small, but points to run side by side
         assert len(points) >= 4 and len({p.setting for p in points}) >= 2

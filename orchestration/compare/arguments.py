@@ -18,3 +18,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "p95 over batches, Li et al.'s headline)")
     parser.add_argument("--layer", default="cut", help="gradient layer of the leak (cut or first)")
     parser.add_argument("--party", type=int, help="observed passive party (default: the lowest)")
+    parser.add_argument("--target-utility", type=float, metavar="U",
+                        help="the utility 'time to target' is measured to (default: the lowest "
+                        "final utility of any compared run, which every run reached)")

@@ -18,7 +18,8 @@ from splitleak.cli_common import EXIT_FAILED, BadInput
 
 
 def compare_and_print(paths: list[Path], out: Path, console: Console, layer: str = "cut",
-                      party: int | None = None, leak_stat: str = "flipped_p95") -> Comparison | None:
+                      party: int | None = None, leak_stat: str = "flipped_p95",
+                      target: float | None = None) -> Comparison | None:
     try:
         runs, warnings = find_runs(paths)
     except (ValueError, SweepIndexError) as err:
@@ -28,7 +29,7 @@ def compare_and_print(paths: list[Path], out: Path, console: Console, layer: str
     if not runs:
         console.print("[bold red]nothing to compare:[/] no finished, analysed run")
         return None
-    comparison = compare(runs, layer, party, leak_stat, warnings)
+    comparison = compare(runs, layer, party, leak_stat, warnings, target)
     report = write_report(comparison, out, paths)
     console.print(summary_table(comparison))
     console.print(f"trade-off report: {report}")
@@ -46,6 +47,11 @@ def summary_table(comparison: Comparison) -> Table:
     table.add_column("setting")
     table.add_column("seeds", justify="right")
     table.add_column(utility, justify="right")
+    speed = comparison.about_speed()  # the settings differ in [network] / [wire]: how fast too
+    if speed:
+        table.add_column("ms/step", justify="right")
+        table.add_column(f"s to {comparison.speed_target:.3f}" if comparison.speed_target
+                         is not None else "s to target", justify="right")
     for attack in attacks:
         table.add_column(escape(attack), justify="right")
     for setting in comparison.settings:
@@ -56,9 +62,16 @@ def summary_table(comparison: Comparison) -> Table:
         cells = [f"{own[a]['leak_mean']:.3f}{'*' if own[a]['pareto'] else ''}"
                  if a in own and own[a]["leak_mean"] is not None else "-" for a in attacks]
         value = first["utility_mean"]
+        pace = comparison.speed[setting.key]
+        timing = [_seconds(pace["ms_per_step_mean"], "{:.1f}"),
+                  _seconds(pace["seconds_to_target_mean"], "{:.1f}")] if speed else []
         table.add_row(escape(setting.label), str(len(setting.runs)),
-                      f"{value:.4f}" if value is not None else "-", *cells)
+                      f"{value:.4f}" if value is not None else "-", *timing, *cells)
     return table
+
+
+def _seconds(value: float | None, form: str) -> str:
+    return form.format(value) if value is not None else "-"
 
 
 def cmd_compare(args: argparse.Namespace, console: Console) -> int:
@@ -69,5 +82,6 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
         raise BadInput(f"--layer must be cut or first, got {args.layer!r}")
     single_sweep = len(args.paths) == 1 and (args.paths[0] / INDEX_FILE).exists()
     out = args.output_dir or (args.paths[0] / "compare" if single_sweep else Path("compare"))
-    comparison = compare_and_print(args.paths, out, console, args.layer, args.party, args.leak_stat)
+    comparison = compare_and_print(args.paths, out, console, args.layer, args.party, args.leak_stat,
+                                   args.target_utility)
     return 0 if comparison is not None else EXIT_FAILED

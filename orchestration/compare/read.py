@@ -12,6 +12,7 @@ from typing import Any
 from orchestration.sweep.index import INDEX_FILE, read_index
 from splitleak.config import ConfigError, ExperimentConfig, load_config
 from splitleak.metrics_log import read_metrics
+from splitleak.pace import ms_per_step, utility_curve
 from splitleak.rundir import RunDir
 
 DEFAULT_ATTACK_TYPE = "label inference"  # every attack splitleak has today (VFLAIR's LI type)
@@ -87,6 +88,9 @@ class RunResult:
     num_classes: int
     final_eval: dict[str, Any]
     leak: list[LeakEntry]
+    ms_per_step: float | None = None  # median train step (metrics.jsonl's clock)
+    curve: tuple[tuple[float, float], ...] = ()  # (seconds, utility) of each evaluation
+    bytes_per_step: float | None = None  # both directions at the label party (outcome.json)
 
     @property
     def seed(self) -> int:
@@ -118,8 +122,23 @@ def read_run(root: Path, label: str | None = None) -> RunResult:
     plan = next((r for r in records if r.get("type") == "plan"), {})
     summary = json.loads(summary_path.read_text())
     num_classes = int(summary.get("num_classes") or plan.get("num_classes") or 2)
+    metric = "test_auc" if num_classes == 2 else "test_accuracy"
     return RunResult(root, config, label, num_classes, evals[-1] if evals else {},
-                     leak_entries(summary))
+                     leak_entries(summary), ms_per_step(records),
+                     tuple(utility_curve(records, metric)), _bytes_per_step(run, records))
+
+
+def _bytes_per_step(run: RunDir, records: list[dict[str, Any]]) -> float | None:
+    """Bytes the label party sent and received per step, evaluation passes included."""
+    try:
+        outcome = json.loads(run.outcome.read_text())
+    except (OSError, ValueError):
+        return None
+    steps = sum(1 for r in records if r.get("type") == "train")
+    sent, received = outcome.get("bytes_sent"), outcome.get("bytes_received")
+    if not steps or not isinstance(sent, int) or not isinstance(received, int):
+        return None
+    return (sent + received) / steps
 
 
 def find_runs(paths: list[Path]) -> tuple[list[RunResult], list[str]]:

@@ -91,6 +91,28 @@ def _attack_md(rows: list[dict[str, Any]], figure: str | None) -> list[str]:
     return lines
 
 
+def _speed_md(comparison: Comparison) -> list[str]:
+    target = comparison.speed_target
+    utility = UTILITY_LABELS.get(comparison.rows[0]["utility_metric"], "utility") \
+        if comparison.rows else "utility"
+    body = []
+    for setting in comparison.settings:
+        speed = comparison.speed[setting.key]
+        cfg = setting.first.config
+        body.append([setting.label, cfg.network.describe(), cfg.wire.describe(),
+                     _ci(speed, "ms_per_step"), _ci(speed, "seconds_to_target"),
+                     _num(speed["kib_per_step"], 1), _ci(speed, "utility")])
+    reached = "every run reached" if comparison.speed_target_is_common else "asked for"
+    return ["## Speed", "",
+            "Per setting, over its seeds: the median train step (label party's clock, evaluation "
+            f"passes left out), the seconds until the first evaluation at or above {utility} "
+            f"{_num(target, 4)} (the utility {reached}), and the KiB the label party sent and "
+            "received per train step (evaluation traffic included). Time to the target needs "
+            "`training.eval_interval` > 0 for more than the last point.", "",
+            *_md_table(["setting", "network", "wire", "ms / step [CI]",
+                        "s to target [CI]", "KiB / step", f"{utility} [CI]"], body)]
+
+
 def _dcs_md(comparison: Comparison) -> list[str]:
     by_setting: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for row in comparison.rows:
@@ -189,6 +211,7 @@ def write_report(comparison: Comparison, out: Path, sources: list[Path]) -> Path
     for attack in comparison.attacks():
         rows = [r for r in comparison.rows if r["attack"] == attack]
         lines += _attack_md(rows, attack_figures.get(attack))
+    lines += _speed_md(comparison)
     lines += _dcs_md(comparison)
     lines += _trend_md(found, family_figures)
     lines += ["## Warnings", "", *(f"- {w}" for w in warnings or ["none"]), "",

@@ -1,9 +1,10 @@
 """The comparison table: one row per (setting, attack), every number over the setting's seeds.
 
 A setting is a config without its seed (run.seed, name, output_dir, torch_threads dropped);
-its baseline is the setting of the same set-up (same config without defense and objective)
-that has no defense (no gradient defense, or only `no_noise`, and the plain cross_entropy
-objective). A run is paired with the baseline run of the same seed.
+its baseline is the setting of the same set-up (same config without defense, objective,
+[network] and [wire]) that has no defense (no gradient defense, or only `no_noise`, the plain
+cross_entropy objective and a float32 wire: a narrower wire rounds what the passive party
+sees, so it counts as a defense). A run is paired with the baseline run of the same seed.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from orchestration.compare import dcs as capability
 from orchestration.compare.read import LeakEntry, RunResult
 from orchestration.compare.stats import over_seeds
 from splitleak.config import ExperimentConfig
+from splitleak.pace import time_to
 
 NOT_THE_EXPERIMENT = ("seed", "name", "output_dir", "torch_threads")
 AUC_STATS = ("flipped_mean", "flipped_p95", "raw_mean", "raw_p95")
@@ -41,8 +43,8 @@ def setup_key(cfg: ExperimentConfig) -> str:
     data = cfg.model_dump(mode="json")
     for key in NOT_THE_EXPERIMENT:
         data["run"].pop(key, None)
-    data.pop("defense")
-    data.pop("objective")
+    for key in ("defense", "objective", "network", "wire"):
+        data.pop(key)
     return _digest(data)
 
 
@@ -50,6 +52,8 @@ def family(cfg: ExperimentConfig) -> str:
     """The defense family: the objective (unless plain cross-entropy) and the gradient chain."""
     names = ([cfg.objective.name] if cfg.objective.name != "cross_entropy" else []) + [
         d.name for d in cfg.defense if d.name != "no_noise"]
+    if cfg.wire.dtype != "float32":
+        names.append(f"{cfg.wire.dtype} wire")
     return "+".join(names) or NO_DEFENSE
 
 
@@ -121,6 +125,14 @@ class Comparison:
     layer: str
     leak_stat: str  # the AUC statistic plots and the frontier use
     warnings: list[str] = field(default_factory=list)
+    speed: dict[str, dict[str, Any]] = field(default_factory=dict)  # by setting key
+    speed_target: float | None = None  # the utility "time to target" is measured to
+    speed_target_is_common: bool = True  # the lowest final utility of any run (all reach it)
+
+    def about_speed(self) -> bool:
+        """True when the settings differ in how tensors travel ([network] or [wire])."""
+        ways = {(s.first.config.network, s.first.config.wire) for s in self.settings}
+        return len(ways) > 1 or any(net.shaped for net, _ in ways)
 
     def attacks(self) -> list[str]:
         return list(dict.fromkeys(r["attack"] for r in self.rows))
@@ -131,7 +143,8 @@ def headline(metric: str, leak_stat: str) -> str:
 
 
 def compare(runs: list[RunResult], layer: str = "cut", party: int | None = None,
-            leak_stat: str = "flipped_p95", warnings: list[str] | None = None) -> Comparison:
+            leak_stat: str = "flipped_p95", warnings: list[str] | None = None,
+            target: float | None = None) -> Comparison:
     warnings = warnings if warnings is not None else []
     settings = settings_of(runs, warnings)
     party = party if party is not None else observed_party(settings, layer)
@@ -146,7 +159,23 @@ def compare(runs: list[RunResult], layer: str = "cut", party: int | None = None,
         rows += _setting_rows(setting, party, layer, leak_stat)
     _mark_frontier(rows)
     _add_type_scores(rows, settings)
-    return Comparison(rows, settings, party, layer, leak_stat, warnings)
+    finals = [r.utility for r in runs if r.utility is not None]
+    common = target is None
+    target = min(finals) if common and finals else target
+    speed = {s.key: _speed(s, target) for s in settings}
+    return Comparison(rows, settings, party, layer, leak_stat, warnings, speed, target, common)
+
+
+def _speed(setting: Setting, target: float | None) -> dict[str, Any]:
+    """A setting's ms per step, seconds to `target` and bytes per step over its seeds."""
+    runs = list(setting.runs.values())
+    reach = [time_to(list(r.curve), target) if target is not None else None for r in runs]
+    sizes = [r.bytes_per_step for r in runs if r.bytes_per_step is not None]
+    return {**_columns("ms_per_step", [r.ms_per_step for r in runs], higher_is_better=False),
+            **_columns("seconds_to_target", reach, higher_is_better=False),
+            **_columns("utility", [r.utility for r in runs], higher_is_better=True),
+            "kib_per_step": fmean(sizes) / 1024 if sizes else None,
+            "reached": sum(t is not None for t in reach), "runs": len(runs)}
 
 
 def _entries(run: RunResult, party: int | None, layer: str) -> dict[str, LeakEntry]:

@@ -51,6 +51,15 @@ def check_ports(points: Sequence[Point], engine: Engine) -> None:
                        "--jobs 1")
 
 
+def check_network(points: Sequence[Point], engine: Engine) -> None:
+    """[network] is emulated by relays that the local engine's `splitleak run` starts."""
+    shaped = [p.setting for p in points if p.config.network.shaped]
+    if shaped and engine.name != "local":
+        raise BadInput(f"point {shaped[0]!r} sets [network] (an emulated wide-area link), which "
+                       f"only --engine local emulates (its relays run beside `splitleak run`); "
+                       f"--engine {engine.name} would measure the cluster's own network instead")
+
+
 def sweep_points(sweep: SweepFile, source: Path | None, sweep_dir: Path,
                  base: ExperimentConfig | None = None) -> list[Point]:
     """Every point, validated like `splitleak validate`; BadInput names the field."""
@@ -78,6 +87,7 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
         Path(output_dir) / sweep.sweep.name)
     points = sweep_points(sweep, args.file, sweep_dir)
     check_ports(points, engine)
+    check_network(points, engine)
     try:
         index = SweepIndex(sweep_dir, points, engine.name)
     except SweepIndexError as err:

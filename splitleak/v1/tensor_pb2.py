@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19splitleak/v1/tensor.proto\x12\x0csplitleak.v1\"I\n\x06Tensor\x12\"\n\x05\x64type\x18\x01 \x01(\x0e\x32\x13.splitleak.v1.DType\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c*~\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x46LOAT32\x10\x01\x12\x0b\n\x07\x46LOAT16\x10\x02\x12\x0c\n\x08\x42\x46LOAT16\x10\x03\x12\x0b\n\x07\x46LOAT64\x10\x04\x12\t\n\x05INT64\x10\x05\x12\t\n\x05INT32\x10\x06\x12\t\n\x05UINT8\x10\x07\x12\x08\n\x04\x42OOL\x10\x08\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19splitleak/v1/tensor.proto\x12\x0csplitleak.v1\"j\n\x06Tensor\x12\"\n\x05\x64type\x18\x01 \x01(\x0e\x32\x13.splitleak.v1.DType\x12\r\n\x05shape\x18\x02 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x03 \x01(\x0c\x12\x0e\n\x06sparse\x18\x04 \x01(\x08\x12\x0f\n\x07indices\x18\x05 \x01(\x0c*~\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x46LOAT32\x10\x01\x12\x0b\n\x07\x46LOAT16\x10\x02\x12\x0c\n\x08\x42\x46LOAT16\x10\x03\x12\x0b\n\x07\x46LOAT64\x10\x04\x12\t\n\x05INT64\x10\x05\x12\t\n\x05INT32\x10\x06\x12\t\n\x05UINT8\x10\x07\x12\x08\n\x04\x42OOL\x10\x08\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'splitleak.v1.tensor_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_DTYPE']._serialized_start=118
-  _globals['_DTYPE']._serialized_end=244
+  _globals['_DTYPE']._serialized_start=151
+  _globals['_DTYPE']._serialized_end=277
   _globals['_TENSOR']._serialized_start=43
-  _globals['_TENSOR']._serialized_end=116
+  _globals['_TENSOR']._serialized_end=149
 # @@protoc_insertion_point(module_scope)

@@ -51,15 +51,24 @@ Global___DType: _TypeAlias = DType  # noqa: Y015
 
 @_typing.final
 class Tensor(_message.Message):
-    """A dense tensor: len(data) == prod(shape) * itemsize(dtype). Never pickled."""
+    """A tensor, never pickled. Dense: len(data) == prod(shape) * itemsize(dtype).
+    Sparse (sparse = true, floating dtypes only): indices holds the flat C-order positions of
+    the nonzero elements as little-endian int32, strictly increasing; data holds their values
+    in the same order, len(data) == (len(indices) / 4) * itemsize(dtype); every other element
+    is zero. A sender uses it only when it is smaller than the dense form ([wire] sparse).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
     DTYPE_FIELD_NUMBER: _builtins.int
     SHAPE_FIELD_NUMBER: _builtins.int
     DATA_FIELD_NUMBER: _builtins.int
+    SPARSE_FIELD_NUMBER: _builtins.int
+    INDICES_FIELD_NUMBER: _builtins.int
     dtype: Global___DType.ValueType
     data: _builtins.bytes
+    sparse: _builtins.bool
+    indices: _builtins.bytes
     @_builtins.property
     def shape(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     def __init__(
@@ -68,10 +77,12 @@ class Tensor(_message.Message):
         dtype: Global___DType.ValueType = ...,
         shape: _abc.Iterable[_builtins.int] | None = ...,
         data: _builtins.bytes = ...,
+        sparse: _builtins.bool = ...,
+        indices: _builtins.bytes = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "dtype", b"dtype", "shape", b"shape"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["data", b"data", "dtype", b"dtype", "indices", b"indices", "shape", b"shape", "sparse", b"sparse"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

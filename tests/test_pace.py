@@ -1,0 +1,34 @@
+"""Time per step and time to a utility, read from metrics.jsonl records."""
+
+from __future__ import annotations
+
+import pytest
+
+from splitleak.pace import ms_per_step, step_seconds, time_to, utility_curve
+
+RECORDS = [
+    {"type": "plan"},
+    {"type": "train", "step": 0, "wall": 0.10},
+    {"type": "train", "step": 1, "wall": 0.30},
+    {"type": "eval", "step": 2, "wall": 1.30, "test_auc": 0.61},
+    {"type": "train", "step": 2, "wall": 1.50},  # the evaluation pass is not a step's time
+    {"type": "train", "step": 3, "wall": 1.80},
+    {"type": "train", "step": 4, "wall": 0.05},  # resumed: the clock restarted
+    {"type": "train", "step": 5, "wall": 0.45},
+    {"type": "eval", "step": 6, "wall": 0.90, "test_auc": 0.70},
+]
+
+
+def test_step_times_skip_evaluations_and_restarts() -> None:
+    assert step_seconds(RECORDS) == pytest.approx([0.2, 0.3, 0.4])
+    assert ms_per_step(RECORDS) == pytest.approx(300.0)
+    assert ms_per_step([{"type": "train", "wall": 1.0}]) is None
+
+
+def test_time_to_target_is_the_first_evaluation_reaching_it() -> None:
+    curve = utility_curve(RECORDS, "test_auc")
+    assert curve == [(1.30, 0.61), (0.90, 0.70)]
+    assert time_to(curve, 0.6) == 1.30
+    assert time_to(curve, 0.65) == 0.90
+    assert time_to(curve, 0.75) is None
+    assert utility_curve(RECORDS, "test_accuracy") == []
