@@ -9,7 +9,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from orchestration.bench_budget import COMPONENTS, LEGEND, median_budget
-from orchestration.bench_rounds import busy_rounds, describe, per_round_ratios, spread
+from orchestration.bench_rounds import BUSY_OTHER_CORES, busy_rounds, describe, per_round_ratios, spread
 
 
 def ratio_pairs(parties: list[int]) -> dict[str, tuple[str, str]]:
@@ -71,10 +71,17 @@ def print_bench(result: dict[str, Any], console: Console) -> None:
     console.print(LEGEND)
     loads = ", ".join(f"{r['load_start']:.2f}->{r['load_end']:.2f}" for r in rounds)
     console.print(f"1-minute load average at start->end of each round: {loads} (odd rounds run "
-                  "the variants in reverse order)")
+                  "the variants in reverse order; the bench's own parties raise it)")
+    others = [r.get("other_cores") for r in rounds]
+    measured = all(o is not None for o in others)
+    if measured:
+        console.print("cores used by other processes during each round: "
+                      + ", ".join(f"{o:.2f}" for o in others)
+                      + " (the machine's busy CPU time minus the bench's own)")
     if result["busy_rounds"]:
-        console.print(f"[yellow]warning: the machine was busy (1-minute load above "
-                      f"{result['busy_load']:.1f}) in round(s) "
+        why = (f"other processes used more than {BUSY_OTHER_CORES:g} of a core" if measured
+               else f"1-minute load above {result['busy_load']:.1f}")
+        console.print(f"[yellow]warning: the machine was busy ({why}) in round(s) "
                       f"{', '.join(str(i + 1) for i in result['busy_rounds'])}: absolute steps/s "
                       "are low there; the per-round ratios compare runs of the same round, but "
                       "with more runnable processes than cores a multi-process run gets a larger "

@@ -4,7 +4,10 @@ and the machine's load around each round (other load lands on both sides of a ra
 from __future__ import annotations
 
 import os
+import resource
+import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,6 +22,35 @@ def load_average() -> float:
     return os.getloadavg()[0]
 
 
+# A round counts as busy when other processes took more than this share of a core on average.
+BUSY_OTHER_CORES = 0.25
+
+
+def cpu_clock() -> tuple[float, float, float] | None:
+    """(wall s, CPU-s the machine spent busy, CPU-s of this process and its reaped children);
+    None where /proc/stat is missing. Their difference over a round is what *other* processes
+    used: unlike the load average, it does not count the bench's own parties."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    except OSError:
+        return None
+    if fields[:1] != ["cpu"] or len(fields) < 9:
+        return None
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
+    machine = (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
+    own = sum(getattr(resource.getrusage(who), part) for who in (resource.RUSAGE_SELF,
+              resource.RUSAGE_CHILDREN) for part in ("ru_utime", "ru_stime"))
+    return time.monotonic(), machine, own
+
+
+def other_cores(start: tuple[float, float, float] | None,
+                end: tuple[float, float, float] | None) -> float | None:
+    """Cores other processes used on average between two cpu_clock() readings."""
+    if start is None or end is None or end[0] <= start[0]:
+        return None
+    return max(0.0, ((end[1] - start[1]) - (end[2] - start[2])) / (end[0] - start[0]))
+
+
 def default_busy_load() -> float:
     """Above this 1-minute load the machine counts as busy: half of its cores."""
     return (os.cpu_count() or 1) / 2
@@ -28,14 +60,17 @@ def interleave(variants: dict[str, Callable[[], dict[str, Any]]], rounds: int,
                on_round: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Run every variant once per round, in order A B C … on even rounds and … C B A on odd ones
     (so a drift in the machine's speed lands on both sides of every pair); each variant returns
-    its figures. Every round keeps the load average at its start and end."""
+    its figures. Every round keeps the load average at its start and end, and the cores other
+    processes used meanwhile."""
     names = list(variants)
     kept: list[dict[str, Any]] = []
     for index in range(rounds):
         order = names if index % 2 == 0 else names[::-1]
         record: dict[str, Any] = {"round": index, "order": order, "load_start": load_average()}
+        clock = cpu_clock()
         record["variants"] = {name: variants[name]() for name in order}
         record["load_end"] = load_average()
+        record["other_cores"] = other_cores(clock, cpu_clock())
         kept.append(record)
         if on_round is not None:
             on_round(record)
@@ -64,9 +99,17 @@ def spread(values: Sequence[float]) -> dict[str, Any]:
             "values": [float(v) for v in array]}
 
 
+def busy(record: dict[str, Any], threshold: float) -> bool:
+    """Other processes took more than BUSY_OTHER_CORES during the round; where that was not
+    measured, the load average at its start or end was above `threshold`."""
+    others = record.get("other_cores")
+    if others is not None:
+        return others > BUSY_OTHER_CORES
+    return max(record["load_start"], record["load_end"]) > threshold
+
+
 def busy_rounds(rounds: Sequence[dict[str, Any]], threshold: float) -> list[int]:
-    """Rounds whose load average at start or end was above `threshold`."""
-    return [r["round"] for r in rounds if max(r["load_start"], r["load_end"]) > threshold]
+    return [r["round"] for r in rounds if busy(r, threshold)]
 
 
 def describe(s: dict[str, Any], digits: int = 2) -> str:

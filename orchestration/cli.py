@@ -52,10 +52,14 @@ def main(argv: list[str] | None = None) -> int:
                        "bandwidth in front of a label party (what [network] starts per party)")
     y.add_argument("--to", required=True, metavar="HOST:PORT", help="the label party")
     y.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT (port 0: any free)")
-    y.add_argument("--latency-ms", type=float, default=0.0, help="one-way latency")
-    y.add_argument("--jitter-ms", type=float, default=0.0, help="std of the one-way latency")
+    y.add_argument("--latency-ms", type=float, help="one-way latency (default 0)")
+    y.add_argument("--jitter-ms", type=float, help="std of the one-way latency (default 0)")
     y.add_argument("--bandwidth-mbit", type=float, help="per direction (default: unlimited)")
-    y.add_argument("--seed", type=int, default=0, help="seed of the jitter")
+    y.add_argument("--seed", type=int, help="seed of the jitter (default 0)")
+    y.add_argument("--config", type=Path, help="instead of the four options above: the link of "
+                   "this experiment's [network] (and its seed), as `splitleak run` starts it; "
+                   "needs --party-id")
+    y.add_argument("--party-id", type=int, help="with --config: the passive party behind this relay")
     y.add_argument("--port-file", type=Path, help="write the bound HOST:PORT here")
     h = sub.add_parser("health", help="probe a party's gRPC health service (exit 0 if SERVING)")
     h.add_argument("address", help="HOST:PORT")

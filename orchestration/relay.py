@@ -24,7 +24,7 @@ import numpy as np
 from pydantic import ValidationError
 
 from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, setup_logging
-from splitleak.config import NetworkConfig, format_validation_error
+from splitleak.config import ConfigError, NetworkConfig, format_validation_error, load_config
 from splitleak.fileio import write_atomically
 from splitleak.transport import run_async
 
@@ -127,20 +127,49 @@ class Relay:
             await server.serve_forever()
 
 
+def link_seed(run_seed: int, party_id: int) -> int:
+    """The jitter seed of party k's relay: the same under `splitleak run` and compose."""
+    return run_seed * 100 + party_id
+
+
+def _link(args: argparse.Namespace) -> tuple[NetworkConfig, int]:
+    """The options' link, or the experiment's [network] with --config (ValueError: why not)."""
+    options = {"--latency-ms": args.latency_ms, "--jitter-ms": args.jitter_ms,
+               "--bandwidth-mbit": args.bandwidth_mbit, "--seed": args.seed}
+    if args.config is None:
+        if args.party_id is not None:
+            raise ValueError("--party-id only applies with --config")
+        return NetworkConfig(one_way_latency_ms=args.latency_ms or 0.0,
+                             jitter_ms=args.jitter_ms or 0.0,
+                             bandwidth_mbit=args.bandwidth_mbit), args.seed or 0
+    given = [name for name, value in options.items() if value is not None]
+    if given:
+        raise ValueError(f"--config takes the link from the experiment's [network]; drop "
+                         f"{', '.join(given)}")
+    cfg = load_config(args.config)
+    parties = cfg.topology.passive_parties
+    if args.party_id is None or not 1 <= args.party_id <= parties:
+        raise ValueError(f"--config needs --party-id 1..{parties} (the experiment's passive "
+                         f"parties), got {args.party_id}")
+    return cfg.network, link_seed(cfg.run.seed, args.party_id)
+
+
 def cmd_relay(args: argparse.Namespace) -> int:
     setup_logging("relay")
     try:
-        network = NetworkConfig(one_way_latency_ms=args.latency_ms, jitter_ms=args.jitter_ms,
-                                bandwidth_mbit=args.bandwidth_mbit)
+        network, seed = _link(args)
     except ValidationError as err:
         log.error("%s", format_validation_error(err, "relay options", "link"))
+        return EXIT_BAD_INPUT
+    except (ValueError, ConfigError) as err:
+        log.error("relay: %s", err)
         return EXIT_BAD_INPUT
     for option, address in (("--to", args.to), ("--listen", args.listen)):
         if not ADDRESS.match(address):
             log.error("relay: %s %r is not HOST:PORT (e.g. 127.0.0.1:50051)", option, address)
             return EXIT_BAD_INPUT
     try:
-        run_async(Relay(args.to, network, args.seed).serve(args.listen, args.port_file))
+        run_async(Relay(args.to, network, seed).serve(args.listen, args.port_file))
     except OSError as err:
         log.error("relay: cannot listen on %s: %s", args.listen, err)
         return EXIT_BAD_INPUT

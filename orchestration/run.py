@@ -11,6 +11,7 @@ from typing import Any
 
 from orchestration.processes import Child, spawn, stop_all, stop_one
 from orchestration.progress import MetricsTail, RunProgress
+from orchestration.relay import link_seed
 from splitleak import tls
 from splitleak.config import ExperimentConfig
 from splitleak.fileio import write_atomically
@@ -118,7 +119,7 @@ def _start_relay(cfg: ExperimentConfig, run: RunDir, k: int, label_party: str) -
     return spawn(f"relay {k}", ["orchestration", "relay", "--to", label_party,
                                 "--latency-ms", str(n.one_way_latency_ms),
                                 "--jitter-ms", str(n.jitter_ms), *bandwidth,
-                                "--seed", str(cfg.run.seed * 100 + k), "--port-file", str(port_file)],
+                                "--seed", str(link_seed(cfg.run.seed, k)), "--port-file", str(port_file)],
                  run.logs / f"relay_{k}.log")
 
 

@@ -15,7 +15,15 @@ from orchestration import bench_rounds
 from orchestration.bench import bench_config
 from orchestration.bench_budget import COMPONENTS, step_budget
 from orchestration.bench_report import print_bench, ratio_pairs, summarise_rounds
-from orchestration.bench_rounds import busy_rounds, describe, interleave, per_round_ratios, spread
+from orchestration.bench_rounds import (
+    busy_rounds,
+    cpu_clock,
+    describe,
+    interleave,
+    other_cores,
+    per_round_ratios,
+    spread,
+)
 from orchestration.cli import main
 from orchestration.reference import run_reference
 from splitleak.config import parse_config
@@ -62,7 +70,21 @@ def test_interleave_alternates_the_order_and_records_load_around_each_round(monk
     assert [(r["load_start"], r["load_end"]) for r in rounds] == [(0.1, 0.2), (0.3, 0.4), (0.5, 0.6)]
     assert seen == [0, 1, 2]
     assert per_round_ratios(rounds, "B", "A") == [0.5, 0.5, 0.5]
-    assert busy_rounds(rounds, 0.35) == [1, 2]
+    for r in rounds:  # measured from /proc/stat here: the bench's own work is not "other"
+        assert r["other_cores"] is None or 0 <= r["other_cores"] <= (os.cpu_count() or 1)
+        r["other_cores"] = None
+    assert busy_rounds(rounds, 0.35) == [1, 2]  # unmeasured: the load average decides
+
+
+def test_other_processes_cpu_is_the_machine_busy_time_minus_our_own():
+    assert other_cores((0.0, 10.0, 4.0), (2.0, 13.0, 6.5)) == pytest.approx(0.25)  # (3-2.5)/2
+    assert other_cores((0.0, 10.0, 4.0), (2.0, 12.0, 6.5)) == 0.0  # never below zero
+    assert other_cores(None, (2.0, 12.0, 6.5)) is None
+    rounds = [{"round": 0, "load_start": 9.0, "load_end": 9.0, "other_cores": 0.1},
+              {"round": 1, "load_start": 0.1, "load_end": 0.1, "other_cores": 0.6}]
+    assert busy_rounds(rounds, 1.0) == [1]  # the measured share wins over the load average
+    clock = cpu_clock()
+    assert clock is None or (clock[1] >= 0 and clock[2] > 0)
 
 
 def _budget(step: float) -> dict[str, float]:
@@ -117,6 +139,12 @@ def test_the_printout_shows_ratios_with_spread_the_budget_and_warns_when_busy():
     assert "party compute" in text and "transport+scheduling" in text
     assert "0.00->0.10, 0.20->0.30" in text
     assert "the machine was busy (1-minute load above 0.5) in round(s) 4, 5" in text
+    console = Console(record=True, width=200)
+    measured = [r | {"other_cores": 0.5 if r["round"] == 2 else 0.05} for r in _rounds(5)]
+    print_bench(_printable(summarise_rounds(measured, [2, 4], busy_load=0.5)), console)
+    text = console.export_text()
+    assert "cores used by other processes during each round: 0.05, 0.05, 0.50, 0.05, 0.05" in text
+    assert "busy (other processes used more than 0.25 of a core) in round(s) 3:" in text
     console = Console(record=True, width=200)
     print_bench(_printable(summarise_rounds(_rounds(1), [], busy_load=10.0)), console)
     text = console.export_text()

@@ -3,6 +3,7 @@ jitter; order kept; bounded memory; end to end in front of a real label party.""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import subprocess
@@ -13,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from orchestration.relay import Link, Relay
+from orchestration.relay import Link, Relay, _link, link_seed
 from splitleak.config import ConfigError, NetworkConfig, parse_config
 from splitleak.metrics_log import read_metrics
 from splitleak.rundir import RunDir
@@ -110,3 +111,37 @@ def test_run_over_an_emulated_wan(tmp_path: Path) -> None:
     walls = [r["wall"] for r in read_metrics(run.metrics) if r["type"] == "train"]
     assert len(walls) == 12
     assert (walls[-1] - walls[0]) / 11 >= 0.06  # ≥ one round trip of 2 × 30 ms per step
+
+
+def _relay_args(*extra: str) -> argparse.Namespace:
+    """What `splitleak relay --to 127.0.0.1:1 EXTRA` parses to."""
+    options = dict(zip(extra[::2], extra[1::2], strict=True))
+    number = {"--latency-ms": float, "--jitter-ms": float, "--bandwidth-mbit": float,
+              "--seed": int, "--party-id": int}
+    given = {flag[2:].replace("-", "_"): number.get(flag, Path)(value)
+             for flag, value in options.items()}
+    return argparse.Namespace(**{"to": "127.0.0.1:1", "listen": "127.0.0.1:0", "port_file": None,
+                                 **dict.fromkeys(("latency_ms", "jitter_ms", "bandwidth_mbit",
+                                                  "seed", "config", "party_id")), **given})
+
+
+def test_relay_takes_its_link_from_the_experiment(tmp_path: Path) -> None:
+    """`splitleak relay --config F --party-id K` (the compose WAN variant) shapes exactly as
+    `splitleak run` does for [network], with the same jitter seed."""
+    config = write_config(tmp_path, small_config(tmp_path, run={"seed": 3}, network={
+        "one_way_latency_ms": 25.0, "jitter_ms": 2.0, "bandwidth_mbit": 100.0}))
+    network, seed = _link(_relay_args("--config", str(config), "--party-id", "2"))
+    assert network == NetworkConfig(one_way_latency_ms=25.0, jitter_ms=2.0, bandwidth_mbit=100.0)
+    assert seed == link_seed(3, 2) == 302
+    assert _link(_relay_args("--latency-ms", "5")) == (NetworkConfig(one_way_latency_ms=5.0), 0)
+    for extra, words in [(["--config", str(config)], "--party-id 1..2"),
+                         (["--config", str(config), "--party-id", "3"], "--party-id 1..2"),
+                         (["--config", str(config), "--party-id", "1", "--latency-ms", "5"],
+                          "drop --latency-ms"),
+                         (["--party-id", "1"], "only applies with --config")]:
+        with pytest.raises(ValueError, match=words):
+            _link(_relay_args(*extra))
+    bad = subprocess.run([sys.executable, "-m", "orchestration", "relay", "--to", "127.0.0.1:1",
+                          "--config", str(config)], capture_output=True, text=True,
+                         timeout=scaled(60))
+    assert bad.returncode == 2 and "--party-id 1..2" in bad.stderr and "Traceback" not in bad.stderr

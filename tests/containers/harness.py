@@ -68,13 +68,14 @@ class Topology:
     runs: Path
     run_id: str
     log: Path
+    compose_file: Path = COMPOSE_FILE  # e.g. deploy/docker-compose.wan.yml
 
     @property
     def run_dir(self) -> Path:
         return self.runs / self.run_id
 
     def command(self, *args: str) -> list[str]:
-        return [*self.compose, "-p", self.project, "-f", str(COMPOSE_FILE), *args]
+        return [*self.compose, "-p", self.project, "-f", str(self.compose_file), *args]
 
     def start(self, *args: str) -> subprocess.Popen:
         """Start a compose command in the background, its output appended to self.log."""

@@ -29,6 +29,34 @@ def test_checked_in_file_is_the_generated_one() -> None:
         "`python deploy/make_compose.py 2 -o deploy/docker-compose.yml`")
 
 
+WAN_FILE = REPO / "deploy" / "docker-compose.wan.yml"
+
+
+def test_checked_in_wan_file_is_the_generated_one() -> None:
+    expected = generator().render(2, "deploy/docker-compose.wan.yml", wan=True)
+    assert WAN_FILE.read_text() == expected, (
+        "deploy/docker-compose.wan.yml differs from the generator's output; regenerate it with "
+        "`python deploy/make_compose.py 2 --wan -o deploy/docker-compose.wan.yml`")
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_wan_variant_puts_a_relay_on_every_party_link(n: int) -> None:
+    services = generator().compose(n, wan=True)["services"]
+    plain = generator().compose(n)["services"]
+    assert set(services) == set(plain) | {f"relay-{k}" for k in range(1, n + 1)}
+    for k in range(1, n + 1):
+        relay = services[f"relay-{k}"]["command"]
+        assert relay[:2] == ["splitleak", "relay"]
+        assert relay[relay.index("--to") + 1] == plain[f"passive-party-{k}"]["command"][
+            plain[f"passive-party-{k}"]["command"].index("--label-party") + 1]
+        assert relay[relay.index("--party-id") + 1] == str(k) and "--config" in relay
+        listen = relay[relay.index("--listen") + 1].split(":", 1)[1]
+        party = services[f"passive-party-{k}"]
+        assert party["command"][party["command"].index("--label-party") + 1] == f"relay-{k}:{listen}"
+        assert f"relay-{k}" in party["depends_on"]
+        assert services[f"relay-{k}"]["depends_on"] == {"label-party": {"condition": "service_healthy"}}
+
+
 @pytest.mark.parametrize("n", [1, 3, 8])
 def test_generator_wires_n_passive_parties(n: int) -> None:
     services = generator().compose(n)["services"]
@@ -51,15 +79,16 @@ def test_generator_refuses_bad_n() -> None:
 
 
 @pytest.mark.containers
-@pytest.mark.parametrize("n", [1, 2, 5])
-def test_compose_tool_accepts_generated_files(n: int, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("n", "wan"), [(1, False), (2, False), (5, False), (2, True)])
+def test_compose_tool_accepts_generated_files(n: int, wan: bool, tmp_path: Path) -> None:
     compose = detect_compose()
     if compose is None:
         pytest.skip("no compose tool (docker compose / docker-compose) installed")
     path = tmp_path / f"compose.{n}.yml"
-    path.write_text(generator().render(n, str(path)))
+    path.write_text(generator().render(n, str(path), wan))
     result = run([*compose, "-f", str(path), "config", "-q"])
     assert result.returncode == 0, result.stderr
     listed = run([*compose, "-f", str(path), "config", "--services"]).stdout.split()
     assert sorted(listed) == sorted(["prepare", "label-party", "attacker", "analysis", "report",
-                                     *(f"passive-party-{k}" for k in range(1, n + 1))])
+                                     *(f"passive-party-{k}" for k in range(1, n + 1)),
+                                     *(f"relay-{k}" for k in range(1, n + 1) if wan)])

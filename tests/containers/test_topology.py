@@ -87,6 +87,29 @@ def test_topology_trains_records_and_reports(topology: Topology, up_args: list[s
     assert tomllib.loads((run_dir / "config.toml").read_text())["run"]["name"] == "compose"
 
 
+def test_wan_variant_trains_behind_shaping_relays(topology: Topology) -> None:
+    """deploy/docker-compose.wan.yml with deploy/experiment.wan.toml: each passive party's
+    connection crosses its relay container, which shapes it as the experiment's [network] says."""
+    topology.compose_file = REPO / "deploy" / "docker-compose.wan.yml"
+    topology.env["SPLITLEAK_CONFIG"] = str(REPO / "deploy" / "experiment.wan.toml")
+    code = topology.run("up", "--no-build", "--exit-code-from", "report", "report",
+                        timeout=RUN_TIMEOUT_S)
+    assert code == 0, f"compose exited {code}:\n{topology.output()}"
+    for k in (1, 2):
+        log = topology.container_logs(f"relay-{k}")
+        assert "one-way latency 25 ms, jitter 2 ms, bandwidth 100 Mbit/s" in log, log
+    run_dir = topology.run_dir
+    outcome = json.loads((run_dir / "label_party" / "outcome.json").read_text())
+    assert outcome["status"] == "ok", outcome
+    train = [r for r in metrics(run_dir) if r["type"] == "train"]
+    steps = sorted(b["wall"] - a["wall"] for a, b in zip(train, train[1:], strict=False))
+    # A train step needs the activation to arrive and the gradient to return: two one-way
+    # trips of 25 ms each at least, whatever the machine's speed.
+    assert steps[len(steps) // 2] >= 0.045, steps[len(steps) // 2]
+    assert [b.column("step")[0].as_py() for b in gradient_log(run_dir, 1)] == list(range(len(train)))
+    assert "network 25 ms ± 2 one-way, 100 Mbit/s" in (run_dir / "report" / "report.md").read_text()
+
+
 def _fault_config(path: Path) -> float:
     """deploy/experiment.toml made long (it is stopped early) with a short step deadline;
     plaintext, so that the other test covers TLS and this one the plaintext path."""
