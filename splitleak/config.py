@@ -165,14 +165,16 @@ class NetworkConfig(_Frozen):
     def shaped(self) -> bool:
         return bool(self.one_way_latency_ms or self.jitter_ms or self.bandwidth_mbit)
 
-    def describe(self) -> str:
-        """`LAN`, or e.g. `25 ms ± 2 one-way, 100 Mbit/s` (what the relays emulate)."""
+    def describe(self, compact: bool = False) -> str:
+        """`LAN`, or e.g. `25 ms ± 2 one-way, 100 Mbit/s` (compact: `25±2 ms, 100 Mbit/s`)."""
         if not self.shaped:
             return "LAN"
         parts = []
         if self.one_way_latency_ms or self.jitter_ms:
-            jitter = f" ± {self.jitter_ms:g}" if self.jitter_ms else ""
-            parts.append(f"{self.one_way_latency_ms:g} ms{jitter} one-way")
+            latency = f"{self.one_way_latency_ms:g}"
+            if self.jitter_ms:
+                latency += f"±{self.jitter_ms:g}" if compact else f" ± {self.jitter_ms:g}"
+            parts.append(f"{latency} ms" + ("" if compact else " one-way"))
         if self.bandwidth_mbit:
             parts.append(f"{self.bandwidth_mbit:g} Mbit/s")
         return ", ".join(parts)

@@ -237,3 +237,62 @@ def test_trends_of_a_two_parameter_grid() -> None:
     assert found[("kdk.k", (("kdk.epsilon", 0.2),))].spearman == pytest.approx(-1.0)
     assert found[("kdk.k", (("kdk.epsilon", 0.5),))].direction == "mixed"
     assert found[("kdk.epsilon", (("kdk.k", 5),))].direction == "rises"
+
+
+def _paced_run(root: Path, data: dict[str, Any], step_s: float, curve: list[tuple[float, float]],
+               attacks: list[str]) -> None:
+    """A run whose train steps take `step_s` and whose evaluations score `curve` (wall, AUC)."""
+    fake_run(root, data, curve[-1][1], [leak_entry(a, 0.8, 0.9) for a in attacks])
+    run = RunDir(root)
+    records = [{"type": "plan", "num_classes": 2},
+               *({"type": "train", "step": i, "wall": i * step_s} for i in range(5)),
+               *({"type": "eval", "wall": wall, "test_auc": auc} for wall, auc in curve)]
+    run.metrics.write_text("".join(json.dumps(r) + "\n" for r in records))
+    run.outcome.write_text(json.dumps({"bytes_sent": 4096, "bytes_received": 6144}))
+
+
+def test_speed_of_lan_and_wan_settings(tmp_path: Path) -> None:
+    """[network] and [wire] are not the set-up: a WAN run is compared against the LAN run without
+    a defense; a float16 wire counts as a defense; the Speed section and the terminal tables
+    give ms per step, the time to the utility every run reached and KiB per step."""
+    from rich.console import Console
+
+    from orchestration.compare.command import speed_table, summary_table
+
+    wan = {"one_way_latency_ms": 25.0, "bandwidth_mbit": 100.0}
+    attacks = ["norm", "cosine_oracle", "mean(centers=oracle)", "median(centers=oracle)"]
+    for seed in (0, 1):
+        for name, extra, step_s, curve in [
+                ("lan", {}, 0.02, [(1.0, 0.70), (2.0, 0.80)]),
+                ("wan", {"network": wan}, 0.16, [(8.0, 0.75), (16.0, 0.79)]),
+                ("wan16", {"network": wan, "wire": {"dtype": "float16"}}, 0.12,
+                 [(6.0, 0.78), (12.0, 0.80)])]:
+            data = small_config(tmp_path, run={"seed": seed, "name": name}, **extra)
+            _paced_run(tmp_path / "runs" / f"{name}-{seed}", data, step_s, curve, attacks)
+    runs, _ = find_runs([tmp_path / "runs"])
+    comparison = compare(runs)
+    by_label = {s.family + " " + s.first.config.network.describe(): s for s in comparison.settings}
+    assert set(by_label) == {"no defense LAN", "no defense 25 ms one-way, 100 Mbit/s",
+                             "float16 wire 25 ms one-way, 100 Mbit/s"}
+    lan = by_label["no defense LAN"]
+    assert all(s.baseline is lan for s in comparison.settings)
+    assert comparison.about_speed() and comparison.speed_target == 0.79  # the lowest final
+    speed = {s.first.config.network.describe() + s.first.config.wire.dtype: comparison.speed[s.key]
+             for s in comparison.settings}
+    assert speed["LANfloat32"]["ms_per_step_mean"] == pytest.approx(20.0)
+    assert speed["LANfloat32"]["seconds_to_target_mean"] == 2.0
+    assert speed["25 ms one-way, 100 Mbit/sfloat32"]["seconds_to_target_mean"] == 16.0
+    assert speed["25 ms one-way, 100 Mbit/sfloat16"]["seconds_to_target_mean"] == 12.0  # 0.78 < 0.79
+    assert speed["LANfloat32"]["kib_per_step"] == pytest.approx(10240 / 5 / 1024)
+    report = write_report(comparison, tmp_path / "compare", [tmp_path / "runs"]).read_text()
+    assert "## Speed" in report and "| 25 ms one-way, 100 Mbit/s | float16 | 120.000" in report
+    console = Console(record=True, width=80)
+    console.print(summary_table(comparison, 80))
+    console.print(speed_table(comparison))
+    text = console.export_text()
+    assert max(map(len, text.splitlines())) <= 80
+    assert "A2 = cosine_oracle" in text  # four long attack names do not fit: numbered
+    assert "s to 0.790" in text and "25 ms, 100 Mbit/s" in text and "120.0" in text
+    wide = Console(record=True, width=200)
+    wide.print(summary_table(comparison, 200))
+    assert "median(centers=oracle)" in wide.export_text().splitlines()[1]

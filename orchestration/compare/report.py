@@ -106,8 +106,9 @@ def _speed_md(comparison: Comparison) -> list[str]:
     return ["## Speed", "",
             "Per setting, over its seeds: the median train step (label party's clock, evaluation "
             f"passes left out), the seconds until the first evaluation at or above {utility} "
-            f"{_num(target, 4)} (the utility {reached}), and the KiB the label party sent and "
-            "received per train step (evaluation traffic included). Time to the target needs "
+            f"{_num(target, 4)} (the utility {reached}), and the KiB of protobuf messages the label "
+            "party sent and received per train step (evaluation traffic included; before gRPC "
+            "compression, which `[wire] compression` applies on the socket). Time to the target needs "
             "`training.eval_interval` > 0 for more than the last point.", "",
             *_md_table(["setting", "network", "wire", "ms / step [CI]",
                         "s to target [CI]", "KiB / step", f"{utility} [CI]"], body)]
