@@ -166,7 +166,7 @@ class NetworkConfig(_Frozen):
         return bool(self.one_way_latency_ms or self.jitter_ms or self.bandwidth_mbit)
 
     def describe(self, compact: bool = False) -> str:
-        """`LAN`, or e.g. `25 ms ± 2 one-way, 100 Mbit/s` (compact: `25±2 ms, 100 Mbit/s`)."""
+        """`LAN`, or e.g. `25 ± 2 ms one-way, 100 Mbit/s` (compact: `25±2 ms, 100 Mbit/s`)."""
         if not self.shaped:
             return "LAN"
         parts = []

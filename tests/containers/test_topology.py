@@ -107,7 +107,7 @@ def test_wan_variant_trains_behind_shaping_relays(topology: Topology) -> None:
     # trips of 25 ms each at least, whatever the machine's speed.
     assert steps[len(steps) // 2] >= 0.045, steps[len(steps) // 2]
     assert [b.column("step")[0].as_py() for b in gradient_log(run_dir, 1)] == list(range(len(train)))
-    assert "network 25 ms ± 2 one-way, 100 Mbit/s" in (run_dir / "report" / "report.md").read_text()
+    assert "network 25 ± 2 ms one-way, 100 Mbit/s" in (run_dir / "report" / "report.md").read_text()
 
 
 def _fault_config(path: Path) -> float:
