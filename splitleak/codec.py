@@ -87,12 +87,12 @@ def encode_tensor(tensor: torch.Tensor | np.ndarray, *, sparse: bool = False) ->
     wire = array.astype(_SPECS[code].wire, copy=False)
     if sparse and code in _FLOATS and 0 < wire.size < 2**31:
         # Nonzero by bit pattern, so -0.0 travels as itself.
-        bits = wire.reshape(-1).view(f"<i{wire.itemsize}")
-        positions = np.flatnonzero(bits)
+        flat = wire.reshape(-1)  # C order, like the dense form
+        positions = np.flatnonzero(flat.view(f"<i{wire.itemsize}"))
         if len(positions) * (wire.itemsize + _INDEX.itemsize) < wire.nbytes:
             return tensor_pb2.Tensor(dtype=code, shape=array.shape, sparse=True,
                                      indices=positions.astype(_INDEX).tobytes(),
-                                     data=wire.reshape(-1)[positions].tobytes())
+                                     data=flat[positions].tobytes())
     return tensor_pb2.Tensor(dtype=code, shape=array.shape, data=wire.tobytes(order="C"))
 
 
@@ -185,9 +185,12 @@ def decode_tensor(
     """
     spec, dims, data = _validated(msg, field, dtype, shape)
     # The single copy out of the immutable bytes; it also fixes byte order on big-endian hosts.
-    wire = data if isinstance(data, np.ndarray) else np.frombuffer(
+    # A sparse message was expanded into a fresh array already: no second copy.
+    expanded = isinstance(data, np.ndarray)
+    wire = data if expanded else np.frombuffer(
         data, dtype=spec.wire if spec.name != "bool" else np.uint8)
-    array = wire != 0 if spec.name == "bool" else wire.astype(spec.wire.newbyteorder("="))
+    array = wire != 0 if spec.name == "bool" else wire.astype(spec.wire.newbyteorder("="),
+                                                                copy=not expanded)
     array = _reshaped(array, dims, field)
     if finite and spec.torch_dtype.is_floating_point:
         _check_finite(array, field, bfloat16_bits=spec.name == "bfloat16")

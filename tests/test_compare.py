@@ -293,6 +293,10 @@ def test_speed_of_lan_and_wan_settings(tmp_path: Path) -> None:
     assert max(map(len, text.splitlines())) <= 80
     assert "A2 = cosine_oracle" in text  # four long attack names do not fit: numbered
     assert "s to 0.790" in text and "25 ms, 100 Mbit/s" in text and "120.0" in text
+    asked = compare(runs, target=0.8)  # above the WAN float32 runs' final 0.79
+    assert not asked.speed_target_is_common
+    text = write_report(asked, tmp_path / "asked", [tmp_path / "runs"]).read_text()
+    assert "(0 of 2 runs reached it)" in text and "(the utility asked for)" in text
     wide = Console(record=True, width=200)
     wide.print(summary_table(comparison, 200))
     assert "median(centers=oracle)" in wide.export_text().splitlines()[1]

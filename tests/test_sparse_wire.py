@@ -63,7 +63,10 @@ def test_bfloat16_and_torch_tensors_go_sparse_too() -> None:
     tensor[3, 2], tensor[9, 7] = 1.5, -2.25
     msg = encode_tensor(tensor, sparse=True)
     assert msg.sparse and len(msg.indices) == 8
-    assert torch.equal(decode_tensor(msg, field="g", shape=(16, 8)), tensor)
+    decoded = decode_tensor(msg, field="g", shape=(16, 8))
+    assert torch.equal(decoded, tensor)
+    decoded[0, 0] = 7.0  # a fresh, writable tensor
+    assert decode_tensor(msg, field="g", shape=(16, 8))[0, 0] == 0
 
 
 def _sparse_msg(shape, indices, values, dtype=tensor_pb2.FLOAT32) -> tensor_pb2.Tensor:

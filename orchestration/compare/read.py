@@ -78,6 +78,10 @@ def leak_entries(summary: dict[str, Any]) -> list[LeakEntry]:
     return entries
 
 
+def utility_metric(num_classes: int) -> str:
+    return "test_auc" if num_classes == 2 else "test_accuracy"
+
+
 @dataclass(frozen=True)
 class RunResult:
     """A finished, analysed run as the comparison sees it."""
@@ -98,7 +102,7 @@ class RunResult:
 
     @property
     def utility_metric(self) -> str:
-        return "test_auc" if self.num_classes == 2 else "test_accuracy"
+        return utility_metric(self.num_classes)
 
     @property
     def utility(self) -> float | None:
@@ -122,7 +126,7 @@ def read_run(root: Path, label: str | None = None) -> RunResult:
     plan = next((r for r in records if r.get("type") == "plan"), {})
     summary = json.loads(summary_path.read_text())
     num_classes = int(summary.get("num_classes") or plan.get("num_classes") or 2)
-    metric = "test_auc" if num_classes == 2 else "test_accuracy"
+    metric = utility_metric(num_classes)
     return RunResult(root, config, label, num_classes, evals[-1] if evals else {},
                      leak_entries(summary), ms_per_step(records),
                      tuple(utility_curve(records, metric)), _bytes_per_step(run, records))

@@ -100,7 +100,9 @@ def _speed_md(comparison: Comparison) -> list[str]:
         speed = comparison.speed[setting.key]
         cfg = setting.first.config
         body.append([setting.label, cfg.network.describe(), cfg.wire.describe(),
-                     _ci(speed, "ms_per_step"), _ci(speed, "seconds_to_target"),
+                     _ci(speed, "ms_per_step"), _ci(speed, "seconds_to_target") + (
+                         f" ({speed['reached']} of {speed['runs']} runs reached it)"
+                         if speed["reached"] < speed["runs"] else ""),
                      _num(speed["kib_per_step"], 1), _ci(speed, "utility")])
     reached = "every run reached" if comparison.speed_target_is_common else "asked for"
     return ["## Speed", "",
