@@ -242,6 +242,11 @@ class Analysis:
             named.append(("model_completion", {"labelled_per_class": labelled[0]}))
         if len(unit.parties) == 1 and unit.parties[0] in self.threat.white_box_parties:
             named.append(("exact", {}))
+        receiver = self.threat.receiver
+        if len(unit.parties) == 1 and unit.parties[0] in receiver.victims:
+            shared = {"auxiliary_fraction": receiver.auxiliary_fraction, "max_rows": receiver.max_rows}
+            named += [(name, shared) for name, on in (("inversion", receiver.white_box),
+                                                      ("back_mapping", receiver.back_mapping)) if on]
         built = [build_attack(n, p) for n, p in named]
         return [a for a in built if isinstance(a, RunAttack)]
 
@@ -443,10 +448,12 @@ def _run_attacks(analysis: Analysis) -> list[dict[str, Any]]:
                     return entries
             context = RunContext(analysis.run, cfg, unit.parties, unit.seed, analysis.train_ids,
                                  analysis.test_ids, analysis.labels)
-            entry = {"party_id": unit.parties[0], "parties": list(unit.parties), "layer": "bottom",
+            threat = (f"{analysis.threat.receiver.describe()}; victim: party {unit.key}"
+                      if attack.receiver else analysis.threat.describe(list(unit.parties)))
+            entry = {"party_id": unit.parties[0], "parties": list(unit.parties),
+                     "layer": "input" if attack.receiver else "bottom",
                      "attack": attack.label, "scope": "run", "epoch": None,
-                     "side_knowledge": attack.side_knowledge,
-                     "threat": analysis.threat.describe(list(unit.parties)), "metric": "accuracy",
+                     "side_knowledge": attack.side_knowledge, "threat": threat, "metric": "accuracy",
                      "seed": unit.seed, "draws": 1, "batches": 1, "skipped": 0, "degenerate": 0}
             try:
                 result = attack.run(context)
@@ -457,6 +464,10 @@ def _run_attacks(analysis: Analysis) -> list[dict[str, Any]]:
                 entries.append({**entry, "skipped": 1, "error": str(err)})
                 continue
             value = result.accuracy
+            if attack.receiver:
+                entries.append({**entry, "metric": result.metric, "reconstruction": result.figures,
+                                result.metric: {"mean": value, "p95": value, "max": value, "n": 1}})
+                continue
             entries.append({**entry, "accuracy": {"mean": value, "p95": value, "max": value, "n": 1},
                             "pooled": {"accuracy": value, "correct": result.correct,
                                        "rows": result.rows, "no_prediction": 0},

@@ -197,3 +197,30 @@ def training_curves(train: list[dict[str, Any]], evals: list[dict[str, Any]], pa
         ax.grid(alpha=0.3)
     fig.suptitle("Utility over training (label party)")
     _save(fig, path)
+
+
+def reconstruction_grid(grids: list[tuple[str, dict[str, np.ndarray]]], path: Path) -> None:
+    """Originals (top row) and each attack's reconstructions below, same examples per column;
+    every image on the originals' grey scale."""
+    truth = grids[0][1]["truth"]
+    low, high = float(truth.min()), float(truth.max())
+    columns, rows = truth.shape[0], 1 + len(grids)
+    height, width = truth.shape[-2:]
+    scale = 1.1 * max(1.0, 28 / max(height, width))
+    fig, axes = plt.subplots(rows, columns, squeeze=False,
+                             figsize=(0.12 + columns * scale * width / height * 0.9 + 1.4,
+                                      rows * scale))
+    labels = ["original", *(name for name, _ in grids)]
+    images = [truth, *(grid["rebuilt"] for _, grid in grids)]
+    for r, (label, block) in enumerate(zip(labels, images, strict=True)):
+        for c in range(columns):
+            ax = axes[r, c]
+            picture = block[c].transpose(1, 2, 0) if block[c].shape[0] == 3 else block[c][0]
+            ax.imshow(np.clip(picture, low, high), cmap="gray", vmin=low, vmax=high)
+            ax.set_xticks([])
+            ax.set_yticks([])
+            if r == 0:
+                ax.set_title(f"y={int(grids[0][1]['labels'][c])}", fontsize=7)
+        axes[r, 0].set_ylabel(label, fontsize=7, rotation=0, ha="right", va="center")
+    fig.tight_layout()
+    _save(fig, path)

@@ -22,6 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from attacker.report_exact import exact_md, exact_table
+from attacker.report_reconstruction import draw_grids, reconstruction_md, reconstruction_table
 from attacker.report_threat import above_bound_notes, completion_md, threat_md
 from attacker.report_threat import fmt as _fmt
 from attacker.report_threat import md_table as _md_table
@@ -37,7 +38,8 @@ log = logging.getLogger("attacker.report")
 FLIPPED = "flip-corrected leak AUC max(AUC, 1 − AUC)"
 OTHER_METRICS = "label attacks: label accuracy; count attacks: count error Σ|n̂ − n|/2B, 0 = exact"
 LAYER_ORDER = {"cut": 0, "first": 1, "activation": 2}
-PLOT_FILES = ("leak_party*_*.png", "norms_party*.png", "cosine_party*.png", "training.png")
+PLOT_FILES = ("leak_party*_*.png", "norms_party*.png", "cosine_party*.png", "training.png",
+              "reconstruction_party*.png")
 
 
 def _layer_key(layer: str) -> int:
@@ -73,7 +75,7 @@ def _run_entries(summary: dict[str, Any], completion: bool = False) -> list[dict
     """Run-level gradient-attack entries (or, with `completion`, the model-completion ones) by
     party, then layer (cut first), then in the analysis' attack order."""
     entries = [e for e in summary["leak"] if e["scope"] == "run" and "exact" not in e
-               and ("completion" in e or "error" in e) == completion]
+               and e["layer"] != "input" and ("completion" in e or "error" in e) == completion]
     return sorted(entries, key=lambda e: (len(e.get("parties") or [1]), e["party_id"],
                                           _layer_key(e["layer"])))
 
@@ -182,7 +184,8 @@ def _top_cell(split: dict[str, Any]) -> str:
 def print_leak_table(console: Console, summary: dict[str, Any]) -> None:
     """The gradient attacks' table, then the run-level attacks' (an empty first table is left
     out when a run-level one follows, e.g. a run analysed with EXACT alone)."""
-    run_level = [t for t in (completion_table(summary), exact_table(summary)) if t is not None]
+    run_level = [t for t in (completion_table(summary), exact_table(summary),
+                             reconstruction_table(summary)) if t is not None]
     if _run_entries(summary) or not run_level:
         console.print(leak_table(summary))
     for table in run_level:
@@ -318,6 +321,7 @@ def _draw_plots(run: RunDir, summary: dict[str, Any], inputs: _Inputs,
     if train:
         figure("training.png", "Train loss and test metric over training", plots.training_curves,
                train, evals)
+    draw_grids(run, summary, figure)
     return figures
 
 
@@ -334,7 +338,7 @@ def write_report(run: RunDir, summary: dict[str, Any]) -> None:
     warnings = [*above_bound_notes(summary), *summary.get("warnings", []), *notes]
     lines = [*_title_md(run, summary, inputs), *threat_md(summary),
              *_headline_md(summary, inputs.records, bounds), *completion_md(summary),
-             *exact_md(summary),
+             *exact_md(summary), *reconstruction_md(summary),
              *_utility_md(inputs.records), *_objective_md(inputs.config, inputs.outcome),
              *_defense_md(inputs.config, inputs.outcome),
              *_bound_md(bounds, summary), *_leak_md(summary, inputs.leak), *_epoch_md(summary),

@@ -43,10 +43,15 @@ def cpu_clock() -> tuple[float, float, float] | None:
     return time.monotonic(), machine, own
 
 
+MIN_CLOCK_WINDOW = 1.0  # s
+
+
 def other_cores(start: tuple[float, float, float] | None,
                 end: tuple[float, float, float] | None) -> float | None:
-    """Cores other processes used on average between two cpu_clock() readings."""
-    if start is None or end is None or end[0] <= start[0]:
+    """Cores other processes used on average between two cpu_clock() readings; None over less
+    than MIN_CLOCK_WINDOW (the kernel counts in 10 ms ticks: one tick over a millisecond would
+    read as ten busy cores)."""
+    if start is None or end is None or end[0] - start[0] < MIN_CLOCK_WINDOW:
         return None
     return max(0.0, ((end[1] - start[1]) - (end[2] - start[2])) / (end[0] - start[0]))
 

@@ -259,6 +259,8 @@ class ExperimentConfig(_Frozen):
                     "lr = 0.1, momentum = 0.9 } (its lr, momentum and weight decay are used)")
         if self.threat.white_box_parties:
             self._check_white_box()
+        if self.threat.receiver.victims:
+            self._check_receiver()
         if self.model.kind == "wide_deep" and self.features.label_party is None:
             raise ValueError("model.kind = 'wide_deep' puts the wide part on the label party: "
                              "give it features (features.label_party = [start, stop])")
@@ -286,6 +288,20 @@ class ExperimentConfig(_Frozen):
         if missing:
             raise ValueError(f"threat.parties.{k}.white_box = true (EXACT) needs "
                              + "; ".join(missing))
+
+    def _check_receiver(self) -> None:
+        """Feature reconstruction (ALGORITHMS.md §2.11) reads each victim's activations where the
+        sidecar records them, beside the victim's gradients."""
+        for k in self.threat.receiver.victims:
+            needs = [(self.attacker.enabled and self.attacker.record_activation,
+                      "attacker.enabled = true and attacker.record_activation = true (the "
+                      "activations the label party received are what it reconstructs from)"),
+                     (k in self.threat.curious, f"[threat.parties.{k}] curious = true (its tap "
+                      "records the activations it sends)")]
+            missing = [what for ok, what in needs if not ok]
+            if missing:
+                raise ValueError(f"threat.receiver.victims names party {k}: reconstruction needs "
+                                 + "; ".join(missing))
 
     @field_validator("objective", mode="before")
     @classmethod

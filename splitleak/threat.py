@@ -60,6 +60,35 @@ class WhiteBoxConfig(_Frozen):
     max_snapshots: PositiveInt = Field(200, le=100_000)  # bounds the artifact: steps < every * this
 
 
+class ReceiverThreat(_Frozen):
+    """The label party as an attacker on the activations it receives: it reconstructs the
+    victims' input features (ALGORITHMS.md §2.11), e.g. to evaluate an input protection."""
+
+    victims: list[PositiveInt] = []  # passive parties whose inputs it reconstructs
+    white_box: bool = True  # knows each victim's bottom model: the inversion attack (2.11a)
+    back_mapping: bool = True  # trains a decoder on its auxiliary rows (2.11b)
+    # Train rows whose features (and activations) the attacker owns: the decoder's training
+    # set, disjoint from the rows it is scored on.
+    auxiliary_fraction: float = Field(0.1, gt=0, lt=1)
+    max_rows: PositiveInt = Field(512, le=100_000)  # victim rows scored (drawn from the last epoch)
+
+    @model_validator(mode="after")
+    def _ways(self) -> ReceiverThreat:
+        if len(set(self.victims)) != len(self.victims):
+            raise ValueError(f"receiver.victims = {self.victims} names a party twice")
+        if self.victims and not (self.white_box or self.back_mapping):
+            raise ValueError("receiver.victims is set but both attacks are off: set white_box = "
+                             "true (inversion) and/or back_mapping = true (decoder)")
+        return self
+
+    def describe(self) -> str:
+        """e.g. `label party: white-box inversion, back-mapping on 10 % auxiliary rows`."""
+        ways = (["white-box inversion (knows the bottom model)"] if self.white_box else []) + \
+            ([f"back-mapping decoder on {self.auxiliary_fraction:.0%} auxiliary train rows"]
+             if self.back_mapping else [])
+        return "label party, on received activations: " + ", ".join(ways)
+
+
 def _default_parties() -> dict[str, ThreatParty]:
     return {"1": ThreatParty()}
 
@@ -71,6 +100,7 @@ class ThreatConfig(_Frozen):
     collusion: list[list[PositiveInt]] = []  # groups of parties analysed together by one attacker
     parties: dict[str, ThreatParty] = Field(default_factory=_default_parties)
     white_box: WhiteBoxConfig = WhiteBoxConfig()
+    receiver: ReceiverThreat = ReceiverThreat()
 
     @model_validator(mode="after")
     def _groups(self) -> ThreatConfig:
@@ -88,6 +118,7 @@ class ThreatConfig(_Frozen):
         allowed = {str(k) for k in range(1, passive_parties + 1)}
         bad = sorted(set(self.parties) - allowed, key=str)
         bad += sorted({str(k) for g in self.collusion for k in g} - allowed - set(bad), key=str)
+        bad += sorted({str(k) for k in self.receiver.victims} - allowed - set(bad), key=str)
         if bad:
             raise ValueError(f"threat names parties {bad}; this run has passive parties "
                              f"1..{passive_parties}")

@@ -80,6 +80,7 @@ def test_other_processes_cpu_is_the_machine_busy_time_minus_our_own():
     assert other_cores((0.0, 10.0, 4.0), (2.0, 13.0, 6.5)) == pytest.approx(0.25)  # (3-2.5)/2
     assert other_cores((0.0, 10.0, 4.0), (2.0, 12.0, 6.5)) == 0.0  # never below zero
     assert other_cores(None, (2.0, 12.0, 6.5)) is None
+    assert other_cores((0.0, 10.0, 4.0), (0.001, 10.01, 4.0)) is None  # one tick in 1 ms: unmeasured
     rounds = [{"round": 0, "load_start": 9.0, "load_end": 9.0, "other_cores": 0.1},
               {"round": 1, "load_start": 0.1, "load_end": 0.1, "other_cores": 0.6}]
     assert busy_rounds(rounds, 1.0) == [1]  # the measured share wins over the load average

@@ -71,9 +71,14 @@ def test_sending_faster_than_asked_is_refused(tmp_path: Path) -> None:
         await party.call.write(answer)  # only the first was asked for
 
     err, outcome = asyncio.run(scripted_run(cfg, tmp_path / "run", twice))
-    assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.details()
-    assert "more messages than it was asked for" in err.details()
-    assert outcome["code"] == "RESOURCE_EXHAUSTED" and outcome["culprit"] == "passive party 1"
+    # The copy is refused either before the label party asks for step 1 (no credit) or, on a
+    # slow machine, after it (the copy then spends step 1's credit with a step-0 answer).
+    if err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        assert "more messages than it was asked for" in err.details()
+    else:
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT, err.details()
+        assert "sent an activation for TRAIN step 0, but TRAIN step 1 was asked" in err.details()
+    assert outcome["code"] == err.code().name and outcome["culprit"] == "passive party 1"
 
 
 @pytest.mark.parametrize("shape", [[17], [16, 1], [2**40], [0], []])

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from attacker.attacks import (  # noqa: F401  (imported to register)
+    back_mapping,
     batch_label_counts,
     clustering,
     cosine_majority,
@@ -13,6 +14,7 @@ from attacker.attacks import (  # noqa: F401  (imported to register)
     exact,
     hint_distance,
     hint_inner,
+    inversion,
     mean,
     median,
     model_completion,
@@ -54,8 +56,9 @@ DEFAULT_MULTICLASS_ATTACKS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 # Run once per attacking party whose threat entry declares labelled examples (labelled_per_class),
-# and EXACT once per party declared white_box.
-RUN_ATTACKS: list[str] = ["model_completion", "exact"]
+# EXACT once per party declared white_box, and the reconstruction attacks once per victim of the
+# label party ([threat.receiver]).
+RUN_ATTACKS: list[str] = ["model_completion", "exact", "inversion", "back_mapping"]
 
 __all__ = [
     "ATTACKS",

@@ -184,18 +184,21 @@ class AttackRefused(ValueError):
 
 @dataclass(frozen=True)
 class RunResult:
-    """A run-level attack's figures: `accuracy` is its headline (train top-1, pooled over rows)."""
+    """A run-level attack's figures: `accuracy` is its headline (train top-1, pooled over rows),
+    or the value of `metric` when it is not an accuracy (e.g. a reconstruction's SSIM)."""
 
     accuracy: float
     correct: int
     rows: int
     figures: dict[str, Any]
+    metric: str = "accuracy"
 
 
 class RunAttack(AttackPlugin):
     """An attack run once per attacking party (or colluding group) on what it kept."""
 
     kind: ClassVar[Literal["run"]] = "run"
+    receiver: ClassVar[bool] = False  # the label party attacks the party's activations (§2.11)
 
     @abstractmethod
     def run(self, context: RunContext) -> RunResult:
