@@ -218,9 +218,11 @@ class Analysis:
         return [self.attacker((k,)) for k in sorted(available)] + [self.attacker(g) for g in groups]
 
     def run_units(self) -> list[Attacker]:
-        """Run-level attackers: every adversarial party and every colluding group."""
-        singles = [(int(k),) for k in sorted(self.threat.parties, key=int)]
-        return [self.attacker(p) for p in singles + [tuple(sorted(g)) for g in self.threat.collusion]]
+        """Run-level attackers: every adversarial party, every victim of the label party (the
+        reconstruction attacks), and every colluding group."""
+        parties = sorted({int(k) for k in self.threat.parties} | set(self.threat.receiver.victims))
+        return [self.attacker((k,)) for k in parties] + \
+            [self.attacker(tuple(sorted(g))) for g in self.threat.collusion]
 
     def batch_attacks(self, unit: Attacker) -> list[Attack]:
         if self.specs is not None:

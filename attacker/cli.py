@@ -76,12 +76,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     out = args.resume or args.out
     cfg = config_or_exit(args.config) if args.config else None
     observe = set(args.party or (cfg.threat.curious if cfg else [1]))
+    receive = set(args.receive or (cfg.received_parties if cfg else []))
     topology = cfg.topology if cfg else TopologyConfig(tls=args.tls_dir is not None)
     tls_dir = tls_dir_or_exit(cfg, args.tls_dir) if cfg else args.tls_dir
     writable_or_exit(RunDir(out).attacker / "gradients")
     try:
         return run_async(serve(out, args.listen, observe, args.run_id or "", topology,
-                               args.port_file, tls_dir, resume=args.resume is not None))
+                               args.port_file, tls_dir, resume=args.resume is not None,
+                               receive=receive))
     except RecordError as err:
         raise BadInput(f"attacker serve: {err}") from None
     except OSError as err:
@@ -132,7 +134,8 @@ def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="attacker", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("serve", help="record the gradients observed passive parties receive")
+    s = sub.add_parser("serve", help="record the gradients observed passive parties receive "
+                       "(and the activations the label party receives from victims)")
     s.add_argument("--listen", required=True, help="HOST:PORT (port 0: any free port)")
     s.add_argument("--out", type=Path, help="run directory; the log goes to OUT/attacker/gradients")
     s.add_argument("--resume", type=Path, metavar="RUN_DIR",
@@ -141,6 +144,10 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--party", type=int, action="append",
                    help="observed passive party id (repeatable; default: the threat model's "
                    "curious parties)")
+    s.add_argument("--receive", type=int, action="append", metavar="PARTY",
+                   help="also record what the label party receives from this passive party "
+                   "(repeatable; default: the threat model's receiver victims); log in "
+                   "OUT/attacker/received")
     s.add_argument("--run-id", help="accept only records of this run")
     s.add_argument("--port-file", type=Path, help="write the bound HOST:PORT here once serving")
     s.add_argument("--tls-dir", type=Path, help="TLS identities (ca.pem, attacker.pem/.key)")

@@ -96,7 +96,7 @@ def load_victim(context: RunContext, params: ReconstructionParams, what: str) ->
     draw = rng(context.seed, "reconstruction", "auxiliary", k)
     n_aux = max(1, round(params.auxiliary_fraction * context.train_ids.size))
     aux = np.sort(draw.choice(context.train_ids, size=n_aux, replace=False))
-    last, aux_rows = _read_activations(context.run.attacker / "gradients", k, aux, what)
+    last, aux_rows = _read_activations(context.run.attacker / "received", k, aux, what)
     epoch, ids, received = last
     keep = ~np.isin(ids, aux)
     ids, received = ids[keep], received[keep]
@@ -112,20 +112,21 @@ def load_victim(context: RunContext, params: ReconstructionParams, what: str) ->
 def _read_activations(root: Path, k: int, aux: np.ndarray, what: str
                       ) -> tuple[tuple[int, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
     """(last epoch, its rows' ids, activations) and every recorded activation of the auxiliary
-    rows; memory is one epoch of activations plus the auxiliary ones."""
+    rows, from the label party's tap; memory is one epoch of activations plus the auxiliary ones."""
     try:
         log = GradientLog(root)
     except FileNotFoundError:
-        raise ValueError(f"{what} reads the activations party {k} sent, but the run has no "
-                         f"gradient log at {root}") from None
+        raise ValueError(f"{what} reads the activations the label party received from party {k}, "
+                         f"but the run has no log of them at {root} (its tap records them when "
+                         f"[threat.receiver] victims names the party)") from None
     if k not in log.parties():
-        raise ValueError(f"{what}: the gradient log at {root} holds nothing of party {k}")
+        raise ValueError(f"{what}: the log at {root} holds nothing the label party received from "
+                         f"party {k} (threat.receiver.victims names {log.parties()})")
     epoch, ids, rows = -1, [], []
     aux_ids, aux_rows = [], []
     for batch in log.batches(k):
         if ACTIVATION not in batch.tensors:
-            raise ValueError(f"{what} reads the activations party {k} sent, but its log has none: "
-                             "record them with attacker.record_activation = true")
+            raise ValueError(f"{what}: {root} is not a log of received activations")
         h = batch.tensors[ACTIVATION]
         if batch.epoch > epoch:
             epoch, ids, rows = batch.epoch, [], []

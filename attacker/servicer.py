@@ -1,4 +1,6 @@
-"""The AttackerSidecar gRPC service: decode each record, append it, acknowledge at the end."""
+"""The AttackerSidecar gRPC service: decode each record, append it to its side's log,
+acknowledge at the end. A stream is one (observer, party): a passive party's tap, or the
+label party's tap of what it receives from that party."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import numpy as np
 
 from attacker.store import GradientStore, RecordError
 from splitleak.codec import CodecError, decode_ids, decode_tensor, decode_view
-from splitleak.tls import passive_identity, peer_identity
+from splitleak.tls import LABEL_PARTY, passive_identity, peer_identity
 from splitleak.v1 import attacker_pb2 as pb
 from splitleak.v1 import attacker_pb2_grpc as pb_grpc
 from splitleak.v1 import tensor_pb2
@@ -22,6 +24,14 @@ log = logging.getLogger("attacker")
 _OPTIONAL = ("activation", "first_layer_gradient")
 _RECORDED = (tensor_pb2.FLOAT32, tensor_pb2.FLOAT16, tensor_pb2.BFLOAT16)  # [wire] dtypes
 SYNC_TIMEOUT = 60.0  # s: a checkpoint Sync without a deadline waits at most this
+PASSIVE, LABEL = pb.PASSIVE_PARTY, pb.LABEL_PARTY
+Key = tuple[int, int]  # (observer, passive party id)
+
+
+def who(key: Key) -> str:
+    """The stream's name in messages."""
+    observer, k = key
+    return f"passive party {k}" if observer == PASSIVE else f"the label party (receiving from party {k})"
 
 
 def add_sidecar(server: grpc.aio.Server, servicer: AttackerServicer, limit_mb: int) -> None:
@@ -39,77 +49,89 @@ def _received(tensor: tensor_pb2.Tensor, field: str) -> np.ndarray:
 
 class AttackerServicer(pb_grpc.AttackerSidecarServicer):
     def __init__(self, store: GradientStore, observe: set[int], run_id: str | None = None,
-                 tls: bool = False) -> None:
-        self.store = store
+                 tls: bool = False, received: GradientStore | None = None,
+                 receive: set[int] | None = None) -> None:
+        self.stores = {PASSIVE: store, **({LABEL: received} if received is not None else {})}
         self.tls = tls
         self.observe = observe
+        self.receive = receive or set()
+        self.expected: set[Key] = {(PASSIVE, k) for k in observe} | {(LABEL, k) for k in self.receive}
         self.run_id = run_id
-        self.finished: set[int] = set()
+        self.finished: set[Key] = set()
         self.all_finished = asyncio.Event()
-        self.streaming: set[int] = set()
-        self.refused: dict[int, str] = {}  # the last refusal of each observed party
+        self.streaming: set[Key] = set()
+        self.refused: dict[Key, str] = {}  # the last refusal of each expected stream
         self._appended = asyncio.Condition()
 
+    @property
+    def store(self) -> GradientStore:
+        return self.stores[PASSIVE]
+
     async def _refuse(self, context: grpc.aio.ServicerContext, err: RecordError,
-                      party: int | None) -> None:
+                      key: Key | None) -> None:
         """Log the refusal and its reason here, then answer with its status."""
-        log.warning("refused %s: %s [%s]", f"passive party {party}" if party is not None
-                    else "a record stream", err, err.status)
-        if party in self.observe:
-            self.refused[party] = str(err)
+        log.warning("refused %s: %s [%s]", who(key) if key is not None else "a record stream",
+                    err, err.status)
+        if key in self.expected:
+            self.refused[key] = str(err)
         await context.abort(grpc.StatusCode[err.status], str(err))
 
     async def Record(self, request_iterator: AsyncIterator[pb.GradientRecord | Malformed],  # noqa: N802
                      context: grpc.aio.ServicerContext) -> pb.RecordSummary:
         records = rows = 0
-        party: int | None = None
-        claimed: int | None = None
+        key: Key | None = None
+        claimed: Key | None = None
         try:
             async for record in request_iterator:
                 if isinstance(record, Malformed):
                     raise RecordError(record.describe(), status=record.code.name)
-                claimed = record.party_id
-                if party is None:
-                    party = self._admit(record.run_id, record.party_id, peer_identity(context))
-                    self.streaming.add(party)
-                rows += self._append(record, party)
+                claimed = (record.observer, record.party_id)
+                if key is None:
+                    key = self._admit(record.run_id, claimed, peer_identity(context))
+                    self.streaming.add(key)
+                rows += self._append(record, key)
                 records += 1
                 async with self._appended:
                     self._appended.notify_all()
         except RecordError as err:
-            await self._refuse(context, err, party if party is not None else claimed)
+            await self._refuse(context, err, key if key is not None else claimed)
         finally:
-            if party is not None:
-                self.streaming.discard(party)
-        if party is not None:
-            self.finished.add(party)
-            if self.observe <= self.finished:
-                self.store.close()
+            if key is not None:
+                self.streaming.discard(key)
+        if key is not None:
+            self.finished.add(key)
+            if self.expected <= self.finished:
+                for store in self.stores.values():
+                    store.close()
                 self.all_finished.set()
         return pb.RecordSummary(records=records, rows=rows)
 
     async def Sync(self, request: pb.SyncRequest,  # noqa: N802
                    context: grpc.aio.ServicerContext) -> pb.RecordSummary:
+        claimed = (request.observer, request.party_id)
         try:
-            party = self._admit(request.run_id, request.party_id, peer_identity(context),
-                                streaming_ok=request.mode == pb.SyncRequest.CHECKPOINT)
+            key = self._admit(request.run_id, claimed, peer_identity(context),
+                              streaming_ok=request.mode == pb.SyncRequest.CHECKPOINT)
+            store = self.stores[key[0]]
             if request.mode == pb.SyncRequest.CHECKPOINT:
-                await self._wait_for(party, request.step, context.time_remaining())
-                self.store.sync(party)
+                await self._wait_for(key, request.step, context.time_remaining())
+                store.sync(key[1])
             elif request.mode == pb.SyncRequest.REWIND:
-                self.store.rewind(party, request.step)
+                store.rewind(key[1], request.step)
             else:
                 raise RecordError(f"Sync mode {request.mode} is not one of CHECKPOINT, REWIND")
         except RecordError as err:
-            await self._refuse(context, err, request.party_id)
+            await self._refuse(context, err, claimed)
             raise  # unreachable: abort raises
-        records, rows = self.store.counts(party)
+        records, rows = store.counts(key[1])
         return pb.RecordSummary(records=records, rows=rows)
 
-    async def _wait_for(self, party: int, step: int, remaining: float | None) -> None:
-        """Until the log holds the party's record of train step `step` - 1."""
+    async def _wait_for(self, key: Key, step: int, remaining: float | None) -> None:
+        """Until the stream's log holds its record of train step `step` - 1."""
+        store, party = self.stores[key[0]], key[1]
+
         def arrived() -> bool:
-            last = self.store.last_step(party)
+            last = store.last_step(party)
             return step == 0 or (last is not None and last >= step - 1)
 
         timeout = min(remaining, SYNC_TIMEOUT) if remaining is not None else SYNC_TIMEOUT
@@ -117,40 +139,56 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
             async with self._appended:
                 await asyncio.wait_for(self._appended.wait_for(arrived), timeout)
         except TimeoutError:
-            raise RecordError(f"passive party {party}: the record of step {step - 1} did not "
+            raise RecordError(f"{who(key)}: the record of step {step - 1} did not "
                               f"arrive within {timeout:g} s (last logged: step "
-                              f"{self.store.last_step(party)})", status="DEADLINE_EXCEEDED") from None
+                              f"{store.last_step(party)})", status="DEADLINE_EXCEEDED") from None
 
-    def _admit(self, run_id: str, k: int, peer: str | None, streaming_ok: bool = False) -> int:
-        if self.tls and peer != passive_identity(k):
+    def _admit(self, run_id: str, key: Key, peer: str | None, streaming_ok: bool = False) -> Key:
+        observer, k = key
+        if observer not in (PASSIVE, LABEL):
+            raise RecordError(f"observer {observer} is not one of PASSIVE_PARTY, LABEL_PARTY")
+        allowed = passive_identity(k) if observer == PASSIVE else LABEL_PARTY
+        if self.tls and peer != allowed:
             raise RecordError(
                 f"the client certificate names {echo(peer)}, which may not send the "
-                f"records of passive party {k}", status="PERMISSION_DENIED")
-        if k not in self.observe:
+                f"records of {who(key)}", status="PERMISSION_DENIED")
+        accepted = self.observe if observer == PASSIVE else self.receive
+        if k not in accepted:
+            side = ("passive party {k}" if observer == PASSIVE else
+                    "the label party of what it receives from party {k}").format(k=k)
+            listed = ", ".join(map(str, sorted(accepted))) or "none"
             raise RecordError(
-                f"records from passive party {k} are not accepted: this sidecar "
-                f"observes part{'y' if len(self.observe) == 1 else 'ies'} "
-                f"{', '.join(map(str, sorted(self.observe)))}", status="PERMISSION_DENIED")
+                f"records from {side} are not accepted: this sidecar records "
+                f"{'the taps of parties' if observer == PASSIVE else 'the label party on parties'} "
+                f"{listed}", status="PERMISSION_DENIED")
         if self.run_id and run_id != self.run_id:
             raise RecordError(
                 f"record of run {echo(run_id)}, but this sidecar records run "
                 f"{self.run_id!r}", status="FAILED_PRECONDITION")
-        if k in self.streaming and not streaming_ok:
-            raise RecordError(f"passive party {k} is already streaming its records to this "
+        if key in self.streaming and not streaming_ok:
+            raise RecordError(f"{who(key)} is already streaming its records to this "
                               "sidecar", status="ALREADY_EXISTS")
-        if k in self.finished and not streaming_ok:
-            raise RecordError(f"passive party {k} already streamed its records to this sidecar",
+        if key in self.finished and not streaming_ok:
+            raise RecordError(f"{who(key)} already streamed its records to this sidecar",
                               status="ALREADY_EXISTS")
-        return k
+        return key
 
-    def _append(self, record: pb.GradientRecord, party: int) -> int:
-        if record.party_id != party:
-            raise RecordError(f"a stream opened by passive party {party} carried a record of "
-                              f"party {record.party_id}")
-        where = f"party {party} step {record.step}"
+    def _append(self, record: pb.GradientRecord, key: Key) -> int:
+        observer, party = key
+        if (record.observer, record.party_id) != key:
+            raise RecordError(f"a stream opened by {who(key)} carried a record of "
+                              f"{who((record.observer, record.party_id))}")
+        where = f"party {party} step {record.step}" + ("" if observer == PASSIVE else " (received)")
         try:
             ids = decode_ids(record.sample_ids, field=f"{where} sample_ids")
-            names = ["cut_gradient"] + [n for n in _OPTIONAL if record.HasField(n)]
+            if observer == PASSIVE:
+                names = ["cut_gradient"] + [n for n in _OPTIONAL if record.HasField(n)]
+            else:  # what the label party received: the activation and nothing else
+                names = ["activation"]
+                extra = [n for n in ("cut_gradient", "first_layer_gradient") if record.HasField(n)]
+                if extra:
+                    raise RecordError(f"{where}: the label party's record carries {extra[0]}; it "
+                                      "records only the activation it received")
             arrays = {n: _received(getattr(record, n), f"{where} {n}") for n in names}
         except CodecError as err:
             raise RecordError(str(err)) from None
@@ -163,4 +201,4 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
             if math.prod(array.shape[1:]) == 0:
                 raise RecordError(f"{where} {name}: shape {list(array.shape)} has no values per "
                                   "row (a gradient of width 0)")
-        return self.store.append(party, record.epoch, record.step, ids, arrays)
+        return self.stores[observer].append(party, record.epoch, record.step, ids, arrays)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from attacker.servicer import AttackerServicer, add_sidecar
+from attacker.servicer import AttackerServicer, Key, add_sidecar, who
 from attacker.store import GradientStore
 from splitleak.config import TopologyConfig
 from splitleak.fileio import write_atomically
@@ -24,12 +24,17 @@ SERVICE_NAME = "splitleak.v1.AttackerSidecar"
 
 async def serve(out: Path, listen: str, observe: set[int], run_id: str,
                 topology: TopologyConfig, port_file: Path | None = None,
-                tls_dir: Path | None = None, resume: bool = False) -> int:
-    """Record until every observed party is done; `resume` continues the log already in
-    `out` (each party's tap cuts it back to the resumed step first)."""
+                tls_dir: Path | None = None, resume: bool = False,
+                receive: set[int] | None = None) -> int:
+    """Record until every observed party (and, for `receive`, the label party's tap of what
+    it receives from those parties) is done; `resume` continues the logs already in `out`
+    (each tap cuts its log back to the resumed step first)."""
     gradients = RunDir(out).attacker / "gradients"
     store = GradientStore(gradients, run_id, resume=resume)
-    servicer = AttackerServicer(store, observe, run_id or None, tls=tls_dir is not None)
+    received = (GradientStore(RunDir(out).attacker / "received", run_id, resume=resume)
+                if receive else None)
+    servicer = AttackerServicer(store, observe, run_id or None, tls=tls_dir is not None,
+                                received=received, receive=receive)
     server = create_server(topology)
     add_sidecar(server, servicer, topology.max_message_mb)
     health_servicer = health.aio.HealthServicer()
@@ -39,8 +44,8 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     host = listen.rsplit(":", 1)[0]
-    log.info("attacker sidecar listening on %s:%d, observing parties %s", host, port,
-             sorted(observe))
+    log.info("attacker sidecar listening on %s:%d, observing parties %s%s", host, port,
+             sorted(observe), f", the label party receiving from {sorted(receive)}" if receive else "")
     if port_file is not None:
         write_atomically(port_file, lambda tmp: tmp.write_text(f"{host}:{port}\n"))
     stop = asyncio.Event()
@@ -52,14 +57,14 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
             loop.add_signal_handler(sig, stop.set)
     done = asyncio.ensure_future(servicer.all_finished.wait())
     stopped = asyncio.ensure_future(stop.wait())
-    abandoned = asyncio.ensure_future(_never_joined(servicer, observe, 2 * topology.join_deadline_s))
+    abandoned = asyncio.ensure_future(_never_joined(servicer, 2 * topology.join_deadline_s))
     await asyncio.wait([done, stopped, abandoned], return_when=asyncio.FIRST_COMPLETED)
     await health_servicer.enter_graceful_shutdown()
     await server.stop(grace=2.0)
-    store.close()
-    missing = sorted(observe - servicer.finished)
-    unfinished = (f" before passive part{'y' if len(missing) == 1 else 'ies'} "
-                  f"{', '.join(map(str, missing))} finished streaming") if missing else ""
+    for each in servicer.stores.values():
+        each.close()
+    missing = sorted(servicer.expected - servicer.finished)
+    unfinished = (f" before {', '.join(map(who, missing))} finished streaming") if missing else ""
     if stopped.done() and not done.done():
         log.warning("interrupted by a signal%s: the log at %s holds what was recorded until then "
                     "(attacker serve --resume continues it)", unfinished, gradients)
@@ -70,16 +75,15 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
     return 1 if missing else 0
 
 
-async def _never_joined(servicer: AttackerServicer, observe: set[int], deadline: float) -> None:
-    """Give up when an observed party has not opened its Record stream in time (its run
-    never started): a sidecar must not outlive the run it was started for."""
+async def _never_joined(servicer: AttackerServicer, deadline: float) -> None:
+    """Give up when an expected tap has not opened its Record stream in time (its run never
+    started): a sidecar must not outlive the run it was started for."""
     await asyncio.sleep(deadline)
-    silent = sorted(observe - servicer.streaming - servicer.finished)
+    silent: list[Key] = sorted(servicer.expected - servicer.streaming - servicer.finished)
     if not silent:
         await asyncio.Event().wait()  # everyone came: the run decides when we end
-    for k in silent:
-        if k in servicer.refused:
-            log.error("passive party %d was refused: %s; giving up", k, servicer.refused[k])
+    for key in silent:
+        if key in servicer.refused:
+            log.error("%s was refused: %s; giving up", who(key), servicer.refused[key])
         else:
-            log.error("passive party %d never opened a Record stream within %g s; giving up",
-                      k, deadline)
+            log.error("%s never opened a Record stream within %g s; giving up", who(key), deadline)

@@ -74,6 +74,8 @@ class RunCheckpoints:
         reason = reason or ("interrupted" if self.interrupt_requested else "periodic")
         acks = await self.exchange.checkpoint(gradients, gradient_batch, position, deadline,
                                               late_answers=reason == "failed")
+        if self.exchange.taps is not None:  # the label party's own records, durable first
+            await self.exchange.taps.sync(position.step)
         self.metrics.sync()  # the manifest must never count records the disk does not hold
         manifest = await self.compute(self._write, position, acks, reason)
         self.last = position

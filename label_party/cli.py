@@ -40,6 +40,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="continue this run from its newest complete checkpoint")
     s.add_argument("--port-file", type=Path, help="write the bound HOST:PORT here once serving")
     s.add_argument("--tls-dir", type=Path, help="TLS identities (ca.pem, label-party.pem/.key)")
+    s.add_argument("--attacker", metavar="HOST:PORT", help="attacker sidecar that records what "
+                   "this party receives from the threat model's receiver victims")
     s.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     setup_logging("label-party", args.verbose)
@@ -65,7 +67,8 @@ def main(argv: list[str] | None = None) -> int:
         run = prepare_run_dir(cfg, args.run_dir)
     try:
         return run_async(serve(cfg, run, args.listen or cfg.topology.label_party_address,
-                               args.port_file, tls_dir, args.resume is not None, manifest))
+                               args.port_file, tls_dir, args.resume is not None, manifest,
+                               args.attacker))
     except OSError as err:
         raise BadInput(f"label party: {describe_os_error(err)}") from None
     except CheckpointError as err:

@@ -13,10 +13,12 @@ import torch
 
 from label_party.schedule import Batch, Phase
 from label_party.session import PartyGone, Session, SessionError
+from label_party.taps import ReceivedTaps
 from splitleak.checkpoint import Position
 from splitleak.codec import WIRE_FLOATS, CodecError, decode_tensor, encode_ids, encode_tensor
 from splitleak.timing import StepTimer, timed
 from splitleak.v1 import split_learning_pb2 as pb
+from splitleak.v1 import tensor_pb2
 
 log = logging.getLogger("label_party")
 TICK = 0.5  # s: how often the barrier checks its own clock
@@ -29,8 +31,10 @@ GRACE = 0.5  # s: read what already arrived before declaring a party stalled
 class NetworkExchange:
     """Sends each party its batch (and the previous cut gradient), collects the answers."""
 
-    def __init__(self, session: Session) -> None:
+    def __init__(self, session: Session, taps: ReceivedTaps | None = None) -> None:
         self.session = session
+        self.taps = taps  # [threat.receiver]: what this party receives goes to the sidecar
+        self._received: dict[int, tensor_pb2.Tensor] = {}  # the victims' raw activations
         self.shapes = session.embedding_shapes()
         self.deadline = session.cfg.topology.step_deadline_s
         self.wire = WIRE_FLOATS[session.cfg.wire.dtype]
@@ -70,8 +74,11 @@ class NetworkExchange:
                        gradient_batch: Batch | None, next_batch: Batch) -> dict[int, torch.Tensor]:
         self._send(gradients, gradient_batch, next_batch)
         during = f"{next_batch.phase.name} step {next_batch.step}"
-        return await self._collect(f"activation for {during}",
-                                   lambda k, m: self._activation(k, m, next_batch, during))
+        activations = await self._collect(f"activation for {during}",
+                                          lambda k, m: self._activation(k, m, next_batch, during))
+        if self.taps is not None and next_batch.phase is Phase.TRAIN:
+            await self.taps.record(next_batch, self._received)
+        return activations
 
     async def checkpoint(self, gradients: dict[int, torch.Tensor] | None,
                          gradient_batch: Batch | None, position: Position,
@@ -159,6 +166,8 @@ class NetworkExchange:
             raise SessionError(grpc.StatusCode.INVALID_ARGUMENT,
                                f"passive party {k} sent {got}, but {batch.phase.name} step "
                                f"{batch.step} was asked", k)
+        if self.taps is not None and k in self.taps.taps:
+            self._received[k] = msg.activation
         try:
             with self.timer.span("decode", timed(batch.phase is Phase.TRAIN, batch.step)):
                 return decode_tensor(msg.activation,

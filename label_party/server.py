@@ -30,6 +30,7 @@ from label_party.schedule import schedule
 from label_party.servicer import add_label_party
 from label_party.session import Session, SessionError
 from label_party.setup import LabelPartyData, load_label_party_data, plan_record
+from label_party.taps import ReceivedTaps, sidecar_failed
 from label_party.trainer import LabelPartyTrainer, NonFiniteStep
 from splitleak.checkpoint import CheckpointError, Manifest, Position, latest, step_dir
 from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED
@@ -37,6 +38,7 @@ from splitleak.config import ExperimentConfig
 from splitleak.fileio import describe_os_error, write_atomically
 from splitleak.metrics_log import MetricsWriter
 from splitleak.rundir import RunDir
+from splitleak.tap import TapError
 from splitleak.timing import TIMING_FILE
 from splitleak.tls import LABEL_PARTY
 from splitleak.transport import bind, create_server
@@ -47,11 +49,14 @@ SERVICE_NAME = "splitleak.v1.LabelParty"
 
 async def serve(cfg: ExperimentConfig, run: RunDir, listen: str,
                 port_file: Path | None = None, tls_dir: Path | None = None,
-                resuming: bool = False, manifest: Manifest | None = None) -> int:
+                resuming: bool = False, manifest: Manifest | None = None,
+                attacker: str | None = None) -> int:
     """Serve one run (or resume it from `manifest`, or from step 0 in the same directory);
-    returns the process exit code (0 trained, 1 failed, 2 run directory unusable, 130 stopped)."""
+    with `attacker`, tap what it receives from the threat model's receiver victims to that
+    sidecar. Returns the process exit code (0 trained, 1 failed, 2 run directory unusable,
+    130 stopped)."""
     torch.set_num_threads(cfg.run.torch_threads)
-    serving = await start(cfg, run, listen, tls_dir, resuming, manifest)
+    serving = await start(cfg, run, listen, tls_dir, resuming, manifest, attacker)
     if port_file is not None:
         write_atomically(port_file, lambda tmp: tmp.write_text(f"{serving.address}\n"))
     # Signals reach only the main thread; a label party run in a worker thread (a Ray role
@@ -92,7 +97,8 @@ class Serving:
 
 
 async def start(cfg: ExperimentConfig, run: RunDir, listen: str, tls_dir: Path | None = None,
-                resuming: bool = False, manifest: Manifest | None = None) -> Serving:
+                resuming: bool = False, manifest: Manifest | None = None,
+                attacker: str | None = None) -> Serving:
     """Load the labels, write them, and start serving the run's session."""
     log.info("loading data (%s)…", cfg.dataset.name)
     data = load_label_party_data(cfg)
@@ -118,8 +124,13 @@ async def start(cfg: ExperimentConfig, run: RunDir, listen: str, tls_dir: Path |
     log.info("label party listening on %s:%d (run %s%s)", host, port, run.root.name,
              f", resuming at step {manifest.step}" if manifest else ", resuming at step 0"
              if resuming else "")
+    taps = ReceivedTaps(cfg, attacker, tls_dir) if attacker and cfg.received_parties else None
+    if cfg.received_parties and taps is None:
+        log.warning("threat.receiver.victims = %s, but no --attacker sidecar was given: what this "
+                    "party receives from them is not recorded (the reconstruction attacks will "
+                    "have nothing to read)", cfg.received_parties)
     labelled = LabelPartyRun(cfg, run, session, data, writer,
-                             Progress(start=manifest.position if manifest else Position(0, 0)))
+                             Progress(start=manifest.position if manifest else Position(0, 0)), taps)
     return Serving(server, health_servicer, labelled, f"{host}:{port}")
 
 
@@ -127,8 +138,9 @@ class LabelPartyRun:
     """The run's life: wait for the parties, train, and end with an outcome in every case."""
 
     def __init__(self, cfg: ExperimentConfig, run: RunDir, session: Session, data: LabelPartyData,
-                 writer: MetricsWriter, progress: Progress) -> None:
+                 writer: MetricsWriter, progress: Progress, taps: ReceivedTaps | None = None) -> None:
         self.cfg, self.run, self.session, self.data = cfg, run, session, data
+        self.taps = taps
         self.writer = writer
         self.progress = progress
         self.checkpoints: RunCheckpoints | None = None
@@ -189,7 +201,9 @@ class LabelPartyRun:
             for artifact in (anchors, snapshots):  # a resumed run redoes the steps after its checkpoint
                 if artifact is not None:
                     await compute(artifact.keep_before, resumed_at)
-            exchange = NetworkExchange(session)
+            if self.taps is not None:
+                await self.taps.start(session.run_id, resumed_at if session.resumed else None)
+            exchange = NetworkExchange(session, self.taps)
             self.checkpoints = RunCheckpoints(cfg, self.run, exchange, trainer, self.writer,
                                               compute, self.progress)
             batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed)
@@ -198,7 +212,8 @@ class LabelPartyRun:
             exchange.timer.write(self.run.label_party / TIMING_FILE, per="compute")
             await compute(write_outputs, self.run, trainer)
             await session.wait_closed(timeout=cfg.topology.step_deadline_s)
-            return {**self._ended("ok"), "train_steps": data.plan.total_train_steps,
+            tapped = await self._close_taps()
+            return {**self._ended("ok"), **tapped, "train_steps": data.plan.total_train_steps,
                     "resumed_from": (session.resume.step if session.resume else 0)
                     if session.resumed else None,
                     "bytes_sent": exchange.bytes_sent, "bytes_received": exchange.bytes_received,
@@ -214,6 +229,8 @@ class LabelPartyRun:
                                else None)
         except SessionError as err:
             return await self._failed(err)
+        except TapError as err:
+            return await self._failed(sidecar_failed(err))
         except NonFiniteStep as err:
             return await self._failed(SessionError(grpc.StatusCode.INVALID_ARGUMENT, str(err),
                                                    err.party_id))
@@ -233,6 +250,15 @@ class LabelPartyRun:
             executor.shutdown(wait=False, cancel_futures=True)
             if anchors is not None:
                 anchors.close()
+            await self._close_taps()
+
+    async def _close_taps(self) -> dict[str, Any]:
+        """End the label party's Record streams (once); what each sidecar acknowledged."""
+        taps, self.taps = self.taps, None
+        if taps is None:
+            return {}
+        reports = await taps.close()
+        return {"received_tap": {str(k): r for k, r in reports.items()}}
 
     async def _failed(self, error: SessionError) -> dict[str, Any]:
         """Checkpoint what can be (every party still there), then end every stream."""

@@ -36,8 +36,12 @@ class LocalExchange:
 
     def __init__(self, bottoms: dict[int, BottomTrainer], store: GradientStore | None = None,
                  observe: set[int] | frozenset[int] = frozenset(),
-                 record_activation: bool = False, wire_dtype: str = "float32") -> None:
+                 record_activation: bool = False, wire_dtype: str = "float32",
+                 received: GradientStore | None = None,
+                 receive: set[int] | frozenset[int] = frozenset()) -> None:
         self.bottoms = bottoms
+        self.received = received  # the stand-in for the label party's tap ([threat.receiver])
+        self.receive = receive
         self.wire_dtype = wire_dtype  # tensors are rounded as the wire would round them
         self.store = store  # the in-process stand-in for the tap + sidecar
         self.observe = observe
@@ -66,6 +70,10 @@ class LocalExchange:
                        for k, b in self.bottoms.items()}
         if train:
             self._sent = activations
+            if self.received is not None:
+                for k in sorted(self.receive):
+                    self.received.append(k, next_batch.epoch, next_batch.step, next_batch.sample_ids,
+                                         {"activation": activations[k].numpy()})
         return activations
 
     async def finish(self, gradients: dict[int, torch.Tensor] | None,
@@ -87,6 +95,8 @@ def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
                                 capture and k in observe)
                for k, cols in passive_columns(cfg, data.schema).items()}
     store = GradientStore(run.attacker / "gradients", run.root.name) if observe else None
+    receive = set(cfg.received_parties)
+    received = GradientStore(run.attacker / "received", run.root.name) if receive else None
     anchors = clean_anchor_writer(run, cfg, data.num_classes)
     trainer = LabelPartyTrainer(cfg, data.labels, data.num_classes,
                                 {k: b.embedding_shape for k, b in bottoms.items()}, data.own_inputs,
@@ -94,15 +104,17 @@ def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
     writer = MetricsWriter(run.metrics)
     writer.write(plan_record(data, len(bottoms), cfg.run.seed))
     batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed)
-    exchange = LocalExchange(bottoms, store, observe, cfg.attacker.record_activation, cfg.wire.dtype)
+    exchange = LocalExchange(bottoms, store, observe, cfg.attacker.record_activation, cfg.wire.dtype,
+                             received, receive)
     timer = StepTimer()
     asyncio.run(drive(trainer, batches, exchange, writer.write, timer=timer))
     timer.write(run.label_party / TIMING_FILE, per="compute")
     writer.close()
     if anchors is not None:
         anchors.close()
-    if store is not None:
-        store.close()
+    for each in (store, received):
+        if each is not None:
+            each.close()
     write_outputs(run, trainer)
     for k, bottom in bottoms.items():
         bottom.save(run.bottom_model(k))

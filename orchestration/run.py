@@ -60,15 +60,9 @@ def run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | 
         if cfg.topology.tls:  # a fresh CA and one identity per process, for this run only
             tls.generate(run.root / "tls", tls.identities(cfg.topology.passive_parties))
             tls_args = ["--tls-dir", str(run.root / "tls")]
-        label = spawn("label party", ["label_party", "serve", "--config", str(run.config),
-                                      *(where or ["--run-dir", str(run.root)]),
-                                      "--port-file", str(port_file),
-                                      "--listen", cfg.topology.label_party_address, *tls_args],
-                      run.logs / "label_party.log")
-        children.append(label)
         observed = set(cfg.tapped_parties)
-        sidecar = None
-        if observed:  # started beside the label party: both import torch at the same time
+        sidecar = sidecar_address = None
+        if cfg.sidecar_needed:
             sidecar = spawn("attacker sidecar",
                             ["attacker", "serve", "--listen", "127.0.0.1:0",
                              *(where or ["--out", str(run.root)]),
@@ -77,11 +71,20 @@ def run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | 
                             run.logs / "attacker.log",
                             essential=cfg.attacker.on_sidecar_failure == "fail")
             children.append(sidecar)
+        if cfg.received_parties and sidecar is not None:  # the label party taps too: it needs
+            sidecar_address = _wait_for_address(run.attacker / "address", sidecar,  # the address
+                                                cfg.topology.join_deadline_s)
+        label = spawn("label party", ["label_party", "serve", "--config", str(run.config),
+                                      *(where or ["--run-dir", str(run.root)]),
+                                      "--port-file", str(port_file),
+                                      "--listen", cfg.topology.label_party_address, *tls_args,
+                                      *(["--attacker", sidecar_address] if sidecar_address else [])],
+                      run.logs / "label_party.log")
+        children.insert(0, label)  # first: a Ctrl-C reaches it first (see _interrupt)
         address = _wait_for_address(port_file, label, cfg.topology.join_deadline_s)
         if route is not None:  # e.g. through the benchmark's byte-counting relay
             address = route(address)
-        sidecar_address = None
-        if sidecar is not None:
+        if sidecar is not None and sidecar_address is None:  # started beside the label party
             sidecar_address = _wait_for_address(run.attacker / "address", sidecar,
                                                 cfg.topology.join_deadline_s)
         for k in range(1, cfg.topology.passive_parties + 1):

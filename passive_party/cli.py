@@ -7,7 +7,6 @@ import logging
 from pathlib import Path
 
 from passive_party.client import PartyError, run_party
-from passive_party.tap import TapError
 from splitleak.cli_common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
@@ -20,6 +19,7 @@ from splitleak.cli_common import (
 from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
 from splitleak.rundir import RunDir
+from splitleak.tap import TapError
 from splitleak.transport import run_async
 
 log = logging.getLogger("passive_party")

@@ -15,7 +15,6 @@ import numpy as np
 import torch
 
 from passive_party.bottom_trainer import BottomTrainer
-from passive_party.tap import SIDECAR, Tap, TapError
 from splitleak.checkpoint import (
     CheckpointError,
     Position,
@@ -34,6 +33,7 @@ from splitleak.fileio import describe_os_error, write_atomically
 from splitleak.inputs import load_party_inputs
 from splitleak.partition import passive_columns
 from splitleak.rundir import RunDir
+from splitleak.tap import SIDECAR, Tap, TapError
 from splitleak.timing import TIMING_FILE, StepTimer, timed
 from splitleak.tls import LABEL_PARTY, passive_identity
 from splitleak.transport import PARTY_ID_KEY, SESSION_KEY, create_channel

@@ -290,18 +290,12 @@ class ExperimentConfig(_Frozen):
                              + "; ".join(missing))
 
     def _check_receiver(self) -> None:
-        """Feature reconstruction (ALGORITHMS.md §2.11) reads each victim's activations where the
-        sidecar records them, beside the victim's gradients."""
-        for k in self.threat.receiver.victims:
-            needs = [(self.attacker.enabled and self.attacker.record_activation,
-                      "attacker.enabled = true and attacker.record_activation = true (the "
-                      "activations the label party received are what it reconstructs from)"),
-                     (k in self.threat.curious, f"[threat.parties.{k}] curious = true (its tap "
-                      "records the activations it sends)")]
-            missing = [what for ok, what in needs if not ok]
-            if missing:
-                raise ValueError(f"threat.receiver.victims names party {k}: reconstruction needs "
-                                 + "; ".join(missing))
+        """Feature reconstruction (ALGORITHMS.md §2.11) reads the activations the label party's
+        tap records: the sidecar must run."""
+        if not self.attacker.enabled:
+            raise ValueError(f"threat.receiver.victims = {self.threat.receiver.victims} needs "
+                             "attacker.enabled = true (the sidecar records what the label party "
+                             "receives from them)")
 
     @field_validator("objective", mode="before")
     @classmethod
@@ -328,6 +322,15 @@ class ExperimentConfig(_Frozen):
 
     def optimizer_for(self, party: str) -> OptimizerConfig:
         return self.training.optimizers.get(party, self.training.optimizer)
+
+    @property
+    def received_parties(self) -> list[int]:
+        """Passive parties whose activations the label party's tap records (none if disabled)."""
+        return sorted(self.threat.receiver.victims) if self.attacker.enabled else []
+
+    @property
+    def sidecar_needed(self) -> bool:
+        return bool(self.tapped_parties or self.received_parties)
 
     @property
     def tapped_parties(self) -> list[int]:

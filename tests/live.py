@@ -33,10 +33,12 @@ RAW = {"request_serializer": None, "response_deserializer": None}  # bytes in, b
 
 @contextlib.asynccontextmanager
 async def sidecar(root: Path, observe: frozenset[int] = frozenset({1}), run_id: str = "r1",
-                  limit_mb: int = 64, resume: bool = False
+                  limit_mb: int = 64, resume: bool = False, receive: frozenset[int] = frozenset()
                   ) -> AsyncIterator[tuple[str, AttackerServicer]]:
     store = GradientStore(RunDir(root).attacker / "gradients", run_id, resume=resume)
-    servicer = AttackerServicer(store, set(observe), run_id)
+    received = (GradientStore(RunDir(root).attacker / "received", run_id, resume=resume)
+                if receive else None)
+    servicer = AttackerServicer(store, set(observe), run_id, received=received, receive=set(receive))
     server = create_server(TopologyConfig(tls=False, max_message_mb=limit_mb))
     add_sidecar(server, servicer, limit_mb)
     port = bind(server, "127.0.0.1:0")
@@ -45,7 +47,8 @@ async def sidecar(root: Path, observe: frozenset[int] = frozenset({1}), run_id: 
         yield f"127.0.0.1:{port}", servicer
     finally:
         await server.stop(0)
-        store.close()
+        for each in servicer.stores.values():
+            each.close()
 
 
 @contextlib.asynccontextmanager
@@ -163,14 +166,15 @@ async def whole_run(cfg: ExperimentConfig, root: Path, resume: bool = False,
 
     run = RunDir(root)
     manifest = latest(run.root) if resume else None
-    observe = frozenset(cfg.tapped_parties)
-    serving = await start(cfg, run, "127.0.0.1:0", resuming=resume, manifest=manifest)
-    outcome = asyncio.ensure_future(serving.until_done())
+    observe, receive = frozenset(cfg.tapped_parties), frozenset(cfg.received_parties)
     async with contextlib.AsyncExitStack() as stack:
         tap_address = None
-        if observe:
+        if observe or receive:
             tap_address, _ = await stack.enter_async_context(
-                sidecar(root, observe, run.root.name, cfg.topology.max_message_mb, resume))
+                sidecar(root, observe, run.root.name, cfg.topology.max_message_mb, resume, receive))
+        serving = await start(cfg, run, "127.0.0.1:0", resuming=resume, manifest=manifest,
+                              attacker=tap_address if receive else None)
+        outcome = asyncio.ensure_future(serving.until_done())
         parties = [asyncio.ensure_future(run_party(
             cfg, k, serving.address, run, attacker=tap_address if k in observe else None,
             resuming=resume if parties_resume is None else parties_resume))

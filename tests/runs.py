@@ -89,8 +89,13 @@ def assert_same_state(a: Any, b: Any, where: str = "") -> None:
         assert a == b, f"{where}: {a!r} != {b!r}"
 
 
-def logged(run: RunDir) -> dict[int, list[tuple[int, int, np.ndarray, dict[str, np.ndarray]]]]:
-    log = GradientLog(run.attacker / "gradients")
+def logged(run: RunDir, side: str = "gradients"
+           ) -> dict[int, list[tuple[int, int, np.ndarray, dict[str, np.ndarray]]]]:
+    """A sidecar log read back: `gradients` (the passive parties' taps) or `received` (the
+    label party's); empty when the run has none."""
+    if not (run.attacker / side).exists():
+        return {}
+    log = GradientLog(run.attacker / side)
     return {p: [(b.epoch, b.step, b.sample_ids, b.tensors) for b in log.batches(p)]
             for p in log.parties()}
 
@@ -103,16 +108,17 @@ def assert_same_run(a: RunDir, b: RunDir, parties: int) -> None:
     for k in range(1, parties + 1):
         assert_same_state(torch.load(a.bottom_model(k)), torch.load(b.bottom_model(k)),
                           f"passive_party_{k}/bottom.pt")
-    log_a, log_b = logged(a), logged(b)
-    assert log_a.keys() == log_b.keys()
-    for party in log_a:
-        assert len(log_a[party]) == len(log_b[party]), f"party {party}: record count"
-        for (ea, sa, ia, ta), (eb, sb, ib, tb) in zip(log_a[party], log_b[party], strict=True):
-            assert (ea, sa) == (eb, sb)
-            assert np.array_equal(ia, ib), f"party {party} step {sa}: sample ids"
-            assert ta.keys() == tb.keys()
-            for name in ta:
-                assert np.array_equal(ta[name], tb[name]), f"party {party} step {sa}: {name}"
+    for side in ("gradients", "received"):
+        log_a, log_b = logged(a, side), logged(b, side)
+        assert log_a.keys() == log_b.keys(), side
+        for party in log_a:
+            assert len(log_a[party]) == len(log_b[party]), f"{side} party {party}: record count"
+            for (ea, sa, ia, ta), (eb, sb, ib, tb) in zip(log_a[party], log_b[party], strict=True):
+                assert (ea, sa) == (eb, sb)
+                assert np.array_equal(ia, ib), f"{side} party {party} step {sa}: sample ids"
+                assert ta.keys() == tb.keys()
+                for name in ta:
+                    assert np.array_equal(ta[name], tb[name]), f"{side} party {party} step {sa}: {name}"
     outcome_a, outcome_b = (json.loads(r.outcome.read_text()) for r in (a, b))
     assert outcome_a["status"] == outcome_b["status"] == "ok"
     assert outcome_a["defenses"] == outcome_b["defenses"]

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from orchestration.cli import main as splitleak_main
-from passive_party.tap import Tap, TapError
 from splitleak.checkpoint import MANIFEST, complete_manifests, latest, step_dir
 from splitleak.config import AttackerConfig, ExperimentConfig, TopologyConfig, parse_config
 from splitleak.rundir import RunDir, write_config
+from splitleak.tap import Tap, TapError
 from tests.conftest import scaled, small_config
 from tests.conftest import write_config as write_toml
 from tests.live import whole_run

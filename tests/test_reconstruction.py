@@ -105,19 +105,14 @@ def _receiver_config(tmp_path: Path, **overrides: object) -> dict:
         features={"passive": [[0, 4], [4, 8]]},
         model={"kind": "cnn", "channels": [8], "layers": [32], "cut_layer": 1},
         training={"batch_size": 64, "epochs": 2, "eval_interval": 0},
-        attacker={"record_activation": True},
-        threat={"parties": {"1": {"curious": True}}, "receiver": {"victims": [1]}})
+        threat={"parties": {"2": {"curious": True}}, "receiver": {"victims": [1]}})
     data.update(overrides)
     return data
 
 
 def test_the_threat_model_states_what_reconstruction_needs(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="record_activation = true"):
-        parse_config(_receiver_config(tmp_path, attacker={"record_activation": False}))
-    untapped = _receiver_config(tmp_path, threat={"parties": {"2": {"curious": True}},
-                                                  "receiver": {"victims": [1]}})
-    with pytest.raises(ConfigError, match=r"\[threat.parties.1\] curious = true"):
-        parse_config(untapped)
+    with pytest.raises(ConfigError, match="needs attacker.enabled = true"):
+        parse_config(_receiver_config(tmp_path, attacker={"enabled": False}))
     with pytest.raises(ConfigError, match=r"threat names parties \['3'\]"):
         parse_config(_receiver_config(tmp_path, threat={"receiver": {"victims": [3]}}))
     with pytest.raises(ConfigError, match="names a party twice"):
@@ -125,6 +120,8 @@ def test_the_threat_model_states_what_reconstruction_needs(tmp_path: Path) -> No
     with pytest.raises(ConfigError, match="both attacks are off"):
         parse_config(_receiver_config(tmp_path, threat={"receiver": {
             "victims": [1], "white_box": False, "back_mapping": False}}))
+    cfg = parse_config(_receiver_config(tmp_path))
+    assert cfg.received_parties == [1] and cfg.tapped_parties == [2] and cfg.sidecar_needed
 
 
 def _recorded_run(tmp_path: Path, data: dict) -> RunDir:
@@ -162,8 +159,7 @@ def test_both_attacks_rebuild_images_better_than_the_prior(tmp_path: Path) -> No
 
 def test_tabular_features_are_scored_per_column(tmp_path: Path) -> None:
     """breast_cancer (numeric columns): per-feature R², the decoder above the prior's 0."""
-    data = small_config(tmp_path, attacker={"record_activation": True},
-                        training={"epochs": 3, "eval_interval": 0},
+    data = small_config(tmp_path, training={"epochs": 3, "eval_interval": 0},
                         threat={"parties": {"1": {}}, "receiver": {"victims": [1],
                                                                    "auxiliary_fraction": 0.3}})
     run = _recorded_run(tmp_path, data)

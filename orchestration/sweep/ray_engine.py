@@ -89,8 +89,7 @@ class _Phases:
 
 def _roles(point: Point) -> list[str]:
     cfg = point.config
-    observed = bool(cfg.tapped_parties)
-    return [LABEL_PARTY, *([ATTACKER] if observed else []),
+    return [LABEL_PARTY, *([ATTACKER] if cfg.sidecar_needed else []),
             *(passive_role(k) for k in range(1, cfg.topology.passive_parties + 1))]
 
 
@@ -233,9 +232,13 @@ class RayEngine(Engine):
         Returns each role's last status and the roles whose failure fails the run."""
         cfg = point.config
         deadline = cfg.topology.join_deadline_s + 30.0
-        servers = {r: actors[r].start.remote() for r in (LABEL_PARTY, ATTACKER) if r in actors}
-        label = self._wait(servers[LABEL_PARTY], cancel, deadline)  # both load at the same time
-        sidecar = self._wait(servers[ATTACKER], cancel, deadline) if ATTACKER in servers else None
+        if cfg.received_parties and ATTACKER in actors:  # the label party taps: sidecar first
+            sidecar = self._wait(actors[ATTACKER].start.remote(), cancel, deadline)
+            label = self._wait(actors[LABEL_PARTY].start.remote(None, sidecar), cancel, deadline)
+        else:
+            servers = {r: actors[r].start.remote() for r in (LABEL_PARTY, ATTACKER) if r in actors}
+            label = self._wait(servers[LABEL_PARTY], cancel, deadline)  # both load at once
+            sidecar = self._wait(servers[ATTACKER], cancel, deadline) if ATTACKER in servers else None
         observed = set(cfg.tapped_parties)
         for role, actor in actors.items():
             if role not in (LABEL_PARTY, ATTACKER):

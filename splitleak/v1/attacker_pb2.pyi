@@ -18,6 +18,26 @@ else:
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class _Observer:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ObserverEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Observer.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PASSIVE_PARTY: _Observer.ValueType  # 0
+    """The passive party's tap: the cut gradient it received (and optionally what it sent)."""
+    LABEL_PARTY: _Observer.ValueType  # 1
+    """The label party's tap: the activation it received from the party; no cut gradient."""
+
+class Observer(_Observer, metaclass=_ObserverEnumTypeWrapper):
+    """Who recorded a record: which side of passive party `party_id`'s link it was taken on."""
+
+PASSIVE_PARTY: Observer.ValueType  # 0
+"""The passive party's tap: the cut gradient it received (and optionally what it sent)."""
+LABEL_PARTY: Observer.ValueType  # 1
+"""The label party's tap: the activation it received from the party; no cut gradient."""
+Global___Observer: _TypeAlias = Observer  # noqa: Y015
+
 @_typing.final
 class SyncRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
@@ -41,10 +61,12 @@ class SyncRequest(_message.Message):
     PARTY_ID_FIELD_NUMBER: _builtins.int
     STEP_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
+    OBSERVER_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     party_id: _builtins.int
     step: _builtins.int
     mode: Global___SyncRequest.Mode.ValueType
+    observer: Global___Observer.ValueType
     def __init__(
         self,
         *,
@@ -52,10 +74,11 @@ class SyncRequest(_message.Message):
         party_id: _builtins.int = ...,
         step: _builtins.int = ...,
         mode: Global___SyncRequest.Mode.ValueType = ...,
+        observer: Global___Observer.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "party_id", b"party_id", "run_id", b"run_id", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "observer", b"observer", "party_id", b"party_id", "run_id", b"run_id", "step", b"step"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -63,7 +86,7 @@ Global___SyncRequest: _TypeAlias = SyncRequest  # noqa: Y015
 
 @_typing.final
 class GradientRecord(_message.Message):
-    """What one passive party received for one train step, exactly as received."""
+    """What one side of a passive party's link received for one train step, exactly as received."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -75,21 +98,25 @@ class GradientRecord(_message.Message):
     CUT_GRADIENT_FIELD_NUMBER: _builtins.int
     ACTIVATION_FIELD_NUMBER: _builtins.int
     FIRST_LAYER_GRADIENT_FIELD_NUMBER: _builtins.int
+    OBSERVER_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     party_id: _builtins.int
     epoch: _builtins.int
     step: _builtins.int
+    observer: Global___Observer.ValueType
     @_builtins.property
     def sample_ids(self) -> _tensor_pb2.Tensor:
         """int64 [B]"""
 
     @_builtins.property
     def cut_gradient(self) -> _tensor_pb2.Tensor:
-        """float32 [B, *embedding_shape]: the cut gradient as it came off the wire."""
+        """float32 [B, *embedding_shape]: the cut gradient as it came off the wire (PASSIVE_PARTY)."""
 
     @_builtins.property
     def activation(self) -> _tensor_pb2.Tensor:
-        """Optional: the activation the party sent for this step, [B, *embedding_shape]."""
+        """The activation the party sent for this step, [B, *embedding_shape]: optional from the
+        passive party's tap, required (and the only tensor) from the label party's.
+        """
 
     @_builtins.property
     def first_layer_gradient(self) -> _tensor_pb2.Tensor:
@@ -106,10 +133,11 @@ class GradientRecord(_message.Message):
         cut_gradient: _tensor_pb2.Tensor | None = ...,
         activation: _tensor_pb2.Tensor | None = ...,
         first_layer_gradient: _tensor_pb2.Tensor | None = ...,
+        observer: Global___Observer.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["activation", b"activation", "cut_gradient", b"cut_gradient", "first_layer_gradient", b"first_layer_gradient", "sample_ids", b"sample_ids"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activation", b"activation", "cut_gradient", b"cut_gradient", "epoch", b"epoch", "first_layer_gradient", b"first_layer_gradient", "party_id", b"party_id", "run_id", b"run_id", "sample_ids", b"sample_ids", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activation", b"activation", "cut_gradient", b"cut_gradient", "epoch", b"epoch", "first_layer_gradient", b"first_layer_gradient", "observer", b"observer", "party_id", b"party_id", "run_id", b"run_id", "sample_ids", b"sample_ids", "step", b"step"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

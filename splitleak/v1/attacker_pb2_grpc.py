@@ -26,8 +26,9 @@ if _version_not_supported:
 
 
 class AttackerSidecarStub:
-    """The attacker sidecar beside a passive party: it records every cut gradient the party
-    receives, for the offline leak analysis.
+    """The attacker sidecar: it records every cut gradient an observed passive party receives
+    (that party's tap) and, for the label party as attacker, every activation the label party
+    receives from a victim party (the label party's tap), for the offline analysis.
     """
 
     def __init__(self, channel):
@@ -49,12 +50,13 @@ class AttackerSidecarStub:
 
 
 class AttackerSidecarServicer:
-    """The attacker sidecar beside a passive party: it records every cut gradient the party
-    receives, for the offline leak analysis.
+    """The attacker sidecar: it records every cut gradient an observed passive party receives
+    (that party's tap) and, for the label party as attacker, every activation the label party
+    receives from a victim party (the label party's tap), for the offline analysis.
     """
 
     def Record(self, request_iterator, context):
-        """One client stream per observed passive party for the whole run.
+        """One client stream per (observer, party) for the whole run.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -91,8 +93,9 @@ def add_AttackerSidecarServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class AttackerSidecar:
-    """The attacker sidecar beside a passive party: it records every cut gradient the party
-    receives, for the offline leak analysis.
+    """The attacker sidecar: it records every cut gradient an observed passive party receives
+    (that party's tap) and, for the label party as attacker, every activation the label party
+    receives from a victim party (the label party's tap), for the offline analysis.
     """
 
     @staticmethod

@@ -27,8 +27,9 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class AttackerSidecarStub:
-    """The attacker sidecar beside a passive party: it records every cut gradient the party
-    receives, for the offline leak analysis.
+    """The attacker sidecar: it records every cut gradient an observed passive party receives
+    (that party's tap) and, for the label party as attacker, every activation the label party
+    receives from a victim party (the label party's tap), for the offline analysis.
     """
 
     @_typing.overload
@@ -36,7 +37,7 @@ class AttackerSidecarStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> AttackerSidecarAsyncStub: ...
     Record: _grpc.StreamUnaryMultiCallable[_attacker_pb2.GradientRecord, _attacker_pb2.RecordSummary]
-    """One client stream per observed passive party for the whole run."""
+    """One client stream per (observer, party) for the whole run."""
     Sync: _grpc.UnaryUnaryMultiCallable[_attacker_pb2.SyncRequest, _attacker_pb2.RecordSummary]
     """Checkpoint and resume of one party's log: CHECKPOINT waits until every record of train
     steps < step is in the log and durable; REWIND (when the run resumes at step) cuts the
@@ -45,13 +46,14 @@ class AttackerSidecarStub:
 
 @_typing.type_check_only
 class AttackerSidecarAsyncStub(AttackerSidecarStub):
-    """The attacker sidecar beside a passive party: it records every cut gradient the party
-    receives, for the offline leak analysis.
+    """The attacker sidecar: it records every cut gradient an observed passive party receives
+    (that party's tap) and, for the label party as attacker, every activation the label party
+    receives from a victim party (the label party's tap), for the offline analysis.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Record: _aio.StreamUnaryMultiCallable[_attacker_pb2.GradientRecord, _attacker_pb2.RecordSummary]  # type: ignore[assignment]
-    """One client stream per observed passive party for the whole run."""
+    """One client stream per (observer, party) for the whole run."""
     Sync: _aio.UnaryUnaryMultiCallable[_attacker_pb2.SyncRequest, _attacker_pb2.RecordSummary]  # type: ignore[assignment]
     """Checkpoint and resume of one party's log: CHECKPOINT waits until every record of train
     steps < step is in the log and durable; REWIND (when the run resumes at step) cuts the
@@ -59,8 +61,9 @@ class AttackerSidecarAsyncStub(AttackerSidecarStub):
     """
 
 class AttackerSidecarServicer(metaclass=_abc_1.ABCMeta):
-    """The attacker sidecar beside a passive party: it records every cut gradient the party
-    receives, for the offline leak analysis.
+    """The attacker sidecar: it records every cut gradient an observed passive party receives
+    (that party's tap) and, for the label party as attacker, every activation the label party
+    receives from a victim party (the label party's tap), for the offline analysis.
     """
 
     @_abc_1.abstractmethod
@@ -69,7 +72,7 @@ class AttackerSidecarServicer(metaclass=_abc_1.ABCMeta):
         request_iterator: _MaybeAsyncIterator[_attacker_pb2.GradientRecord],
         context: _ServicerContext,
     ) -> _typing.Union[_attacker_pb2.RecordSummary, _abc.Awaitable[_attacker_pb2.RecordSummary]]:
-        """One client stream per observed passive party for the whole run."""
+        """One client stream per (observer, party) for the whole run."""
 
     @_abc_1.abstractmethod
     def Sync(

@@ -1,4 +1,5 @@
-"""The tap: forwards every received cut gradient to the attacker sidecar, bounded and in order."""
+"""A tap: forwards what one side of a party's link receives to the attacker sidecar, bounded and
+in order (a passive party's received gradients; the label party's received activations)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from splitleak.transport import create_channel
 from splitleak.v1 import attacker_pb2 as apb
 from splitleak.v1 import attacker_pb2_grpc as apb_grpc
 
-log = logging.getLogger("passive_party")
+log = logging.getLogger("splitleak.tap")
 SIDECAR = "attacker sidecar"
 
 
@@ -32,8 +33,10 @@ class Tap:
     """
 
     def __init__(self, address: str, attacker: AttackerConfig, topology: TopologyConfig,
-                 tls_dir: Path | None = None, identity: str = "") -> None:
+                 tls_dir: Path | None = None, identity: str = "",
+                 observer: int = apb.PASSIVE_PARTY) -> None:
         self.address = address
+        self.observer = observer  # which side of the link records (attacker.proto's Observer)
         self.mode = attacker.on_sidecar_failure
         self.record_activation = attacker.record_activation
         self.queue: asyncio.Queue[apb.GradientRecord | None] = asyncio.Queue(attacker.queue_size)
@@ -87,7 +90,8 @@ class Tap:
                 raise TapError(f"{self.error}; no {what} at step {step}: the gradient log may "
                                "miss records in flight")
             return None
-        request = apb.SyncRequest(run_id=self.run_id, party_id=self.party_id, step=step, mode=mode)
+        request = apb.SyncRequest(run_id=self.run_id, party_id=self.party_id, step=step, mode=mode,
+                                  observer=self.observer)
         try:
             reply = await self.stub.Sync(request, timeout=self.stall_timeout)
         except grpc.aio.AioRpcError as err:
