@@ -22,7 +22,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from attacker.report_exact import exact_md, exact_table
-from attacker.report_reconstruction import draw_grids, reconstruction_md, reconstruction_table
+from attacker.report_reconstruction import (
+    draw_grids,
+    protection_md,
+    reconstruction_md,
+    reconstruction_table,
+)
 from attacker.report_threat import above_bound_notes, completion_md, threat_md
 from attacker.report_threat import fmt as _fmt
 from attacker.report_threat import md_table as _md_table
@@ -338,7 +343,7 @@ def write_report(run: RunDir, summary: dict[str, Any]) -> None:
     warnings = [*above_bound_notes(summary), *summary.get("warnings", []), *notes]
     lines = [*_title_md(run, summary, inputs), *threat_md(summary),
              *_headline_md(summary, inputs.records, bounds), *completion_md(summary),
-             *exact_md(summary), *reconstruction_md(summary),
+             *exact_md(summary), *reconstruction_md(summary), *protection_md(run, inputs.config),
              *_utility_md(inputs.records), *_objective_md(inputs.config, inputs.outcome),
              *_defense_md(inputs.config, inputs.outcome),
              *_bound_md(bounds, summary), *_leak_md(summary, inputs.leak), *_epoch_md(summary),

@@ -1,8 +1,10 @@
 """Feature reconstruction's figures in the console and in report.md: SSIM / MSE (images) or
-per-feature R² / accuracy (tables) of each attack, next to the prior baseline, and the image grid."""
+per-feature R² / accuracy (tables) of each attack, next to the prior baseline, the image grid, and
+the input protection the victims trained with."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -50,16 +52,23 @@ def _header(summary: dict[str, Any]) -> list[str]:
     return HEADER if images else TABULAR
 
 
+CONSOLE = {"victim": "party", "SSIM (class-cond.)": "SSIM", "prior SSIM": "prior",
+           "prior MSE": "prior", "auxiliary rows": "aux.", "headline": "value",
+           "per feature (R² / accuracy)": "per feature"}  # short headers: 80 columns
+
+
 def reconstruction_table(summary: dict[str, Any]) -> Table | None:
     rows = _rows(summary)
     if not rows:
         return None
-    table = Table(title="feature reconstruction from received activations (label party as attacker)",
-                  box=box.SIMPLE_HEAD, pad_edge=False,
-                  caption="prior: every row rebuilt as the mean of the attacker's auxiliary rows")
+    table = Table(title="feature reconstruction by the label party (received activations)",
+                  box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
+                  caption="SSIM: class-conditional; prior: every row rebuilt as the mean of the "
+                          "attacker's auxiliary (aux.) rows")
     for column in _header(summary):
-        table.add_column(column, justify="left" if column in ("attack", "per feature (R² / accuracy)")
-                         else "right")
+        wide = column in ("attack", "per feature (R² / accuracy)")
+        table.add_column(CONSOLE.get(column, column), justify="left" if wide else "right",
+                         no_wrap=column == "attack")
     for row in rows:
         table.add_row(*map(escape, row))
     return table
@@ -84,6 +93,39 @@ def reconstruction_md(summary: dict[str, Any]) -> list[str]:
     if rows:
         lines += md_table(_header(summary), rows)
     return lines + ["", *failed, ""] if failed else lines + [""]
+
+
+def protection_md(run: RunDir, config: dict[str, Any]) -> list[str]:
+    """What each protecting party did to its train images (its protection.json), or nothing."""
+    protection = config.get("protection") or {}
+    parties = protection.get("parties") or []
+    if protection.get("name", "none") == "none" or not parties:
+        return []
+    lines = ["## Input protection", "",
+             f"{protection['name']} on party {', '.join(map(str, parties))}: each train image is "
+             "replaced once, before training, by its protected version; test images stay real, so "
+             "the test metric is the protection's utility (ADR: `splitleak compare` against the "
+             "same set-up without it). Window variance: mean over s×s windows (v_e is the target); "
+             "pixel spread: mean over pixels of the standard deviation across images (near 0: the "
+             "generator ignores its noise, every protected image gets the same pattern).", ""]
+    rows, missing = [], []
+    for k in parties:
+        path = run.protection(int(k))
+        try:
+            f = json.loads(path.read_text())
+        except (OSError, ValueError):
+            missing.append(f"- party {k}: no readable {path.name} (the party did not finish protecting)")
+            continue
+        var, spread, losses = f["window_variance"], f["pixel_spread"], f["final_losses"]
+        rows.append([str(k), str(f["rows"]), f"{fmt(var['real'])} / {fmt(var['generated'])} / "
+                     f"{fmt(var['mixed'])}", f"{fmt(spread['real'])} / {fmt(spread['generated'])}",
+                     f"{fmt(losses['discriminator'])} / {fmt(losses['generator'])} / "
+                     f"{fmt(losses['obfuscation'])}", fmt(f["cpu_seconds"], 1)])
+    if rows:
+        lines += md_table(["party", "images", "window variance real / generated / mixed",
+                           "pixel spread real / generated", "final loss D / G / obfuscation",
+                           "CPU s"], rows)
+    return lines + [*missing, ""] if missing else lines
 
 
 def draw_grids(run: RunDir, summary: dict[str, Any], figure: Any) -> None:

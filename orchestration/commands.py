@@ -14,6 +14,7 @@ from rich.table import Table
 from label_party.validate import check_chain
 from orchestration.progress import RunProgress, format_eval
 from orchestration.run import RunFailed, RunOutcome, collect_outcome, run_distributed
+from passive_party.protection import check_protection
 from splitleak.checkpoint import CheckpointError, latest, resume_point
 from splitleak.cli_common import (
     EXIT_FAILED,
@@ -33,6 +34,7 @@ def validate(cfg: ExperimentConfig) -> list[str]:
     Returns warnings: what is allowed but probably a mistake."""
     schema = check_core(cfg)
     check_chain(cfg)
+    check_protection(cfg)
     check_attacks(cfg)
     return warn_config(cfg, schema)
 

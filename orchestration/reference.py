@@ -21,6 +21,7 @@ from label_party.schedule import Batch, Phase, schedule
 from label_party.setup import load_label_party_data, plan_record
 from label_party.trainer import LabelPartyTrainer
 from passive_party.bottom_trainer import BottomTrainer
+from passive_party.protection import protect_party, write_figures
 from splitleak.codec import as_received
 from splitleak.config import ExperimentConfig
 from splitleak.datasets import build_dataset
@@ -94,6 +95,8 @@ def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
     bottoms = {k: BottomTrainer(cfg, k, load_party_inputs(cfg, dataset, cols), width,
                                 capture and k in observe)
                for k, cols in passive_columns(cfg, data.schema).items()}
+    for k, bottom in bottoms.items():  # as each party does before it joins
+        write_figures(run, k, protect_party(cfg, bottom))
     store = GradientStore(run.attacker / "gradients", run.root.name) if observe else None
     receive = set(cfg.received_parties)
     received = GradientStore(run.attacker / "received", run.root.name) if receive else None

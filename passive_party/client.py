@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from passive_party.bottom_trainer import BottomTrainer
+from passive_party.protection import protect_party, write_figures
 from splitleak.checkpoint import (
     CheckpointError,
     Position,
@@ -27,7 +28,7 @@ from splitleak.checkpoint import (
     step_dir,
 )
 from splitleak.codec import WIRE_FLOATS, CodecError, decode_ids, decode_tensor, encode_tensor
-from splitleak.config import PROTOCOL_VERSION, ExperimentConfig, WireConfig
+from splitleak.config import PROTOCOL_VERSION, ConfigError, ExperimentConfig, WireConfig
 from splitleak.datasets import build_dataset
 from splitleak.fileio import describe_os_error, write_atomically
 from splitleak.inputs import load_party_inputs
@@ -70,7 +71,12 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
         raise PartyError(f"--party-id {party_id} is not in this run's parties "
                          f"1..{cfg.topology.passive_parties}")
     tapped = attacker is not None
-    bottom = bottom or load_bottom(cfg, party_id, tapped and cfg.attacker.record_first_layer)
+    if bottom is None:
+        bottom = load_bottom(cfg, party_id, tapped and cfg.attacker.record_first_layer)
+        try:  # before joining: once, seeded
+            write_figures(run, party_id, protect_party(cfg, bottom))
+        except ConfigError as err:
+            raise PartyError(str(err)) from None
     if party_id in cfg.threat.malicious:  # the threat model's opt-in deviation (Fu et al.)
         log.info("party %d trains with the malicious optimizer: %s", party_id,
                  cfg.threat.describe([party_id]))

@@ -222,6 +222,26 @@ class AttackerConfig(_Frozen):
         return [{"name": v} if isinstance(v, str) else v for v in value]
 
 
+class ProtectionConfig(_Frozen):
+    """Input-side protection: passive parties that transform their own images before training
+    (ALGORITHMS.md §5, Anti-GAN); absent: none."""
+
+    name: str = "none"  # a registered protection (passive_party/protections/), or none
+    parties: list[PositiveInt] = []  # the image-owning passive parties that protect their inputs
+    params: dict[str, Any] = {}  # the protection's parameters
+
+    def applies(self, party_id: int) -> bool:
+        return self.name != "none" and party_id in self.parties
+
+    def describe(self) -> str:
+        """e.g. `antigan on parties 1 (lambda_obf=250)`; `none`."""
+        if self.name == "none" or not self.parties:
+            return "none"
+        args = ", ".join(f"{k}={v}" for k, v in self.params.items())
+        return (f"{self.name} on part{'y' if len(self.parties) == 1 else 'ies'} "
+                f"{', '.join(map(str, self.parties))}" + (f" ({args})" if args else ""))
+
+
 class ExperimentConfig(_Frozen):
     run: RunConfig = RunConfig()
     dataset: DatasetConfig
@@ -235,6 +255,7 @@ class ExperimentConfig(_Frozen):
     wire: WireConfig = WireConfig()  # dtype and compression of what travels between parties
     network: NetworkConfig = NetworkConfig()  # emulated latency / bandwidth between parties
     threat: ThreatConfig = ThreatConfig()  # who attacks, what they know and do (DESIGN.md §1)
+    protection: ProtectionConfig = ProtectionConfig()  # input-side protection (Anti-GAN)
 
     @model_validator(mode="after")
     def _parties(self) -> ExperimentConfig:
@@ -261,6 +282,7 @@ class ExperimentConfig(_Frozen):
             self._check_white_box()
         if self.threat.receiver.victims:
             self._check_receiver()
+        self._check_protection()
         if self.model.kind == "wide_deep" and self.features.label_party is None:
             raise ValueError("model.kind = 'wide_deep' puts the wide part on the label party: "
                              "give it features (features.label_party = [start, stop])")
@@ -288,6 +310,26 @@ class ExperimentConfig(_Frozen):
         if missing:
             raise ValueError(f"threat.parties.{k}.white_box = true (EXACT) needs "
                              + "; ".join(missing))
+
+    def _check_protection(self) -> None:
+        p = self.protection
+        strangers = sorted(set(p.parties) - set(range(1, self.topology.passive_parties + 1)))
+        if strangers:
+            raise ValueError(f"protection.parties names {strangers}; this run has passive parties "
+                             f"1..{self.topology.passive_parties}")
+        if p.name == "none":
+            if p.parties or p.params:
+                raise ValueError("protection.parties / params are set but protection.name = "
+                                 "'none' (e.g. name = 'antigan')")
+            return
+        if len(set(p.parties)) != len(p.parties):
+            raise ValueError(f"protection.parties = {p.parties} names a party twice")
+        if not p.parties:
+            raise ValueError(f"protection.name = '{p.name}' needs protection.parties: the passive "
+                             "parties that protect their images")
+        if self.model.kind != "cnn":
+            raise ValueError(f"protection.name = '{p.name}' needs model.kind = 'cnn': its feature "
+                             f"extractor is the party's first conv block (got '{self.model.kind}')")
 
     def _check_receiver(self) -> None:
         """Feature reconstruction (ALGORITHMS.md §2.11) reads the activations the label party's

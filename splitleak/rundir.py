@@ -57,6 +57,10 @@ class RunDir:
     def bottom_model(self, party_id: int) -> Path:
         return self.passive_party(party_id) / "bottom.pt"
 
+    def protection(self, party_id: int) -> Path:
+        """What a protecting party did to its train images ([protection]), for the report."""
+        return self.passive_party(party_id) / "protection.json"
+
     @property
     def logs(self) -> Path:
         return self.root / "logs"

@@ -11,6 +11,7 @@ import pytest
 from label_party.validate import check_chain
 from orchestration.sweep.command import sweep_points
 from orchestration.sweep.spec import load_sweep
+from passive_party.protection import check_protection
 from splitleak.config import load_config
 from splitleak.validation import check_core
 
@@ -24,6 +25,7 @@ NEEDS_FILE = {"criteo_file.toml", "adult.toml", "adult_dp.toml"}
 def test_example_is_valid(path: Path) -> None:
     cfg = load_config(path)
     check_chain(cfg)
+    check_protection(cfg)
     if path.name not in NEEDS_FILE:
         check_core(cfg)
 
@@ -34,7 +36,7 @@ REPRODUCTIONS = {"li_tradeoff.toml", "gafm_table2.toml", "kdk_grid.toml"}
 def test_there_are_examples() -> None:
     assert len(EXAMPLES) >= 4
     assert {p.name for p in SWEEPS} >= REPRODUCTIONS | {"speedup.toml"}
-    assert ROOT / "wan" / "sweep.toml" in SWEEPS
+    assert {ROOT / "wan" / "sweep.toml", ROOT / "reconstruction" / "sweep.toml"} <= set(SWEEPS)
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.name)

@@ -168,3 +168,20 @@ def test_tabular_features_are_scored_per_column(tmp_path: Path) -> None:
     r = entry["reconstruction"]
     assert entry["metric"] == "r2" and len(r["r2"]) == 15 and "mean radius" in r["r2"]
     assert r["value"] > 0.3 and abs(r["prior"]["value"]) < 0.05
+
+
+def test_the_console_table_fits_80_columns() -> None:
+    from rich.console import Console
+
+    from attacker.report_reconstruction import reconstruction_table
+
+    figures = {"metric": "ssim", "ssim": 0.5971, "mse": 0.1931, "rows": 512, "auxiliary_rows": 400,
+               "cpu_seconds": 15.6, "prior": {"ssim": 0.1601, "mse": 0.7212}}
+    summary = {"leak": [{"scope": "run", "layer": "input", "party_id": 1, "attack": name,
+                         "reconstruction": figures} for name in ("inversion", "back_mapping")]}
+    console = Console(width=80, record=True)
+    console.print(reconstruction_table(summary))
+    lines = console.export_text().splitlines()
+    assert max(map(len, lines)) <= 80
+    assert any(line.split() == ["1", "back_mapping", "0.597", "0.160", "0.193", "0.721", "512",
+                                "400", "16"] for line in lines)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+LAYERS = ("cut", "first", "input")  # where a leak is measured (summary.json's `layer`)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", type=Path, nargs="+", metavar="SWEEP_DIR|RUN_DIR",
@@ -16,7 +18,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--leak-stat", choices=("flipped_p95", "flipped_mean"), default="flipped_p95",
                         help="the AUC statistic of the plots and the Pareto frontier (default: the "
                         "p95 over batches, Li et al.'s headline)")
-    parser.add_argument("--layer", default="cut", help="gradient layer of the leak (cut or first)")
+    parser.add_argument("--layer", default="cut", choices=LAYERS,
+                        help="where the leak is measured: cut or first (gradient layers), or input "
+                             "(feature reconstruction from received activations)")
     parser.add_argument("--party", type=int, help="observed passive party (default: the lowest)")
     parser.add_argument("--target-utility", type=float, metavar="U",
                         help="the utility 'time to target' is measured to (default: the lowest "

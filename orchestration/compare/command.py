@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
+from orchestration.compare.arguments import LAYERS
 from orchestration.compare.read import find_runs
 from orchestration.compare.report import UTILITY_LABELS, write_report
 from orchestration.compare.table import Comparison, compare
@@ -78,7 +79,8 @@ def summary_table(comparison: Comparison, width: int = 80) -> Table:
                        if a in own and own[a]["leak_mean"] is not None else "-" for a in attacks)])
     first = ["setting", *(["seeds"] if len(seeds) > 1 else []), utility]
     each = f"{next(iter(seeds))} seed(s) each; " if len(seeds) == 1 else ""
-    caption = (f"{each}leak: {comparison.leak_stat} (accuracy-type attacks: accuracy); * = on "
+    caption = (f"{each}leak: {comparison.leak_stat} (accuracy-type attacks: accuracy; "
+               "reconstruction: SSIM or R²); * = on "
                "the Pareto frontier. Full report with CIs and DCS: report.md")
     table = _fitted("trade-off (mean over seeds)", caption, [*first, *map(escape, attacks)], body)
     if _fits(table, width):
@@ -116,8 +118,8 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
     missing = [str(p) for p in args.paths if not p.exists()]
     if missing:
         raise BadInput(f"no such directory: {', '.join(missing)}")
-    if args.layer not in ("cut", "first"):
-        raise BadInput(f"--layer must be cut or first, got {args.layer!r}")
+    if args.layer not in LAYERS:
+        raise BadInput(f"--layer must be one of {', '.join(LAYERS)}, got {args.layer!r}")
     single_sweep = len(args.paths) == 1 and (args.paths[0] / INDEX_FILE).exists()
     out = args.output_dir or (args.paths[0] / "compare" if single_sweep else Path("compare"))
     comparison = compare_and_print(args.paths, out, console, args.layer, args.party, args.leak_stat,

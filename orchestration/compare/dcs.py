@@ -23,8 +23,11 @@ def dcs(ap: float, mp: float, mp_star: float, ap_star: float = 0.0, beta: float 
 
 
 def chance(metric: str, num_classes: int) -> float:
-    """What guessing scores: AUC 0.5, K-class accuracy 1/K."""
-    return 0.5 if metric == "auc" else 1.0 / num_classes
+    """What guessing scores: AUC 0.5, K-class accuracy 1/K; a reconstruction metric (SSIM, R²,
+    feature accuracy) has no guess independent of the data, so AP* stays 0."""
+    if metric == "auc":
+        return 0.5
+    return 1.0 / num_classes if metric == "accuracy" else 0.0
 
 
 def mean_of(values: Iterable[float | None]) -> float | None:

@@ -15,7 +15,9 @@ from splitleak.metrics_log import read_metrics
 from splitleak.pace import ms_per_step, utility_curve
 from splitleak.rundir import RunDir
 
-DEFAULT_ATTACK_TYPE = "label inference"  # every attack splitleak has today (VFLAIR's LI type)
+DEFAULT_ATTACK_TYPE = "label inference"  # VFLAIR's LI type: every attack on the gradients
+# Feature reconstruction (VFLAIR's FR type): the entry's metric names its headline statistic.
+RECONSTRUCTION_METRICS = ("ssim", "r2", "feature_accuracy")
 
 
 @dataclass(frozen=True)
@@ -25,14 +27,15 @@ class LeakEntry:
     attack: str
     party: int
     layer: str
-    metric: str  # "auc" or "accuracy"
+    metric: str  # "auc", "accuracy", or a reconstruction's ("ssim", "r2", "feature_accuracy")
     side_knowledge: str
     attack_type: str
     flipped_mean: float | None = None  # flip-corrected max(AUC, 1 - AUC), mean over batches
     flipped_p95: float | None = None
     raw_mean: float | None = None
     raw_p95: float | None = None
-    accuracy: float | None = None  # pooled over rows when the summary has it, else batch mean
+    # pooled over rows when the summary has it, else batch mean; a reconstruction's headline
+    accuracy: float | None = None
     spread: float | None = None  # spread of the headline across random side-knowledge draws
 
 
@@ -66,11 +69,14 @@ def leak_entries(summary: dict[str, Any]) -> list[LeakEntry]:
             continue
         flipped, raw, accuracy = (e.get(k) or {} for k in ("flipped", "raw", "accuracy"))
         metric = e.get("metric") or ("auc" if flipped else "accuracy")
+        if metric in RECONSTRUCTION_METRICS:
+            accuracy = e.get(metric) or {}
         pooled = (e.get("pooled") or {}).get("accuracy", accuracy.get("pooled", e.get("pooled_accuracy")))
         entries.append(LeakEntry(
             attack=e["attack"], party=int(e["party_id"]), layer=e["layer"], metric=metric,
             side_knowledge=e.get("side_knowledge", ""),
-            attack_type=e.get("attack_type", DEFAULT_ATTACK_TYPE),
+            attack_type=e.get("attack_type", "feature reconstruction"
+                              if metric in RECONSTRUCTION_METRICS else DEFAULT_ATTACK_TYPE),
             flipped_mean=_number(flipped.get("mean")), flipped_p95=_number(flipped.get("p95")),
             raw_mean=_number(raw.get("mean")), raw_p95=_number(raw.get("p95")),
             accuracy=_number(pooled if pooled is not None else accuracy.get("mean")),

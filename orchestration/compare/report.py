@@ -26,6 +26,13 @@ LEAK_LABELS = {
     "accuracy": "label-inference accuracy",
 }
 UTILITY_LABELS = {"test_auc": "test AUC", "test_accuracy": "test accuracy"}
+# what an accuracy-type row's leak is, by the attack's metric
+METRIC_LABELS = {"accuracy": "label-inference accuracy",
+                 "ssim": "class-conditional SSIM of the reconstructed inputs",
+                 "r2": "mean R² of the reconstructed features",
+                 "feature_accuracy": "accuracy of the reconstructed categorical features"}
+METRIC_HEADERS = {"accuracy": "accuracy", "ssim": "SSIM", "r2": "R²",
+                  "feature_accuracy": "feature accuracy"}
 
 
 def _slug(text: str) -> str:
@@ -76,16 +83,21 @@ def _attack_md(rows: list[dict[str, Any]], figure: str | None) -> list[str]:
              f"Type: {first['attack_type']}. Party {first['party']}, {first['layer']} layer.", ""]
     auc = first["metric"] == "auc"
     leak_header = ["p95 flipped [CI]", "mean flipped [CI]", "p95 raw", "mean raw"] if auc else [
-        "accuracy [CI]"]
+        f"{METRIC_HEADERS.get(first['metric'], first['metric'])} [CI]"]
     header = ["setting", "seeds", f"{utility} [CI]", f"{utility} worst / best", "drop vs no defense [CI]",
-              *leak_header, "leak worst / best", "draw spread", "DCS [CI]", "DCS ours [CI]", "Pareto"]
+              "relative drop (ADR) [CI]", *leak_header, "leak worst / best", "draw spread",
+              "DCS [CI]", "DCS ours [CI]", "Pareto"]
     body = [[r["setting"], str(r["n_seeds"]), _ci(r, "utility"), _worst_best(r, "utility"),
-             _ci(r, "utility_drop"), *_leak_cells(r, auc), _worst_best(r, "leak"), _num(r["spread_mean"]),
-             _ci(r, "dcs"), _ci(r, "dcs_ours"), "✓" if r["pareto"] else ""] for r in rows]
+             _ci(r, "utility_drop"), _ci(r, "relative_drop"), *_leak_cells(r, auc),
+             _worst_best(r, "leak"), _num(r["spread_mean"]), _ci(r, "dcs"), _ci(r, "dcs_ours"),
+             "✓" if r["pareto"] else ""] for r in rows]
     lines += _md_table(header, body)
-    lines += [f"Leak = {LEAK_LABELS.get(first['headline'], first['headline'])} for worst / best and "
-              "the frontier; flipped = max(AUC, 1 − AUC) (GAFM), raw = the attack's AUC as scored. "
-              "Draw spread: across the random side-knowledge draws, when the analysis made several.", ""]
+    leak = (LEAK_LABELS.get(first["headline"], first["headline"]) if auc
+            else METRIC_LABELS.get(first["metric"], first["metric"]))
+    lines += [f"Leak = {leak} for worst / best and the frontier; flipped = max(AUC, 1 − AUC) "
+              "(GAFM), raw = the attack's AUC as scored. Relative drop = drop / the no-defense "
+              "utility (Luo & Zhang's accuracy degradation ratio, ADR). Draw spread: across the "
+              "random side-knowledge draws, when the analysis made several.", ""]
     if figure:
         lines += [f"![{first['attack']}: leak vs utility]({figure})", ""]
     return lines

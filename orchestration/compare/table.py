@@ -2,9 +2,10 @@
 
 A setting is a config without its seed (run.seed, name, output_dir, torch_threads dropped);
 its baseline is the setting of the same set-up (same config without defense, objective,
-[network] and [wire]) that has no defense (no gradient defense, or only `no_noise`, the plain
-cross_entropy objective and a float32 wire: a narrower wire rounds what the passive party
-sees, so it counts as a defense). A run is paired with the baseline run of the same seed.
+[protection], [network] and [wire]) that has no defense (no gradient defense, or only
+`no_noise`, the plain cross_entropy objective, no input protection and a float32 wire: a
+narrower wire rounds what the passive party sees, so it counts as a defense). A run is paired
+with the baseline run of the same seed.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def setup_key(cfg: ExperimentConfig) -> str:
     data = cfg.model_dump(mode="json")
     for key in NOT_THE_EXPERIMENT:
         data["run"].pop(key, None)
-    for key in ("defense", "objective", "network", "wire"):
+    for key in ("defense", "objective", "protection", "network", "wire"):
         data.pop(key)
     return _digest(data)
 
@@ -52,6 +53,8 @@ def family(cfg: ExperimentConfig) -> str:
     """The defense family: the objective (unless plain cross-entropy) and the gradient chain."""
     names = ([cfg.objective.name] if cfg.objective.name != "cross_entropy" else []) + [
         d.name for d in cfg.defense if d.name != "no_noise"]
+    if cfg.protection.name != "none":
+        names.append(cfg.protection.name)
     if cfg.wire.dtype != "float32":
         names.append(f"{cfg.wire.dtype} wire")
     return "+".join(names) or NO_DEFENSE
@@ -60,7 +63,10 @@ def family(cfg: ExperimentConfig) -> str:
 def strengths(cfg: ExperimentConfig) -> dict[str, float]:
     """The numeric parameters of the family's plug-ins, e.g. {"marvell.s": 4.0}."""
     specs = ([cfg.objective] if cfg.objective.name != "cross_entropy" else []) + list(cfg.defense)
-    return {f"{spec.name}.{k}": float(v) for spec in specs for k, v in spec.params.items()
+    params = [(spec.name, spec.params) for spec in specs]
+    if cfg.protection.name != "none":
+        params.append((cfg.protection.name, cfg.protection.params))
+    return {f"{name}.{k}": float(v) for name, given in params for k, v in given.items()
             if isinstance(v, int | float) and not isinstance(v, bool)}
 
 
@@ -212,8 +218,10 @@ def _setting_rows(setting: Setting, party: int | None, layer: str,
     first = setting.first
     utility = {seed: run.utility for seed, run in setting.runs.items()}
     base_runs = setting.baseline.runs if setting.baseline else {}
-    drops = [base_runs[s].utility - u for s, u in utility.items()
-             if s in base_runs and u is not None and base_runs[s].utility is not None]
+    paired = [(base_runs[s].utility, u) for s, u in utility.items()
+              if s in base_runs and u is not None and base_runs[s].utility is not None]
+    drops = [base - u for base, u in paired]
+    relative = [(base - u) / base for base, u in paired if base]  # Luo & Zhang's ADR
     rows = []
     for attack in attacks:
         entries = {seed: e[attack] for seed, e in per_seed.items() if attack in e}
@@ -228,6 +236,7 @@ def _setting_rows(setting: Setting, party: int | None, layer: str,
             "utility_metric": first.utility_metric, "headline": headline(sample.metric, leak_stat)}
         row |= _columns("utility", [utility[s] for s in entries], higher_is_better=True)
         row |= _columns("utility_drop", drops, higher_is_better=False)
+        row |= _columns("relative_drop", relative, higher_is_better=False)
         for stat in LEAK_STATS:
             row |= _columns(f"leak_{stat}", [_stat(e, stat) for e in entries.values()], False)
         row |= _columns("leak", [_stat(e, row["headline"]) for e in entries.values()], False)

@@ -1,0 +1,83 @@
+"""The party's input protection ([protection], e.g. Anti-GAN): its train images are replaced once,
+before training, by the protected ones; its test images stay real, so the test metric is the
+protection's utility cost."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from pydantic import ValidationError
+from torch import nn
+
+from passive_party.bottom_trainer import BottomTrainer
+from passive_party.protections import PROTECTIONS, Protection, build_protection
+from splitleak.config import ConfigError, ExperimentConfig, plugin_param_errors
+from splitleak.datasets import train_test_ids
+from splitleak.fileio import write_atomically
+from splitleak.inputs import PartyInputs
+from splitleak.registry import UnknownPluginError
+from splitleak.rundir import RunDir
+from splitleak.seeding import derive_seed
+
+log = logging.getLogger("passive_party")
+
+
+def configured_protection(cfg: ExperimentConfig) -> Protection:
+    """The protection [protection] names, built from its params; ConfigError naming the field."""
+    try:
+        return build_protection(cfg.protection.name, cfg.protection.params)
+    except UnknownPluginError as err:
+        raise ConfigError(f"protection.name: {err}, none") from None
+    except ValidationError as err:
+        raise ConfigError(plugin_param_errors("protection.params", err)) from None
+
+
+def check_protection(cfg: ExperimentConfig) -> None:
+    """A registered protection with parameters it accepts (the config already requires a CNN,
+    hence an image dataset); ConfigError."""
+    if cfg.protection.name != "none":
+        configured_protection(cfg)
+
+
+def first_conv_block(model: nn.Module) -> nn.Sequential:
+    """The model's first (conv, ReLU, max-pool) block: Anti-GAN's feature extractor C."""
+    for module in model.modules():
+        children = list(module.children()) if isinstance(module, nn.Sequential) else []
+        if children and isinstance(children[0], nn.Conv2d):
+            return nn.Sequential(*children[:3])
+    raise ValueError("the bottom model has no conv block (protection needs model.kind = 'cnn')")
+
+
+def protect_party(cfg: ExperimentConfig, bottom: BottomTrainer) -> dict[str, Any] | None:
+    """Replace the party's train images (its `inputs`) by protected ones; the figures, or None
+    when [protection] does not name this party. Deterministic by the run seed, so a resumed
+    party protects exactly as it did at the start. ConfigError for a bad [protection]."""
+    k = bottom.party_id
+    if not cfg.protection.applies(k):
+        return None
+    protection = configured_protection(cfg)
+    inputs = bottom.inputs
+    train_ids, _ = train_test_ids(inputs.num_rows, cfg.dataset.test_fraction, cfg.run.seed)
+    log.info("party %d: protecting its %d train images with %s", k, train_ids.size,
+             cfg.protection.describe())
+    result = protection(inputs.numeric[train_ids], first_conv_block(bottom.model),
+                        derive_seed(cfg.run.seed, "protection", k))
+    numeric = inputs.numeric.clone()
+    numeric[train_ids] = result.images
+    bottom.inputs = PartyInputs(numeric, inputs.categorical, inputs.spec)
+    log.info("party %d: protected in %.1f CPU s", k, result.figures.get("cpu_seconds", 0.0))
+    return {"name": cfg.protection.name, "params": protection.params.model_dump(),
+            **result.figures}
+
+
+def write_figures(run: RunDir, party_id: int, figures: dict[str, Any] | None) -> None:
+    """passive_party_<k>/protection.json, written atomically (the report reads it)."""
+    if figures is not None:
+        path = run.protection(party_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_atomically(path, lambda tmp: tmp.write_text(json.dumps(figures, indent=1)))
+
+
+__all__ = ["PROTECTIONS", "check_protection", "protect_party", "write_figures"]

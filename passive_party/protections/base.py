@@ -1,0 +1,49 @@
+"""The input-protection plug-in interface: a party replaces its own train images once, before
+training, by protected ones (ALGORITHMS.md §5)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from pydantic import BaseModel, ConfigDict
+from torch import nn
+
+from splitleak.registry import Registry
+
+
+class ProtectionParams(BaseModel):
+    """Base of every protection's parameter model (the config's `[protection] params`)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class Protected:
+    """The images the party trains on instead of its real ones, and the figures for the report."""
+
+    images: torch.Tensor
+    figures: dict[str, Any]
+
+
+class Protection(ABC):
+    name: ClassVar[str]
+    Params: ClassVar[type[ProtectionParams]] = ProtectionParams
+
+    def __init__(self, params: ProtectionParams) -> None:
+        self.params = params
+
+    @abstractmethod
+    def __call__(self, images: torch.Tensor, first_block: nn.Module, seed: int) -> Protected:
+        """Protect `images` ([n, C, H, W], the party's train rows); `first_block` is the party's
+        bottom model's first conv block (a copy may be trained; the party's own is untouched)."""
+
+
+PROTECTIONS: Registry[type[Protection]] = Registry("protection")
+
+
+def build_protection(name: str, params: dict[str, Any]) -> Protection:
+    cls = PROTECTIONS.get(name)
+    return cls(cls.Params.model_validate(params))
