@@ -14,6 +14,7 @@ import numpy as np
 
 from attacker.store import GradientStore, RecordError
 from splitleak.codec import CodecError, decode_ids, decode_tensor, decode_view
+from splitleak.timing import WARMUP_STEPS, CpuWindow
 from splitleak.tls import LABEL_PARTY, passive_identity, peer_identity
 from splitleak.v1 import attacker_pb2 as pb
 from splitleak.v1 import attacker_pb2_grpc as pb_grpc
@@ -62,6 +63,8 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
         self.streaming: set[Key] = set()
         self.refused: dict[Key, str] = {}  # the last refusal of each expected stream
         self._appended = asyncio.Condition()
+        self.cpu = CpuWindow()  # this process's CPU over the records of timed train steps
+        self.timed_steps: dict[Key, int] = {}  # per stream: records of train steps past the warm-up
 
     @property
     def store(self) -> GradientStore:
@@ -91,6 +94,9 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
                     self.streaming.add(key)
                 rows += self._append(record, key)
                 records += 1
+                if record.step >= WARMUP_STEPS:
+                    self.cpu.mark()
+                    self.timed_steps[key] = self.timed_steps.get(key, 0) + 1
                 async with self._appended:
                     self._appended.notify_all()
         except RecordError as err:

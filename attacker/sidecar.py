@@ -15,6 +15,7 @@ from attacker.store import GradientStore
 from splitleak.config import TopologyConfig
 from splitleak.fileio import write_atomically
 from splitleak.rundir import RunDir
+from splitleak.timing import TIMING_FILE, write_cpu
 from splitleak.tls import ATTACKER
 from splitleak.transport import bind, create_server
 
@@ -63,6 +64,10 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
     await server.stop(grace=2.0)
     for each in servicer.stores.values():
         each.close()
+    # Its CPU per train step, for `splitleak bench`'s budget (the first mark is a record's
+    # arrival, so per step = (marks - 1) intervals of one stream).
+    write_cpu(RunDir(out).attacker / TIMING_FILE, servicer.cpu,
+              max(servicer.timed_steps.values(), default=1) - 1)
     missing = sorted(servicer.expected - servicer.finished)
     unfinished = (f" before {', '.join(map(who, missing))} finished streaming") if missing else ""
     if stopped.done() and not done.done():

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from splitleak.rundir import RunDir
-from splitleak.timing import TIMING_FILE, read_timing
+from splitleak.timing import TIMING_FILE, read_cpu, read_timing
 
 # (key, short name) in the order the bench prints them, all ms per train step; "party" is the
 # slowest passive party (the busiest per step), "busy" its compute + codec + tap.
@@ -22,10 +22,15 @@ COMPONENTS = (
     ("passive_handoff", "party hands answer to gRPC"),
     ("transport", "transport+scheduling"),
     ("passive_waiting", "party waits for label"),
+    ("cpu_label", "CPU: label party"),
+    ("cpu_parties", "CPU: passive parties, together"),
+    ("cpu_sidecar", "CPU: attacker sidecar"),
+    ("cpu_system", "CPU: of which in the kernel, all"),
 )
 LEGEND = ("party = the slowest passive party; transport+scheduling = label waits for parties "
           "- party busy (compute, encode+decode, tap): gRPC, TLS, sockets, executor hand-offs and "
-          "time the parties wait for a core")
+          "time the parties wait for a core; CPU = user + system time of each process per train "
+          "step (getrusage, every thread), on a machine shared by all of them")
 
 
 def step_budget(run: RunDir, parties: int, steps_per_s: float) -> dict[str, float]:
@@ -42,6 +47,13 @@ def step_budget(run: RunDir, parties: int, steps_per_s: float) -> dict[str, floa
         total = sum(v for name, v in spans.items() if name not in ("wait", "write"))
         if total > busy:
             busiest, busy = spans, total
+    cpu = {"label": read_cpu(run.label_party / TIMING_FILE),
+           "sidecar": read_cpu(run.attacker / TIMING_FILE),
+           **{k: read_cpu(run.passive_party(k) / TIMING_FILE) for k in range(1, parties + 1)}}
+
+    def total(figures: dict[str, float]) -> float:
+        return figures.get("user_ms_per_step", 0.0) + figures.get("system_ms_per_step", 0.0)
+
     codec = label.get("encode", 0.0) + label.get("decode", 0.0)
     waiting = label.get("exchange", 0.0) - codec
     return {
@@ -55,9 +67,13 @@ def step_budget(run: RunDir, parties: int, steps_per_s: float) -> dict[str, floa
         "passive_handoff": busiest.get("write", 0.0),
         "transport": waiting - max(busy, 0.0),
         "passive_waiting": busiest.get("wait", 0.0),
+        "cpu_label": total(cpu["label"]),
+        "cpu_parties": sum(total(cpu[k]) for k in range(1, parties + 1)),
+        "cpu_sidecar": total(cpu["sidecar"]),
+        "cpu_system": sum(figures.get("system_ms_per_step", 0.0) for figures in cpu.values()),
     }
 
 
 def median_budget(budgets: list[dict[str, Any]]) -> dict[str, float]:
-    """Per component, the median over rounds."""
-    return {key: float(np.median([b[key] for b in budgets])) for key, _ in COMPONENTS}
+    """Per component, the median over rounds (rounds from an older bench may lack the CPU)."""
+    return {key: float(np.median([b.get(key, 0.0) for b in budgets])) for key, _ in COMPONENTS}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import resource
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,13 +22,41 @@ def timed(train: bool, step: int) -> bool:
     return train and step >= WARMUP_STEPS
 
 
+def _cpu() -> tuple[float, float]:
+    usage = resource.getrusage(resource.RUSAGE_SELF)  # every thread: gRPC's and torch's too
+    return usage.ru_utime, usage.ru_stime
+
+
+class CpuWindow:
+    """This process's CPU time (user, system) from the first to the last timed event."""
+
+    def __init__(self) -> None:
+        self.first: tuple[float, float] | None = None
+        self.last: tuple[float, float] | None = None
+
+    def mark(self) -> None:
+        now = _cpu()
+        if self.first is None:
+            self.first = now
+        self.last = now
+
+    def per_step(self, steps: int) -> dict[str, float]:
+        """ms of user and system CPU per train step ({} before two marks or without steps)."""
+        if self.first is None or self.last is None or not steps:
+            return {}
+        return {"user_ms_per_step": 1e3 * (self.last[0] - self.first[0]) / steps,
+                "system_ms_per_step": 1e3 * (self.last[1] - self.first[1]) / steps}
+
+
 class StepTimer:
     """Total seconds and count per span name (e.g. `compute`, `encode`, `wait`) over the train
-    steps past the warm-up (`timed`); two perf_counter calls per span, so it stays on in every run."""
+    steps past the warm-up (`timed`), and the process's CPU time over them; two perf_counter and
+    two getrusage calls per span, so it stays on in every run."""
 
     def __init__(self) -> None:
         self.seconds: dict[str, float] = {}
         self.counts: dict[str, int] = {}
+        self.cpu = CpuWindow()
 
     def add(self, name: str, seconds: float) -> None:
         self.seconds[name] = self.seconds.get(name, 0.0) + seconds
@@ -39,11 +68,14 @@ class StepTimer:
         if not on:
             yield
             return
+        if self.cpu.first is None:
+            self.cpu.mark()
         began = time.perf_counter()
         try:
             yield
         finally:
             self.add(name, time.perf_counter() - began)
+            self.cpu.mark()
 
     def as_dict(self, per: str) -> dict:
         """Seconds and counts per span, and the mean milliseconds per train step; the train
@@ -52,7 +84,8 @@ class StepTimer:
         return {"train_steps": steps,
                 "spans": {name: {"seconds": s, "count": self.counts[name],
                                  "ms_per_step": 1e3 * s / steps if steps else 0.0}
-                          for name, s in sorted(self.seconds.items())}}
+                          for name, s in sorted(self.seconds.items())},
+                "cpu": self.cpu.per_step(steps)}
 
     def write(self, path: Path, per: str) -> None:
         data = json.dumps(self.as_dict(per), indent=2)
@@ -65,3 +98,16 @@ def read_timing(path: Path) -> dict[str, float]:
         return {}
     spans = json.loads(path.read_text())["spans"]
     return {name: span["ms_per_step"] for name, span in spans.items()}
+
+
+def write_cpu(path: Path, cpu: CpuWindow, steps: int) -> None:
+    """timing.json of a role without spans (the sidecar): its CPU per train step."""
+    data = json.dumps({"train_steps": steps, "spans": {}, "cpu": cpu.per_step(steps)}, indent=2)
+    write_atomically(path, lambda tmp: tmp.write_text(data))
+
+
+def read_cpu(path: Path) -> dict[str, float]:
+    """A role's user and system CPU ms per train step from its timing.json ({} if none)."""
+    if not path.is_file():
+        return {}
+    return json.loads(path.read_text()).get("cpu") or {}

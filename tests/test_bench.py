@@ -28,7 +28,16 @@ from orchestration.cli import main
 from orchestration.reference import run_reference
 from splitleak.config import parse_config
 from splitleak.rundir import RunDir, create_run_dir
-from splitleak.timing import TIMING_FILE, WARMUP_STEPS, StepTimer, read_timing, timed
+from splitleak.timing import (
+    TIMING_FILE,
+    WARMUP_STEPS,
+    CpuWindow,
+    StepTimer,
+    read_cpu,
+    read_timing,
+    timed,
+    write_cpu,
+)
 from tests.conftest import scaled, small_config
 
 
@@ -168,6 +177,26 @@ def test_step_timer_sums_spans_per_train_step_past_the_warm_up(tmp_path):
     assert read_timing(tmp_path / "missing.json") == {}
 
 
+def test_the_timer_takes_the_process_cpu_over_the_timed_steps(tmp_path):
+    timer = StepTimer()
+    with timer.span("compute", timed(True, 0)):  # warm-up: no CPU window yet
+        sum(range(200_000))
+    assert timer.cpu.first is None
+    for step in range(WARMUP_STEPS, WARMUP_STEPS + 4):
+        with timer.span("compute", timed(True, step)):
+            sum(range(400_000))  # a few ms of user CPU each
+    timer.write(tmp_path / TIMING_FILE, per="compute")
+    cpu = read_cpu(tmp_path / TIMING_FILE)
+    assert cpu["user_ms_per_step"] > 0.5 and cpu["system_ms_per_step"] >= 0.0
+    assert cpu["user_ms_per_step"] + cpu["system_ms_per_step"] <= 1.5 * 1e3 * sum(
+        read_timing(tmp_path / TIMING_FILE).values()) + 5.0  # one thread: CPU ≈ the span time
+    assert read_cpu(tmp_path / "missing.json") == {}
+    window = CpuWindow()
+    assert window.per_step(10) == {}  # never marked
+    write_cpu(tmp_path / "sidecar.json", window, 0)
+    assert read_cpu(tmp_path / "sidecar.json") == {}
+
+
 def _timing(path: Path, steps: int, **ms: float) -> None:
     """A party's timing.json: `steps` train steps, `ms` per step of each span."""
     timer = StepTimer()
@@ -193,7 +222,12 @@ def test_step_budget_takes_the_busiest_party_and_leaves_transport_as_the_rest(tm
             write=3.0)
     _timing(run.passive_party(2), 10, backward=9.0, decode=0.3, encode=0.2, tap=1.0, wait=14.0,
             write=0.5)
+    (run.attacker).mkdir(parents=True)
+    (run.attacker / TIMING_FILE).write_text(json.dumps(
+        {"train_steps": 9, "spans": {}, "cpu": {"user_ms_per_step": 1.0, "system_ms_per_step": 3.0}}))
     budget = step_budget(run, 2, steps_per_s=25.0)
+    assert budget["cpu_sidecar"] == pytest.approx(4.0)
+    assert budget["cpu_system"] >= 3.0 and budget["cpu_parties"] >= 0.0
     assert budget["step"] == pytest.approx(40.0)
     assert budget["label_compute"] == pytest.approx(12.0)
     assert budget["label_codec"] == pytest.approx(1.0)

@@ -71,6 +71,11 @@ def test_distributed_equals_reference(tmp_path: Path, parties: int, overrides: d
         assert timing["train_steps"] == timed_steps, role
         assert spans <= set(timing["spans"]) <= spans | {"tap"}, role  # tap: a tapped party
         assert all(s["seconds"] > 0 for s in timing["spans"].values()), role
+        assert timing["cpu"]["user_ms_per_step"] > 0, role  # the process's CPU per step
+    if cfg.tapped_parties:  # the sidecar: its CPU per train step, for the bench's budget
+        sidecar = json.loads((dist.attacker / TIMING_FILE).read_text())
+        assert sidecar["train_steps"] == timed_steps - 1
+        assert sidecar["cpu"]["user_ms_per_step"] + sidecar["cpu"]["system_ms_per_step"] > 0
 
 
 def test_same_seed_same_numbers_different_seed_differs(tmp_path: Path) -> None:
