@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from torch import nn
 
 from passive_party.bottom_trainer import BottomTrainer
-from passive_party.protections import PROTECTIONS, Protection, build_protection
+from passive_party.protections import Protection, build_protection
 from splitleak.config import ConfigError, ExperimentConfig, plugin_param_errors
 from splitleak.datasets import train_test_ids
 from splitleak.fileio import write_atomically
@@ -79,5 +79,3 @@ def write_figures(run: RunDir, party_id: int, figures: dict[str, Any] | None) ->
         path.parent.mkdir(parents=True, exist_ok=True)
         write_atomically(path, lambda tmp: tmp.write_text(json.dumps(figures, indent=1)))
 
-
-__all__ = ["PROTECTIONS", "check_protection", "protect_party", "write_figures"]
