@@ -187,6 +187,22 @@ def test_compare_says_what_it_cannot_compute(runs_dir: Path, tmp_path: Path) -> 
     assert any("iso t=2: no run of the same set-up without a defense" in w for w in comparison.warnings)
 
 
+def test_compare_names_the_layers_the_runs_have(runs_dir: Path, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture) -> None:
+    """The runs have a cut-layer leak only: asked for the bottom (model completion), compare
+    prints no empty table but says which layer there is."""
+    from rich.console import Console
+
+    from orchestration.compare.command import compare_and_print
+
+    comparison = compare_and_print([runs_dir], tmp_path / "out", Console(width=100),
+                                   layer="bottom")
+    assert comparison is not None and comparison.rows == []
+    out = capsys.readouterr().out
+    assert "no leak at the bottom layer in these runs; they have cut (--layer)" in out
+    assert "trade-off (mean" not in out and (tmp_path / "out" / "report.md").exists()
+
+
 def test_report_files(runs_dir: Path, tmp_path: Path) -> None:
     runs, _ = find_runs([runs_dir])
     out = tmp_path / "compare"

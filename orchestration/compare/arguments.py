@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-LAYERS = ("cut", "first", "input")  # where a leak is measured (summary.json's `layer`)
+# where a leak is measured (summary.json's `layer`): gradient layers, model completion on the
+# party's bottom, feature reconstruction of its inputs
+LAYERS = ("cut", "first", "bottom", "input")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -19,8 +21,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the AUC statistic of the plots and the Pareto frontier (default: the "
                         "p95 over batches, Li et al.'s headline)")
     parser.add_argument("--layer", default="cut", choices=LAYERS,
-                        help="where the leak is measured: cut or first (gradient layers), or input "
-                             "(feature reconstruction from received activations)")
+                        help="where the leak is measured: cut or first (gradient layers), bottom "
+                             "(model completion), or input (feature reconstruction from received "
+                             "activations)")
     parser.add_argument("--party", type=int, help="observed passive party (default: the lowest)")
     parser.add_argument("--target-utility", type=float, metavar="U",
                         help="the utility 'time to target' is measured to (default: the lowest "

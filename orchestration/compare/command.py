@@ -31,9 +31,14 @@ def compare_and_print(paths: list[Path], out: Path, console: Console, layer: str
     if not runs:
         console.print("[bold red]nothing to compare:[/] no finished, analysed run")
         return None
+    seen = len(warnings)
     comparison = compare(runs, layer, party, leak_stat, warnings, target)
+    for warning in warnings[seen:]:
+        if warning.startswith("no leak at"):  # the others are in report.md
+            console.print(f"[yellow]{escape(warning)}[/]")
     report = write_report(comparison, out, paths)
-    console.print(summary_table(comparison, console.width))
+    if comparison.rows:
+        console.print(summary_table(comparison, console.width))
     if comparison.about_speed():  # the settings differ in [network] / [wire]: how fast too
         console.print(speed_table(comparison))
     console.print(f"trade-off report: {report}")

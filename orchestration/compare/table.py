@@ -163,6 +163,10 @@ def compare(runs: list[RunResult], layer: str = "cut", party: int | None = None,
             warnings.append(f"{setting.label}: no run of the same set-up without a defense, so no "
                             "utility drop and no DCS")
         rows += _setting_rows(setting, party, layer, leak_stat)
+    if not rows:
+        elsewhere = sorted({e.layer for r in runs for e in r.leak} - {layer})
+        warnings.append(f"no leak at the {layer} layer in these runs" + (
+            f"; they have {', '.join(elsewhere)} (--layer)" if elsewhere else ""))
     _mark_frontier(rows)
     _add_type_scores(rows, settings)
     finals = [r.utility for r in runs if r.utility is not None]
