@@ -11,7 +11,6 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
-from orchestration.compare.arguments import LAYERS
 from orchestration.compare.read import find_runs
 from orchestration.compare.report import UTILITY_LABELS, write_report
 from orchestration.compare.table import Comparison, compare
@@ -33,12 +32,12 @@ def compare_and_print(paths: list[Path], out: Path, console: Console, layer: str
         return None
     seen = len(warnings)
     comparison = compare(runs, layer, party, leak_stat, warnings, target)
-    for warning in warnings[seen:]:
-        if warning.startswith("no leak at"):  # the others are in report.md
-            console.print(f"[yellow]{escape(warning)}[/]")
     report = write_report(comparison, out, paths)
     if comparison.rows:
         console.print(summary_table(comparison, console.width))
+    else:  # nothing at this layer: say why here (otherwise the warnings are in report.md)
+        for warning in warnings[seen:]:
+            console.print(f"[yellow]{escape(warning)}[/]")
     if comparison.about_speed():  # the settings differ in [network] / [wire]: how fast too
         console.print(speed_table(comparison))
     console.print(f"trade-off report: {report}")
@@ -123,8 +122,6 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
     missing = [str(p) for p in args.paths if not p.exists()]
     if missing:
         raise BadInput(f"no such directory: {', '.join(missing)}")
-    if args.layer not in LAYERS:
-        raise BadInput(f"--layer must be one of {', '.join(LAYERS)}, got {args.layer!r}")
     single_sweep = len(args.paths) == 1 and (args.paths[0] / INDEX_FILE).exists()
     out = args.output_dir or (args.paths[0] / "compare" if single_sweep else Path("compare"))
     comparison = compare_and_print(args.paths, out, console, args.layer, args.party, args.leak_stat,

@@ -26,9 +26,8 @@ LEAK_LABELS = {
     "accuracy": "label-inference accuracy",
 }
 UTILITY_LABELS = {"test_auc": "test AUC", "test_accuracy": "test accuracy"}
-# what an accuracy-type row's leak is, by the attack's metric
-METRIC_LABELS = {"accuracy": "label-inference accuracy",
-                 "ssim": "class-conditional SSIM of the reconstructed inputs",
+# what a reconstruction row's leak is, by the attack's metric
+METRIC_LABELS = {"ssim": "class-conditional SSIM of the reconstructed inputs",
                  "r2": "mean R² of the reconstructed features",
                  "feature_accuracy": "accuracy of the reconstructed categorical features"}
 METRIC_HEADERS = {"accuracy": "accuracy", "ssim": "SSIM", "r2": "R²",
@@ -92,8 +91,7 @@ def _attack_md(rows: list[dict[str, Any]], figure: str | None) -> list[str]:
              _worst_best(r, "leak"), _num(r["spread_mean"]), _ci(r, "dcs"), _ci(r, "dcs_ours"),
              "✓" if r["pareto"] else ""] for r in rows]
     lines += _md_table(header, body)
-    leak = (LEAK_LABELS.get(first["headline"], first["headline"]) if auc
-            else METRIC_LABELS.get(first["metric"], first["metric"]))
+    leak = METRIC_LABELS.get(first["metric"]) or LEAK_LABELS.get(first["headline"], first["headline"])
     lines += [f"Leak = {leak} for worst / best and the frontier; flipped = max(AUC, 1 − AUC) "
               "(GAFM), raw = the attack's AUC as scored. Relative drop = drop / the no-defense "
               "utility (Luo & Zhang's accuracy degradation ratio, ADR). Draw spread: across the "
