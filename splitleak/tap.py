@@ -107,6 +107,10 @@ class Tap:
 
     async def _records(self) -> AsyncIterator[apb.GradientRecord]:
         while (record := await self.queue.get()) is not None:
+            if self.error is not None:  # grpc may read on after the call failed
+                self._gap(record)
+                self._drain()
+                return
             self.sent += 1  # handed to gRPC; lost in transit if the sidecar dies now
             yield record
 
@@ -129,21 +133,26 @@ class Tap:
             self.gap_first_step = record.step
 
     async def record(self, record: apb.GradientRecord) -> None:
+        """Queue one record, or count it as a gap once the sidecar has failed. Every record is
+        counted once: as sent when the stream takes it before a failure, else as a gap."""
+        queued = False
         if self.error is None:
             try:
                 await asyncio.wait_for(self.queue.put(record), self.stall_timeout)
+                queued = True
             except TimeoutError:
                 self.error = (f"{SIDECAR} at {self.address} accepted no gradient record for "
                               f"{self.stall_timeout:g} s (stalled, or its disk is too slow)")
                 log.error("%s", self.error)
                 if self._call is not None:
                     self._call.cancel()
-                self._drain()
             if self.error is None:
                 return
+            self._drain()  # the call failed while this record waited: it may sit in the queue
         if self.mode == "fail":
             raise TapError(f"{self.error}; stopping because attacker.on_sidecar_failure = 'fail'")
-        self._gap(record)
+        if not queued:
+            self._gap(record)
 
     async def close(self) -> dict:
         """Finish the stream and wait for the sidecar's acknowledgement."""
