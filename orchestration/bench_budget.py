@@ -10,7 +10,8 @@ from splitleak.rundir import RunDir
 from splitleak.timing import TIMING_FILE, read_cpu, read_timing
 
 # (key, short name) in the order the bench prints them, all ms per train step; "party" is the
-# slowest passive party (the busiest per step), "busy" its compute + codec + tap.
+# slowest passive party (the busiest per step), "busy" its compute + codec (its tap runs after
+# it has answered, while the label party computes).
 COMPONENTS = (
     ("step", "train step"),
     ("label_compute", "label compute"),
@@ -18,7 +19,7 @@ COMPONENTS = (
     ("label_waiting", "label waits for parties"),
     ("passive_compute", "party compute"),
     ("passive_codec", "party encode+decode"),
-    ("passive_tap", "tapped party: tap to sidecar"),
+    ("passive_tap", "tapped party: tap, after answering"),
     ("passive_handoff", "party hands answer to gRPC"),
     ("transport", "transport+scheduling"),
     ("passive_waiting", "party waits for label"),
@@ -28,7 +29,7 @@ COMPONENTS = (
     ("cpu_system", "CPU: of which in the kernel, all"),
 )
 LEGEND = ("party = the slowest passive party; transport+scheduling = label waits for parties "
-          "- party busy (compute, encode+decode, tap): gRPC, TLS, sockets, executor hand-offs and "
+          "- party busy (compute, encode+decode): gRPC, TLS, sockets, executor hand-offs and "
           "time the parties wait for a core; CPU = user + system time of each process per train "
           "step (getrusage, every thread), on a machine shared by all of them")
 
@@ -44,7 +45,7 @@ def step_budget(run: RunDir, parties: int, steps_per_s: float) -> dict[str, floa
     for k in range(1, parties + 1):
         spans = read_timing(run.passive_party(k) / TIMING_FILE)
         tap = max(tap, spans.get("tap", 0.0))
-        total = sum(v for name, v in spans.items() if name not in ("wait", "write"))
+        total = sum(v for name, v in spans.items() if name not in ("wait", "write", "tap"))
         if total > busy:
             busiest, busy = spans, total
     cpu = {"label": read_cpu(run.label_party / TIMING_FILE),

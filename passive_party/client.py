@@ -157,8 +157,9 @@ async def _join(stub: pb_grpc.LabelPartyStub, cfg: ExperimentConfig,
 
 
 class StepLoop:
-    """Answers the label party: apply the gradient (if any), tap it, then compute the asked
-    batch or write the asked checkpoint."""
+    """Answers the label party: apply the gradient (if any), compute the asked batch and send
+    it, then tap the gradient (off the step's critical path, while the label party computes);
+    before a checkpoint or the end, the tap comes first, so the checkpoint counts the record."""
 
     def __init__(self, bottom: BottomTrainer, compute: Any, tap: Tap | None, run_id: str,
                  run_dir: RunDir | None = None, wire: WireConfig | None = None) -> None:
@@ -186,17 +187,22 @@ class StepLoop:
                 train = timed(message.next_batch.phase == pb.TRAIN, message.next_batch.step)
                 if train:
                     self.timer.add("wait", time.perf_counter() - began)
-                if message.HasField("cut_gradient"):
-                    await self._apply(message)
-                if message.done:
-                    await call.done_writing()
-                    break
-                if message.HasField("checkpoint"):
+                tap = await self._apply(message) if message.HasField("cut_gradient") else None
+                if message.done or message.HasField("checkpoint"):
+                    if tap is not None:  # the checkpoint's sync counts this record
+                        await self._tap(*tap)
+                    if message.done:
+                        await call.done_writing()
+                        break
                     answer = await self._checkpoint(message.checkpoint)
-                else:
-                    answer = await self._answer(message.next_batch)
+                    with self.timer.span("write", train):
+                        await _write(call, answer)
+                    continue
+                answer = await self._answer(message.next_batch)
                 with self.timer.span("write", train):
                     await _write(call, answer)
+                if tap is not None:  # off the step's critical path: the label party computes
+                    await self._tap(*tap)
             code = await call.code()
             if code != grpc.StatusCode.OK:
                 raise PartyError(f"the label party ended the stream with {code.name}: "
@@ -213,27 +219,32 @@ class StepLoop:
             call.cancel()
             raise
 
-    async def _apply(self, message: pb.LabelPartyMessage) -> None:
+    async def _apply(self, message: pb.LabelPartyMessage) -> tuple | None:
+        """Apply the cut gradient; what the tap records of this step (None if nothing is
+        tapped), taken before the next batch replaces the step's ids and activation."""
         on = timed(True, message.gradient_step)
         with self.timer.span("decode", on):
             gradient = _decode_gradient(message, self.bottom, self.wire)
         with self.timer.span("backward", on):
             await self.compute(self.bottom.backward, gradient)
         if self.tap is None or self._train_batch is None:
-            return
-        with self.timer.span("tap", on):
-            await self._tap(message)
+            return None
+        activation = self._train_activation if self.tap.record_activation else None
+        return message, self._train_batch, activation, self.bottom.first_layer_gradient
 
-    async def _tap(self, message: pb.LabelPartyMessage) -> None:
-        record = apb.GradientRecord(run_id=self.run_id, party_id=self.bottom.party_id,
-                                    epoch=message.gradient_epoch, step=message.gradient_step,
-                                    sample_ids=self._train_batch.sample_ids,
-                                    cut_gradient=message.cut_gradient)
-        if self.tap.record_activation and self._train_activation is not None:
-            record.activation.CopyFrom(self._train_activation)
-        if self.bottom.first_layer_gradient is not None:
-            record.first_layer_gradient.CopyFrom(encode_tensor(self.bottom.first_layer_gradient))
-        await self.tap.record(record)
+    async def _tap(self, message: pb.LabelPartyMessage, batch: pb.Batch,
+                   activation: tensor_pb2.Tensor | None,
+                   first_layer_gradient: torch.Tensor | None) -> None:
+        with self.timer.span("tap", timed(True, message.gradient_step)):
+            record = apb.GradientRecord(run_id=self.run_id, party_id=self.bottom.party_id,
+                                        epoch=message.gradient_epoch, step=message.gradient_step,
+                                        sample_ids=batch.sample_ids,
+                                        cut_gradient=message.cut_gradient)
+            if activation is not None:
+                record.activation.CopyFrom(activation)
+            if first_layer_gradient is not None:
+                record.first_layer_gradient.CopyFrom(encode_tensor(first_layer_gradient))
+            await self.tap.record(record)
 
     async def _answer(self, batch: pb.Batch) -> pb.PartyMessage:
         train = batch.phase == pb.TRAIN

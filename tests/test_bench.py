@@ -234,7 +234,7 @@ def test_step_budget_takes_the_busiest_party_and_leaves_transport_as_the_rest(tm
     assert budget["label_waiting"] == pytest.approx(19.0)
     assert budget["passive_compute"] == pytest.approx(9.0)  # party 2: busier without `write`
     assert budget["passive_tap"] == pytest.approx(2.0)  # the tapped party's, slowest or not
-    assert budget["transport"] == pytest.approx(19.0 - 10.5)
+    assert budget["transport"] == pytest.approx(19.0 - 9.5)  # its tap runs after it answered
     assert budget["passive_waiting"] == pytest.approx(14.0)
     (run.label_party / TIMING_FILE).unlink()
     with pytest.raises(ValueError, match="wrote no timing"):
