@@ -1,15 +1,21 @@
-"""The tap's accounting when the sidecar's call fails: each record is sent or a gap, once."""
+"""The tap: each record counted once (sent or a gap) when the sidecar fails, and tapped by the
+passive party after it has answered the next batch."""
 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import grpc
+import numpy as np
 import pytest
 
-from splitleak.config import AttackerConfig, TopologyConfig
+from splitleak.codec import encode_tensor
+from splitleak.config import AttackerConfig, TopologyConfig, parse_config
 from splitleak.tap import Tap, TapError
 from splitleak.v1 import attacker_pb2 as apb
+from splitleak.v1 import split_learning_pb2 as pb
+from tests.conftest import small_config
 
 
 class FailingSidecar:
@@ -82,3 +88,66 @@ def test_a_stalled_sidecar_turns_the_queue_into_a_gap(mode: str) -> None:
     report = asyncio.run(run())
     assert "stalled" in report["error"]
     assert (report["sent"], report["gap_records"], report["gap_first_step"]) == (0, 6, 0)
+
+
+# --- where the passive party taps: after answering, except before a checkpoint or the end -----
+
+
+class _ScriptedCall:
+    """A Train call that plays the label party's messages and logs what the party does."""
+
+    def __init__(self, messages: list[pb.LabelPartyMessage], events: list[str]) -> None:
+        self.messages, self.events = messages, events
+
+    async def read(self) -> pb.LabelPartyMessage:
+        return self.messages.pop(0)
+
+    async def write(self, message: pb.PartyMessage) -> None:
+        self.events.append(f"answer {message.step}")
+
+    async def done_writing(self) -> None:
+        self.events.append("done")
+
+    async def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.OK
+
+    def cancel(self) -> None:
+        pass
+
+
+class _LoggingTap:
+    record_activation = False
+
+    def __init__(self, events: list[str]) -> None:
+        self.events = events
+
+    async def record(self, record: apb.GradientRecord) -> None:
+        self.events.append(f"tap {record.step}")
+
+
+def test_the_party_taps_a_gradient_after_answering_the_next_batch(tmp_path: Path) -> None:
+    from passive_party.client import StepLoop, load_bottom
+
+    cfg = parse_config(small_config(tmp_path, features={"passive": [[0, 30]]},
+                                    topology={"passive_parties": 1}))
+    bottom = load_bottom(cfg, 1)
+    rows = 4
+
+    def batch(step: int) -> pb.Batch:
+        return pb.Batch(phase=pb.TRAIN, step=step, sample_ids=encode_tensor(np.arange(rows)))
+
+    def gradient(step: int, **more: object) -> pb.LabelPartyMessage:
+        values = np.full((rows, *bottom.embedding_shape), 0.01, np.float32)
+        return pb.LabelPartyMessage(cut_gradient=encode_tensor(values), gradient_step=step, **more)
+
+    async def compute(fn, *args):  # noqa: ANN001, ANN202 - the step loop's executor stand-in
+        return fn(*args)
+
+    events: list[str] = []
+    call = _ScriptedCall([pb.LabelPartyMessage(next_batch=batch(0)),
+                          gradient(0, next_batch=batch(1)),
+                          gradient(1, next_batch=batch(2)),
+                          gradient(2, done=True)], events)
+    asyncio.run(StepLoop(bottom, compute, _LoggingTap(events), "r").run(call))
+    # Step t's record goes out once batch t+1 is answered; the last one before the end.
+    assert events == ["answer 0", "answer 1", "tap 0", "answer 2", "tap 1", "tap 2", "done"]
