@@ -52,7 +52,7 @@ def step_budget(run: RunDir, parties: int, steps_per_s: float) -> dict[str, floa
            "sidecar": read_cpu(run.attacker / TIMING_FILE),
            **{k: read_cpu(run.passive_party(k) / TIMING_FILE) for k in range(1, parties + 1)}}
 
-    def total(figures: dict[str, float]) -> float:
+    def cpu_ms(figures: dict[str, float]) -> float:
         return figures.get("user_ms_per_step", 0.0) + figures.get("system_ms_per_step", 0.0)
 
     codec = label.get("encode", 0.0) + label.get("decode", 0.0)
@@ -68,13 +68,13 @@ def step_budget(run: RunDir, parties: int, steps_per_s: float) -> dict[str, floa
         "passive_handoff": busiest.get("write", 0.0),
         "transport": waiting - max(busy, 0.0),
         "passive_waiting": busiest.get("wait", 0.0),
-        "cpu_label": total(cpu["label"]),
-        "cpu_parties": sum(total(cpu[k]) for k in range(1, parties + 1)),
-        "cpu_sidecar": total(cpu["sidecar"]),
+        "cpu_label": cpu_ms(cpu["label"]),
+        "cpu_parties": sum(cpu_ms(cpu[k]) for k in range(1, parties + 1)),
+        "cpu_sidecar": cpu_ms(cpu["sidecar"]),
         "cpu_system": sum(figures.get("system_ms_per_step", 0.0) for figures in cpu.values()),
     }
 
 
 def median_budget(budgets: list[dict[str, Any]]) -> dict[str, float]:
-    """Per component, the median over rounds (rounds from an older bench may lack the CPU)."""
-    return {key: float(np.median([b.get(key, 0.0) for b in budgets])) for key, _ in COMPONENTS}
+    """Per component, the median over rounds."""
+    return {key: float(np.median([b[key] for b in budgets])) for key, _ in COMPONENTS}

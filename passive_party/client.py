@@ -8,7 +8,7 @@ import json
 import logging
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 import numpy as np
@@ -156,6 +156,15 @@ async def _join(stub: pb_grpc.LabelPartyStub, cfg: ExperimentConfig,
         raise PartyError(_describe(err, "joining")) from None
 
 
+class _Tapped(NamedTuple):
+    """What the tap records of one train step, kept until the party has answered the next."""
+
+    message: pb.LabelPartyMessage  # the cut gradient, its step and epoch
+    batch: pb.Batch  # the step's sample ids
+    activation: tensor_pb2.Tensor | None  # what the party sent, if recorded
+    first_layer_gradient: torch.Tensor | None
+
+
 class StepLoop:
     """Answers the label party: apply the gradient (if any), compute the asked batch and send
     it, then tap the gradient (off the step's critical path, while the label party computes);
@@ -188,21 +197,20 @@ class StepLoop:
                 if train:
                     self.timer.add("wait", time.perf_counter() - began)
                 tap = await self._apply(message) if message.HasField("cut_gradient") else None
-                if message.done or message.HasField("checkpoint"):
-                    if tap is not None:  # the checkpoint's sync counts this record
-                        await self._tap(*tap)
-                    if message.done:
-                        await call.done_writing()
-                        break
+                if tap is not None and (message.done or message.HasField("checkpoint")):
+                    await self._tap(tap)  # first: the checkpoint's sync counts this record
+                    tap = None
+                if message.done:
+                    await call.done_writing()
+                    break
+                if message.HasField("checkpoint"):
                     answer = await self._checkpoint(message.checkpoint)
-                    with self.timer.span("write", train):
-                        await _write(call, answer)
-                    continue
-                answer = await self._answer(message.next_batch)
+                else:
+                    answer = await self._answer(message.next_batch)
                 with self.timer.span("write", train):
                     await _write(call, answer)
                 if tap is not None:  # off the step's critical path: the label party computes
-                    await self._tap(*tap)
+                    await self._tap(tap)
             code = await call.code()
             if code != grpc.StatusCode.OK:
                 raise PartyError(f"the label party ended the stream with {code.name}: "
@@ -219,7 +227,7 @@ class StepLoop:
             call.cancel()
             raise
 
-    async def _apply(self, message: pb.LabelPartyMessage) -> tuple | None:
+    async def _apply(self, message: pb.LabelPartyMessage) -> _Tapped | None:
         """Apply the cut gradient; what the tap records of this step (None if nothing is
         tapped), taken before the next batch replaces the step's ids and activation."""
         on = timed(True, message.gradient_step)
@@ -229,21 +237,21 @@ class StepLoop:
             await self.compute(self.bottom.backward, gradient)
         if self.tap is None or self._train_batch is None:
             return None
-        activation = self._train_activation if self.tap.record_activation else None
-        return message, self._train_batch, activation, self.bottom.first_layer_gradient
+        return _Tapped(message, self._train_batch,
+                       self._train_activation if self.tap.record_activation else None,
+                       self.bottom.first_layer_gradient)
 
-    async def _tap(self, message: pb.LabelPartyMessage, batch: pb.Batch,
-                   activation: tensor_pb2.Tensor | None,
-                   first_layer_gradient: torch.Tensor | None) -> None:
+    async def _tap(self, tapped: _Tapped) -> None:
+        message = tapped.message
         with self.timer.span("tap", timed(True, message.gradient_step)):
             record = apb.GradientRecord(run_id=self.run_id, party_id=self.bottom.party_id,
                                         epoch=message.gradient_epoch, step=message.gradient_step,
-                                        sample_ids=batch.sample_ids,
+                                        sample_ids=tapped.batch.sample_ids,
                                         cut_gradient=message.cut_gradient)
-            if activation is not None:
-                record.activation.CopyFrom(activation)
-            if first_layer_gradient is not None:
-                record.first_layer_gradient.CopyFrom(encode_tensor(first_layer_gradient))
+            if tapped.activation is not None:
+                record.activation.CopyFrom(tapped.activation)
+            if tapped.first_layer_gradient is not None:
+                record.first_layer_gradient.CopyFrom(encode_tensor(tapped.first_layer_gradient))
             await self.tap.record(record)
 
     async def _answer(self, batch: pb.Batch) -> pb.PartyMessage:
