@@ -61,8 +61,8 @@ def write(path: Path, lines: list[str]) -> str:
 
 def test_every_dataset_is_registered() -> None:
     assert set(DATASETS.names()) >= {
-        "adult", "avazu", "bank", "breast_cancer", "criteo", "digits", "digits_binary",
-        "mnist_5k", "mnist_5k_binary", "spambase", "synthetic_ctr", "wine",
+        "adult", "avazu", "bank", "breast_cancer", "cifar10", "cifar100", "criteo", "digits",
+        "digits_binary", "mnist_5k", "mnist_5k_binary", "spambase", "synthetic_ctr", "wine",
     }  # fmt: skip
 
 

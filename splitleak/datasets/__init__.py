@@ -5,6 +5,7 @@ from splitleak.datasets import (  # noqa: F401  (imported to register)
     avazu,
     bank,
     breast_cancer,
+    cifar,
     criteo,
     digits,
     mnist,

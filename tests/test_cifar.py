@@ -1,0 +1,111 @@
+"""The CIFAR-10 / CIFAR-100 readers on binary-version files the tests write, and a KD^k run on one."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from attacker.analysis import analyze
+from orchestration.reference import run_reference
+from orchestration.sweep.overrides import apply
+from splitleak.config import parse_config
+from splitleak.datasets import DatasetError, build_dataset
+from splitleak.rundir import create_run_dir
+
+EXAMPLES = Path(__file__).parent.parent / "examples" / "threat" / "cifar10"
+
+
+def records(labels: list[list[int]], seed: int = 0) -> tuple[bytes, np.ndarray]:
+    """Binary-version records (label bytes, then 1,024 R, G, B bytes each, row by row) and the
+    images they hold as [n, 3, 32, 32]."""
+    pixels = np.random.default_rng(seed).integers(0, 256, (len(labels), 3, 32, 32), dtype=np.uint8)
+    rows = [bytes(label) + image.tobytes() for label, image in zip(labels, pixels, strict=True)]
+    return b"".join(rows), pixels
+
+
+def write_cifar10(folder: Path, train: int, test: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """data_batch_1.bin and test_batch.bin with labels cycling 0..9; (images, labels) in order."""
+    folder.mkdir(parents=True, exist_ok=True)
+    labels = [i % 10 for i in range(train + test)]
+    data, pixels = records([[y] for y in labels], seed)
+    record = 1 + 3072
+    (folder / "data_batch_1.bin").write_bytes(data[: train * record])
+    (folder / "test_batch.bin").write_bytes(data[train * record:])
+    return pixels, np.array(labels)
+
+
+def test_cifar10_reads_records_as_images_split_by_pixel_columns(tmp_path: Path) -> None:
+    pixels, labels = write_cifar10(tmp_path / "cifar-10-batches-bin", train=7, test=3)
+    dataset = build_dataset("cifar10", {"path": str(tmp_path / "cifar-10-batches-bin")})
+    schema = dataset.schema()
+    assert (schema.num_rows, schema.num_classes, schema.image_shape) == (10, 10, (3, 32, 32))
+    assert schema.num_columns == 32
+    assert dataset.labels().tolist() == labels.tolist()  # train batches first, then the test batch
+    left, right = dataset.features((0, 16)), dataset.features((16, 32))
+    assert left.numeric.shape == (10, 3, 32, 16) and left.numeric.dtype == np.float32
+    np.testing.assert_allclose(left.numeric, pixels[..., :16] / 255.0, rtol=1e-6)
+    np.testing.assert_allclose(right.numeric, pixels[..., 16:] / 255.0, rtol=1e-6)
+    # the channel planes in the file's order: red first (byte 1..1024 of a record)
+    raw = (tmp_path / "cifar-10-batches-bin" / "data_batch_1.bin").read_bytes()
+    assert left.numeric[0, 0, 0, 1] == pytest.approx(raw[1 + 1] / 255.0)
+    assert left.numeric[0, 2, 31, 15] == pytest.approx(raw[1 + 2048 + 31 * 32 + 15] / 255.0)
+    single = build_dataset("cifar10", {"path": str(tmp_path / "cifar-10-batches-bin" / "test_batch.bin")})
+    assert single.labels().tolist() == labels[7:].tolist()
+    capped = build_dataset("cifar10", {"path": str(tmp_path / "cifar-10-batches-bin"), "max_rows": 8})
+    assert capped.schema().num_rows == 8 and capped.labels().tolist() == labels[:8].tolist()  # 7 + 1
+
+
+def test_cifar100_takes_the_fine_or_the_coarse_label(tmp_path: Path) -> None:
+    data, pixels = records([[19, 99], [0, 5], [7, 42]])
+    (tmp_path / "train.bin").write_bytes(data)
+    fine = build_dataset("cifar100", {"path": str(tmp_path)})
+    assert fine.schema().num_classes == 100 and fine.labels().tolist() == [99, 5, 42]
+    coarse = build_dataset("cifar100", {"path": str(tmp_path), "label": "coarse"})
+    assert coarse.schema().num_classes == 20 and coarse.labels().tolist() == [19, 0, 7]
+    np.testing.assert_allclose(fine.features((10, 20)).numeric, pixels[..., 10:20] / 255.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize(("name", "content", "params", "message"), [
+    ("cifar10", None, {"path": "missing"}, "not found"),
+    ("cifar10", {}, {}, "holds none of data_batch_1.bin"),
+    ("cifar10", {"data_batch_1.bin": b"\x01" * 3072}, {}, "not a whole number of 3,073-byte"),
+    ("cifar10", {"data_batch_1.bin": b""}, {}, "0 bytes"),
+    ("cifar10", {"test_batch.bin": bytes([3]) + bytes(3072) + bytes([10]) + bytes(3072)}, {},
+     "record 2 has label 10; CIFAR-10 binary version labels are 0..9"),
+    ("cifar100", {"train.bin": bytes([1, 100]) + bytes(3072)}, {}, "labels are 0..99"),
+    ("cifar100", {"train.bin": bytes([20, 3]) + bytes(3072)}, {"label": "coarse"}, "labels are 0..19"),
+    ("cifar100", {"train.bin": bytes(3073)}, {}, "3,074-byte CIFAR-100"),
+])
+def test_bad_files_name_the_file_and_what_is_allowed(tmp_path: Path, name: str,
+                                                     content: dict[str, bytes] | None,
+                                                     params: dict, message: str) -> None:
+    folder = tmp_path / "data"
+    if content is not None:
+        folder.mkdir()
+        for file, data in content.items():
+            (folder / file).write_bytes(data)
+    path = str(tmp_path / params.pop("path")) if "path" in params else str(folder)
+    with pytest.raises(DatasetError, match=message):
+        build_dataset(name, {"path": path, **params}).schema()
+
+
+def test_cifar10_examples_train_and_analyse_on_a_file_in_the_binary_layout(tmp_path: Path) -> None:
+    """Fu et al.'s / KD^k's CIFAR-10 set-up as shipped, shrunk to a few steps on 200 written rows:
+    the label party's teacher, the 3-channel halves and model completion all run."""
+    write_cifar10(tmp_path / "cifar", train=150, test=50)
+    data = tomllib.loads((EXAMPLES / "cifar10-kdk-active.toml").read_text())
+    for path, value in [("dataset.params.path", str(tmp_path / "cifar")),
+                        ("dataset.params.max_rows", None), ("run.output_dir", str(tmp_path / "runs")),
+                        ("training.epochs", 1), ("training.max_steps", 3),
+                        ("objective.teacher_epochs", 1)]:
+        data = apply(data, path, value)
+    cfg = parse_config(data)
+    run = create_run_dir(cfg)
+    run_reference(cfg, run)
+    summary = analyze(run.root, [("model_completion", {"steps": 3, "baselines": False})])
+    entry = next(e for e in summary["leak"] if e["layer"] == "bottom")
+    assert entry["threat"].startswith("curious, malicious optimizer")
+    assert entry["completion"]["labelled"] == 40 and entry["completion"]["test"]["rows"] > 0
