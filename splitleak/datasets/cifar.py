@@ -36,8 +36,6 @@ class Cifar10(Dataset):
     KIND = "CIFAR-10 binary version"
     FILES = (*(f"data_batch_{i}.bin" for i in range(1, 6)), "test_batch.bin")
     LABEL_BYTES = 1  # the label, then the pixels
-    LABEL_INDEX = 0
-    CLASSES = 10
 
     def _files(self) -> tuple[Path, ...]:
         path = Path(self.params.path).expanduser()
@@ -52,20 +50,17 @@ class Cifar10(Dataset):
                                f"{', '.join(self.FILES)}")
         return found
 
-    def _label_index(self) -> int:
-        return self.LABEL_INDEX
-
-    def _classes(self) -> int:
-        return self.CLASSES
+    def _label(self) -> tuple[int, int]:
+        """(which label byte of a record, how many classes)."""
+        return 0, 10
 
     def _table(self) -> tuple[np.ndarray, np.ndarray]:
-        return read_records(self._files(), self.LABEL_BYTES, self._label_index(), self._classes(),
-                            self.params.max_rows, self.KIND)
+        return read_records(self._files(), self.LABEL_BYTES, *self._label(), self.params.max_rows,
+                            self.KIND)
 
     def schema(self) -> Schema:
-        rows = self._table()[1].size
         return Schema(numeric_names=(), categorical_names=(), cardinalities=(),
-                      num_classes=self._classes(), num_rows=rows,
+                      num_classes=self._label()[1], num_rows=self._table()[1].size,
                       image_shape=(CHANNELS, SIDE, SIDE))
 
     def features(self, columns: tuple[int, int]) -> FeatureSlice:
@@ -87,11 +82,8 @@ class Cifar100(Cifar10):
     FILES = ("train.bin", "test.bin")
     LABEL_BYTES = 2
 
-    def _label_index(self) -> int:
-        return 1 if self.params.label == "fine" else 0
-
-    def _classes(self) -> int:
-        return 100 if self.params.label == "fine" else 20
+    def _label(self) -> tuple[int, int]:
+        return (1, 100) if self.params.label == "fine" else (0, 20)
 
 
 @functools.cache
