@@ -5,10 +5,11 @@ label DP; Marvell with its binary no-defense pair), with party 1 honest and with
 optimizer, in process (the same math as a distributed run). Each run is analysed with model
 completion twice: bottom fine-tuned, as Fu et al. do for images, with both baselines for the
 no-defense files; and bottom frozen, which measures the label information in the trained bottom
-itself. Clustering is added for the gradients (norm too for binary). Prints a markdown table of
-seed means with 95 % t intervals, each defense's change against the no-defense file of the same
-seed. Results go to OUTPUT/results.jsonl as they come; a (file, seed) already there is not run
-again, so an interrupted table resumes.
+itself. Clustering on the cut gradients is added (pooled accuracy; binary: the mean flip-
+corrected leak AUC over batches, and norm too). Prints a markdown table of seed means with 95 %
+t intervals, each defense's change against the no-defense file of the same seed. Results go to
+OUTPUT/results.jsonl as they come; a (file, seed) already there is not run again, so an
+interrupted table resumes.
 
     .venv/bin/python scripts/threat_table.py --output-dir /tmp/threat [--seeds 0 1 2] [--only none kdk]
 """
@@ -75,7 +76,7 @@ def measure(name: str, seed: int, output_dir: Path) -> dict[str, Any]:
                 row[baseline] = {split: scores[split]["top1"] for split in ("train", "test")}
         elif entry["layer"] == "cut":
             pooled = entry.get("pooled")
-            row[entry["attack"]] = pooled["accuracy"] if pooled else entry["flipped"]["p95"]
+            row[entry["attack"]] = pooled["accuracy"] if pooled else entry["flipped"]["mean"]
     return row
 
 
@@ -104,7 +105,7 @@ def table(rows: list[dict[str, Any]]) -> str:
     for row in rows:
         by_file[row["file"]][row["seed"]] = row
     head = ["file", "seeds", "test accuracy (AUC: binary)", "completion fine-tuned, train / test",
-            "completion frozen, train / test", "clustering", "norm p95"]
+            "completion frozen, train / test", "clustering (binary: mean AUC)", "norm (mean AUC)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     names = [n for n in (d + suffix for suffix in ("", "-active") for d in DEFENSES) if n in by_file]
     for name in names:
