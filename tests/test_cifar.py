@@ -92,6 +92,18 @@ def test_bad_files_name_the_file_and_what_is_allowed(tmp_path: Path, name: str,
         build_dataset(name, {"path": path, **params}).schema()
 
 
+def test_an_unreadable_file_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "test_batch.bin").write_bytes(bytes(3073))
+
+    def denied(*args: object, **kwargs: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(np, "fromfile", denied)
+    with pytest.raises(DatasetError, match="test_batch.bin: cannot read CIFAR-10 binary version "
+                                           "records: .*Permission denied"):
+        build_dataset("cifar10", {"path": str(tmp_path)}).schema()
+
+
 def test_cifar10_examples_train_and_analyse_on_a_file_in_the_binary_layout(tmp_path: Path) -> None:
     """Fu et al.'s / KD^k's CIFAR-10 set-up as shipped, shrunk to a few steps on 200 written rows:
     the label party's teacher, the 3-channel halves and model completion all run."""

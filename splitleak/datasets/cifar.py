@@ -101,7 +101,10 @@ def read_records(files: tuple[Path, ...], label_bytes: int, label_index: int, cl
                                f"{kind} records ({label_bytes} label byte(s) + {PIXEL_BYTES:,} "
                                f"pixel bytes); is it the binary version (.bin)?")
         count = size // record if wanted is None else min(size // record, wanted)
-        rows = np.fromfile(file, dtype=np.uint8, count=count * record).reshape(count, record)
+        try:
+            rows = np.fromfile(file, dtype=np.uint8, count=count * record).reshape(count, record)
+        except (OSError, ValueError) as err:  # unreadable, or shorter than it was a moment ago
+            raise DatasetError(f"{file}: cannot read {kind} records: {err}") from None
         label = rows[:, label_index].astype(np.int64)
         bad = np.flatnonzero(label >= classes)
         if bad.size:
