@@ -59,9 +59,7 @@ def measure(name: str, seed: int, output_dir: Path) -> dict[str, Any]:
     cfg = parse_config(data)
     run = create_run_dir(cfg)
     run_reference(cfg, run)
-    summary = analyze(run.root, [(a, {}) if isinstance(a, str) else
-                                 (a["name"], {k: v for k, v in a.items() if k != "name"})
-                                 for a in attacks])
+    summary = analyze(run.root, [(a.name, a.params) for a in cfg.attacker.attacks])  # as `run` does
     evals = [json.loads(line) for line in run.metrics.read_text().splitlines() if '"eval"' in line]
     row: dict[str, Any] = {"file": name, "seed": seed, "run": str(run.root),
                            "utility": evals[-1]["test_auc" if binary else "test_accuracy"]}
