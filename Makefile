@@ -24,7 +24,7 @@ test: $(STAMP)
 
 # What CI adds: end-to-end runs, faults, fuzz, soak, sweeps, the Ray cluster (tens of minutes).
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest -m "slow and not containers"
+	$(BIN)/python -m pytest -m "slow and not containers" --durations=20
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

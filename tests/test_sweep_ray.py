@@ -23,9 +23,9 @@ from splitleak.metrics_log import read_metrics
 from tests.conftest import small_config
 
 ray = pytest.importorskip("ray", reason="the Ray engine needs the optional extra splitleak[ray]")
-from ray.cluster_utils import Cluster  # noqa: E402
 
 from orchestration.sweep.ray_engine import RayEngine  # noqa: E402
+from tests.ray_cluster import ray_cluster  # noqa: E402
 
 pytestmark = pytest.mark.slow
 NODES = 3
@@ -35,15 +35,10 @@ OBJECT_STORE = 80 * 1024 * 1024  # Ray's floor is ~75 MB; the runs' files stream
 @pytest.fixture(scope="module")
 def cluster():
     """Three Ray nodes of one logical CPU each, all on this machine."""
-    nodes = Cluster(initialize_head=True,
-                    head_node_args={"num_cpus": 1, "object_store_memory": OBJECT_STORE})
-    for _ in range(NODES - 1):
-        nodes.add_node(num_cpus=1, object_store_memory=OBJECT_STORE)
-    nodes.wait_for_nodes()
-    ray.init(address=nodes.address, log_to_driver=False)
-    yield nodes
-    ray.shutdown()
-    nodes.shutdown()
+    with ray_cluster(NODES, cpus=1, object_store=OBJECT_STORE) as address:
+        ray.init(address=address, log_to_driver=False)
+        yield address
+        ray.shutdown()
 
 
 def _points(tmp_path: Path, name: str, **overrides) -> list[Point]:
