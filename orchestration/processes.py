@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
 import subprocess
@@ -11,12 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-_PR_SET_PDEATHSIG = 1
-
-
-def _die_with_parent() -> None:  # runs in the child before exec
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+from splitleak.lifeline import PARENT_ENV
 
 
 @dataclass
@@ -67,10 +61,11 @@ def spawn(name: str, args: list[str], log_path: Path, env: dict[str, str] | None
     """Start `python -m <args>` with stdout+stderr into `log_path`."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     log = log_path.open("ab")
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", PARENT_ENV: str(os.getpid()), **(env or {})}
+    # No preexec_fn: the child arms its own death signal (splitleak.lifeline), so no Python
+    # code runs between fork and exec in this multi-threaded process.
     process = subprocess.Popen([sys.executable, "-m", *args], stdout=log, stderr=subprocess.STDOUT,
-                               stdin=subprocess.DEVNULL, env=full_env, start_new_session=True,
-                               preexec_fn=_die_with_parent)
+                               stdin=subprocess.DEVNULL, env=full_env, start_new_session=True)
     log.close()
     return Child(name, process, log_path, essential)
 

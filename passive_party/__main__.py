@@ -2,6 +2,9 @@
 
 import sys
 
-from passive_party.cli import main
+from splitleak.lifeline import follow_parent
+
+follow_parent()  # before the heavy imports: an orphan stops at once
+from passive_party.cli import main  # noqa: E402
 
 sys.exit(main())

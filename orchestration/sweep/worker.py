@@ -26,6 +26,7 @@ from orchestration.run import RunFailed, RunOutcome, run_distributed
 from orchestration.sweep.engine import PointResult, write_result
 from splitleak.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, setup_logging
 from splitleak.config import load_config
+from splitleak.lifeline import follow_parent
 from splitleak.rundir import RunDir
 
 log = logging.getLogger("sweep")
@@ -75,4 +76,5 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    follow_parent()
     sys.exit(main())
