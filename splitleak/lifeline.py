@@ -24,5 +24,7 @@ def follow_parent() -> None:
         return
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    if not named.isdigit():
+        sys.exit(f"{PARENT_ENV} must be the pid of the process that started this one, not {named!r}")
     if os.getppid() != int(named):  # it ended before the signal was armed
         sys.exit(f"the process that started this one (pid {named}) has already ended")

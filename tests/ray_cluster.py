@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from splitleak.fileio import write_atomically
+
 
 class ClusterStartError(RuntimeError):
     """The cluster did not come up in any attempt."""
@@ -33,8 +35,7 @@ def _serve(nodes: int, cpus: int, object_store: int, ready: Path) -> None:
     for _ in range(nodes - 1):
         cluster.add_node(**args)
     cluster.wait_for_nodes(timeout=120)
-    ready.with_suffix(".tmp").write_text(json.dumps({"address": cluster.address}))
-    ready.with_suffix(".tmp").rename(ready)  # whole, or not there
+    write_atomically(ready, lambda tmp: tmp.write_text(json.dumps({"address": cluster.address})))
     sys.stdin.read()
     cluster.shutdown()
 
@@ -59,8 +60,8 @@ def ray_cluster(nodes: int, cpus: int = 1, object_store: int = 80 * 1024 * 1024,
             log = Path(scratch) / "helper.log"
             with log.open("w") as sink:
                 helper = subprocess.Popen(
-                    [sys.executable, "-c", f"from tests.ray_cluster import _serve; "
-                     f"_serve({nodes}, {cpus}, {object_store}, __import__('pathlib').Path({str(ready)!r}))"],
+                    [sys.executable, "-m", "tests.ray_cluster", str(nodes), str(cpus),
+                     str(object_store), str(ready)],
                     stdin=subprocess.PIPE, stdout=sink, stderr=subprocess.STDOUT,
                     cwd=Path(__file__).resolve().parents[1], start_new_session=True)
             deadline = time.monotonic() + patience_s
@@ -82,3 +83,7 @@ def ray_cluster(nodes: int, cpus: int = 1, object_store: int = 80 * 1024 * 1024,
             failures.append(f"attempt {attempt}: exit {helper.returncode}, last output:\n{tail}")
     raise ClusterStartError(f"the {nodes}-node Ray cluster did not start in {attempts} attempts:\n"
                             + "\n".join(failures))
+
+
+if __name__ == "__main__":  # the helper: NODES CPUS OBJECT_STORE READY_FILE
+    _serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), Path(sys.argv[4]))

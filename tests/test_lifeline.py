@@ -71,6 +71,13 @@ def test_a_child_of_a_parent_already_gone_exits_naming_it(tmp_path: Path) -> Non
     assert "Traceback" not in ran.stderr and "usage" not in ran.stdout
 
 
+def test_a_parent_that_is_not_a_pid_is_refused_naming_the_variable(tmp_path: Path) -> None:
+    ran = subprocess.run([sys.executable, "-m", "attacker", "--help"], env={**os.environ, PARENT_ENV: "x1"},
+                         capture_output=True, text=True, timeout=scaled(60))
+    assert ran.returncode == 1 and "Traceback" not in ran.stderr
+    assert f"{PARENT_ENV} must be the pid of the process that started this one, not 'x1'" in ran.stderr
+
+
 def test_the_parent_is_not_passed_on_to_grandchildren(tmp_path: Path) -> None:
     probe = ("import os; from splitleak.lifeline import follow_parent, PARENT_ENV; follow_parent(); "
              "print(os.environ.get(PARENT_ENV))")
