@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import ValidationError
 from rich.console import Console
@@ -15,6 +15,7 @@ from splitleak.cli_common import (
     EXIT_INTERRUPTED,
     BadInput,
     config_or_exit,
+    end_process,
     setup_logging,
     tls_dir_or_exit,
     writable_or_exit,
@@ -193,3 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     from attacker.bench import run_bench
 
     return run_bench(args, console)
+
+
+def entry() -> NoReturn:
+    """The `attacker` console script."""
+    end_process(main)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
+from typing import NoReturn
 
 from label_party.server import serve
 from label_party.validate import check_chain
@@ -13,6 +14,7 @@ from splitleak.cli_common import (
     EXIT_INTERRUPTED,
     BadInput,
     config_or_exit,
+    end_process,
     setup_logging,
     tls_dir_or_exit,
     warn_config,
@@ -91,3 +93,8 @@ def prepare_run_dir(cfg: ExperimentConfig, run_dir: Path | None) -> RunDir:
         return run
     except OSError as err:
         raise BadInput(f"label party: {describe_os_error(err)}") from None
+
+
+def entry() -> NoReturn:
+    """The `label-party` console script."""
+    end_process(main)

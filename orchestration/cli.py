@@ -6,10 +6,11 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 from rich.console import Console
 
-from splitleak.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, setup_logging
+from splitleak.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, end_process, setup_logging
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -136,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "validate":
         from orchestration.commands import load_checked
 
-        load_checked(args.config)  # warnings (allowed, but probably a mistake) are logged
+        # every value of the data files read too; warnings (allowed, but probably a mistake)
+        # are logged
+        load_checked(args.config, read_values=True)
         console.print("config is valid")
         return 0
     if args.command == "soak":
@@ -171,5 +174,10 @@ def _sweep_or_compare(args: argparse.Namespace, console: Console) -> int:
     return cmd_sweep(args, console)
 
 
+def entry() -> NoReturn:
+    """The `splitleak` console script."""
+    end_process(main)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
+from typing import NoReturn
 
 from passive_party.client import PartyError, run_party
 from splitleak.cli_common import (
@@ -12,6 +13,7 @@ from splitleak.cli_common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     config_or_exit,
+    end_process,
     setup_logging,
     tls_dir_or_exit,
     writable_or_exit,
@@ -62,3 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     return 0
+
+
+def entry() -> NoReturn:
+    """The `passive-party` console script."""
+    end_process(main)

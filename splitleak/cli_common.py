@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import sys
+import threading
+import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 from splitleak.config import ConfigError, ExperimentConfig, load_config
 from splitleak.datasets import Schema
@@ -19,6 +25,45 @@ class BadInput(SystemExit):
     def __init__(self, message: str) -> None:
         print(message, file=sys.stderr)
         super().__init__(EXIT_BAD_INPUT)
+
+
+def end_process(main: Callable[[], int | None]) -> NoReturn:
+    """Run a console entry point and end the process with the code it chose, every time.
+
+    Python's own exit tears the interpreter down while native threads (pyarrow's I/O pool,
+    gRPC's pollers, torch's workers) may still run: one that then asks for the GIL calls
+    pthread_exit through C++ frames, and the process aborts (SIGABRT, 134: "terminate called
+    without an active exception") after it printed the right message. So: run the atexit
+    handlers and flush what was written, then leave with os._exit, which does not tear down.
+    Everything a normal exit does before its teardown still happens, in the same order:
+    non-daemon threads are joined (threading._shutdown, e.g. executors finishing their work),
+    then the atexit handlers run (e.g. Ray's shutdown).
+    """
+    try:
+        code = main()
+    except SystemExit as stop:
+        code = stop.code
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
+    except BaseException:  # noqa: BLE001 - a bug: show it as Python would, then exit 1
+        traceback.print_exc()
+        code = EXIT_FAILED
+    if code is None:
+        code = EXIT_OK
+    elif not isinstance(code, int):  # sys.exit("message"): printed, exit 1
+        print(code, file=sys.stderr)
+        code = EXIT_FAILED
+    try:
+        threading._shutdown()  # type: ignore[attr-defined]
+        atexit._run_exitfuncs()
+        logging.shutdown()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code & 0xFF)
 
 
 def setup_logging(role: str, verbose: bool = False) -> None:
