@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from torch import nn
 
 from splitleak.config import ConfigError, ExperimentConfig, plugin_param_errors
-from splitleak.datasets import DATASETS, DatasetError, Schema
+from splitleak.datasets import DATASETS, DatasetError, Schema, build_dataset
 from splitleak.models import InputSpec, build_bottom, build_top, input_spec
 from splitleak.partition import label_party_columns, passive_columns
 from splitleak.registry import UnknownPluginError
@@ -42,6 +42,15 @@ def check_core(cfg: ExperimentConfig) -> Schema:
     if cfg.threat.white_box_parties:
         own_columns(cfg, schema)  # the private features name categorical columns of the slice
     return schema
+
+
+def check_data_values(cfg: ExperimentConfig) -> None:
+    """Every value of the dataset's files parses (a pass over them, streaming: bounded memory);
+    ConfigError names the file, line and column of the first bad one."""
+    try:
+        build_dataset(cfg.dataset.name, cfg.dataset.params).check_values()
+    except DatasetError as err:
+        raise ConfigError(f"dataset: {err}") from None
 
 
 def check_models(cfg: ExperimentConfig, schema: Schema, columns: dict[int, tuple[int, int]],

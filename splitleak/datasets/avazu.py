@@ -120,6 +120,12 @@ class Avazu(Dataset):
             raise self._file.bad_value(first_row + row, "hour", values[row].as_py(), expected)
         return dict(zip(TIME_FIELDS, hour_fields(hour), strict=True))
 
+    def check_values(self) -> None:
+        """Labels and hours; any category string hashes."""
+        for first_row, batch in self._file.batches(["click", "hour"], self.params.max_rows):
+            self._file.codes("click", batch["click"], first_row, LABELS)
+            self._time_fields(first_row, batch["hour"])
+
     def labels(self) -> np.ndarray:
         return np.concatenate(
             [

@@ -119,6 +119,12 @@ class Criteo(Dataset):
             stack_columns(buckets, rows, np.int64),
         )
 
+    def check_values(self) -> None:
+        """Labels and counts; any category string hashes."""
+        for first_row, batch in self._file.batches(["label", *NUMERIC], self.params.max_rows):
+            self._file.codes("label", batch.pop("label"), first_row, LABELS)
+            self._encode(first_row, batch)
+
     def labels(self) -> np.ndarray:
         return np.concatenate(
             [
