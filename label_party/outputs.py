@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -52,8 +49,4 @@ def write_outputs(run: RunDir, trainer: LabelPartyTrainer) -> None:
     """What training leaves (the labels were written when it started)."""
     write_atomically(run.top_model, lambda tmp: torch.save(trainer.model_state(), tmp))
 
-
-def write_outcome(run: RunDir, outcome: dict[str, Any]) -> None:
-    text = json.dumps(outcome, indent=2, default=str)
-    write_atomically(run.outcome, lambda tmp: tmp.write_text(text))
 

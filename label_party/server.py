@@ -23,7 +23,6 @@ from label_party.outputs import (
     clean_anchor_writer,
     snapshot_writer,
     write_labels,
-    write_outcome,
     write_outputs,
 )
 from label_party.schedule import schedule
@@ -37,7 +36,7 @@ from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED
 from splitleak.config import ExperimentConfig
 from splitleak.fileio import describe_os_error, write_atomically
 from splitleak.metrics_log import MetricsWriter
-from splitleak.rundir import RunDir
+from splitleak.rundir import RunDir, write_outcome
 from splitleak.tap import TapError
 from splitleak.timing import TIMING_FILE
 from splitleak.tls import LABEL_PARTY

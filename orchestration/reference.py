@@ -14,7 +14,6 @@ from label_party.outputs import (
     clean_anchor_writer,
     snapshot_writer,
     write_labels,
-    write_outcome,
     write_outputs,
 )
 from label_party.schedule import Batch, Phase, schedule
@@ -28,7 +27,7 @@ from splitleak.datasets import build_dataset
 from splitleak.inputs import load_party_inputs
 from splitleak.metrics_log import MetricsWriter
 from splitleak.partition import passive_columns
-from splitleak.rundir import RunDir
+from splitleak.rundir import RunDir, write_outcome
 from splitleak.timing import TIMING_FILE, StepTimer
 
 

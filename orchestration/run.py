@@ -13,10 +13,11 @@ from orchestration.processes import Child, spawn, stop_all, stop_one
 from orchestration.progress import MetricsTail, RunProgress
 from orchestration.relay import link_seed
 from splitleak import tls
+from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED
 from splitleak.config import ExperimentConfig
 from splitleak.fileio import write_atomically
 from splitleak.metrics_log import read_metrics
-from splitleak.rundir import RunDir
+from splitleak.rundir import RunDir, read_outcome, write_outcome
 
 # After the first process fails, the others get this long to end on their own (the label
 # party names the party that broke the run in its outcome); then every process is stopped.
@@ -26,7 +27,15 @@ INTERRUPT_GRACE = 10.0
 
 
 class RunFailed(Exception):
-    """The run did not finish; the message names the failing party and why."""
+    """The run did not finish; the message names the failing party and why. `exit_code`: 2
+    when the process that failed first refused its input (a data file, an unusable run
+    directory: it exited 2), else 1."""
+
+    def __init__(self, message: str, culprit: Child | None = None) -> None:
+        super().__init__(message)
+        self.culprit = culprit.name if culprit is not None else None
+        bad_input = culprit is not None and culprit.returncode == EXIT_BAD_INPUT
+        self.exit_code = EXIT_BAD_INPUT if bad_input else EXIT_FAILED
 
 
 @dataclass
@@ -56,6 +65,7 @@ def run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | 
     for stale in (port_file, run.attacker / "address"):  # a resumed run's old addresses
         stale.unlink(missing_ok=True)
     where = ["--resume", str(run.root)] if resume else None
+    failure: RunFailed | None = None
     try:
         if cfg.topology.tls:  # a fresh CA and one identity per process, for this run only
             tls.generate(run.root / "tls", tls.identities(cfg.topology.passive_parties))
@@ -105,11 +115,16 @@ def run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | 
         except KeyboardInterrupt:
             _interrupt(children, cfg.topology.step_deadline_s + INTERRUPT_GRACE)
             raise
+        failure = _failure(children, run)
+    except RunFailed as err:  # a process ended before it served
+        failure = err
     finally:
         stop_all(children + relays)
         if cfg.topology.tls:  # certificates stay; private keys do not outlive the run
             tls.remove_private_keys(run.root / "tls")
-    _raise_if_failed(children, run)
+    if failure is not None:
+        _record_failure(run, failure)
+        raise failure
     return collect_outcome(run, "distributed", time.monotonic() - started)
 
 
@@ -149,7 +164,7 @@ def _wait_for_address(port_file: Path, child: Child, timeout: float) -> str:
             return port_file.read_text().strip()
         if child.returncode is not None:
             raise RunFailed(f"{child.name} {child.how_it_ended()} before serving: "
-                            f"{child.last_error() or '(no output)'}")
+                            f"{child.last_error() or '(no output)'}", child)
         time.sleep(0.05)
     raise RunFailed(f"{child.name} did not start serving within {timeout:g} s:\n{child.log_tail()}")
 
@@ -185,33 +200,43 @@ def _wait_briefly(children: list[Child], timeout: float) -> None:
         time.sleep(0.05)
 
 
-def _raise_if_failed(children: list[Child], run: RunDir) -> None:
+def _failure(children: list[Child], run: RunDir) -> RunFailed | None:
     """Name the process that failed first on its own, with its own last error line; add what
     the label party concluded (it names the party or component that broke the run)."""
     if all(c.returncode == 0 for c in children if c.essential):
-        return
-    outcome = _outcome(run)
+        return None
+    outcome = read_outcome(run)
     concluded = (f"{outcome['message']} [{outcome['code']}]" if outcome.get("status") == "failed"
                  else None)
     failed = sorted((c for c in children if c.essential and c.failed_on_its_own),
                     key=lambda c: (c.exited_at or float("inf"), c is children[0]))
     if not failed:
-        raise RunFailed(concluded or "a party did not finish; see the logs in " + str(run.logs))
+        return RunFailed(concluded or "a party did not finish; see the logs in " + str(run.logs))
     first = failed[0]
     if first is children[0] and concluded:  # the label party itself: its outcome says it best
-        raise RunFailed(concluded)
+        return RunFailed(concluded, first)
     reason = first.last_error()
     message = f"{first.name} {first.how_it_ended()}" + (f": {reason}" if reason else "")
     if concluded and concluded not in message:
         message += f"\nthe label party reports: {concluded}"
-    raise RunFailed(message)
+    return RunFailed(message, first)
 
 
-def _outcome(run: RunDir) -> dict[str, Any]:
+def _record_failure(run: RunDir, failure: RunFailed) -> None:
+    """When a process failed before the label party could conclude (e.g. a passive party
+    refused its data file before joining, and the label party was then stopped), its outcome
+    says "failed", naming that process, not "interrupted" (or nothing at all)."""
+    outcome = read_outcome(run)
+    if failure.culprit is None or outcome.get("status") in ("failed", "ok"):
+        return
+    party = failure.culprit.removeprefix("passive party ")
+    outcome.update(status="failed", code="UNAVAILABLE", message=str(failure),
+                   culprit=failure.culprit, party=int(party) if party.isdigit() else None,
+                   recorded_by="orchestrator")
     try:
-        return json.loads(run.outcome.read_text())
-    except (OSError, ValueError):
-        return {}
+        write_outcome(run, outcome)
+    except OSError:
+        pass  # the run directory is unusable: the failure is printed all the same
 
 
 def collect_outcome(run: RunDir, mode: str, seconds: float) -> RunOutcome:

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 import platform
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import torch
 
 from splitleak.config import ExperimentConfig
+from splitleak.fileio import write_atomically
 
 
 @dataclass(frozen=True)
@@ -93,3 +96,20 @@ def write_config(cfg: ExperimentConfig, run: RunDir) -> None:
               f"# python {platform.python_version()}, torch {torch.__version__}, "
               f"grpcio {grpc.__version__}\n")
     run.config.write_text(header + cfg.to_toml())
+
+
+def write_outcome(run: RunDir, outcome: dict[str, Any]) -> None:
+    """label_party/outcome.json: ok / failed (code, party, culprit, message, step) /
+    interrupted, written by the label party (or, for a process that failed before the label
+    party could conclude, by the orchestrator)."""
+    text = json.dumps(outcome, indent=2, default=str)
+    write_atomically(run.outcome, lambda tmp: tmp.write_text(text))
+
+
+def read_outcome(run: RunDir) -> dict[str, Any]:
+    """The outcome, or {} when there is none (yet) or it cannot be read."""
+    try:
+        outcome = json.loads(run.outcome.read_text())
+    except (OSError, ValueError):
+        return {}
+    return outcome if isinstance(outcome, dict) else {}
