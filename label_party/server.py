@@ -31,7 +31,14 @@ from label_party.session import Session, SessionError
 from label_party.setup import LabelPartyData, load_label_party_data, plan_record
 from label_party.taps import ReceivedTaps, sidecar_failed
 from label_party.trainer import LabelPartyTrainer, NonFiniteStep
-from splitleak.checkpoint import CheckpointError, Manifest, Position, latest, step_dir
+from splitleak.checkpoint import (
+    CheckpointError,
+    Manifest,
+    Position,
+    discard_after,
+    latest,
+    step_dir,
+)
 from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED
 from splitleak.config import ExperimentConfig
 from splitleak.fileio import describe_os_error, write_atomically
@@ -103,6 +110,7 @@ async def start(cfg: ExperimentConfig, run: RunDir, listen: str, tls_dir: Path |
     data = load_label_party_data(cfg)
     if resuming:
         run.outcome.unlink(missing_ok=True)  # the interrupted attempt's; this one writes anew
+        discard_after(run.root, manifest.position if manifest else None)
     write_labels(run, data, cfg)  # the ground truth is there for the analysis even if the run fails
     keep = manifest.metrics_records if manifest else (0 if resuming else None)
     writer = MetricsWriter(run.metrics, keep)
@@ -233,14 +241,17 @@ class LabelPartyRun:
         except NonFiniteStep as err:
             return await self._failed(SessionError(grpc.StatusCode.INVALID_ARGUMENT, str(err),
                                                    err.party_id))
-        except (OSError, CheckpointError) as err:
-            message = (describe_os_error(err) if isinstance(err, OSError) else str(err))
+        except OSError as err:
+            message = describe_os_error(err)
             log.error("the label party cannot go on: %s", message)
-            error = SessionError(grpc.StatusCode.RESOURCE_EXHAUSTED if isinstance(err, OSError)
-                                 else grpc.StatusCode.FAILED_PRECONDITION,
-                                 f"the label party cannot write its run directory: {message}")
-            outcome = await self._failed(error)
-            return {**outcome, "output_error": isinstance(err, OSError)}
+            outcome = await self._failed(SessionError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the label party cannot write its run directory: {message}"))
+            return {**outcome, "output_error": True}
+        except CheckpointError as err:  # reading a checkpoint back: never a write problem
+            log.error("the label party cannot resume: %s", err)
+            return await self._failed(SessionError(grpc.StatusCode.FAILED_PRECONDITION,
+                                                   f"the label party cannot resume: {err}"))
         except Exception as err:  # noqa: BLE001 - a bug here must still end every party's stream
             log.exception("label party failed")
             return await self._failed(SessionError(

@@ -13,6 +13,7 @@ writes no file: its checkpoint is the record count at that step, in the manifest
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 from dataclasses import asdict, dataclass, field
@@ -30,6 +31,7 @@ LABEL_PARTY_FILE = "label_party.pt"
 KEEP = 2  # complete checkpoints kept on disk: the newest, and the one before in case it is torn
 FORMAT = 1
 _STEP_DIR = re.compile(r"step-(\d+)-batch-(\d+)")
+log = logging.getLogger("splitleak")
 
 
 class CheckpointError(ValueError):
@@ -128,6 +130,49 @@ def complete_manifests(run_root: Path) -> list[Manifest]:
     return found
 
 
+def check_files(run_root: Path, manifest: Manifest) -> str | None:
+    """Why a complete checkpoint cannot be resumed from (None: it can): a file it names is
+    missing, torn or changed. The label party's own file must be there; a passive party's file
+    is checked where this run directory holds it (a party on another host checks its own)."""
+    directory = step_dir(run_root, manifest.position)
+    for name, sha256 in sorted(manifest.files.items()):
+        path = directory / name
+        if not path.is_file() and name != LABEL_PARTY_FILE:
+            continue
+        if not path.is_file():
+            return f"{path} is missing"
+        if sha256_file(path) != sha256:
+            return f"{path} does not match the manifest's SHA-256 (torn or changed since it was written)"
+    return None
+
+
+def resumable(run_root: Path) -> Manifest | None:
+    """The newest complete checkpoint whose files are whole (None: there is none, resume at
+    step 0); an older one when the newest is torn (the reason two are kept). CheckpointError
+    when there are checkpoints but none is whole."""
+    unusable = []
+    for manifest in reversed(complete_manifests(run_root)):
+        problem = check_files(run_root, manifest)
+        if problem is None:
+            if unusable:
+                log.warning("resuming from the checkpoint of step %d: %s", manifest.step,
+                            "; ".join(unusable))
+            return manifest
+        unusable.append(f"the checkpoint of step {manifest.step} is unusable: {problem}")
+    if unusable:
+        raise CheckpointError("; ".join(unusable) + " (remove the checkpoints directory to "
+                              "start the run again from step 0)")
+    return None
+
+
+def discard_after(run_root: Path, position: Position | None) -> None:
+    """Remove the checkpoints after the one a resume starts from (all, from step 0): the
+    resumed run redoes their steps, and a torn one must not be mistaken for the newest."""
+    for at, directory in _step_dirs(run_root):
+        if position is None or at.batches > position.batches:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
 def latest(run_root: Path) -> Manifest | None:
     """The newest complete checkpoint of a run, or None (resume then starts at step 0)."""
     manifests = complete_manifests(run_root)
@@ -173,7 +218,7 @@ def resume_point(run_root: Path, cfg: ExperimentConfig) -> Manifest | None:
     if _outcome_status(run_root) == "ok":
         raise CheckpointError(f"{run_root} finished (label_party/outcome.json says ok); "
                               "there is nothing to resume")
-    manifest = latest(run_root)
+    manifest = resumable(run_root)
     if manifest is not None:
         reference = manifest.config
     else:

@@ -162,10 +162,10 @@ async def whole_run(cfg: ExperimentConfig, root: Path, resume: bool = False,
     `parties_resume`: whether the passive parties were started with --resume (default: as
     the label party)."""
     from passive_party.client import run_party
-    from splitleak.checkpoint import latest
+    from splitleak.checkpoint import resume_point
 
     run = RunDir(root)
-    manifest = latest(run.root) if resume else None
+    manifest = resume_point(run.root, cfg) if resume else None
     observe, receive = frozenset(cfg.tapped_parties), frozenset(cfg.received_parties)
     async with contextlib.AsyncExitStack() as stack:
         tap_address = None
