@@ -24,6 +24,7 @@ from splitleak.config import TopologyConfig
 from splitleak.fileio import describe_os_error
 from splitleak.registry import UnknownPluginError
 from splitleak.rundir import RunDir
+from splitleak.tls import ATTACKER
 from splitleak.transport import run_async
 
 log = logging.getLogger("attacker")
@@ -79,7 +80,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     observe = set(args.party or (cfg.threat.curious if cfg else [1]))
     receive = set(args.receive or (cfg.received_parties if cfg else []))
     topology = cfg.topology if cfg else TopologyConfig(tls=args.tls_dir is not None)
-    tls_dir = tls_dir_or_exit(cfg, args.tls_dir) if cfg else args.tls_dir
+    tls_dir = tls_dir_or_exit(cfg, args.tls_dir, ATTACKER)
     writable_or_exit(RunDir(out).attacker / "gradients")
     try:
         return run_async(serve(out, args.listen, observe, args.run_id or "", topology,

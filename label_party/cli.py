@@ -24,6 +24,7 @@ from splitleak.config import ConfigError, ExperimentConfig
 from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
 from splitleak.rundir import RunDir, create_run_dir, write_config
+from splitleak.tls import LABEL_PARTY
 from splitleak.transport import run_async
 from splitleak.validation import check_core
 
@@ -50,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.config is None and args.resume is None:
         raise BadInput("label-party serve: give --config FILE (or --resume RUN_DIR)")
     cfg = config_or_exit(args.config or args.resume / "config.toml")
-    tls_dir = tls_dir_or_exit(cfg, args.tls_dir)
+    tls_dir = tls_dir_or_exit(cfg, args.tls_dir, LABEL_PARTY)
     try:
         schema = check_core(cfg)
         check_chain(cfg)

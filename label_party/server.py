@@ -42,6 +42,7 @@ from splitleak.checkpoint import (
 from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED
 from splitleak.config import ExperimentConfig
 from splitleak.fileio import describe_os_error, write_atomically
+from splitleak.lifeline import orphaned
 from splitleak.metrics_log import MetricsWriter
 from splitleak.rundir import RunDir, write_outcome
 from splitleak.tap import TapError
@@ -271,7 +272,16 @@ class LabelPartyRun:
         return {"received_tap": {str(k): r for k, r in reports.items()}}
 
     async def _failed(self, error: SessionError) -> dict[str, Any]:
-        """Checkpoint what can be (every party still there), then end every stream."""
+        """Checkpoint what can be (every party still there), then end every stream. A party
+        lost while the run is being stopped (a signal here, or the orchestrator gone: every
+        process got the same signal) broke nothing: the run was interrupted."""
+        stopping = ("the label party was signalled to stop" if self.signals else
+                    "the process that started the label party ended" if orphaned() else None)
+        if stopping is not None:
+            self.session.abort(SessionError(grpc.StatusCode.ABORTED, stopping))
+            await self.session.wait_closed(timeout=2.0)
+            return self._ended("interrupted", f"{stopping} (meanwhile: {error.message})",
+                               step=self.progress.boundary.step)
         if self.checkpoints is not None:
             await self.checkpoints.after_failure(error, self.session.all_connected)
         self.session.abort(error)

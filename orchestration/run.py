@@ -68,7 +68,8 @@ def run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | 
     failure: RunFailed | None = None
     try:
         if cfg.topology.tls:  # a fresh CA and one identity per process, for this run only
-            tls.generate(run.root / "tls", tls.identities(cfg.topology.passive_parties))
+            tls.generate(run.root / "tls", tls.identities(cfg.topology.passive_parties),
+                         run_scoped=True)  # each process deletes its own key once loaded
             tls_args = ["--tls-dir", str(run.root / "tls")]
         observed = set(cfg.tapped_parties)
         sidecar = sidecar_address = None

@@ -22,6 +22,7 @@ from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
 from splitleak.rundir import RunDir
 from splitleak.tap import TapError
+from splitleak.tls import passive_identity
 from splitleak.transport import run_async
 
 log = logging.getLogger("passive_party")
@@ -46,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     setup_logging(f"passive-party-{args.party_id}", args.verbose)
     cfg = config_or_exit(args.config)
-    tls_dir = tls_dir_or_exit(cfg, args.tls_dir)
+    tls_dir = tls_dir_or_exit(cfg, args.tls_dir, passive_identity(args.party_id))
     run = RunDir(args.resume or args.run_dir)
     writable_or_exit(run.root)
     try:

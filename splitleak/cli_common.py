@@ -71,20 +71,32 @@ def setup_logging(role: str, verbose: bool = False) -> None:
                         format=f"%(asctime)s {role} %(levelname)s %(message)s", force=True)
 
 
-def tls_dir_or_exit(cfg: ExperimentConfig, tls_dir: Path | None) -> Path | None:
-    """The TLS identity directory this process must use, or None when the config says plaintext."""
-    if not cfg.topology.tls:
+def tls_dir_or_exit(cfg: ExperimentConfig | None, tls_dir: Path | None,
+                    identity: str) -> Path | None:
+    """The TLS identity directory this process must use (its identity `identity` loaded, so a
+    missing file is refused now), or None when the config (or, without one, the absence of
+    --tls-dir) says plaintext. A --tls-dir that cannot be used is refused, never ignored."""
+    plaintext = not cfg.topology.tls if cfg is not None else tls_dir is None
+    if plaintext:
         # Identities given to a plaintext run would be silently ignored: refuse. (An empty
         # directory, e.g. a compose volume `prepare` emptied for a plaintext run, holds none.)
-        if tls_dir is not None and (tls_dir / "ca.pem").exists():
-            raise BadInput(f"--tls-dir {tls_dir} holds TLS identities but the config says "
-                           "topology.tls = false: set topology.tls = true to use mutual TLS, or "
-                           "drop --tls-dir for plaintext on a trusted network")
+        if tls_dir is not None and (not tls_dir.is_dir() or any(tls_dir.iterdir())):
+            what = "holds files" if tls_dir.is_dir() else "does not exist"
+            raise BadInput(f"--tls-dir {tls_dir} {what} but the config says topology.tls = false: "
+                           "set topology.tls = true to use mutual TLS, or drop --tls-dir for "
+                           "plaintext on a trusted network")
         return None
     if tls_dir is None:
         raise BadInput("topology.tls = true: give --tls-dir DIR holding ca.pem and this party's "
                        "certificate and key (make them with `splitleak certs DIR --parties N`), "
                        "or set topology.tls = false for plaintext on a trusted network")
+    from splitleak import tls
+
+    try:
+        tls.claim(tls_dir, identity)
+    except OSError as err:
+        reason = str(err) if err.strerror is None else f"cannot read {err.filename}: {err.strerror}"
+        raise BadInput(f"--tls-dir {tls_dir}: {reason}") from None
     return tls_dir
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestration.progress import MetricsTail
+from splitleak import tls
 from splitleak.config import parse_config
 from splitleak.rundir import RunDir
 from splitleak.transport import run_async
@@ -38,7 +39,7 @@ class RoleError(RuntimeError):
 class RoleHost:
     """Runs one role of one run. `run_root` is the run directory the role writes (a shared path,
     or None: a fresh node-local one named `run_name`, streamed back by `files`); `identity` is
-    this role's TLS files by name (ca.pem, <name>.pem, <name>.key), kept node-local."""
+    this role's TLS files by name (ca.pem, <name>.pem, <name>.key); the key is kept in memory."""
 
     def __init__(self, role: str, config_toml: str, run_name: str, run_root: str | None = None,
                  identity: dict[str, bytes] | None = None) -> None:
@@ -49,12 +50,11 @@ class RoleHost:
         self.run = RunDir(self._scratch / run_name if run_root is None else Path(run_root))
         self.run.root.mkdir(parents=True, exist_ok=True)
         self.tls_dir: Path | None = None
-        if identity:
+        if identity:  # the private key stays in this process's memory, never on the node's disk
             self.tls_dir = self._scratch / "tls"
-            self.tls_dir.mkdir(mode=0o700)
-            for name, data in identity.items():
-                (self.tls_dir / name).write_bytes(data)
-                (self.tls_dir / name).chmod(0o600)
+            name = next(n for n in identity if n.endswith(".key")).removesuffix(".key")
+            tls.hold(self.tls_dir, name, identity["ca.pem"], identity[f"{name}.pem"],
+                     identity[f"{name}.key"])
         self._log = self._log_to(self.run.logs / f"{role}.log")
         self._thread: threading.Thread | None = None
         self._code: int | None = None
