@@ -23,7 +23,7 @@ from splitleak.cli_common import (
 from splitleak.config import TopologyConfig
 from splitleak.fileio import describe_os_error
 from splitleak.registry import UnknownPluginError
-from splitleak.rundir import RunDir
+from splitleak.rundir import LinkedRunDir, RunDir, refuse_symlinks
 from splitleak.tls import ATTACKER
 from splitleak.transport import run_async
 
@@ -76,6 +76,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.out is None and args.resume is None:
         raise BadInput("attacker serve: give --out RUN_DIR (or --resume RUN_DIR)")
     out = args.resume or args.out
+    if args.resume is not None:  # its log is cut back: never through a link out of the run
+        try:
+            refuse_symlinks(Path(out), RunDir(out).attacker)
+        except LinkedRunDir as err:
+            raise BadInput(f"attacker serve --resume: {err}") from None
     cfg = config_or_exit(args.config) if args.config else None
     observe = set(args.party or (cfg.threat.curious if cfg else [1]))
     receive = set(args.receive or (cfg.received_parties if cfg else []))
@@ -109,6 +114,12 @@ def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
             raise BadInput(f"--attacks: {err}") from None
         except ValidationError as err:
             raise BadInput(f"--attacks {name}: {err}") from None
+    written = RunDir(args.run_dir)
+    try:  # what the analysis writes: never through a link out of the run directory
+        refuse_symlinks(written.root, written.report, written.attacker / "leak.parquet",
+                        written.attacker / "rows.parquet")
+    except LinkedRunDir as err:
+        raise BadInput(f"cannot analyse {args.run_dir}: {err}") from None
     try:
         summary = analyze(args.run_dir, specs, args.hints, args.seed, args.draws)
     except (AnalysisInputError, LogFormatError) as err:

@@ -8,10 +8,12 @@ from pathlib import Path
 from typing import NoReturn
 
 from passive_party.client import PartyError, run_party
+from splitleak.checkpoint import CHECKPOINTS
 from splitleak.cli_common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
+    BadInput,
     config_or_exit,
     end_process,
     setup_logging,
@@ -20,7 +22,7 @@ from splitleak.cli_common import (
 )
 from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
-from splitleak.rundir import RunDir
+from splitleak.rundir import LinkedRunDir, RunDir, refuse_symlinks
 from splitleak.tap import TapError
 from splitleak.tls import passive_identity
 from splitleak.transport import run_async
@@ -49,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg = config_or_exit(args.config)
     tls_dir = tls_dir_or_exit(cfg, args.tls_dir, passive_identity(args.party_id))
     run = RunDir(args.resume or args.run_dir)
+    if args.resume is not None:  # its checkpoints are written anew: never through a link
+        try:
+            refuse_symlinks(run.root, run.passive_party(args.party_id), run.root / CHECKPOINTS)
+        except LinkedRunDir as err:
+            raise BadInput(f"passive-party run --resume: {err}") from None
     writable_or_exit(run.root)
     try:
         run_async(run_party(cfg, args.party_id, args.label_party, run, attacker=args.attacker,

@@ -24,6 +24,7 @@ import torch
 
 from splitleak.config import ConfigError, ExperimentConfig, differences, load_config
 from splitleak.fileio import sha256_file, write_atomically
+from splitleak.rundir import LinkedRunDir, refuse_symlinks
 
 CHECKPOINTS = "checkpoints"
 MANIFEST = "manifest.json"
@@ -215,6 +216,10 @@ def resume_point(run_root: Path, cfg: ExperimentConfig) -> Manifest | None:
     config = run_root / "config.toml"
     if not config.is_file():
         raise CheckpointError(f"{run_root} is not a run directory (it has no config.toml)")
+    try:
+        refuse_symlinks(run_root)  # a resume cuts files back: never one outside the run
+    except LinkedRunDir as err:
+        raise CheckpointError(str(err)) from None
     if _outcome_status(run_root) == "ok":
         raise CheckpointError(f"{run_root} finished (label_party/outcome.json says ok); "
                               "there is nothing to resume")

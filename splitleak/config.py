@@ -34,14 +34,34 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# A run's directory is `<run.name>[-suffix]-<time>-<hash>` (32 characters after the name, a
+# suffix such as "-relayed"), a sweep's is `<sweep.name>`: each must stay one plain directory
+# name within the 255 bytes a file system allows.
+RUN_NAME_MAX = 200
+DIRECTORY_NAME_MAX = 255
+
+
+def plain_directory_name(value: str) -> str:
+    """A name used as one directory: not `.` or `..` (which would write outside its parent)."""
+    if value in (".", ".."):
+        raise ValueError(f"{value!r} is not a directory name of its own; use letters, digits, "
+                         "'_', '.' or '-' (e.g. 'experiment')")
+    return value
+
+
+DIRECTORY_NAME = r"^[A-Za-z0-9_.-]+$"
+
+
 ColumnRange = tuple[int, int]
 
 
 class RunConfig(_Frozen):
-    name: str = Field("experiment", pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field("experiment", pattern=DIRECTORY_NAME, max_length=RUN_NAME_MAX)
     seed: int = Field(0, ge=0, lt=2**63)
     output_dir: Path = Path("runs")
     torch_threads: PositiveInt = 1  # intra-op threads per party process
+
+    _plain_name = field_validator("name")(plain_directory_name)
 
 
 class SubsetConfig(_Frozen):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path
@@ -113,3 +114,31 @@ def read_outcome(run: RunDir) -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return outcome if isinstance(outcome, dict) else {}
+
+
+class LinkedRunDir(ValueError):
+    """A run directory holds a symbolic link where this package would write through it."""
+
+
+def refuse_symlinks(root: Path, *targets: Path) -> None:
+    """LinkedRunDir when a symbolic link lies inside `root` (anywhere, or only on the way to
+    and under each of `targets`): nothing this package writes is a link, and writing through
+    one (a resumed metrics file cut back, a report) would change a file outside the run."""
+    found: list[Path] = []
+    for target in targets or (root,):
+        way = root
+        for part in target.relative_to(root).parts:
+            way = way / part
+            if way.is_symlink():
+                found.append(way)
+                break
+        else:
+            for directory, subdirectories, files in os.walk(target):  # links are not followed
+                found += [Path(directory) / name for name in (*subdirectories, *files)
+                          if (Path(directory) / name).is_symlink()]
+    if found:
+        link = found[0]
+        raise LinkedRunDir(f"{link} is a symbolic link (to {os.readlink(link)}); a run directory "
+                           "holds only its own files, and writing through the link would change "
+                           "a file outside it: replace the link with the file or directory itself"
+                           + (f" ({len(found) - 1} more link(s) in {root})" if len(found) > 1 else ""))
