@@ -211,9 +211,14 @@ def _failure(children: list[Child], run: RunDir) -> RunFailed | None:
                  else None)
     failed = sorted((c for c in children if c.essential and c.failed_on_its_own),
                     key=lambda c: (c.exited_at or float("inf"), c is children[0]))
+    named = next((c for c in children[1:] if concluded and c.name == outcome.get("culprit")), None)
+    if named is not None and not named.failed_on_its_own:
+        # e.g. a stalled party, stopped only at the end: the parties the label party then sent
+        # away exited first, but it is the one that broke the run
+        return RunFailed(concluded)
     if not failed:
         return RunFailed(concluded or "a party did not finish; see the logs in " + str(run.logs))
-    first = failed[0]
+    first = named or failed[0]
     if first is children[0] and concluded:  # the label party itself: its outcome says it best
         return RunFailed(concluded, first)
     reason = first.last_error()
