@@ -138,6 +138,8 @@ def train_one(cfg: ExperimentConfig, args: argparse.Namespace, console: Console,
             run_reference(cfg, run)
         except DatasetError as err:  # a bad value in a data file: bad input, in one sentence
             raise BadInput(f"{label}: DatasetError: {err}") from None
+        except OSError as err:  # e.g. a full disk at the final save
+            raise BadInput(f"{label}: {describe_os_error(err)}") from None
         return collect_outcome(run, "in-process", time.monotonic() - started)
     return _distributed(cfg, run, args, console)
 

@@ -73,9 +73,24 @@ def party_file_name(party_id: int) -> str:
     return f"passive_party_{party_id}.pt"
 
 
+def save_torch(path: Path, state: dict[str, Any]) -> None:
+    """torch.save, atomically, through a Python file: a full disk is then an OSError naming
+    the file (ENOSPC), not torch's own "enforce fail ... unexpected pos" RuntimeError."""
+    def write(tmp: Path) -> None:
+        with tmp.open("wb") as out:
+            torch.save(state, out)
+
+    try:
+        write_atomically(path, write)
+    except OSError as err:
+        if err.filename is not None:
+            raise
+        raise OSError(err.errno, err.strerror, str(path)) from None
+
+
 def save_state(path: Path, state: dict[str, Any]) -> str:
     """Write a state dict atomically; returns its SHA-256."""
-    write_atomically(path, lambda tmp: torch.save(state, tmp))
+    save_torch(path, state)
     return sha256_file(path)
 
 

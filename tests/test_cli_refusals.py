@@ -124,6 +124,30 @@ def test_labels_on_a_full_disk_leave_no_temporary_file(tmp_path: Path,
         assert not list(directory.rglob(".*.tmp"))
 
 
+def test_a_full_disk_at_the_final_model_save_is_an_os_error(tmp_path: Path) -> None:
+    """At 920e7e0 torch's own writer failed with "basic_ios::clear: iostream error" (or
+    "enforce fail ... unexpected pos"), a RuntimeError the label party reported as an
+    internal error with a traceback; now it is ENOSPC naming the file (exit 2, one sentence)."""
+    import errno
+
+    import torch
+
+    from label_party.outputs import write_outputs
+    from splitleak.rundir import RunDir
+
+    class Trainer:
+        def model_state(self) -> dict:
+            return {"top": torch.zeros(100_000)}
+
+    with full_directory(tmp_path) as directory:
+        run = RunDir(directory / "run")
+        run.label_party.mkdir(parents=True)
+        with pytest.raises(OSError) as err:
+            write_outputs(run, Trainer())  # type: ignore[arg-type]
+        assert err.value.errno == errno.ENOSPC and "top.pt" in str(err.value.filename), err.value
+        assert not list(directory.rglob(".*.tmp")) and not run.top_model.exists()
+
+
 @pytest.mark.parametrize(("setup", "args", "needle"), [
     ("missing", [], "does not exist"),
     ("not a run", [], "not a run directory"),
