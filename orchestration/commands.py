@@ -25,7 +25,7 @@ from splitleak.config import ConfigError, ExperimentConfig, PluginSpec, plugin_p
 from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
 from splitleak.registry import UnknownPluginError
-from splitleak.rundir import RunDir, create_run_dir
+from splitleak.rundir import RunDir, RunInUse, create_run_dir
 from splitleak.validation import check_core, check_data_values
 
 
@@ -149,6 +149,8 @@ def _distributed(cfg: ExperimentConfig, run: RunDir, args: argparse.Namespace, c
     try:
         with RunProgress(f"{cfg.run.name}", console, enabled=not args.no_progress) as progress:
             return run_distributed(cfg, run, progress, resume=resume)
+    except RunInUse as err:
+        raise BadInput(str(err)) from None
     except RunFailed as err:
         console.print(f"[bold red]run failed:[/] {err}")
         console.print(f"logs: {run.logs}")

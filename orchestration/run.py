@@ -17,7 +17,7 @@ from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED
 from splitleak.config import ExperimentConfig
 from splitleak.fileio import write_atomically
 from splitleak.metrics_log import read_metrics
-from splitleak.rundir import RunDir, read_outcome, write_outcome
+from splitleak.rundir import RunDir, exclusive, read_outcome, write_outcome
 
 # After the first process fails, the others get this long to end on their own (the label
 # party names the party that broke the run in its outcome); then every process is stopped.
@@ -55,8 +55,15 @@ class RunOutcome:
 def run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | None = None,
                     poll: float = 0.1, route: Callable[[str], str] | None = None,
                     resume: bool = False) -> RunOutcome:
-    """Start the label party, then the N passive parties; wait for all; raise RunFailed.
-    `resume`: continue the run in `run` from its newest complete checkpoint."""
+    """Start the label party, then the N passive parties; wait for all; raise RunFailed
+    (RunInUse when another process runs or resumes `run`). `resume`: continue the run in
+    `run` from its newest complete checkpoint."""
+    with exclusive(run):
+        return _run_distributed(cfg, run, progress, poll, route, resume)
+
+
+def _run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | None,
+                     poll: float, route: Callable[[str], str] | None, resume: bool) -> RunOutcome:
     started = time.monotonic()
     port_file = run.label_party / "address"
     children: list[Child] = []

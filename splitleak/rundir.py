@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+import fcntl
 import json
 import os
 import platform
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -142,3 +145,28 @@ def refuse_symlinks(root: Path, *targets: Path) -> None:
                            "holds only its own files, and writing through the link would change "
                            "a file outside it: replace the link with the file or directory itself"
                            + (f" ({len(found) - 1} more link(s) in {root})" if len(found) > 1 else ""))
+
+
+class RunInUse(Exception):
+    """Another process holds the run directory (a run or a resume of it is under way)."""
+
+
+@contextmanager
+def exclusive(run: RunDir) -> Iterator[None]:
+    """Hold the run directory for this process: an advisory lock on `run.lock`, released when
+    the process ends however it ends, so a second run or resume of the same directory is
+    refused instead of its parties joining the first one's label party."""
+    fd = os.open(run.root / "run.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise RunInUse(f"{run.root} is in use by another splitleak process (pid {holder}): let it "
+                       "end, or stop it, before running or resuming it again") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)

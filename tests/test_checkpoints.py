@@ -203,3 +203,25 @@ def test_no_whole_checkpoint_is_a_read_problem_not_a_write_problem(
     assert outcome["status"] == "failed" and outcome["code"] == "FAILED_PRECONDITION", outcome
     assert outcome["message"].startswith("the label party cannot resume: checkpoint file"), outcome
     assert "cannot write" not in outcome["message"]
+
+
+def test_a_run_in_use_is_not_resumed_a_second_time(tmp_path: Path, straight_and_interrupted,
+                                                   capsys: pytest.CaptureFixture) -> None:
+    """Two resumes of one run would each start a label party, and the parties of one could
+    join the other's; the second is refused while the first holds the run."""
+    import fcntl
+    import os
+
+    _, _, interrupted = straight_and_interrupted
+    run = _torn_copy(tmp_path, interrupted, [])
+    holder = os.open(run.root / "run.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(holder, b"4242\n")
+        code, text = exit_code_and_text(splitleak_main, ["run", "--resume", str(run.root),
+                                                         "--no-progress"], capsys)
+    finally:
+        os.close(holder)
+    text = " ".join(text.split())
+    assert code == 2 and "is in use by another splitleak process (pid 4242)" in text, text
+    assert not (run.root / "pids.json").exists()  # no party was started
