@@ -220,9 +220,15 @@ def prune_own(run_root: Path, file_name: str, keep: int = KEEP) -> None:
             pass
 
 
+# Where a run lives is not part of what it computes: a run started with --output-dir resumes
+# with its own experiment file (whose output_dir names another place) all the same.
+WHERE_IT_LIVES = ("run.output_dir",)
+
+
 def config_conflicts(reference: dict[str, Any], cfg: ExperimentConfig) -> list[str]:
     """What `cfg` changes against the config a run was started (and checkpointed) with."""
-    return differences(reference, cfg.model_dump(mode="json"))
+    return [change for change in differences(reference, cfg.model_dump(mode="json"))
+            if change.split(":", 1)[0] not in WHERE_IT_LIVES]
 
 
 def resume_point(run_root: Path, cfg: ExperimentConfig) -> Manifest | None:

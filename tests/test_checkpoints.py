@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 
 from orchestration.cli import main as splitleak_main
-from splitleak.checkpoint import MANIFEST, complete_manifests, latest, resume_point, step_dir
+from splitleak.checkpoint import (
+    MANIFEST,
+    CheckpointError,
+    complete_manifests,
+    latest,
+    resume_point,
+    step_dir,
+)
 from splitleak.config import AttackerConfig, ExperimentConfig, TopologyConfig, parse_config
 from splitleak.rundir import RunDir, write_config
 from splitleak.tap import Tap, TapError
@@ -225,3 +232,15 @@ def test_a_run_in_use_is_not_resumed_a_second_time(tmp_path: Path, straight_and_
     text = " ".join(text.split())
     assert code == 2 and "is in use by another splitleak process (pid 4242)" in text, text
     assert not (run.root / "pids.json").exists()  # no party was started
+
+
+def test_a_run_made_with_output_dir_resumes_with_its_own_experiment_file(
+        tmp_path: Path, straight_and_interrupted) -> None:
+    """`splitleak run exp.toml --output-dir D`, then `splitleak run exp.toml --resume D/<run>`:
+    exp.toml's output_dir names another place, which is not a change of the experiment."""
+    cfg, _, interrupted = straight_and_interrupted
+    elsewhere = cfg.model_copy(update={"run": cfg.run.model_copy(update={"output_dir": tmp_path})})
+    assert resume_point(interrupted.root, elsewhere) == complete_manifests(interrupted.root)[-1]
+    changed = cfg.model_copy(update={"run": cfg.run.model_copy(update={"seed": 99})})
+    with pytest.raises(CheckpointError, match="run.seed: 3 -> 99"):
+        resume_point(interrupted.root, changed)
