@@ -125,7 +125,7 @@ class Session:
         self.run_id = run_id
         self.resume = resume  # the checkpoint this run continues from (None: step 0)
         self.resumed = resumed or resume is not None
-        self.token = secrets.token_hex(16)
+        self.tokens: dict[int, str] = {}  # each joined party's own session token
         self.party_ids = list(range(1, cfg.topology.passive_parties + 1))
         # What each party's Join must announce, fixed before anyone can send a shape.
         self.expected_shapes = expected_embedding_shapes(cfg, data.schema)
@@ -157,6 +157,7 @@ class Session:
         except SessionError as err:
             raise self._refusal(err, f"the Join of passive party {request.party_id}") from None
         self.joined[request.party_id] = request
+        self.tokens[request.party_id] = secrets.token_hex(16)  # one party's cannot open another's
         self.refused.pop(request.party_id, None)
         log.info("passive party %d joined", request.party_id)
         return self._plan(request.party_id)
@@ -195,7 +196,7 @@ class Session:
         plan = self.data.plan
         at = self.resume
         return pb.TrainingPlan(
-            run_id=self.run_id, session=self.token, epochs=plan.epochs,
+            run_id=self.run_id, session=self.tokens[k], epochs=plan.epochs,
             batch_size=plan.batch_size, seed=self.cfg.run.seed,
             steps_per_epoch=plan.steps_per_epoch, total_train_steps=plan.total_train_steps,
             eval_interval=plan.eval_interval, num_passive_parties=len(self.party_ids),
@@ -226,7 +227,8 @@ class Session:
         k = int(party_id)
         self._check_known(k)
         self._check_identity(k, peer)
-        if k not in self.joined or token != self.token:
+        own = self.tokens.get(k, "")
+        if k not in self.joined or not secrets.compare_digest((token or "").encode(), own.encode()):
             raise SessionError(grpc.StatusCode.PERMISSION_DENIED,
                                f"passive party {k} opened a Train stream without joining this "
                                "run (call Join first and send its session token)", k)

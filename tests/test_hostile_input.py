@@ -185,6 +185,29 @@ def test_malformed_protobuf_is_invalid_argument_on_every_rpc(tmp_path: Path) -> 
         assert "malformed splitleak.v1." in err.details()
 
 
+def test_a_party_cannot_open_another_partys_stream_with_its_own_token(tmp_path: Path) -> None:
+    """Without TLS the session token is what binds a stream to a joined party: each party
+    gets its own (at 920e7e0 one token served all, so party 2 could speak for party 1)."""
+    cfg = two_parties(tmp_path)
+
+    async def go() -> grpc.aio.AioRpcError:
+        async with label_party(cfg, tmp_path / "run") as (serving, _):
+            async with grpc.aio.insecure_channel(serving.address) as channel:
+                first, second = ScriptedParty(cfg, channel, 1), ScriptedParty(cfg, channel, 2)
+                await first.join()
+                await second.join()
+                assert first.plan.session != second.plan.session
+                call = pb_grpc.LabelPartyStub(channel).Train(
+                    metadata=((PARTY_ID_KEY, "1"), (SESSION_KEY, second.plan.session)))
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await call.read()
+                return err.value
+
+    err = asyncio.run(go())
+    assert err.code() == grpc.StatusCode.PERMISSION_DENIED, err.details()
+    assert "passive party 1 opened a Train stream without joining" in err.details()
+
+
 def test_absurd_party_id_metadata_is_unauthenticated_and_not_echoed(tmp_path: Path) -> None:
     cfg = one_party(tmp_path)
 
