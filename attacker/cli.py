@@ -21,6 +21,7 @@ from splitleak.cli_common import (
     writable_or_exit,
 )
 from splitleak.config import TopologyConfig
+from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
 from splitleak.registry import UnknownPluginError
 from splitleak.rundir import LinkedRunDir, RunDir, refuse_symlinks
@@ -70,7 +71,7 @@ def _positive_list(text: str) -> list[int]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from attacker.sidecar import serve
+    from attacker.sidecar import record_shapes, serve
     from attacker.store import RecordError
 
     if args.out is None and args.resume is None:
@@ -88,9 +89,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     tls_dir = tls_dir_or_exit(cfg, args.tls_dir, ATTACKER)
     writable_or_exit(RunDir(out).attacker / "gradients")
     try:
+        shapes = record_shapes(cfg) if cfg else None
+    except DatasetError as err:
+        raise BadInput(f"attacker serve: DatasetError: {err}") from None
+    try:
         return run_async(serve(out, args.listen, observe, args.run_id or "", topology,
                                args.port_file, tls_dir, resume=args.resume is not None,
-                               receive=receive))
+                               receive=receive, shapes=shapes))
     except RecordError as err:
         raise BadInput(f"attacker serve: {err}") from None
     except OSError as err:

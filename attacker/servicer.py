@@ -19,7 +19,7 @@ from splitleak.tls import LABEL_PARTY, passive_identity, peer_identity
 from splitleak.v1 import attacker_pb2 as pb
 from splitleak.v1 import attacker_pb2_grpc as pb_grpc
 from splitleak.v1 import tensor_pb2
-from splitleak.wire import Malformed, add_service, echo
+from splitleak.wire import Malformed, RefusalLog, add_service, echo
 
 log = logging.getLogger("attacker")
 _OPTIONAL = ("activation", "first_layer_gradient")
@@ -51,17 +51,20 @@ def _received(tensor: tensor_pb2.Tensor, field: str) -> np.ndarray:
 class AttackerServicer(pb_grpc.AttackerSidecarServicer):
     def __init__(self, store: GradientStore, observe: set[int], run_id: str | None = None,
                  tls: bool = False, received: GradientStore | None = None,
-                 receive: set[int] | None = None) -> None:
+                 receive: set[int] | None = None,
+                 shapes: dict[Key, dict[str, tuple[int, ...]]] | None = None) -> None:
         self.stores = {PASSIVE: store, **({LABEL: received} if received is not None else {})}
         self.tls = tls
         self.observe = observe
         self.receive = receive or set()
         self.expected: set[Key] = {(PASSIVE, k) for k in observe} | {(LABEL, k) for k in self.receive}
         self.run_id = run_id
+        self.shapes = shapes  # per stream, each tensor's row shape from the config (if known)
         self.finished: set[Key] = set()
         self.all_finished = asyncio.Event()
         self.streaming: set[Key] = set()
         self.refused: dict[Key, str] = {}  # the last refusal of each expected stream
+        self.refusals = RefusalLog(log)
         self._appended = asyncio.Condition()
         self.cpu = CpuWindow()  # this process's CPU over the records of timed train steps
         self.timed_steps: dict[Key, int] = {}  # per stream: records of train steps past the warm-up
@@ -72,12 +75,15 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
 
     async def _refuse(self, context: grpc.aio.ServicerContext, err: RecordError,
                       key: Key | None) -> None:
-        """Log the refusal and its reason here, then answer with its status."""
-        log.warning("refused %s: %s [%s]", who(key) if key is not None else "a record stream",
-                    err, err.status)
+        """Log the refusal and its reason here (at a bounded rate), then answer with its
+        status. Set, not raised with context.abort: an abort's exceptions outlived the call
+        and the sidecar grew with every refused stream."""
+        self.refusals.refused(who(key) if key is not None else "a record stream", str(err),
+                              err.status)
         if key in self.expected:
             self.refused[key] = str(err)
-        await context.abort(grpc.StatusCode[err.status], str(err))
+        context.set_code(grpc.StatusCode[err.status])
+        context.set_details(str(err))
 
     async def Record(self, request_iterator: AsyncIterator[pb.GradientRecord | Malformed],  # noqa: N802
                      context: grpc.aio.ServicerContext) -> pb.RecordSummary:
@@ -101,6 +107,7 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
                     self._appended.notify_all()
         except RecordError as err:
             await self._refuse(context, err, key if key is not None else claimed)
+            return pb.RecordSummary()
         finally:
             if key is not None:
                 self.streaming.discard(key)
@@ -128,7 +135,7 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
                 raise RecordError(f"Sync mode {request.mode} is not one of CHECKPOINT, REWIND")
         except RecordError as err:
             await self._refuse(context, err, claimed)
-            raise  # unreachable: abort raises
+            return pb.RecordSummary()
         records, rows = store.counts(key[1])
         return pb.RecordSummary(records=records, rows=rows)
 
@@ -207,4 +214,8 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
             if math.prod(array.shape[1:]) == 0:
                 raise RecordError(f"{where} {name}: shape {list(array.shape)} has no values per "
                                   "row (a gradient of width 0)")
+            expected = (self.shapes or {}).get(key, {}).get(name)
+            if expected is not None and tuple(array.shape[1:]) != expected:
+                raise RecordError(f"{where} {name}: rows of shape {list(array.shape[1:])}, but the "
+                                  f"shared config gives {who(key)}'s bottom model {list(expected)}")
         return self.stores[observer].append(party, record.epoch, record.step, ids, arrays)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from attacker.servicer import AttackerServicer, Key, add_sidecar, who
+from attacker.servicer import LABEL, PASSIVE, AttackerServicer, Key, add_sidecar, who
 from attacker.store import GradientStore
-from splitleak.config import TopologyConfig
+from splitleak.config import ExperimentConfig, TopologyConfig
 from splitleak.fileio import write_atomically
 from splitleak.rundir import RunDir
 from splitleak.timing import TIMING_FILE, write_cpu
@@ -23,19 +23,38 @@ log = logging.getLogger("attacker")
 SERVICE_NAME = "splitleak.v1.AttackerSidecar"
 
 
+def record_shapes(cfg: ExperimentConfig) -> dict[Key, dict[str, tuple[int, ...]]]:
+    """(observer, party) -> the per-row shape of each tensor its records carry, as the shared
+    config gives the party's bottom model: no record, not even the first, can set another."""
+    from splitleak.datasets import build_dataset
+    from splitleak.partition import passive_columns
+    from splitleak.validation import bottom_shapes
+
+    schema = build_dataset(cfg.dataset.name, cfg.dataset.params).layout()
+    shapes: dict[Key, dict[str, tuple[int, ...]]] = {}
+    for k, columns in passive_columns(cfg, schema).items():
+        activation, first_width = bottom_shapes(cfg, schema, columns)
+        shapes[(PASSIVE, k)] = {"cut_gradient": activation, "activation": activation,
+                                "first_layer_gradient": (first_width,)}
+        shapes[(LABEL, k)] = {"activation": activation}
+    return shapes
+
+
 async def serve(out: Path, listen: str, observe: set[int], run_id: str,
                 topology: TopologyConfig, port_file: Path | None = None,
                 tls_dir: Path | None = None, resume: bool = False,
-                receive: set[int] | None = None) -> int:
+                receive: set[int] | None = None,
+                shapes: dict[Key, dict[str, tuple[int, ...]]] | None = None) -> int:
     """Record until every observed party (and, for `receive`, the label party's tap of what
     it receives from those parties) is done; `resume` continues the logs already in `out`
-    (each tap cuts its log back to the resumed step first)."""
+    (each tap cuts its log back to the resumed step first); `shapes` (record_shapes) fixes
+    every record's shape from the config (without it, each party's first record does)."""
     gradients = RunDir(out).attacker / "gradients"
     store = GradientStore(gradients, run_id, resume=resume)
     received = (GradientStore(RunDir(out).attacker / "received", run_id, resume=resume)
                 if receive else None)
     servicer = AttackerServicer(store, observe, run_id or None, tls=tls_dir is not None,
-                                received=received, receive=receive)
+                                received=received, receive=receive, shapes=shapes)
     server = create_server(topology)
     add_sidecar(server, servicer, topology.max_message_mb)
     health_servicer = health.aio.HealthServicer()
@@ -62,6 +81,7 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
     await asyncio.wait([done, stopped, abandoned], return_when=asyncio.FIRST_COMPLETED)
     await health_servicer.enter_graceful_shutdown()
     await server.stop(grace=2.0)
+    servicer.refusals.flush()
     for each in servicer.stores.values():
         each.close()
     # Its CPU per train step, for `splitleak bench`'s budget (the first mark is a record's

@@ -100,6 +100,7 @@ class Serving:
             log.error("%s", describe_os_error(err))
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace=3.0 if outcome["status"] == "ok" else 1.0)
+        labelled.session.refusals.flush()
         return outcome
 
 

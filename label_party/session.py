@@ -16,7 +16,7 @@ from splitleak.config import PROTOCOL_VERSION, ExperimentConfig
 from splitleak.tls import passive_identity
 from splitleak.v1 import split_learning_pb2 as pb
 from splitleak.validation import expected_embedding_shapes
-from splitleak.wire import Malformed, clip, echo
+from splitleak.wire import Malformed, RefusalLog, clip, echo
 
 log = logging.getLogger("label_party")
 # A party id in metadata: a few ASCII digits (anything longer is not an id of this run).
@@ -131,6 +131,7 @@ class Session:
         self.expected_shapes = expected_embedding_shapes(cfg, data.schema)
         self.joined: dict[int, pb.JoinRequest] = {}
         self.refused: dict[int, str] = {}  # the last refusal of each known party id
+        self.refusals = RefusalLog(log)
         self.streams: dict[int, PartyStream] = {}
         self.all_streams_open = asyncio.Event()
         self.a_stream_ended = asyncio.Event()
@@ -139,7 +140,7 @@ class Session:
     # -- admission -----------------------------------------------------------------------
     def _refusal(self, error: SessionError, what: str) -> SessionError:
         """Log a refusal with its reason at this side (the peer only sees the status)."""
-        log.warning("refused %s: %s [%s]", what, error.message, error.code.name)
+        self.refusals.refused(what, error.message, error.code.name)
         if error.party_id in self.party_ids:
             self.refused[error.party_id] = error.message
         return error

@@ -153,13 +153,26 @@ class TrainingConfig(_Frozen):
     checkpoint_every: int = Field(100, ge=0)
 
 
+ADDRESS = r"^[^\s:]+:\d{1,5}$"  # HOST:PORT
+
+
+def port_in_range(address: str) -> str:
+    """A HOST:PORT whose port a socket can have (0: any free port)."""
+    port = int(address.rsplit(":", 1)[1])
+    if port > 65535:
+        raise ValueError(f"port {port} of {address!r} is not a TCP port (0..65535; 0: any free port)")
+    return address
+
+
 class TopologyConfig(_Frozen):
     passive_parties: int = Field(2, ge=1, le=64)
-    label_party_address: str = Field("127.0.0.1:0", pattern=r"^[^\s:]+:\d{1,5}$")
+    label_party_address: str = Field("127.0.0.1:0", pattern=ADDRESS)
     step_deadline_s: PositiveFloat = 60.0
     join_deadline_s: PositiveFloat = 120.0
     max_message_mb: int = Field(64, ge=1, le=1024)
     tls: bool = True  # mutual TLS, one identity per party; false: plaintext (trusted network only)
+
+    _port = field_validator("label_party_address")(port_in_range)
 
 
 class PluginSpec(_Frozen):
@@ -173,13 +186,18 @@ class PluginSpec(_Frozen):
         return dict(self.model_extra or {})
 
 
+MIN_BANDWIDTH_MBIT = 0.01
+
+
 class NetworkConfig(_Frozen):
     """An emulated wide-area link between each passive party and the label party: `splitleak
     run` puts a shaping relay (orchestration/relay.py) on each party's connection when set."""
 
     one_way_latency_ms: float = Field(0.0, ge=0.0, le=10_000.0)
     jitter_ms: float = Field(0.0, ge=0.0, le=10_000.0)  # std of the one-way latency (normal)
-    bandwidth_mbit: PositiveFloat | None = None  # per direction and party link; None: unlimited
+    # Per direction and party link; None: unlimited. At least 0.01 Mbit/s (a 64 KiB chunk then
+    # takes 52 s): below that every connection stalls, whatever the deadlines.
+    bandwidth_mbit: float | None = Field(None, ge=MIN_BANDWIDTH_MBIT)
 
     @property
     def shaped(self) -> bool:

@@ -97,11 +97,12 @@ class RoleHost:
 
             return serve(cfg, self.run, listen, port_file, self.tls_dir, attacker=attacker)
         if self.role == ATTACKER:
+            from attacker.sidecar import record_shapes
             from attacker.sidecar import serve as serve_sidecar
 
             return serve_sidecar(self.run.root, listen, set(cfg.tapped_parties), self.run.root.name,
                                  cfg.topology, port_file, self.tls_dir,
-                                 receive=set(cfg.received_parties))
+                                 receive=set(cfg.received_parties), shapes=record_shapes(cfg))
         from passive_party.client import run_party
 
         party_id = int(self.role.rsplit("_", 1)[1])

@@ -85,6 +85,9 @@ class Avazu(Dataset):
     def schema(self) -> Schema:
         return replace(self._layout, num_rows=self._num_rows)
 
+    def layout(self) -> Schema:
+        return self._layout
+
     def features(self, columns: tuple[int, int]) -> FeatureSlice:
         columns = check_columns(self._layout, columns)
         _, fields = field_ranges(self._layout, columns)

@@ -76,6 +76,11 @@ class Dataset(ABC):
     @abstractmethod
     def schema(self) -> Schema: ...
 
+    def layout(self) -> Schema:
+        """The schema where its row count is not needed (0 where counting rows costs a pass
+        over the data): what the models' shapes depend on."""
+        return self.schema()
+
     @abstractmethod
     def features(self, columns: tuple[int, int]) -> FeatureSlice: ...
 

@@ -94,6 +94,9 @@ class Criteo(Dataset):
     def schema(self) -> Schema:
         return replace(self._layout, num_rows=self._num_rows)
 
+    def layout(self) -> Schema:
+        return self._layout
+
     def features(self, columns: tuple[int, int]) -> FeatureSlice:
         columns = check_columns(self._layout, columns)
         numeric_fields, categorical_fields = field_ranges(self._layout, columns)
