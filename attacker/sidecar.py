@@ -90,14 +90,22 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
               max(servicer.timed_steps.values(), default=1) - 1)
     missing = sorted(servicer.expected - servicer.finished)
     unfinished = (f" before {', '.join(map(who, missing))} finished streaming") if missing else ""
-    if stopped.done() and not done.done():
+    if stopped.done():  # even when every stream ended meanwhile: a stop ended the parties too
         log.warning("interrupted by a signal%s: the log at %s holds what was recorded until then "
                     "(attacker serve --resume continues it)", unfinished, gradients)
     elif missing:
         log.error("stopped%s", unfinished)
-    else:
-        log.info("recorded every observed party; log at %s", gradients)
+    else:  # a closed stream says nothing of whether its party finished the run: say what is held
+        log.info("every observed party closed its stream (%s); log at %s",
+                 "; ".join(_held(servicer, key) for key in sorted(servicer.expected)), gradients)
     return 1 if missing else 0
+
+
+def _held(servicer: AttackerServicer, key: Key) -> str:
+    store, party = servicer.stores[key[0]], key[1]
+    records, _ = store.counts(party)
+    last = store.last_step(party)
+    return f"{who(key)}: {records} record(s)" + (f" up to step {last}" if last is not None else "")
 
 
 async def _never_joined(servicer: AttackerServicer, deadline: float) -> None:

@@ -210,6 +210,26 @@ def test_overlapping_passive_columns_warn_unless_allowed(tmp_path: Path,
     assert code == 0 and "both hold columns" not in text
 
 
+def test_overlapping_passive_columns_are_a_warning_of_the_report_too(tmp_path: Path) -> None:
+    """At 920e7e0 the warning was on the console only, and report.md said "Warnings: none"."""
+    from attacker.analysis import analyze
+    from attacker.report import write_report
+    from orchestration.reference import run_reference
+    from splitleak.config import parse_config
+    from splitleak.rundir import create_run_dir
+
+    cfg = parse_config(small_config(tmp_path, features={"passive": [[0, 20], [10, 30]]},
+                                    training={"batch_size": 128, "epochs": 1, "eval_interval": 0},
+                                    attacker={"attacks": ["norm"]}))
+    run = create_run_dir(cfg)
+    run_reference(cfg, run)
+    summary = analyze(run.root)
+    assert any("passive parties 1 and 2 both hold columns [10, 20)" in w for w in summary["warnings"])
+    write_report(run, summary)
+    warnings = (run.report / "report.md").read_text().split("## Warnings", 1)[1]
+    assert "both hold columns [10, 20)" in warnings.split("##", 1)[0]
+
+
 def test_a_data_path_that_is_a_directory_says_so(tmp_path: Path,
                                                  capsys: pytest.CaptureFixture) -> None:
     config = write_config(tmp_path, small_config(tmp_path, dataset={

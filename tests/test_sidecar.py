@@ -120,6 +120,11 @@ def test_sidecar_records_and_exits_when_observed_parties_are_done(tmp_path: Path
     summary = asyncio.run(_send(address, [_record(1, s) for s in range(5)]))
     assert (summary.records, summary.rows) == (5, 20)
     assert proc.wait(timeout=30) == 0
+    # A closed stream is not a finished run (the party may have been stopped): at 920e7e0 the
+    # sidecar said "recorded every observed party" after a run's Ctrl-C; now it says what it holds.
+    out = proc.communicate()[0]
+    assert "every observed party closed its stream (passive party 1: 5 record(s) up to step 4)" in out
+    assert "recorded every observed party" not in out
     log = GradientLog(tmp_path / "run" / "attacker" / "gradients")
     assert [b.step for b in log.batches(1)] == list(range(5))
 
