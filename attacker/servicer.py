@@ -8,6 +8,7 @@ import asyncio
 import logging
 import math
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 import numpy as np
@@ -25,6 +26,7 @@ log = logging.getLogger("attacker")
 _OPTIONAL = ("activation", "first_layer_gradient")
 _RECORDED = (tensor_pb2.FLOAT32, tensor_pb2.FLOAT16, tensor_pb2.BFLOAT16)  # [wire] dtypes
 SYNC_TIMEOUT = 60.0  # s: a checkpoint Sync without a deadline waits at most this
+DRAIN_S = 1.0  # s: what a refused stream may still send before its call is aborted
 PASSIVE, LABEL = pb.PASSIVE_PARTY, pb.LABEL_PARTY
 Key = tuple[int, int]  # (observer, passive party id)
 
@@ -33,6 +35,37 @@ def who(key: Key) -> str:
     """The stream's name in messages."""
     observer, k = key
     return f"passive party {k}" if observer == PASSIVE else f"the label party (receiving from party {k})"
+
+
+async def _answer(context: grpc.aio.ServicerContext, code: grpc.StatusCode, details: str,
+                  requests: AsyncIterator[Any] | None = None) -> None:
+    """End the call with a status: set, and the handler returns, which leaves nothing behind
+    (each call ended by context.abort left about 1 KB in gRPC, so a sidecar fed refused
+    streams grew without end). A stream is read to its end first (a client still sending when
+    the call ends sees a failed write, not the status), for at most DRAIN_S, then aborted."""
+    context.set_code(code)
+    context.set_details(details)
+    if requests is None:
+        return
+    try:
+        await asyncio.wait_for(_drain(requests), DRAIN_S)
+        return
+    except TimeoutError:
+        pass
+    await _abort(context, code, details)
+
+
+async def _abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, details: str) -> None:
+    """context.abort, its exception dropped at once (it kept two thirds of the growth alive)."""
+    try:
+        await context.abort(code, details)
+    except grpc.aio.AbortError:
+        pass
+
+
+async def _drain(requests: AsyncIterator[Any]) -> None:
+    async for _ in requests:
+        pass
 
 
 def add_sidecar(server: grpc.aio.Server, servicer: AttackerServicer, limit_mb: int) -> None:
@@ -73,23 +106,20 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
     def store(self) -> GradientStore:
         return self.stores[PASSIVE]
 
-    async def _refuse(self, context: grpc.aio.ServicerContext, err: RecordError,
-                      key: Key | None) -> None:
-        """Log the refusal and its reason here (at a bounded rate), then answer with its
-        status. Set, not raised with context.abort: an abort's exceptions outlived the call
-        and the sidecar grew with every refused stream."""
+    def _refused(self, err: RecordError, key: Key | None) -> tuple[grpc.StatusCode, str]:
+        """Log the refusal and its reason here (at a bounded rate); the status to answer."""
         self.refusals.refused(who(key) if key is not None else "a record stream", str(err),
                               err.status)
         if key in self.expected:
             self.refused[key] = str(err)
-        context.set_code(grpc.StatusCode[err.status])
-        context.set_details(str(err))
+        return grpc.StatusCode[err.status], str(err)
 
     async def Record(self, request_iterator: AsyncIterator[pb.GradientRecord | Malformed],  # noqa: N802
                      context: grpc.aio.ServicerContext) -> pb.RecordSummary:
         records = rows = 0
         key: Key | None = None
         claimed: Key | None = None
+        refusal: tuple[grpc.StatusCode, str] | None = None
         try:
             async for record in request_iterator:
                 if isinstance(record, Malformed):
@@ -106,11 +136,16 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
                 async with self._appended:
                     self._appended.notify_all()
         except RecordError as err:
-            await self._refuse(context, err, key if key is not None else claimed)
-            return pb.RecordSummary()
+            refusal = self._refused(err, key if key is not None else claimed)
         finally:
             if key is not None:
                 self.streaming.discard(key)
+        if refusal is not None and key is not None:  # a tap of this run: it must stop at once
+            await _abort(context, *refusal)  # (a third of an abort's growth remains; see _answer)
+            return pb.RecordSummary()
+        if refusal is not None:
+            await _answer(context, *refusal, requests=request_iterator)
+            return pb.RecordSummary()
         if key is not None:
             self.finished.add(key)
             if self.expected <= self.finished:
@@ -122,6 +157,7 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
     async def Sync(self, request: pb.SyncRequest,  # noqa: N802
                    context: grpc.aio.ServicerContext) -> pb.RecordSummary:
         claimed = (request.observer, request.party_id)
+        refusal: tuple[grpc.StatusCode, str] | None = None
         try:
             key = self._admit(request.run_id, claimed, peer_identity(context),
                               streaming_ok=request.mode == pb.SyncRequest.CHECKPOINT)
@@ -134,7 +170,9 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
             else:
                 raise RecordError(f"Sync mode {request.mode} is not one of CHECKPOINT, REWIND")
         except RecordError as err:
-            await self._refuse(context, err, claimed)
+            refusal = self._refused(err, claimed)
+        if refusal is not None:
+            await _answer(context, *refusal)
             return pb.RecordSummary()
         records, rows = store.counts(key[1])
         return pb.RecordSummary(records=records, rows=rows)
