@@ -95,12 +95,9 @@ def remove_private_keys(directory: Path) -> list[Path]:
     return removed
 
 
-def hold(directory: Path, name: str, ca: bytes, cert: bytes, key: bytes) -> None:
-    """Make `name`'s identity loadable from `directory` with its private key only in this
-    process's memory (the certificates are written, the key never is)."""
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-    (directory / "ca.pem").write_bytes(ca)
-    (directory / f"{name}.pem").write_bytes(cert)
+def hold(directory: Path, name: str, cert: bytes, key: bytes) -> None:
+    """Make `name`'s identity loadable from `directory` (which holds ca.pem and `cert` as
+    `<name>.pem`) with its private key only in this process's memory, never on disk."""
     _held[(str((directory / f"{name}.key").absolute()), cert)] = key
 
 

@@ -20,6 +20,7 @@ from typing import Any
 from orchestration.progress import MetricsTail
 from splitleak import tls
 from splitleak.config import parse_config
+from splitleak.fileio import write_atomically
 from splitleak.rundir import RunDir
 from splitleak.transport import run_async
 
@@ -50,11 +51,15 @@ class RoleHost:
         self.run = RunDir(self._scratch / run_name if run_root is None else Path(run_root))
         self.run.root.mkdir(parents=True, exist_ok=True)
         self.tls_dir: Path | None = None
-        if identity:  # the private key stays in this process's memory, never on the node's disk
+        if identity:  # private keys stay in this process's memory, never on the node's disk
             self.tls_dir = self._scratch / "tls"
-            name = next(n for n in identity if n.endswith(".key")).removesuffix(".key")
-            tls.hold(self.tls_dir, name, identity["ca.pem"], identity[f"{name}.pem"],
-                     identity[f"{name}.key"])
+            self.tls_dir.mkdir(mode=0o700)
+            for name, data in identity.items():
+                if not name.endswith(".key"):
+                    write_atomically(self.tls_dir / name, lambda tmp, d=data: tmp.write_bytes(d),
+                                     mode=0o600)
+            for name in (n.removesuffix(".key") for n in identity if n.endswith(".key")):
+                tls.hold(self.tls_dir, name, identity[f"{name}.pem"], identity[f"{name}.key"])
         self._log = self._log_to(self.run.logs / f"{role}.log")
         self._thread: threading.Thread | None = None
         self._code: int | None = None
