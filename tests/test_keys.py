@@ -19,7 +19,6 @@ from label_party.cli import main as label_party_main
 from passive_party.cli import main as passive_party_main
 from splitleak import tls
 from splitleak.config import parse_config
-from splitleak.rundir import RunDir
 from tests.conftest import scaled, small_config, write_config
 from tests.runs import alive, cli, pids, run_dir, wait_for_step
 from tests.test_cli_refusals import exit_code_and_text
@@ -133,6 +132,7 @@ def test_an_orchestrator_killed_with_sigkill_leaves_no_key_and_blames_no_party(t
         assert time.monotonic() < end, {name: alive(pid) for name, pid in children.items()}
         time.sleep(0.1)
     assert not list((run.root / "tls").glob("*.key")), list((run.root / "tls").iterdir())
-    outcome = json.loads(RunDir(run.root).outcome.read_text())
+    assert run.outcome.exists(), (run.logs / "label_party.log").read_text()[-3000:]
+    outcome = json.loads(run.outcome.read_text())
     assert outcome["status"] == "interrupted", outcome
     assert "passive party" not in outcome.get("culprit", ""), outcome
