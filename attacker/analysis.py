@@ -40,6 +40,7 @@ from splitleak.anchors import BatchAnchors, read_clean_anchors
 from splitleak.config import ConfigError, load_config
 from splitleak.fileio import write_atomically
 from splitleak.metrics_log import read_metrics
+from splitleak.placement import ATTACKER, requested_device, resolve_device
 from splitleak.rundir import RunDir
 from splitleak.threat import DEFAULT_HINTS, ThreatConfig
 
@@ -206,6 +207,7 @@ class Analysis:
         self.warnings: list[str] = []
         self.anchors: dict[tuple[int, int], BatchAnchors] = {}
         self.anchor_fallbacks: dict[str, int] = defaultdict(int)
+        self.device: str | None = None  # the run-level attacks' device (None: the run's own)
 
     def attacker(self, parties: tuple[int, ...]) -> Attacker:
         seed = self.seed_override if self.seed_override is not None else \
@@ -255,14 +257,16 @@ class Analysis:
 
 def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
             hints: Iterable[int] | None = None, seed: int | None = None,
-            draws: int | None = None) -> dict[str, Any]:
+            draws: int | None = None, device: str | None = None) -> dict[str, Any]:
     """Analyse `run_dir` under its threat model; writes attacker/leak.parquet and
     attacker/rows.parquet and returns the summary (also written by the report). `hints`,
-    `seed` and `draws` override the threat model's for every attacker."""
+    `seed` and `draws` override the threat model's for every attacker; `device` the run's
+    run.devices.attacker for the run-level attacks (model completion, reconstruction)."""
     run = RunDir(Path(run_dir))
     check_run_dir(run)
     repaired = repair_log(run.attacker / "gradients")
     analysis = Analysis(run, attacks, hints, seed, draws)
+    analysis.device = device
     analysis.warnings += repaired
     per_batch, sample, run_id = _gradient_attacks(analysis)
     run_entries = _run_attacks(analysis)
@@ -448,8 +452,10 @@ def _run_attacks(analysis: Analysis) -> list[dict[str, Any]]:
                 except ConfigError as err:
                     analysis.warnings.append(f"{attack.label}: cannot read the run's config: {err}")
                     return entries
+            field = "--device" if analysis.device else "run.devices.attacker"
+            device = resolve_device(analysis.device or requested_device(cfg, ATTACKER), field)
             context = RunContext(analysis.run, cfg, unit.parties, unit.seed, analysis.train_ids,
-                                 analysis.test_ids, analysis.labels)
+                                 analysis.test_ids, analysis.labels, device=device)
             threat = (f"{analysis.threat.receiver.describe()}; victim: party {unit.key}"
                       if attack.receiver else analysis.threat.describe(list(unit.parties)))
             entry = {"party_id": unit.parties[0], "parties": list(unit.parties),

@@ -17,6 +17,7 @@ from attacker.attacks.base import AttackParams, RunAttack, RunContext, RunResult
 from attacker.completion import PartyView, load_parties
 from attacker.store import GradientLog
 from splitleak.fileio import write_atomically
+from splitleak.placement import ATTACKER, role_threads
 from splitleak.seeding import rng
 
 GRID_COLUMNS = 10  # examples shown in the report's image grid
@@ -46,7 +47,7 @@ class ReconstructionAttack(RunAttack):
 
     def run(self, context: RunContext) -> RunResult:
         threads = torch.get_num_threads()
-        torch.set_num_threads(context.cfg.run.torch_threads)  # as the parties: no oversubscription
+        torch.set_num_threads(role_threads(context.cfg, ATTACKER))  # no oversubscription
         started = time.process_time()
         try:
             victim = load_victim(context, self.params, self.name)

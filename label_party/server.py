@@ -32,14 +32,16 @@ from label_party.session import Session, SessionError
 from label_party.setup import LabelPartyData, load_label_party_data, plan_record
 from label_party.taps import ReceivedTaps, sidecar_failed
 from label_party.trainer import LabelPartyTrainer, NonFiniteStep
+from splitleak.addresses import resolve
 from splitleak.checkpoint import CheckpointError, Manifest, Position, latest, step_dir
 from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED
 from splitleak.config import ExperimentConfig
 from splitleak.fileio import describe_os_error, write_atomically
 from splitleak.metrics_log import MetricsWriter
+from splitleak.placement import LABEL, memory_facts, prepare_role
 from splitleak.rundir import RunDir
 from splitleak.tap import TapError
-from splitleak.timing import TIMING_FILE
+from splitleak.timing import TIMING_FILE, mark_startup, note
 from splitleak.tls import LABEL_PARTY
 from splitleak.transport import bind, create_server
 
@@ -55,7 +57,6 @@ async def serve(cfg: ExperimentConfig, run: RunDir, listen: str,
     with `attacker`, tap what it receives from the threat model's receiver victims to that
     sidecar. Returns the process exit code (0 trained, 1 failed, 2 run directory unusable,
     130 stopped)."""
-    torch.set_num_threads(cfg.run.torch_threads)
     serving = await start(cfg, run, listen, tls_dir, resuming, manifest, attacker)
     if port_file is not None:
         write_atomically(port_file, lambda tmp: tmp.write_text(f"{serving.address}\n"))
@@ -100,7 +101,10 @@ async def start(cfg: ExperimentConfig, run: RunDir, listen: str, tls_dir: Path |
                 resuming: bool = False, manifest: Manifest | None = None,
                 attacker: str | None = None) -> Serving:
     """Load the labels, write them, and start serving the run's session."""
-    log.info("loading data (%s)…", cfg.dataset.name)
+    device = prepare_role(cfg, LABEL)
+    log.info("loading data (%s); computing on %s with %d thread(s)…", cfg.dataset.name, device,
+             torch.get_num_threads())
+    note(device=str(device), threads=torch.get_num_threads())
     data = load_label_party_data(cfg)
     if resuming:
         run.outcome.unlink(missing_ok=True)  # the interrupted attempt's; this one writes anew
@@ -117,6 +121,7 @@ async def start(cfg: ExperimentConfig, run: RunDir, listen: str, tls_dir: Path |
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     port = bind(server, listen, tls_dir, LABEL_PARTY)
     await server.start()
+    mark_startup("serving")
     serving = health_pb2.HealthCheckResponse.SERVING
     await health_servicer.set(SERVICE_NAME, serving)
     await health_servicer.set("", serving)
@@ -124,13 +129,16 @@ async def start(cfg: ExperimentConfig, run: RunDir, listen: str, tls_dir: Path |
     log.info("label party listening on %s:%d (run %s%s)", host, port, run.root.name,
              f", resuming at step {manifest.step}" if manifest else ", resuming at step 0"
              if resuming else "")
+    if attacker and cfg.received_parties:  # the sidecar may still be starting
+        attacker = await resolve(attacker, "attacker sidecar", cfg.topology.join_deadline_s)
     taps = ReceivedTaps(cfg, attacker, tls_dir) if attacker and cfg.received_parties else None
     if cfg.received_parties and taps is None:
         log.warning("threat.receiver.victims = %s, but no --attacker sidecar was given: what this "
                     "party receives from them is not recorded (the reconstruction attacks will "
                     "have nothing to read)", cfg.received_parties)
     labelled = LabelPartyRun(cfg, run, session, data, writer,
-                             Progress(start=manifest.position if manifest else Position(0, 0)), taps)
+                             Progress(start=manifest.position if manifest else Position(0, 0)), taps,
+                             device)
     return Serving(server, health_servicer, labelled, f"{host}:{port}")
 
 
@@ -138,8 +146,10 @@ class LabelPartyRun:
     """The run's life: wait for the parties, train, and end with an outcome in every case."""
 
     def __init__(self, cfg: ExperimentConfig, run: RunDir, session: Session, data: LabelPartyData,
-                 writer: MetricsWriter, progress: Progress, taps: ReceivedTaps | None = None) -> None:
+                 writer: MetricsWriter, progress: Progress, taps: ReceivedTaps | None = None,
+                 device: torch.device | str = "cpu") -> None:
         self.cfg, self.run, self.session, self.data = cfg, run, session, data
+        self.device = torch.device(device)
         self.taps = taps
         self.writer = writer
         self.progress = progress
@@ -194,7 +204,7 @@ class LabelPartyRun:
             await session.wait_for_parties()
             trainer = await compute(LabelPartyTrainer, cfg, data.labels, data.num_classes,
                                     session.embedding_shapes(), data.own_inputs, data.train_ids,
-                                    anchors, snapshots)
+                                    anchors, snapshots, self.device)
             if session.resume is not None:
                 await compute(restore, trainer, self.run, session.resume)
             resumed_at = session.resume.step if session.resume else 0
@@ -209,6 +219,7 @@ class LabelPartyRun:
             batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed)
             await drive(trainer, batches, exchange, self.writer.write, compute, self.checkpoints,
                         self.progress, exchange.timer)
+            note(**memory_facts(self.device))
             exchange.timer.write(self.run.label_party / TIMING_FILE, per="compute")
             await compute(write_outputs, self.run, trainer)
             await session.wait_closed(timeout=cfg.topology.step_deadline_s)

@@ -24,6 +24,7 @@ from splitleak.cli_common import (
 )
 from splitleak.config import ConfigError, ExperimentConfig, PluginSpec, plugin_param_errors
 from splitleak.fileio import describe_os_error
+from splitleak.placement import check_devices
 from splitleak.registry import UnknownPluginError
 from splitleak.rundir import RunDir, create_run_dir
 from splitleak.validation import check_core
@@ -33,6 +34,7 @@ def validate(cfg: ExperimentConfig) -> list[str]:
     """Everything that can be checked before a process starts; ConfigError names the field.
     Returns warnings: what is allowed but probably a mistake."""
     schema = check_core(cfg)
+    check_devices(cfg)
     check_chain(cfg)
     check_protection(cfg)
     check_attacks(cfg)

@@ -28,6 +28,7 @@ from splitleak.datasets import build_dataset
 from splitleak.inputs import load_party_inputs
 from splitleak.metrics_log import MetricsWriter
 from splitleak.partition import passive_columns
+from splitleak.placement import ATTACKER, LABEL, role_device, role_threads, roles
 from splitleak.rundir import RunDir
 from splitleak.timing import TIMING_FILE, StepTimer
 
@@ -39,8 +40,11 @@ class LocalExchange:
                  observe: set[int] | frozenset[int] = frozenset(),
                  record_activation: bool = False, wire_dtype: str = "float32",
                  received: GradientStore | None = None,
-                 receive: set[int] | frozenset[int] = frozenset()) -> None:
+                 receive: set[int] | frozenset[int] = frozenset(),
+                 threads: dict[str, int] | None = None) -> None:
         self.bottoms = bottoms
+        # Each role's intra-op threads, as its own process would have them ("label", "1".."N").
+        self.threads = threads or {}
         self.received = received  # the stand-in for the label party's tap ([threat.receiver])
         self.receive = receive
         self.wire_dtype = wire_dtype  # tensors are rounded as the wire would round them
@@ -54,37 +58,49 @@ class LocalExchange:
             return
         for k, bottom in self.bottoms.items():
             received = as_received(gradients[k], self.wire_dtype)
+            self._as_role(str(k))
             bottom.backward(received)
             if self.store is not None and k in self.observe:
-                tensors = {"cut_gradient": received.numpy()}
+                tensors = {"cut_gradient": received.cpu().numpy()}
                 if bottom.first_layer_gradient is not None:
-                    tensors["first_layer_gradient"] = bottom.first_layer_gradient.numpy()
+                    tensors["first_layer_gradient"] = bottom.first_layer_gradient.cpu().numpy()
                 if self.record_activation:  # as the tap: the activation this gradient answers
-                    tensors["activation"] = self._sent[k].numpy()
+                    tensors["activation"] = self._sent[k].cpu().numpy()
                 self.store.append(k, batch.epoch, batch.step, batch.sample_ids, tensors)
 
     async def exchange(self, gradients: dict[int, torch.Tensor] | None,
                        gradient_batch: Batch | None, next_batch: Batch) -> dict[int, torch.Tensor]:
         self._backward(gradients, gradient_batch)
         train = next_batch.phase is Phase.TRAIN
-        activations = {k: as_received(b.forward(next_batch.sample_ids, train), self.wire_dtype)
-                       for k, b in self.bottoms.items()}
+        activations = {}
+        for k, bottom in self.bottoms.items():
+            self._as_role(str(k))
+            activations[k] = as_received(bottom.forward(next_batch.sample_ids, train),
+                                         self.wire_dtype)
+        self._as_role(LABEL)
         if train:
             self._sent = activations
             if self.received is not None:
                 for k in sorted(self.receive):
                     self.received.append(k, next_batch.epoch, next_batch.step, next_batch.sample_ids,
-                                         {"activation": activations[k].numpy()})
+                                         {"activation": activations[k].cpu().numpy()})
         return activations
 
     async def finish(self, gradients: dict[int, torch.Tensor] | None,
                      gradient_batch: Batch | None) -> None:
         self._backward(gradients, gradient_batch)
+        self._as_role(LABEL)
+
+    def _as_role(self, role: str) -> None:
+        if role in self.threads:
+            torch.set_num_threads(self.threads[role])
 
 
 def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
     """Train the whole split model in this process; writes the same files as a distributed run."""
-    torch.set_num_threads(cfg.run.torch_threads)
+    threads = {role: role_threads(cfg, role) for role in roles(cfg) if role != ATTACKER}
+    torch.set_num_threads(threads[LABEL])
+    label_device = role_device(cfg, LABEL)
     started = time.monotonic()
     dataset = build_dataset(cfg.dataset.name, cfg.dataset.params)
     data = load_label_party_data(cfg, dataset)
@@ -93,7 +109,7 @@ def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
     observe = set(cfg.tapped_parties)
     capture = cfg.attacker.record_first_layer
     bottoms = {k: BottomTrainer(cfg, k, load_party_inputs(cfg, dataset, cols), width,
-                                capture and k in observe)
+                                capture and k in observe, role_device(cfg, str(k)))
                for k, cols in passive_columns(cfg, data.schema).items()}
     for k, bottom in bottoms.items():  # as each party does before it joins
         write_figures(run, k, protect_party(cfg, bottom))
@@ -103,12 +119,12 @@ def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
     anchors = clean_anchor_writer(run, cfg, data.num_classes)
     trainer = LabelPartyTrainer(cfg, data.labels, data.num_classes,
                                 {k: b.embedding_shape for k, b in bottoms.items()}, data.own_inputs,
-                                data.train_ids, anchors, snapshot_writer(run, cfg))
+                                data.train_ids, anchors, snapshot_writer(run, cfg), label_device)
     writer = MetricsWriter(run.metrics)
     writer.write(plan_record(data, len(bottoms), cfg.run.seed))
     batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed)
     exchange = LocalExchange(bottoms, store, observe, cfg.attacker.record_activation, cfg.wire.dtype,
-                             received, receive)
+                             received, receive, threads)
     timer = StepTimer()
     asyncio.run(drive(trainer, batches, exchange, writer.write, timer=timer))
     timer.write(run.label_party / TIMING_FILE, per="compute")

@@ -16,6 +16,7 @@ from splitleak.fileio import write_atomically
 from splitleak.inputs import PartyInputs
 from splitleak.models import build_bottom
 from splitleak.optim import make_optimizer
+from splitleak.placement import autocast, settle
 from splitleak.seeding import derive_seed
 
 
@@ -32,14 +33,18 @@ def bottom_optimizer(cfg: ExperimentConfig, party_id: int,
 
 
 class BottomTrainer:
-    """Holds only this party's columns; never sees a label."""
+    """Holds only this party's columns; never sees a label. Its rows, model and optimizer live
+    on `device`; activations and gradients come and go as tensors of any device."""
 
     def __init__(self, cfg: ExperimentConfig, party_id: int, inputs: PartyInputs,
-                 output_width: int, capture_first_layer: bool = False) -> None:
+                 output_width: int, capture_first_layer: bool = False,
+                 device: torch.device | str = "cpu") -> None:
         self.party_id = party_id
-        self.inputs = inputs
+        self.device = torch.device(device)
+        self.inputs = inputs.to(self.device)
         self.model = build_bottom(cfg.model, inputs.spec, output_width,
-                                  derive_seed(cfg.run.seed, "bottom", party_id))
+                                  derive_seed(cfg.run.seed, "bottom", party_id)).to(self.device)
+        self.autocast = autocast(cfg.training.precision, self.device)
         self.optimizer = bottom_optimizer(cfg, party_id, self.model.parameters())
         self._activation: torch.Tensor | None = None
         self._first_output: torch.Tensor | None = None
@@ -47,9 +52,9 @@ class BottomTrainer:
         if capture_first_layer:
             first = next(m for m in self.model.modules() if isinstance(m, nn.Linear | nn.Conv2d))
             first.register_forward_hook(self._keep_first_output)
-        with torch.no_grad():
-            numeric, categorical = inputs.rows(torch.zeros(1, dtype=torch.int64))
-            self.embedding_shape = tuple(self.model(numeric, categorical).shape[1:])
+        with torch.no_grad():  # eval: batch norm's running statistics stay untouched
+            numeric, categorical = self.inputs.rows(torch.zeros(1, dtype=torch.int64))
+            self.embedding_shape = tuple(self.model.eval()(numeric, categorical).shape[1:])
 
     def _keep_first_output(self, module: nn.Module, args: object, output: torch.Tensor) -> None:
         if output.requires_grad:
@@ -57,13 +62,16 @@ class BottomTrainer:
             self._first_output = output
 
     def forward(self, sample_ids: np.ndarray, train: bool) -> torch.Tensor:
-        """The activation for these rows; a train forward keeps its graph for the backward."""
+        """The activation for these rows (float32, on this party's device); a train forward
+        keeps its graph for the backward."""
         numeric, categorical = self.inputs.rows(torch.from_numpy(sample_ids))
         self.model.train(train)
         if not train:
-            with torch.no_grad():
-                return self.model(numeric, categorical)
-        self._activation = self.model(numeric, categorical)
+            with torch.no_grad(), self.autocast():
+                return self.model(numeric, categorical).float()
+        with self.autocast():
+            self._activation = self.model(numeric, categorical).float()
+        settle(self.device)
         return self._activation.detach()
 
     def backward(self, cut_gradient: torch.Tensor) -> None:
@@ -71,7 +79,7 @@ class BottomTrainer:
         if self._activation is None:
             raise RuntimeError("cut gradient received before any train activation was sent")
         self.optimizer.zero_grad(set_to_none=True)
-        self._activation.backward(cut_gradient)
+        self._activation.backward(cut_gradient.to(self.device, non_blocking=True))
         self.optimizer.step()
         self._activation = None
         if self._first_output is not None:

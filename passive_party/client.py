@@ -16,6 +16,7 @@ import torch
 
 from passive_party.bottom_trainer import BottomTrainer
 from passive_party.protection import protect_party, write_figures
+from splitleak.addresses import AddressError, resolve
 from splitleak.checkpoint import (
     CheckpointError,
     Position,
@@ -33,9 +34,10 @@ from splitleak.datasets import build_dataset
 from splitleak.fileio import describe_os_error, write_atomically
 from splitleak.inputs import load_party_inputs
 from splitleak.partition import passive_columns
+from splitleak.placement import memory_facts, prepare_role
 from splitleak.rundir import RunDir
 from splitleak.tap import SIDECAR, Tap, TapError
-from splitleak.timing import TIMING_FILE, StepTimer, timed
+from splitleak.timing import TIMING_FILE, StepTimer, mark_startup, note, timed
 from splitleak.tls import LABEL_PARTY, passive_identity
 from splitleak.transport import PARTY_ID_KEY, SESSION_KEY, create_channel
 from splitleak.v1 import attacker_pb2 as apb
@@ -50,15 +52,15 @@ class PartyError(Exception):
     """This passive party cannot go on; the message says why."""
 
 
-def load_bottom(cfg: ExperimentConfig, party_id: int,
-                capture_first_layer: bool = False) -> BottomTrainer:
+def load_bottom(cfg: ExperimentConfig, party_id: int, capture_first_layer: bool = False,
+                device: torch.device | str = "cpu") -> BottomTrainer:
     """Load only this party's columns (the dataset's label-free path) and build its model."""
     dataset = build_dataset(cfg.dataset.name, cfg.dataset.params)
     schema = dataset.schema()
     columns = passive_columns(cfg, schema)[party_id]
     inputs = load_party_inputs(cfg, dataset, columns)
     return BottomTrainer(cfg, party_id, inputs, cfg.output_width(schema.num_classes),
-                         capture_first_layer)
+                         capture_first_layer, device)
 
 
 async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: RunDir,
@@ -66,17 +68,30 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
                     tls_dir: Path | None = None, resuming: bool = False) -> None:
     """Train this party's bottom model; with `attacker`, tap every received gradient to it.
     `resuming`: the label party may resume the run from a checkpoint in `run`."""
-    torch.set_num_threads(cfg.run.torch_threads)
     if not 1 <= party_id <= cfg.topology.passive_parties:
         raise PartyError(f"--party-id {party_id} is not in this run's parties "
                          f"1..{cfg.topology.passive_parties}")
     tapped = attacker is not None
     if bottom is None:
-        bottom = load_bottom(cfg, party_id, tapped and cfg.attacker.record_first_layer)
+        try:
+            device = prepare_role(cfg, str(party_id))
+        except ConfigError as err:
+            raise PartyError(str(err)) from None
+        log.info("party %d computes on %s with %d thread(s)", party_id, device,
+                 torch.get_num_threads())
+        note(device=str(device), threads=torch.get_num_threads())
+        bottom = load_bottom(cfg, party_id, tapped and cfg.attacker.record_first_layer, device)
+        mark_startup("ready")
         try:  # before joining: once, seeded
             write_figures(run, party_id, protect_party(cfg, bottom))
         except ConfigError as err:
             raise PartyError(str(err)) from None
+    try:  # the label party and the sidecar may still be starting: their address files wait
+        address = await resolve(address, "label party", cfg.topology.join_deadline_s)
+        if attacker is not None:
+            attacker = await resolve(attacker, SIDECAR, cfg.topology.join_deadline_s)
+    except AddressError as err:
+        raise PartyError(str(err)) from None
     if party_id in cfg.threat.malicious:  # the threat model's opt-in deviation (Fu et al.)
         log.info("party %d trains with the malicious optimizer: %s", party_id,
                  cfg.threat.describe([party_id]))
@@ -94,6 +109,7 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
                                   compression=cfg.wire.compression) as channel:
             stub = pb_grpc.LabelPartyStub(channel)
             plan = await _join(stub, cfg, bottom)
+            mark_startup("joined")
             log.info("party %d joined run %s: %d train steps%s", party_id, plan.run_id,
                      plan.total_train_steps,
                      f", resuming at step {plan.resume_step}" if plan.resumed else "")
@@ -109,6 +125,7 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
             steps = StepLoop(bottom, compute, tap, plan.run_id, run, cfg.wire)
             await steps.run(call)
         await compute(bottom.save, run.bottom_model(party_id))
+        note(**memory_facts(bottom.device))
         steps.timer.write(run.passive_party(party_id) / TIMING_FILE, per="forward")
         if tap is not None:
             report = await tap.close()

@@ -8,6 +8,7 @@ import json
 import logging
 from typing import Any
 
+import torch
 from pydantic import ValidationError
 from torch import nn
 
@@ -62,10 +63,11 @@ def protect_party(cfg: ExperimentConfig, bottom: BottomTrainer) -> dict[str, Any
     train_ids, _ = train_test_ids(inputs.num_rows, cfg.dataset.test_fraction, cfg.run.seed)
     log.info("party %d: protecting its %d train images with %s", k, train_ids.size,
              cfg.protection.describe())
-    result = protection(inputs.numeric[train_ids], first_conv_block(bottom.model),
+    result = protection(inputs.numeric[torch.from_numpy(train_ids).to(inputs.device)],
+                        first_conv_block(bottom.model),
                         derive_seed(cfg.run.seed, "protection", k))
     numeric = inputs.numeric.clone()
-    numeric[train_ids] = result.images
+    numeric[torch.from_numpy(train_ids).to(inputs.device)] = result.images
     bottom.inputs = PartyInputs(numeric, inputs.categorical, inputs.spec)
     log.info("party %d: protected in %.1f CPU s", k, result.figures.get("cpu_seconds", 0.0))
     return {"name": cfg.protection.name, "params": protection.params.model_dump(),

@@ -25,8 +25,18 @@ class PartyInputs:
     def num_rows(self) -> int:
         return int(self.numeric.shape[0])
 
+    @property
+    def device(self) -> torch.device:
+        return self.numeric.device
+
     def rows(self, sample_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.numeric[sample_ids], self.categorical[sample_ids]
+        """The rows of these sample ids (any device: they are moved to this one's)."""
+        ids = sample_ids.to(self.device, non_blocking=True)
+        return self.numeric[ids], self.categorical[ids]
+
+    def to(self, device: torch.device | str) -> PartyInputs:
+        """The same rows held on `device` (kept once there: a party's batches never travel)."""
+        return PartyInputs(self.numeric.to(device), self.categorical.to(device), self.spec)
 
 
 def load_party_inputs(cfg: ExperimentConfig, dataset: Dataset,

@@ -62,6 +62,28 @@ class RunDir:
         return self.passive_party(party_id) / "protection.json"
 
     @property
+    def label_party_address(self) -> Path:
+        """HOST:PORT, written by the label party once it serves (a run's roles meet here)."""
+        return self.label_party / "address"
+
+    @property
+    def attacker_address(self) -> Path:
+        return self.attacker / "address"
+
+    def relay_address(self, party_id: int) -> Path:
+        """With [network]: where passive party k's shaping relay listens."""
+        return self.root / f"relay_{party_id}.address"
+
+    @property
+    def routed_address(self) -> Path:
+        """Where the orchestrator routed the passive parties instead (the bench's relay)."""
+        return self.root / "routed.address"
+
+    @property
+    def tls(self) -> Path:
+        return self.root / "tls"
+
+    @property
     def logs(self) -> Path:
         return self.root / "logs"
 

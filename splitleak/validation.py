@@ -63,7 +63,7 @@ def bottom_shapes(cfg: ExperimentConfig, schema: Schema,
     """(activation shape, first layer's output size) of one example through the bottom model
     the shared config gives a party holding `columns`."""
     spec = input_spec(schema, columns)
-    bottom = build_bottom(cfg.model, spec, cfg.output_width(schema.num_classes), seed=0)
+    bottom = build_bottom(cfg.model, spec, cfg.output_width(schema.num_classes), seed=0).eval()
     first = next(m for m in bottom.modules() if isinstance(m, nn.Linear | nn.Conv2d))
     seen: list[int] = []
     hook = first.register_forward_hook(lambda m, a, out: seen.append(out[0].numel()))

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
+import torch
 from pydantic import BaseModel, ConfigDict
 
 from splitleak.registry import Registry
@@ -158,6 +159,7 @@ class RunContext:
     truth_by_id: np.ndarray  # labels.parquet (evaluation artifact): reach it only through
     # labelled_examples (side knowledge) and truth (scoring), never to train on
     labelled: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    device: torch.device = torch.device("cpu")  # where the attack trains its models
 
     @property
     def num_classes(self) -> int:

@@ -91,6 +91,7 @@ class MID(PartyPenalty):
                 torch.manual_seed(derive_seed(setup.seed, "mid", "bottleneck", k))
                 self.bottlenecks.append(Bottleneck(dim, width, params.hidden or 5 * width,
                                                    params.shift))
+        self.bottlenecks.to(setup.device)
         configured = setup.cfg.optimizer_for("label")
         optimizer = configured.model_copy(update={"lr": params.lr}) if params.lr else configured
         self.optimizer = make_optimizer([*self.top.parameters(), *self.bottlenecks.parameters()],
@@ -101,8 +102,9 @@ class MID(PartyPenalty):
         self.bottlenecks.train(training)
         decoded = []
         for bottleneck, activation in zip(self.bottlenecks, activations, strict=True):
-            noise = (torch.randn(activation.shape[0], bottleneck.width, generator=self.noise)
-                     if training else None)
+            noise = (torch.randn(activation.shape[0], bottleneck.width,
+                                 generator=self.noise).to(activation.device)
+                     if training else None)  # drawn on the CPU: the same noise on any device
             decoded.append(bottleneck(activation, noise))
         return super().logits(decoded, own, training)
 
