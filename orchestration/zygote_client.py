@@ -66,7 +66,9 @@ class Zygote:
         """Start a zygote beside this process; it imports while this process goes on."""
         directory = tempfile.mkdtemp(prefix="splitleak-zygote-")
         path = str(Path(directory) / "socket")
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        # NVML answers torch.cuda.is_available() there without initialising a CUDA driver,
+        # which a fork must never inherit (CUDA roles are started anew anyway).
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTORCH_NVML_BASED_CUDA_CHECK": "1"}
         env.pop(SOCKET_ENV, None)
         process = subprocess.Popen([sys.executable, "-m", "orchestration.zygote", path],
                                    stdin=subprocess.DEVNULL, env=env, start_new_session=True)

@@ -83,7 +83,7 @@ class BottomTrainer:
         self.optimizer.step()
         self._activation = None
         if self._first_output is not None:
-            self.first_layer_gradient = self._first_output.grad
+            self.first_layer_gradient = self._first_output.grad.float()  # bf16 too: as recorded
             self._first_output = None
 
     @property

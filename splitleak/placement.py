@@ -45,6 +45,18 @@ def resolve_device(name: str, field: str = "run.device") -> torch.device:
     return device
 
 
+def uses_cuda(cfg: ExperimentConfig, role: str | None = None) -> bool:
+    """Whether `role` (None: any role of the run) would compute on a CUDA device here, by a
+    check that initialises no CUDA driver (NVML), so a process may still fork afterwards."""
+    wanted = [requested_device(cfg, r) for r in ([role] if role else roles(cfg))]
+    if any(name.startswith("cuda") for name in wanted):
+        return True
+    if "auto" not in wanted:
+        return False
+    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+    return torch.cuda.is_available()
+
+
 def roles(cfg: ExperimentConfig) -> list[str]:
     return [LABEL, *(str(k) for k in range(1, cfg.topology.passive_parties + 1)), ATTACKER]
 

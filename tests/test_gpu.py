@@ -145,8 +145,21 @@ def test_model_completion_and_anti_gan_run_on_cuda(tmp_path: Path) -> None:
     assert protection["rows"] > 0
 
 
+def test_a_child_forked_from_the_zygote_computes_on_cuda(tmp_path: Path) -> None:
+    from orchestration import zygote_client
+
+    zygote = zygote_client.Zygote.start()
+    try:
+        child = zygote.spawn("tests.zygote_probe", ["cuda", DEVICE], tmp_path / "cuda.log",
+                             dict(os.environ))
+        assert child.wait(scaled(120)) == 0, (tmp_path / "cuda.log").read_text()
+        assert "cuda sum=14.0" in (tmp_path / "cuda.log").read_text()
+    finally:
+        zygote.close()
+
+
 def test_party_inputs_move_to_the_device_once() -> None:
     inputs = PartyInputs(torch.rand(10, 3), torch.zeros(10, 0, dtype=torch.int64), None)  # type: ignore[arg-type]
     on_gpu = inputs.to(CUDA)
     numeric, _ = on_gpu.rows(torch.tensor([1, 2]))
-    assert numeric.device.type == "cuda" and torch.equal(numeric.cpu(), inputs.numeric[1:3])
+    assert numeric.device.type == CUDA.type and torch.equal(numeric.cpu(), inputs.numeric[1:3])

@@ -21,6 +21,12 @@ def main(mode: str, arg: str = "") -> int:
     if mode == "sleep":
         time.sleep(float(arg))
         return 0
+    if mode == "cuda":  # a forked child computes on the GPU (the zygote never touched CUDA)
+        import torch
+
+        x = torch.arange(4.0, device=arg or "cuda")
+        print(f"cuda sum={float((x * x).sum())}", flush=True)
+        return 0
     if mode == "nested":  # a forked child starts its own child through the same zygote
         from orchestration.processes import spawn
 
