@@ -37,7 +37,8 @@ def compare_and_print(paths: list[Path], out: Path, console: Console, layer: str
     report = write_report(comparison, out, paths)
     if comparison.rows:
         console.print(summary_table(comparison, console.width))
-        console.print(verdict_lines(comparison))
+        if comparison.verdicts():
+            console.print(verdict_lines(comparison))
     else:  # nothing at this layer: say why here (otherwise the warnings are in report.md)
         for warning in warnings[seen:]:
             console.print(f"[yellow]{escape(warning)}[/]")

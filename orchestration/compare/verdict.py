@@ -19,8 +19,9 @@ class Verdict:
 
     @property
     def defended(self) -> bool:
-        """A defense beats no defense within the budget."""
-        return self.best is not None and self.baseline is not None and self.best is not self.baseline
+        """A defense beats no defense within the budget (the no-defense setting is its own
+        baseline)."""
+        return self.best is not None and self.best["setting"] != self.best["baseline"]
 
     def sentence(self) -> str:
         """One line, under a heading that states the budget."""
