@@ -26,7 +26,8 @@ from attacker.attacks import (
     RunContext,
     build_attack,
 )
-from attacker.leak import BatchLeak, attack_rng, evaluate_batch
+from attacker.attacks.base import RunFacts
+from attacker.leak import BatchLeak, attack_rng, evaluate_batch, premise_failed
 from attacker.store import GradientLog, LoggedBatch, repair_log
 from attacker.summary import (
     above_bound,
@@ -189,6 +190,15 @@ def _threat_of(config: dict[str, Any], run: RunDir) -> ThreatConfig:
         raise AnalysisInputError(f"{run.config}: invalid [threat] section: {err}") from None
 
 
+def _set_up(config: dict[str, Any]) -> tuple[bool, bool]:
+    """(the label party has a top model, the received gradients differ from the clean ones):
+    a defense chain other than no_noise, or a wire narrower than float32, changes them."""
+    model, wire = config.get("model") or {}, config.get("wire") or {}
+    chain = [d.get("name") for d in config.get("defense") or [] if isinstance(d, dict)]
+    perturbed = any(name != "no_noise" for name in chain) or wire.get("dtype", "float32") != "float32"
+    return model.get("top", "mlp") != "none", perturbed
+
+
 class Analysis:
     """Everything one `analyze` call needs, read once."""
 
@@ -206,8 +216,12 @@ class Analysis:
         self.specs = attacks
         self.warnings: list[str] = []
         self.anchors: dict[tuple[int, int], BatchAnchors] = {}
-        self.anchor_fallbacks: dict[str, int] = defaultdict(int)
+        self.anchor_fallbacks: dict[tuple[str, str], int] = defaultdict(int)  # (attack, layer)
+        self.top_model, self.perturbed = _set_up(config)
         self.device: str | None = None  # the run-level attacks' device (None: the run's own)
+
+    def facts(self, unit: Attacker) -> RunFacts:
+        return RunFacts(self.top_model, self.perturbed, colluding=len(unit.parties) > 1)
 
     def attacker(self, parties: tuple[int, ...]) -> Attacker:
         seed = self.seed_override if self.seed_override is not None else \
@@ -279,11 +293,11 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
     rows = sample.table()
     if rows.num_rows:
         write_atomically(run.attacker / "rows.parquet", lambda tmp: pq.write_table(rows, tmp))
-    for attack, count in analysis.anchor_fallbacks.items():
+    for (attack, layer), count in analysis.anchor_fallbacks.items():
         analysis.warnings.append(
-            f"{attack}: {count} batch(es) had no clean anchor from the label party "
-            f"({run.clean_anchors.name} absent or shorter than {analysis.draws} draws), so their "
-            "anchor is the received (possibly defended) gradient")
+            f"{attack}, {layer} layer: {count} batch draw(s) had no clean anchor from the label "
+            f"party ({run.clean_anchors.name} absent or shorter than {analysis.draws} draws), so "
+            "their anchor is the received (defended) gradient")
     threat = {key: analysis.threat.describe([int(k) for k in key.split("+")])
               for key in {r["parties"] for r in per_batch}}
     bounds = marvell_bounds(list(read_metrics(run.metrics))) if run.metrics.exists() else {}
@@ -318,6 +332,7 @@ def _gradient_attacks(analysis: Analysis) -> tuple[list[dict[str, Any]] | None, 
     per_batch: list[dict[str, Any]] = []
     for unit in analysis.units(set(log.parties())):
         built = analysis.batch_attacks(unit)
+        facts = analysis.facts(unit)
         epoch_attacks = [a for a in built if a.per_epoch]
         pool = _EpochPool()
         for batch in _unit_batches(log, unit.parties, analysis.warnings):
@@ -337,7 +352,11 @@ def _gradient_attacks(analysis: Analysis) -> tuple[list[dict[str, Any]] | None, 
                 for attack in built:
                     if not _applies(attack, layer, analysis.num_classes):
                         continue
-                    if attack.per_epoch:
+                    reason = attack.premise(facts, layer)
+                    if reason is not None:  # skipped with the reason, never scored
+                        result = premise_failed(attack, ids.size, analysis.num_classes, reason)
+                        per_batch.append(_row(unit, layer, batch.epoch, batch.step, attack, result, 0))
+                    elif attack.per_epoch:
                         pool.add(layer, batch.step, grads, y)
                     else:
                         per_batch += _evaluate(analysis, unit, batch, layer, grads, y, attack)
@@ -356,9 +375,9 @@ def _evaluate(analysis: Analysis, unit: Attacker, batch: LoggedBatch, layer: str
     for draw in range(analysis.draws if attack.randomised else 1):
         stream = f"{layer}:{attack.label}" + (f"#{draw}" if draw else "")  # draw 0: as before draws
         rng = attack_rng(unit.seed, batch.step, unit.rng_party, stream)
-        anchor = _clean_anchor(analysis, unit, batch, layer, attack, draw)
+        anchor, source = _clean_anchor(analysis, unit, batch, layer, attack, draw)
         result = evaluate_batch(attack, grads, y, rng, anchor, analysis.num_classes)
-        rows.append(_row(unit, layer, batch.epoch, batch.step, attack, result, draw))
+        rows.append(_row(unit, layer, batch.epoch, batch.step, attack, result, draw, source))
     return rows
 
 
@@ -390,25 +409,31 @@ class _EpochPool:
             grads = np.concatenate([g for _, g, _ in batches])
             y = np.concatenate([t for _, _, t in batches])
             for attack in attacks:
-                if _applies(attack, layer, analysis.num_classes):
+                if (_applies(attack, layer, analysis.num_classes)
+                        and attack.premise(analysis.facts(unit), layer) is None):
                     rng = attack_rng(unit.seed, step, unit.rng_party, f"{layer}:{attack.label}")
                     result = evaluate_batch(attack, grads, y, rng, num_classes=analysis.num_classes)
                     rows.append(_row(unit, layer, self.epoch, step, attack, result, 0))
         return rows
 
 
-def _clean_anchor(analysis: Analysis, unit: Attacker, batch: LoggedBatch, layer: str,
-                  attack: Attack, draw: int) -> tuple[int, np.ndarray] | None:
-    """Draw `draw`'s clean anchor of this batch (cut layer, one party), if the run wrote it."""
-    if not attack.needs_clean_anchors or layer != "cut" or len(unit.parties) > 1:
-        return None
-    found = analysis.anchors.get((unit.parties[0], batch.step))
-    if found is not None and draw < found.sample_ids.size:
-        rows = np.flatnonzero(batch.sample_ids == found.sample_ids[draw])
-        if rows.size:
-            return int(rows[0]), found.gradients[draw]
-    analysis.anchor_fallbacks[attack.label] += 1
-    return None
+def _clean_anchor(analysis: Analysis, unit: Attacker, batch: LoggedBatch, layer: str, attack: Attack,
+                  draw: int) -> tuple[tuple[int, np.ndarray] | None, str | None]:
+    """Draw `draw`'s clean anchor of this batch (cut layer, one party), if the run wrote it, and
+    where the anchor comes from: "clean", or "received" when the attack falls back to the
+    received row of its positive under a defense (counted per layer for the warning)."""
+    if not attack.needs_clean_anchors:
+        return None, None
+    if layer == "cut" and len(unit.parties) == 1:
+        found = analysis.anchors.get((unit.parties[0], batch.step))
+        if found is not None and draw < found.sample_ids.size:
+            rows = np.flatnonzero(batch.sample_ids == found.sample_ids[draw])
+            if rows.size:
+                return (int(rows[0]), found.gradients[draw]), "clean"
+    if not analysis.perturbed:  # no defense: the received row is the clean gradient
+        return None, "clean"
+    analysis.anchor_fallbacks[(attack.label, layer)] += 1
+    return None, "received"
 
 
 def _unit_batches(log: GradientLog, parties: tuple[int, ...],
@@ -463,6 +488,8 @@ def _run_attacks(analysis: Analysis) -> list[dict[str, Any]]:
                      "attack": attack.label, "scope": "run", "epoch": None,
                      "side_knowledge": attack.side_knowledge, "threat": threat, "metric": "accuracy",
                      "seed": unit.seed, "draws": 1, "batches": 1, "skipped": 0, "degenerate": 0}
+            if attack.diagnostic is not None:
+                entry["diagnostic"] = attack.diagnostic
             try:
                 result = attack.run(context)
             except AttackRefused as err:
@@ -493,12 +520,13 @@ LEAK_SCHEMA = pa.schema([
     ("n_pos", pa.int64()), ("skip_reason", pa.string()), ("seed", pa.int64()),
     ("parties", pa.string()), ("draw", pa.int32()), ("skip_kind", pa.string()),
     ("n_correct", pa.int64()), ("n_predicted", pa.int64()), ("n_no_prediction", pa.int64()),
-    ("count_error", pa.float64()),
+    ("count_error", pa.float64()), ("threshold_accuracy", pa.float64()),
+    ("threshold_rule", pa.string()), ("anchor", pa.string()),
 ])
 
 
 def _row(unit: Attacker, layer: str, epoch: int, step: int, attack: Attack, result: BatchLeak,
-         draw: int) -> dict[str, Any]:
+         draw: int, anchor: str | None = None) -> dict[str, Any]:
     return {"party_id": unit.parties[0], "layer": layer, "epoch": epoch, "step": step,
             "attack": attack.label, "name": attack.name, "side_knowledge": attack.side_knowledge,
             "metric": result.metric,
@@ -509,4 +537,6 @@ def _row(unit: Attacker, layer: str, epoch: int, step: int, attack: Attack, resu
             "skip_reason": result.skip_reason, "seed": unit.seed, "parties": unit.key,
             "draw": draw, "skip_kind": result.skip_kind, "n_correct": result.n_correct,
             "n_predicted": result.n_predicted, "n_no_prediction": result.n_no_prediction,
-            "count_error": result.count_error}
+            "count_error": result.count_error, "threshold_accuracy": result.threshold_accuracy,
+            "threshold_rule": attack.threshold.words if result.metric == "auc" else None,
+            "anchor": anchor if result.skip_reason is None else None}

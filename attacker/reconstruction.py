@@ -155,20 +155,36 @@ def ssim_window(image_shape: tuple[int, int, int]) -> int:
     return win
 
 
-def image_scores(truth: np.ndarray, rebuilt: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
-    """SSIM per image (skimage; data range of the truth, channels averaged), averaged within each
-    class then over classes (class-conditional, as Luo & Zhang), and MSE over every pixel."""
+def _ssim(truth: np.ndarray, rebuilt: np.ndarray, labels: np.ndarray, data_range: float,
+          win: int) -> tuple[float, dict[int, float], float]:
+    """(class-conditional SSIM, per class, mean over rows): skimage's SSIM per image (channels
+    averaged), averaged within each class then over classes, as Luo & Zhang."""
     from skimage.metrics import structural_similarity
 
-    data_range = float(truth.max() - truth.min()) or 1.0
-    win = ssim_window(truth.shape[1:])
     per_row = np.array([structural_similarity(t, r, data_range=data_range, win_size=win,
                                               channel_axis=0)
                         for t, r in zip(truth, rebuilt, strict=True)])
     by_class = {int(c): float(per_row[labels == c].mean()) for c in np.unique(labels)}
-    return {"ssim": float(np.mean(list(by_class.values()))), "ssim_by_class": by_class,
-            "ssim_rows": float(per_row.mean()), "mse": float(np.mean((truth - rebuilt) ** 2)),
-            "ssim_window": win, "data_range": data_range}
+    return float(np.mean(list(by_class.values()))), by_class, float(per_row.mean())
+
+
+def image_scores(truth: np.ndarray, rebuilt: np.ndarray, labels: np.ndarray,
+                 pixel_scale: tuple[float, float] | None = None) -> dict[str, Any]:
+    """SSIM as the papers compute it: on [0, 1] pixels with data_range = 1 (the images mapped
+    back from the party's standardised scale with `pixel_scale` = (mean, std); None: they are
+    pixels already; the reconstruction clipped to [0, 1], the range an image takes), class-
+    conditional. Beside it, as a labelled diagnostic, the SSIM on the standardised scale with the
+    truth's range as data range (what splitleak reported before: the luminance term shifts, so
+    it cannot be set beside a paper's). MSE over every value in standardised units."""
+    mean, std = pixel_scale or (0.0, 1.0)
+    win = ssim_window(truth.shape[1:])
+    pixels = np.clip(truth * std + mean, 0.0, 1.0)
+    ssim, by_class, rows = _ssim(pixels, np.clip(rebuilt * std + mean, 0.0, 1.0), labels, 1.0, win)
+    data_range = float(truth.max() - truth.min()) or 1.0
+    standardised, _, _ = _ssim(truth, rebuilt, labels, data_range, win)
+    return {"ssim": ssim, "ssim_by_class": by_class, "ssim_rows": rows,
+            "mse": float(np.mean((truth - rebuilt) ** 2)), "ssim_window": win, "data_range": 1.0,
+            "ssim_standardised": {"ssim": standardised, "data_range": data_range}}
 
 
 def tabular_scores(numeric: np.ndarray, rebuilt_numeric: np.ndarray, categorical: np.ndarray,
@@ -237,8 +253,9 @@ def score(context: RunContext, victim: Victim, attack: str, numeric: torch.Tenso
     prior_n = np.broadcast_to(aux_n.mean(0).numpy(), truth_n.shape)
     rebuilt_n = numeric.detach().numpy()
     if victim.image_shape is not None:
-        figures = image_scores(truth_n, rebuilt_n, labels)
-        figures["prior"] = image_scores(truth_n, prior_n, labels)
+        scale = victim.view.inputs.pixel_scale
+        figures = image_scores(truth_n, rebuilt_n, labels, scale)
+        figures["prior"] = image_scores(truth_n, prior_n, labels, scale)
         figures["metric"], figures["value"] = "ssim", figures["ssim"]
         save_grid(grid_path(context, attack, victim.party_id), victim.ids, labels, truth_n, rebuilt_n)
     else:

@@ -31,20 +31,22 @@ def _rows(summary: dict[str, Any]) -> list[list[str]]:
         r = e["reconstruction"]
         prior = r["prior"]
         if r["metric"] == "ssim":
-            cells = [fmt(r["ssim"]), fmt(prior["ssim"]), fmt(r["mse"]), fmt(prior["mse"])]
+            cells = [fmt(r["ssim"]), fmt(prior["ssim"]), fmt(r["mse"]), fmt(prior["mse"]),
+                     fmt((r.get("ssim_standardised") or {}).get("ssim"))]
         else:
             worst = ", ".join(f"{k} {fmt(v)}" for k, v in {**r["r2"], **r["accuracy"]}.items())
             cells = [f"{r['metric']} {fmt(r['value'])}", f"{fmt(prior['value'])}",
-                     fmt(r.get("mse")), worst or "-"]
+                     fmt(r.get("mse")), worst or "-", "-"]
         rows.append([str(e["party_id"]), e["attack"], *cells, str(r["rows"]),
                      str(r["auxiliary_rows"]), fmt(r.get("cpu_seconds"), 0)])
     return rows
 
 
-HEADER = ["victim", "attack", "SSIM (class-cond.)", "prior SSIM", "MSE", "prior MSE", "rows",
-          "auxiliary rows", "CPU s"]
-TABULAR = ["victim", "attack", "headline", "prior", "MSE", "per feature (R² / accuracy)", "rows",
-           "auxiliary rows", "CPU s"]
+HEADER = ["victim", "attack", "SSIM (class-cond.)", "prior SSIM", "MSE", "prior MSE",
+          "SSIM standardised (diagnostic)", "rows", "auxiliary rows", "CPU s"]
+TABULAR = ["victim", "attack", "headline", "prior", "MSE", "per feature (R² / accuracy)", "",
+           "rows", "auxiliary rows", "CPU s"]
+DIAGNOSTIC = 6  # the standardised SSIM's column: report.md only
 
 
 def _header(summary: dict[str, Any]) -> list[str]:
@@ -63,14 +65,16 @@ def reconstruction_table(summary: dict[str, Any]) -> Table | None:
         return None
     table = Table(title="feature reconstruction by the label party (received activations)",
                   box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
-                  caption="SSIM: class-conditional; prior: every row rebuilt as the mean of the "
-                          "attacker's auxiliary (aux.) rows")
-    for column in _header(summary):
+                  caption="SSIM: class-conditional, on [0, 1] pixels (data range 1); prior: every "
+                          "row rebuilt as the mean of the attacker's auxiliary (aux.) rows")
+    for i, column in enumerate(_header(summary)):
+        if i == DIAGNOSTIC:
+            continue
         wide = column in ("attack", "per feature (R² / accuracy)")
         table.add_column(CONSOLE.get(column, column), justify="left" if wide else "right",
                          no_wrap=column == "attack")
     for row in rows:
-        table.add_row(*map(escape, row))
+        table.add_row(*map(escape, row[:DIAGNOSTIC] + row[DIAGNOSTIC + 1:]))
     return table
 
 
@@ -86,9 +90,13 @@ def reconstruction_md(summary: dict[str, Any]) -> list[str]:
              "the attacker's auxiliary rows, each reconstructed from the activation the label party "
              "received. Inversion (white box): Adam on ‖f_k(x̂) − h‖² + λ·TV(x̂) from the train mean. "
              "Back-mapping: an MLP decoder trained on the auxiliary rows' (activation, features). "
-             "SSIM per image (scikit-image, on the standardised features' range), averaged per class, "
-             "then over classes; MSE in standardised units. Prior: every row rebuilt as the mean "
-             "auxiliary row (what the attacker knows without the activations).", ""]
+             "SSIM per image as the papers compute it (scikit-image, uniform 7×7 window or the largest "
+             "that fits, on [0, 1] pixels with data range 1, the reconstruction clipped to [0, 1]), "
+             "averaged per class, then over classes; MSE in standardised units. *SSIM standardised* is "
+             "a diagnostic only: the same on the party's standardised pixels with the truth's range as "
+             "data range (splitleak's figure before), which a paper's SSIM cannot be set beside. Prior: "
+             "every row rebuilt as the mean auxiliary row (what the attacker knows without the "
+             "activations).", ""]
     rows = _rows(summary)
     if rows:
         lines += md_table(_header(summary), rows)

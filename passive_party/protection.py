@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -17,7 +18,6 @@ from passive_party.protections import Protection, build_protection
 from splitleak.config import ConfigError, ExperimentConfig, plugin_param_errors
 from splitleak.datasets import train_test_ids
 from splitleak.fileio import write_atomically
-from splitleak.inputs import PartyInputs
 from splitleak.registry import UnknownPluginError
 from splitleak.rundir import RunDir
 from splitleak.seeding import derive_seed
@@ -68,7 +68,7 @@ def protect_party(cfg: ExperimentConfig, bottom: BottomTrainer) -> dict[str, Any
                         derive_seed(cfg.run.seed, "protection", k))
     numeric = inputs.numeric.clone()
     numeric[torch.from_numpy(train_ids).to(inputs.device)] = result.images
-    bottom.inputs = PartyInputs(numeric, inputs.categorical, inputs.spec)
+    bottom.inputs = replace(inputs, numeric=numeric)
     log.info("party %d: protected in %.1f CPU s", k, result.figures.get("cpu_seconds", 0.0))
     return {"name": cfg.protection.name, "params": protection.params.model_dump(),
             **result.figures}

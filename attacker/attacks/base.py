@@ -11,6 +11,7 @@ import numpy as np
 import torch
 from pydantic import BaseModel, ConfigDict
 
+from attacker.attacks.thresholds import MIN_MAX_HALF, ThresholdRule
 from splitleak.registry import Registry
 
 if TYPE_CHECKING:
@@ -89,6 +90,9 @@ class AttackResult:
     values: np.ndarray  # float64 [B] scores, int64 [B] inferred labels, or float64 [K] counts
     exclude: np.ndarray  # bool [B]: rows given as side knowledge, left out of the metric
     skip_reason: str | None = None
+    # A score attack's own hard labels (0/1 [B]), when its rule is not a threshold on the scores
+    # (clustering: the smaller cluster); used for the threshold accuracy in place of the rule.
+    decisions: np.ndarray | None = None
 
 
 class AttackPlugin(ABC):
@@ -115,6 +119,16 @@ class AttackPlugin(ABC):
         return False
 
 
+@dataclass(frozen=True)
+class RunFacts:
+    """What an attacker knows of the run's set-up (the architecture and the protocol are
+    public; the labels are not), for the attacks' premises."""
+
+    top_model: bool  # the label party has a top model (model.top != "none")
+    perturbed: bool  # a defense chain or a lossy wire changes the gradients the party receives
+    colluding: bool  # a group's gradients side by side, not one party's
+
+
 class Attack(AttackPlugin):
     """One label-inference attack on a batch of received cut-layer gradients."""
 
@@ -122,10 +136,17 @@ class Attack(AttackPlugin):
     cut_layer_only: ClassVar[bool] = False  # reads logit gradients: no first-layer analysis
     # Also run on the activations the party sent, when recorded (attacker.record_activation).
     on_activations: ClassVar[bool] = False
+    # Score attacks: how scores become labels for the threshold accuracy (VFLAIR's AP).
+    threshold: ClassVar[ThresholdRule] = MIN_MAX_HALF
 
     def metric_kind(self, num_classes: int) -> AttackKind:
         """What the attack returns for a task with this many classes (its `kind` by default)."""
         return self.kind
+
+    def premise(self, facts: RunFacts, layer: str) -> str | None:
+        """Why the attack cannot apply to this run at `layer` (None: its premise holds). An
+        attack whose premise fails is skipped with the sentence, never scored."""
+        return None
 
     @property
     def per_epoch(self) -> bool:
@@ -201,6 +222,12 @@ class RunAttack(AttackPlugin):
 
     kind: ClassVar[Literal["run"]] = "run"
     receiver: ClassVar[bool] = False  # the label party attacks the party's activations (§2.11)
+
+    @property
+    def diagnostic(self) -> str | None:
+        """Why this variant's figure is a diagnostic rather than the one to set beside the
+        papers' (None: it is that one)."""
+        return None
 
     @abstractmethod
     def run(self, context: RunContext) -> RunResult:

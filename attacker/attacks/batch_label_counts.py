@@ -26,9 +26,11 @@ from attacker.attacks.base import (
     Attack,
     AttackParams,
     AttackResult,
+    RunFacts,
     SideKnowledge,
     label_without_defaults,
 )
+from attacker.attacks.direct_label import NEEDS_LOGITS
 
 
 class BatchCountParams(AttackParams):
@@ -62,6 +64,9 @@ class BatchLabelCountsAttack(Attack):
     @property
     def label(self) -> str:
         return label_without_defaults(self)
+
+    def premise(self, facts: RunFacts, layer: str) -> str | None:
+        return NEEDS_LOGITS if facts.top_model else None
 
     def __call__(self, gradients: np.ndarray, side: SideKnowledge) -> AttackResult:
         rows = as_rows(gradients)

@@ -60,6 +60,13 @@ class ModelCompletionAttack(RunAttack):
                 *(f"{k}={v}" for k, v in changed.items())]
         return f"{self.name}({', '.join(args)})"
 
+    @property
+    def diagnostic(self) -> str | None:
+        if self.params.fine_tune_bottom:
+            return None
+        return ("the bottom frozen measures the label information training put into it; Fu et "
+                "al.'s and the KD^k paper's tables use fine-tuned completion")
+
     def settings(self) -> Settings:
         p = self.params
         return Settings(steps=p.steps, batch_size=p.batch_size, lr=p.lr,
