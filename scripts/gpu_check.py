@@ -136,8 +136,8 @@ def gpu_part(check: Check, out: Path, quick: bool, anchor: Path | None) -> None:
             | {"runs": json.loads((out / "anchor.json").read_text())["runs"]})
     data = write_random_cifar(Path("/tmp/splitleak-gpu-check/cifar-10-batches-bin"),
                               1_000 if quick else 10_000)
-    work = out / "configs"
-    work.mkdir(exist_ok=True)
+    work = Path("/tmp/splitleak-gpu-check/configs")
+    work.mkdir(parents=True, exist_ok=True)
     example = ROOT / "examples" / "gpu" / "cifar10-resnet18.toml"
     epoch = {"epochs": 1, **({"max_steps": 20} if quick else {})}
     runs = {"run": {"output_dir": "/tmp/splitleak-gpu-check/runs"}}
