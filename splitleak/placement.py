@@ -87,6 +87,8 @@ def role_device(cfg: ExperimentConfig, role: str) -> torch.device:
         torch.backends.cudnn.benchmark = False
     else:
         torch.backends.cudnn.benchmark = True
+    if device.index is None:  # "cuda": the current device, named
+        return torch.device("cuda", torch.cuda.current_device())
     torch.cuda.set_device(device)
     return device
 
