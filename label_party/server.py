@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import signal
 import threading
@@ -17,7 +16,7 @@ import torch
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from label_party.checkpoints import Interrupted, RunCheckpoints, restore
-from label_party.driver import Progress, drive
+from label_party.driver import Progress, call_inline, drive
 from label_party.exchange import NetworkExchange
 from label_party.outputs import (
     clean_anchor_writer,
@@ -188,12 +187,7 @@ class LabelPartyRun:
             self.task.cancel()
 
     async def _run(self) -> dict[str, Any]:
-        executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="label-party-compute")
-        loop = asyncio.get_running_loop()
-
-        def compute(fn: Any, *args: Any) -> Any:
-            return loop.run_in_executor(executor, fn, *args)
-
+        compute = call_inline  # label_party.driver says why the step runs on the event loop
         cfg, session, data = self.cfg, self.session, self.data
         if self.writer.records == 0:
             self.writer.write(plan_record(data, len(session.party_ids), cfg.run.seed))
@@ -258,7 +252,6 @@ class LabelPartyRun:
             return await self._failed(SessionError(
                 grpc.StatusCode.INTERNAL, f"label party internal error: {type(err).__name__}: {err}"))
         finally:
-            executor.shutdown(wait=False, cancel_futures=True)
             if anchors is not None:
                 anchors.close()
             await self._close_taps()

@@ -107,10 +107,11 @@ def _end(path: str, owner: dict[int, _Client]) -> None:
 
 
 def _reap(owner: dict[int, _Client]) -> None:
-    """Tell each exited child's client how it ended (Popen's convention: -N for signal N)."""
+    """Tell each exited child's client how it ended (Popen's convention: -N for signal N) and
+    the CPU time it used (a forked child is not the client's own, so getrusage misses it)."""
     while owner:
         try:
-            pid, status = os.waitpid(-1, os.WNOHANG)
+            pid, status, usage = os.wait4(-1, os.WNOHANG)
         except ChildProcessError:
             return
         if pid == 0:
@@ -118,7 +119,8 @@ def _reap(owner: dict[int, _Client]) -> None:
         client = owner.pop(pid, None)
         if client is not None:
             client.children.discard(pid)
-            client.send({"exited": pid, "code": os.waitstatus_to_exitcode(status)})
+            client.send({"exited": pid, "code": os.waitstatus_to_exitcode(status),
+                         "cpu": usage.ru_utime + usage.ru_stime})
 
 
 def _stop(pids: list[int]) -> None:

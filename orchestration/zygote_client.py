@@ -57,6 +57,7 @@ class Zygote:
         self.path = path
         self.process = process
         self.exits: dict[int, int] = {}
+        self.children_cpu = 0.0  # CPU-s of the exited children this client asked for
         self._connection: socket.socket | None = None
         self._buffer = b""
         self._lock = threading.RLock()
@@ -138,6 +139,7 @@ class Zygote:
             message = json.loads(line)
             if "exited" in message:
                 self.exits[message["exited"]] = message["code"]
+                self.children_cpu += message.get("cpu", 0.0)
             messages.append(message)
         return messages
 
@@ -178,6 +180,12 @@ def current() -> Zygote | None:
             _current = Zygote(named) if named else Zygote.start()
             os.environ[SOCKET_ENV] = _current.path  # children ask the same zygote
         return _current
+
+
+def children_cpu() -> float:
+    """CPU-s of every process this process had forked by its zygote, once they have ended (as
+    getrusage(RUSAGE_CHILDREN) counts the processes it started itself)."""
+    return _current.children_cpu if _current is not None else 0.0
 
 
 def warm_up() -> None:
