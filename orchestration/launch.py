@@ -11,7 +11,6 @@ from pathlib import Path
 
 from orchestration.relay import link_seed
 from splitleak.config import ExperimentConfig
-from splitleak.placement import LABEL, uses_cuda
 from splitleak.rundir import RunDir
 
 LABEL_PARTY, SIDECAR = "label party", "attacker sidecar"
@@ -26,7 +25,6 @@ class RoleLaunch:
     log: str
     essential: bool = True  # its failure fails the run
     serves: bool = False  # serves until the run stops it (never waited for)
-    cuda: bool = False  # computes on a CUDA device (then started anew, never forked)
 
 
 def passive_name(k: int) -> str:
@@ -45,8 +43,7 @@ def launch_plan(cfg: ExperimentConfig, run: RunDir, resume: bool = False,
     roles = [RoleLaunch(LABEL_PARTY, (
         "label_party", "serve", "--config", str(run.config),
         *(where or ("--run-dir", str(run.root))), "--port-file", str(run.label_party_address),
-        "--listen", cfg.topology.label_party_address, *tls, *label_taps), "label_party.log",
-        cuda=uses_cuda(cfg, LABEL))]
+        "--listen", cfg.topology.label_party_address, *tls, *label_taps), "label_party.log")]
     if sidecar:
         roles.append(RoleLaunch(SIDECAR, (
             "attacker", "serve", "--listen", "127.0.0.1:0", *(where or ("--out", str(run.root))),
@@ -63,7 +60,7 @@ def launch_plan(cfg: ExperimentConfig, run: RunDir, resume: bool = False,
         roles.append(RoleLaunch(passive_name(k), (
             "passive_party", "run", "--config", str(run.config), "--party-id", str(k),
             "--label-party", link, *(where or ("--run-dir", str(run.root))), *tap, *tls),
-            f"passive_party_{k}.log", cuda=uses_cuda(cfg, str(k))))
+            f"passive_party_{k}.log"))
     return roles
 
 

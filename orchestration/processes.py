@@ -62,12 +62,10 @@ class Child:
 
 
 def spawn(name: str, args: list[str], log_path: Path, env: dict[str, str] | None = None,
-          essential: bool = True, serves: bool = False, fresh: bool = False) -> Child:
-    """Start `python -m <args>` with stdout+stderr into `log_path`. `fresh`: a new process
-    even where a zygote answers (a process that will use CUDA: a CUDA driver must not be
-    inherited through a fork, so such a process never comes from one)."""
+          essential: bool = True, serves: bool = False) -> Child:
+    """Start `python -m <args>` with stdout+stderr into `log_path`."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    zygote = None if fresh else zygote_client.current()
+    zygote = zygote_client.current()
     if zygote is not None:
         try:
             child = zygote.spawn(args[0], args[1:], log_path,

@@ -60,7 +60,7 @@ def run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | 
             tls.generate(run.tls, tls.identities(cfg.topology.passive_parties))
         for role in launch_plan(cfg, run, resume, routed=route is not None):
             children.append(spawn(role.name, list(role.args), run.logs / role.log,
-                                  essential=role.essential, serves=role.serves, fresh=role.cuda))
+                                  essential=role.essential, serves=role.serves))
         _write_pids(run, children)
         if route is not None:  # e.g. through the benchmark's byte-counting relay
             address = _wait_for_address(run.label_party_address, children[0],

@@ -7,8 +7,11 @@ and forks a child per request; the child runs the module's `__main__` exactly as
 would, in a session of its own, its output in its own log, in the requester's environment
 and directory. Nothing but imports ever runs in the zygote (no thread pool used, no CUDA
 context, no gRPC channel), so a fork from it is as safe as one of PyTorch's DataLoader
-workers. The stdlib's forkserver does not fit: a child of it cannot itself start processes
-through it (a sweep point's worker starts its own parties), and it gives no session or log.
+workers, and a forked role may still initialise CUDA itself (the zygote answers
+torch.cuda.is_available() through NVML, which starts no CUDA driver; tests/test_gpu.py has a
+forked child compute on the GPU). The stdlib's forkserver does not fit: a child of it cannot
+itself start processes through it (a sweep point's worker starts its own parties), and it
+gives no session or log.
 
 Requests and events are JSON lines over a Unix socket; any process that knows the socket
 (``SPLITLEAK_ZYGOTE``) may ask, and is told when each of its children exits. When a client

@@ -17,6 +17,9 @@ import torch
 from splitleak.config import ConfigError, ExperimentConfig
 
 LABEL, ATTACKER = "label", "attacker"
+# Set by an engine that runs several runs at once: the cores one run may use (a sweep's local
+# engine), or the threads one role may use (a Ray role, which holds its bundle's CPUs).
+CORES_ENV, THREADS_ENV = "SPLITLEAK_CORES", "SPLITLEAK_THREADS"
 DETERMINISTIC_CUBLAS = ":4096:8"  # cuBLAS's workspace setting for reproducible results
 
 
@@ -43,18 +46,6 @@ def resolve_device(name: str, field: str = "run.device") -> torch.device:
             raise ConfigError(f"{field} = {name!r}, but this machine has {count} CUDA "
                               f"device(s): cuda:0..cuda:{count - 1}")
     return device
-
-
-def uses_cuda(cfg: ExperimentConfig, role: str | None = None) -> bool:
-    """Whether `role` (None: any role of the run) would compute on a CUDA device here, by a
-    check that initialises no CUDA driver (NVML), so a process may still fork afterwards."""
-    wanted = [requested_device(cfg, r) for r in ([role] if role else roles(cfg))]
-    if any(name.startswith("cuda") for name in wanted):
-        return True
-    if "auto" not in wanted:
-        return False
-    os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
-    return torch.cuda.is_available()
 
 
 def roles(cfg: ExperimentConfig) -> list[str]:
@@ -94,6 +85,11 @@ def role_device(cfg: ExperimentConfig, role: str) -> torch.device:
 
 
 def cores() -> int:
+    """The cores this run may use: SPLITLEAK_CORES where an engine shares the machine among
+    runs, else every core this process may run on."""
+    given = os.environ.get(CORES_ENV, "")
+    if given.isdigit() and int(given) > 0:
+        return int(given)
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
@@ -106,6 +102,9 @@ def role_threads(cfg: ExperimentConfig, role: str, available: int | None = None)
     a convolution's sums do depend on how many threads share them."""
     if cfg.run.torch_threads != "auto":
         return int(cfg.run.torch_threads)
+    given = os.environ.get(THREADS_ENV, "")
+    if given.isdigit() and int(given) > 0:
+        return int(given)
     total = available or cores()
     if role == ATTACKER:
         return 1
