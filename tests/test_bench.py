@@ -292,9 +292,13 @@ def test_quick_bench_runs_one_round_and_writes_its_json(tmp_path):
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     assert len(result["rounds"]) == 1
-    assert set(result["rounds"][0]["variants"]) == {"in-process", "distributed",
-                                                   "distributed+sidecar"}
+    threads = result["threads"]  # the distributed run's threads in all: 1 a process here
+    assert set(result["rounds"][0]["variants"]) == {"in-process", f"in-process {threads} threads",
+                                                   "distributed", "distributed+sidecar"}
     budget = result["budget_ms"]["distributed"]
     assert budget["label_compute"] > 0 and budget["passive_compute"] > 0
-    assert result["ratios"]["distributed / in-process"]["n"] == 1
-    assert "distributed / in-process (aim >= 0.8), per round" in done.stdout
+    assert result["ratios"]["distributed / in-process (1 thread)"]["n"] == 1
+    assert result["first_step_s"]["distributed"]["median"] > 0
+    assert result["step_over_critical_path"]["distributed"]["median"] > 1
+    assert "distributed / in-process (1 thread), per round" in done.stdout
+    assert "distributed: time to first train step, s" in done.stdout
