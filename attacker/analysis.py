@@ -34,6 +34,7 @@ from attacker.summary import (
     marvell_bounds,
     metric_stats,
     summarise_leak,
+    with_family,
     write_summary,
 )
 from splitleak.anchors import BatchAnchors, read_clean_anchors
@@ -293,7 +294,7 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
             "num_classes": analysis.num_classes, "draws": analysis.draws,
             "threat": analysis.threat.model_dump(mode="json"),
             "partial": partial, "warnings": analysis.warnings,
-            "leak": summarise_leak(per_batch, threat) + run_entries,
+            "leak": [with_family(e) for e in summarise_leak(per_batch, threat) + run_entries],
             "above_bound": above_bound(per_batch, bounds)}
 
 
@@ -454,7 +455,7 @@ def _run_attacks(analysis: Analysis) -> list[dict[str, Any]]:
                       if attack.receiver else analysis.threat.describe(list(unit.parties)))
             entry = {"party_id": unit.parties[0], "parties": list(unit.parties),
                      "layer": "input" if attack.receiver else "bottom",
-                     "attack": attack.label, "scope": "run", "epoch": None,
+                     "attack": attack.label, "name": attack.name, "scope": "run", "epoch": None,
                      "side_knowledge": attack.side_knowledge, "threat": threat, "metric": "accuracy",
                      "seed": unit.seed, "draws": 1, "batches": 1, "skipped": 0, "degenerate": 0}
             try:

@@ -44,6 +44,14 @@ class ReconstructionAttack(RunAttack):
         """Only the parameters that differ from the defaults (the table stays readable)."""
         return label_without_defaults(self)
 
+    @classmethod
+    def attack_performance(cls, entry: dict[str, Any]) -> dict[str, Any]:
+        """VFLAIR's AP of a feature reconstruction (TBM, GRN): 1 - MSE of the features scaled
+        to [0, 1] by their range, clipped at 0 as VFLAIR clips a negative AP."""
+        mse = (entry.get("reconstruction") or {}).get("mse_range")
+        return {"metric": "1 - MSE on [0, 1]-scaled features",
+                "value": None if mse is None else max(0.0, 1.0 - mse)}
+
     def run(self, context: RunContext) -> RunResult:
         threads = torch.get_num_threads()
         torch.set_num_threads(context.cfg.run.torch_threads)  # as the parties: no oversubscription
@@ -165,8 +173,9 @@ def image_scores(truth: np.ndarray, rebuilt: np.ndarray, labels: np.ndarray) -> 
                                               channel_axis=0)
                         for t, r in zip(truth, rebuilt, strict=True)])
     by_class = {int(c): float(per_row[labels == c].mean()) for c in np.unique(labels)}
+    mse = float(np.mean((truth - rebuilt) ** 2))
     return {"ssim": float(np.mean(list(by_class.values()))), "ssim_by_class": by_class,
-            "ssim_rows": float(per_row.mean()), "mse": float(np.mean((truth - rebuilt) ** 2)),
+            "ssim_rows": float(per_row.mean()), "mse": mse, "mse_range": mse / data_range ** 2,
             "ssim_window": win, "data_range": data_range}
 
 
@@ -180,9 +189,13 @@ def tabular_scores(numeric: np.ndarray, rebuilt_numeric: np.ndarray, categorical
     r2 = (r2_score(numeric, rebuilt_numeric, multioutput="raw_values").tolist() if p else [])
     accuracy = [float((categorical[:, j] == rebuilt_categorical[:, j]).mean())
                 for j in range(categorical.shape[1])]
+    spans = np.ptp(numeric, axis=0) if p else np.ones(0)
+    spans = np.where(spans > 0, spans, 1.0)
     figures: dict[str, Any] = {"r2": dict(zip(names[:p], map(float, r2), strict=True)),
                                "accuracy": dict(zip(names[p:], accuracy, strict=True)),
-                               "mse": float(np.mean((numeric - rebuilt_numeric) ** 2)) if p else None}
+                               "mse": float(np.mean((numeric - rebuilt_numeric) ** 2)) if p else None,
+                               "mse_range": (float(np.mean(((numeric - rebuilt_numeric) / spans) ** 2))
+                                             if p else None)}
     figures["metric"] = "r2" if p else "feature_accuracy"
     figures["value"] = float(np.mean(r2)) if p else float(np.mean(accuracy))
     return figures

@@ -22,6 +22,7 @@ from attacker.attacks import (  # noqa: F401  (imported to register)
 )
 from attacker.attacks.base import (
     ATTACKS,
+    FAMILIES,
     NO_PREDICTION,
     Attack,
     AttackPlugin,
@@ -62,6 +63,7 @@ RUN_ATTACKS: list[str] = ["model_completion", "exact", "inversion", "back_mappin
 
 __all__ = [
     "ATTACKS",
+    "FAMILIES",
     "DEFAULT_ATTACKS",
     "DEFAULT_MULTICLASS_ATTACKS",
     "NO_PREDICTION",

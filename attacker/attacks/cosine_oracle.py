@@ -11,6 +11,8 @@ from attacker.attacks.base import ATTACKS, Attack, AttackResult, SideKnowledge
 @ATTACKS.register("cosine_oracle")
 class CosineOracleAttack(Attack):
     name = "cosine_oracle"
+    family = "label_inference"
+    vflair = "DS"
     side_knowledge = ("the clean (pre-defense) cut-layer gradient of one random positive per batch, "
                       "drawn by the label party (excluded from the metric; first layer: the "
                       "received row)")

@@ -11,6 +11,8 @@ from attacker.attacks.base import ATTACKS, NO_PREDICTION, Attack, AttackResult, 
 @ATTACKS.register("direct_label")
 class DirectLabelAttack(Attack):
     name = "direct_label"
+    family = "label_inference"
+    vflair = "DLI"
     kind = "label"
     cut_layer_only = True
     side_knowledge = "none (multi-class, no top model: the gradient is the softmax-CE p - y)"

@@ -12,6 +12,7 @@ from attacker.attacks.hint_distance import HintParams
 @ATTACKS.register("hint_inner")
 class HintInnerAttack(Attack):
     name = "hint_inner"
+    family = "label_inference"
     side_knowledge = "k random positives per batch (excluded from the metric)"
     Params = HintParams
     params: HintParams

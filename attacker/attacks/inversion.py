@@ -64,6 +64,7 @@ def invert(victim: Victim, params: InversionParams) -> tuple[torch.Tensor, torch
 @ATTACKS.register("inversion")
 class InversionAttack(ReconstructionAttack):
     name = "inversion"
+    family = "feature_reconstruction"
     side_knowledge = ("the label party: the activations it received from the victim and the "
                       "victim's trained bottom model (white box)")
     Params = InversionParams
