@@ -248,8 +248,8 @@ class Analysis:
         receiver = self.threat.receiver
         if len(unit.parties) == 1 and unit.parties[0] in receiver.victims:
             shared = {"auxiliary_fraction": receiver.auxiliary_fraction, "max_rows": receiver.max_rows}
-            named += [(name, shared) for name, on in (("inversion", receiver.white_box),
-                                                      ("back_mapping", receiver.back_mapping)) if on]
+            named += [(name, shared if name in ("inversion", "back_mapping") else
+                       {"max_rows": receiver.max_rows}) for name in receiver.attacks]
         built = [build_attack(n, p) for n, p in named]
         return [a for a in built if isinstance(a, RunAttack)]
 

@@ -67,6 +67,11 @@ class ReceiverThreat(_Frozen):
     victims: list[PositiveInt] = []  # passive parties whose inputs it reconstructs
     white_box: bool = True  # knows each victim's bottom model: the inversion attack (2.11a)
     back_mapping: bool = True  # trains a decoder on its auxiliary rows (2.11b)
+    # Knows the trained model and its own features: a generator of the victim's features (GRN).
+    grn: bool = False
+    # Knows each victim's bottom and its aggregated parameter gradients per snapshot step (CAFE;
+    # the victim writes them, [threat.white_box] every / max_snapshots bound how many).
+    cafe: bool = False
     # Train rows whose features (and activations) the attacker owns: the decoder's training
     # set, disjoint from the rows it is scored on.
     auxiliary_fraction: float = Field(0.1, gt=0, lt=1)
@@ -76,16 +81,26 @@ class ReceiverThreat(_Frozen):
     def _ways(self) -> ReceiverThreat:
         if len(set(self.victims)) != len(self.victims):
             raise ValueError(f"receiver.victims = {self.victims} names a party twice")
-        if self.victims and not (self.white_box or self.back_mapping):
-            raise ValueError("receiver.victims is set but both attacks are off: set white_box = "
-                             "true (inversion) and/or back_mapping = true (decoder)")
+        if self.victims and not self.attacks:
+            raise ValueError("receiver.victims is set but every attack is off: set white_box = "
+                             "true (inversion), back_mapping = true (decoder), grn = true or "
+                             "cafe = true")
         return self
+
+    @property
+    def attacks(self) -> list[str]:
+        """The reconstruction attacks this threat model runs on each victim."""
+        return [name for name, on in (("inversion", self.white_box),
+                                      ("back_mapping", self.back_mapping), ("grn", self.grn),
+                                      ("cafe", self.cafe)) if on]
 
     def describe(self) -> str:
         """e.g. `label party: white-box inversion, back-mapping on 10 % auxiliary rows`."""
         ways = (["white-box inversion (knows the bottom model)"] if self.white_box else []) + \
             ([f"back-mapping decoder on {self.auxiliary_fraction:.0%} auxiliary train rows"]
-             if self.back_mapping else [])
+             if self.back_mapping else []) + \
+            (["generative regression network (knows the trained model)"] if self.grn else []) + \
+            (["CAFE (knows the bottom and its aggregated gradients per step)"] if self.cafe else [])
         return "label party, on received activations: " + ", ".join(ways)
 
 

@@ -12,6 +12,7 @@ from attacker.attacks import (  # noqa: F401  (imported to register)
     cosine_oracle,
     direct_label,
     exact,
+    grn,
     hint_distance,
     hint_inner,
     inversion,
@@ -59,7 +60,7 @@ DEFAULT_MULTICLASS_ATTACKS: list[tuple[str, dict[str, Any]]] = [
 # Run once per attacking party whose threat entry declares labelled examples (labelled_per_class),
 # EXACT once per party declared white_box, and the reconstruction attacks once per victim of the
 # label party ([threat.receiver]).
-RUN_ATTACKS: list[str] = ["model_completion", "exact", "inversion", "back_mapping"]
+RUN_ATTACKS: list[str] = ["model_completion", "exact", "inversion", "back_mapping", "grn"]
 
 __all__ = [
     "ATTACKS",
