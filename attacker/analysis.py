@@ -26,6 +26,7 @@ from attacker.attacks import (
     RunContext,
     build_attack,
 )
+from attacker.integrity import IntegrityAttack
 from attacker.leak import BatchLeak, attack_rng, evaluate_batch
 from attacker.store import GradientLog, LoggedBatch, repair_log
 from attacker.summary import (
@@ -245,6 +246,9 @@ class Analysis:
             named.append(("model_completion", {"labelled_per_class": labelled[0]}))
         if len(unit.parties) == 1 and unit.parties[0] in self.threat.white_box_parties:
             named.append(("exact", {}))
+        entry = self.threat.party(unit.parties[0])
+        if len(unit.parties) == 1 and entry is not None:
+            named += [(INTEGRITY_ATTACKS[variant], {}) for variant in entry.integrity]
         receiver = self.threat.receiver
         if len(unit.parties) == 1 and unit.parties[0] in receiver.victims:
             shared = {"auxiliary_fraction": receiver.auxiliary_fraction, "max_rows": receiver.max_rows}
@@ -467,6 +471,11 @@ def _run_attacks(analysis: Analysis) -> list[dict[str, Any]]:
                 entries.append({**entry, "skipped": 1, "error": str(err)})
                 continue
             value = result.accuracy
+            if isinstance(attack, IntegrityAttack):
+                entries.append({**entry, "layer": "output", "metric": result.metric,
+                                "integrity": result.figures,
+                                result.metric: {"mean": value, "p95": value, "max": value, "n": 1}})
+                continue
             if attack.receiver:
                 entries.append({**entry, "metric": result.metric, "reconstruction": result.figures,
                                 result.metric: {"mean": value, "p95": value, "max": value, "n": 1}})
@@ -479,6 +488,9 @@ def _run_attacks(analysis: Analysis) -> list[dict[str, Any]]:
 
 
 _FIGURES_KEY = {"exact": "exact"}  # where a run attack's figures go in its summary entry
+# The attack scoring each integrity variant (splitleak.integrity.VARIANTS).
+INTEGRITY_ATTACKS = {"backdoor": "replacement_backdoor", "noisy": "noisy_samples",
+                     "missing": "missing_features"}
 
 LEAK_SCHEMA = pa.schema([
     ("party_id", pa.int32()), ("layer", pa.string()), ("epoch", pa.int32()), ("step", pa.int64()),

@@ -21,11 +21,13 @@ from label_party.schedule import Batch, Phase, schedule
 from label_party.setup import load_label_party_data, plan_record
 from label_party.trainer import LabelPartyTrainer
 from passive_party.bottom_trainer import BottomTrainer
+from passive_party.integrity import party_integrity
 from passive_party.protection import protect_party, write_figures
 from splitleak.codec import as_received
 from splitleak.config import ExperimentConfig
 from splitleak.datasets import build_dataset
 from splitleak.inputs import load_party_inputs
+from splitleak.integrity import variant_rows
 from splitleak.metrics_log import MetricsWriter
 from splitleak.partition import passive_columns
 from splitleak.rundir import RunDir
@@ -67,7 +69,9 @@ class LocalExchange:
                        gradient_batch: Batch | None, next_batch: Batch) -> dict[int, torch.Tensor]:
         self._backward(gradients, gradient_batch)
         train = next_batch.phase is Phase.TRAIN
-        activations = {k: as_received(b.forward(next_batch.sample_ids, train), self.wire_dtype)
+        activations = {k: as_received(b.forward(next_batch.sample_ids, train, next_batch.epoch,
+                                                next_batch.step, next_batch.variant),
+                                      self.wire_dtype)
                        for k, b in self.bottoms.items()}
         if train:
             self._sent = activations
@@ -92,9 +96,11 @@ def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
     width = cfg.output_width(data.num_classes)
     observe = set(cfg.tapped_parties)
     capture = cfg.attacker.record_first_layer
-    bottoms = {k: BottomTrainer(cfg, k, load_party_inputs(cfg, dataset, cols), width,
-                                capture and k in observe)
-               for k, cols in passive_columns(cfg, data.schema).items()}
+    bottoms = {}
+    for k, cols in passive_columns(cfg, data.schema).items():
+        inputs = load_party_inputs(cfg, dataset, cols)
+        bottoms[k] = BottomTrainer(cfg, k, inputs, width, capture and k in observe,
+                                   party_integrity(cfg, k, dataset, inputs))
     for k, bottom in bottoms.items():  # as each party does before it joins
         write_figures(run, k, protect_party(cfg, bottom))
     store = GradientStore(run.attacker / "gradients", run.root.name) if observe else None
@@ -106,7 +112,8 @@ def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
                                 data.train_ids, anchors, snapshot_writer(run, cfg))
     writer = MetricsWriter(run.metrics)
     writer.write(plan_record(data, len(bottoms), cfg.run.seed))
-    batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed)
+    batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed,
+                       variant_rows(cfg.threat, data.test_ids, cfg.run.seed))
     exchange = LocalExchange(bottoms, store, observe, cfg.attacker.record_activation, cfg.wire.dtype,
                              received, receive)
     timer = StepTimer()

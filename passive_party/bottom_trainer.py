@@ -10,6 +10,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from passive_party.integrity import PartyIntegrity
 from passive_party.malicious_optimizer import MaliciousSGD
 from splitleak.config import ExperimentConfig
 from splitleak.fileio import write_atomically
@@ -35,9 +36,13 @@ class BottomTrainer:
     """Holds only this party's columns; never sees a label."""
 
     def __init__(self, cfg: ExperimentConfig, party_id: int, inputs: PartyInputs,
-                 output_width: int, capture_first_layer: bool = False) -> None:
+                 output_width: int, capture_first_layer: bool = False,
+                 integrity: PartyIntegrity | None = None) -> None:
         self.party_id = party_id
         self.inputs = inputs
+        self.integrity = integrity  # the threat model's integrity attacks (None: honest)
+        self._swap: tuple[torch.Tensor, torch.Tensor] | None = None  # (rows, poisoned output)
+        self._zeroed: torch.Tensor | None = None  # rows sent as missing
         self.model = build_bottom(cfg.model, inputs.spec, output_width,
                                   derive_seed(cfg.run.seed, "bottom", party_id))
         self.optimizer = bottom_optimizer(cfg, party_id, self.model.parameters())
@@ -56,8 +61,13 @@ class BottomTrainer:
             output.retain_grad()
             self._first_output = output
 
-    def forward(self, sample_ids: np.ndarray, train: bool) -> torch.Tensor:
-        """The activation for these rows; a train forward keeps its graph for the backward."""
+    def forward(self, sample_ids: np.ndarray, train: bool, epoch: int = 0, step: int = 0,
+                variant: str = "") -> torch.Tensor:
+        """The activation for these rows; a train forward keeps its graph for the backward.
+        `epoch` and `step` name the batch, `variant` the integrity attack EVAL rows are scored
+        under; an honest party ignores them."""
+        if self.integrity is not None:
+            return self._deviating_forward(sample_ids, train, epoch, step, variant)
         numeric, categorical = self.inputs.rows(torch.from_numpy(sample_ids))
         self.model.train(train)
         if not train:
@@ -66,14 +76,52 @@ class BottomTrainer:
         self._activation = self.model(numeric, categorical)
         return self._activation.detach()
 
+    def _deviating_forward(self, sample_ids: np.ndarray, train: bool, epoch: int, step: int,
+                           variant: str) -> torch.Tensor:
+        """The threat model's integrity attacks (passive_party/integrity.py): triggered or noisy
+        EVAL rows, a train batch's known target rows swapped for a triggered row (the backdoor),
+        rows sent as zeros (missing features)."""
+        integrity = self.integrity
+        assert integrity is not None
+        self.model.train(train)
+        zeroed = integrity.zeroed(sample_ids.size, train, step, variant)
+        if not train:
+            with torch.no_grad():
+                out = self.model(*integrity.rows(self.inputs, sample_ids, variant))
+            return out.masked_fill(zeroed.view(-1, *[1] * (out.dim() - 1)), 0.0) \
+                if zeroed is not None else out
+        swap = integrity.swap(sample_ids, epoch)
+        poisoned = None
+        if swap is not None:  # first, so the first-layer capture keeps the batch's own forward
+            numeric, categorical = self.inputs.rows(torch.tensor([swap.poisoned]))
+            poisoned = self.model(integrity.trigger(numeric), categorical)
+        self._activation = self.model(*self.inputs.rows(torch.from_numpy(sample_ids)))
+        sent = self._activation.detach().clone()
+        if swap is not None and poisoned is not None:
+            sent[swap.rows] = poisoned.detach()
+            self._swap = (swap.rows, poisoned)
+        if zeroed is not None:
+            sent[zeroed] = 0.0
+            self._zeroed = zeroed
+        return sent
+
     def backward(self, cut_gradient: torch.Tensor) -> None:
         """Backprop the received gradient through the bottom model and take one step."""
         if self._activation is None:
             raise RuntimeError("cut gradient received before any train activation was sent")
         self.optimizer.zero_grad(set_to_none=True)
-        self._activation.backward(cut_gradient)
+        if self._zeroed is not None:  # a missing row's output is a constant: no gradient
+            cut_gradient = cut_gradient.masked_fill(
+                self._zeroed.view(-1, *[1] * (cut_gradient.dim() - 1)), 0.0)
+        if self._swap is not None:
+            # VFLAIR's replacement: the target rows' gradient also trains the triggered row
+            rows, poisoned = self._swap
+            torch.autograd.backward([self._activation, poisoned],
+                                    [cut_gradient, cut_gradient[rows].sum(0, keepdim=True)])
+        else:
+            self._activation.backward(cut_gradient)
         self.optimizer.step()
-        self._activation = None
+        self._activation, self._swap, self._zeroed = None, None, None
         if self._first_output is not None:
             self.first_layer_gradient = self._first_output.grad
             self._first_output = None

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from passive_party.bottom_trainer import BottomTrainer
+from passive_party.integrity import party_integrity
 from passive_party.protection import protect_party, write_figures
 from splitleak.checkpoint import (
     CheckpointError,
@@ -32,6 +33,7 @@ from splitleak.config import PROTOCOL_VERSION, ConfigError, ExperimentConfig, Wi
 from splitleak.datasets import build_dataset
 from splitleak.fileio import describe_os_error, write_atomically
 from splitleak.inputs import load_party_inputs
+from splitleak.integrity import VARIANTS
 from splitleak.partition import passive_columns
 from splitleak.rundir import RunDir
 from splitleak.tap import SIDECAR, Tap, TapError
@@ -58,7 +60,7 @@ def load_bottom(cfg: ExperimentConfig, party_id: int,
     columns = passive_columns(cfg, schema)[party_id]
     inputs = load_party_inputs(cfg, dataset, columns)
     return BottomTrainer(cfg, party_id, inputs, cfg.output_width(schema.num_classes),
-                         capture_first_layer)
+                         capture_first_layer, party_integrity(cfg, party_id, dataset, inputs))
 
 
 async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: RunDir,
@@ -260,7 +262,8 @@ class StepLoop:
         with self.timer.span("decode", on):
             ids = _decode_batch_ids(batch, self.bottom.inputs.num_rows)
         with self.timer.span("forward", on):
-            output = await self.compute(self.bottom.forward, ids, train)
+            output = await self.compute(self.bottom.forward, ids, train, batch.epoch, batch.step,
+                                        batch.variant)
         with self.timer.span("encode", on):
             activation = encode_tensor(output.to(self.wire), sparse=self.sparse)
         if train:
@@ -328,6 +331,9 @@ def _decode_batch_ids(batch: pb.Batch, num_rows: int) -> np.ndarray:
                          f"{num_rows} rows")
     if batch.phase not in (pb.TRAIN, pb.EVAL):
         raise PartyError(f"batch of step {batch.step} has no valid phase ({batch.phase})")
+    if batch.variant and (batch.phase != pb.EVAL or batch.variant not in VARIANTS):
+        raise PartyError(f"batch of step {batch.step} asks for variant {batch.variant[:40]!r}; "
+                         f"allowed on EVAL batches: {', '.join(VARIANTS)}")
     return ids
 
 

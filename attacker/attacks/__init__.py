@@ -18,8 +18,11 @@ from attacker.attacks import (  # noqa: F401  (imported to register)
     inversion,
     mean,
     median,
+    missing_features,
     model_completion,
+    noisy_samples,
     norm,
+    replacement_backdoor,
 )
 from attacker.attacks.base import (
     ATTACKS,
@@ -59,8 +62,9 @@ DEFAULT_MULTICLASS_ATTACKS: list[tuple[str, dict[str, Any]]] = [
 
 # Run once per attacking party whose threat entry declares labelled examples (labelled_per_class),
 # EXACT once per party declared white_box, and the reconstruction attacks once per victim of the
-# label party ([threat.receiver]).
-RUN_ATTACKS: list[str] = ["model_completion", "exact", "inversion", "back_mapping", "grn"]
+# label party ([threat.receiver]), and each integrity attack once for the party declaring it.
+RUN_ATTACKS: list[str] = ["model_completion", "exact", "inversion", "back_mapping", "grn",
+                          "replacement_backdoor", "noisy_samples", "missing_features"]
 
 __all__ = [
     "ATTACKS",
