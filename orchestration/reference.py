@@ -32,6 +32,7 @@ from splitleak.metrics_log import MetricsWriter
 from splitleak.partition import passive_columns
 from splitleak.rundir import RunDir
 from splitleak.timing import TIMING_FILE, StepTimer
+from splitleak.white_box import SnapshotWriter, cafe_victim
 
 
 class LocalExchange:
@@ -103,6 +104,8 @@ def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
                                    party_integrity(cfg, k, dataset, inputs))
     for k, bottom in bottoms.items():  # as each party does before it joins
         write_figures(run, k, protect_party(cfg, bottom))
+        if cafe_victim(cfg, k):
+            bottom.snapshots = SnapshotWriter(run.bottom_white_box(k), cfg.threat)
     store = GradientStore(run.attacker / "gradients", run.root.name) if observe else None
     receive = set(cfg.received_parties)
     received = GradientStore(run.attacker / "received", run.root.name) if receive else None

@@ -18,6 +18,7 @@ from splitleak.inputs import PartyInputs
 from splitleak.models import build_bottom
 from splitleak.optim import make_optimizer
 from splitleak.seeding import derive_seed
+from splitleak.white_box import SnapshotWriter
 
 
 def bottom_optimizer(cfg: ExperimentConfig, party_id: int,
@@ -43,6 +44,10 @@ class BottomTrainer:
         self.integrity = integrity  # the threat model's integrity attacks (None: honest)
         self._swap: tuple[torch.Tensor, torch.Tensor] | None = None  # (rows, poisoned output)
         self._zeroed: torch.Tensor | None = None  # rows sent as missing
+        # CAFE's threat model: the bottom and its aggregated gradients per snapshot step, written
+        # for the attacker (evaluation only); set by whoever runs the party.
+        self.snapshots: SnapshotWriter | None = None
+        self._batch: tuple[int, int, np.ndarray] | None = None  # (epoch, step, ids) of the activation
         self.model = build_bottom(cfg.model, inputs.spec, output_width,
                                   derive_seed(cfg.run.seed, "bottom", party_id))
         self.optimizer = bottom_optimizer(cfg, party_id, self.model.parameters())
@@ -66,6 +71,8 @@ class BottomTrainer:
         """The activation for these rows; a train forward keeps its graph for the backward.
         `epoch` and `step` name the batch, `variant` the integrity attack EVAL rows are scored
         under; an honest party ignores them."""
+        if train:
+            self._batch = (epoch, step, sample_ids)
         if self.integrity is not None:
             return self._deviating_forward(sample_ids, train, epoch, step, variant)
         numeric, categorical = self.inputs.rows(torch.from_numpy(sample_ids))
@@ -110,6 +117,7 @@ class BottomTrainer:
         if self._activation is None:
             raise RuntimeError("cut gradient received before any train activation was sent")
         self.optimizer.zero_grad(set_to_none=True)
+        received = cut_gradient
         if self._zeroed is not None:  # a missing row's output is a constant: no gradient
             cut_gradient = cut_gradient.masked_fill(
                 self._zeroed.view(-1, *[1] * (cut_gradient.dim() - 1)), 0.0)
@@ -120,11 +128,22 @@ class BottomTrainer:
                                     [cut_gradient, cut_gradient[rows].sum(0, keepdim=True)])
         else:
             self._activation.backward(cut_gradient)
+        if self.snapshots is not None and self._batch is not None:
+            self._snapshot(received)
         self.optimizer.step()
         self._activation, self._swap, self._zeroed = None, None, None
         if self._first_output is not None:
             self.first_layer_gradient = self._first_output.grad
             self._first_output = None
+
+    def _snapshot(self, received: torch.Tensor) -> None:
+        """The parameters before this step's update, their aggregated gradients and the cut
+        gradient received, at a snapshot step (CAFE's white box; splitleak.white_box)."""
+        assert self.snapshots is not None and self._batch is not None
+        epoch, step, ids = self._batch
+        grads = {f"grad.{name}": p.grad if p.grad is not None else torch.zeros_like(p)
+                 for name, p in self.model.named_parameters()}
+        self.snapshots.record(epoch, step, self.model, {**grads, "cut_gradient": received}, ids)
 
     @property
     def pending_shape(self) -> tuple[int, ...] | None:

@@ -44,6 +44,7 @@ from splitleak.v1 import attacker_pb2 as apb
 from splitleak.v1 import split_learning_pb2 as pb
 from splitleak.v1 import split_learning_pb2_grpc as pb_grpc
 from splitleak.v1 import tensor_pb2
+from splitleak.white_box import SnapshotWriter, cafe_victim
 
 log = logging.getLogger("passive_party")
 
@@ -79,6 +80,8 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
             write_figures(run, party_id, protect_party(cfg, bottom))
         except ConfigError as err:
             raise PartyError(str(err)) from None
+    if cafe_victim(cfg, party_id):  # CAFE's threat model: the attacker sees its gradients
+        bottom.snapshots = SnapshotWriter(run.bottom_white_box(party_id), cfg.threat)
     if party_id in cfg.threat.malicious:  # the threat model's opt-in deviation (Fu et al.)
         log.info("party %d trains with the malicious optimizer: %s", party_id,
                  cfg.threat.describe([party_id]))
@@ -138,6 +141,8 @@ def _restore(bottom: BottomTrainer, run: RunDir, plan: pb.TrainingPlan, resuming
                          "checkpoints)")
     path = step_dir(run.root, Position(plan.resume_step, plan.resume_batches)) / party_file_name(
         bottom.party_id)
+    if bottom.snapshots is not None:  # the steps after the checkpoint are redone
+        bottom.snapshots.keep_before(plan.resume_step)
     try:
         state = load_state(path, plan.resume_sha256)
         bottom.load_state_dict(state["bottom"])

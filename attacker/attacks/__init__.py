@@ -7,6 +7,7 @@ from typing import Any
 from attacker.attacks import (  # noqa: F401  (imported to register)
     back_mapping,
     batch_label_counts,
+    cafe,
     clustering,
     cosine_majority,
     cosine_oracle,
@@ -63,7 +64,7 @@ DEFAULT_MULTICLASS_ATTACKS: list[tuple[str, dict[str, Any]]] = [
 # Run once per attacking party whose threat entry declares labelled examples (labelled_per_class),
 # EXACT once per party declared white_box, and the reconstruction attacks once per victim of the
 # label party ([threat.receiver]), and each integrity attack once for the party declaring it.
-RUN_ATTACKS: list[str] = ["model_completion", "exact", "inversion", "back_mapping", "grn",
+RUN_ATTACKS: list[str] = ["model_completion", "exact", "inversion", "back_mapping", "grn", "cafe",
                           "replacement_backdoor", "noisy_samples", "missing_features"]
 
 __all__ = [
