@@ -162,8 +162,8 @@ class Cafe:
         out = self.bottom(images, categorical)
         fake = torch.autograd.grad(out, params, grad_outputs=tensors["cut_gradient"].reshape(out.shape),
                                    create_graph=True)
-        matching = 100 * sum((f - tensors[f"grad.{n}"]).square().sum()
-                             for f, n in zip(fake, self.names, strict=True))
+        matching = 100 * torch.stack([(f - tensors[f"grad.{n}"]).square().sum()
+                                      for f, n in zip(fake, self.names, strict=True)]).sum()
         assert self._captured is not None
         local = (self.dummies.inputs[rows].detach() - self._captured.flatten(1)).square().sum()
         total = 1e-4 * matching + 1e-3 * local
