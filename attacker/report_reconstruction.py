@@ -109,6 +109,11 @@ def reconstruction_md(summary: dict[str, Any]) -> list[str]:
     rows = _rows(summary, ap=True)
     if rows:
         lines += md_table(_header(summary, ap=True), rows)
+    lines += [f"\nCAFE's own metric (victim {e['party_id']}): PSNR {fmt(r['psnr'], 2)} dB, prior "
+              f"{fmt(r['psnr_prior'], 2)} dB ({r['iterations']} iterations over {r['snapshots']} "
+              f"recorded steps, gradient match {fmt(r['gradient_match_first'])} → "
+              f"{fmt(r['gradient_match_last'])})."
+              for e in entries if (r := e.get("reconstruction") or {}).get("psnr") is not None]
     return lines + ["", *failed, ""] if failed else lines + [""]
 
 
