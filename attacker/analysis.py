@@ -27,6 +27,7 @@ from attacker.attacks import (
     build_attack,
 )
 from attacker.attacks.base import RunFacts
+from attacker.integrity import IntegrityAttack
 from attacker.leak import BatchLeak, attack_rng, evaluate_batch, premise_failed
 from attacker.store import GradientLog, LoggedBatch, repair_log
 from attacker.summary import (
@@ -35,6 +36,7 @@ from attacker.summary import (
     marvell_bounds,
     metric_stats,
     summarise_leak,
+    with_family,
     write_summary,
 )
 from splitleak.anchors import BatchAnchors, read_clean_anchors
@@ -260,11 +262,14 @@ class Analysis:
             named.append(("model_completion", {"labelled_per_class": labelled[0]}))
         if len(unit.parties) == 1 and unit.parties[0] in self.threat.white_box_parties:
             named.append(("exact", {}))
+        entry = self.threat.party(unit.parties[0])
+        if len(unit.parties) == 1 and entry is not None:
+            named += [(INTEGRITY_ATTACKS[variant], {}) for variant in entry.integrity]
         receiver = self.threat.receiver
         if len(unit.parties) == 1 and unit.parties[0] in receiver.victims:
             shared = {"auxiliary_fraction": receiver.auxiliary_fraction, "max_rows": receiver.max_rows}
-            named += [(name, shared) for name, on in (("inversion", receiver.white_box),
-                                                      ("back_mapping", receiver.back_mapping)) if on]
+            named += [(name, shared if name in ("inversion", "back_mapping") else
+                       {"max_rows": receiver.max_rows}) for name in receiver.attacks]
         built = [build_attack(n, p) for n, p in named]
         return [a for a in built if isinstance(a, RunAttack)]
 
@@ -311,7 +316,7 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
             "num_classes": analysis.num_classes, "draws": analysis.draws,
             "threat": analysis.threat.model_dump(mode="json"),
             "partial": partial, "warnings": analysis.warnings,
-            "leak": summarise_leak(per_batch, threat) + run_entries,
+            "leak": [with_family(e) for e in summarise_leak(per_batch, threat) + run_entries],
             "above_bound": above_bound(per_batch, bounds)}
 
 
@@ -485,7 +490,7 @@ def _run_attacks(analysis: Analysis) -> list[dict[str, Any]]:
                       if attack.receiver else analysis.threat.describe(list(unit.parties)))
             entry = {"party_id": unit.parties[0], "parties": list(unit.parties),
                      "layer": "input" if attack.receiver else "bottom",
-                     "attack": attack.label, "scope": "run", "epoch": None,
+                     "attack": attack.label, "name": attack.name, "scope": "run", "epoch": None,
                      "side_knowledge": attack.side_knowledge, "threat": threat, "metric": "accuracy",
                      "seed": unit.seed, "draws": 1, "batches": 1, "skipped": 0, "degenerate": 0}
             if attack.diagnostic is not None:
@@ -499,6 +504,11 @@ def _run_attacks(analysis: Analysis) -> list[dict[str, Any]]:
                 entries.append({**entry, "skipped": 1, "error": str(err)})
                 continue
             value = result.accuracy
+            if isinstance(attack, IntegrityAttack):
+                entries.append({**entry, "layer": "output", "metric": result.metric,
+                                "integrity": result.figures,
+                                result.metric: {"mean": value, "p95": value, "max": value, "n": 1}})
+                continue
             if attack.receiver:
                 entries.append({**entry, "metric": result.metric, "reconstruction": result.figures,
                                 result.metric: {"mean": value, "p95": value, "max": value, "n": 1}})
@@ -511,6 +521,9 @@ def _run_attacks(analysis: Analysis) -> list[dict[str, Any]]:
 
 
 _FIGURES_KEY = {"exact": "exact"}  # where a run attack's figures go in its summary entry
+# The attack scoring each integrity variant (splitleak.integrity.VARIANTS).
+INTEGRITY_ATTACKS = {"backdoor": "replacement_backdoor", "noisy": "noisy_samples",
+                     "missing": "missing_features"}
 
 LEAK_SCHEMA = pa.schema([
     ("party_id", pa.int32()), ("layer", pa.string()), ("epoch", pa.int32()), ("step", pa.int64()),

@@ -22,6 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from attacker.report_exact import exact_md, exact_table
+from attacker.report_integrity import integrity_md, integrity_table
 from attacker.report_reconstruction import (
     draw_grids,
     protection_md,
@@ -80,7 +81,8 @@ def _run_entries(summary: dict[str, Any], completion: bool = False) -> list[dict
     """Run-level gradient-attack entries (or, with `completion`, the model-completion ones) by
     party, then layer (cut first), then in the analysis' attack order."""
     entries = [e for e in summary["leak"] if e["scope"] == "run" and "exact" not in e
-               and e["layer"] != "input" and ("completion" in e or "error" in e) == completion]
+               and e["layer"] not in ("input", "output")
+               and ("completion" in e or "error" in e) == completion]
     return sorted(entries, key=lambda e: (len(e.get("parties") or [1]), e["party_id"],
                                           _layer_key(e["layer"])))
 
@@ -199,7 +201,8 @@ def print_leak_table(console: Console, summary: dict[str, Any]) -> None:
     """The gradient attacks' table, then the run-level attacks' (an empty first table is left
     out when a run-level one follows, e.g. a run analysed with EXACT alone)."""
     run_level = [t for t in (completion_table(summary), exact_table(summary),
-                             reconstruction_table(summary)) if t is not None]
+                             reconstruction_table(summary), integrity_table(summary))
+                 if t is not None]
     if _run_entries(summary) or not run_level:
         console.print(leak_table(summary))
     for table in run_level:
@@ -352,7 +355,8 @@ def write_report(run: RunDir, summary: dict[str, Any]) -> None:
     warnings = [*above_bound_notes(summary), *summary.get("warnings", []), *notes]
     lines = [*_title_md(run, summary, inputs), *threat_md(summary),
              *_headline_md(summary, inputs.records, bounds), *completion_md(summary),
-             *exact_md(summary), *reconstruction_md(summary), *protection_md(run, inputs.config),
+             *exact_md(summary), *reconstruction_md(summary), *integrity_md(summary),
+             *protection_md(run, inputs.config),
              *_utility_md(inputs.records), *_objective_md(inputs.config, inputs.outcome),
              *_defense_md(inputs.config, inputs.outcome),
              *_bound_md(bounds, summary), *_leak_md(summary, inputs.leak), *_epoch_md(summary),

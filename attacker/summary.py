@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from attacker.attacks import ATTACKS
 from attacker.leak import pooled_accuracy, summarise
 from splitleak.fileio import write_atomically
 from splitleak.rundir import RunDir
@@ -84,7 +85,8 @@ def summarise_leak(per_batch: list[dict[str, Any]],
         parties = [int(p) for p in key[0].split("+")]
         entry: dict[str, Any] = {
             "party_id": parties[0], "parties": parties, "layer": key[1], "attack": key[2],
-            "scope": "run" if len(key) == 3 else "epoch", "epoch": key[3] if len(key) == 4 else None,
+            "name": first.get("name") or key[2].split("(")[0], "scope": "run" if len(key) == 3 else "epoch",
+            "epoch": key[3] if len(key) == 4 else None,
             "side_knowledge": first["side_knowledge"], "threat": (threat or {}).get(key[0]),
             "metric": first["metric"], "seed": first["seed"], "draws": draws,
             "batches": batches, "skipped": skipped, "degenerate": degenerate}
@@ -129,6 +131,15 @@ def _add_anchors(entry: dict[str, Any], kept: list[dict[str, Any]]) -> None:
     sources = [r.get("anchor") for r in kept if r.get("anchor") is not None]
     if sources:
         entry["received_anchors"] = sources.count("received")
+
+
+def with_family(entry: dict[str, Any]) -> dict[str, Any]:
+    """The entry with its attack's VFLAIR family, VFLAIR's name for it and its attack
+    performance (AP, for DCS: larger = the attack did better), as the plug-in declares them."""
+    if entry.get("name") not in ATTACKS.names():  # a row of an attack this version lacks
+        return {**entry, "family": None, "vflair": None, "ap": {"metric": None, "value": None}}
+    cls = ATTACKS.get(entry["name"])
+    return {**entry, "family": cls.family, "vflair": cls.vflair, "ap": cls.attack_performance(entry)}
 
 
 def _pooled(rows: list[dict[str, Any]]) -> dict[str, Any]:

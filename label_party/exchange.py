@@ -54,7 +54,8 @@ class NetworkExchange:
         nxt = None
         if next_batch is not None:
             nxt = pb.Batch(phase=int(next_batch.phase), epoch=next_batch.epoch,
-                           step=next_batch.step, sample_ids=encode_ids(next_batch.sample_ids))
+                           step=next_batch.step, sample_ids=encode_ids(next_batch.sample_ids),
+                           variant=next_batch.variant)
         for k, stream in self.session.streams.items():
             msg = pb.LabelPartyMessage(next_batch=nxt, done=next_batch is None and checkpoint is None)
             if gradients is not None and gradient_batch is not None:

@@ -36,6 +36,7 @@ from splitleak.checkpoint import CheckpointError, Manifest, Position, latest, st
 from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED
 from splitleak.config import ExperimentConfig
 from splitleak.fileio import describe_os_error, write_atomically
+from splitleak.integrity import variant_rows
 from splitleak.metrics_log import MetricsWriter
 from splitleak.placement import LABEL, memory_facts, prepare_role
 from splitleak.rundir import RunDir
@@ -210,7 +211,8 @@ class LabelPartyRun:
             exchange = NetworkExchange(session, self.taps)
             self.checkpoints = RunCheckpoints(cfg, self.run, exchange, trainer, self.writer,
                                               compute, self.progress)
-            batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed)
+            batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed,
+                               variant_rows(cfg.threat, data.test_ids, cfg.run.seed))
             await drive(trainer, batches, exchange, self.writer.write, compute, self.checkpoints,
                         self.progress, exchange.timer)
             note(**memory_facts(self.device))

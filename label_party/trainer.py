@@ -16,6 +16,7 @@ from label_party.validate import class_gradients_error
 from splitleak.anchors import CleanAnchorWriter
 from splitleak.config import ConfigError, ExperimentConfig
 from splitleak.inputs import PartyInputs
+from splitleak.integrity import VARIANTS
 from splitleak.placement import settle
 from splitleak.white_box import SnapshotWriter
 
@@ -77,7 +78,7 @@ class LabelPartyTrainer:
         self.class_gradients = any(c.needs_class_gradients for c in self.chains.values())
         if self.class_gradients and not self.objective.supports_class_gradients:
             raise ConfigError(class_gradients_error(cfg))
-        self._eval: list[tuple[str, torch.Tensor, torch.Tensor]] = []
+        self._eval: list[tuple[str, np.ndarray, torch.Tensor, torch.Tensor]] = []
         self.anchors = anchors  # evaluation-only: clean gradients of a few positives per batch
         self.snapshots = snapshots  # evaluation-only: the model a white-box attacker knows
 
@@ -130,15 +131,38 @@ class LabelPartyTrainer:
         scored (`test_*`, and `train_*` when the pass covered the train rows)."""
         logits = self.objective.predict([activations[k].to(self.device) for k in self.party_ids],
                                         self._own(batch.sample_ids))
-        self._eval.append((batch.split, logits.float().cpu(),
+        self._eval.append((batch.split, batch.sample_ids, logits.float().cpu(),
                            self.labels[self._ids(batch.sample_ids)].cpu()))
         if not batch.last_of_eval:
             return None
         record: dict[str, Any] = {"type": "eval", "epoch": batch.epoch, "step": batch.step}
-        for split in dict.fromkeys(split for split, _, _ in self._eval):
-            record.update(self._split_metrics(split, [(lg, y) for s, lg, y in self._eval
+        for split in dict.fromkeys(split for split, _, _, _ in self._eval):
+            record.update(self._split_metrics(split, [(lg, y) for s, _, lg, y in self._eval
                                                       if s == split]))
+            if split in VARIANTS:
+                record.update(self._variant_metrics(split))
         self._eval.clear()
+        return record
+
+    def _predicted(self, logits: torch.Tensor) -> torch.Tensor:
+        return (logits[:, 0] > 0).long() if self.loss_kind == "bce" else logits.argmax(1)
+
+    def _variant_metrics(self, split: str) -> dict[str, Any]:
+        """An integrity attack's rows (evaluation only): the confusion matrix of their labels
+        (rows) against the predictions (columns), and the accuracy the same rows got clean in
+        this pass's test split."""
+        ids = np.concatenate([i for s, i, _, _ in self._eval if s == split])
+        y = torch.cat([t for s, _, _, t in self._eval if s == split])
+        pred = torch.cat([self._predicted(lg) for s, _, lg, _ in self._eval if s == split])
+        confusion = np.zeros((self.num_classes, self.num_classes), dtype=np.int64)
+        np.add.at(confusion, (y.numpy(), pred.numpy()), 1)
+        record: dict[str, Any] = {f"{split}_confusion": confusion.tolist()}
+        clean = [(i, self._predicted(lg), t) for s, i, lg, t in self._eval if s == "test"]
+        if clean:
+            test_ids = np.concatenate([i for i, _, _ in clean])
+            right = torch.cat([p == t for _, p, t in clean]).numpy()
+            found = np.isin(test_ids, ids)
+            record[f"{split}_clean_accuracy"] = float(right[found].mean()) if found.any() else None
         return record
 
     def _split_metrics(self, split: str, parts: list[tuple[torch.Tensor, torch.Tensor]]) -> dict:
@@ -146,7 +170,7 @@ class LabelPartyTrainer:
         y = torch.cat([t for _, t in parts])
         record: dict[str, Any] = {f"{split}_loss": float(supervised_loss(logits, y, self.loss_kind)),
                                   f"{split}_rows": len(y)}
-        pred = (logits[:, 0] > 0).long() if self.loss_kind == "bce" else logits.argmax(1)
+        pred = self._predicted(logits)
         if self.num_classes == 2:
             scores = logits[:, 0] if self.loss_kind == "bce" else logits[:, 1] - logits[:, 0]
             both = len(torch.unique(y)) == 2

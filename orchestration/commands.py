@@ -167,7 +167,7 @@ def _resume_hint(console: Console, run: RunDir) -> None:
 def analysable(cfg: ExperimentConfig) -> bool:
     """A run has something to analyse: a tapped party, or a run-level attack of the threat model."""
     return cfg.attacker.enabled and bool(cfg.tapped_parties or cfg.received_parties or any(
-        p.labelled_per_class for p in cfg.threat.parties.values()))
+        p.labelled_per_class or p.integrity for p in cfg.threat.parties.values()))
 
 
 def analyse_run(cfg: ExperimentConfig, outcome: RunOutcome, console: Console,

@@ -21,16 +21,19 @@ from label_party.schedule import Batch, Phase, schedule
 from label_party.setup import load_label_party_data, plan_record
 from label_party.trainer import LabelPartyTrainer
 from passive_party.bottom_trainer import BottomTrainer
+from passive_party.integrity import party_integrity
 from passive_party.protection import protect_party, write_figures
 from splitleak.codec import as_received
 from splitleak.config import ExperimentConfig
 from splitleak.datasets import build_dataset
 from splitleak.inputs import load_party_inputs
+from splitleak.integrity import variant_rows
 from splitleak.metrics_log import MetricsWriter
 from splitleak.partition import passive_columns
 from splitleak.placement import ATTACKER, LABEL, role_device, role_threads, roles
 from splitleak.rundir import RunDir
 from splitleak.timing import TIMING_FILE, StepTimer
+from splitleak.white_box import SnapshotWriter, cafe_victim
 
 
 class LocalExchange:
@@ -75,8 +78,9 @@ class LocalExchange:
         activations = {}
         for k, bottom in self.bottoms.items():
             self._as_role(str(k))
-            activations[k] = as_received(bottom.forward(next_batch.sample_ids, train),
-                                         self.wire_dtype)
+            activations[k] = as_received(bottom.forward(next_batch.sample_ids, train,
+                                                        next_batch.epoch, next_batch.step,
+                                                        next_batch.variant), self.wire_dtype)
         self._as_role(LABEL)
         if train:
             self._sent = activations
@@ -108,11 +112,16 @@ def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
     width = cfg.output_width(data.num_classes)
     observe = set(cfg.tapped_parties)
     capture = cfg.attacker.record_first_layer
-    bottoms = {k: BottomTrainer(cfg, k, load_party_inputs(cfg, dataset, cols), width,
-                                capture and k in observe, role_device(cfg, str(k)))
-               for k, cols in passive_columns(cfg, data.schema).items()}
+    bottoms = {}
+    for k, cols in passive_columns(cfg, data.schema).items():
+        inputs = load_party_inputs(cfg, dataset, cols)
+        bottoms[k] = BottomTrainer(cfg, k, inputs, width, capture and k in observe,
+                                   party_integrity(cfg, k, dataset, inputs),
+                                   role_device(cfg, str(k)))
     for k, bottom in bottoms.items():  # as each party does before it joins
         write_figures(run, k, protect_party(cfg, bottom))
+        if cafe_victim(cfg, k):
+            bottom.snapshots = SnapshotWriter(run.bottom_white_box(k), cfg.threat)
     store = GradientStore(run.attacker / "gradients", run.root.name) if observe else None
     receive = set(cfg.received_parties)
     received = GradientStore(run.attacker / "received", run.root.name) if receive else None
@@ -122,7 +131,8 @@ def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
                                 data.train_ids, anchors, snapshot_writer(run, cfg), label_device)
     writer = MetricsWriter(run.metrics)
     writer.write(plan_record(data, len(bottoms), cfg.run.seed))
-    batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed)
+    batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed,
+                       variant_rows(cfg.threat, data.test_ids, cfg.run.seed))
     exchange = LocalExchange(bottoms, store, observe, cfg.attacker.record_activation, cfg.wire.dtype,
                              received, receive, threads)
     timer = StepTimer()

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from passive_party.bottom_trainer import BottomTrainer
+from passive_party.integrity import party_integrity
 from passive_party.protection import protect_party, write_figures
 from splitleak.addresses import AddressError, resolve
 from splitleak.checkpoint import (
@@ -32,6 +33,7 @@ from splitleak.config import PROTOCOL_VERSION, ConfigError, ExperimentConfig, Wi
 from splitleak.datasets import build_dataset
 from splitleak.fileio import describe_os_error, write_atomically
 from splitleak.inputs import load_party_inputs
+from splitleak.integrity import VARIANTS
 from splitleak.partition import passive_columns
 from splitleak.placement import memory_facts, prepare_role
 from splitleak.rundir import RunDir
@@ -43,6 +45,7 @@ from splitleak.v1 import attacker_pb2 as apb
 from splitleak.v1 import split_learning_pb2 as pb
 from splitleak.v1 import split_learning_pb2_grpc as pb_grpc
 from splitleak.v1 import tensor_pb2
+from splitleak.white_box import SnapshotWriter, cafe_victim
 
 log = logging.getLogger("passive_party")
 
@@ -59,7 +62,8 @@ def load_bottom(cfg: ExperimentConfig, party_id: int, capture_first_layer: bool 
     columns = passive_columns(cfg, schema)[party_id]
     inputs = load_party_inputs(cfg, dataset, columns)
     return BottomTrainer(cfg, party_id, inputs, cfg.output_width(schema.num_classes),
-                         capture_first_layer, device)
+                         capture_first_layer, party_integrity(cfg, party_id, dataset, inputs),
+                         device)
 
 
 async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: RunDir,
@@ -85,6 +89,8 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
             write_figures(run, party_id, protect_party(cfg, bottom))
         except ConfigError as err:
             raise PartyError(str(err)) from None
+    if cafe_victim(cfg, party_id):  # CAFE's threat model: the attacker sees its gradients
+        bottom.snapshots = SnapshotWriter(run.bottom_white_box(party_id), cfg.threat)
     try:  # the label party and the sidecar may still be starting: their address files wait
         address = await resolve(address, "label party", cfg.topology.join_deadline_s)
         if attacker is not None:
@@ -143,6 +149,8 @@ def _restore(bottom: BottomTrainer, run: RunDir, plan: pb.TrainingPlan, resuming
                          "checkpoints)")
     path = step_dir(run.root, Position(plan.resume_step, plan.resume_batches)) / party_file_name(
         bottom.party_id)
+    if bottom.snapshots is not None:  # the steps after the checkpoint are redone
+        bottom.snapshots.keep_before(plan.resume_step)
     try:
         state = load_state(path, plan.resume_sha256)
         bottom.load_state_dict(state["bottom"])
@@ -271,7 +279,7 @@ class StepLoop:
         with self.timer.span("decode", on):
             ids = _decode_batch_ids(batch, self.bottom.inputs.num_rows)
         with self.timer.span("forward", on):
-            output = self.bottom.forward(ids, train)
+            output = self.bottom.forward(ids, train, batch.epoch, batch.step, batch.variant)
         with self.timer.span("encode", on):
             activation = encode_tensor(output.to(self.wire), sparse=self.sparse)
         if train:
@@ -339,6 +347,9 @@ def _decode_batch_ids(batch: pb.Batch, num_rows: int) -> np.ndarray:
                          f"{num_rows} rows")
     if batch.phase not in (pb.TRAIN, pb.EVAL):
         raise PartyError(f"batch of step {batch.step} has no valid phase ({batch.phase})")
+    if batch.variant and (batch.phase != pb.EVAL or batch.variant not in VARIANTS):
+        raise PartyError(f"batch of step {batch.step} asks for variant {batch.variant[:40]!r}; "
+                         f"allowed on EVAL batches: {', '.join(VARIANTS)}")
     return ids
 
 

@@ -57,6 +57,11 @@ class RunDir:
     def bottom_model(self, party_id: int) -> Path:
         return self.passive_party(party_id) / "bottom.pt"
 
+    def bottom_white_box(self, party_id: int) -> Path:
+        """Evaluation-only snapshots of a victim's bottom and its gradients per step (CAFE's
+        threat model, splitleak.white_box)."""
+        return self.passive_party(party_id) / "white_box"
+
     def protection(self, party_id: int) -> Path:
         """What a protecting party did to its train images ([protection]), for the report."""
         return self.passive_party(party_id) / "protection.json"

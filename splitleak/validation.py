@@ -11,6 +11,7 @@ from torch import nn
 
 from splitleak.config import ConfigError, ExperimentConfig, plugin_param_errors
 from splitleak.datasets import DATASETS, DatasetError, Schema
+from splitleak.integrity import check_integrity
 from splitleak.models import InputSpec, build_bottom, build_top, input_spec
 from splitleak.partition import label_party_columns, passive_columns
 from splitleak.registry import UnknownPluginError
@@ -41,6 +42,7 @@ def check_core(cfg: ExperimentConfig) -> Schema:
     check_models(cfg, schema, columns, own)
     if cfg.threat.white_box_parties:
         own_columns(cfg, schema)  # the private features name categorical columns of the slice
+    check_integrity(cfg, schema)
     return schema
 
 

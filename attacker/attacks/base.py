@@ -20,6 +20,10 @@ if TYPE_CHECKING:
 
 AttackKind = Literal["score", "label", "counts"]
 NO_PREDICTION = -1  # a label attack's value for a row its rule makes no prediction on
+# VFLAIR's attack types, which its T-DCS averages over (the value: its column, T-DCS_<value>).
+Family = Literal["label_inference", "feature_reconstruction", "targeted_backdoor", "non_targeted"]
+FAMILIES: dict[str, str] = {"label_inference": "LI", "feature_reconstruction": "FR",
+                            "targeted_backdoor": "TB", "non_targeted": "NTB"}
 
 
 class AttackParams(BaseModel):
@@ -96,11 +100,13 @@ class AttackResult:
 
 
 class AttackPlugin(ABC):
-    """What every attack declares: its name, parameters and side knowledge."""
+    """What every attack declares: its name, parameters, side knowledge, and its VFLAIR family."""
 
     name: ClassVar[str]
     kind: ClassVar[Literal["score", "label", "counts", "run"]]
     side_knowledge: ClassVar[str]  # one line, printed next to every number
+    family: ClassVar[Family]  # the attack type VFLAIR's T-DCS groups it under
+    vflair: ClassVar[str | None] = None  # VFLAIR's name for it (NS, DS, DLI, GRN, LRB, ...), if any
     Params: ClassVar[type[AttackParams]] = AttackParams
     needs_clean_anchors: ClassVar[bool] = False  # reads the label party's clean-anchor artifact
 
@@ -117,6 +123,18 @@ class AttackPlugin(ABC):
     def randomised(self) -> bool:
         """Draws side knowledge at random, so the analysis repeats it over R seeded draws."""
         return False
+
+    @classmethod
+    def attack_performance(cls, entry: dict[str, Any]) -> dict[str, Any]:
+        """VFLAIR's attack performance (AP, larger = the attack did better) read from this
+        attack's summary entry: {"metric": how it is read, "value": the number or None}."""
+        if entry.get("flipped"):
+            return {"metric": "mean flip-corrected AUC", "value": entry["flipped"].get("mean")}
+        if entry.get("count_error"):
+            error = entry["count_error"].get("mean")
+            return {"metric": "1 - count error", "value": None if error is None else 1.0 - error}
+        pooled = (entry.get("pooled") or {}).get("accuracy")
+        return {"metric": "accuracy (pooled over rows)", "value": pooled}
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,8 @@ def whole_counts(estimate: np.ndarray, total: int) -> np.ndarray:
 @ATTACKS.register("batch_label_counts")
 class BatchLabelCountsAttack(Attack):
     name = "batch_label_counts"
+    family = "label_inference"
+    vflair = "BLI"
     kind = "counts"
     cut_layer_only = True
     side_knowledge = ("none (no top model: the gradient is the loss's gradient in the logits; "

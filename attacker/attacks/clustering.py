@@ -65,6 +65,7 @@ def _thread_pools() -> ThreadpoolController:
 @ATTACKS.register("clustering")
 class ClusteringAttack(Attack):
     name = "clustering"
+    family = "label_inference"
     side_knowledge = (
         "binary: positives are the minority (the smaller k-means cluster is taken as positive); "
         "multi-class: the number of classes, and clusters matched to classes by the best "

@@ -12,6 +12,8 @@ from attacker.attacks.thresholds import POSITIVE_SCORE
 @ATTACKS.register("cosine_oracle")
 class CosineOracleAttack(Attack):
     name = "cosine_oracle"
+    family = "label_inference"
+    vflair = "DS"
     side_knowledge = ("the clean (pre-defense) gradient of one random positive per batch, drawn "
                       "by the label party (excluded from the metric); under a defense only at a "
                       "single party's cut layer, where the label party writes the clean rows")

@@ -22,6 +22,8 @@ NEEDS_LOGITS = ("needs the gradient of the logits (VFL without a top model, mode
 @ATTACKS.register("direct_label")
 class DirectLabelAttack(Attack):
     name = "direct_label"
+    family = "label_inference"
+    vflair = "DLI"
     kind = "label"
     cut_layer_only = True
     side_knowledge = "none (multi-class, no top model: the gradient is the softmax-CE p - y)"

@@ -125,6 +125,7 @@ def reconstruct(top: torch.nn.Module, activations: torch.Tensor, gradients: torc
 @ATTACKS.register("exact")
 class ExactAttack(RunAttack):
     name = "exact"
+    family = "label_inference"
     side_knowledge = ("white box: the label party's top model and own bottom at each snapshot "
                       "step, the activation it sent, the label party's non-private columns")
     Params = ExactParams

@@ -13,6 +13,7 @@ from attacker.attacks.thresholds import POSITIVE_SCORE
 @ATTACKS.register("hint_inner")
 class HintInnerAttack(Attack):
     name = "hint_inner"
+    family = "label_inference"
     side_knowledge = "k random positives per batch (excluded from the metric)"
     Params = HintParams
     params: HintParams

@@ -45,6 +45,8 @@ class CompletionParams(AttackParams):
 @ATTACKS.register("model_completion")
 class ModelCompletionAttack(RunAttack):
     name = "model_completion"
+    family = "label_inference"
+    vflair = "PMC"
     side_knowledge = ("the party's own trained bottom model and feature columns, plus "
                       "labelled_per_class labelled train rows per class (excluded from the "
                       "train accuracy)")

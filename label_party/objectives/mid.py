@@ -27,11 +27,11 @@ import numpy as np
 import torch
 from pydantic import ConfigDict, Field, PositiveFloat, PositiveInt
 from torch import nn
-from torch.nn import functional as F
 
 from label_party.objectives.base import OBJECTIVES, ObjectiveParams, ObjectiveSetup, Own
 from label_party.objectives.cross_entropy import load_top_state
 from label_party.objectives.penalised import PartyPenalty
+from splitleak.models import Bottleneck
 from splitleak.optim import make_optimizer
 from splitleak.seeding import derive_seed, generator
 
@@ -44,32 +44,6 @@ class MIDParams(ObjectiveParams):
     hidden: PositiveInt | None = None  # decoder hidden width; None = 5w
     shift: float = 0.5  # σ = softplus(s − shift)
     lr: PositiveFloat | None = None  # None: the label party's optimizer as configured
-
-
-class Bottleneck(nn.Module):
-    """h → (μ, σ) → z → decoded activation; z = μ when no noise is given."""
-
-    def __init__(self, dim: int, width: int, hidden: int, shift: float) -> None:
-        super().__init__()
-        self.width = width
-        self.shift = shift
-        self.encoder = nn.Linear(dim, 2 * width)
-        self.decoder = nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, dim))
-
-    def encode(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mu, pre = self.encoder(flat).split(self.width, dim=1)
-        return mu, F.softplus(pre - self.shift)
-
-    def forward(self, activation: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
-        mu, sigma = self.encode(activation.reshape(activation.shape[0], -1))
-        z = mu if noise is None else mu + sigma * noise
-        return self.decoder(z).reshape(activation.shape)
-
-    def kl(self, activation: torch.Tensor) -> torch.Tensor:
-        """mean over rows of Σ_i KL(N(μ_i, σ_i²) ‖ N(0, 1))."""
-        mu, sigma = self.encode(activation.reshape(activation.shape[0], -1))
-        per_row = 0.5 * (mu.square() + sigma.square() - 1.0) - torch.log(sigma)
-        return per_row.sum(1).mean()
 
 
 @OBJECTIVES.register("mid")
