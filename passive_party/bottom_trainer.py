@@ -99,6 +99,7 @@ class BottomTrainer:
         assert integrity is not None
         self.model.train(train)
         zeroed = integrity.zeroed(sample_ids.size, train, step, variant)
+        zeroed = zeroed.to(self.device) if zeroed is not None else None
         if not train:
             with torch.no_grad():
                 out = self.model(*integrity.rows(self.inputs, sample_ids, variant))

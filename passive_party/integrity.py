@@ -70,11 +70,12 @@ class PartyIntegrity:
         """VFLAIR's noisy samples: x + N(0, (λ·range)²), clipped to the range; each row's noise
         is fixed by (run seed, party, sample id), so every evaluation sees the same rows."""
         assert self.noisy is not None
-        span = self.high - self.low
+        low, high = self.low.to(numeric.device), self.high.to(numeric.device)
         noise = torch.stack([torch.randn(numeric.shape[1:], generator=generator(
             self.seed, "noisy_samples", self.party_id, int(i))) for i in sample_ids])
-        return torch.minimum(torch.maximum(numeric + self.noisy.noise_lambda * span * noise,
-                                           self.low), self.high)
+        noise = noise.to(numeric.device)  # drawn on the CPU: the same rows on every device
+        return torch.minimum(torch.maximum(numeric + self.noisy.noise_lambda * (high - low) * noise,
+                                           low), high)
 
     def rows(self, inputs: PartyInputs, sample_ids: np.ndarray,
              variant: str) -> tuple[torch.Tensor, torch.Tensor]:

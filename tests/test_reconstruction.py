@@ -188,11 +188,13 @@ def test_the_console_table_fits_80_columns() -> None:
 
 
 def test_mse_on_range_scaled_features_by_hand() -> None:
-    """VFLAIR's feature-reconstruction AP reads the MSE of features scaled to [0, 1]: the image
-    MSE over the truth's squared range, a table's per column over each column's range."""
+    """VFLAIR's feature-reconstruction AP reads the MSE of features scaled to [0, 1]: an image's
+    on its [0, 1] pixels (the reconstruction clipped to them, as its SSIM), a table's per column
+    over each column's range."""
     truth = np.array([[[[0.0, 2.0, 4.0]]]] * 3, dtype=np.float32).reshape(3, 1, 1, 3).repeat(3, 2)
-    scores = image_scores(truth, truth + 1.0, np.array([0, 1, 2]))
-    assert scores["mse"] == pytest.approx(1.0) and scores["mse_range"] == pytest.approx(1 / 16)
+    scores = image_scores(truth, truth + 1.0, np.array([0, 1, 2]), pixel_scale=(0.0, 0.25))
+    # pixels 0, 0.5, 1 against 0.25, 0.75, min(1.25, 1): squared errors 1/16, 1/16, 0
+    assert scores["mse"] == pytest.approx(1.0) and scores["mse_range"] == pytest.approx(1 / 24)
     numeric = np.array([[0.0, 10.0], [2.0, 30.0]])
     table = tabular_scores(numeric, numeric + np.array([1.0, 10.0]), np.zeros((2, 0)),
                            np.zeros((2, 0)), ["a", "b"])
