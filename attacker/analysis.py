@@ -26,7 +26,9 @@ from attacker.attacks import (
     RunContext,
     build_attack,
 )
-from attacker.leak import BatchLeak, attack_rng, evaluate_batch
+from attacker.attacks.base import RunFacts
+from attacker.integrity import IntegrityAttack
+from attacker.leak import BatchLeak, attack_rng, evaluate_batch, premise_failed
 from attacker.store import GradientLog, LoggedBatch, repair_log
 from attacker.summary import (
     above_bound,
@@ -34,12 +36,14 @@ from attacker.summary import (
     marvell_bounds,
     metric_stats,
     summarise_leak,
+    with_family,
     write_summary,
 )
 from splitleak.anchors import BatchAnchors, read_clean_anchors
 from splitleak.config import ConfigError, load_config
 from splitleak.fileio import write_atomically
 from splitleak.metrics_log import read_metrics
+from splitleak.placement import ATTACKER, requested_device, resolve_device
 from splitleak.rundir import RunDir
 from splitleak.threat import DEFAULT_HINTS, ThreatConfig
 
@@ -200,6 +204,15 @@ def _threat_of(config: dict[str, Any], run: RunDir) -> ThreatConfig:
         raise AnalysisInputError(f"{run.config}: invalid [threat] section: {err}") from None
 
 
+def _set_up(config: dict[str, Any]) -> tuple[bool, bool]:
+    """(the label party has a top model, the received gradients differ from the clean ones):
+    a defense chain other than no_noise, or a wire narrower than float32, changes them."""
+    model, wire = config.get("model") or {}, config.get("wire") or {}
+    chain = [d.get("name") for d in config.get("defense") or [] if isinstance(d, dict)]
+    perturbed = any(name != "no_noise" for name in chain) or wire.get("dtype", "float32") != "float32"
+    return model.get("top", "mlp") != "none", perturbed
+
+
 class Analysis:
     """Everything one `analyze` call needs, read once."""
 
@@ -217,7 +230,12 @@ class Analysis:
         self.specs = attacks
         self.warnings: list[str] = _config_warnings(config)  # what validate warned of, too
         self.anchors: dict[tuple[int, int], BatchAnchors] = {}
-        self.anchor_fallbacks: dict[str, int] = defaultdict(int)
+        self.anchor_fallbacks: dict[tuple[str, str], int] = defaultdict(int)  # (attack, layer)
+        self.top_model, self.perturbed = _set_up(config)
+        self.device: str | None = None  # the run-level attacks' device (None: the run's own)
+
+    def facts(self, unit: Attacker) -> RunFacts:
+        return RunFacts(self.top_model, self.perturbed, colluding=len(unit.parties) > 1)
 
     def attacker(self, parties: tuple[int, ...]) -> Attacker:
         seed = self.seed_override if self.seed_override is not None else \
@@ -256,25 +274,30 @@ class Analysis:
             named.append(("model_completion", {"labelled_per_class": labelled[0]}))
         if len(unit.parties) == 1 and unit.parties[0] in self.threat.white_box_parties:
             named.append(("exact", {}))
+        entry = self.threat.party(unit.parties[0])
+        if len(unit.parties) == 1 and entry is not None:
+            named += [(INTEGRITY_ATTACKS[variant], {}) for variant in entry.integrity]
         receiver = self.threat.receiver
         if len(unit.parties) == 1 and unit.parties[0] in receiver.victims:
             shared = {"auxiliary_fraction": receiver.auxiliary_fraction, "max_rows": receiver.max_rows}
-            named += [(name, shared) for name, on in (("inversion", receiver.white_box),
-                                                      ("back_mapping", receiver.back_mapping)) if on]
+            named += [(name, shared if name in ("inversion", "back_mapping") else
+                       {"max_rows": receiver.max_rows}) for name in receiver.attacks]
         built = [build_attack(n, p) for n, p in named]
         return [a for a in built if isinstance(a, RunAttack)]
 
 
 def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
             hints: Iterable[int] | None = None, seed: int | None = None,
-            draws: int | None = None) -> dict[str, Any]:
+            draws: int | None = None, device: str | None = None) -> dict[str, Any]:
     """Analyse `run_dir` under its threat model; writes attacker/leak.parquet and
     attacker/rows.parquet and returns the summary (also written by the report). `hints`,
-    `seed` and `draws` override the threat model's for every attacker."""
+    `seed` and `draws` override the threat model's for every attacker; `device` the run's
+    run.devices.attacker for the run-level attacks (model completion, reconstruction)."""
     run = RunDir(Path(run_dir))
     check_run_dir(run)
     repaired = repair_log(run.attacker / "gradients")
     analysis = Analysis(run, attacks, hints, seed, draws)
+    analysis.device = device
     analysis.warnings += repaired
     per_batch, sample, run_id = _gradient_attacks(analysis)
     run_entries = _run_attacks(analysis)
@@ -287,11 +310,11 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
     rows = sample.table()
     if rows.num_rows:
         write_atomically(run.attacker / "rows.parquet", lambda tmp: pq.write_table(rows, tmp))
-    for attack, count in analysis.anchor_fallbacks.items():
+    for (attack, layer), count in analysis.anchor_fallbacks.items():
         analysis.warnings.append(
-            f"{attack}: {count} batch(es) had no clean anchor from the label party "
-            f"({run.clean_anchors.name} absent or shorter than {analysis.draws} draws), so their "
-            "anchor is the received (possibly defended) gradient")
+            f"{attack}, {layer} layer: {count} batch draw(s) had no clean anchor from the label "
+            f"party ({run.clean_anchors.name} absent or shorter than {analysis.draws} draws), so "
+            "their anchor is the received (defended) gradient")
     threat = {key: analysis.threat.describe([int(k) for k in key.split("+")])
               for key in {r["parties"] for r in per_batch}}
     bounds = marvell_bounds(list(read_metrics(run.metrics))) if run.metrics.exists() else {}
@@ -305,7 +328,7 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
             "num_classes": analysis.num_classes, "draws": analysis.draws,
             "threat": analysis.threat.model_dump(mode="json"),
             "partial": partial, "warnings": analysis.warnings,
-            "leak": summarise_leak(per_batch, threat) + run_entries,
+            "leak": [with_family(e) for e in summarise_leak(per_batch, threat) + run_entries],
             "above_bound": above_bound(per_batch, bounds)}
 
 
@@ -326,6 +349,7 @@ def _gradient_attacks(analysis: Analysis) -> tuple[list[dict[str, Any]] | None, 
     per_batch: list[dict[str, Any]] = []
     for unit in analysis.units(set(log.parties())):
         built = analysis.batch_attacks(unit)
+        facts = analysis.facts(unit)
         epoch_attacks = [a for a in built if a.per_epoch]
         pool = _EpochPool()
         for batch in _unit_batches(log, unit.parties, analysis.warnings):
@@ -345,7 +369,11 @@ def _gradient_attacks(analysis: Analysis) -> tuple[list[dict[str, Any]] | None, 
                 for attack in built:
                     if not _applies(attack, layer, analysis.num_classes):
                         continue
-                    if attack.per_epoch:
+                    reason = attack.premise(facts, layer)
+                    if reason is not None:  # skipped with the reason, never scored
+                        result = premise_failed(attack, ids.size, analysis.num_classes, reason)
+                        per_batch.append(_row(unit, layer, batch.epoch, batch.step, attack, result, 0))
+                    elif attack.per_epoch:
                         pool.add(layer, batch.step, grads, y)
                     else:
                         per_batch += _evaluate(analysis, unit, batch, layer, grads, y, attack)
@@ -364,9 +392,9 @@ def _evaluate(analysis: Analysis, unit: Attacker, batch: LoggedBatch, layer: str
     for draw in range(analysis.draws if attack.randomised else 1):
         stream = f"{layer}:{attack.label}" + (f"#{draw}" if draw else "")  # draw 0: as before draws
         rng = attack_rng(unit.seed, batch.step, unit.rng_party, stream)
-        anchor = _clean_anchor(analysis, unit, batch, layer, attack, draw)
+        anchor, source = _clean_anchor(analysis, unit, batch, layer, attack, draw)
         result = evaluate_batch(attack, grads, y, rng, anchor, analysis.num_classes)
-        rows.append(_row(unit, layer, batch.epoch, batch.step, attack, result, draw))
+        rows.append(_row(unit, layer, batch.epoch, batch.step, attack, result, draw, source))
     return rows
 
 
@@ -398,25 +426,31 @@ class _EpochPool:
             grads = np.concatenate([g for _, g, _ in batches])
             y = np.concatenate([t for _, _, t in batches])
             for attack in attacks:
-                if _applies(attack, layer, analysis.num_classes):
+                if (_applies(attack, layer, analysis.num_classes)
+                        and attack.premise(analysis.facts(unit), layer) is None):
                     rng = attack_rng(unit.seed, step, unit.rng_party, f"{layer}:{attack.label}")
                     result = evaluate_batch(attack, grads, y, rng, num_classes=analysis.num_classes)
                     rows.append(_row(unit, layer, self.epoch, step, attack, result, 0))
         return rows
 
 
-def _clean_anchor(analysis: Analysis, unit: Attacker, batch: LoggedBatch, layer: str,
-                  attack: Attack, draw: int) -> tuple[int, np.ndarray] | None:
-    """Draw `draw`'s clean anchor of this batch (cut layer, one party), if the run wrote it."""
-    if not attack.needs_clean_anchors or layer != "cut" or len(unit.parties) > 1:
-        return None
-    found = analysis.anchors.get((unit.parties[0], batch.step))
-    if found is not None and draw < found.sample_ids.size:
-        rows = np.flatnonzero(batch.sample_ids == found.sample_ids[draw])
-        if rows.size:
-            return int(rows[0]), found.gradients[draw]
-    analysis.anchor_fallbacks[attack.label] += 1
-    return None
+def _clean_anchor(analysis: Analysis, unit: Attacker, batch: LoggedBatch, layer: str, attack: Attack,
+                  draw: int) -> tuple[tuple[int, np.ndarray] | None, str | None]:
+    """Draw `draw`'s clean anchor of this batch (cut layer, one party), if the run wrote it, and
+    where the anchor comes from: "clean", or "received" when the attack falls back to the
+    received row of its positive under a defense (counted per layer for the warning)."""
+    if not attack.needs_clean_anchors:
+        return None, None
+    if layer == "cut" and len(unit.parties) == 1:
+        found = analysis.anchors.get((unit.parties[0], batch.step))
+        if found is not None and draw < found.sample_ids.size:
+            rows = np.flatnonzero(batch.sample_ids == found.sample_ids[draw])
+            if rows.size:
+                return (int(rows[0]), found.gradients[draw]), "clean"
+    if not analysis.perturbed:  # no defense: the received row is the clean gradient
+        return None, "clean"
+    analysis.anchor_fallbacks[(attack.label, layer)] += 1
+    return None, "received"
 
 
 def _unit_batches(log: GradientLog, parties: tuple[int, ...],
@@ -460,15 +494,19 @@ def _run_attacks(analysis: Analysis) -> list[dict[str, Any]]:
                 except ConfigError as err:
                     analysis.warnings.append(f"{attack.label}: cannot read the run's config: {err}")
                     return entries
+            field = "--device" if analysis.device else "run.devices.attacker"
+            device = resolve_device(analysis.device or requested_device(cfg, ATTACKER), field)
             context = RunContext(analysis.run, cfg, unit.parties, unit.seed, analysis.train_ids,
-                                 analysis.test_ids, analysis.labels)
+                                 analysis.test_ids, analysis.labels, device=device)
             threat = (f"{analysis.threat.receiver.describe()}; victim: party {unit.key}"
                       if attack.receiver else analysis.threat.describe(list(unit.parties)))
             entry = {"party_id": unit.parties[0], "parties": list(unit.parties),
                      "layer": "input" if attack.receiver else "bottom",
-                     "attack": attack.label, "scope": "run", "epoch": None,
+                     "attack": attack.label, "name": attack.name, "scope": "run", "epoch": None,
                      "side_knowledge": attack.side_knowledge, "threat": threat, "metric": "accuracy",
                      "seed": unit.seed, "draws": 1, "batches": 1, "skipped": 0, "degenerate": 0}
+            if attack.diagnostic is not None:
+                entry["diagnostic"] = attack.diagnostic
             try:
                 result = attack.run(context)
             except AttackRefused as err:
@@ -478,6 +516,11 @@ def _run_attacks(analysis: Analysis) -> list[dict[str, Any]]:
                 entries.append({**entry, "skipped": 1, "error": str(err)})
                 continue
             value = result.accuracy
+            if isinstance(attack, IntegrityAttack):
+                entries.append({**entry, "layer": "output", "metric": result.metric,
+                                "integrity": result.figures,
+                                result.metric: {"mean": value, "p95": value, "max": value, "n": 1}})
+                continue
             if attack.receiver:
                 entries.append({**entry, "metric": result.metric, "reconstruction": result.figures,
                                 result.metric: {"mean": value, "p95": value, "max": value, "n": 1}})
@@ -490,6 +533,9 @@ def _run_attacks(analysis: Analysis) -> list[dict[str, Any]]:
 
 
 _FIGURES_KEY = {"exact": "exact"}  # where a run attack's figures go in its summary entry
+# The attack scoring each integrity variant (splitleak.integrity.VARIANTS).
+INTEGRITY_ATTACKS = {"backdoor": "replacement_backdoor", "noisy": "noisy_samples",
+                     "missing": "missing_features"}
 
 LEAK_SCHEMA = pa.schema([
     ("party_id", pa.int32()), ("layer", pa.string()), ("epoch", pa.int32()), ("step", pa.int64()),
@@ -499,12 +545,13 @@ LEAK_SCHEMA = pa.schema([
     ("n_pos", pa.int64()), ("skip_reason", pa.string()), ("seed", pa.int64()),
     ("parties", pa.string()), ("draw", pa.int32()), ("skip_kind", pa.string()),
     ("n_correct", pa.int64()), ("n_predicted", pa.int64()), ("n_no_prediction", pa.int64()),
-    ("count_error", pa.float64()),
+    ("count_error", pa.float64()), ("threshold_accuracy", pa.float64()),
+    ("threshold_rule", pa.string()), ("anchor", pa.string()),
 ])
 
 
 def _row(unit: Attacker, layer: str, epoch: int, step: int, attack: Attack, result: BatchLeak,
-         draw: int) -> dict[str, Any]:
+         draw: int, anchor: str | None = None) -> dict[str, Any]:
     return {"party_id": unit.parties[0], "layer": layer, "epoch": epoch, "step": step,
             "attack": attack.label, "name": attack.name, "side_knowledge": attack.side_knowledge,
             "metric": result.metric,
@@ -515,4 +562,6 @@ def _row(unit: Attacker, layer: str, epoch: int, step: int, attack: Attack, resu
             "skip_reason": result.skip_reason, "seed": unit.seed, "parties": unit.key,
             "draw": draw, "skip_kind": result.skip_kind, "n_correct": result.n_correct,
             "n_predicted": result.n_predicted, "n_no_prediction": result.n_no_prediction,
-            "count_error": result.count_error}
+            "count_error": result.count_error, "threshold_accuracy": result.threshold_accuracy,
+            "threshold_rule": attack.threshold.words if result.metric == "auc" else None,
+            "anchor": anchor if result.skip_reason is None else None}

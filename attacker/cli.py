@@ -20,7 +20,7 @@ from splitleak.cli_common import (
     tls_dir_or_exit,
     writable_or_exit,
 )
-from splitleak.config import TopologyConfig
+from splitleak.config import ConfigError, TopologyConfig
 from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
 from splitleak.registry import UnknownPluginError
@@ -126,8 +126,8 @@ def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
     except LinkedRunDir as err:
         raise BadInput(f"cannot analyse {args.run_dir}: {err}") from None
     try:
-        summary = analyze(args.run_dir, specs, args.hints, args.seed, args.draws)
-    except (AnalysisInputError, LogFormatError) as err:
+        summary = analyze(args.run_dir, specs, args.hints, args.seed, args.draws, args.device)
+    except (AnalysisInputError, LogFormatError, ConfigError) as err:
         raise BadInput(f"cannot analyse {args.run_dir}: {err}") from None
     except FileNotFoundError as err:
         console.print(f"[bold red]cannot analyse {args.run_dir}:[/] {err}")
@@ -179,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
                    "threat model's, else the run's seed)")
     a.add_argument("--draws", type=_positive, help="R draws of random side knowledge per batch "
                    "(default: threat.draws, 5)")
+    a.add_argument("--device", help="where the run-level attacks (model completion, feature "
+                   "reconstruction) train: auto, cpu, cuda, cuda:K (default: the run's "
+                   "run.devices.attacker, else run.device)")
     b = sub.add_parser("bench", help="analysis throughput on a synthetic gradient log")
     b.add_argument("--rows", type=int, default=ALL_ROWS,
                    help=f"rows of the synthetic log (default {ALL_ROWS:,}; --exact: examples, default 8,192)")

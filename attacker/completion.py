@@ -98,8 +98,9 @@ class PartyView:
 
 
 def load_parties(run: RunDir, cfg: ExperimentConfig, parties: tuple[int, ...],
-                 num_classes: int) -> list[PartyView]:
-    """Each party's own feature columns (loaded as the party loads them) and its saved bottom."""
+                 num_classes: int, device: torch.device | str = "cpu") -> list[PartyView]:
+    """Each party's own feature columns (loaded as the party loads them) and its saved bottom,
+    both on `device`."""
     dataset = build_dataset(cfg.dataset.name, cfg.dataset.params)
     columns = passive_columns(cfg, dataset.schema())
     views = []
@@ -108,11 +109,11 @@ def load_parties(run: RunDir, cfg: ExperimentConfig, parties: tuple[int, ...],
         if not path.exists():
             raise ValueError(f"model completion needs passive party {k}'s trained bottom model at "
                              f"{path}; the party saves it when training ends (did the run finish?)")
-        inputs = load_party_inputs(cfg, dataset, columns[k])
+        inputs = load_party_inputs(cfg, dataset, columns[k]).to(device)
         bottom = build_bottom(cfg.model, inputs.spec, cfg.output_width(num_classes), seed=0)
         state = torch.load(path, map_location="cpu", weights_only=True)
         bottom.load_state_dict(state["model"])
-        views.append(PartyView(k, inputs, bottom))
+        views.append(PartyView(k, inputs, bottom.to(device)))
     return views
 
 
@@ -121,7 +122,8 @@ def random_bottoms(cfg: ExperimentConfig, views: list[PartyView], num_classes: i
     """The same architectures freshly initialised: the baseline with nothing learnt in training."""
     return [PartyView(v.party_id, v.inputs,
                       build_bottom(cfg.model, v.inputs.spec, cfg.output_width(num_classes),
-                                   derive_seed(seed, "completion", "random_bottom", v.party_id)))
+                                   derive_seed(seed, "completion", "random_bottom", v.party_id)
+                                   ).to(v.inputs.device))
             for v in views]
 
 
@@ -135,6 +137,7 @@ def build_model(views: list[PartyView], num_classes: int, settings: Settings,
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(derive_seed(seed, "completion", "head"))
         model = CompletionModel(bottoms, width, num_classes, settings.head_layers)
+    model.head.to(views[0].inputs.device)
     for parameter in model.bottoms.parameters():
         parameter.requires_grad_(settings.fine_tune_bottom)
     return model
@@ -156,6 +159,7 @@ class Trainer:
                  settings: Settings, seed: int) -> None:
         self.model = model
         self.views = views
+        self.device = views[0].inputs.device
         self.num_classes = num_classes
         self.s = settings
         self.ema = copy.deepcopy(model)
@@ -194,7 +198,7 @@ class Trainer:
         for step in range(self.s.steps):
             x_ids = next(labelled_batches)
             targets_x = F.one_hot(torch.tensor([by_id[i] for i in x_ids.tolist()]),
-                                  self.num_classes).float()
+                                  self.num_classes).float().to(self.device)
             if unlabelled_batches is None:
                 loss = -(F.log_softmax(self.model(self._augmented(x_ids)), 1) * targets_x).sum(1).mean()
             else:
@@ -214,7 +218,7 @@ class Trainer:
         rows = [torch.cat([e[p] for e in encoded]) for p in range(len(self.views))]
         targets = torch.cat([targets_x, *([targets_u] * self.s.augmentations)])
         lam = mixup_weight(self.mix_rng, self.s.alpha)
-        permutation = torch.randperm(targets.shape[0], generator=self.torch_gen)
+        permutation = torch.randperm(targets.shape[0], generator=self.torch_gen).to(self.device)
         logits = self.model.forward_encoded([mixup(r, permutation, lam) for r in rows])
         mixed_targets = mixup(targets, permutation, lam)
         n_x = targets_x.shape[0]
@@ -242,7 +246,7 @@ class Trainer:
                                       for k, v in self._averages.items()}, strict=False)
         self.ema.eval()
         chunks = [torch.from_numpy(ids[i: i + EVAL_CHUNK]) for i in range(0, ids.size, EVAL_CHUNK)]
-        outputs = [self.ema([v.rows(c) for v in self.views]) for c in chunks]
+        outputs = [self.ema([v.rows(c) for v in self.views]).cpu() for c in chunks]
         return torch.cat(outputs) if outputs else torch.zeros(0, self.num_classes)
 
 

@@ -27,7 +27,7 @@ class LeakAUC:
 
 
 SkipKind = Literal["empty", "single_class", "degenerate", "side_knowledge", "no_prediction",
-                   "attack"]
+                   "attack", "premise"]
 Metric = Literal["auc", "accuracy", "count_error"]
 METRIC_OF_KIND: dict[str, Metric] = {"score": "auc", "label": "accuracy", "counts": "count_error"}
 
@@ -48,6 +48,8 @@ class BatchLeak:
     n_predicted: int | None = None  # rows with a prediction (the accuracy's denominator),
     n_no_prediction: int | None = None  # rows the rule made no prediction on (skipped, counted)
     count_error: float | None = None  # Σ_c |n̂_c − n_c| / (2B) (counts attacks)
+    # score attacks: accuracy of the attack's threshold rule (VFLAIR's attack performance)
+    threshold_accuracy: float | None = None
 
     @property
     def skipped(self) -> bool:
@@ -193,6 +195,12 @@ def _all_tied(scores: np.ndarray) -> bool:
     return scores.size > 0 and bool(np.all(scores == scores[0]))
 
 
+def premise_failed(attack: Attack, n_rows: int, num_classes: int, reason: str) -> BatchLeak:
+    """A batch the attack does not apply to, because its premise fails for the run."""
+    return BatchLeak(attack.label, METRIC_OF_KIND[attack.metric_kind(num_classes)], n_rows, 0,
+                     skip_reason=f"premise: {reason}", skip_kind="premise")
+
+
 def evaluate_batch(
     attack: Attack, gradients: np.ndarray, labels: np.ndarray, rng: np.random.Generator,
     clean_anchor: tuple[int, np.ndarray] | None = None,
@@ -242,10 +250,13 @@ def evaluate_batch(
         auc = leak_auc(result.values, labels, ~keep)
         if auc is None:
             return skipped("side_knowledge", _skip_after_exclusion(labels, keep, n_used), n_excluded)
-        if _all_tied(np.asarray(result.values)[keep]):
+        scores = np.asarray(result.values)[keep]
+        if _all_tied(scores):
             return skipped("degenerate", f"degenerate: all {auc.n_rows} scores tied (no information)",
                            n_excluded)
-        return BatchLeak(attack.label, metric, n_rows, n_excluded, auc=auc)
+        decisions = result.decisions[keep] if result.decisions is not None else None
+        accuracy = attack.threshold.accuracy(scores, labels[keep], decisions)
+        return BatchLeak(attack.label, metric, n_rows, n_excluded, auc=auc, threshold_accuracy=accuracy)
     if not keep.any():
         return skipped("side_knowledge", _skip_after_exclusion(labels, keep, n_used), n_excluded)
     predicted = keep & (result.values != NO_PREDICTION)

@@ -63,11 +63,13 @@ def shift_images(images: torch.Tensor, max_shift: int, generator: torch.Generato
     n, _, height, width = images.shape
     s = max_shift
     padded = F.pad(images, (s, s, s, s))
-    dy = torch.randint(-s, s + 1, (n,), generator=generator)
-    dx = torch.randint(-s, s + 1, (n,), generator=generator)
+    dy = torch.randint(-s, s + 1, (n,), generator=generator)  # drawn on the CPU generator,
+    dx = torch.randint(-s, s + 1, (n,), generator=generator)  # used on the images' device
     rows = torch.arange(height)[None, :] + s - dy[:, None]  # [n, H] rows of the padded image
     cols = torch.arange(width)[None, :] + s - dx[:, None]  # [n, W]
-    picked = padded[torch.arange(n)[:, None, None], :, rows[:, :, None], cols[:, None, :]]
+    device = images.device
+    picked = padded[torch.arange(n, device=device)[:, None, None], :,
+                    rows.to(device)[:, :, None], cols.to(device)[:, None, :]]
     return picked.permute(0, 3, 1, 2).contiguous()  # advanced indexing put channels last
 
 
@@ -75,4 +77,4 @@ def jitter(numeric: torch.Tensor, std: float, generator: torch.Generator) -> tor
     """Tabular augmentation: Gaussian noise on standardised numeric fields."""
     if std <= 0 or numeric.numel() == 0:
         return numeric
-    return numeric + std * torch.randn(numeric.shape, generator=generator)
+    return numeric + std * torch.randn(numeric.shape, generator=generator).to(numeric.device)

@@ -12,11 +12,14 @@ from typing import Any
 import numpy as np
 import torch
 from pydantic import Field
+from torch.nn import functional as F
 
 from attacker.attacks.base import AttackParams, RunAttack, RunContext, RunResult, label_without_defaults
 from attacker.completion import PartyView, load_parties
 from attacker.store import GradientLog
 from splitleak.fileio import write_atomically
+from splitleak.models import Bottom
+from splitleak.placement import ATTACKER, role_threads
 from splitleak.seeding import rng
 
 GRID_COLUMNS = 10  # examples shown in the report's image grid
@@ -32,29 +35,65 @@ class ReconstructionParams(AttackParams):
                           "the last recorded epoch")
 
 
-class ReconstructionAttack(RunAttack):
-    """A run-level attack by the label party on one passive party's inputs."""
+@dataclass
+class Rebuilt:
+    """What a reconstruction attack produced: the victim rows it rebuilt, as numeric features
+    (images) and categorical codes, and the rows whose mean is the prior baseline."""
+
+    view: PartyView  # the victim's real columns (the truth to score against) and trained bottom
+    ids: np.ndarray  # [n] rows rebuilt and scored
+    prior_ids: np.ndarray  # rows whose mean row is the prior (what a constant guess achieves)
+    numeric: torch.Tensor
+    categorical: torch.Tensor | None
+    figures: dict[str, Any]  # the attack's own figures, reported beside the scores
+
+
+class FeatureReconstruction(RunAttack):
+    """A run-level attack by the label party on one passive party's input features."""
 
     receiver = True
-
-    params: ReconstructionParams
 
     @property
     def label(self) -> str:
         """Only the parameters that differ from the defaults (the table stays readable)."""
         return label_without_defaults(self)
 
+    @classmethod
+    def attack_performance(cls, entry: dict[str, Any]) -> dict[str, Any]:
+        """VFLAIR's AP of a feature reconstruction (TBM, GRN): 1 - MSE of the features scaled
+        to [0, 1] by their range, clipped at 0 as VFLAIR clips a negative AP."""
+        mse = (entry.get("reconstruction") or {}).get("mse_range")
+        return {"metric": "1 - MSE on [0, 1]-scaled features",
+                "value": None if mse is None else max(0.0, 1.0 - mse)}
+
     def run(self, context: RunContext) -> RunResult:
         threads = torch.get_num_threads()
-        torch.set_num_threads(context.cfg.run.torch_threads)  # as the parties: no oversubscription
+        torch.set_num_threads(role_threads(context.cfg, ATTACKER))  # no oversubscription
         started = time.process_time()
         try:
-            victim = load_victim(context, self.params, self.name)
-            numeric, categorical = self.reconstruct(victim, context.seed)
-            return score(context, victim, self.name, numeric, categorical,
-                         time.process_time() - started)
+            rebuilt = self.rebuild(context)
+            return score(context, rebuilt.view, rebuilt.ids, rebuilt.prior_ids, self.name,
+                         rebuilt.numeric, rebuilt.categorical, time.process_time() - started,
+                         **rebuilt.figures)
         finally:
             torch.set_num_threads(threads)
+
+    @abstractmethod
+    def rebuild(self, context: RunContext) -> Rebuilt:
+        """Rebuild victim rows; ValueError with a sentence when the run lacks what it needs."""
+
+
+class ReconstructionAttack(FeatureReconstruction):
+    """Reconstruction from the activations the label party received (inversion, back-mapping)."""
+
+    params: ReconstructionParams
+
+    def rebuild(self, context: RunContext) -> Rebuilt:
+        victim = load_victim(context, self.params, self.name)
+        numeric, categorical = self.reconstruct(victim, context.seed)
+        aux = np.unique(victim.aux_ids)
+        return Rebuilt(victim.view, victim.ids, aux, numeric, categorical,
+                       {"epoch": victim.epoch, "auxiliary_rows": int(aux.size)})
 
     @abstractmethod
     def reconstruct(self, victim: Victim, seed: int) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -144,6 +183,17 @@ def _read_activations(root: Path, k: int, aux: np.ndarray, what: str
             (np.concatenate(aux_ids), np.concatenate(aux_rows)))
 
 
+def soft_forward(bottom: Bottom, numeric: torch.Tensor, logits: list[torch.Tensor]) -> torch.Tensor:
+    """The bottom on a relaxed input: each categorical field as its softmax-weighted embedding
+    (so a reconstruction of categorical fields can be found by gradient descent)."""
+    if bottom.encoder is None or not logits:
+        return bottom(numeric, torch.zeros(numeric.shape[0], 0, dtype=torch.int64))
+    embeddings = [F.softmax(z, 1) @ e.weight for z, e in zip(logits, bottom.encoder.embeddings,
+                                                             strict=True)]
+    parts = ([numeric] if bottom.encoder.num_numeric else []) + embeddings
+    return bottom.body(torch.cat(parts, 1))
+
+
 def ssim_window(image_shape: tuple[int, int, int]) -> int:
     """skimage's window: 7 (its default) or the largest odd side that fits the image."""
     side = min(image_shape[1], image_shape[2])
@@ -154,20 +204,40 @@ def ssim_window(image_shape: tuple[int, int, int]) -> int:
     return win
 
 
-def image_scores(truth: np.ndarray, rebuilt: np.ndarray, labels: np.ndarray) -> dict[str, Any]:
-    """SSIM per image (skimage; data range of the truth, channels averaged), averaged within each
-    class then over classes (class-conditional, as Luo & Zhang), and MSE over every pixel."""
+def _ssim(truth: np.ndarray, rebuilt: np.ndarray, labels: np.ndarray, data_range: float,
+          win: int) -> tuple[float, dict[int, float], float]:
+    """(class-conditional SSIM, per class, mean over rows): skimage's SSIM per image (channels
+    averaged), averaged within each class then over classes, as Luo & Zhang."""
     from skimage.metrics import structural_similarity
 
-    data_range = float(truth.max() - truth.min()) or 1.0
-    win = ssim_window(truth.shape[1:])
     per_row = np.array([structural_similarity(t, r, data_range=data_range, win_size=win,
                                               channel_axis=0)
                         for t, r in zip(truth, rebuilt, strict=True)])
     by_class = {int(c): float(per_row[labels == c].mean()) for c in np.unique(labels)}
-    return {"ssim": float(np.mean(list(by_class.values()))), "ssim_by_class": by_class,
-            "ssim_rows": float(per_row.mean()), "mse": float(np.mean((truth - rebuilt) ** 2)),
-            "ssim_window": win, "data_range": data_range}
+    return float(np.mean(list(by_class.values()))), by_class, float(per_row.mean())
+
+
+def image_scores(truth: np.ndarray, rebuilt: np.ndarray, labels: np.ndarray,
+                 pixel_scale: tuple[float, float] | None = None) -> dict[str, Any]:
+    """SSIM as the papers compute it: on [0, 1] pixels with data_range = 1 (the images mapped
+    back from the party's standardised scale with `pixel_scale` = (mean, std); None: they are
+    pixels already; the reconstruction clipped to [0, 1], the range an image takes), class-
+    conditional. Beside it, as a labelled diagnostic, the SSIM on the standardised scale with the
+    truth's range as data range (what splitleak reported before: the luminance term shifts, so
+    it cannot be set beside a paper's). MSE over every value in standardised units; `mse_range`
+    on those [0, 1] pixels (VFLAIR's reconstruction AP is 1 minus it)."""
+    mean, std = pixel_scale or (0.0, 1.0)
+    win = ssim_window(truth.shape[1:])
+    pixels = np.clip(truth * std + mean, 0.0, 1.0)
+    rebuilt_pixels = np.clip(rebuilt * std + mean, 0.0, 1.0)
+    ssim, by_class, rows = _ssim(pixels, rebuilt_pixels, labels, 1.0, win)
+    data_range = float(truth.max() - truth.min()) or 1.0
+    standardised, _, _ = _ssim(truth, rebuilt, labels, data_range, win)
+    return {"ssim": ssim, "ssim_by_class": by_class, "ssim_rows": rows,
+            "mse": float(np.mean((truth - rebuilt) ** 2)),
+            "mse_range": float(np.mean((pixels - rebuilt_pixels) ** 2)),
+            "ssim_window": win, "data_range": 1.0,
+            "ssim_standardised": {"ssim": standardised, "data_range": data_range}}
 
 
 def tabular_scores(numeric: np.ndarray, rebuilt_numeric: np.ndarray, categorical: np.ndarray,
@@ -180,21 +250,25 @@ def tabular_scores(numeric: np.ndarray, rebuilt_numeric: np.ndarray, categorical
     r2 = (r2_score(numeric, rebuilt_numeric, multioutput="raw_values").tolist() if p else [])
     accuracy = [float((categorical[:, j] == rebuilt_categorical[:, j]).mean())
                 for j in range(categorical.shape[1])]
+    spans = np.ptp(numeric, axis=0) if p else np.ones(0)
+    spans = np.where(spans > 0, spans, 1.0)
     figures: dict[str, Any] = {"r2": dict(zip(names[:p], map(float, r2), strict=True)),
                                "accuracy": dict(zip(names[p:], accuracy, strict=True)),
-                               "mse": float(np.mean((numeric - rebuilt_numeric) ** 2)) if p else None}
+                               "mse": float(np.mean((numeric - rebuilt_numeric) ** 2)) if p else None,
+                               "mse_range": (float(np.mean(((numeric - rebuilt_numeric) / spans) ** 2))
+                                             if p else None)}
     figures["metric"] = "r2" if p else "feature_accuracy"
     figures["value"] = float(np.mean(r2)) if p else float(np.mean(accuracy))
     return figures
 
 
-def column_names(context: RunContext, victim: Victim) -> list[str]:
-    """The victim's column names from the schema (numeric first, then categorical)."""
+def column_names(context: RunContext, party_id: int) -> list[str]:
+    """Party `party_id`'s column names from the schema (numeric first, then categorical)."""
     from splitleak.datasets import build_dataset
     from splitleak.partition import passive_columns
 
     schema = build_dataset(context.cfg.dataset.name, context.cfg.dataset.params).schema()
-    start, stop = passive_columns(context.cfg, schema)[victim.party_id]
+    start, stop = passive_columns(context.cfg, schema)[party_id]
     return list((*schema.numeric_names, *schema.categorical_names)[start:stop])
 
 
@@ -225,30 +299,31 @@ def grid_path(context: RunContext, attack: str, party: int) -> Path:
     return context.run.attacker / "reconstruction" / f"{attack}_party{party}.npz"
 
 
-def score(context: RunContext, victim: Victim, attack: str, numeric: torch.Tensor,
-          categorical: torch.Tensor | None, cpu_seconds: float) -> RunResult:
-    """Score a reconstruction of the victim rows against their real features, next to the prior
-    baseline (every row rebuilt as the mean of the attacker's auxiliary rows); images also keep
-    the grid's examples for the report."""
-    labels = context.truth(victim.ids)
-    truth_n, truth_c = (t.numpy() for t in victim.truth(victim.ids))
-    aux_n, aux_c = victim.truth(np.unique(victim.aux_ids))
-    prior_n = np.broadcast_to(aux_n.mean(0).numpy(), truth_n.shape)
+def score(context: RunContext, view: PartyView, ids: np.ndarray, prior_ids: np.ndarray,
+          attack: str, numeric: torch.Tensor, categorical: torch.Tensor | None,
+          cpu_seconds: float, **extra: Any) -> RunResult:
+    """Score a reconstruction of rows `ids` of the victim `view` against their real features,
+    next to the prior baseline (every row rebuilt as the mean of rows `prior_ids`, what the
+    attacker could guess without the attack); images also keep the grid's examples for the
+    report. `extra` figures are added as they are."""
+    labels = context.truth(ids)
+    truth_n, truth_c = (t.numpy() for t in view.rows(torch.from_numpy(ids)))
+    prior_n, prior_c = view.rows(torch.from_numpy(prior_ids))
+    prior = np.broadcast_to(prior_n.mean(0).numpy(), truth_n.shape)
     rebuilt_n = numeric.detach().numpy()
-    if victim.image_shape is not None:
-        figures = image_scores(truth_n, rebuilt_n, labels)
-        figures["prior"] = image_scores(truth_n, prior_n, labels)
+    if view.inputs.spec.image_shape is not None:
+        scale = view.inputs.pixel_scale
+        figures = image_scores(truth_n, rebuilt_n, labels, scale)
+        figures["prior"] = image_scores(truth_n, prior, labels, scale)
         figures["metric"], figures["value"] = "ssim", figures["ssim"]
-        save_grid(grid_path(context, attack, victim.party_id), victim.ids, labels, truth_n, rebuilt_n)
+        save_grid(grid_path(context, attack, view.party_id), ids, labels, truth_n, rebuilt_n)
     else:
-        names = column_names(context, victim)
+        names = column_names(context, view.party_id)
         rebuilt_c = categorical.numpy() if categorical is not None else truth_c[:, :0]
-        modes = torch.mode(aux_c, dim=0).values.numpy() if aux_c.shape[1] else truth_c[0, :0]
+        modes = torch.mode(prior_c, dim=0).values.numpy() if prior_c.shape[1] else truth_c[0, :0]
         figures = tabular_scores(truth_n, rebuilt_n, truth_c, rebuilt_c, names)
-        figures["prior"] = tabular_scores(truth_n, prior_n, truth_c,
+        figures["prior"] = tabular_scores(truth_n, prior, truth_c,
                                           np.broadcast_to(modes, truth_c.shape), names)
-    figures.update(rows=int(victim.ids.size), epoch=victim.epoch,
-                   auxiliary_rows=int(np.unique(victim.aux_ids).size),
-                   cpu_seconds=round(cpu_seconds, 1))
-    return RunResult(accuracy=figures["value"], correct=0, rows=int(victim.ids.size),
+    figures.update(rows=int(ids.size), cpu_seconds=round(cpu_seconds, 1), **extra)
+    return RunResult(accuracy=figures["value"], correct=0, rows=int(ids.size),
                      figures=figures, metric=figures["metric"])

@@ -22,6 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from attacker.report_exact import exact_md, exact_table
+from attacker.report_integrity import integrity_md, integrity_table
 from attacker.report_reconstruction import (
     draw_grids,
     protection_md,
@@ -80,7 +81,8 @@ def _run_entries(summary: dict[str, Any], completion: bool = False) -> list[dict
     """Run-level gradient-attack entries (or, with `completion`, the model-completion ones) by
     party, then layer (cut first), then in the analysis' attack order."""
     entries = [e for e in summary["leak"] if e["scope"] == "run" and "exact" not in e
-               and e["layer"] != "input" and ("completion" in e or "error" in e) == completion]
+               and e["layer"] not in ("input", "output")
+               and ("completion" in e or "error" in e) == completion]
     return sorted(entries, key=lambda e: (len(e.get("parties") or [1]), e["party_id"],
                                           _layer_key(e["layer"])))
 
@@ -97,6 +99,12 @@ def _spread_cell(entry: dict[str, Any], stat: str = "p95") -> str:
     spread = (entry.get("spread") or {}).get("flipped", {}).get(stat)
     return f"±{spread['std']:.3f}" if spread and spread.get("std") is not None and math.isfinite(
         spread["std"]) else ""
+
+
+def _received(entry: dict[str, Any], tag: str) -> str:
+    """An anchor attack's tag, saying when some anchors were received rows, not clean ones."""
+    received = entry.get("received_anchors") or 0
+    return f"{tag}; {received} received" if received else tag
 
 
 def _skip_cell(entry: dict[str, Any]) -> str:
@@ -150,25 +158,28 @@ def leak_table(summary: dict[str, Any], title: str = "label leakage") -> Table:
             previous = (_who(e), e["layer"])
             table.add_row(f"[bold]{e['layer']} layer, party {_who(e)} ({escape(threat_tag(e))})[/]")
         stats = metric_stats(e)
+        knows = "not applicable (report.md)" if e.get("premise") else \
+            _received(e, compact_tag(e["attack"], e["side_knowledge"]))
         table.add_row(escape(e["attack"]), _fmt(headline_value(e)),
                       _fmt(stats.get("mean")), _spread_cell(e), f"{e['skipped']}/{e['batches']}",
-                      escape(compact_tag(e["attack"], e["side_knowledge"])))
+                      escape(knows))
     return table
 
 
 def completion_table(summary: dict[str, Any]) -> Table | None:
     """Model completion per attacker: top-1 (top-5) on train and test rows, and both baselines."""
-    entries = _run_entries(summary, completion=True)
+    entries = sorted(_run_entries(summary, completion=True), key=lambda e: bool(e.get("diagnostic")))
     if not entries:
         return None
     table = Table(title="model completion (label inference accuracy pooled over rows)",
                   box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True,
                   caption="train rows exclude the labelled ones; (top-5); baselines train/test: the "
-                          "same head on the labelled rows alone, and MixMatch on a random bottom")
+                          "same head on the labelled rows alone, and MixMatch on a random bottom; "
+                          "diag. = a diagnostic (bottom frozen), not the papers' comparable figure")
     for column in ("attacker", "labelled", "train", "test", "labelled\nonly", "random\nbottom"):
         table.add_column(column, justify="left" if column == "attacker" else "right", no_wrap=True)
     for e in entries:
-        who = escape(f"{_who(e)} {threat_tag(e)}")
+        who = escape(f"{_who(e)} {threat_tag(e)}" + (" diag." if e.get("diagnostic") else ""))
         if "error" in e:
             table.add_row(who, "-", f"[red]{escape(e['error'])}[/]")
             continue
@@ -190,7 +201,8 @@ def print_leak_table(console: Console, summary: dict[str, Any]) -> None:
     """The gradient attacks' table, then the run-level attacks' (an empty first table is left
     out when a run-level one follows, e.g. a run analysed with EXACT alone)."""
     run_level = [t for t in (completion_table(summary), exact_table(summary),
-                             reconstruction_table(summary)) if t is not None]
+                             reconstruction_table(summary), integrity_table(summary))
+                 if t is not None]
     if _run_entries(summary) or not run_level:
         console.print(leak_table(summary))
     for table in run_level:
@@ -343,7 +355,8 @@ def write_report(run: RunDir, summary: dict[str, Any]) -> None:
     warnings = [*above_bound_notes(summary), *summary.get("warnings", []), *notes]
     lines = [*_title_md(run, summary, inputs), *threat_md(summary),
              *_headline_md(summary, inputs.records, bounds), *completion_md(summary),
-             *exact_md(summary), *reconstruction_md(summary), *protection_md(run, inputs.config),
+             *exact_md(summary), *reconstruction_md(summary), *integrity_md(summary),
+             *protection_md(run, inputs.config),
              *_utility_md(inputs.records), *_objective_md(inputs.config, inputs.outcome),
              *_defense_md(inputs.config, inputs.outcome),
              *_bound_md(bounds, summary), *_leak_md(summary, inputs.leak), *_epoch_md(summary),
@@ -502,10 +515,19 @@ def _leak_md(summary: dict[str, Any], leak: pa.Table | None) -> list[str]:
         counts = [e for e in group if e["metric"] == "count_error"]
         if auc:
             header = [f"{kind} {k}" for kind in ("raw", "flipped") for k in ("mean", "p95", "max")]
-            lines += _md_table(["attack", "side knowledge", *header, "± flipped p95", "skipped"], [
-                [e["attack"], side_knowledge_tag(e["attack"], e["side_knowledge"]),
+            lines += _md_table(["attack", "side knowledge", *header, "± flipped p95", "skipped",
+                                "threshold accuracy mean"], [
+                [e["attack"], _received(e, side_knowledge_tag(e["attack"], e["side_knowledge"])),
                  *(_fmt(e[kind][k]) for kind in ("raw", "flipped") for k in ("mean", "p95", "max")),
-                 _spread_cell(e) or "-", _skip_cell(e)] for e in auc])
+                 _spread_cell(e) or "-", _skip_cell(e),
+                 _fmt((e.get("threshold_accuracy") or {}).get("mean"))] for e in auc])
+            rules = dict.fromkeys(e["threshold_rule"] for e in auc if e.get("threshold_rule"))
+            if rules:
+                lines += ["Threshold accuracy: the share of a batch's scored rows a hard rule on the "
+                          "scores labels right, mean over batches (VFLAIR's attack performance for "
+                          "its DCS); rules: " + "; ".join(
+                              f"{', '.join(e['attack'] for e in auc if e.get('threshold_rule') == r)}: {r}"
+                              for r in rules) + ".", ""]
         if accuracy:
             lines += _md_table(["attack", "side knowledge", "pooled accuracy", "rows", "no prediction",
                                 "batch mean", "batch p95", "batch max", "skipped"], [
@@ -520,6 +542,8 @@ def _leak_md(summary: dict[str, Any], leak: pa.Table | None) -> list[str]:
                 [e["attack"], side_knowledge_tag(e["attack"], e["side_knowledge"]),
                  *(_fmt(e["count_error"][k]) for k in ("mean", "p95", "max")),
                  _skip_cell(e)] for e in counts])
+        lines += [f"Not applicable, never scored: `{e['attack']}`: {e['premise']}." for e in group
+                  if e.get("premise")]
         lines += _skip_reasons(leak, who, layer)
     if any(e.get("degenerate") for e in _run_entries(summary)):
         lines += ["(n tied) = batches skipped as degenerate: every score tied (e.g. both class medians "

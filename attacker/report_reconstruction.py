@@ -23,7 +23,8 @@ def _entries(summary: dict[str, Any]) -> list[dict[str, Any]]:
     return [e for e in summary["leak"] if e["scope"] == "run" and e["layer"] == "input"]
 
 
-def _rows(summary: dict[str, Any]) -> list[list[str]]:
+def _rows(summary: dict[str, Any], ap: bool = False) -> list[list[str]]:
+    """One row per attack and victim; `ap`: with VFLAIR's attack performance (report.md)."""
     rows = []
     for e in _entries(summary):
         if "error" in e:
@@ -31,25 +32,43 @@ def _rows(summary: dict[str, Any]) -> list[list[str]]:
         r = e["reconstruction"]
         prior = r["prior"]
         if r["metric"] == "ssim":
-            cells = [fmt(r["ssim"]), fmt(prior["ssim"]), fmt(r["mse"]), fmt(prior["mse"])]
+            cells = [fmt(r["ssim"]), fmt(prior["ssim"]), fmt(r["mse"]), fmt(prior["mse"]),
+                     fmt((r.get("ssim_standardised") or {}).get("ssim"))]
         else:
             worst = ", ".join(f"{k} {fmt(v)}" for k, v in {**r["r2"], **r["accuracy"]}.items())
             cells = [f"{r['metric']} {fmt(r['value'])}", f"{fmt(prior['value'])}",
-                     fmt(r.get("mse")), worst or "-"]
+                     fmt(r.get("mse")), worst or "-", "-"]
         rows.append([str(e["party_id"]), e["attack"], *cells, str(r["rows"]),
-                     str(r["auxiliary_rows"]), fmt(r.get("cpu_seconds"), 0)])
+                     str(r.get("auxiliary_rows", "-")), fmt(r.get("cpu_seconds"), 0)]
+                    + ([fmt((e.get("ap") or {}).get("value"))] if ap else []))
     return rows
 
 
-HEADER = ["victim", "attack", "SSIM (class-cond.)", "prior SSIM", "MSE", "prior MSE", "rows",
-          "auxiliary rows", "CPU s"]
-TABULAR = ["victim", "attack", "headline", "prior", "MSE", "per feature (R² / accuracy)", "rows",
-           "auxiliary rows", "CPU s"]
+HEADER = ["victim", "attack", "SSIM (class-cond.)", "prior SSIM", "MSE", "prior MSE",
+          "SSIM standardised (diagnostic)", "rows", "auxiliary rows", "CPU s"]
+TABULAR = ["victim", "attack", "headline", "prior", "MSE", "per feature (R² / accuracy)", "",
+           "rows", "auxiliary rows", "CPU s"]
+DIAGNOSTIC = 6  # the standardised SSIM's column: report.md only
 
 
-def _header(summary: dict[str, Any]) -> list[str]:
+def _header(summary: dict[str, Any], ap: bool = False) -> list[str]:
     images = any(e.get("metric") == "ssim" for e in _entries(summary))
-    return HEADER if images else TABULAR
+    return (HEADER if images else TABULAR) + (["VFLAIR AP (1 − MSE₀₁)"] if ap else [])
+
+
+HOW = {
+    "inversion": "Inversion (white box): Adam on ‖f_k(x̂) − h‖² + λ·TV(x̂) from the train mean, "
+                 "per received activation of the last recorded epoch.",
+    "back_mapping": "Back-mapping (VFLAIR's TBM): an MLP decoder trained on the auxiliary rows' "
+                    "(activation, features), applied to the received activations of the last "
+                    "recorded epoch.",
+    "grn": "GRN (Luo et al.): a generator from the label party's own features and noise, trained "
+           "so that the trained model's output on its features matches the output on the real "
+           "ones; scored on test rows, prior = the train mean.",
+    "cafe": "CAFE (Jin et al.): dummy first-layer gradients, first-layer inputs and data of every "
+            "row, fitted to the victim's aggregated parameter gradients per snapshot step; scored "
+            "on the rows it saw, prior = the train mean; PSNR as in the paper.",
+}
 
 
 CONSOLE = {"victim": "party", "SSIM (class-cond.)": "SSIM", "prior SSIM": "prior",
@@ -63,14 +82,16 @@ def reconstruction_table(summary: dict[str, Any]) -> Table | None:
         return None
     table = Table(title="feature reconstruction by the label party (received activations)",
                   box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
-                  caption="SSIM: class-conditional; prior: every row rebuilt as the mean of the "
-                          "attacker's auxiliary (aux.) rows")
-    for column in _header(summary):
+                  caption="SSIM: class-conditional, on [0, 1] pixels (data range 1); prior: every "
+                          "row rebuilt as the mean of the attacker's auxiliary (aux.) rows")
+    for i, column in enumerate(_header(summary)):
+        if i == DIAGNOSTIC:
+            continue
         wide = column in ("attack", "per feature (R² / accuracy)")
         table.add_column(CONSOLE.get(column, column), justify="left" if wide else "right",
                          no_wrap=column == "attack")
     for row in rows:
-        table.add_row(*map(escape, row))
+        table.add_row(*map(escape, row[:DIAGNOSTIC] + row[DIAGNOSTIC + 1:]))
     return table
 
 
@@ -81,17 +102,26 @@ def reconstruction_md(summary: dict[str, Any]) -> list[str]:
     failed = [f"- {e['attack']}, victim {e['party_id']}: {e['error']}" for e in entries if "error" in e]
     first = next((e for e in entries if "reconstruction" in e), None)
     threat = first["threat"] if first else entries[0].get("threat", "")
+    names = dict.fromkeys(e["name"] for e in entries if "name" in e)
     lines = ["## Feature reconstruction", "",
-             f"Threat: {threat}. The victims' rows are train rows of the last recorded epoch outside "
-             "the attacker's auxiliary rows, each reconstructed from the activation the label party "
-             "received. Inversion (white box): Adam on ‖f_k(x̂) − h‖² + λ·TV(x̂) from the train mean. "
-             "Back-mapping: an MLP decoder trained on the auxiliary rows' (activation, features). "
-             "SSIM per image (scikit-image, on the standardised features' range), averaged per class, "
-             "then over classes; MSE in standardised units. Prior: every row rebuilt as the mean "
-             "auxiliary row (what the attacker knows without the activations).", ""]
-    rows = _rows(summary)
+             f"Threat: {threat}. " + " ".join(HOW[n] for n in names if n in HOW) +
+             " SSIM per image as the papers compute it (scikit-image, uniform 7×7 window or the "
+             "largest that fits, on [0, 1] pixels with data range 1, the reconstruction clipped to "
+             "[0, 1]), averaged per class, then over classes; MSE in standardised units; MSE₀₁ on "
+             "those [0, 1] pixels, or tabular features scaled to [0, 1] by their range (VFLAIR's "
+             "scale: its AP is 1 − MSE₀₁). *SSIM standardised* is a diagnostic only: the same on the "
+             "party's standardised pixels with the truth's range as data range (splitleak's figure "
+             "before), which a paper's SSIM cannot be set beside. Prior: every row rebuilt as the "
+             "mean of the attacker's auxiliary rows (inversion, back-mapping) or of the train rows "
+             "(GRN, CAFE): what a constant guess achieves.", ""]
+    rows = _rows(summary, ap=True)
     if rows:
-        lines += md_table(_header(summary), rows)
+        lines += md_table(_header(summary, ap=True), rows)
+    lines += [f"\nCAFE's own metric (victim {e['party_id']}): PSNR {fmt(r['psnr'], 2)} dB, prior "
+              f"{fmt(r['psnr_prior'], 2)} dB ({r['iterations']} iterations over {r['snapshots']} "
+              f"recorded steps, gradient match {fmt(r['gradient_match_first'])} → "
+              f"{fmt(r['gradient_match_last'])})."
+              for e in entries if (r := e.get("reconstruction") or {}).get("psnr") is not None]
     return lines + ["", *failed, ""] if failed else lines + [""]
 
 

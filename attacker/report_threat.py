@@ -50,6 +50,7 @@ def completion_md(summary: dict[str, Any]) -> list[str]:
                and "exact" not in e]
     if not entries:
         return []
+    entries.sort(key=lambda e: bool(e.get("diagnostic")))  # the comparable figures first
     rows, failed = [], []
     for e in entries:
         who = "+".join(map(str, e.get("parties") or [e["party_id"]]))
@@ -58,13 +59,14 @@ def completion_md(summary: dict[str, Any]) -> list[str]:
             continue
         c = e["completion"]
         base = c.get("baselines", {})
+        role = "diagnostic" if e.get("diagnostic") else "comparable"
         cells = [who, e.get("threat") or "?", e["attack"], str(c["labelled"])]
         for split in ("train", "test"):
             cells += [fmt(c[split]["top1"]), fmt(c[split].get("top5"))]
         for name in ("labelled_only", "random_bottom"):
             cells.append(f"{fmt(base[name]['train']['top1'])} / {fmt(base[name]['test']['top1'])}"
                          if name in base else "-")
-        cells += [str(e["seed"]), fmt(c.get("cpu_seconds"), 0)]
+        cells += [str(e["seed"]), fmt(c.get("cpu_seconds"), 0), role]
         rows.append(cells)
     lines = ["## Model completion", "",
              "Fu et al.'s passive (honest party) or active (malicious optimizer) label inference: a head "
@@ -72,11 +74,14 @@ def completion_md(summary: dict[str, Any]) -> list[str]:
              "the party's other train rows; accuracy of the EMA model pooled over rows (train rows "
              "exclude the labelled ones; top-5 for ten or more classes). Baselines: the same head on "
              "the labelled rows alone; MixMatch on a randomly initialised bottom (what the features "
-             "give without anything learnt in training).", ""]
+             "give without anything learnt in training). Comparable: the figure Fu et al.'s and the "
+             "KD^k paper's tables give (bottom fine-tuned); diagnostic: a variant that isolates a part "
+             "of it, here the bottom frozen (the label information training put into the bottom "
+             "itself), not to be set beside the papers' numbers.", ""]
     if rows:
         lines += md_table(["parties", "threat", "attack", "labelled", "train top-1", "train top-5",
                            "test top-1", "test top-5", "labelled only (train / test)",
-                           "random bottom (train / test)", "seed", "CPU s"], rows)
+                           "random bottom (train / test)", "seed", "CPU s", "figure"], rows)
     return lines + ([*failed, ""] if failed else [])
 
 

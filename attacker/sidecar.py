@@ -15,7 +15,7 @@ from attacker.store import GradientStore
 from splitleak.config import ExperimentConfig, TopologyConfig
 from splitleak.fileio import write_atomically
 from splitleak.rundir import RunDir
-from splitleak.timing import TIMING_FILE, write_cpu
+from splitleak.timing import TIMING_FILE, mark_startup, write_cpu
 from splitleak.tls import ATTACKER
 from splitleak.transport import bind, create_server
 
@@ -61,6 +61,7 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     port = bind(server, listen, tls_dir, ATTACKER)
     await server.start()
+    mark_startup("serving")
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     host = listen.rsplit(":", 1)[0]

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from attacker.attacks import ATTACKS
 from attacker.leak import pooled_accuracy, summarise
 from splitleak.fileio import write_atomically
 from splitleak.rundir import RunDir
@@ -84,16 +85,22 @@ def summarise_leak(per_batch: list[dict[str, Any]],
         parties = [int(p) for p in key[0].split("+")]
         entry: dict[str, Any] = {
             "party_id": parties[0], "parties": parties, "layer": key[1], "attack": key[2],
-            "scope": "run" if len(key) == 3 else "epoch", "epoch": key[3] if len(key) == 4 else None,
+            "name": first.get("name") or key[2].split("(")[0], "scope": "run" if len(key) == 3 else "epoch",
+            "epoch": key[3] if len(key) == 4 else None,
             "side_knowledge": first["side_knowledge"], "threat": (threat or {}).get(key[0]),
             "metric": first["metric"], "seed": first["seed"], "draws": draws,
             "batches": batches, "skipped": skipped, "degenerate": degenerate}
+        premise = _premise(rows)
+        if premise is not None:
+            entry["premise"] = premise
         if first["metric"] == "auc":
             spreads = {}
             for kind in ("raw", "flipped"):
                 entry[kind], spreads[kind] = _draw_stats(kept, f"auc_{kind}")
             if draws > 1:
                 entry["spread"] = spreads
+            _add_threshold_accuracy(entry, kept)
+            _add_anchors(entry, kept)
         elif first["metric"] == "count_error":  # one value per batch: the share misplaced
             entry["count_error"], _ = _draw_stats(kept, "count_error")
         else:
@@ -101,6 +108,38 @@ def summarise_leak(per_batch: list[dict[str, Any]],
             entry["pooled"] = _pooled(rows)
         out.append(entry)
     return out
+
+
+def _premise(rows: list[dict[str, Any]]) -> str | None:
+    """The reason, when the attack's premise failed on every batch (it was never scored)."""
+    if all(r.get("skip_kind") == "premise" for r in rows):
+        return str(rows[0]["skip_reason"]).removeprefix("premise: ")
+    return None
+
+
+def _add_threshold_accuracy(entry: dict[str, Any], kept: list[dict[str, Any]]) -> None:
+    """VFLAIR's attack performance of a score attack: its threshold rule's accuracy per batch,
+    summarised as the AUC is (rows analysed before the rule existed have none)."""
+    scored = [r for r in kept if r.get("threshold_accuracy") is not None]
+    if scored:
+        entry["threshold_accuracy"], _ = _draw_stats(scored, "threshold_accuracy")
+        entry["threshold_rule"] = scored[0].get("threshold_rule")
+
+
+def _add_anchors(entry: dict[str, Any], kept: list[dict[str, Any]]) -> None:
+    """Anchor attacks: how many scored (batch, draw) pairs used a received, not a clean, anchor."""
+    sources = [r.get("anchor") for r in kept if r.get("anchor") is not None]
+    if sources:
+        entry["received_anchors"] = sources.count("received")
+
+
+def with_family(entry: dict[str, Any]) -> dict[str, Any]:
+    """The entry with its attack's VFLAIR family, VFLAIR's name for it and its attack
+    performance (AP, for DCS: larger = the attack did better), as the plug-in declares them."""
+    if entry.get("name") not in ATTACKS.names():  # a row of an attack this version lacks
+        return {**entry, "family": None, "vflair": None, "ap": {"metric": None, "value": None}}
+    cls = ATTACKS.get(entry["name"])
+    return {**entry, "family": cls.family, "vflair": cls.vflair, "ap": cls.attack_performance(entry)}
 
 
 def _pooled(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -131,9 +170,10 @@ def headline_value(entry: dict[str, Any]) -> float | None:
 
 def headline(summary: dict[str, Any], layer: str = "cut") -> dict[str, dict[str, Any]]:
     """attack -> {"mean", "p95", "max", "value"} over the run, for the first attacking party at
-    `layer`: the flip-corrected AUC (value: its p95), or per-batch accuracy (value: pooled)."""
+    `layer`: the flip-corrected AUC (value: its p95), or per-batch accuracy (value: pooled);
+    attacks whose premise failed are left out (report.md says why)."""
     entries = [e for e in summary["leak"] if e["scope"] == "run" and e["layer"] == layer
-               and len(e.get("parties") or [e["party_id"]]) == 1]
+               and len(e.get("parties") or [e["party_id"]]) == 1 and not e.get("premise")]
     if not entries:
         return {}
     party = min(e["party_id"] for e in entries)

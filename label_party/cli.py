@@ -9,8 +9,10 @@ from typing import NoReturn
 
 from label_party.server import serve
 from label_party.validate import check_chain
+from splitleak.addresses import AddressError
 from splitleak.checkpoint import CheckpointError, Manifest, resume_point
 from splitleak.cli_common import (
+    EXIT_FAILED,
     EXIT_INTERRUPTED,
     BadInput,
     config_or_exit,
@@ -23,6 +25,7 @@ from splitleak.cli_common import (
 from splitleak.config import ConfigError, ExperimentConfig
 from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
+from splitleak.placement import check_devices
 from splitleak.rundir import RunDir, create_run_dir, write_config
 from splitleak.tls import LABEL_PARTY
 from splitleak.transport import run_async
@@ -44,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--port-file", type=Path, help="write the bound HOST:PORT here once serving")
     s.add_argument("--tls-dir", type=Path, help="TLS identities (ca.pem, label-party.pem/.key)")
     s.add_argument("--attacker", metavar="HOST:PORT", help="attacker sidecar that records what "
-                   "this party receives from the threat model's receiver victims")
+                   "this party receives from the threat model's receiver victims (or @FILE)")
     s.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     setup_logging("label-party", args.verbose)
@@ -54,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     tls_dir = tls_dir_or_exit(cfg, args.tls_dir, LABEL_PARTY)
     try:
         schema = check_core(cfg)
+        check_devices(cfg)
         check_chain(cfg)
     except ConfigError as err:
         raise BadInput(str(err)) from None
@@ -78,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
         raise BadInput(f"--resume: {err}") from None
     except DatasetError as err:
         raise BadInput(f"label party: DatasetError: {err}") from None
+    except AddressError as err:
+        log.error("label party: %s", err)
+        return EXIT_FAILED
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
 

@@ -55,6 +55,11 @@ class Progress:
 
 
 async def call_inline(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run the step's work on the event loop itself. A step is synchronous: while the label
+    party computes, every party waits for its gradient and nothing else needs serving (gRPC's
+    own threads keep the connections alive), and handing the work to a thread and back cost
+    more than a millisecond a step (5 % more steps/s inline: 4 interleaved rounds at nice -15
+    on 2 cores, label party and one passive party)."""
     return fn(*args)
 
 

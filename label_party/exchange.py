@@ -16,7 +16,7 @@ from label_party.session import PartyGone, Session, SessionError
 from label_party.taps import ReceivedTaps
 from splitleak.checkpoint import Position
 from splitleak.codec import WIRE_FLOATS, CodecError, decode_tensor, encode_ids, encode_tensor
-from splitleak.timing import StepTimer, timed
+from splitleak.timing import StepTimer, mark_startup, timed
 from splitleak.v1 import split_learning_pb2 as pb
 from splitleak.v1 import tensor_pb2
 
@@ -54,7 +54,8 @@ class NetworkExchange:
         nxt = None
         if next_batch is not None:
             nxt = pb.Batch(phase=int(next_batch.phase), epoch=next_batch.epoch,
-                           step=next_batch.step, sample_ids=encode_ids(next_batch.sample_ids))
+                           step=next_batch.step, sample_ids=encode_ids(next_batch.sample_ids),
+                           variant=next_batch.variant)
         for k, stream in self.session.streams.items():
             msg = pb.LabelPartyMessage(next_batch=nxt, done=next_batch is None and checkpoint is None)
             if gradients is not None and gradient_batch is not None:
@@ -76,6 +77,8 @@ class NetworkExchange:
         during = f"{next_batch.phase.name} step {next_batch.step}"
         activations = await self._collect(f"activation for {during}",
                                           lambda k, m: self._activation(k, m, next_batch, during))
+        if next_batch.phase is Phase.TRAIN:
+            mark_startup("first_step")  # every party answered a train batch: training runs
         if self.taps is not None and next_batch.phase is Phase.TRAIN:
             await self.taps.record(next_batch, self._received)
         return activations

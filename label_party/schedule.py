@@ -10,6 +10,7 @@ from enum import IntEnum
 import numpy as np
 
 from splitleak.config import ExperimentConfig
+from splitleak.integrity import VARIANTS
 from splitleak.seeding import rng
 
 
@@ -25,7 +26,13 @@ class Batch:
     step: int  # train step counter (an EVAL batch carries the step it follows)
     sample_ids: np.ndarray  # int64 [B]
     last_of_eval: bool = False  # the final EVAL batch of one evaluation pass
-    split: str = "test"  # the rows an EVAL batch scores: "test", or "train" (training.eval_train)
+    split: str = "test"  # the rows an EVAL batch scores: "test", or "train" (training.eval_train),
+    # or an integrity attack's variant of test rows (splitleak.integrity.VARIANTS)
+
+    @property
+    def variant(self) -> str:
+        """The integrity attack these EVAL rows are scored under ("" for clean rows)."""
+        return self.split if self.split in VARIANTS else ""
 
 
 @dataclass(frozen=True)
@@ -47,11 +54,12 @@ def make_plan(cfg: ExperimentConfig, num_train: int) -> Plan:
     return Plan(t.epochs, t.batch_size, steps_per_epoch, total, t.eval_interval, t.eval_train)
 
 
-def schedule(plan: Plan, train_ids: np.ndarray, test_ids: np.ndarray,
-             seed: int) -> Iterator[Batch]:
+def schedule(plan: Plan, train_ids: np.ndarray, test_ids: np.ndarray, seed: int,
+             variants: list[tuple[str, np.ndarray]] | None = None) -> Iterator[Batch]:
     """Train batches in a fresh seeded order each epoch; an evaluation pass over the test
     split every `eval_interval` steps (or at each epoch's end when 0) and at the very end; the
-    last pass also covers the train rows when the plan says `eval_train`."""
+    last pass also covers the train rows when the plan says `eval_train`. Every pass then
+    scores each integrity attack's `variants` rows (splitleak.integrity.variant_rows)."""
     step = 0
     for epoch in range(plan.epochs):
         order = train_ids[rng(seed, "epoch", epoch).permutation(train_ids.size)]
@@ -67,6 +75,7 @@ def schedule(plan: Plan, train_ids: np.ndarray, test_ids: np.ndarray,
                 splits = [("test", test_ids)]
                 if last and plan.eval_train:
                     splits.append(("train", train_ids))
+                splits += variants or []
                 yield from _evaluation(plan, splits, epoch, step)
         if step >= plan.total_train_steps:
             return

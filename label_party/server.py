@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import signal
 import threading
@@ -17,7 +16,7 @@ import torch
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from label_party.checkpoints import Interrupted, RunCheckpoints, restore
-from label_party.driver import Progress, drive
+from label_party.driver import Progress, call_inline, drive
 from label_party.exchange import NetworkExchange
 from label_party.outputs import (
     clean_anchor_writer,
@@ -31,6 +30,7 @@ from label_party.session import Session, SessionError
 from label_party.setup import LabelPartyData, load_label_party_data, plan_record
 from label_party.taps import ReceivedTaps, sidecar_failed
 from label_party.trainer import LabelPartyTrainer, NonFiniteStep
+from splitleak.addresses import resolve
 from splitleak.checkpoint import (
     CheckpointError,
     Manifest,
@@ -42,11 +42,13 @@ from splitleak.checkpoint import (
 from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED
 from splitleak.config import ExperimentConfig
 from splitleak.fileio import describe_os_error, write_atomically
+from splitleak.integrity import variant_rows
 from splitleak.lifeline import orphaned
 from splitleak.metrics_log import MetricsWriter
+from splitleak.placement import LABEL, memory_facts, prepare_role
 from splitleak.rundir import RunDir, write_outcome
 from splitleak.tap import TapError
-from splitleak.timing import TIMING_FILE
+from splitleak.timing import TIMING_FILE, mark_startup, note
 from splitleak.tls import LABEL_PARTY
 from splitleak.transport import bind, create_server
 
@@ -62,7 +64,6 @@ async def serve(cfg: ExperimentConfig, run: RunDir, listen: str,
     with `attacker`, tap what it receives from the threat model's receiver victims to that
     sidecar. Returns the process exit code (0 trained, 1 failed, 2 run directory unusable,
     130 stopped)."""
-    torch.set_num_threads(cfg.run.torch_threads)
     serving = await start(cfg, run, listen, tls_dir, resuming, manifest, attacker)
     if port_file is not None:
         write_atomically(port_file, lambda tmp: tmp.write_text(f"{serving.address}\n"))
@@ -108,7 +109,10 @@ async def start(cfg: ExperimentConfig, run: RunDir, listen: str, tls_dir: Path |
                 resuming: bool = False, manifest: Manifest | None = None,
                 attacker: str | None = None) -> Serving:
     """Load the labels, write them, and start serving the run's session."""
-    log.info("loading data (%s)…", cfg.dataset.name)
+    device = prepare_role(cfg, LABEL)
+    log.info("loading data (%s); computing on %s with %d thread(s)…", cfg.dataset.name, device,
+             torch.get_num_threads())
+    note(device=str(device), threads=torch.get_num_threads())
     data = load_label_party_data(cfg)
     if resuming:
         run.outcome.unlink(missing_ok=True)  # the interrupted attempt's; this one writes anew
@@ -126,6 +130,7 @@ async def start(cfg: ExperimentConfig, run: RunDir, listen: str, tls_dir: Path |
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     port = bind(server, listen, tls_dir, LABEL_PARTY)
     await server.start()
+    mark_startup("serving")
     serving = health_pb2.HealthCheckResponse.SERVING
     await health_servicer.set(SERVICE_NAME, serving)
     await health_servicer.set("", serving)
@@ -133,13 +138,16 @@ async def start(cfg: ExperimentConfig, run: RunDir, listen: str, tls_dir: Path |
     log.info("label party listening on %s:%d (run %s%s)", host, port, run.root.name,
              f", resuming at step {manifest.step}" if manifest else ", resuming at step 0"
              if resuming else "")
+    if attacker and cfg.received_parties:  # the sidecar may still be starting
+        attacker = await resolve(attacker, "attacker sidecar", cfg.topology.join_deadline_s)
     taps = ReceivedTaps(cfg, attacker, tls_dir) if attacker and cfg.received_parties else None
     if cfg.received_parties and taps is None:
         log.warning("threat.receiver.victims = %s, but no --attacker sidecar was given: what this "
                     "party receives from them is not recorded (the reconstruction attacks will "
                     "have nothing to read)", cfg.received_parties)
     labelled = LabelPartyRun(cfg, run, session, data, writer,
-                             Progress(start=manifest.position if manifest else Position(0, 0)), taps)
+                             Progress(start=manifest.position if manifest else Position(0, 0)), taps,
+                             device)
     return Serving(server, health_servicer, labelled, f"{host}:{port}")
 
 
@@ -147,8 +155,10 @@ class LabelPartyRun:
     """The run's life: wait for the parties, train, and end with an outcome in every case."""
 
     def __init__(self, cfg: ExperimentConfig, run: RunDir, session: Session, data: LabelPartyData,
-                 writer: MetricsWriter, progress: Progress, taps: ReceivedTaps | None = None) -> None:
+                 writer: MetricsWriter, progress: Progress, taps: ReceivedTaps | None = None,
+                 device: torch.device | str = "cpu") -> None:
         self.cfg, self.run, self.session, self.data = cfg, run, session, data
+        self.device = torch.device(device)
         self.taps = taps
         self.writer = writer
         self.progress = progress
@@ -187,12 +197,7 @@ class LabelPartyRun:
             self.task.cancel()
 
     async def _run(self) -> dict[str, Any]:
-        executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="label-party-compute")
-        loop = asyncio.get_running_loop()
-
-        def compute(fn: Any, *args: Any) -> Any:
-            return loop.run_in_executor(executor, fn, *args)
-
+        compute = call_inline  # label_party.driver says why the step runs on the event loop
         cfg, session, data = self.cfg, self.session, self.data
         if self.writer.records == 0:
             self.writer.write(plan_record(data, len(session.party_ids), cfg.run.seed))
@@ -203,7 +208,7 @@ class LabelPartyRun:
             await session.wait_for_parties()
             trainer = await compute(LabelPartyTrainer, cfg, data.labels, data.num_classes,
                                     session.embedding_shapes(), data.own_inputs, data.train_ids,
-                                    anchors, snapshots)
+                                    anchors, snapshots, self.device)
             if session.resume is not None:
                 await compute(restore, trainer, self.run, session.resume)
             resumed_at = session.resume.step if session.resume else 0
@@ -215,9 +220,11 @@ class LabelPartyRun:
             exchange = NetworkExchange(session, self.taps)
             self.checkpoints = RunCheckpoints(cfg, self.run, exchange, trainer, self.writer,
                                               compute, self.progress)
-            batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed)
+            batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed,
+                               variant_rows(cfg.threat, data.test_ids, cfg.run.seed))
             await drive(trainer, batches, exchange, self.writer.write, compute, self.checkpoints,
                         self.progress, exchange.timer)
+            note(**memory_facts(self.device))
             exchange.timer.write(self.run.label_party / TIMING_FILE, per="compute")
             await compute(write_outputs, self.run, trainer)
             await session.wait_closed(timeout=cfg.topology.step_deadline_s)
@@ -259,7 +266,6 @@ class LabelPartyRun:
             return await self._failed(SessionError(
                 grpc.StatusCode.INTERNAL, f"label party internal error: {type(err).__name__}: {err}"))
         finally:
-            executor.shutdown(wait=False, cancel_futures=True)
             if anchors is not None:
                 anchors.close()
             await self._close_taps()

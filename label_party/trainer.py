@@ -16,6 +16,8 @@ from label_party.validate import class_gradients_error
 from splitleak.anchors import CleanAnchorWriter
 from splitleak.config import ConfigError, ExperimentConfig
 from splitleak.inputs import PartyInputs
+from splitleak.integrity import VARIANTS
+from splitleak.placement import settle
 from splitleak.white_box import SnapshotWriter
 
 # An activation this large (or this many times the others') overflowing the loss is the
@@ -53,11 +55,14 @@ class LabelPartyTrainer:
                  own_inputs: PartyInputs | None = None,
                  train_ids: np.ndarray | None = None,
                  anchors: CleanAnchorWriter | None = None,
-                 snapshots: SnapshotWriter | None = None) -> None:
+                 snapshots: SnapshotWriter | None = None,
+                 device: torch.device | str = "cpu") -> None:
         self.cfg = cfg
+        self.device = torch.device(device)
         self.num_classes = num_classes
         self.party_ids = sorted(activation_shapes)
-        self.labels = torch.from_numpy(np.asarray(labels, dtype=np.int64))
+        self.labels = torch.from_numpy(np.asarray(labels, dtype=np.int64)).to(self.device)
+        own_inputs = own_inputs.to(self.device) if own_inputs is not None else None
         self.own_inputs = own_inputs
         self.loss_kind = cfg.loss_for(num_classes)
         setup = ObjectiveSetup(
@@ -65,7 +70,7 @@ class LabelPartyTrainer:
             train_ids=np.arange(len(labels)) if train_ids is None else train_ids,
             num_classes=num_classes,
             activation_shapes=[activation_shapes[k] for k in self.party_ids],
-            own_inputs=own_inputs, seed=cfg.run.seed)
+            own_inputs=own_inputs, seed=cfg.run.seed, device=self.device)
         self.objective = build_objective(cfg.objective.name, cfg.objective.params, setup)
         specs = [(spec.name, spec.params) for spec in cfg.defense]
         self.chains = {k: DefenseChain(specs, cfg.run.seed) for k in self.party_ids}
@@ -73,20 +78,25 @@ class LabelPartyTrainer:
         self.class_gradients = any(c.needs_class_gradients for c in self.chains.values())
         if self.class_gradients and not self.objective.supports_class_gradients:
             raise ConfigError(class_gradients_error(cfg))
-        self._eval: list[tuple[str, torch.Tensor, torch.Tensor]] = []
+        self._eval: list[tuple[str, np.ndarray, torch.Tensor, torch.Tensor]] = []
         self.anchors = anchors  # evaluation-only: clean gradients of a few positives per batch
         self.snapshots = snapshots  # evaluation-only: the model a white-box attacker knows
 
     def _own(self, sample_ids: np.ndarray) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         if self.own_inputs is None:
             return None, None
-        return self.own_inputs.rows(torch.from_numpy(sample_ids))
+        return self.own_inputs.rows(self._ids(sample_ids))
+
+    def _ids(self, sample_ids: np.ndarray) -> torch.Tensor:
+        return torch.from_numpy(sample_ids).to(self.device, non_blocking=True)
 
     def train_step(self, batch: Batch,
                    activations: dict[int, torch.Tensor]) -> tuple[dict[int, torch.Tensor], dict]:
-        """The objective's update; returns each party's (defended) cut gradient."""
-        acts = [activations[k].detach().requires_grad_(True) for k in self.party_ids]
-        y = self.labels[torch.from_numpy(batch.sample_ids)]
+        """The objective's update; returns each party's (defended) cut gradient, on this
+        party's device (activations may come from any)."""
+        acts = [activations[k].to(self.device, non_blocking=True).detach().requires_grad_(True)
+                for k in self.party_ids]
+        y = self.labels[self._ids(batch.sample_ids)]
         if self.snapshots is not None:  # the parameters this step's gradient is computed with
             self.snapshots.record(batch.epoch, batch.step,
                                   self.objective.top)  # type: ignore[attr-defined]
@@ -99,35 +109,60 @@ class LabelPartyTrainer:
         record: dict[str, Any] = {
             "type": "train", "epoch": batch.epoch, "step": batch.step, "loss": result.loss,
             "batch_size": len(y),
-            "positives": int((y == 1).sum()) if self.num_classes == 2 else None,
+            "positives": int((y == 1).sum().item()) if self.num_classes == 2 else None,
             **result.metrics}
         gradients = {}
         for k, gradient, class_gradients in zip(self.party_ids, result.gradients, per_class,
                                                 strict=True):
             if self.anchors is not None:
-                self.anchors.record(k, batch.epoch, batch.step, batch.sample_ids, y.numpy(),
-                                    gradient.detach().numpy())
+                self.anchors.record(k, batch.epoch, batch.step, batch.sample_ids, y.cpu().numpy(),
+                                    gradient.detach().cpu().numpy())
             gradients[k], diagnostics = self.chains[k].apply(
                 gradient, y, party_id=k, epoch=batch.epoch, step=batch.step,
                 num_classes=self.num_classes, class_gradients=class_gradients)
             if diagnostics:
                 record[f"defense.{k}"] = diagnostics
+        settle(self.device)
         return gradients, record
 
     @torch.no_grad()
     def eval_step(self, batch: Batch, activations: dict[int, torch.Tensor]) -> dict | None:
         """Accumulate predictions; at the pass's last batch return the metrics of each split it
         scored (`test_*`, and `train_*` when the pass covered the train rows)."""
-        logits = self.objective.predict([activations[k] for k in self.party_ids],
+        logits = self.objective.predict([activations[k].to(self.device) for k in self.party_ids],
                                         self._own(batch.sample_ids))
-        self._eval.append((batch.split, logits, self.labels[torch.from_numpy(batch.sample_ids)]))
+        self._eval.append((batch.split, batch.sample_ids, logits.float().cpu(),
+                           self.labels[self._ids(batch.sample_ids)].cpu()))
         if not batch.last_of_eval:
             return None
         record: dict[str, Any] = {"type": "eval", "epoch": batch.epoch, "step": batch.step}
-        for split in dict.fromkeys(split for split, _, _ in self._eval):
-            record.update(self._split_metrics(split, [(lg, y) for s, lg, y in self._eval
+        for split in dict.fromkeys(split for split, _, _, _ in self._eval):
+            record.update(self._split_metrics(split, [(lg, y) for s, _, lg, y in self._eval
                                                       if s == split]))
+            if split in VARIANTS:
+                record.update(self._variant_metrics(split))
         self._eval.clear()
+        return record
+
+    def _predicted(self, logits: torch.Tensor) -> torch.Tensor:
+        return (logits[:, 0] > 0).long() if self.loss_kind == "bce" else logits.argmax(1)
+
+    def _variant_metrics(self, split: str) -> dict[str, Any]:
+        """An integrity attack's rows (evaluation only): the confusion matrix of their labels
+        (rows) against the predictions (columns), and the accuracy the same rows got clean in
+        this pass's test split."""
+        ids = np.concatenate([i for s, i, _, _ in self._eval if s == split])
+        y = torch.cat([t for s, _, _, t in self._eval if s == split])
+        pred = torch.cat([self._predicted(lg) for s, _, lg, _ in self._eval if s == split])
+        confusion = np.zeros((self.num_classes, self.num_classes), dtype=np.int64)
+        np.add.at(confusion, (y.numpy(), pred.numpy()), 1)
+        record: dict[str, Any] = {f"{split}_confusion": confusion.tolist()}
+        clean = [(i, self._predicted(lg), t) for s, i, lg, t in self._eval if s == "test"]
+        if clean:
+            test_ids = np.concatenate([i for i, _, _ in clean])
+            right = torch.cat([p == t for _, p, t in clean]).numpy()
+            found = np.isin(test_ids, ids)
+            record[f"{split}_clean_accuracy"] = float(right[found].mean()) if found.any() else None
         return record
 
     def _split_metrics(self, split: str, parts: list[tuple[torch.Tensor, torch.Tensor]]) -> dict:
@@ -135,7 +170,7 @@ class LabelPartyTrainer:
         y = torch.cat([t for _, t in parts])
         record: dict[str, Any] = {f"{split}_loss": float(supervised_loss(logits, y, self.loss_kind)),
                                   f"{split}_rows": len(y)}
-        pred = (logits[:, 0] > 0).long() if self.loss_kind == "bce" else logits.argmax(1)
+        pred = self._predicted(logits)
         if self.num_classes == 2:
             scores = logits[:, 0] if self.loss_kind == "bce" else logits[:, 1] - logits[:, 0]
             both = len(torch.unique(y)) == 2

@@ -8,6 +8,7 @@ import json
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,11 @@ from orchestration.bench_rounds import default_busy_load, interleave
 from orchestration.reference import run_reference
 from orchestration.run import run_distributed
 from splitleak.cli_common import BadInput
-from splitleak.config import ExperimentConfig, load_config
+from splitleak.config import ConfigError, ExperimentConfig, load_config
 from splitleak.metrics_log import read_metrics
+from splitleak.placement import ATTACKER, check_devices, role_threads, roles
 from splitleak.rundir import RunDir, create_run_dir
+from splitleak.timing import TIMING_FILE, read_timing_file
 
 
 class ByteCountingRelay:
@@ -73,16 +76,36 @@ class ByteCountingRelay:
             writer.close()
 
 
-def bench_config(steps: int, sidecar: bool = False, parties: int = 2) -> ExperimentConfig:
-    """The default set-up (synthetic CTR, batch 1024, cut width 128, 2 passive parties),
-    `steps` train steps, one evaluation at the end; the sidecar records only if asked.
-    `parties`: that many passive parties, the columns split evenly, each keeping the cut width."""
+SETUPS = ("ctr", "cifar-resnet18")
+
+
+def bench_config(steps: int, sidecar: bool = False, parties: int = 2, setup: str = "ctr",
+                 device: str = "cpu", threads: int | str = "auto") -> ExperimentConfig:
+    """`steps` train steps and one evaluation at the end of a set-up; the sidecar records only
+    if asked. "ctr": the default (synthetic CTR, batch 1024, cut width 128); "cifar-resnet18":
+    Fu et al.'s CIFAR-10 split (ResNet-18 bottoms on 3×32×16 image strips of seeded random
+    images, their 4-layer top, batch 32, momentum SGD), the label party holding no features.
+    `parties`: that many passive parties, the columns split evenly (each keeping its width)."""
     data = load_config(None).model_dump()
-    data["run"]["name"] = "bench"
+    if setup == "cifar-resnet18":
+        batch = 32
+        rows = batch * steps + 10 * batch  # every train step a fresh batch, one eval pass
+        data.update(
+            dataset={"name": "synthetic_images", "params": {"rows": rows}, "test_fraction":
+                     min(0.5, 10 * batch / rows)},
+            model={"kind": "resnet", "depth": 18, "layers": [512, 256, 64]},
+            objective={"name": "cross_entropy"}, defense=[])
+        data["training"].update(batch_size=batch,
+                                optimizer={"name": "sgd", "lr": 0.1, "momentum": 0.9})
+        data["attacker"]["record_first_layer"] = False
+    elif setup != "ctr":
+        raise ValueError(f"bench set-up {setup!r}; allowed: {', '.join(SETUPS)}")
+    data["run"].update(name="bench", device=device, torch_threads=threads)
     data["training"].update(max_steps=steps, eval_interval=0)
     data["attacker"]["enabled"] = sidecar
     data["topology"]["passive_parties"] = parties
-    data["features"].update(ratios=[1.0] * parties, passive=None)
+    data["features"] = {"ratios": [1.0] * parties,
+                        **({"label_party": data["features"]["label_party"]} if setup == "ctr" else {})}
     return ExperimentConfig.model_validate(data)
 
 
@@ -133,35 +156,66 @@ def _wire_figures(cfg: ExperimentConfig, base: Path) -> dict[str, float]:
             "wire_bytes_per_step": wire, "wire_over_raw": wire / raw}
 
 
+def distributed_threads(cfg: ExperimentConfig) -> int:
+    """Intra-op threads of every party process of a distributed run together."""
+    return sum(role_threads(cfg, role) for role in roles(cfg) if role != ATTACKER)
+
+
 def bench_variants(args: argparse.Namespace, base: Path,
                    console: Console) -> dict[str, Callable[[], dict[str, Any]]]:
     """Each measured variant: a fresh run (distributed or in-process) giving its steady steps/s
-    and, when distributed, its step budget per role."""
+    and, when distributed, its step budget per role, its time to the first train step and the
+    GPU memory each process held."""
     warmup = max(5, args.steps // 10)
 
     def variant(label: str, config: ExperimentConfig, distributed: bool) -> Callable[[], dict]:
         def measure() -> dict[str, Any]:
             console.print(f"  {label}: {args.steps} train steps ...")
             run = create_run_dir(config, base, "-bench")
+            began = time.perf_counter()
             (run_distributed if distributed else run_reference)(config, run)
-            figures: dict[str, Any] = {"steps_per_s": steady_steps_per_second(run, warmup)}
+            figures: dict[str, Any] = {"steps_per_s": steady_steps_per_second(run, warmup),
+                                       "wall_s": time.perf_counter() - began}
             if distributed:
                 figures["budget"] = step_budget(run, config.topology.passive_parties,
                                                 figures["steps_per_s"])
+                summary = json.loads(run.summary.read_text())
+                figures["first_step_s"] = summary.get("time_to_first_step_s")
+                figures["startup_s"] = summary.get("startup_s")
+                figures["gpu_mib"] = gpu_memory(run, config.topology.passive_parties)
             shutil.rmtree(run.root, ignore_errors=True)  # rounds x variants runs add up
             return figures
         return measure
 
-    cfg = bench_config(args.steps)
-    variants = {"in-process": variant("in-process", cfg, False),
+    def config(**changes: Any) -> ExperimentConfig:
+        return bench_config(args.steps, setup=args.setup, device=args.device, **changes)
+
+    cfg = config()
+    threads = args.threads or distributed_threads(cfg)
+    args.threads = threads
+    variants = {"in-process": variant("in-process, 1 thread", config(threads=1), False),
+                f"in-process {threads} threads": variant(f"in-process, {threads} threads",
+                                                         config(threads=threads), False),
                 "distributed": variant("distributed", cfg, True),
-                "distributed+sidecar": variant("distributed+sidecar",
-                                               bench_config(args.steps, sidecar=True), True)}
+                "distributed+sidecar": variant("distributed+sidecar", config(sidecar=True), True)}
     for n in args.parties or []:
-        scaled = bench_config(args.steps, parties=n)
-        variants[f"in-process N={n}"] = variant(f"in-process N={n}", scaled, False)
+        scaled = config(parties=n)
+        variants[f"in-process N={n}"] = variant(f"in-process N={n}, 1 thread",
+                                                config(parties=n, threads=1), False)
+        t = distributed_threads(scaled)
+        variants[f"in-process N={n}, {t} threads"] = variant(
+            f"in-process N={n}, {t} threads", config(parties=n, threads=t), False)
         variants[f"distributed N={n}"] = variant(f"distributed N={n}", scaled, True)
     return variants
+
+
+def gpu_memory(run: RunDir, parties: int) -> dict[str, float]:
+    """The most GPU memory (MiB) each process of the run held ({} on the CPU)."""
+    roles = {"label party": run.label_party,
+             **{f"passive party {k}": run.passive_party(k) for k in range(1, parties + 1)}}
+    held = {name: read_timing_file(folder / TIMING_FILE).get("gpu_max_reserved_mib")
+            for name, folder in roles.items()}
+    return {name: mib for name, mib in held.items() if mib is not None}
 
 
 def run_bench(args: argparse.Namespace, console: Console) -> int:
@@ -170,13 +224,18 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
     if args.json is not None and not args.json.parent.is_dir():
         raise BadInput(f"splitleak bench: --json {args.json}: directory {args.json.parent} does "
                        "not exist")
+    try:
+        check_devices(bench_config(args.steps, setup=args.setup, device=args.device))
+    except ConfigError as err:
+        raise BadInput(f"splitleak bench --device {args.device}: {err}") from None
     rounds_wanted = 1 if args.quick else args.rounds
     busy_load = args.busy_load if args.busy_load is not None else default_busy_load()
     parties = sorted(set(args.parties or []))
     args.parties = parties
     scaled = "".join(f", N={n}" for n in parties)
-    console.print(f"splitleak bench: {rounds_wanted} interleaved round(s) of in-process, "
-                  f"distributed, distributed+sidecar{scaled}")
+    console.print(f"splitleak bench ({args.setup} on {args.device}): {rounds_wanted} interleaved "
+                  f"round(s) of in-process (1 thread and as many threads as the distributed run "
+                  f"has), distributed, distributed+sidecar{scaled}")
 
     done: list[dict[str, Any]] = []
 
@@ -191,11 +250,16 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
         base = Path(tmp)
         rounds = interleave(bench_variants(args, base, console), rounds_wanted, announce)
         console.print("distributed through a byte-counting relay ...")
-        wire = _wire_figures(bench_config(args.steps), base)
+        wire = _wire_figures(bench_config(args.steps, setup=args.setup, device=args.device), base)
     torch.set_num_threads(1)
-    marvell = {shape: time_marvell(*shape, repeats=30)[0] for shape in SHAPES}
+    marvell = ({shape: time_marvell(*shape, repeats=30)[0] for shape in SHAPES}
+               if args.setup == "ctr" else {})
     result = summarise_rounds(rounds, parties, busy_load)
-    result.update(wire, steps=args.steps, marvell_ms={f"{b}x{d}": ms for (b, d), ms in marvell.items()})
+    result.update(wire, steps=args.steps, setup=args.setup, device=args.device,
+                  threads=args.threads,
+                  marvell_ms={f"{b}x{d}": ms for (b, d), ms in marvell.items()},
+                  gpu_mib={name: held for name, v in rounds[-1]["variants"].items()
+                           if (held := v.get("gpu_mib"))})
     print_bench(result, console)
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=2))

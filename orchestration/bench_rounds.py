@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 from scipy.stats import bootstrap
 
+from orchestration import zygote_client
+
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 0  # the interval is a description of the rounds, so it is reproducible
 
@@ -40,7 +42,7 @@ def cpu_clock() -> tuple[float, float, float] | None:
     machine = (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
     own = sum(getattr(resource.getrusage(who), part) for who in (resource.RUSAGE_SELF,
               resource.RUSAGE_CHILDREN) for part in ("ru_utime", "ru_stime"))
-    return time.monotonic(), machine, own
+    return time.monotonic(), machine, own + zygote_client.children_cpu()
 
 
 MIN_CLOCK_WINDOW = 1.0  # s

@@ -36,6 +36,14 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--parties", type=_at_least(1, 64), nargs="+", metavar="N",
                    help="also measure distributed vs in-process with N passive parties "
                         "(e.g. 2 4 8), each keeping the cut width 128")
+    b.add_argument("--threads", type=_at_least(1, 1024), metavar="T",
+                   help="the in-process baseline's threads besides 1 (default: as many as the "
+                        "distributed run's processes have in all)")
+    b.add_argument("--device", default="cpu", metavar="DEVICE",
+                   help="where every role computes: cpu (default), cuda, cuda:K, auto")
+    b.add_argument("--setup", default="ctr", choices=("ctr", "cifar-resnet18"),
+                   help="ctr: the default set-up (synthetic CTR, batch 1024); cifar-resnet18: "
+                        "Fu et al.'s CIFAR-10 split with ResNet-18 bottoms, batch 32 (a GPU's)")
     b.add_argument("--busy-load", type=float, metavar="LOAD",
                    help="warn about rounds whose 1-minute load average is above LOAD "
                         "(default: half the cores)")
@@ -51,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("--skip-run", action="store_true")
     y = sub.add_parser("relay", help="a shaping TCP relay: emulated latency, jitter and "
                        "bandwidth in front of a label party (what [network] starts per party)")
-    y.add_argument("--to", required=True, metavar="HOST:PORT", help="the label party")
+    y.add_argument("--to", required=True, metavar="HOST:PORT",
+                   help="the label party (or @FILE: the address its process writes)")
     y.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT (port 0: any free)")
     y.add_argument("--latency-ms", type=float, help="one-way latency (default 0)")
     y.add_argument("--jitter-ms", type=float, help="std of the one-way latency (default 0)")
@@ -99,6 +108,10 @@ def main(argv: list[str] | None = None) -> int:
 
         return cmd_relay(args)
     setup_logging("splitleak")
+    if _starts_parties(args):  # the zygote imports while this process validates and prepares
+        from orchestration.zygote_client import warm_up
+
+        warm_up()
     console = Console()
     if args.command == "run":
         from orchestration.commands import cmd_run
@@ -149,6 +162,15 @@ def main(argv: list[str] | None = None) -> int:
     from orchestration.bench import run_bench
 
     return run_bench(args, console)
+
+
+def _starts_parties(args: argparse.Namespace) -> bool:
+    """Whether this command starts party processes (then it forks them from a zygote)."""
+    if args.command == "run":
+        return not args.in_process
+    if args.command == "sweep":
+        return getattr(args, "engine", "local") == "local"
+    return args.command in ("bench", "soak")
 
 
 def _at_least(low: int, high: int = 1_000_000) -> Callable[[str], int]:

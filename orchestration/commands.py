@@ -24,6 +24,7 @@ from splitleak.cli_common import (
 from splitleak.config import ConfigError, ExperimentConfig, PluginSpec, plugin_param_errors
 from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
+from splitleak.placement import check_devices
 from splitleak.registry import UnknownPluginError
 from splitleak.rundir import RunDir, RunInUse, create_run_dir
 from splitleak.validation import check_core, check_data_values
@@ -34,6 +35,7 @@ def validate(cfg: ExperimentConfig, read_values: bool = False) -> list[str]:
     `read_values`: also parse every value of the data files (`splitleak validate`; a run's
     parties do it anyway while loading). Returns warnings: allowed, but probably a mistake."""
     schema = check_core(cfg)
+    check_devices(cfg)
     check_chain(cfg)
     check_protection(cfg)
     check_attacks(cfg)
@@ -171,7 +173,7 @@ def _resume_hint(console: Console, run: RunDir) -> None:
 def analysable(cfg: ExperimentConfig) -> bool:
     """A run has something to analyse: a tapped party, or a run-level attack of the threat model."""
     return cfg.attacker.enabled and bool(cfg.tapped_parties or cfg.received_parties or any(
-        p.labelled_per_class for p in cfg.threat.parties.values()))
+        p.labelled_per_class or p.integrity for p in cfg.threat.parties.values()))
 
 
 def analyse_run(cfg: ExperimentConfig, outcome: RunOutcome, console: Console,

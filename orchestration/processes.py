@@ -1,4 +1,7 @@
-"""Child processes of the orchestrator: started in their own session, never left behind."""
+"""Child processes of the orchestrator: started in their own session, never left behind.
+
+A child is forked from the zygote (orchestration/zygote.py: imports paid once) when one
+answers, else started as a new `python -m` process; both behave the same to the caller."""
 
 from __future__ import annotations
 
@@ -10,15 +13,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestration import zygote_client
 from splitleak.lifeline import PARENT_ENV
 
 
 @dataclass
 class Child:
     name: str
-    process: subprocess.Popen
+    process: subprocess.Popen | zygote_client.ZygoteChild
     log_path: Path
     essential: bool = True  # a failure of this child fails the run
+    serves: bool = False  # serves until stopped: never waited for
     stopped: bool = False  # the orchestrator signalled it while it was running
     exited_at: float | None = None  # when the orchestrator first saw it exited (monotonic)
 
@@ -57,9 +62,17 @@ class Child:
 
 
 def spawn(name: str, args: list[str], log_path: Path, env: dict[str, str] | None = None,
-          essential: bool = True) -> Child:
+          essential: bool = True, serves: bool = False) -> Child:
     """Start `python -m <args>` with stdout+stderr into `log_path`."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    zygote = zygote_client.current()
+    if zygote is not None:
+        try:
+            child = zygote.spawn(args[0], args[1:], log_path,
+                                 {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
+            return Child(name, child, log_path, essential, serves)
+        except zygote_client.ZygoteUnavailable:
+            pass  # e.g. its imports failed: start Python anew
     log = log_path.open("ab")
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", PARENT_ENV: str(os.getpid()), **(env or {})}
     # No preexec_fn: the child arms its own death signal (splitleak.lifeline), so no Python
@@ -67,7 +80,7 @@ def spawn(name: str, args: list[str], log_path: Path, env: dict[str, str] | None
     process = subprocess.Popen([sys.executable, "-m", *args], stdout=log, stderr=subprocess.STDOUT,
                                stdin=subprocess.DEVNULL, env=full_env, start_new_session=True)
     log.close()
-    return Child(name, process, log_path, essential)
+    return Child(name, process, log_path, essential, serves)
 
 
 def stop_all(children: list[Child], grace: float = 5.0) -> None:

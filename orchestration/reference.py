@@ -20,15 +20,19 @@ from label_party.schedule import Batch, Phase, schedule
 from label_party.setup import load_label_party_data, plan_record
 from label_party.trainer import LabelPartyTrainer
 from passive_party.bottom_trainer import BottomTrainer
+from passive_party.integrity import party_integrity
 from passive_party.protection import protect_party, write_figures
 from splitleak.codec import as_received
 from splitleak.config import ExperimentConfig
 from splitleak.datasets import build_dataset
 from splitleak.inputs import load_party_inputs
+from splitleak.integrity import variant_rows
 from splitleak.metrics_log import MetricsWriter
 from splitleak.partition import passive_columns
+from splitleak.placement import ATTACKER, LABEL, role_device, role_threads, roles
 from splitleak.rundir import RunDir, write_outcome
 from splitleak.timing import TIMING_FILE, StepTimer
+from splitleak.white_box import SnapshotWriter, cafe_victim
 
 
 class LocalExchange:
@@ -38,8 +42,11 @@ class LocalExchange:
                  observe: set[int] | frozenset[int] = frozenset(),
                  record_activation: bool = False, wire_dtype: str = "float32",
                  received: GradientStore | None = None,
-                 receive: set[int] | frozenset[int] = frozenset()) -> None:
+                 receive: set[int] | frozenset[int] = frozenset(),
+                 threads: dict[str, int] | None = None) -> None:
         self.bottoms = bottoms
+        # Each role's intra-op threads, as its own process would have them ("label", "1".."N").
+        self.threads = threads or {}
         self.received = received  # the stand-in for the label party's tap ([threat.receiver])
         self.receive = receive
         self.wire_dtype = wire_dtype  # tensors are rounded as the wire would round them
@@ -53,37 +60,50 @@ class LocalExchange:
             return
         for k, bottom in self.bottoms.items():
             received = as_received(gradients[k], self.wire_dtype)
+            self._as_role(str(k))
             bottom.backward(received)
             if self.store is not None and k in self.observe:
-                tensors = {"cut_gradient": received.numpy()}
+                tensors = {"cut_gradient": received.cpu().numpy()}
                 if bottom.first_layer_gradient is not None:
-                    tensors["first_layer_gradient"] = bottom.first_layer_gradient.numpy()
+                    tensors["first_layer_gradient"] = bottom.first_layer_gradient.cpu().numpy()
                 if self.record_activation:  # as the tap: the activation this gradient answers
-                    tensors["activation"] = self._sent[k].numpy()
+                    tensors["activation"] = self._sent[k].cpu().numpy()
                 self.store.append(k, batch.epoch, batch.step, batch.sample_ids, tensors)
 
     async def exchange(self, gradients: dict[int, torch.Tensor] | None,
                        gradient_batch: Batch | None, next_batch: Batch) -> dict[int, torch.Tensor]:
         self._backward(gradients, gradient_batch)
         train = next_batch.phase is Phase.TRAIN
-        activations = {k: as_received(b.forward(next_batch.sample_ids, train), self.wire_dtype)
-                       for k, b in self.bottoms.items()}
+        activations = {}
+        for k, bottom in self.bottoms.items():
+            self._as_role(str(k))
+            activations[k] = as_received(bottom.forward(next_batch.sample_ids, train,
+                                                        next_batch.epoch, next_batch.step,
+                                                        next_batch.variant), self.wire_dtype)
+        self._as_role(LABEL)
         if train:
             self._sent = activations
             if self.received is not None:
                 for k in sorted(self.receive):
                     self.received.append(k, next_batch.epoch, next_batch.step, next_batch.sample_ids,
-                                         {"activation": activations[k].numpy()})
+                                         {"activation": activations[k].cpu().numpy()})
         return activations
 
     async def finish(self, gradients: dict[int, torch.Tensor] | None,
                      gradient_batch: Batch | None) -> None:
         self._backward(gradients, gradient_batch)
+        self._as_role(LABEL)
+
+    def _as_role(self, role: str) -> None:
+        if role in self.threads:
+            torch.set_num_threads(self.threads[role])
 
 
 def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
     """Train the whole split model in this process; writes the same files as a distributed run."""
-    torch.set_num_threads(cfg.run.torch_threads)
+    threads = {role: role_threads(cfg, role) for role in roles(cfg) if role != ATTACKER}
+    torch.set_num_threads(threads[LABEL])
+    label_device = role_device(cfg, LABEL)
     started = time.monotonic()
     dataset = build_dataset(cfg.dataset.name, cfg.dataset.params)
     data = load_label_party_data(cfg, dataset)
@@ -91,23 +111,29 @@ def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
     width = cfg.output_width(data.num_classes)
     observe = set(cfg.tapped_parties)
     capture = cfg.attacker.record_first_layer
-    bottoms = {k: BottomTrainer(cfg, k, load_party_inputs(cfg, dataset, cols), width,
-                                capture and k in observe)
-               for k, cols in passive_columns(cfg, data.schema).items()}
+    bottoms = {}
+    for k, cols in passive_columns(cfg, data.schema).items():
+        inputs = load_party_inputs(cfg, dataset, cols)
+        bottoms[k] = BottomTrainer(cfg, k, inputs, width, capture and k in observe,
+                                   party_integrity(cfg, k, dataset, inputs),
+                                   role_device(cfg, str(k)))
     for k, bottom in bottoms.items():  # as each party does before it joins
         write_figures(run, k, protect_party(cfg, bottom))
+        if cafe_victim(cfg, k):
+            bottom.snapshots = SnapshotWriter(run.bottom_white_box(k), cfg.threat)
     store = GradientStore(run.attacker / "gradients", run.root.name) if observe else None
     receive = set(cfg.received_parties)
     received = GradientStore(run.attacker / "received", run.root.name) if receive else None
     anchors = clean_anchor_writer(run, cfg, data.num_classes)
     trainer = LabelPartyTrainer(cfg, data.labels, data.num_classes,
                                 {k: b.embedding_shape for k, b in bottoms.items()}, data.own_inputs,
-                                data.train_ids, anchors, snapshot_writer(run, cfg))
+                                data.train_ids, anchors, snapshot_writer(run, cfg), label_device)
     writer = MetricsWriter(run.metrics)
     writer.write(plan_record(data, len(bottoms), cfg.run.seed))
-    batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed)
+    batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed,
+                       variant_rows(cfg.threat, data.test_ids, cfg.run.seed))
     exchange = LocalExchange(bottoms, store, observe, cfg.attacker.record_activation, cfg.wire.dtype,
-                             received, receive)
+                             received, receive, threads)
     timer = StepTimer()
     asyncio.run(drive(trainer, batches, exchange, writer.write, timer=timer))
     timer.write(run.label_party / TIMING_FILE, per="compute")

@@ -23,7 +23,8 @@ from pathlib import Path
 import numpy as np
 from pydantic import ValidationError
 
-from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_INTERRUPTED, setup_logging
+from splitleak.addresses import AddressError, resolve_now
+from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, setup_logging
 from splitleak.config import (
     ADDRESS,
     ConfigError,
@@ -152,6 +153,9 @@ class Relay:
             await server.serve_forever()
 
 
+TO_DEADLINE = 120.0  # s: how long `--to @FILE` waits for the label party's address
+
+
 def link_seed(run_seed: int, party_id: int) -> int:
     """The jitter seed of party k's relay: the same under `splitleak run` and compose."""
     return run_seed * 100 + party_id
@@ -191,6 +195,11 @@ def cmd_relay(args: argparse.Namespace) -> int:
     except (ValueError, ConfigError) as err:
         log.error("relay: %s", err)
         return EXIT_BAD_INPUT
+    try:  # the label party may still be starting
+        args.to = resolve_now(args.to, "label party", TO_DEADLINE)
+    except AddressError as err:
+        log.error("relay: %s", err)
+        return EXIT_FAILED
     for option, address in (("--to", args.to), ("--listen", args.listen)):
         try:
             if not re.match(ADDRESS, address):

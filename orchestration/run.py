@@ -9,15 +9,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestration.launch import address_files, launch_plan
 from orchestration.processes import Child, spawn, stop_all, stop_one
 from orchestration.progress import MetricsTail, RunProgress
-from orchestration.relay import link_seed
 from splitleak import tls
 from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED
 from splitleak.config import ExperimentConfig
 from splitleak.fileio import write_atomically
 from splitleak.metrics_log import read_metrics
 from splitleak.rundir import RunDir, exclusive, read_outcome, write_outcome
+from splitleak.timing import TIMING_FILE, read_timing_file
 
 # After the first process fails, the others get this long to end on their own (the label
 # party names the party that broke the run in its outcome); then every process is stopped.
@@ -55,9 +56,10 @@ class RunOutcome:
 def run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | None = None,
                     poll: float = 0.1, route: Callable[[str], str] | None = None,
                     resume: bool = False) -> RunOutcome:
-    """Start the label party, then the N passive parties; wait for all; raise RunFailed
-    (RunInUse when another process runs or resumes `run`). `resume`: continue the run in
-    `run` from its newest complete checkpoint."""
+    """Start every role of the launch plan at once; wait for all; raise RunFailed (RunInUse
+    when another process runs or resumes `run`). `route`: the parties reach the label party
+    at route(its address) instead. `resume`: continue the run in `run` from its newest
+    complete checkpoint."""
     with exclusive(run):
         return _run_distributed(cfg, run, progress, poll, route, resume)
 
@@ -65,59 +67,23 @@ def run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | 
 def _run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | None,
                      poll: float, route: Callable[[str], str] | None, resume: bool) -> RunOutcome:
     started = time.monotonic()
-    port_file = run.label_party / "address"
+    launched = time.time()
     children: list[Child] = []
-    relays: list[Child] = []  # [network]: one shaping relay per passive party's connection
-    tls_args: list[str] = []
-    for stale in (port_file, run.attacker / "address"):  # a resumed run's old addresses
+    for stale in address_files(cfg, run):  # a resumed run's old addresses
         stale.unlink(missing_ok=True)
-    where = ["--resume", str(run.root)] if resume else None
     failure: RunFailed | None = None
     try:
         if cfg.topology.tls:  # a fresh CA and one identity per process, for this run only
-            tls.generate(run.root / "tls", tls.identities(cfg.topology.passive_parties),
+            tls.generate(run.tls, tls.identities(cfg.topology.passive_parties),
                          run_scoped=True)  # each process deletes its own key once loaded
-            tls_args = ["--tls-dir", str(run.root / "tls")]
-        observed = set(cfg.tapped_parties)
-        sidecar = sidecar_address = None
-        if cfg.sidecar_needed:
-            sidecar = spawn("attacker sidecar",
-                            ["attacker", "serve", "--listen", "127.0.0.1:0",
-                             *(where or ["--out", str(run.root)]),
-                             "--config", str(run.config), "--run-id", run.root.name,
-                             "--port-file", str(run.attacker / "address"), *tls_args],
-                            run.logs / "attacker.log",
-                            essential=cfg.attacker.on_sidecar_failure == "fail")
-            children.append(sidecar)
-        if cfg.received_parties and sidecar is not None:  # the label party taps too: it needs
-            sidecar_address = _wait_for_address(run.attacker / "address", sidecar,  # the address
-                                                cfg.topology.join_deadline_s)
-        label = spawn("label party", ["label_party", "serve", "--config", str(run.config),
-                                      *(where or ["--run-dir", str(run.root)]),
-                                      "--port-file", str(port_file),
-                                      "--listen", cfg.topology.label_party_address, *tls_args,
-                                      *(["--attacker", sidecar_address] if sidecar_address else [])],
-                      run.logs / "label_party.log")
-        children.insert(0, label)  # first: a Ctrl-C reaches it first (see _interrupt)
-        address = _wait_for_address(port_file, label, cfg.topology.join_deadline_s)
+        for role in launch_plan(cfg, run, resume, routed=route is not None):
+            children.append(spawn(role.name, list(role.args), run.logs / role.log,
+                                  essential=role.essential, serves=role.serves))
+        _write_pids(run, children)
         if route is not None:  # e.g. through the benchmark's byte-counting relay
-            address = route(address)
-        if sidecar is not None and sidecar_address is None:  # started beside the label party
-            sidecar_address = _wait_for_address(run.attacker / "address", sidecar,
-                                                cfg.topology.join_deadline_s)
-        for k in range(1, cfg.topology.passive_parties + 1):
-            tap = ["--attacker", sidecar_address] if sidecar_address and k in observed else []
-            link = address
-            if cfg.network.shaped:
-                relays.append(_start_relay(cfg, run, k, address))
-                link = _wait_for_address(run.root / f"relay_{k}.address", relays[-1],
-                                         cfg.topology.join_deadline_s)
-            children.append(spawn(f"passive party {k}",
-                                  ["passive_party", "run", "--config", str(run.config),
-                                   "--party-id", str(k), "--label-party", link,
-                                   *(where or ["--run-dir", str(run.root)]), *tap, *tls_args],
-                                  run.logs / f"passive_party_{k}.log"))
-        _write_pids(run, children + relays)
+            address = _wait_for_address(run.label_party_address, children[0],
+                                        cfg.topology.join_deadline_s)
+            write_atomically(run.routed_address, lambda tmp: tmp.write_text(route(address)))
         try:
             _monitor(children, run, progress, poll)
         except KeyboardInterrupt:
@@ -127,26 +93,13 @@ def _run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress |
     except RunFailed as err:  # a process ended before it served
         failure = err
     finally:
-        stop_all(children + relays)
+        stop_all(children)
         if cfg.topology.tls:  # certificates stay; private keys do not outlive the run
-            tls.remove_private_keys(run.root / "tls")
+            tls.remove_private_keys(run.tls)
     if failure is not None:
         _record_failure(run, failure)
         raise failure
-    return collect_outcome(run, "distributed", time.monotonic() - started)
-
-
-def _start_relay(cfg: ExperimentConfig, run: RunDir, k: int, label_party: str) -> Child:
-    """The emulated wide-area link between passive party k and the label party."""
-    port_file = run.root / f"relay_{k}.address"
-    port_file.unlink(missing_ok=True)
-    n = cfg.network
-    bandwidth = ["--bandwidth-mbit", str(n.bandwidth_mbit)] if n.bandwidth_mbit else []
-    return spawn(f"relay {k}", ["orchestration", "relay", "--to", label_party,
-                                "--latency-ms", str(n.one_way_latency_ms),
-                                "--jitter-ms", str(n.jitter_ms), *bandwidth,
-                                "--seed", str(link_seed(cfg.run.seed, k)), "--port-file", str(port_file)],
-                 run.logs / f"relay_{k}.log")
+    return collect_outcome(run, "distributed", time.monotonic() - started, launched)
 
 
 def _interrupt(children: list[Child], timeout: float) -> None:
@@ -192,7 +145,8 @@ def _monitor(children: list[Child], run: RunDir, progress: RunProgress | None,
             if c.exited_at is None and c.returncode is not None:
                 c.exited_at = now
         if all(c.returncode is not None for c in children if c.essential):
-            _wait_briefly([c for c in children if not c.essential], timeout=STOP_GRACE)
+            _wait_briefly([c for c in children if not c.essential and not c.serves],
+                          timeout=STOP_GRACE)
             return
         if failed_at is None and any(c.essential and c.failed_on_its_own for c in children):
             failed_at = time.monotonic()
@@ -252,7 +206,10 @@ def _record_failure(run: RunDir, failure: RunFailed) -> None:
         pass  # the run directory is unusable: the failure is printed all the same
 
 
-def collect_outcome(run: RunDir, mode: str, seconds: float) -> RunOutcome:
+def collect_outcome(run: RunDir, mode: str, seconds: float,
+                    launched: float | None = None) -> RunOutcome:
+    """Read the run's metrics into summary.json; `launched` (wall clock) is when its processes
+    were started, so the summary says how long the first train step took to come."""
     final_eval = None
     steps, wall = 0, 0.0
     for record in read_metrics(run.metrics):
@@ -264,6 +221,28 @@ def collect_outcome(run: RunDir, mode: str, seconds: float) -> RunOutcome:
     run.summary.write_text(json.dumps({
         "run_id": run.root.name, "mode": mode, "seconds": seconds, "train_steps": steps,
         "training_seconds": wall, "steps_per_second": outcome.steps_per_second,
-        "final_eval": final_eval,
+        "final_eval": final_eval, **startup_summary(run, launched),
     }, indent=2))
     return outcome
+
+
+def startup_summary(run: RunDir, launched: float | None) -> dict[str, Any]:
+    """When each role reached its start-up milestones, in seconds after the launch, and the
+    device each computed on (from the roles' timing.json)."""
+    if launched is None:
+        return {}
+    roles = {"label party": run.label_party, "attacker sidecar": run.attacker}
+    roles |= {f"passive party {k}": run.passive_party(k)
+              for k in sorted(int(p.name.rsplit("_", 1)[1]) for p in run.root.glob("passive_party_*"))}
+    startup: dict[str, dict[str, float]] = {}
+    devices: dict[str, str] = {}
+    for name, folder in roles.items():
+        timing = read_timing_file(folder / TIMING_FILE)
+        marks = timing.get("startup") or {}
+        if marks:
+            startup[name] = {mark: at - launched for mark, at in marks.items()}
+        if "device" in timing:
+            devices[name] = timing["device"]
+    first = startup.get("label party", {}).get("first_step")
+    return {"launched_at": launched, "time_to_first_step_s": first, "startup_s": startup,
+            "devices": devices}

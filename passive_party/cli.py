@@ -36,14 +36,15 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("run", help="join a run and train this party's bottom model")
     r.add_argument("--config", required=True, help="experiment TOML file (same as the label party's)")
     r.add_argument("--party-id", type=int, required=True, help="this party's id, 1..N")
-    r.add_argument("--label-party", required=True, help="label party address HOST:PORT")
+    r.add_argument("--label-party", required=True, help="label party address HOST:PORT "
+                   "(or @FILE: the address its process writes once it serves)")
     r.add_argument("--run-dir", type=Path, default=Path("."),
                    help="where to save this party's bottom model and checkpoints")
     r.add_argument("--resume", type=Path, metavar="RUN_DIR",
                    help="the run directory holding this party's checkpoints, when the label "
                         "party resumes the run (replaces --run-dir)")
     r.add_argument("--attacker", metavar="HOST:PORT",
-                   help="attacker sidecar to tap every received gradient to")
+                   help="attacker sidecar to tap every received gradient to (or @FILE)")
     r.add_argument("--tls-dir", type=Path, help="TLS identities (ca.pem, passive-party-K.pem/.key)")
     r.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from typing import Any
 
+import torch
 from pydantic import ValidationError
 from torch import nn
 
@@ -16,7 +18,6 @@ from passive_party.protections import Protection, build_protection
 from splitleak.config import ConfigError, ExperimentConfig, plugin_param_errors
 from splitleak.datasets import train_test_ids
 from splitleak.fileio import write_atomically
-from splitleak.inputs import PartyInputs
 from splitleak.registry import UnknownPluginError
 from splitleak.rundir import RunDir
 from splitleak.seeding import derive_seed
@@ -62,11 +63,12 @@ def protect_party(cfg: ExperimentConfig, bottom: BottomTrainer) -> dict[str, Any
     train_ids, _ = train_test_ids(inputs.num_rows, cfg.dataset.test_fraction, cfg.run.seed)
     log.info("party %d: protecting its %d train images with %s", k, train_ids.size,
              cfg.protection.describe())
-    result = protection(inputs.numeric[train_ids], first_conv_block(bottom.model),
+    result = protection(inputs.numeric[torch.from_numpy(train_ids).to(inputs.device)],
+                        first_conv_block(bottom.model),
                         derive_seed(cfg.run.seed, "protection", k))
     numeric = inputs.numeric.clone()
-    numeric[train_ids] = result.images
-    bottom.inputs = PartyInputs(numeric, inputs.categorical, inputs.spec)
+    numeric[torch.from_numpy(train_ids).to(inputs.device)] = result.images
+    bottom.inputs = replace(inputs, numeric=numeric)
     log.info("party %d: protected in %.1f CPU s", k, result.figures.get("cpu_seconds", 0.0))
     return {"name": cfg.protection.name, "params": protection.params.model_dump(),
             **result.figures}

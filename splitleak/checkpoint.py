@@ -102,7 +102,7 @@ def load_state(path: Path, sha256: str | None = None) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint file {path} does not match the manifest's SHA-256 "
                               "(changed or torn since it was written)")
     try:
-        return torch.load(path, weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - any unreadable file is the same problem for a user
         raise CheckpointError(f"checkpoint file {path} cannot be read: {err}") from None
 
@@ -270,8 +270,13 @@ def _outcome_status(run_root: Path) -> str | None:
 
 def rng_state() -> dict[str, Any]:
     """The process-wide torch RNG (plug-ins should use their own generators; this is the net)."""
-    return {"torch": torch.random.get_rng_state()}
+    state = {"torch": torch.random.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
     torch.random.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

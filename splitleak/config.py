@@ -7,7 +7,7 @@ import json
 import tomllib
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import tomli_w
 from pydantic import (
@@ -55,11 +55,21 @@ DIRECTORY_NAME = r"^[A-Za-z0-9_.-]+$"
 ColumnRange = tuple[int, int]
 
 
+DEVICE = r"^(auto|cpu|cuda(:[0-9]{1,2})?)$"
+
+
 class RunConfig(_Frozen):
     name: str = Field("experiment", pattern=DIRECTORY_NAME, max_length=RUN_NAME_MAX)
     seed: int = Field(0, ge=0, lt=2**63)
     output_dir: Path = Path("runs")
-    torch_threads: PositiveInt = 1  # intra-op threads per party process
+    # Intra-op threads per party process; "auto": the cores shared among the run's processes
+    # by their part of a step's compute (splitleak.placement), every core in process.
+    torch_threads: PositiveInt | Literal["auto"] = "auto"
+    # Where every role computes: "auto" (CUDA where torch sees a GPU, else the CPU), "cpu",
+    # "cuda" or "cuda:K"; `devices` overrides it per role: "label", "1".."N", "attacker".
+    device: str = Field("auto", pattern=DEVICE)
+    devices: dict[str, Annotated[str, Field(pattern=DEVICE)]] = {}
+    deterministic: bool = True  # torch's deterministic algorithms (GPU: slower, reproducible)
 
     _plain_name = field_validator("name")(plain_directory_name)
 
@@ -104,8 +114,10 @@ class FeatureConfig(_Frozen):
 
 
 class ModelConfig(_Frozen):
-    kind: Literal["mlp", "wide_deep", "cnn"] = "mlp"
-    layers: list[PositiveInt] = [64, 64]  # mlp/wide_deep: deep widths; cnn: fc widths after the convs
+    kind: Literal["mlp", "wide_deep", "cnn", "resnet"] = "mlp"
+    # mlp/wide_deep: deep widths; cnn: fc widths after the convs; resnet: the top's fc widths
+    layers: list[PositiveInt] = [64, 64]
+    depth: Literal[18, 34] = 18  # resnet: torchvision's ResNet-18 or -34 (CIFAR stem)
     channels: list[PositiveInt] = [16, 32]  # cnn: one conv block per entry
     cut_layer: PositiveInt = 1  # layers on the passive side (cnn: conv blocks, then fc layers)
     embedding_dim: PositiveInt = 4  # per categorical field, deep part
@@ -114,6 +126,13 @@ class ModelConfig(_Frozen):
 
     @model_validator(mode="after")
     def _consistent(self) -> ModelConfig:
+        if self.kind == "resnet":
+            if self.cut_layer != 1:
+                raise ValueError("model.kind = 'resnet' cuts after the pooled features (Fu et "
+                                 "al.'s bottom): leave model.cut_layer out")
+            if self.top == "none" and self.aggregation != "sum":
+                raise ValueError("top = 'none' sums the parties' logits: set aggregation = 'sum'")
+            return self
         bottom_depth = len(self.layers) + (len(self.channels) if self.kind == "cnn" else 0)
         if self.cut_layer > bottom_depth:
             unit = "conv blocks and fc layers" if self.kind == "cnn" else "layers"
@@ -142,6 +161,7 @@ class TrainingConfig(_Frozen):
     epochs: PositiveInt = 1
     eval_interval: int = Field(0, ge=0)  # train steps between evaluations; 0 = each epoch end
     max_steps: PositiveInt | None = None  # stop after this many train steps (smoke runs, bench)
+    precision: Literal["fp32", "bf16"] = "fp32"  # bf16: the models run under autocast
     eval_train: bool = False  # the final evaluation also scores the train rows (train_auc, ...)
     loss: Literal["auto", "bce", "ce"] = "auto"
     optimizer: OptimizerConfig = OptimizerConfig()

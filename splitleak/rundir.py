@@ -64,9 +64,36 @@ class RunDir:
     def bottom_model(self, party_id: int) -> Path:
         return self.passive_party(party_id) / "bottom.pt"
 
+    def bottom_white_box(self, party_id: int) -> Path:
+        """Evaluation-only snapshots of a victim's bottom and its gradients per step (CAFE's
+        threat model, splitleak.white_box)."""
+        return self.passive_party(party_id) / "white_box"
+
     def protection(self, party_id: int) -> Path:
         """What a protecting party did to its train images ([protection]), for the report."""
         return self.passive_party(party_id) / "protection.json"
+
+    @property
+    def label_party_address(self) -> Path:
+        """HOST:PORT, written by the label party once it serves (a run's roles meet here)."""
+        return self.label_party / "address"
+
+    @property
+    def attacker_address(self) -> Path:
+        return self.attacker / "address"
+
+    def relay_address(self, party_id: int) -> Path:
+        """With [network]: where passive party k's shaping relay listens."""
+        return self.root / f"relay_{party_id}.address"
+
+    @property
+    def routed_address(self) -> Path:
+        """Where the orchestrator routed the passive parties instead (the bench's relay)."""
+        return self.root / "routed.address"
+
+    @property
+    def tls(self) -> Path:
+        return self.root / "tls"
 
     @property
     def logs(self) -> Path:

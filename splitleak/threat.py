@@ -4,13 +4,49 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveFloat, PositiveInt, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    model_validator,
+)
 
 DEFAULT_HINTS = (1, 3, 5)
 
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ReplacementBackdoor(_Frozen):
+    """Label replacement backdoor (VFLAIR's LRB, ALGORITHMS.md §2.16): in every train batch the
+    party sends, for each target-class row it knows, the activation of a triggered row instead,
+    and backpropagates that row's gradient into the triggered row too; at inference it triggers
+    its features to have rows classified as the target."""
+
+    target_class: NonNegativeInt = 0  # the class triggered rows are to be given
+    known_targets: PositiveInt = 10  # target-class train rows it knows (VFLAIR: the class count)
+    poison_fraction: float = Field(0.01, gt=0, lt=1)  # train rows it triggers, and test rows
+    # scored under the trigger (VFLAIR: 1 % of each)
+    trigger_value: float | None = None  # the trigger's value; None: its train features' maximum
+
+
+class NoisySamples(_Frozen):
+    """Noisy-sample attack at inference (VFLAIR's NSB): the party adds N(0, (λ·range)²) noise to
+    its features of a fraction of the test rows, clipped to their range."""
+
+    noise_lambda: PositiveFloat = 2.0  # λ, in units of the features' range (VFLAIR's images: [0, 1])
+    noise_rate: float = Field(0.01, gt=0, lt=1)  # test rows it sends noisy (VFLAIR: 1 %)
+
+
+class MissingFeatures(_Frozen):
+    """Missing features (VFLAIR's MF): the party's output is zero for a fraction of the rows."""
+
+    missing_rate: float = Field(0.25, gt=0, lt=1)  # rows of each batch, and of the test rows
+    during_training: bool = True  # VFLAIR zeroes the rows of every train batch too
 
 
 class ThreatParty(_Frozen):
@@ -25,6 +61,10 @@ class ThreatParty(_Frozen):
     seed: int | None = Field(None, ge=0, lt=2**63)  # draws of side knowledge; None: the run seed
     # Knows the label party's model at each snapshot step (Qiu et al.'s EXACT); [threat.white_box].
     white_box: bool = False
+    # Integrity attacks it runs (VFLAIR's targeted and non-targeted families; absent: none).
+    backdoor: ReplacementBackdoor | None = None
+    noisy_samples: NoisySamples | None = None
+    missing_features: MissingFeatures | None = None
 
     @model_validator(mode="after")
     def _clamp(self) -> ThreatParty:
@@ -43,11 +83,30 @@ class ThreatParty(_Frozen):
         if self.optimizer == "malicious":
             low, high = self.clamp
             words.append(f"malicious optimizer (γ={self.gamma:g}, clamp [{low:g}, {high:g}])")
-        else:
+        elif not self.integrity:
             words.append("honest")
         if self.white_box:
             words.append("white-box (label party's model per snapshot step)")
+        if self.backdoor is not None:
+            b = self.backdoor
+            words.append(f"replacement backdoor (target class {b.target_class}, {b.known_targets} "
+                         f"known target rows, {b.poison_fraction:.0%} poisoned)")
+        if self.noisy_samples is not None:
+            n = self.noisy_samples
+            words.append(f"noisy samples at inference (λ={n.noise_lambda:g}, {n.noise_rate:.0%} "
+                         "of the test rows)")
+        if self.missing_features is not None:
+            m = self.missing_features
+            words.append(f"missing features ({m.missing_rate:.0%} of the rows"
+                         f"{', in training too' if m.during_training else ' at inference'})")
         return ", ".join(words)
+
+    @property
+    def integrity(self) -> dict[str, Any]:
+        """The integrity attacks it runs, by evaluation variant (splitleak.integrity.VARIANTS)."""
+        found = {"backdoor": self.backdoor, "noisy": self.noisy_samples,
+                 "missing": self.missing_features}
+        return {variant: settings for variant, settings in found.items() if settings is not None}
 
 
 class WhiteBoxConfig(_Frozen):
@@ -67,6 +126,11 @@ class ReceiverThreat(_Frozen):
     victims: list[PositiveInt] = []  # passive parties whose inputs it reconstructs
     white_box: bool = True  # knows each victim's bottom model: the inversion attack (2.11a)
     back_mapping: bool = True  # trains a decoder on its auxiliary rows (2.11b)
+    # Knows the trained model and its own features: a generator of the victim's features (GRN).
+    grn: bool = False
+    # Knows each victim's bottom and its aggregated parameter gradients per snapshot step (CAFE;
+    # the victim writes them, [threat.white_box] every / max_snapshots bound how many).
+    cafe: bool = False
     # Train rows whose features (and activations) the attacker owns: the decoder's training
     # set, disjoint from the rows it is scored on.
     auxiliary_fraction: float = Field(0.1, gt=0, lt=1)
@@ -76,16 +140,26 @@ class ReceiverThreat(_Frozen):
     def _ways(self) -> ReceiverThreat:
         if len(set(self.victims)) != len(self.victims):
             raise ValueError(f"receiver.victims = {self.victims} names a party twice")
-        if self.victims and not (self.white_box or self.back_mapping):
-            raise ValueError("receiver.victims is set but both attacks are off: set white_box = "
-                             "true (inversion) and/or back_mapping = true (decoder)")
+        if self.victims and not self.attacks:
+            raise ValueError("receiver.victims is set but every attack is off: set white_box = "
+                             "true (inversion), back_mapping = true (decoder), grn = true or "
+                             "cafe = true")
         return self
+
+    @property
+    def attacks(self) -> list[str]:
+        """The reconstruction attacks this threat model runs on each victim."""
+        return [name for name, on in (("inversion", self.white_box),
+                                      ("back_mapping", self.back_mapping), ("grn", self.grn),
+                                      ("cafe", self.cafe)) if on]
 
     def describe(self) -> str:
         """e.g. `label party: white-box inversion, back-mapping on 10 % auxiliary rows`."""
         ways = (["white-box inversion (knows the bottom model)"] if self.white_box else []) + \
             ([f"back-mapping decoder on {self.auxiliary_fraction:.0%} auxiliary train rows"]
-             if self.back_mapping else [])
+             if self.back_mapping else []) + \
+            (["generative regression network (knows the trained model)"] if self.grn else []) + \
+            (["CAFE (knows the bottom and its aggregated gradients per step)"] if self.cafe else [])
         return "label party, on received activations: " + ", ".join(ways)
 
 
@@ -104,6 +178,11 @@ class ThreatConfig(_Frozen):
 
     @model_validator(mode="after")
     def _groups(self) -> ThreatConfig:
+        for variant in ("backdoor", "noisy", "missing"):
+            parties = [k for k, p in self.parties.items() if variant in p.integrity]
+            if len(parties) > 1:
+                raise ValueError(f"parties {sorted(parties)} both run the '{variant}' integrity "
+                                 "attack; one party per attack (its evaluation scores one party)")
         for i, group in enumerate(self.collusion):
             if len(set(group)) < 2 or len(set(group)) != len(group):
                 raise ValueError(f"collusion[{i}] = {group} must name two or more distinct parties")
@@ -140,6 +219,13 @@ class ThreatConfig(_Frozen):
         """Whether the label party snapshots its model at train step `step` (a white-box run)."""
         every = self.white_box.every
         return step % every == 0 and step // every < self.white_box.max_snapshots
+
+    def integrity_party(self, variant: str) -> tuple[int, Any] | None:
+        """(party, settings) of the party running integrity attack `variant`, if any."""
+        for k, p in self.parties.items():
+            if variant in p.integrity:
+                return int(k), p.integrity[variant]
+        return None
 
     @property
     def malicious(self) -> list[int]:

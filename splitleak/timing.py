@@ -17,6 +17,21 @@ TIMING_FILE = "timing.json"
 WARMUP_STEPS = 5
 
 
+_STARTUP: dict[str, float] = {}  # this process's start-up milestones (wall clock)
+_FACTS: dict[str, object] = {}  # what this process ran on: device, threads
+
+
+def mark_startup(name: str) -> None:
+    """When this process reached a start-up milestone (the first time only), e.g. `serving`,
+    `joined`, `first_step`: `splitleak bench` sets them against the run's launch."""
+    _STARTUP.setdefault(name, time.time())
+
+
+def note(**facts: object) -> None:
+    """Facts about this process for its timing.json (e.g. device = "cuda:0", threads = 4)."""
+    _FACTS.update(facts)
+
+
 def timed(train: bool, step: int) -> bool:
     """Whether a batch's spans count: a train step past the warm-up."""
     return train and step >= WARMUP_STEPS
@@ -85,11 +100,19 @@ class StepTimer:
                 "spans": {name: {"seconds": s, "count": self.counts[name],
                                  "ms_per_step": 1e3 * s / steps if steps else 0.0}
                           for name, s in sorted(self.seconds.items())},
-                "cpu": self.cpu.per_step(steps)}
+                "cpu": self.cpu.per_step(steps), "startup": dict(_STARTUP), **_FACTS}
 
     def write(self, path: Path, per: str) -> None:
         data = json.dumps(self.as_dict(per), indent=2)
         write_atomically(path, lambda tmp: tmp.write_text(data))
+
+
+def read_timing_file(path: Path) -> dict:
+    """A role's whole timing.json ({} if it wrote none or it is unreadable)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
 
 
 def read_timing(path: Path) -> dict[str, float]:
@@ -102,7 +125,8 @@ def read_timing(path: Path) -> dict[str, float]:
 
 def write_cpu(path: Path, cpu: CpuWindow, steps: int) -> None:
     """timing.json of a role without spans (the sidecar): its CPU per train step."""
-    data = json.dumps({"train_steps": steps, "spans": {}, "cpu": cpu.per_step(steps)}, indent=2)
+    data = json.dumps({"train_steps": steps, "spans": {}, "cpu": cpu.per_step(steps),
+                       "startup": dict(_STARTUP), **_FACTS}, indent=2)
     write_atomically(path, lambda tmp: tmp.write_text(data))
 
 

@@ -11,6 +11,7 @@ from torch import nn
 
 from splitleak.config import ConfigError, ExperimentConfig, plugin_param_errors
 from splitleak.datasets import DATASETS, DatasetError, Schema, build_dataset
+from splitleak.integrity import check_integrity
 from splitleak.models import InputSpec, build_bottom, build_top, input_spec
 from splitleak.partition import label_party_columns, passive_columns
 from splitleak.registry import UnknownPluginError
@@ -41,6 +42,7 @@ def check_core(cfg: ExperimentConfig) -> Schema:
     check_models(cfg, schema, columns, own)
     if cfg.threat.white_box_parties:
         own_columns(cfg, schema)  # the private features name categorical columns of the slice
+    check_integrity(cfg, schema)
     return schema
 
 
@@ -72,7 +74,7 @@ def bottom_shapes(cfg: ExperimentConfig, schema: Schema,
     """(activation shape, first layer's output size) of one example through the bottom model
     the shared config gives a party holding `columns`."""
     spec = input_spec(schema, columns)
-    bottom = build_bottom(cfg.model, spec, cfg.output_width(schema.num_classes), seed=0)
+    bottom = build_bottom(cfg.model, spec, cfg.output_width(schema.num_classes), seed=0).eval()
     first = next(m for m in bottom.modules() if isinstance(m, nn.Linear | nn.Conv2d))
     seen: list[int] = []
     hook = first.register_forward_hook(lambda m, a, out: seen.append(out[0].numel()))

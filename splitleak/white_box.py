@@ -1,15 +1,19 @@
-"""White-box snapshots: the label party's model at the steps a white-box attacker knows it (EXACT,
-Qiu et al.), an evaluation-only artifact the label party writes, never sent on the wire.
+"""White-box snapshots: a party's model at the steps a white-box attacker knows it, an
+evaluation-only artifact the party writes, never sent on the wire.
 
-At a snapshot step (threat.snapshot_step) the label party writes the parameters it computes that
-step's cut gradient with (top model and its own bottom, before the step's update) to
-`label_party/white_box/step-<step>.arrow`: one Arrow IPC file per step, written atomically
-(rows: parameter name, shape, float32 values; schema metadata: epoch and step). Size:
-min(steps, max_snapshots) x the label party's parameter count x 4 bytes.
+EXACT (Qiu et al.): at a snapshot step (threat.snapshot_step) the label party writes the parameters
+it computes that step's cut gradient with (top model and its own bottom, before the step's update)
+to `label_party/white_box/step-<step>.arrow`. CAFE (Jin et al.): a victim passive party writes its
+bottom's parameters before the step's update, their aggregated gradients (`grad.<name>`) and the
+cut gradient it received (`cut_gradient`) to `passive_party_<k>/white_box/step-<step>.arrow`, with
+the batch's sample ids. One Arrow IPC file per step, written atomically (rows: name, shape, float32
+values; schema metadata: epoch, step, and sample ids as JSON). Size: min(steps, max_snapshots) x
+(the parameter count, twice for CAFE, plus a batch of cut gradients) x 4 bytes.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -68,6 +72,12 @@ def own_columns(cfg: ExperimentConfig, schema: Schema) -> OwnColumns:
                       tuple(categorical.index(name) for name in dict.fromkeys(wanted)))
 
 
+def cafe_victim(cfg: ExperimentConfig, party_id: int) -> bool:
+    """Passive party `party_id` shares its bottom and gradients per snapshot step (CAFE)."""
+    receiver = cfg.threat.receiver
+    return receiver.cafe and party_id in receiver.victims
+
+
 def snapshot_path(directory: Path, step: int) -> Path:
     return directory / f"step-{step:08d}.arrow"
 
@@ -79,17 +89,23 @@ class SnapshotWriter:
         self.directory = directory
         self.threat = threat
 
-    def record(self, epoch: int, step: int, model: torch.nn.Module) -> None:
-        """Snapshot `model` if `step` is a snapshot step; call before the step's update."""
+    def record(self, epoch: int, step: int, model: torch.nn.Module,
+               extra: dict[str, torch.Tensor] | None = None,
+               sample_ids: np.ndarray | None = None) -> None:
+        """Snapshot `model` (and the `extra` tensors) if `step` is a snapshot step; call before
+        the step's update."""
         if not self.threat.snapshot_step(step):
             return
-        state = model.state_dict()
+        state = {**model.state_dict(), **(extra or {})}
         values = [t.detach().to(torch.float32).reshape(-1).numpy() for t in state.values()]
+        metadata = {"epoch": str(epoch), "step": str(step)}
+        if sample_ids is not None:
+            metadata["sample_ids"] = json.dumps(np.asarray(sample_ids).tolist())
         table = pa.table({
             "name": pa.array(list(state), pa.string()),
             "shape": pa.array([list(t.shape) for t in state.values()], pa.list_(pa.int64())),
             "values": pa.array(values, pa.list_(pa.float32())),
-        }).replace_schema_metadata({"epoch": str(epoch), "step": str(step)})
+        }).replace_schema_metadata(metadata)
         self.directory.mkdir(parents=True, exist_ok=True)
 
         def write(tmp: Path) -> None:
@@ -119,14 +135,24 @@ def snapshot_files(directory: Path) -> dict[int, Path]:
 
 def read_snapshot(path: Path) -> tuple[int, dict[str, torch.Tensor]]:
     """(train step, state dict) of one snapshot; ValueError naming the file if unreadable."""
+    step, state, _ = read_snapshot_batch(path)
+    return step, state
+
+
+def read_snapshot_batch(path: Path) -> tuple[int, dict[str, torch.Tensor], np.ndarray | None]:
+    """(train step, tensors, the batch's sample ids if recorded) of one snapshot; ValueError
+    naming the file if unreadable."""
     try:
         with pa.memory_map(str(path)) as source:
             table = pa.ipc.open_file(source).read_all()
-        step = int(table.schema.metadata[b"step"])
+        metadata = table.schema.metadata
+        step = int(metadata[b"step"])
+        ids = (np.asarray(json.loads(metadata[b"sample_ids"]), dtype=np.int64)
+               if b"sample_ids" in metadata else None)
         state = {}
         for name, shape, values in zip(table.column("name").to_pylist(), table.column("shape").to_pylist(),
                                        table.column("values").to_pylist(), strict=True):
             state[name] = torch.from_numpy(np.asarray(values, dtype=np.float32).reshape(shape))
     except (pa.ArrowException, OSError, KeyError, TypeError, ValueError) as err:
         raise ValueError(f"{path} is not a readable white-box snapshot: {err}") from None
-    return step, state
+    return step, state, ids

@@ -25,6 +25,19 @@ def pytest_configure(config: pytest.Config) -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`gpu` tests skip, saying why, where torch sees no CUDA device (CI never has one)."""
+    import torch
+
+    if torch.cuda.is_available() or os.environ.get("SPLITLEAK_GPU_TEST_DEVICE") == "cpu":
+        return
+    reason = (f"needs a CUDA device; torch {torch.__version__} sees none "
+              f"({'a CPU-only build' if not torch.version.cuda else 'no GPU visible'})")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
 def scaled(seconds: float) -> float:
     """A test deadline or timeout, stretched by SPLITLEAK_TEST_TIME_SCALE."""
     return seconds * TIME_SCALE

@@ -15,6 +15,7 @@ from attacker.attacks import (
     ATTACKS,
     DEFAULT_ATTACKS,
     DEFAULT_MULTICLASS_ATTACKS,
+    FAMILIES,
     NO_PREDICTION,
     RUN_ATTACKS,
     Attack,
@@ -556,3 +557,24 @@ def test_center_attack_label_hides_unused_hints() -> None:
     assert build_attack("median", {"centers": "hint", "hints": 3}).label == (
         "median(centers=hint, hints=3)"
     )
+
+
+@pytest.mark.parametrize("name", ATTACKS.names())
+def test_every_attack_declares_its_vflair_family(name: str) -> None:
+    """compare groups attacks by VFLAIR's families (T-DCS); every plug-in says which it is in,
+    and how its attack performance (AP) reads from its summary entry."""
+    cls = ATTACKS.get(name)
+    assert cls.family in FAMILIES
+    assert cls.vflair is None or (cls.vflair.isupper() and cls.vflair.isalpha())
+    ap = cls.attack_performance({})
+    assert set(ap) == {"metric", "value"} and ap["metric"].strip() and ap["value"] is None
+
+
+def test_attack_performance_reads_each_metric() -> None:
+    base = ATTACKS.get("norm")
+    assert base.attack_performance({"flipped": {"mean": 0.8}})["value"] == 0.8
+    assert base.attack_performance({"count_error": {"mean": 0.25}})["value"] == 0.75
+    assert base.attack_performance({"pooled": {"accuracy": 0.4}})["value"] == 0.4
+    recon = ATTACKS.get("back_mapping")
+    assert recon.attack_performance({"reconstruction": {"mse_range": 0.1}})["value"] == 0.9
+    assert recon.attack_performance({"reconstruction": {"mse_range": 1.5}})["value"] == 0.0

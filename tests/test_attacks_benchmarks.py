@@ -184,10 +184,11 @@ def test_whole_counts(estimate: list[float], total: int) -> None:
 def synthetic_run(root: Path, classes: int, width: int, batches: list[tuple[int, int]],
                   rows: int = 30, activation: bool = False) -> RunDir:
     """A run directory with a gradient log of logit gradients at uniform predictions (cut layer)
-    and noise at the first layer, for the given (epoch, step) batches of `rows` rows each."""
+    and noise at the first layer, for the given (epoch, step) batches of `rows` rows each; its
+    config says so: no top model, the gradient is the loss's in the logits."""
     run = RunDir(root)
     run.label_party.mkdir(parents=True)
-    run.config.write_text("[run]\nseed = 5\n")
+    run.config.write_text('[run]\nseed = 5\n\n[model]\ntop = "none"\n')
     rng = np.random.default_rng(0)
     labels = rng.integers(0, classes, rows * len(batches))
     pq.write_table(pa.table({"sample_id": np.arange(labels.size), "label": labels,

@@ -104,10 +104,13 @@ def _budget(step: float) -> dict[str, float]:
 def _rounds(n: int) -> list[dict]:
     return [{"round": i, "order": [], "load_start": 0.2 * i, "load_end": 0.2 * i + 0.1,
              "variants": {"in-process": {"steps_per_s": 20.0 + i},
-                          "distributed": {"steps_per_s": 18.0 + i, "budget": _budget(50.0 + i)},
+                          "in-process 3 threads": {"steps_per_s": 30.0},
+                          "distributed": {"steps_per_s": 18.0 + i, "budget": _budget(50.0 + i),
+                                          "first_step_s": 1.0 + 0.1 * i},
                           "distributed+sidecar": {"steps_per_s": 16.0,
                                                   "budget": _budget(60.0)},
                           "in-process N=2": {"steps_per_s": 20.0},
+                          "in-process N=2, 3 threads": {"steps_per_s": 28.0},
                           "distributed N=2": {"steps_per_s": 21.0, "budget": _budget(40.0)},
                           "in-process N=4": {"steps_per_s": 10.0},
                           "distributed N=4": {"steps_per_s": 12.0, "budget": _budget(70.0)}}}
@@ -118,10 +121,18 @@ def test_summary_json_keeps_every_round_and_names_every_ratio():
     result = json.loads(json.dumps(summarise_rounds(_rounds(5), [2, 4], busy_load=0.5)))
     assert len(result["rounds"]) == 5 and result["rounds"][3]["variants"]["in-process"] == {
         "steps_per_s": 23.0}
-    assert set(result["ratios"]) == set(ratio_pairs([2, 4])) == {
-        "distributed / in-process", "with sidecar / without", "distributed / in-process, N=2",
-        "distributed / in-process, N=4", "distributed N=4 / N=2", "in-process N=4 / N=2"}
-    ratio = result["ratios"]["distributed / in-process"]
+    names = list(result["rounds"][0]["variants"])
+    assert set(result["ratios"]) == set(ratio_pairs([2, 4], names)) == {
+        "distributed / in-process (1 thread)", "distributed / in-process (3 threads)",
+        "with sidecar / without", "distributed / in-process (1 thread), N=2",
+        "distributed / in-process (3 threads), N=2", "distributed / in-process (1 thread), N=4",
+        "distributed N=4 / N=2", "in-process N=4 / N=2"}
+    assert result["ratios"]["distributed / in-process (3 threads)"]["median"] == pytest.approx(20 / 30)
+    # a step over its critical path (label compute + codec, then the slowest party's): 4 ms
+    assert result["step_over_critical_path"]["distributed"]["median"] == pytest.approx(52.0 / 4)
+    assert result["first_step_s"]["distributed"]["median"] == pytest.approx(1.2)
+    assert "distributed N=2" not in result["first_step_s"]  # not measured there
+    ratio = result["ratios"]["distributed / in-process (1 thread)"]
     assert ratio["values"] == pytest.approx([18 / 20, 19 / 21, 20 / 22, 21 / 23, 22 / 24])
     assert ratio["median"] == pytest.approx(20 / 22)
     assert result["ratios"]["distributed N=4 / N=2"]["median"] == pytest.approx(12 / 21)
@@ -142,7 +153,10 @@ def test_the_printout_shows_ratios_with_spread_the_budget_and_warns_when_busy():
     console = Console(record=True, width=200)
     print_bench(_printable(summarise_rounds(_rounds(5), [2, 4], busy_load=0.5)), console)
     text = console.export_text()
-    assert "distributed / in-process (aim >= 0.8), per round" in text
+    assert "distributed / in-process (1 thread), per round" in text
+    assert "distributed / in-process (3 threads), per round" in text
+    assert "distributed: step / critical path (aim <= 1.1)" in text
+    assert "distributed: time to first train step, s" in text and "1.20 [1.00–1.40]" in text
     assert "0.91 [0.90–0.92] (5 rounds)" in text  # the 95 % CI of 5 rounds is their range
     assert "median [min–max] over rounds" in text
     assert "distributed N=4 / N=2, per round" in text
@@ -278,9 +292,13 @@ def test_quick_bench_runs_one_round_and_writes_its_json(tmp_path):
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     assert len(result["rounds"]) == 1
-    assert set(result["rounds"][0]["variants"]) == {"in-process", "distributed",
-                                                   "distributed+sidecar"}
+    threads = result["threads"]  # the distributed run's threads in all: 1 a process here
+    assert set(result["rounds"][0]["variants"]) == {"in-process", f"in-process {threads} threads",
+                                                   "distributed", "distributed+sidecar"}
     budget = result["budget_ms"]["distributed"]
     assert budget["label_compute"] > 0 and budget["passive_compute"] > 0
-    assert result["ratios"]["distributed / in-process"]["n"] == 1
-    assert "distributed / in-process (aim >= 0.8), per round" in done.stdout
+    assert result["ratios"]["distributed / in-process (1 thread)"]["n"] == 1
+    assert result["first_step_s"]["distributed"]["median"] > 0
+    assert result["step_over_critical_path"]["distributed"]["median"] > 1
+    assert "distributed / in-process (1 thread), per round" in done.stdout
+    assert "distributed: time to first train step, s" in done.stdout

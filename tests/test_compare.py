@@ -40,10 +40,13 @@ SETTINGS: dict[str, tuple[list[dict], list[float], list[tuple[float, float]]]] =
 
 
 def leak_entry(attack: str, mean: float, p95: float, **extra: Any) -> dict[str, Any]:
+    """A score attack's run entry; its threshold accuracy (VFLAIR's AP) is the AUC mean − 0.1."""
     return {"scope": "run", "party_id": 1, "layer": "cut", "attack": attack, "metric": "auc",
             "side_knowledge": "none", "batches": 10, "skipped": 0,
             "flipped": {"mean": mean, "p95": p95, "max": p95}, "raw": {"mean": 1 - mean, "p95": 0.5,
-                                                                         "max": 0.5}, **extra}
+                                                                         "max": 0.5},
+            "threshold_accuracy": {"mean": mean - 0.1, "p95": p95, "max": p95},
+            "threshold_rule": "positive where the min-max normalised score is > 0.5", **extra}
 
 
 def fake_run(root: Path, data: dict[str, Any], utility: float, leak: list[dict[str, Any]],
@@ -143,7 +146,7 @@ def test_leak_entries_read_what_the_analysis_writes() -> None:
 def test_compare_pairs_seeds_and_finds_the_frontier(runs_dir: Path) -> None:
     runs, warnings = find_runs([runs_dir])
     assert len(runs) == 12 and not warnings
-    comparison = compare(runs)
+    comparison = compare(runs, dcs_ap="auc")  # splitleak's earlier DCS: AP = mean flipped AUC
     rows = {r["setting"]: r for r in comparison.rows}
     assert set(rows) == {"no defense", "marvell s=1", "marvell s=4", "iso t=1"}
     assert comparison.party == 1 and not comparison.warnings

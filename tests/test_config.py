@@ -32,7 +32,7 @@ def test_resolved_config_round_trips_with_same_hash(tmp_path) -> None:
     ({"model": {"aggregation": "max"}}, "model.aggregation", "'concat', 'sum' or 'mean'"),
     ({"training": {"loss": "hinge"}}, "training.loss", "'auto', 'bce' or 'ce'"),
     ({"training": {"batch_size": 0}}, "training.batch_size", "greater than 0"),
-    ({"model": {"kind": "transformer"}}, "model.kind", "'mlp', 'wide_deep' or 'cnn'"),
+    ({"model": {"kind": "transformer"}}, "model.kind", "'mlp', 'wide_deep', 'cnn' or 'resnet'"),
     ({"training": {"optimizer": {"name": "lion"}}}, "training.optimizer.name", "'adam'"),
     ({"dataset": {"name": "x", "test_fraction": 1.5}}, "dataset.test_fraction", "less than 1"),
     ({"topology": {"passive_parties": 3}}, "features.passive lists 2 parties", "= 3"),

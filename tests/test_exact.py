@@ -77,7 +77,9 @@ def test_exact_equals_brute_force_on_a_tiny_model(kind: str) -> None:
     torch.testing.assert_close(fast, brute, rtol=1e-5, atol=1e-9)
     distance = (brute - received[:, None, None]).square().sum(-1).reshape(batch, -1)
     best = distance.argmin(1)
-    labels, codes = reconstruct(top, h, received, numeric, cats, candidates, chunk_candidates=30)
+    found = reconstruct(top, h, received, numeric, cats, candidates, chunk_candidates=30)
+    labels, codes = found.labels, found.codes
+    assert found.ties == {}  # trained-looking weights: no two candidates at the same distance
     np.testing.assert_array_equal(labels, (best // 12).numpy())
     np.testing.assert_array_equal(codes, candidates.codes[best % 12].numpy())
     np.testing.assert_array_equal(labels, y.numpy())  # no defense: the truth is the nearest

@@ -19,7 +19,8 @@ ROOT = Path(__file__).parent.parent / "examples"
 SWEEPS = sorted(p for p in ROOT.rglob("*.toml") if "sweep" in tomllib.loads(p.read_text()))
 EXAMPLES = sorted(set(ROOT.rglob("*.toml")) - set(SWEEPS))
 NEEDS_FILE = {"criteo_file.toml", "adult.toml", "adult_dp.toml", "cifar10-none.toml",
-              "cifar10-none-active.toml", "cifar10-kdk.toml", "cifar10-kdk-active.toml"}
+              "cifar10-none-active.toml", "cifar10-kdk.toml", "cifar10-kdk-active.toml",
+              "cifar10-resnet18.toml"}
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)

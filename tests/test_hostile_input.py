@@ -143,11 +143,8 @@ def test_a_write_after_the_label_party_ended_the_call_keeps_the_reason(tmp_path:
 
     bottom = load_bottom(one_party(tmp_path), 1)
 
-    async def compute(fn, *args):  # noqa: ANN001, ANN202 - the step loop's executor stand-in
-        return fn(*args)
-
     with pytest.raises(PartyError, match="ended the stream with ABORTED: run aborted: passive party 2"):
-        asyncio.run(StepLoop(bottom, compute, None, "r").run(_FinishedCall()))
+        asyncio.run(StepLoop(bottom, None, "r").run(_FinishedCall()))
 
 
 # --- item 5: malformed and hostile messages --------------------------------------------------

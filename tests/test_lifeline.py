@@ -97,6 +97,7 @@ def test_spawn_runs_no_python_between_fork_and_exec(tmp_path: Path, monkeypatch)
         return real_popen(*args, **kwargs)
 
     monkeypatch.setattr(processes.subprocess, "Popen", recording_popen)
+    monkeypatch.setenv("SPLITLEAK_ZYGOTE", "off")  # a new process, not a fork of the zygote
     child = processes.spawn("probe", ["attacker", "--help"], tmp_path / "probe.log")
     try:
         child.process.wait(timeout=scaled(60))

@@ -117,7 +117,7 @@ def test_the_threat_model_states_what_reconstruction_needs(tmp_path: Path) -> No
         parse_config(_receiver_config(tmp_path, threat={"receiver": {"victims": [3]}}))
     with pytest.raises(ConfigError, match="names a party twice"):
         parse_config(_receiver_config(tmp_path, threat={"receiver": {"victims": [1, 1]}}))
-    with pytest.raises(ConfigError, match="both attacks are off"):
+    with pytest.raises(ConfigError, match="every attack is off"):
         parse_config(_receiver_config(tmp_path, threat={"receiver": {
             "victims": [1], "white_box": False, "back_mapping": False}}))
     cfg = parse_config(_receiver_config(tmp_path))
@@ -185,3 +185,17 @@ def test_the_console_table_fits_80_columns() -> None:
     assert max(map(len, lines)) <= 80
     assert any(line.split() == ["1", "back_mapping", "0.597", "0.160", "0.193", "0.721", "512",
                                 "400", "16"] for line in lines)
+
+
+def test_mse_on_range_scaled_features_by_hand() -> None:
+    """VFLAIR's feature-reconstruction AP reads the MSE of features scaled to [0, 1]: an image's
+    on its [0, 1] pixels (the reconstruction clipped to them, as its SSIM), a table's per column
+    over each column's range."""
+    truth = np.array([[[[0.0, 2.0, 4.0]]]] * 3, dtype=np.float32).reshape(3, 1, 1, 3).repeat(3, 2)
+    scores = image_scores(truth, truth + 1.0, np.array([0, 1, 2]), pixel_scale=(0.0, 0.25))
+    # pixels 0, 0.5, 1 against 0.25, 0.75, min(1.25, 1): squared errors 1/16, 1/16, 0
+    assert scores["mse"] == pytest.approx(1.0) and scores["mse_range"] == pytest.approx(1 / 24)
+    numeric = np.array([[0.0, 10.0], [2.0, 30.0]])
+    table = tabular_scores(numeric, numeric + np.array([1.0, 10.0]), np.zeros((2, 0)),
+                           np.zeros((2, 0)), ["a", "b"])
+    assert table["mse_range"] == pytest.approx(((1 / 2) ** 2 + (10 / 20) ** 2) / 2)

@@ -140,14 +140,11 @@ def test_the_party_taps_a_gradient_after_answering_the_next_batch(tmp_path: Path
         values = np.full((rows, *bottom.embedding_shape), 0.01, np.float32)
         return pb.LabelPartyMessage(cut_gradient=encode_tensor(values), gradient_step=step, **more)
 
-    async def compute(fn, *args):  # noqa: ANN001, ANN202 - the step loop's executor stand-in
-        return fn(*args)
-
     events: list[str] = []
     call = _ScriptedCall([pb.LabelPartyMessage(next_batch=batch(0)),
                           gradient(0, next_batch=batch(1)),
                           gradient(1, next_batch=batch(2)),
                           gradient(2, done=True)], events)
-    asyncio.run(StepLoop(bottom, compute, _LoggingTap(events), "r").run(call))
+    asyncio.run(StepLoop(bottom, _LoggingTap(events), "r").run(call))
     # Step t's record goes out once batch t+1 is answered; the last one before the end.
     assert events == ["answer 0", "answer 1", "tap 0", "answer 2", "tap 1", "tap 2", "done"]

@@ -7,21 +7,27 @@ from typing import Any
 from attacker.attacks import (  # noqa: F401  (imported to register)
     back_mapping,
     batch_label_counts,
+    cafe,
     clustering,
     cosine_majority,
     cosine_oracle,
     direct_label,
     exact,
+    grn,
     hint_distance,
     hint_inner,
     inversion,
     mean,
     median,
+    missing_features,
     model_completion,
+    noisy_samples,
     norm,
+    replacement_backdoor,
 )
 from attacker.attacks.base import (
     ATTACKS,
+    FAMILIES,
     NO_PREDICTION,
     Attack,
     AttackPlugin,
@@ -57,11 +63,13 @@ DEFAULT_MULTICLASS_ATTACKS: list[tuple[str, dict[str, Any]]] = [
 
 # Run once per attacking party whose threat entry declares labelled examples (labelled_per_class),
 # EXACT once per party declared white_box, and the reconstruction attacks once per victim of the
-# label party ([threat.receiver]).
-RUN_ATTACKS: list[str] = ["model_completion", "exact", "inversion", "back_mapping"]
+# label party ([threat.receiver]), and each integrity attack once for the party declaring it.
+RUN_ATTACKS: list[str] = ["model_completion", "exact", "inversion", "back_mapping", "grn", "cafe",
+                          "replacement_backdoor", "noisy_samples", "missing_features"]
 
 __all__ = [
     "ATTACKS",
+    "FAMILIES",
     "DEFAULT_ATTACKS",
     "DEFAULT_MULTICLASS_ATTACKS",
     "NO_PREDICTION",

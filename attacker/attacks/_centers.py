@@ -11,6 +11,7 @@ from pydantic import Field
 
 from attacker.attacks._batch import as_rows, distances, unscored
 from attacker.attacks.base import Attack, AttackParams, AttackResult, SideKnowledge
+from attacker.attacks.thresholds import NEARER_POSITIVE_CENTER
 
 CENTERS_SIDE_KNOWLEDGE = (
     "centers=oracle: every label of the batch (upper bound, as GAFM evaluates); "
@@ -52,6 +53,7 @@ class CenterAttack(Attack):
     side_knowledge = CENTERS_SIDE_KNOWLEDGE
     Params = CenterParams
     params: CenterParams
+    threshold = NEARER_POSITIVE_CENTER
 
     @staticmethod
     @abstractmethod

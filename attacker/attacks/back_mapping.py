@@ -67,6 +67,8 @@ def back_map(victim: Victim, params: BackMappingParams, seed: int
 @ATTACKS.register("back_mapping")
 class BackMappingAttack(ReconstructionAttack):
     name = "back_mapping"
+    family = "feature_reconstruction"
+    vflair = "TBM"
     side_knowledge = ("the label party: the activations it received from the victim, and the real "
                       "features of its auxiliary rows (auxiliary_fraction of the train rows, not "
                       "scored)")

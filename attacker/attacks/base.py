@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
+import torch
 from pydantic import BaseModel, ConfigDict
 
+from attacker.attacks.thresholds import MIN_MAX_HALF, ThresholdRule
 from splitleak.registry import Registry
 
 if TYPE_CHECKING:
@@ -18,6 +20,10 @@ if TYPE_CHECKING:
 
 AttackKind = Literal["score", "label", "counts"]
 NO_PREDICTION = -1  # a label attack's value for a row its rule makes no prediction on
+# VFLAIR's attack types, which its T-DCS averages over (the value: its column, T-DCS_<value>).
+Family = Literal["label_inference", "feature_reconstruction", "targeted_backdoor", "non_targeted"]
+FAMILIES: dict[str, str] = {"label_inference": "LI", "feature_reconstruction": "FR",
+                            "targeted_backdoor": "TB", "non_targeted": "NTB"}
 
 
 class AttackParams(BaseModel):
@@ -88,14 +94,19 @@ class AttackResult:
     values: np.ndarray  # float64 [B] scores, int64 [B] inferred labels, or float64 [K] counts
     exclude: np.ndarray  # bool [B]: rows given as side knowledge, left out of the metric
     skip_reason: str | None = None
+    # A score attack's own hard labels (0/1 [B]), when its rule is not a threshold on the scores
+    # (clustering: the smaller cluster); used for the threshold accuracy in place of the rule.
+    decisions: np.ndarray | None = None
 
 
 class AttackPlugin(ABC):
-    """What every attack declares: its name, parameters and side knowledge."""
+    """What every attack declares: its name, parameters, side knowledge, and its VFLAIR family."""
 
     name: ClassVar[str]
     kind: ClassVar[Literal["score", "label", "counts", "run"]]
     side_knowledge: ClassVar[str]  # one line, printed next to every number
+    family: ClassVar[Family]  # the attack type VFLAIR's T-DCS groups it under
+    vflair: ClassVar[str | None] = None  # VFLAIR's name for it (NS, DS, DLI, GRN, LRB, ...), if any
     Params: ClassVar[type[AttackParams]] = AttackParams
     needs_clean_anchors: ClassVar[bool] = False  # reads the label party's clean-anchor artifact
 
@@ -113,6 +124,28 @@ class AttackPlugin(ABC):
         """Draws side knowledge at random, so the analysis repeats it over R seeded draws."""
         return False
 
+    @classmethod
+    def attack_performance(cls, entry: dict[str, Any]) -> dict[str, Any]:
+        """VFLAIR's attack performance (AP, larger = the attack did better) read from this
+        attack's summary entry: {"metric": how it is read, "value": the number or None}."""
+        if entry.get("flipped"):
+            return {"metric": "mean flip-corrected AUC", "value": entry["flipped"].get("mean")}
+        if entry.get("count_error"):
+            error = entry["count_error"].get("mean")
+            return {"metric": "1 - count error", "value": None if error is None else 1.0 - error}
+        pooled = (entry.get("pooled") or {}).get("accuracy")
+        return {"metric": "accuracy (pooled over rows)", "value": pooled}
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What an attacker knows of the run's set-up (the architecture and the protocol are
+    public; the labels are not), for the attacks' premises."""
+
+    top_model: bool  # the label party has a top model (model.top != "none")
+    perturbed: bool  # a defense chain or a lossy wire changes the gradients the party receives
+    colluding: bool  # a group's gradients side by side, not one party's
+
 
 class Attack(AttackPlugin):
     """One label-inference attack on a batch of received cut-layer gradients."""
@@ -121,10 +154,17 @@ class Attack(AttackPlugin):
     cut_layer_only: ClassVar[bool] = False  # reads logit gradients: no first-layer analysis
     # Also run on the activations the party sent, when recorded (attacker.record_activation).
     on_activations: ClassVar[bool] = False
+    # Score attacks: how scores become labels for the threshold accuracy (VFLAIR's AP).
+    threshold: ClassVar[ThresholdRule] = MIN_MAX_HALF
 
     def metric_kind(self, num_classes: int) -> AttackKind:
         """What the attack returns for a task with this many classes (its `kind` by default)."""
         return self.kind
+
+    def premise(self, facts: RunFacts, layer: str) -> str | None:
+        """Why the attack cannot apply to this run at `layer` (None: its premise holds). An
+        attack whose premise fails is skipped with the sentence, never scored."""
+        return None
 
     @property
     def per_epoch(self) -> bool:
@@ -158,6 +198,7 @@ class RunContext:
     truth_by_id: np.ndarray  # labels.parquet (evaluation artifact): reach it only through
     # labelled_examples (side knowledge) and truth (scoring), never to train on
     labelled: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    device: torch.device = torch.device("cpu")  # where the attack trains its models
 
     @property
     def num_classes(self) -> int:
@@ -199,6 +240,12 @@ class RunAttack(AttackPlugin):
 
     kind: ClassVar[Literal["run"]] = "run"
     receiver: ClassVar[bool] = False  # the label party attacks the party's activations (§2.11)
+
+    @property
+    def diagnostic(self) -> str | None:
+        """Why this variant's figure is a diagnostic rather than the one to set beside the
+        papers' (None: it is that one)."""
+        return None
 
     @abstractmethod
     def run(self, context: RunContext) -> RunResult:

@@ -26,9 +26,11 @@ from attacker.attacks.base import (
     Attack,
     AttackParams,
     AttackResult,
+    RunFacts,
     SideKnowledge,
     label_without_defaults,
 )
+from attacker.attacks.direct_label import NEEDS_LOGITS
 
 
 class BatchCountParams(AttackParams):
@@ -52,6 +54,8 @@ def whole_counts(estimate: np.ndarray, total: int) -> np.ndarray:
 @ATTACKS.register("batch_label_counts")
 class BatchLabelCountsAttack(Attack):
     name = "batch_label_counts"
+    family = "label_inference"
+    vflair = "BLI"
     kind = "counts"
     cut_layer_only = True
     side_knowledge = ("none (no top model: the gradient is the loss's gradient in the logits; "
@@ -62,6 +66,9 @@ class BatchLabelCountsAttack(Attack):
     @property
     def label(self) -> str:
         return label_without_defaults(self)
+
+    def premise(self, facts: RunFacts, layer: str) -> str | None:
+        return NEEDS_LOGITS if facts.top_model else None
 
     def __call__(self, gradients: np.ndarray, side: SideKnowledge) -> AttackResult:
         rows = as_rows(gradients)

@@ -9,7 +9,7 @@ analysis also clusters those (layer "activation"): the forward embeddings PELoss
 - Binary: score = −‖g − c_min‖, c_min the centre of the smaller cluster, so larger means more
   likely positive under the declared side knowledge that positives are the minority (equal
   sizes: cluster 0). AUC as for every score attack; the flip-corrected value covers a batch
-  where positives are the majority.
+  where positives are the majority. The threshold accuracy labels the smaller cluster positive.
 - Multi-class: clusters are matched to classes by the assignment that maximises agreement with
   the true labels (scipy's linear_sum_assignment, the Hungarian method), and each row is
   labelled with its cluster's class: best-permutation accuracy, an upper bound on what an
@@ -38,6 +38,15 @@ from attacker.attacks.base import (
     SideKnowledge,
     label_without_defaults,
 )
+from attacker.attacks.thresholds import ThresholdRule
+
+
+def _unused(scores: np.ndarray) -> np.ndarray:
+    raise AssertionError("the binary clustering attack returns its own decisions")
+
+
+SMALLER_CLUSTER = ThresholdRule("positive where in the smaller k-means cluster, then "
+                                "max(acc, 1 − acc)", _unused, flip=True)
 
 
 class ClusteringParams(AttackParams):
@@ -56,6 +65,7 @@ def _thread_pools() -> ThreadpoolController:
 @ATTACKS.register("clustering")
 class ClusteringAttack(Attack):
     name = "clustering"
+    family = "label_inference"
     side_knowledge = (
         "binary: positives are the minority (the smaller k-means cluster is taken as positive); "
         "multi-class: the number of classes, and clusters matched to classes by the best "
@@ -63,6 +73,7 @@ class ClusteringAttack(Attack):
     )
     Params = ClusteringParams
     params: ClusteringParams
+    threshold = SMALLER_CLUSTER
     on_activations = True  # SecretFlow's attack clusters gradients or forward embeddings
 
     @property
@@ -94,7 +105,8 @@ class ClusteringAttack(Attack):
         if k == 2:
             minority = int(np.argmin(np.bincount(clusters, minlength=2)))
             to_centre = distances(rows, kmeans.cluster_centers_[minority][None])[:, 0]
-            return AttackResult(-to_centre, no_rows_excluded(n_rows))
+            return AttackResult(-to_centre, no_rows_excluded(n_rows),
+                                decisions=(clusters == minority).astype(np.int64))
         # Rows = true classes, columns = clusters; the assignment maximises matched rows.
         agreement = confusion_matrix(side.class_labels_oracle(), clusters, labels=np.arange(k))
         classes, matched = linear_sum_assignment(agreement, maximize=True)

@@ -14,6 +14,7 @@ _BLOCK_ENTRIES = 1 << 22
 @ATTACKS.register("cosine_majority")
 class CosineMajorityAttack(Attack):
     name = "cosine_majority"
+    family = "label_inference"
     side_knowledge = "positives are the minority class"
 
     def __call__(self, gradients: np.ndarray, side: SideKnowledge) -> AttackResult:

@@ -5,15 +5,31 @@ from __future__ import annotations
 import numpy as np
 
 from attacker.attacks._batch import no_rows_excluded
-from attacker.attacks.base import ATTACKS, NO_PREDICTION, Attack, AttackResult, SideKnowledge
+from attacker.attacks.base import (
+    ATTACKS,
+    NO_PREDICTION,
+    Attack,
+    AttackResult,
+    RunFacts,
+    SideKnowledge,
+)
+
+NEEDS_LOGITS = ("needs the gradient of the logits (VFL without a top model, model.top = 'none'); "
+                "this run's label party has a top model, so the gradient is not the loss's "
+                "gradient in the logits")
 
 
 @ATTACKS.register("direct_label")
 class DirectLabelAttack(Attack):
     name = "direct_label"
+    family = "label_inference"
+    vflair = "DLI"
     kind = "label"
     cut_layer_only = True
     side_knowledge = "none (multi-class, no top model: the gradient is the softmax-CE p - y)"
+
+    def premise(self, facts: RunFacts, layer: str) -> str | None:
+        return NEEDS_LOGITS if facts.top_model else None
 
     def __call__(self, gradients: np.ndarray, side: SideKnowledge) -> AttackResult:
         rows = np.asarray(gradients)

@@ -26,6 +26,7 @@ from attacker.store import GradientLog
 from splitleak.datasets import build_dataset
 from splitleak.models import build_top, input_spec
 from splitleak.partition import label_party_columns
+from splitleak.seeding import rng
 from splitleak.white_box import FEATURE_PREFIX, OwnColumns, own_columns, read_snapshot, snapshot_files
 
 
@@ -80,30 +81,51 @@ def candidate_gradients(top: torch.nn.Module, activations: torch.Tensor, numeric
     return grads.reshape(candidates.labels, n, f, -1).transpose(0, 1)
 
 
+@dataclass(frozen=True)
+class Reconstruction:
+    """One batch's answer: per example the nearest candidate's label and private codes, and for
+    each example with an exact tie (several candidates at the same, minimal distance) the
+    labels [T] and codes [T, P] of its tied candidates."""
+
+    labels: np.ndarray  # [B]
+    codes: np.ndarray  # [B, P]
+    ties: dict[int, tuple[np.ndarray, np.ndarray]]  # row -> (labels, codes) of the tied candidates
+
+
 def reconstruct(top: torch.nn.Module, activations: torch.Tensor, gradients: torch.Tensor,
                 numeric: torch.Tensor, categorical: torch.Tensor, candidates: Candidates,
-                chunk_candidates: int = 1 << 18) -> tuple[np.ndarray, np.ndarray]:
-    """(labels [B], private codes [B, P]) of one received batch: per example the candidate whose
-    gradient is nearest in L2 to the received one (the whole batch: its size scales the loss)."""
+                chunk_candidates: int = 1 << 18,
+                generator: np.random.Generator | None = None) -> Reconstruction:
+    """Per example of one received batch, the candidate whose gradient is nearest in L2 to the
+    received one (the whole batch: its size scales the loss). Tie rule: candidates whose squared
+    distance equals the minimum exactly (float32) are tied, and one of them is drawn uniformly
+    with `generator` (seeded; default seed 0), never taken by enumeration order."""
+    generator = generator if generator is not None else np.random.default_rng(0)
     batch_size = activations.shape[0]
     flat = gradients.reshape(batch_size, -1)
     per_chunk = max(1, chunk_candidates // candidates.count)
-    labels, codes = [], []
+    f = candidates.codes.shape[0]
+    best_all, ties = [], {}
     for start in range(0, batch_size, per_chunk):
         rows = slice(start, start + per_chunk)
         cand = candidate_gradients(top, activations[rows], numeric[rows], categorical[rows],
                                    candidates, batch_size)
         distance = (cand - flat[rows, None, None, :]).square().sum(-1).reshape(cand.shape[0], -1)
-        best = distance.argmin(dim=1)
-        f = candidates.codes.shape[0]
-        labels.append((best // f).numpy())
-        codes.append(candidates.codes[best % f].numpy())
-    return np.concatenate(labels), np.concatenate(codes)
+        best = distance.argmin(dim=1).numpy()
+        at_minimum = (distance == distance.min(dim=1, keepdim=True).values).numpy()
+        for row in np.flatnonzero(at_minimum.sum(axis=1) > 1):  # rare: a Python loop is fine
+            tied = np.flatnonzero(at_minimum[row])
+            best[row] = generator.choice(tied)
+            ties[start + int(row)] = (tied // f, candidates.codes[tied % f].numpy())
+        best_all.append(best)
+    best = np.concatenate(best_all)
+    return Reconstruction(best // f, candidates.codes[best % f].numpy(), ties)
 
 
 @ATTACKS.register("exact")
 class ExactAttack(RunAttack):
     name = "exact"
+    family = "label_inference"
     side_knowledge = ("white box: the label party's top model and own bottom at each snapshot "
                       "step, the activation it sent, the label party's non-private columns")
     Params = ExactParams
@@ -126,7 +148,7 @@ class ExactAttack(RunAttack):
                              "them when the threat model declares a white-box party)")
         numeric_by_id, categorical_by_id = _own_features(run.labels, own)
         top: torch.nn.Module | None = None
-        truth_labels, truth_codes, labels, codes = [], [], [], []
+        truth_labels, truth_codes, found = [], [], []
         for batch in GradientLog(run.attacker / "gradients").batches(party):
             if batch.step not in snapshots or "activation" not in batch.tensors:
                 continue
@@ -138,19 +160,17 @@ class ExactAttack(RunAttack):
             top.load_state_dict(state)
             ids = torch.from_numpy(np.array(batch.sample_ids))
             with torch.enable_grad():
-                found_labels, found_codes = reconstruct(
+                found.append(reconstruct(
                     top, activations, torch.from_numpy(np.array(batch.tensors["cut_gradient"])),
                     numeric_by_id[ids], categorical_by_id[ids], candidates,
-                    self.params.chunk_candidates)
-            labels.append(found_labels)
-            codes.append(found_codes)
+                    self.params.chunk_candidates, rng(context.seed, "exact", "ties", batch.step)))
             truth_labels.append(context.truth(batch.sample_ids))
             truth_codes.append(categorical_by_id[ids][:, list(own.private)].numpy())
-        if not labels:
+        if not found:
             raise ValueError("no recorded batch at a snapshot step has both the cut gradient and "
                              "the activation (attacker.record_activation)")
-        return _scores(own, candidates, np.concatenate(labels), np.concatenate(codes),
-                       np.concatenate(truth_labels), np.concatenate(truth_codes), len(labels))
+        return _scores(own, candidates, found, np.concatenate(truth_labels),
+                       np.concatenate(truth_codes))
 
     def check_size(self, own: OwnColumns, candidates: Candidates) -> None:
         """Refuse an enumeration above the cap, naming its factors."""
@@ -184,19 +204,59 @@ def _own_features(labels_path: Any, own: OwnColumns) -> tuple[torch.Tensor, torc
     return torch.from_numpy(numeric), torch.from_numpy(categorical)
 
 
-def _scores(own: OwnColumns, candidates: Candidates, labels: np.ndarray, codes: np.ndarray,
-            truth_labels: np.ndarray, truth_codes: np.ndarray, batches: int) -> RunResult:
-    """Label F1 (positive class; macro over classes when multi-class) and per-feature macro-F1."""
-    average = "binary" if candidates.labels == 2 else "macro"
-    label_f1 = float(f1_score(truth_labels, labels, average=average, zero_division=0))
+def _f1s(own: OwnColumns, two_labels: bool, truth: np.ndarray, answer: np.ndarray) -> tuple[
+        float, dict[str, float]]:
+    """Label F1 (positive class; macro over classes when multi-class) and per-feature macro-F1
+    of `answer` = [B, 1 + P] (label, private codes) against `truth`."""
+    average = "binary" if two_labels else "macro"
+    label_f1 = float(f1_score(truth[:, 0], answer[:, 0], average=average, zero_division=0))
     # Macro over the values present in the truth: a value no row holds has no F1 to average.
-    features = {name: float(f1_score(truth_codes[:, j], codes[:, j], labels=np.unique(truth_codes[:, j]),
+    features = {name: float(f1_score(truth[:, j + 1], answer[:, j + 1], labels=np.unique(truth[:, j + 1]),
                                      average="macro", zero_division=0))
                 for j, name in enumerate(own.private_names)}
+    return label_f1, features
+
+
+def settle_ties(answer: np.ndarray, truth: np.ndarray, ties: dict[int, np.ndarray],
+                right: bool) -> np.ndarray:
+    """`answer` [B, 1 + P] with every tied row's items settled against the truth: `right` takes
+    the true value wherever a tied candidate has it, else (wrong) a tied value that is not the
+    truth wherever one exists (the first, in enumeration order); an item every tied candidate
+    agrees on keeps that value."""
+    settled = answer.copy()
+    for row, tied in ties.items():  # tied: [T, 1 + P]
+        for item in range(answer.shape[1]):
+            values = tied[:, item]
+            hit = values == truth[row, item]
+            if right and hit.any():
+                settled[row, item] = truth[row, item]
+            elif not right and not hit.all():
+                settled[row, item] = values[~hit][0]
+    return settled
+
+
+def _scores(own: OwnColumns, candidates: Candidates, found: list[Reconstruction],
+            truth_labels: np.ndarray, truth_codes: np.ndarray) -> RunResult:
+    """F1 of the label and of each private feature with ties broken by the seeded draw, and, for
+    the rows with an exact tie, the same F1 with every tie counted wrong and counted right."""
+    answer = np.column_stack([np.concatenate([r.labels for r in found]),
+                              np.concatenate([r.codes for r in found])])
+    truth = np.column_stack([truth_labels, truth_codes])
+    ties, offset = {}, 0
+    for r in found:
+        ties |= {offset + row: np.column_stack(tied) for row, tied in r.ties.items()}
+        offset += r.labels.size
+    two_labels = candidates.labels == 2
+    label_f1, features = _f1s(own, two_labels, truth, answer)
+    settled = {case: _f1s(own, two_labels, truth, settle_ties(answer, truth, ties, case == "right"))
+               for case in ("wrong", "right")}
+    labels = answer[:, 0]
     correct = int((labels == truth_labels).sum())
     figures = {"label_f1": label_f1, "feature_f1": features,
-               "feature_accuracy": {name: float((codes[:, j] == truth_codes[:, j]).mean())
+               "feature_accuracy": {name: float((answer[:, j + 1] == truth_codes[:, j]).mean())
                                     for j, name in enumerate(own.private_names)},
-               "candidates_per_example": candidates.count, "batches": batches,
+               "ties": {"rows": len(ties), "of": int(labels.size),
+                        **{case: {"label_f1": f1[0], "feature_f1": f1[1]} for case, f1 in settled.items()}},
+               "candidates_per_example": candidates.count, "batches": len(found),
                "combinations": math.prod(own.private_cardinalities)}
     return RunResult(correct / labels.size, correct, int(labels.size), figures)

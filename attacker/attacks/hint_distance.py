@@ -16,6 +16,7 @@ class HintParams(AttackParams):
 @ATTACKS.register("hint_distance")
 class HintDistanceAttack(Attack):
     name = "hint_distance"
+    family = "label_inference"
     side_knowledge = "k random positives per batch (excluded from the metric)"
     Params = HintParams
     params: HintParams

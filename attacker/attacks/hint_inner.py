@@ -7,14 +7,17 @@ import numpy as np
 from attacker.attacks._batch import as_rows, squared_norms, unscored
 from attacker.attacks.base import ATTACKS, Attack, AttackResult, SideKnowledge
 from attacker.attacks.hint_distance import HintParams
+from attacker.attacks.thresholds import POSITIVE_SCORE
 
 
 @ATTACKS.register("hint_inner")
 class HintInnerAttack(Attack):
     name = "hint_inner"
+    family = "label_inference"
     side_knowledge = "k random positives per batch (excluded from the metric)"
     Params = HintParams
     params: HintParams
+    threshold = POSITIVE_SCORE  # the hint is a positive: a positive projection is its side
 
     @property
     def randomised(self) -> bool:

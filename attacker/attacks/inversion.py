@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import torch
 from pydantic import Field
-from torch.nn import functional as F
 
 from attacker.attacks.base import ATTACKS
-from attacker.reconstruction import ReconstructionAttack, ReconstructionParams, Victim
-from splitleak.models import Bottom
+from attacker.reconstruction import ReconstructionAttack, ReconstructionParams, Victim, soft_forward
 
 
 class InversionParams(ReconstructionParams):
@@ -26,16 +24,6 @@ def total_variation(images: torch.Tensor) -> torch.Tensor:
     return down + right
 
 
-def _soft_forward(bottom: Bottom, numeric: torch.Tensor, logits: list[torch.Tensor]) -> torch.Tensor:
-    """The bottom on a relaxed input: each categorical field as its softmax-weighted embedding."""
-    if bottom.encoder is None or not logits:
-        return bottom(numeric, torch.zeros(numeric.shape[0], 0, dtype=torch.int64))
-    embeddings = [F.softmax(z, 1) @ e.weight for z, e in zip(logits, bottom.encoder.embeddings,
-                                                             strict=True)]
-    parts = ([numeric] if bottom.encoder.num_numeric else []) + embeddings
-    return bottom.body(torch.cat(parts, 1))
-
-
 def invert(victim: Victim, params: InversionParams) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Minimise mean‖f_k(x̂) − h‖² + λ·TV(x̂) per row by Adam; rows are independent (the loss is
     their sum and Adam is per coordinate), so every row is solved at once."""
@@ -50,7 +38,7 @@ def invert(victim: Victim, params: InversionParams) -> tuple[torch.Tensor, torch
     optimizer = torch.optim.Adam([numeric, *logits], lr=params.lr)
     image = victim.image_shape is not None
     for _ in range(params.steps):
-        out = _soft_forward(bottom, numeric, logits).flatten(1)
+        out = soft_forward(bottom, numeric, logits).flatten(1)
         loss = ((out - received) ** 2).mean(1)
         if image and params.tv:
             loss = loss + params.tv * total_variation(numeric)
@@ -64,6 +52,7 @@ def invert(victim: Victim, params: InversionParams) -> tuple[torch.Tensor, torch
 @ATTACKS.register("inversion")
 class InversionAttack(ReconstructionAttack):
     name = "inversion"
+    family = "feature_reconstruction"
     side_knowledge = ("the label party: the activations it received from the victim and the "
                       "victim's trained bottom model (white box)")
     Params = InversionParams

@@ -11,6 +11,7 @@ from attacker.attacks.base import ATTACKS
 @ATTACKS.register("mean")
 class MeanAttack(CenterAttack):
     name = "mean"
+    family = "label_inference"
 
     @staticmethod
     def center(rows: np.ndarray) -> np.ndarray:

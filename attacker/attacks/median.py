@@ -11,6 +11,7 @@ from attacker.attacks.base import ATTACKS
 @ATTACKS.register("median")
 class MedianAttack(CenterAttack):
     name = "median"
+    family = "label_inference"
 
     @staticmethod
     def center(rows: np.ndarray) -> np.ndarray:

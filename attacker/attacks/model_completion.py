@@ -18,6 +18,7 @@ from attacker.completion import (
     random_bottoms,
     top_k_correct,
 )
+from splitleak.placement import ATTACKER, role_threads
 from splitleak.seeding import derive_seed, rng
 
 
@@ -44,6 +45,8 @@ class CompletionParams(AttackParams):
 @ATTACKS.register("model_completion")
 class ModelCompletionAttack(RunAttack):
     name = "model_completion"
+    family = "label_inference"
+    vflair = "PMC"
     side_knowledge = ("the party's own trained bottom model and feature columns, plus "
                       "labelled_per_class labelled train rows per class (excluded from the "
                       "train accuracy)")
@@ -59,6 +62,13 @@ class ModelCompletionAttack(RunAttack):
                 *(f"{k}={v}" for k, v in changed.items())]
         return f"{self.name}({', '.join(args)})"
 
+    @property
+    def diagnostic(self) -> str | None:
+        if self.params.fine_tune_bottom:
+            return None
+        return ("the bottom frozen measures the label information training put into it; Fu et "
+                "al.'s and the KD^k paper's tables use fine-tuned completion")
+
     def settings(self) -> Settings:
         p = self.params
         return Settings(steps=p.steps, batch_size=p.batch_size, lr=p.lr,
@@ -69,16 +79,16 @@ class ModelCompletionAttack(RunAttack):
 
     def run(self, context: RunContext) -> RunResult:
         threads = torch.get_num_threads()
-        torch.set_num_threads(context.cfg.run.torch_threads)  # as the parties: no oversubscription
+        torch.set_num_threads(role_threads(context.cfg, ATTACKER))  # no oversubscription
         try:
             return self._run(context)
         finally:
             torch.set_num_threads(threads)
 
     def _run(self, context: RunContext) -> RunResult:
-        started = time.process_time()
+        started, wall = time.process_time(), time.perf_counter()
         num_classes = context.num_classes
-        views = load_parties(context.run, context.cfg, context.parties, num_classes)
+        views = load_parties(context.run, context.cfg, context.parties, num_classes, context.device)
         seed = derive_seed(context.seed, "model_completion", *context.parties)
         labelled, labels = context.labelled_examples(self.params.labelled_per_class,
                                                      rng(seed, "labelled"))
@@ -98,7 +108,8 @@ class ModelCompletionAttack(RunAttack):
                 "labelled_only": train(views, False),
                 "random_bottom": train(random_bottoms(context.cfg, views, num_classes, seed), True)}
         figures.update(labelled=int(labelled.size), classes=num_classes, steps=settings.steps,
-                       cpu_seconds=time.process_time() - started)
+                       cpu_seconds=time.process_time() - started,
+                       seconds=time.perf_counter() - wall, device=str(context.device))
         train_split = figures["train"]
         return RunResult(accuracy=train_split["top1"], correct=train_split["correct"],
                          rows=train_split["rows"], figures=figures)

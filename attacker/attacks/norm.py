@@ -11,6 +11,8 @@ from attacker.attacks.base import ATTACKS, Attack, AttackResult, SideKnowledge
 @ATTACKS.register("norm")
 class NormAttack(Attack):
     name = "norm"
+    family = "label_inference"
+    vflair = "NS"
     side_knowledge = "none"
 
     def __call__(self, gradients: np.ndarray, side: SideKnowledge) -> AttackResult:

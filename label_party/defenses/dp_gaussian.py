@@ -72,7 +72,7 @@ class DpGaussian(Defense):
             clip = 0.5 * float(norms.median())
         ctx.diagnostics["dp_gaussian.clip"] = clip
         factor = torch.where(norms > clip, clip / torch.where(norms > 0, norms, 1.0), 1.0)
-        noise = torch.randn(rows.shape, generator=ctx.generator, dtype=work)
+        noise = torch.randn(rows.shape, generator=ctx.generator, dtype=work).to(rows.device)
         clipped = rows.to(work) * factor.to(work).unsqueeze(1)
         noisy = torch.add(clipped, noise, alpha=self.params.noise_multiplier * clip)
         return restore(noisy, cut_gradient)

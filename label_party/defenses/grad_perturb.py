@@ -40,7 +40,8 @@ class GradPerturb(Defense):
         rows = as_rows(cut_gradient)
         work = compute_dtype(rows.dtype)
         classes = per_class.shape[0]
-        weights = laplace_noise((rows.shape[0], classes), self.scale, ctx.generator, work)
+        weights = laplace_noise((rows.shape[0], classes), self.scale, ctx.generator, work,
+                                rows.device)
         # [B, K] × [K, B, d] → [B, d]: row j mixes its own K per-class gradients.
         noise = torch.einsum("bk,kbd->bd", weights, per_class.reshape(classes, *rows.shape).to(work))
         ctx.diagnostics["grad_perturb.noise_norm_mean"] = float(row_norms(noise).mean())

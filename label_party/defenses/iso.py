@@ -30,5 +30,5 @@ class Iso(Defense):
         largest = float(row_norms(rows).max())
         std = largest * (self.params.t / dim) ** 0.5
         ctx.diagnostics["iso.noise_power"] = self.params.t * largest**2  # E‖η_j‖², Marvell's P
-        noise = torch.randn(batch, dim, generator=ctx.generator, dtype=work)
+        noise = torch.randn(batch, dim, generator=ctx.generator, dtype=work).to(rows.device)
         return restore(torch.add(rows.to(work), noise, alpha=std), cut_gradient)

@@ -14,10 +14,12 @@ class LaplaceParams(DefenseParams):
 
 
 def laplace_noise(
-    shape: tuple[int, ...], scale: float, generator: torch.Generator, dtype: torch.dtype
+    shape: tuple[int, ...], scale: float, generator: torch.Generator, dtype: torch.dtype,
+    device: torch.device | str = "cpu",
 ) -> torch.Tensor:
-    """Laplace(0, scale) by inversion of one uniform per value: sign × Exponential(scale)."""
-    uniform = torch.rand(shape, generator=generator, dtype=dtype)  # in [0, 1)
+    """Laplace(0, scale) by inversion of one uniform per value: sign × Exponential(scale).
+    Drawn with the (CPU) generator, then moved to `device`: the same noise on every device."""
+    uniform = torch.rand(shape, generator=generator, dtype=dtype).to(device)  # in [0, 1)
     negative = uniform < 0.5
     half = torch.where(negative, 2.0 * uniform, 2.0 * uniform - 1.0)  # uniform in [0, 1) again
     magnitude = -torch.log1p(-half) * scale  # finite: 1 − half ∈ (0, 1]
@@ -36,5 +38,6 @@ class Laplace(Defense):
         if is_empty(cut_gradient):
             return cut_gradient
         work = compute_dtype(cut_gradient.dtype)
-        noise = laplace_noise(tuple(cut_gradient.shape), self.params.b, ctx.generator, work)
+        noise = laplace_noise(tuple(cut_gradient.shape), self.params.b, ctx.generator, work,
+                              cut_gradient.device)
         return (cut_gradient.to(work) + noise).to(cut_gradient.dtype)

@@ -40,8 +40,8 @@ def _class_statistics(
     Converted to float64 a cache-sized block of rows at a time: one read of the batch.
     """
     membership = torch.stack((~positive, positive)).to(torch.float64)  # [2, B]
-    sums = torch.zeros(2, rows.shape[1], dtype=torch.float64)
-    squares = torch.empty(rows.shape[0], dtype=torch.float64)
+    sums = torch.zeros(2, rows.shape[1], dtype=torch.float64, device=rows.device)
+    squares = torch.empty(rows.shape[0], dtype=torch.float64, device=rows.device)
     block = max(1, _BLOCK_VALUES // rows.shape[1])
     for start in range(0, rows.shape[0], block):
         exact = rows[start : start + block].to(torch.float64)
@@ -162,13 +162,14 @@ class Marvell(Defense):
             math.sqrt(max(solution.lam11 - solution.lam21, 0.0)),
             math.sqrt(max(solution.lam10 - solution.lam20, 0.0)),
         ).to(work)
-        z = torch.randn(rows.shape[0], generator=ctx.generator, dtype=work)
+        z = torch.randn(rows.shape[0], generator=ctx.generator, dtype=work).to(rows.device)
         out = torch.addr(rows.to(work), along * z, direction.to(work))
         # At most one class has isotropic noise (λ₂¹ = 0 or λ₂⁰ = 0): draw ξ for its rows only.
         for label, iso in ((1, solution.lam21), (0, solution.lam20)):
             if iso > 0.0:
                 index = (positive == bool(label)).nonzero().squeeze(1)
-                xi = torch.randn(index.numel(), rows.shape[1], generator=ctx.generator, dtype=work)
+                xi = torch.randn(index.numel(), rows.shape[1], generator=ctx.generator,
+                                 dtype=work).to(rows.device)
                 out.index_add_(0, index, xi, alpha=math.sqrt(iso))
         return out
 

@@ -25,5 +25,5 @@ class MaxNorm(Defense):
         largest = norms.max()
         # g_j·σ_j = (g_j/‖g_j‖)·sqrt(‖g_max‖² − ‖g_j‖²): no division by a tiny ‖g_j‖².
         amplitude = ((largest - norms) * (largest + norms)).clamp_min(0.0).sqrt()
-        z = torch.randn(rows.shape[0], 1, generator=ctx.generator, dtype=work)
+        z = torch.randn(rows.shape[0], 1, generator=ctx.generator, dtype=work).to(rows.device)
         return restore(rows.to(work) + z * (amplitude * unit).to(work), cut_gradient)

@@ -42,13 +42,13 @@ class Perp(Defense):
         norms = row_norms(rows).unsqueeze(1)
         max_norm = float(norms.max())
         along = torch.where(norms > 0, exact / torch.where(norms > 0, norms, 1.0), 0.0)
-        xi = torch.randn(batch, dim, generator=ctx.generator, dtype=torch.float64)
+        xi = torch.randn(batch, dim, generator=ctx.generator, dtype=torch.float64).to(rows.device)
         perp = xi - (xi * along).sum(dim=1, keepdim=True) * along
         perp_norm = torch.linalg.vector_norm(perp, dim=1, keepdim=True)
         unit = torch.where(perp_norm > 0, perp / torch.where(perp_norm > 0, perp_norm, 1.0), 0.0)
         lower, upper = self.params.lower * max_norm, self.params.upper * max_norm
         target = lower + (upper - lower) * torch.rand(
             batch, 1, generator=ctx.generator, dtype=torch.float64
-        )
+        ).to(rows.device)
         length = ((target - norms) * (target + norms)).clamp_min(0.0).sqrt()
         return restore(rows.to(work) + (length * unit).to(work), cut_gradient)

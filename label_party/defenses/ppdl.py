@@ -44,10 +44,11 @@ class Ppdl(Defense):
         batch, dim = rows.shape
         keep = kept_count(self.params.theta_u, dim)
         chosen = torch.rand(batch, dim, generator=ctx.generator).topk(keep, dim=1).indices
+        chosen = chosen.to(rows.device)
         scale = self.params.sensitivity / self.params.epsilon
-        noise = laplace_noise((batch, keep), scale, ctx.generator, work)
+        noise = laplace_noise((batch, keep), scale, ctx.generator, work, rows.device)
         gamma = self.params.gamma
         released = (rows.gather(1, chosen).to(work) + noise).clamp(-gamma, gamma)
         released = torch.where(released.abs() < self.params.tau, 0.0, released)
-        shared = torch.zeros(batch, dim, dtype=work).scatter_(1, chosen, released)
+        shared = torch.zeros(batch, dim, dtype=work, device=rows.device).scatter_(1, chosen, released)
         return restore(shared, cut_gradient)

@@ -33,7 +33,7 @@ class ObjectiveSetup:
     activation_shapes: list[tuple[int, ...]]  # one per passive party, in party-id order
     own_inputs: PartyInputs | None  # the label party's own feature slice, if any
     seed: int
-
+    device: torch.device = torch.device("cpu")  # where the models and the batches live
 
 @dataclass
 class StepResult:

@@ -141,11 +141,15 @@ class CAE(CrossEntropy):
     def __init__(self, params: CAEParams, setup: ObjectiveSetup) -> None:
         super().__init__(params, setup)
         classes = setup.num_classes
-        self.autoencoder, self.losses = train_autoencoder(classes, params, setup.seed)
+        autoencoder, self.losses = train_autoencoder(classes, params, setup.seed)
+        self.autoencoder = autoencoder.to(setup.device)  # trained on the CPU (K-wide layers)
         for p in self.autoencoder.parameters():
             p.requires_grad_(False)  # fixed during VFL: only the top model trains
-        with torch.no_grad():
-            self.soft_labels = self.autoencoder.encode(torch.eye(classes))  # row c = E(e_c)
+        self.soft_labels = self._encoded_one_hots(classes)  # row c = E(e_c)
+
+    @torch.no_grad()
+    def _encoded_one_hots(self, classes: int) -> torch.Tensor:
+        return self.autoencoder.encode(torch.eye(classes, device=self.setup.device))
 
     def _as_target(self, soft: torch.Tensor) -> torch.Tensor:
         # BCE: one logit, so the target is the soft label's probability of class 1.
@@ -170,7 +174,7 @@ class CAE(CrossEntropy):
         p = self.params
         with torch.no_grad():
             decoded = self.autoencoder.decoder(self.soft_labels).argmax(1)
-        classes = torch.arange(self.soft_labels.shape[0])
+        classes = torch.arange(self.soft_labels.shape[0], device=self.soft_labels.device)
         soft = self.soft_labels
         return {"lambda": p.confusion, "reconstruction_weight": p.reconstruction_weight,
                 "confusion_weight": p.confusion_weight,
@@ -188,6 +192,5 @@ class CAE(CrossEntropy):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.autoencoder.load_state_dict(state["autoencoder"])
-        with torch.no_grad():
-            self.soft_labels = self.autoencoder.encode(torch.eye(self.soft_labels.shape[0]))
+        self.soft_labels = self._encoded_one_hots(self.soft_labels.shape[0])
         load_top_state(self, state)

@@ -19,6 +19,7 @@ from label_party.objectives.base import (
 )
 from splitleak.models import build_top
 from splitleak.optim import make_optimizer
+from splitleak.placement import autocast
 from splitleak.seeding import derive_seed
 
 
@@ -36,10 +37,16 @@ class CrossEntropy(Objective):
         self.loss_kind = cfg.loss_for(setup.num_classes)
         self.top = build_top(cfg.model, setup.activation_shapes,
                              setup.own_inputs.spec if setup.own_inputs else None,
-                             cfg.output_width(setup.num_classes), derive_seed(setup.seed, "top"))
+                             cfg.output_width(setup.num_classes),
+                             derive_seed(setup.seed, "top")).to(setup.device)
+        self.autocast = autocast(cfg.training.precision, setup.device)
         # top = "none" with no own features leaves the label party nothing to train.
         params = list(self.top.parameters())
         self.optimizer = make_optimizer(params, cfg.optimizer_for("label")) if params else None
+
+    def rows(self, sample_ids: np.ndarray) -> torch.Tensor:
+        """These sample ids as an index on the label party's device."""
+        return torch.from_numpy(np.asarray(sample_ids, dtype=np.int64)).to(self.setup.device)
 
     def targets(self, sample_ids: np.ndarray, labels: torch.Tensor) -> torch.Tensor:
         """What the loss is computed against (the true labels here)."""
@@ -49,15 +56,17 @@ class CrossEntropy(Objective):
         """[K, B] (or [K, B, K] soft) targets: every row labelled c, for each class c.
 
         BCE has one logit and the two "classes" 0 and 1."""
+        device = self.setup.device
         if self.loss_kind == "bce":
-            return torch.arange(2, dtype=torch.float32)[:, None].expand(2, batch_size)
+            return torch.arange(2, dtype=torch.float32, device=device)[:, None].expand(2, batch_size)
         classes = self.setup.num_classes
-        return torch.arange(classes)[:, None].expand(classes, batch_size)
+        return torch.arange(classes, device=device)[:, None].expand(classes, batch_size)
 
     def logits(self, activations: list[torch.Tensor], own: Own, training: bool) -> torch.Tensor:
-        """The model from the parties' activations to the logits."""
+        """The model from the parties' activations to the logits (float32, also under bf16)."""
         self.top.train(training)
-        return self.top(activations, *own)
+        with self.autocast():
+            return self.top(activations, *own).float()
 
     def penalty(self, activations: list[torch.Tensor],
                 labels: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, Any]]:

@@ -46,7 +46,7 @@ def distance_correlation(activation: torch.Tensor, labels: torch.Tensor,
                          squared: bool = False) -> torch.Tensor:
     """dCor (or dCor²) between the labels and the rows of `activation` ([B, *shape])."""
     n = activation.shape[0]
-    zero = torch.zeros((), dtype=activation.dtype)
+    zero = torch.zeros((), dtype=activation.dtype, device=activation.device)
     if n < 2:
         return zero
     rows = flat_rows(activation)

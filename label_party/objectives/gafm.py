@@ -128,7 +128,7 @@ def normalised_sum(gan_gradient: torch.Tensor, ce_gradient: torch.Tensor,
 
 def soft_labels(labels: torch.Tensor, delta: float, gen: torch.Generator) -> torch.Tensor:
     """Ỹ = 0.5 + u for Y = 1, 0.5 − u for Y = 0, u ~ U(0, Δ) per row."""
-    u = torch.rand(labels.shape, generator=gen) * delta
+    u = torch.rand(labels.shape, generator=gen).to(labels.device) * delta  # drawn on the CPU
     return 0.5 + (2.0 * labels.to(torch.float32) - 1.0) * u
 
 
@@ -160,6 +160,8 @@ class GAFM(Objective):
             torch.manual_seed(derive_seed(setup.seed, "gafm", "critic"))
             self.critic = critic_network(params.critic_hidden)
             self._clip_critic()
+        self.generator.to(setup.device)
+        self.critic.to(setup.device)
         lr = cfg.optimizer_for("label").lr
         self.generator_optimizer = torch.optim.Adam(self.generator.parameters(),
                                                     lr=params.generator_lr or lr)
@@ -204,7 +206,7 @@ class GAFM(Objective):
         aggregated = self.aggregate(activations)
         f = aggregated.detach().reshape(aggregated.shape[0], -1).requires_grad_(True)
         y = labels.to(torch.float32)[:, None]
-        real = y + self.sigma * torch.randn(y.shape, generator=self.noise)
+        real = y + self.sigma * torch.randn(y.shape, generator=self.noise).to(y.device)
         critic_value = 0.0
         for _ in range(self.params.critic_steps):
             critic_value = self.critic_step(f.detach(), real)

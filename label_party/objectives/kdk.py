@@ -75,12 +75,12 @@ def train_teacher(cfg: ExperimentConfig, own: PartyInputs, labels: np.ndarray, t
                   num_classes: int, params: KDkParams, seed: int) -> tuple[nn.Module, list[float]]:
     """Plain CE on the train rows of the label party's own columns; returns the model and the
     mean loss of each epoch."""
-    model = _teacher_model(cfg, own, num_classes, derive_seed(seed, "kdk", "teacher"))
+    model = _teacher_model(cfg, own, num_classes, derive_seed(seed, "kdk", "teacher")).to(own.device)
     optimizer = make_optimizer(model.parameters(),
                                OptimizerConfig(name=params.teacher_optimizer, lr=params.teacher_lr))
     batch_size = params.teacher_batch_size or cfg.training.batch_size
     ids = torch.from_numpy(np.asarray(train_ids, dtype=np.int64))
-    y_all = torch.from_numpy(np.asarray(labels, dtype=np.int64))
+    y_all = torch.from_numpy(np.asarray(labels, dtype=np.int64)).to(own.device)
     shuffle = generator(seed, "kdk", "teacher_order")
     losses = []
     model.train()
@@ -90,7 +90,7 @@ def train_teacher(cfg: ExperimentConfig, own: PartyInputs, labels: np.ndarray, t
         for start in range(0, order.numel(), batch_size):
             rows = order[start: start + batch_size]
             optimizer.zero_grad(set_to_none=True)
-            loss = F.cross_entropy(model(*own.rows(rows)), y_all[rows])
+            loss = F.cross_entropy(model(*own.rows(rows)), y_all[rows.to(own.device)])
             loss.backward()
             optimizer.step()
             total += float(loss.detach()) * rows.numel()
@@ -103,7 +103,7 @@ def train_teacher(cfg: ExperimentConfig, own: PartyInputs, labels: np.ndarray, t
 def teacher_probabilities(model: nn.Module, own: PartyInputs, ids: np.ndarray,
                           chunk: int = 4096) -> torch.Tensor:
     rows = torch.from_numpy(np.asarray(ids, dtype=np.int64))
-    parts = [F.softmax(model(*own.rows(rows[i: i + chunk])), dim=1)
+    parts = [F.softmax(model(*own.rows(rows[i: i + chunk])), dim=1).cpu()
              for i in range(0, rows.numel(), chunk)]
     return torch.cat(parts) if parts else torch.zeros(0, 0)
 
@@ -139,19 +139,20 @@ class KDk(CrossEntropy):
         soft = torch.zeros(labels.size, k_classes)
         soft[train] = kdk_soft_labels(probs[train], y[train], params.k, params.epsilon)
         # BCE: one logit, so the target is the probability of class 1.
-        self.soft_targets = soft[:, 1].contiguous() if self.loss_kind == "bce" else soft
+        soft = soft[:, 1].contiguous() if self.loss_kind == "bce" else soft
+        self.soft_targets = soft.to(setup.device)
 
     def targets(self, sample_ids: np.ndarray, labels: torch.Tensor) -> torch.Tensor:
-        return self.soft_targets[torch.from_numpy(np.asarray(sample_ids, dtype=np.int64))]
+        return self.soft_targets[self.rows(sample_ids)]
 
     def state_dict(self) -> dict[str, Any]:
         # The teacher is retrained identically from the seed; its soft labels are kept so a
         # resumed run provably learns from the same targets.
-        return {**super().state_dict(), "soft_targets": self.soft_targets}
+        return {**super().state_dict(), "soft_targets": self.soft_targets.cpu()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        if not torch.equal(state["soft_targets"], self.soft_targets):
+        if not torch.equal(state["soft_targets"].cpu(), self.soft_targets.cpu()):
             raise ValueError("objective kdk: the checkpoint's soft labels differ from the ones "
                              "this teacher gives (a different dataset or config?)")
 

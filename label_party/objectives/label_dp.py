@@ -79,13 +79,13 @@ class LabelDP(CrossEntropy):
             self.flip = float(params.flip_probability)  # type: ignore[arg-type]
             self.epsilon = epsilon_for(self.flip, k)
         noisy = randomized_response(setup.labels, k, self.flip, rng(setup.seed, "label_dp"))
-        self.noisy_labels = torch.from_numpy(noisy)
+        self.noisy_labels = torch.from_numpy(noisy).to(setup.device)
         train = np.asarray(setup.train_ids, dtype=np.int64)
         changed = noisy[train] != np.asarray(setup.labels)[train]
         self.realised_flip_rate = float(changed.mean()) if train.size else 0.0
 
     def targets(self, sample_ids: np.ndarray, labels: torch.Tensor) -> torch.Tensor:
-        return self.noisy_labels[torch.from_numpy(np.asarray(sample_ids, dtype=np.int64))]
+        return self.noisy_labels[self.rows(sample_ids)]
 
     def summary(self) -> dict[str, Any]:
         return {"epsilon": self.epsilon, "flip_probability": self.flip,

@@ -27,11 +27,11 @@ import numpy as np
 import torch
 from pydantic import ConfigDict, Field, PositiveFloat, PositiveInt
 from torch import nn
-from torch.nn import functional as F
 
 from label_party.objectives.base import OBJECTIVES, ObjectiveParams, ObjectiveSetup, Own
 from label_party.objectives.cross_entropy import load_top_state
 from label_party.objectives.penalised import PartyPenalty
+from splitleak.models import Bottleneck
 from splitleak.optim import make_optimizer
 from splitleak.seeding import derive_seed, generator
 
@@ -44,32 +44,6 @@ class MIDParams(ObjectiveParams):
     hidden: PositiveInt | None = None  # decoder hidden width; None = 5w
     shift: float = 0.5  # σ = softplus(s − shift)
     lr: PositiveFloat | None = None  # None: the label party's optimizer as configured
-
-
-class Bottleneck(nn.Module):
-    """h → (μ, σ) → z → decoded activation; z = μ when no noise is given."""
-
-    def __init__(self, dim: int, width: int, hidden: int, shift: float) -> None:
-        super().__init__()
-        self.width = width
-        self.shift = shift
-        self.encoder = nn.Linear(dim, 2 * width)
-        self.decoder = nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, dim))
-
-    def encode(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        mu, pre = self.encoder(flat).split(self.width, dim=1)
-        return mu, F.softplus(pre - self.shift)
-
-    def forward(self, activation: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
-        mu, sigma = self.encode(activation.reshape(activation.shape[0], -1))
-        z = mu if noise is None else mu + sigma * noise
-        return self.decoder(z).reshape(activation.shape)
-
-    def kl(self, activation: torch.Tensor) -> torch.Tensor:
-        """mean over rows of Σ_i KL(N(μ_i, σ_i²) ‖ N(0, 1))."""
-        mu, sigma = self.encode(activation.reshape(activation.shape[0], -1))
-        per_row = 0.5 * (mu.square() + sigma.square() - 1.0) - torch.log(sigma)
-        return per_row.sum(1).mean()
 
 
 @OBJECTIVES.register("mid")
@@ -91,6 +65,7 @@ class MID(PartyPenalty):
                 torch.manual_seed(derive_seed(setup.seed, "mid", "bottleneck", k))
                 self.bottlenecks.append(Bottleneck(dim, width, params.hidden or 5 * width,
                                                    params.shift))
+        self.bottlenecks.to(setup.device)
         configured = setup.cfg.optimizer_for("label")
         optimizer = configured.model_copy(update={"lr": params.lr}) if params.lr else configured
         self.optimizer = make_optimizer([*self.top.parameters(), *self.bottlenecks.parameters()],
@@ -101,8 +76,9 @@ class MID(PartyPenalty):
         self.bottlenecks.train(training)
         decoded = []
         for bottleneck, activation in zip(self.bottlenecks, activations, strict=True):
-            noise = (torch.randn(activation.shape[0], bottleneck.width, generator=self.noise)
-                     if training else None)
+            noise = (torch.randn(activation.shape[0], bottleneck.width,
+                                 generator=self.noise).to(activation.device)
+                     if training else None)  # drawn on the CPU: the same noise on any device
             decoded.append(bottleneck(activation, noise))
         return super().logits(decoded, own, training)
 

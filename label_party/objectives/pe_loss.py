@@ -54,7 +54,7 @@ def _row_energy(block: torch.Tensor, rows: torch.Tensor, block_labels: torch.Ten
     else:
         distance = torch.cdist(block, rows, compute_mode="donot_use_mm_for_euclid_dist")
     pair = block_labels[:, None] == labels[None, :]
-    pair[torch.arange(block.shape[0]), block_index] = False  # not a row with itself
+    pair[torch.arange(block.shape[0], device=pair.device), block_index] = False  # not itself
     energy = torch.rsqrt(distance.square() + softening**2)
     return torch.where(pair, energy, torch.zeros_like(energy)).sum(1)
 
@@ -67,13 +67,13 @@ def potential_energy(activation: torch.Tensor, labels: torch.Tensor, distance: s
     counts = torch.bincount(labels) if n else torch.zeros(0, dtype=torch.int64)
     n_pairs = int((counts * (counts - 1)).sum())
     if n_pairs == 0:
-        return torch.zeros((), dtype=activation.dtype)
+        return torch.zeros((), dtype=activation.dtype, device=activation.device)
     rows = flat_rows(activation)
     if normalize:
         rows = F.layer_norm(rows, rows.shape[1:])
     per_row = row_reduce(partial(_row_energy, labels=labels, angular=distance == "angular",
                                  softening=softening),
-                         rows, labels, torch.arange(n))
+                         rows, labels, torch.arange(n, device=rows.device))
     return (per_row.sum() / n_pairs).to(activation.dtype)
 
 

@@ -25,6 +25,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(model completion), or input (feature reconstruction from received "
                              "activations)")
     parser.add_argument("--party", type=int, help="observed passive party (default: the lowest)")
+    parser.add_argument("--dcs-ap", choices=("vflair", "auc"), default="vflair",
+                        help="the attack performance DCS, T-DCS and C-DCS are computed from: vflair "
+                        "(default; VFLAIR's: a score attack's threshold-rule accuracy, a label "
+                        "attack's accuracy) or auc (score attacks by the mean flip-corrected leak "
+                        "AUC, splitleak's earlier DCS)")
+    parser.add_argument("--max-utility-cost", type=float, default=0.01, metavar="C",
+                        help="the verdicts' budget: the lowest-leak setting on the Pareto frontier "
+                        "whose utility drop against no defense is at most C (default 0.01: 0.01 "
+                        "test AUC, or 1 point of test accuracy)")
     parser.add_argument("--target-utility", type=float, metavar="U",
                         help="the utility 'time to target' is measured to (default: the lowest "
                         "final utility of any compared run, which every run reached)")

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group
 from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
@@ -14,13 +14,15 @@ from rich.table import Table
 from orchestration.compare.read import find_runs
 from orchestration.compare.report import UTILITY_LABELS, write_report
 from orchestration.compare.table import Comparison, compare
+from orchestration.compare.verdict import MAX_UTILITY_COST
 from orchestration.sweep.index import INDEX_FILE, SweepIndexError
 from splitleak.cli_common import EXIT_FAILED, BadInput
 
 
 def compare_and_print(paths: list[Path], out: Path, console: Console, layer: str = "cut",
                       party: int | None = None, leak_stat: str = "flipped_p95",
-                      target: float | None = None) -> Comparison | None:
+                      target: float | None = None, dcs_ap: str = "vflair",
+                      max_utility_cost: float = MAX_UTILITY_COST) -> Comparison | None:
     try:
         runs, warnings = find_runs(paths)
     except (ValueError, SweepIndexError) as err:
@@ -31,10 +33,12 @@ def compare_and_print(paths: list[Path], out: Path, console: Console, layer: str
         console.print("[bold red]nothing to compare:[/] no finished, analysed run")
         return None
     seen = len(warnings)
-    comparison = compare(runs, layer, party, leak_stat, warnings, target)
+    comparison = compare(runs, layer, party, leak_stat, warnings, target, dcs_ap, max_utility_cost)
     report = write_report(comparison, out, paths)
     if comparison.rows:
         console.print(summary_table(comparison, console.width))
+        if comparison.verdicts():
+            console.print(verdict_lines(comparison))
     else:  # nothing at this layer: say why here (otherwise the warnings are in report.md)
         for warning in warnings[seen:]:
             console.print(f"[yellow]{escape(warning)}[/]")
@@ -65,34 +69,68 @@ def _fits(table: Table, width: int) -> bool:
     return needed.minimum <= width
 
 
-def summary_table(comparison: Comparison, width: int = 80) -> Table:
-    """Utility and each attack's seed-mean leak per setting; * = on that attack's frontier."""
+def summary_table(comparison: Comparison, width: int = 80) -> Group:
+    """Utility, C-DCS and each attack's seed-mean leak per setting; * = on that attack's
+    frontier. One table with the attacks' names when it fits `width`; else the attacks are
+    numbered with a legend, over as many tables as it takes for each to fit (report.md has
+    the whole table)."""
     rows = comparison.rows
     attacks = comparison.attacks()
     utility = UTILITY_LABELS.get(rows[0]["utility_metric"], "utility") if rows else "utility"
     seeds = {len(s.runs) for s in comparison.settings}
-    body = []
+    first_cells, leak_cells = [], []
     for setting in comparison.settings:
         own = {r["attack"]: r for r in rows if r["setting_key"] == setting.key}
         if not own:
             continue
         value = next(iter(own.values()))["utility_mean"]
-        body.append([escape(setting.label), *([str(len(setting.runs))] if len(seeds) > 1 else []),
-                     f"{value:.4f}" if value is not None else "-",
-                     *(f"{own[a]['leak_mean']:.3f}{'*' if own[a]['pareto'] else ''}"
-                       if a in own and own[a]["leak_mean"] is not None else "-" for a in attacks)])
-    first = ["setting", *(["seeds"] if len(seeds) > 1 else []), utility]
+        c_dcs = next((r["c_dcs_mean"] for r in own.values() if not r["diagnostic"]), None)
+        first_cells.append([escape(setting.label), *([str(len(setting.runs))] if len(seeds) > 1 else []),
+                            f"{value:.4f}" if value is not None else "-",
+                            f"{c_dcs:.3f}" if c_dcs is not None else "-"])
+        leak_cells.append([f"{own[a]['leak_mean']:.3f}{'*' if own[a]['pareto'] else ''}"
+                           if a in own and own[a]["leak_mean"] is not None else "-" for a in attacks])
+    first = ["setting", *(["seeds"] if len(seeds) > 1 else []), utility, "C-DCS"]
     each = f"{next(iter(seeds))} seed(s) each; " if len(seeds) == 1 else ""
+    diagnostics = [a for a in attacks if any(r["diagnostic"] for r in rows if r["attack"] == a)]
     caption = (f"{each}leak: {comparison.leak_stat} (accuracy-type attacks: accuracy; "
-               "reconstruction: SSIM or R²); * = on "
-               "the Pareto frontier. Full report with CIs and DCS: report.md")
-    table = _fitted("trade-off (mean over seeds)", caption, [*first, *map(escape, attacks)], body)
-    if _fits(table, width):
-        return table
-    # Too wide with the attacks' names as headers: number them, with a legend.
-    legend = "; ".join(f"A{i} = {escape(a)}" for i, a in enumerate(attacks, start=1))
-    return _fitted("trade-off (mean over seeds)", f"{legend}. {caption}",
-                   [*first, *(f"A{i}" for i in range(1, len(attacks) + 1))], body)
+               f"reconstruction: SSIM or R²); * = on the Pareto frontier; C-DCS: VFLAIR's, from "
+               f"the {comparison.dcs_ap} attack performance"
+               + (f"; diagnostics, not in C-DCS: {escape(', '.join(diagnostics))}" if diagnostics else "")
+               + ". Full report with CIs and DCS: report.md")
+    title = "trade-off (mean over seeds)"
+
+    def part(columns: range, numbered: bool, note: str, title: str = title) -> Table:
+        names = [f"A{i + 1}" if numbered else escape(attacks[i]) for i in columns]
+        body = [[*head, *(cells[i] for i in columns)] for head, cells in zip(first_cells, leak_cells,
+                                                                                strict=True)]
+        legend = "; ".join(f"A{i + 1} = {escape(attacks[i])}" for i in columns) + ". " if numbered else ""
+        return _fitted(title, legend + note, [*first, *names], body)
+
+    whole = part(range(len(attacks)), False, caption)
+    if _fits(whole, width):
+        return Group(whole)
+    # Too wide with the attacks' names as headers: number them, with a legend, and split the
+    # attack columns over as many tables as it takes.
+    groups, start = [], 0
+    while start < len(attacks):
+        stop = start + 1
+        while stop < len(attacks) and _fits(part(range(start, stop + 1), True, ""), width):
+            stop += 1
+        groups.append(range(start, stop))
+        start = stop
+    if len(groups) == 1:
+        return Group(part(groups[0], True, caption))
+    return Group(*(part(columns, True, caption if i == len(groups) else "", f"{title}, {i}/{len(groups)}")
+                   for i, columns in enumerate(groups, start=1)))
+
+
+def verdict_lines(comparison: Comparison) -> str:
+    """The report's verdicts, one line per attack."""
+    lines = [f"[bold]verdict[/]: the lowest leak on the Pareto frontier at ≤ "
+             f"{comparison.max_utility_cost:g} utility cost against no defense"]
+    lines += [f"  {escape(v.sentence())}" for v in comparison.verdicts()]
+    return "\n".join(lines)
 
 
 def speed_table(comparison: Comparison) -> Table:
@@ -125,5 +163,5 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
     single_sweep = len(args.paths) == 1 and (args.paths[0] / INDEX_FILE).exists()
     out = args.output_dir or (args.paths[0] / "compare" if single_sweep else Path("compare"))
     comparison = compare_and_print(args.paths, out, console, args.layer, args.party, args.leak_stat,
-                                   args.target_utility)
+                                   args.target_utility, args.dcs_ap, args.max_utility_cost)
     return 0 if comparison is not None else EXIT_FAILED

@@ -1,19 +1,66 @@
-"""VFLAIR's Defense Capability Score (DCS, T-DCS, C-DCS) and our chance-normalised DCS.
+"""VFLAIR's Defense Capability Score (DCS, T-DCS, C-DCS), the attack performance it is computed
+from, and our chance-normalised DCS.
 
 DCS = 1 / (1 + sqrt((1 − β)·max(AP − AP*, 0)² + β·max(MP* − MP, 0)²)), β = 0.5, as VFLAIR's
 `cal_dcs` (src/metrics/data_process.py): AP* = 0 (a perfect defense), MP* = the main-task
 performance of the same set-up without a defense. T-DCS = mean DCS over the attacks of one
 type; C-DCS = mean of the T-DCS over the types measured (VFLAIR's equal weights). Ours: the same
-with AP* = chance (0.5 for an AUC, 1/K for a K-class accuracy), so a defense that brings an
-attack down to guessing scores as if it stopped it.
+with AP* = chance (0.5 for an AUC or a binary accuracy, 1/K for a K-class accuracy), so a
+defense that brings an attack down to guessing scores as if it stopped it.
+
+AP, one function per kind of attack metric and per variant:
+- `vflair` (default): VFLAIR's attack performance. Score attacks: the accuracy of a threshold
+  rule on the scores (the label-recovery rate VFLAIR's NormbasedScoring / DirectionbasedScoring
+  keep; the AUC they also compute is discarded), mean over every batch where VFLAIR scores one
+  stored batch. Label attacks and model completion: top-1 accuracy (pooled over rows).
+  Reconstruction: its headline (SSIM, R², feature accuracy), where VFLAIR's FR type uses
+  1 − MSE for its own attacks.
+- `auc`: splitleak's earlier DCS: score attacks by the mean flip-corrected leak AUC.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+
+from orchestration.compare.read import LeakEntry
 
 BETA = 0.5
+
+
+def _threshold_accuracy(entry: LeakEntry) -> float | None:
+    return entry.threshold_accuracy
+
+
+def _flipped_auc(entry: LeakEntry) -> float | None:
+    return entry.flipped_mean
+
+
+def _headline(entry: LeakEntry) -> float | None:
+    """Label accuracy (pooled over rows), or a reconstruction's headline."""
+    return entry.accuracy
+
+
+# variant -> metric of the entry -> its AP; metrics not named use the headline
+ATTACK_PERFORMANCE: dict[str, dict[str, Callable[[LeakEntry], float | None]]] = {
+    "vflair": {"auc": _threshold_accuracy},
+    "auc": {"auc": _flipped_auc},
+}
+AP_WORDS = {
+    "vflair": "VFLAIR's attack performance: score attacks by the accuracy of their threshold "
+              "rule (mean over every batch; VFLAIR scores one stored batch), label attacks and "
+              "model completion by top-1 accuracy pooled over rows, reconstruction by its headline",
+    "auc": "splitleak's AUC-based attack performance: score attacks by the mean flip-corrected "
+           "leak AUC over batches, label attacks and model completion by top-1 accuracy pooled "
+           "over rows, reconstruction by its headline",
+}
+
+
+def attack_performance(entry: LeakEntry | None, variant: str = "vflair") -> float | None:
+    """The AP of one run's attack entry under `variant` (None when the entry lacks it)."""
+    if entry is None:
+        return None
+    return ATTACK_PERFORMANCE[variant].get(entry.metric, _headline)(entry)
 
 
 def dcs(ap: float, mp: float, mp_star: float, ap_star: float = 0.0, beta: float = BETA) -> float:

@@ -37,6 +37,11 @@ class LeakEntry:
     # pooled over rows when the summary has it, else batch mean; a reconstruction's headline
     accuracy: float | None = None
     spread: float | None = None  # spread of the headline across random side-knowledge draws
+    # score attacks: mean over batches of the threshold rule's accuracy (VFLAIR's AP), the rule
+    threshold_accuracy: float | None = None
+    threshold_rule: str | None = None
+    premise: str | None = None  # why the attack does not apply to the run (never scored)
+    diagnostic: str | None = None  # why the figure is a diagnostic, not the comparable one
 
 
 def _number(value: Any) -> float | None:
@@ -61,8 +66,9 @@ def leak_entries(summary: dict[str, Any]) -> list[LeakEntry]:
     `flipped`/`raw` (mean, p95, max over batches) for AUC attacks, `accuracy` (mean over batches,
     or `pooled` over rows) for accuracy attacks, and, when present, `spread` across random
     side-knowledge draws (a number, or per part {"flipped": ..., "accuracy": ...}, each per
-    statistic {"p95": {"std": ..}}). Count attacks (metric count_error: lower = more leak) are
-    left out: the comparison ranks leaks that grow with what the attacker learns."""
+    statistic {"p95": {"std": ..}}), the threshold accuracy of score attacks, and why an attack
+    was not applied (`premise`) or is a diagnostic. Count attacks (metric count_error: lower =
+    more leak) are left out: the comparison ranks leaks that grow with what the attacker learns."""
     entries = []
     for e in summary.get("leak", []):
         if e.get("scope") != "run" or e.get("metric") == "count_error":
@@ -80,7 +86,10 @@ def leak_entries(summary: dict[str, Any]) -> list[LeakEntry]:
             flipped_mean=_number(flipped.get("mean")), flipped_p95=_number(flipped.get("p95")),
             raw_mean=_number(raw.get("mean")), raw_p95=_number(raw.get("p95")),
             accuracy=_number(pooled if pooled is not None else accuracy.get("mean")),
-            spread=_spread(e, "flipped" if metric == "auc" else "accuracy")))
+            spread=_spread(e, "flipped" if metric == "auc" else "accuracy"),
+            threshold_accuracy=_number((e.get("threshold_accuracy") or {}).get("mean")),
+            threshold_rule=e.get("threshold_rule"), premise=e.get("premise"),
+            diagnostic=e.get("diagnostic")))
     return entries
 
 

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
+from orchestration.compare.dcs import AP_WORDS
 from orchestration.compare.table import NO_DEFENSE, Comparison
 from orchestration.compare.trends import Trend, trends
 from splitleak.fileio import write_atomically
@@ -45,12 +46,20 @@ def _num(value: Any, digits: int = 3) -> str:
 
 
 def _ci(row: dict[str, Any], prefix: str) -> str:
+    """`mean [low, high]`, an end the metric's range clipped marked † (CLIPPED)."""
     mean = row.get(f"{prefix}_mean")
     if mean is None:
         return "–"
     low, high = row.get(f"{prefix}_ci_low"), row.get(f"{prefix}_ci_high")
-    interval = f" [{_num(low)}, {_num(high)}]" if low is not None and math.isfinite(low) else ""
+    clipped = row.get(f"{prefix}_ci_clipped") or ""
+    mark = {end: "†" if clipped in (end, "both") else "" for end in ("low", "high")}
+    interval = (f" [{_num(low)}{mark['low']}, {_num(high)}{mark['high']}]"
+                if low is not None and math.isfinite(low) else "")
     return _num(mean) + interval
+
+
+CLIPPED = ("† = the t interval reached beyond the metric's range (e.g. an AUC above 1 with two "
+           "seeds, a negative time) and is clipped to it at that end")
 
 
 def _worst_best(row: dict[str, Any], prefix: str) -> str:
@@ -78,24 +87,31 @@ def _leak_cells(row: dict[str, Any], auc: bool) -> list[str]:
 def _attack_md(rows: list[dict[str, Any]], figure: str | None) -> list[str]:
     first = rows[0]
     utility = UTILITY_LABELS.get(first["utility_metric"], first["utility_metric"])
-    lines = [f"## {first['attack']}", "", f"Side knowledge: {first['side_knowledge'] or 'none stated'}. "
+    lines = [f"## {first['attack']}" + (" (diagnostic)" if first["diagnostic"] else ""), "",
+             f"Side knowledge: {first['side_knowledge'] or 'none stated'}. "
              f"Type: {first['attack_type']}. Party {first['party']}, {first['layer']} layer.", ""]
+    if first["diagnostic"]:
+        lines += [f"**Diagnostic**, not the figure to set beside the papers' and left out of T-DCS, "
+                  f"C-DCS and the verdicts: {first['diagnostic']}.", ""]
     auc = first["metric"] == "auc"
     leak_header = ["p95 flipped [CI]", "mean flipped [CI]", "p95 raw", "mean raw"] if auc else [
         f"{METRIC_HEADERS.get(first['metric'], first['metric'])} [CI]"]
     header = ["setting", "seeds", f"{utility} [CI]", f"{utility} worst / best", "drop vs no defense [CI]",
               "relative drop (ADR) [CI]", *leak_header, "leak worst / best", "draw spread",
-              "DCS [CI]", "DCS ours [CI]", "Pareto"]
+              "AP [CI]", "DCS [CI]", "DCS ours [CI]", "Pareto"]
     body = [[r["setting"], str(r["n_seeds"]), _ci(r, "utility"), _worst_best(r, "utility"),
              _ci(r, "utility_drop"), _ci(r, "relative_drop"), *_leak_cells(r, auc),
-             _worst_best(r, "leak"), _num(r["spread_mean"]), _ci(r, "dcs"), _ci(r, "dcs_ours"),
-             "✓" if r["pareto"] else ""] for r in rows]
+             _worst_best(r, "leak"), _num(r["spread_mean"]), _ci(r, "ap"), _ci(r, "dcs"),
+             _ci(r, "dcs_ours"), "✓" if r["pareto"] else ""] for r in rows]
     lines += _md_table(header, body)
     leak = METRIC_LABELS.get(first["metric"]) or LEAK_LABELS.get(first["headline"], first["headline"])
     lines += [f"Leak = {leak} for worst / best and the frontier; flipped = max(AUC, 1 − AUC) "
               "(GAFM), raw = the attack's AUC as scored. Relative drop = drop / the no-defense "
               "utility (Luo & Zhang's accuracy degradation ratio, ADR). Draw spread: across the "
-              "random side-knowledge draws, when the analysis made several.", ""]
+              "random side-knowledge draws, when the analysis made several. AP = the attack "
+              "performance DCS is computed from (see Defense capability)"
+              + (f"; threshold rule: {first['threshold_rule']}" if first.get("threshold_rule") else "")
+              + ".", ""]
     if figure:
         lines += [f"![{first['attack']}: leak vs utility]({figure})", ""]
     return lines
@@ -141,14 +157,40 @@ def _dcs_md(comparison: Comparison) -> list[str]:
             t_cells.append(_ci(row, "t_dcs") if row else "–")
         body.append([setting, *t_cells, _ci(rows[0], "c_dcs"), _num(rows[0]["c_dcs_of_means"]),
                      _ci(rows[0], "c_dcs_ours")])
+    rules: dict[str, dict[str, None]] = defaultdict(dict)  # rule -> its attacks, in order
+    for r in comparison.rows:
+        if r.get("threshold_rule"):
+            rules[r["threshold_rule"]][f"`{r['attack']}`"] = None
+    diagnostics = dict.fromkeys(r["attack"] for r in comparison.rows if r["diagnostic"])
     return ["## Defense capability (VFLAIR's DCS)", "",
             "DCS = 1 / (1 + √((1−β)·max(AP−AP*, 0)² + β·max(MP*−MP, 0)²)), β = 0.5, AP* = 0, MP* = the "
-            "utility of the same set-up without a defense and the same seed; AP = the flip-corrected mean "
-            "leak AUC (accuracy-type attacks: the label accuracy), MP = the utility above. Computed per "
+            "utility of the same set-up without a defense and the same seed, MP = the utility above; "
+            f"AP ({comparison.dcs_ap}, `--dcs-ap`) = {AP_WORDS[comparison.dcs_ap]}. Computed per "
             "seed, then the mean with a 95 % t interval. T-DCS = mean DCS over one attack type's attacks, "
             "C-DCS = mean of the T-DCS. *Of seed means* = VFLAIR's own aggregation (DCS of the seeds' "
-            "mean AP and MP). *Ours*: AP* = chance (0.5 for an AUC, 1/K for a K-class accuracy).", "",
+            "mean AP and MP). *Ours*: AP* = chance (0.5 for an AUC or a binary accuracy, 1/K for a "
+            "K-class accuracy). An attack whose premise fails in a run is never scored and not in "
+            "T-DCS" + (f"; diagnostics are left out too ({', '.join(f'`{d}`' for d in diagnostics)})"
+                       if diagnostics else "") + ".", "",
+            *(["Threshold rules of the score attacks (AP = the rule's accuracy over a batch's scored "
+               "rows, side-knowledge rows left out, then the mean over every batch):", "",
+               *(f"- {rule}: {', '.join(names)}" for rule, names in rules.items()), ""]
+              if rules and comparison.dcs_ap == "vflair" else []),
             *_md_table(header, body)]
+
+
+def _verdict_md(comparison: Comparison) -> list[str]:
+    """The report opens with what to pick, per attack."""
+    found = comparison.verdicts()
+    if not found:
+        return []
+    return ["## Verdict", "",
+            f"Per attack, the setting on the Pareto frontier with the lowest leak among those whose "
+            f"mean utility drop against no defense (paired by seed) is at most "
+            f"{comparison.max_utility_cost:g} (`--max-utility-cost`; 0.01 = 0.01 of test AUC or 1 point "
+            "of test accuracy). Leak = the frontier's statistic below; see Warnings for settings whose "
+            "utility is within its interval of chance.", "",
+            *(f"- {v.sentence()}" for v in found), ""]
 
 
 def _trend_md(found: list[Trend], figures: dict[str, str]) -> list[str]:
@@ -212,12 +254,13 @@ def write_report(comparison: Comparison, out: Path, sources: list[Path]) -> Path
     found = trends(comparison.rows)
     attack_figures, family_figures = _draw(comparison, out, found, warnings)
     runs = sum(len(s.runs) for s in comparison.settings)
-    lines = ["# Trade-off report", "",
+    lines = ["# Trade-off report", "", *_verdict_md(comparison),
              f"{runs} runs in {len(comparison.settings)} settings from {', '.join(map(str, sources))}. "
              f"Leak at party {comparison.party}, {comparison.layer} layer. Every number is over a "
              "setting's seeds: the mean with its 95 % Student-t interval [low, high], and worst / best "
              "over seeds (GAFM's reporting). Plots and the Pareto frontier use "
-             f"the {LEAK_LABELS[comparison.leak_stat]} (accuracy-type attacks: the accuracy).", "",
+             f"the {LEAK_LABELS[comparison.leak_stat]} (accuracy-type attacks: the accuracy). "
+             f"{CLIPPED}.", "",
              "A setting is on the **Pareto frontier** of an attack when no other setting has at least "
              "its utility and at most its leak (seed means). In a leak-vs-utility plot the frontier is "
              "the dashed staircase; up and to the left is better; filled markers are on it.", ""]

@@ -1,4 +1,5 @@
-"""Statistics over seeds: mean with a 95 % t interval, and GAFM's mean / worst / best."""
+"""Statistics over seeds: mean with a 95 % t interval clipped to the metric's range, and GAFM's
+mean / worst / best."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import numpy as np
 from scipy import stats
 
 CONFIDENCE = 0.95
+UNBOUNDED = (-math.inf, math.inf)
+PROBABILITY = (0.0, 1.0)  # AUC, accuracy, DCS, utility: where their intervals are clipped
 
 
 @dataclass(frozen=True)
@@ -22,14 +25,18 @@ class OverSeeds:
     ci_high: float
     worst: float
     best: float
+    ci_clipped: str = ""  # "low", "high" or "both": the end(s) the metric's range cut
 
-    def columns(self, prefix: str) -> dict[str, float | int]:
-        return {f"{prefix}_{k}": getattr(self, k) for k in ("mean", "ci_low", "ci_high", "worst", "best")}
+    def columns(self, prefix: str) -> dict[str, float | int | str]:
+        return {f"{prefix}_{k}": getattr(self, k)
+                for k in ("mean", "ci_low", "ci_high", "worst", "best", "ci_clipped")}
 
 
-def over_seeds(values: Sequence[float | None], higher_is_better: bool) -> OverSeeds | None:
+def over_seeds(values: Sequence[float | None], higher_is_better: bool,
+               bounds: tuple[float, float] = UNBOUNDED) -> OverSeeds | None:
     """None when no seed has the value. worst/best follow the direction (for a leak, lower is
-    better; for utility, higher)."""
+    better; for utility, higher). The interval is clipped to `bounds`, the metric's range (an
+    AUC's t interval over two seeds can reach 1.07), and `ci_clipped` says at which end."""
     array = np.asarray([v for v in values if v is not None and math.isfinite(v)], dtype=np.float64)
     if array.size == 0:
         return None
@@ -41,4 +48,7 @@ def over_seeds(values: Sequence[float | None], higher_is_better: bool) -> OverSe
         low, high = (mean, mean) if sem == 0 else stats.t.interval(
             CONFIDENCE, df=array.size - 1, loc=mean, scale=sem)
     worst, best = (array.min(), array.max()) if higher_is_better else (array.max(), array.min())
-    return OverSeeds(int(array.size), mean, float(low), float(high), float(worst), float(best))
+    cut = [end for end, outside in (("low", low < bounds[0]), ("high", high > bounds[1])) if outside]
+    low, high = max(low, bounds[0]), min(high, bounds[1])
+    return OverSeeds(int(array.size), mean, float(low), float(high), float(worst), float(best),
+                     "both" if len(cut) == 2 else "".join(cut))

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Any
 
+from orchestration.compare import checks
 from orchestration.compare import dcs as capability
 from orchestration.compare.read import LeakEntry, RunResult
-from orchestration.compare.stats import over_seeds
+from orchestration.compare.stats import PROBABILITY, UNBOUNDED, over_seeds
+from orchestration.compare.verdict import MAX_UTILITY_COST, Verdict, verdicts
 from splitleak.config import ExperimentConfig
 from splitleak.pace import time_to
 
@@ -27,6 +30,9 @@ NOT_THE_EXPERIMENT = ("seed", "name", "output_dir", "torch_threads")
 AUC_STATS = ("flipped_mean", "flipped_p95", "raw_mean", "raw_p95")
 LEAK_STATS = (*AUC_STATS, "accuracy")
 NO_DEFENSE = "no defense"
+NON_NEGATIVE = (0.0, math.inf)  # times
+METRIC_RANGES = {"accuracy": PROBABILITY, "feature_accuracy": PROBABILITY, "ssim": (-1.0, 1.0),
+                 "r2": (-math.inf, 1.0)}
 
 
 def _digest(data: dict[str, Any]) -> str:
@@ -134,6 +140,9 @@ class Comparison:
     speed: dict[str, dict[str, Any]] = field(default_factory=dict)  # by setting key
     speed_target: float | None = None  # the utility "time to target" is measured to
     speed_target_is_common: bool = True  # the lowest final utility of any run (all reach it)
+    dcs_ap: str = "vflair"  # the attack performance DCS is computed from (dcs.ATTACK_PERFORMANCE)
+    max_utility_cost: float = MAX_UTILITY_COST  # the verdicts' budget
+    not_applied: dict[str, str] = field(default_factory=dict)  # attack -> why its premise failed
 
     def about_speed(self) -> bool:
         """True when the settings differ in how tensors travel ([network] or [wire])."""
@@ -141,7 +150,12 @@ class Comparison:
         return len(ways) > 1 or any(net.shaped for net, _ in ways)
 
     def attacks(self) -> list[str]:
-        return list(dict.fromkeys(r["attack"] for r in self.rows))
+        """Every attack compared, the diagnostics last."""
+        found = {r["attack"]: bool(r["diagnostic"]) for r in self.rows}
+        return sorted(found, key=lambda a: found[a])  # stable: first-seen order otherwise
+
+    def verdicts(self) -> list[Verdict]:
+        return verdicts(self.rows, self.attacks(), self.max_utility_cost)
 
 
 def headline(metric: str, leak_stat: str) -> str:
@@ -150,30 +164,31 @@ def headline(metric: str, leak_stat: str) -> str:
 
 def compare(runs: list[RunResult], layer: str = "cut", party: int | None = None,
             leak_stat: str = "flipped_p95", warnings: list[str] | None = None,
-            target: float | None = None) -> Comparison:
+            target: float | None = None, dcs_ap: str = "vflair",
+            max_utility_cost: float = MAX_UTILITY_COST) -> Comparison:
     warnings = warnings if warnings is not None else []
     settings = settings_of(runs, warnings)
     party = party if party is not None else observed_party(settings, layer)
     rows: list[dict[str, Any]] = []
     for setting in settings:
-        if len(setting.runs) < 3:
-            warnings.append(f"{setting.label}: {len(setting.runs)} seed(s); confidence intervals "
-                            "need at least 3 to mean much (ALGORITHMS.md §1)")
-        if setting.baseline is None:
-            warnings.append(f"{setting.label}: no run of the same set-up without a defense, so no "
-                            "utility drop and no DCS")
-        rows += _setting_rows(setting, party, layer, leak_stat)
+        warnings += checks.setting_warnings(setting)
+        rows += _setting_rows(setting, party, layer, leak_stat, dcs_ap)
     if not rows:
         elsewhere = sorted({e.layer for r in runs for e in r.leak} - {layer})
         warnings.append(f"no leak at the {layer} layer in these runs" + (
             f"; they have {', '.join(elsewhere)} (--layer)" if elsewhere else ""))
+    not_applied = checks.not_applied(runs, party, layer)
+    warnings += [f"{attack}: not scored, its premise fails in these runs: {why}"
+                 for attack, why in not_applied.items()]
+    warnings += checks.missing_ap(rows, dcs_ap)
     _mark_frontier(rows)
     _add_type_scores(rows, settings)
     finals = [r.utility for r in runs if r.utility is not None]
     common = target is None
     target = min(finals) if common and finals else target
     speed = {s.key: _speed(s, target) for s in settings}
-    return Comparison(rows, settings, party, layer, leak_stat, warnings, speed, target, common)
+    return Comparison(rows, settings, party, layer, leak_stat, warnings, speed, target, common,
+                      dcs_ap, max_utility_cost, not_applied)
 
 
 def _speed(setting: Setting, target: float | None) -> dict[str, Any]:
@@ -181,42 +196,39 @@ def _speed(setting: Setting, target: float | None) -> dict[str, Any]:
     runs = list(setting.runs.values())
     reach = [time_to(list(r.curve), target) if target is not None else None for r in runs]
     sizes = [r.bytes_per_step for r in runs if r.bytes_per_step is not None]
-    return {**_columns("ms_per_step", [r.ms_per_step for r in runs], higher_is_better=False),
-            **_columns("seconds_to_target", reach, higher_is_better=False),
-            **_columns("utility", [r.utility for r in runs], higher_is_better=True),
+    return {**_columns("ms_per_step", [r.ms_per_step for r in runs], False, NON_NEGATIVE),
+            **_columns("seconds_to_target", reach, False, NON_NEGATIVE),
+            **_columns("utility", [r.utility for r in runs], True, PROBABILITY),
             "kib_per_step": fmean(sizes) / 1024 if sizes else None,
             "reached": sum(t is not None for t in reach), "runs": len(runs)}
 
 
 def _entries(run: RunResult, party: int | None, layer: str) -> dict[str, LeakEntry]:
-    return {e.attack: e for e in run.leak if e.party == party and e.layer == layer}
+    """The run's scored entries at (party, layer): an attack whose premise failed is left out."""
+    return {e.attack: e for e in run.leak if e.party == party and e.layer == layer
+            and e.premise is None}
 
 
 def _stat(entry: LeakEntry | None, stat: str) -> float | None:
     return None if entry is None else getattr(entry, stat)
 
 
-def _ap(entry: LeakEntry | None) -> float | None:
-    """VFLAIR's attack performance: the flip-corrected mean leak AUC, or the label accuracy."""
-    return _stat(entry, "flipped_mean" if entry is not None and entry.metric == "auc" else "accuracy")
-
-
 def _per_seed_dcs(setting: Setting, attack: str, party: int | None, layer: str,
-                  ap_star: float | None) -> dict[int, float]:
+                  ap_star: float | None, dcs_ap: str) -> dict[int, float]:
     """DCS per seed against the same seed's baseline utility; AP* = 0, or chance when given."""
     out = {}
     baseline = setting.baseline
     for seed, run in setting.runs.items():
         base = baseline.runs.get(seed) if baseline is not None else None
-        ap = _ap(_entries(run, party, layer).get(attack))
+        ap = capability.attack_performance(_entries(run, party, layer).get(attack), dcs_ap)
         if base is None or ap is None or run.utility is None or base.utility is None:
             continue
         out[seed] = capability.dcs(ap, run.utility, base.utility, ap_star or 0.0)
     return out
 
 
-def _setting_rows(setting: Setting, party: int | None, layer: str,
-                  leak_stat: str) -> list[dict[str, Any]]:
+def _setting_rows(setting: Setting, party: int | None, layer: str, leak_stat: str,
+                  dcs_ap: str) -> list[dict[str, Any]]:
     per_seed = {seed: _entries(run, party, layer) for seed, run in setting.runs.items()}
     attacks = list(dict.fromkeys(a for entries in per_seed.values() for a in entries))
     first = setting.first
@@ -237,36 +249,54 @@ def _setting_rows(setting: Setting, party: int | None, layer: str,
             if setting.baseline else None, "attack": attack, "attack_type": sample.attack_type,
             "metric": sample.metric, "side_knowledge": sample.side_knowledge, "party": party,
             "layer": layer, "seeds": json.dumps(sorted(entries)), "n_seeds": len(entries),
-            "utility_metric": first.utility_metric, "headline": headline(sample.metric, leak_stat)}
-        row |= _columns("utility", [utility[s] for s in entries], higher_is_better=True)
-        row |= _columns("utility_drop", drops, higher_is_better=False)
-        row |= _columns("relative_drop", relative, higher_is_better=False)
+            "utility_metric": first.utility_metric, "headline": headline(sample.metric, leak_stat),
+            "diagnostic": sample.diagnostic, "threshold_rule": sample.threshold_rule,
+            "dcs_ap": dcs_ap}
+        row |= _columns("utility", [utility[s] for s in entries], True, PROBABILITY)
+        row |= _columns("utility_drop", drops, False, (-1.0, 1.0))
+        row |= _columns("relative_drop", relative, False, (-math.inf, 1.0))
         for stat in LEAK_STATS:
-            row |= _columns(f"leak_{stat}", [_stat(e, stat) for e in entries.values()], False)
-        row |= _columns("leak", [_stat(e, row["headline"]) for e in entries.values()], False)
+            bounds = leak_range(sample.metric, stat)
+            row |= _columns(f"leak_{stat}", [_stat(e, stat) for e in entries.values()], False, bounds)
+        row |= _columns("leak", [_stat(e, row["headline"]) for e in entries.values()], False,
+                        leak_range(sample.metric, row["headline"]))
+        row |= _columns("ap", [capability.attack_performance(e, dcs_ap) for e in entries.values()],
+                        False, PROBABILITY if sample.metric in ("auc", "accuracy") else UNBOUNDED)
         spreads = [e.spread for e in entries.values() if e.spread is not None]
         row["spread_mean"] = sum(spreads) / len(spreads) if spreads else None
         chance = capability.chance(sample.metric, first.num_classes)
         for name, ap_star in (("dcs", None), ("dcs_ours", chance)):
-            values = _per_seed_dcs(setting, attack, party, layer, ap_star)
-            row |= _columns(name, list(values.values()), higher_is_better=True)
+            values = _per_seed_dcs(setting, attack, party, layer, ap_star, dcs_ap)
+            row |= _columns(name, list(values.values()), True, PROBABILITY)
             row[f"{name}_by_seed"] = json.dumps(values)
-        row["dcs_of_means"] = _dcs_of_means(setting, entries, utility)
+        row["dcs_of_means"] = _dcs_of_means(setting, entries, utility, dcs_ap)
         rows.append(row)
     return rows
 
 
-def _columns(prefix: str, values: list[float | None], higher_is_better: bool) -> dict[str, Any]:
-    summary = over_seeds(values, higher_is_better)
+def leak_range(metric: str, stat: str) -> tuple[float, float]:
+    """Where a leak statistic lives: a flip-corrected AUC in [0.5, 1], a raw AUC or an accuracy
+    in [0, 1], SSIM in [−1, 1], R² at most 1."""
+    if stat.startswith("flipped"):
+        return (0.5, 1.0)
+    if metric == "auc" or stat.startswith("raw"):
+        return PROBABILITY
+    return METRIC_RANGES.get(metric, UNBOUNDED)
+
+
+def _columns(prefix: str, values: list[float | None], higher_is_better: bool,
+             bounds: tuple[float, float] = UNBOUNDED) -> dict[str, Any]:
+    summary = over_seeds(values, higher_is_better, bounds)
     if summary is None:
-        return {f"{prefix}_{k}": None for k in ("mean", "ci_low", "ci_high", "worst", "best")}
+        return {f"{prefix}_{k}": None for k in ("mean", "ci_low", "ci_high", "worst", "best",
+                                                "ci_clipped")}
     return summary.columns(prefix)
 
 
 def _dcs_of_means(setting: Setting, entries: dict[int, LeakEntry],
-                  utility: dict[int, float | None]) -> float | None:
+                  utility: dict[int, float | None], dcs_ap: str) -> float | None:
     """VFLAIR's aggregation: DCS of the seed means (AP, MP) against the baseline's mean MP."""
-    aps = [_ap(e) for e in entries.values()]
+    aps = [capability.attack_performance(e, dcs_ap) for e in entries.values()]
     mps = [utility[s] for s in entries]
     stars = [r.utility for r in setting.baseline.runs.values()] if setting.baseline else []
     if None in aps or None in mps or not stars or None in stars:
@@ -291,9 +321,14 @@ def _mark_frontier(rows: list[dict[str, Any]]) -> None:
 
 def _add_type_scores(rows: list[dict[str, Any]], settings: list[Setting]) -> None:
     """T-DCS (mean DCS over one type's attacks) and C-DCS (mean of the T-DCS), per seed, then
-    over seeds; the `_of_means` columns aggregate VFLAIR's way (from the DCS of seed means)."""
+    over seeds; the `_of_means` columns aggregate VFLAIR's way (from the DCS of seed means).
+    Diagnostics are left out (their columns stay empty)."""
+    for row in rows:
+        for name in ("t_dcs", "c_dcs", "t_dcs_ours", "c_dcs_ours"):
+            row |= _columns(name, [], True)
+        row["t_dcs_of_means"] = row["c_dcs_of_means"] = None
     for setting in settings:
-        own = [r for r in rows if r["setting_key"] == setting.key]
+        own = [r for r in rows if r["setting_key"] == setting.key and not r["diagnostic"]]
         types = list(dict.fromkeys(r["attack_type"] for r in own))
         for name in ("dcs", "dcs_ours"):
             per_type: dict[str, dict[int, float]] = {}
@@ -307,8 +342,8 @@ def _add_type_scores(rows: list[dict[str, Any]], settings: list[Setting]) -> Non
             seeds = set().union(*(v.keys() for v in per_type.values())) if per_type else set()
             c_scores = [capability.mean_of(per_type[k].get(s) for k in types) for s in sorted(seeds)]
             for r in own:
-                r |= _columns(f"t_{name}", list(per_type[r["attack_type"]].values()), True)
-                r |= _columns(f"c_{name}", c_scores, True)
+                r |= _columns(f"t_{name}", list(per_type[r["attack_type"]].values()), True, PROBABILITY)
+                r |= _columns(f"c_{name}", c_scores, True, PROBABILITY)
         t_means = {kind: capability.mean_of(r["dcs_of_means"] for r in own if r["attack_type"] == kind)
                    for kind in types}
         for r in own:

@@ -36,6 +36,8 @@ class Trend:
             return None
         values = [v for v, _ in self.levels]
         leak = [row["leak_mean"] for _, row in self.levels]
+        if len(set(leak)) == 1:  # a constant leak has no rank correlation
+            return None
         rho = stats.spearmanr(values, leak).statistic
         return None if np.isnan(rho) else float(rho)
 

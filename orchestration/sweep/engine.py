@@ -8,7 +8,6 @@ on a Ray cluster. Both leave the same run directory per point, named by its conf
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
@@ -19,6 +18,7 @@ from typing import Any, Literal, Protocol
 from orchestration.sweep.index import RESULT_FILE
 from orchestration.sweep.points import Point
 from splitleak.fileio import write_atomically
+from splitleak.placement import cores
 from splitleak.rundir import RunDir, write_config
 
 Status = Literal["done", "failed", "interrupted"]
@@ -60,9 +60,9 @@ class Engine(ABC):
 
 def default_jobs(processes_per_point: float = 1.0) -> int:
     """Points the cores hold: a point's processes take turns within a synchronous step, so
-    together they keep about one core busy."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, int((cores or 1) // processes_per_point))
+    together they keep about one core busy (and so each point runs with one core's threads:
+    the small models of a sweep gain less from threads than from running side by side)."""
+    return max(1, int(cores() // processes_per_point))
 
 
 def prepare_run_dir(point: Point) -> RunDir:

@@ -19,6 +19,7 @@ from orchestration.sweep.engine import (
     read_result,
 )
 from orchestration.sweep.points import Point
+from splitleak.placement import CORES_ENV, cores
 from splitleak.rundir import RunDir
 
 
@@ -69,8 +70,10 @@ class LocalEngine(Engine):
 
     def _start(self, point: Point) -> _Running:
         run = prepare_run_dir(point)
+        # The points share the cores: a point's roles divide its share ("auto" threads).
+        share = str(max(1, cores() // self.jobs))
         child = spawn(f"sweep point {point.label}", ["orchestration.sweep.worker", str(run.root)],
-                      run.logs / "sweep_point.log")
+                      run.logs / "sweep_point.log", env={CORES_ENV: share})
         return _Running(point, child, MetricsTail(RunDir(run.root).metrics), time.monotonic())
 
     def _result(self, job: _Running) -> PointResult:

@@ -277,7 +277,7 @@ class RayEngine(Engine):
         return {role: RoleActor.options(
             num_cpus=self.cpus_per_role, scheduling_strategy=PlacementGroupSchedulingStrategy(
                 group, placement_group_bundle_index=i)).remote(
-            role, config, run.root.name, shared, identities.get(role))
+            role, config, run.root.name, shared, identities.get(role), self.cpus_per_role)
             for i, role in enumerate(roles)}
 
     def _train(self, point: Point, actors: dict[str, Any], listener: Listener,

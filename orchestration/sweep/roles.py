@@ -8,6 +8,7 @@ Nothing here imports Ray; orchestration.sweep.ray_engine wraps a RoleHost in an 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import tempfile
 import threading
@@ -21,6 +22,7 @@ from orchestration.progress import MetricsTail
 from splitleak import tls
 from splitleak.config import parse_config
 from splitleak.fileio import write_atomically
+from splitleak.placement import THREADS_ENV
 from splitleak.rundir import RunDir
 from splitleak.transport import run_async
 
@@ -43,7 +45,8 @@ class RoleHost:
     this role's TLS files by name (ca.pem, <name>.pem, <name>.key); the key is kept in memory."""
 
     def __init__(self, role: str, config_toml: str, run_name: str, run_root: str | None = None,
-                 identity: dict[str, bytes] | None = None) -> None:
+                 identity: dict[str, bytes] | None = None, cpus: float = 1.0) -> None:
+        os.environ[THREADS_ENV] = str(max(1, int(cpus)))  # "auto": the CPUs of its bundle
         self.role = role
         self.cfg = parse_config(tomllib.loads(config_toml), f"{run_name} ({role})")
         self._scratch = Path(tempfile.mkdtemp(prefix=f"splitleak-{role}-"))

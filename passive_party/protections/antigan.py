@@ -69,6 +69,7 @@ def pretrain_extractor(block: nn.Module, images: torch.Tensor, epochs: int, lr: 
         torch.manual_seed(derive_seed(seed, "antigan", "decoder"))
         decoder = nn.Sequential(nn.Upsample(scale_factor=2),
                                 nn.Conv2d(features.shape[1], images.shape[1], 3, padding=1))
+    decoder.to(images.device)
     height, width = images.shape[2:]
     optimizer = torch.optim.Adam([*extractor.parameters(), *decoder.parameters()], lr=lr)
     order = generator(seed, "antigan", "pretrain")
@@ -125,15 +126,19 @@ def train_generator(images: torch.Tensor, extractor: nn.Module, params: AntiGanP
         g = Generator(params.latent_dim, tuple(images.shape[1:]), float(images.min()),
                       float(images.max()))
         d = Discriminator(extractor, width)
+    g.to(images.device)
+    d.to(images.device)
     opt_g = torch.optim.Adam(g.parameters(), lr=params.lr, betas=(0.5, 0.999))
     opt_d = torch.optim.Adam(d.net.parameters(), lr=params.lr, betas=(0.5, 0.999))
     gen = generator(seed, "antigan", "train")
     size = min(params.batch_size, images.shape[0])
-    real_target, fake_target = torch.ones(size), torch.zeros(size)
+    real_target = torch.ones(size, device=images.device)
+    fake_target = torch.zeros(size, device=images.device)
     losses = {}
     for _ in range(params.steps):
         rows = torch.randint(images.shape[0], (size,), generator=gen)
-        fake = g(torch.randn(size, params.latent_dim, generator=gen))
+        # drawn on the CPU generator: the same rows and latents on every device
+        fake = g(torch.randn(size, params.latent_dim, generator=gen).to(images.device))
         loss_d = (F.binary_cross_entropy_with_logits(d(images[rows]), real_target)
                   + F.binary_cross_entropy_with_logits(d(fake.detach()), fake_target))
         opt_d.zero_grad(set_to_none=True)
@@ -171,7 +176,7 @@ class AntiGan(Protection):
         g.eval()
         with torch.no_grad():
             z = torch.randn(images.shape[0], p.latent_dim, generator=generator(seed, "antigan", "mix"))
-            generated = g(z)
+            generated = g(z.to(images.device))
         mixed = mix(images, generated, p.mix)
         figures = {
             "final_losses": losses,

@@ -11,6 +11,7 @@ from splitleak.datasets import (  # noqa: F401  (imported to register)
     mnist,
     spambase,
     synthetic_ctr,
+    synthetic_images,
     wine,
 )
 from splitleak.datasets.base import (

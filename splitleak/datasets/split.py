@@ -24,13 +24,9 @@ def subset_ids(ids: np.ndarray, fraction: float, generator: np.random.Generator)
     return np.sort(generator.choice(ids, size=size, replace=False))
 
 
-def standardize(numeric: np.ndarray, train_ids: np.ndarray) -> np.ndarray:
-    """Z-score with statistics of the train rows only, so nothing is learned from test rows.
-
-    Tabular [n, p]: one mean/std per column. Images [n, C, H, W]: one mean/std over every
-    pixel of the train rows, so a party's strip is scaled like the whole image would be.
-    A constant column (std 0) is only centred.
-    """
+def scaling(numeric: np.ndarray, train_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(mean, std) of the train rows as `standardize` uses them: per column for a table, one
+    pair over every pixel for images; a std of 0 reads as 1."""
     if numeric.ndim not in (2, 4):
         raise DatasetError(
             f"expected a [n, p] table or [n, C, H, W] images, got shape {numeric.shape}"
@@ -40,5 +36,15 @@ def standardize(numeric: np.ndarray, train_ids: np.ndarray) -> np.ndarray:
     train = numeric[train_ids].astype(np.float64)
     axis = 0 if numeric.ndim == 2 else None
     mean, std = train.mean(axis=axis), train.std(axis=axis)
-    std = np.where(std > 0, std, 1.0)
+    return mean, np.where(std > 0, std, 1.0)
+
+
+def standardize(numeric: np.ndarray, train_ids: np.ndarray) -> np.ndarray:
+    """Z-score with statistics of the train rows only, so nothing is learned from test rows.
+
+    Tabular [n, p]: one mean/std per column. Images [n, C, H, W]: one mean/std over every
+    pixel of the train rows, so a party's strip is scaled like the whole image would be.
+    A constant column (std 0) is only centred.
+    """
+    mean, std = scaling(numeric, train_ids)
     return ((numeric - mean) / std).astype(np.float32)

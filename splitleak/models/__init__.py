@@ -8,8 +8,10 @@ from splitleak.models.build import (
     build_top,
     input_spec,
 )
+from splitleak.models.layers import Bottleneck
 
 __all__ = [
+    "Bottleneck",
     "Bottom",
     "InputSpec",
     "TopModel",

@@ -10,6 +10,7 @@ from torch import nn
 from splitleak.config import ModelConfig
 from splitleak.datasets.base import Schema
 from splitleak.models.layers import FieldEncoder, conv_blocks, relu_stack
+from splitleak.models.resnet import RESNET_FEATURES, resnet_body
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,13 @@ class TopModel(nn.Module):
 
 
 def _bottom(cfg: ModelConfig, spec: InputSpec, outputs: int) -> Bottom:
+    if cfg.kind == "resnet":
+        if spec.image_shape is None:
+            raise ValueError("model.kind = 'resnet' needs an image dataset (e.g. cifar10)")
+        body = resnet_body(cfg.depth, spec.image_shape[0])
+        if cfg.top == "none":
+            body = nn.Sequential(body, nn.Linear(RESNET_FEATURES, outputs))
+        return Bottom(None, body)
     if cfg.kind == "cnn":
         if spec.image_shape is None:
             raise ValueError("model.kind = 'cnn' needs an image dataset (e.g. digits)")
@@ -123,8 +131,15 @@ def _bottom(cfg: ModelConfig, spec: InputSpec, outputs: int) -> Bottom:
 
 
 def _shape_after(module: nn.Module, shape: tuple[int, ...]) -> tuple[int, ...]:
-    with torch.no_grad():
-        return tuple(module(torch.zeros(shape)).shape[1:])
+    """The output shape of one zero example, in eval mode (batch norm takes a single row then,
+    and its running statistics stay untouched)."""
+    training = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            return tuple(module(torch.zeros(shape)).shape[1:])
+    finally:
+        module.train(training)
 
 
 def _numel(shape: tuple[int, ...]) -> int:
@@ -157,14 +172,18 @@ def build_top(cfg: ModelConfig, activation_shapes: list[tuple[int, ...]],
         if cfg.top == "none":
             return TopModel("sum", None, own_bottom, wide)
         merged = _merged_shape(shapes, cfg.aggregation)
-        if cfg.kind == "cnn" and cfg.cut_layer > len(cfg.channels):
+        head: nn.Module
+        if cfg.kind == "resnet":  # Fu et al.'s top: fully connected layers on the features
+            stack, width = relu_stack(_numel(merged), cfg.layers)
+            head = nn.Sequential(nn.Flatten(), stack, nn.Linear(width, outputs))
+        elif cfg.kind == "cnn" and cfg.cut_layer > len(cfg.channels):
             stack, width = relu_stack(_numel(merged), cfg.layers[cfg.cut_layer - len(cfg.channels):])
             head = nn.Sequential(nn.Flatten(), stack, nn.Linear(width, outputs))
         elif cfg.kind == "cnn":
             convs = conv_blocks(merged[0], cfg.channels[cfg.cut_layer:])
             flat = _numel(_shape_after(convs, (1, *merged)))
             stack, width = relu_stack(flat, cfg.layers)
-            head: nn.Module = nn.Sequential(convs, nn.Flatten(), stack, nn.Linear(width, outputs))
+            head = nn.Sequential(convs, nn.Flatten(), stack, nn.Linear(width, outputs))
         else:
             stack, width = relu_stack(_numel(merged), cfg.layers[cfg.cut_layer:])
             head = nn.Sequential(nn.Flatten(), stack, nn.Linear(width, outputs))

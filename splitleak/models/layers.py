@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 
 class FieldEncoder(nn.Module):
@@ -41,3 +42,30 @@ def conv_blocks(in_channels: int, channels: list[int]) -> nn.Sequential:
                    nn.MaxPool2d(2, ceil_mode=True)]
         in_channels = out
     return nn.Sequential(*layers)
+
+
+class Bottleneck(nn.Module):
+    """MID's variational bottleneck (label_party/objectives/mid.py): h → (μ, σ) → z → decoded
+    activation; z = μ when no noise is given."""
+
+    def __init__(self, dim: int, width: int, hidden: int, shift: float) -> None:
+        super().__init__()
+        self.width = width
+        self.shift = shift
+        self.encoder = nn.Linear(dim, 2 * width)
+        self.decoder = nn.Sequential(nn.Linear(width, hidden), nn.ReLU(), nn.Linear(hidden, dim))
+
+    def encode(self, flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        mu, pre = self.encoder(flat).split(self.width, dim=1)
+        return mu, F.softplus(pre - self.shift)
+
+    def forward(self, activation: torch.Tensor, noise: torch.Tensor | None) -> torch.Tensor:
+        mu, sigma = self.encode(activation.reshape(activation.shape[0], -1))
+        z = mu if noise is None else mu + sigma * noise
+        return self.decoder(z).reshape(activation.shape)
+
+    def kl(self, activation: torch.Tensor) -> torch.Tensor:
+        """mean over rows of Σ_i KL(N(μ_i, σ_i²) ‖ N(0, 1))."""
+        mu, sigma = self.encode(activation.reshape(activation.shape[0], -1))
+        per_row = 0.5 * (mu.square() + sigma.square() - 1.0) - torch.log(sigma)
+        return per_row.sum(1).mean()

@@ -151,9 +151,16 @@ class Batch(_message.Message):
     EPOCH_FIELD_NUMBER: _builtins.int
     STEP_FIELD_NUMBER: _builtins.int
     SAMPLE_IDS_FIELD_NUMBER: _builtins.int
+    VARIANT_FIELD_NUMBER: _builtins.int
     phase: Global___Phase.ValueType
     epoch: _builtins.int
     step: _builtins.int
+    variant: _builtins.str
+    """EVAL only: empty for the clean rows; otherwise the inference-time integrity attack these
+    rows are scored under ("backdoor", "noisy", "missing"): the passive party that the threat
+    model declares as running it transforms its input (or output) for them, the others answer
+    as for clean rows.
+    """
     @_builtins.property
     def sample_ids(self) -> _tensor_pb2.Tensor:
         """int64 tensor of shape [B]."""
@@ -165,10 +172,11 @@ class Batch(_message.Message):
         epoch: _builtins.int = ...,
         step: _builtins.int = ...,
         sample_ids: _tensor_pb2.Tensor | None = ...,
+        variant: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["sample_ids", b"sample_ids"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "phase", b"phase", "sample_ids", b"sample_ids", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["epoch", b"epoch", "phase", b"phase", "sample_ids", b"sample_ids", "step", b"step", "variant", b"variant"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

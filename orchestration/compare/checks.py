@@ -1,0 +1,60 @@
+"""What the comparison warns about: too few seeds, no baseline, a utility no better than chance,
+attacks whose premise failed, and the attack performance a DCS needs but a summary lacks."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from orchestration.compare import dcs as capability
+from orchestration.compare.read import RunResult
+from orchestration.compare.stats import PROBABILITY, over_seeds
+
+if TYPE_CHECKING:
+    from orchestration.compare.table import Setting
+
+UTILITY_WORDS = {"test_auc": "test AUC", "test_accuracy": "test accuracy"}
+
+
+def setting_warnings(setting: Setting) -> list[str]:
+    out = []
+    if len(setting.runs) < 3:
+        out.append(f"{setting.label}: {len(setting.runs)} seed(s); confidence intervals need at "
+                   "least 3 to mean much (ALGORITHMS.md §1)")
+    if setting.baseline is None:
+        out.append(f"{setting.label}: no run of the same set-up without a defense, so no utility "
+                   "drop and no DCS")
+    return out + near_chance(setting)
+
+
+def near_chance(setting: Setting) -> list[str]:
+    """A warning when the setting's utility interval holds chance: its model learned nothing
+    measurable, so its leak and DCS say little (e.g. a sweep on a 10 % subset at AUC ≈ 0.52)."""
+    first = setting.first
+    guess = capability.chance("auc" if first.num_classes == 2 else "accuracy", first.num_classes)
+    utility = over_seeds([r.utility for r in setting.runs.values()], True, PROBABILITY)
+    if utility is None or not utility.ci_low <= guess <= utility.ci_high:
+        return []
+    return [f"{setting.label}: its {UTILITY_WORDS[first.utility_metric]} {utility.mean:.3f} "
+            f"[{utility.ci_low:.3f}, {utility.ci_high:.3f}] is within its interval of chance "
+            f"({guess:.3f}): the model learned nothing measurable, so its leak and DCS say little"]
+
+
+def not_applied(runs: list[RunResult], party: int | None, layer: str) -> dict[str, str]:
+    """Attacks whose premise failed in every run that has them (left out of every table)."""
+    reasons: dict[str, set[str | None]] = defaultdict(set)
+    for run in runs:
+        for entry in run.leak:
+            if entry.party == party and entry.layer == layer:
+                reasons[entry.attack].add(entry.premise)
+    return {a: next(iter(r)) for a, r in reasons.items() if None not in r and len(r) == 1}
+
+
+def missing_ap(rows: list[dict[str, Any]], dcs_ap: str) -> list[str]:
+    """Attacks measured but without the AP the DCS needs (summaries analysed before the
+    threshold accuracy existed)."""
+    missing = dict.fromkeys(r["attack"] for r in rows if r["leak_mean"] is not None
+                            and r["ap_mean"] is None and r["baseline"] is not None)
+    return [f"{attack}: no {dcs_ap} attack performance in these runs' summaries (analysed before "
+            "splitleak recorded it?): no DCS; re-run `attacker analyze`, or --dcs-ap auc"
+            for attack in missing]

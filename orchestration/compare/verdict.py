@@ -1,0 +1,56 @@
+"""The verdict per attack: which setting to pick, the one on the Pareto frontier with the lowest
+leak among those that cost at most a given utility against no defense."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+# 0.01 of test AUC, or 1 point of test accuracy (utilities are fractions)
+MAX_UTILITY_COST = 0.01
+
+
+@dataclass(frozen=True)
+class Verdict:
+    attack: str
+    max_cost: float
+    best: dict[str, Any] | None  # the chosen setting's row; None: no setting has a utility cost
+    baseline: dict[str, Any] | None  # the no-defense row it is measured against
+
+    @property
+    def defended(self) -> bool:
+        """A defense beats no defense within the budget (the no-defense setting is its own
+        baseline)."""
+        return self.best is not None and self.best["setting"] != self.best["baseline"]
+
+    def sentence(self) -> str:
+        """One line, under a heading that states the budget."""
+        if self.best is None:
+            return (f"{self.attack}: no verdict, no setting has a paired run without a defense "
+                    "(no utility cost to hold it to)")
+        leak = f"{self.best['leak_mean']:.3f}"
+        if not self.defended:
+            return (f"{self.attack}: no defense; none on the frontier within the budget leaks "
+                    f"less than no defense's {leak}")
+        base = f"{self.baseline['leak_mean']:.3f}" if self.baseline else "?"
+        return (f"{self.attack}: {self.best['setting']}, leak {leak} (no defense {base}) at a "
+                f"utility cost of {self.best['utility_drop_mean']:.3f}")
+
+
+def verdicts(rows: list[dict[str, Any]], attacks: list[str], max_cost: float) -> list[Verdict]:
+    """One per attack that is not a diagnostic: among its frontier settings whose mean paired
+    utility drop is at most `max_cost` (no defense: 0), the lowest seed-mean leak, ties to the
+    higher utility."""
+    out = []
+    for attack in attacks:
+        group = [r for r in rows if r["attack"] == attack]
+        if not group or group[0]["diagnostic"]:
+            continue
+        affordable = [r for r in group if r["pareto"] and r["utility_drop_mean"] is not None
+                      and r["utility_drop_mean"] <= max_cost]
+        best = min(affordable, key=lambda r: (r["leak_mean"], -r["utility_mean"]), default=None)
+        baseline = None
+        if best is not None:
+            baseline = next((r for r in group if r["setting"] == best["baseline"]), None)
+        out.append(Verdict(attack, max_cost, best, baseline))
+    return out

@@ -1,0 +1,206 @@
+"""The GPU check: everything a GPU machine must show, in one go, with its figures.
+
+    python3 scripts/gpu_check.py OUT_DIR [--part gpu|cpu|all] [--anchor PATH] [--quick]
+
+`scripts/gpu_check.sh` runs it on a bare GPU machine (the machine's own torch, the project's
+other dependencies from carried wheels). Part `gpu`: the `gpu` tests; the plain single-process
+loop of Fu et al.'s CIFAR-10 split (`--anchor`, when given) in the same call; one epoch of
+that split on 50,000 random-pixel CIFAR records, distributed and in-process; a deterministic
+distributed run; model completion on the GPU; `splitleak bench --device cuda`. Part `cpu`:
+`splitleak bench` on the machine's cores at N = 2 and 8. Every section has its own time
+limit; what a section found is written to OUT_DIR/gpu_check.json as it ends, and a failed
+section does not stop the next. `--quick` shrinks every size (a dry run of the script)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import tomllib
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tomli_w
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+RECORD = 1 + 3 * 32 * 32  # CIFAR-10's binary layout: the label byte, then the pixels
+
+
+def write_random_cifar(folder: Path, per_batch: int) -> Path:
+    """Five train batches and a test batch of random-pixel records, in CIFAR-10's layout."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for name in (*(f"data_batch_{i}.bin" for i in range(1, 6)), "test_batch.bin"):
+        records = rng.integers(0, 256, (per_batch, RECORD), dtype=np.uint8)
+        records[:, 0] = rng.integers(0, 10, per_batch)
+        (folder / name).write_bytes(records.tobytes())
+    return folder
+
+
+def config_file(source: Path, out: Path, **sections: dict[str, Any]) -> Path:
+    """`source` with some fields replaced (section -> {field: value})."""
+    data = tomllib.loads(source.read_text())
+    for section, values in sections.items():
+        node = data
+        for part in section.split("."):
+            node = node.setdefault(part, {})
+        node.update(values)
+    out.write_text(tomli_w.dumps(data))
+    return out
+
+
+class Check:
+    """Runs sections in order, each under a time limit, keeping what each found."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.found: dict[str, Any] = {}
+
+    def section(self, name: str, work: Callable[[], Any]) -> None:
+        print(f"\n=== {name}", flush=True)
+        began = time.perf_counter()
+        try:
+            found = work()
+            failed = isinstance(found, dict) and found.get("returncode") not in (None, 0)
+            result = {"ok": not failed, "result": found}
+        except Exception as err:  # noqa: BLE001 - the next section still runs
+            traceback.print_exc()
+            result = {"ok": False, "error": f"{type(err).__name__}: {err}"}
+        result["seconds"] = round(time.perf_counter() - began, 1)
+        self.found[name] = result
+        (self.out / "gpu_check.json").write_text(json.dumps(self.found, indent=1, default=str))
+        print(f"--- {name}: {'ok' if result['ok'] else 'FAILED'} in {result['seconds']} s",
+              flush=True)
+
+
+def run_command(args: list[str], timeout: float, log: Path) -> dict[str, Any]:
+    began = time.perf_counter()
+    with log.open("w") as handle:
+        done = subprocess.run(args, stdout=handle, stderr=subprocess.STDOUT, timeout=timeout,
+                              cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    tail = log.read_text().splitlines()[-15:]
+    print("\n".join(tail), flush=True)
+    return {"returncode": done.returncode, "seconds": time.perf_counter() - began, "tail": tail}
+
+
+def trained(cfg_path: Path, distributed: bool) -> dict[str, Any]:
+    """Train one config (no analysis); steps/s past the first 50 steps, the whole wall time."""
+    from orchestration.reference import run_reference
+    from orchestration.run import run_distributed
+    from splitleak.config import load_config
+    from splitleak.metrics_log import read_metrics
+    from splitleak.rundir import create_run_dir
+
+    cfg = load_config(cfg_path)
+    run = create_run_dir(cfg)
+    began = time.perf_counter()
+    (run_distributed if distributed else run_reference)(cfg, run)
+    wall = time.perf_counter() - began
+    records = list(read_metrics(run.metrics))
+    walls = [r["wall"] for r in records if r["type"] == "train"]
+    warm = min(50, len(walls) // 4)
+    evals = [r for r in records if r["type"] == "eval"]
+    summary = json.loads(run.summary.read_text()) if run.summary.exists() else {}
+    return {"run": str(run.root), "train_steps": len(walls), "wall_s": wall,
+            "training_s": walls[-1] if walls else None,
+            "steady_steps_per_s": (len(walls) - 1 - warm) / (walls[-1] - walls[warm])
+            if len(walls) > warm + 1 else None,
+            "first_step_s": summary.get("time_to_first_step_s"),
+            "devices": summary.get("devices"), "final_eval": evals[-1] if evals else None,
+            "timing": {role: json.loads(p.read_text()) for role, p in (
+                ("label", run.label_party / "timing.json"),
+                ("party1", run.passive_party(1) / "timing.json")) if p.exists()}}
+
+
+def gpu_part(check: Check, out: Path, quick: bool, anchor: Path | None) -> None:
+    import torch
+
+    check.section("environment", lambda: {
+        "torch": torch.__version__, "cuda": torch.version.cuda,
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "cores": len(os.sched_getaffinity(0)), "python": sys.version.split()[0]})
+    check.section("gpu tests", lambda: run_command(
+        [sys.executable, "-m", "pytest", "tests/test_gpu.py", "-q", "-p", "no:cacheprovider",
+         "-o", "addopts=-ra"], 300, out / "gpu_tests.log"))
+    if anchor is not None and anchor.exists():
+        check.section("plain single-process loop (anchor)", lambda: run_command(
+            [sys.executable, str(anchor), str(out / "anchor.json")], 180, out / "anchor.log")
+            | {"runs": json.loads((out / "anchor.json").read_text())["runs"]})
+    data = write_random_cifar(Path("/tmp/splitleak-gpu-check/cifar-10-batches-bin"),
+                              1_000 if quick else 10_000)
+    work = Path("/tmp/splitleak-gpu-check/configs")
+    work.mkdir(parents=True, exist_ok=True)
+    example = ROOT / "examples" / "gpu" / "cifar10-resnet18.toml"
+    epoch = {"epochs": 1, **({"max_steps": 20} if quick else {})}
+    runs = {"run": {"output_dir": "/tmp/splitleak-gpu-check/runs"}}
+    fast = config_file(example, work / "epoch.toml", dataset={"params": {"path": str(data)}},
+                       training=epoch, **runs)
+    check.section("one epoch, distributed", lambda: trained(fast, True))
+    check.section("one epoch, in-process", lambda: trained(fast, False))
+    exact = config_file(example, work / "deterministic.toml",
+                        dataset={"params": {"path": str(data)}},
+                        training={"epochs": 1, "max_steps": 20 if quick else 400},
+                        run={"output_dir": "/tmp/splitleak-gpu-check/runs", "deterministic": True})
+    check.section("400 steps, distributed, deterministic", lambda: trained(exact, True))
+    paper = config_file(ROOT / "examples" / "threat" / "cifar10" / "paper" / "cifar10-none.toml",
+                        work / "paper.toml", dataset={"params": {"path": str(data)}},
+                        training={"epochs": 1, "max_steps": 20 if quick else 300},
+                        run={"output_dir": "/tmp/splitleak-gpu-check/runs", "deterministic": False})
+
+    def completion() -> dict[str, Any]:
+        from attacker.analysis import analyze
+
+        run = trained(paper, True)
+        steps = 20 if quick else 2000
+        began = time.perf_counter()
+        summary = analyze(Path(run["run"]), [("model_completion", {"baselines": False,
+                                                                    "steps": steps})],
+                          device="cuda" if torch.cuda.is_available() else "cpu")
+        entry = next(e for e in summary["leak"] if e["attack"].startswith("model_completion"))
+        return {"analysis_s": time.perf_counter() - began, "steps": steps,
+                "completion": entry.get("completion"), "training": run}
+
+    check.section("model completion on the GPU", completion)
+    check.section("bench --device cuda", lambda: run_command(
+        [sys.executable, "-m", "orchestration", "bench", "--device", "cuda", "--setup",
+         "cifar-resnet18", "--rounds", "1" if quick else "2", "--steps", "30" if quick else "150",
+         "--json", str(out / "bench_gpu.json")], 400, out / "bench_gpu.log"))
+
+
+def cpu_part(check: Check, out: Path, quick: bool) -> None:
+    check.section("bench on the CPU cores", lambda: run_command(
+        [sys.executable, "-m", "orchestration", "bench", "--device", "cpu", "--rounds",
+         "1" if quick else "2", "--steps", "30" if quick else "100", "--parties", "8",
+         "--json", str(out / "bench_cpu.json")], 420, out / "bench_cpu.log"))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--part", choices=("gpu", "cpu", "all"), default="all")
+    parser.add_argument("--anchor", type=Path, help="the plain single-process loop's script")
+    parser.add_argument("--quick", action="store_true", help="every size shrunk: a dry run")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    check = Check(args.out)
+    if args.part in ("gpu", "all"):
+        gpu_part(check, args.out, args.quick, args.anchor)
+    if args.part in ("cpu", "all"):
+        cpu_part(check, args.out, args.quick)
+    print("\n=== summary")
+    for name, result in check.found.items():
+        print(f"{'ok    ' if result['ok'] else 'FAILED'} {result['seconds']:7.1f} s  {name}")
+    return 0 if all(r["ok"] for r in check.found.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
