@@ -18,6 +18,9 @@ from splitleak.rundir import RunDir
 DEFAULT_ATTACK_TYPE = "label inference"  # VFLAIR's LI type: every attack on the gradients
 # Feature reconstruction (VFLAIR's FR type): the entry's metric names its headline statistic.
 RECONSTRUCTION_METRICS = ("ssim", "r2", "feature_accuracy")
+# VFLAIR's attack families (its T-DCS types), as each attack plug-in declares its own.
+FAMILIES = {"label_inference": "label inference", "feature_reconstruction": "feature reconstruction",
+            "targeted_backdoor": "targeted backdoor", "non_targeted": "non-targeted"}
 
 
 @dataclass(frozen=True)
@@ -42,6 +45,8 @@ class LeakEntry:
     threshold_rule: str | None = None
     premise: str | None = None  # why the attack does not apply to the run (never scored)
     diagnostic: str | None = None  # why the figure is a diagnostic, not the comparable one
+    ap: float | None = None  # VFLAIR's attack performance, as the attack's plug-in reads it
+    vflair: str | None = None  # VFLAIR's name for the attack (NS, DS, …), if it has one
 
 
 def _number(value: Any) -> float | None:
@@ -77,19 +82,23 @@ def leak_entries(summary: dict[str, Any]) -> list[LeakEntry]:
         metric = e.get("metric") or ("auc" if flipped else "accuracy")
         if metric in RECONSTRUCTION_METRICS:
             accuracy = e.get(metric) or {}
+        elif "integrity" in e:  # a backdoor's success rate, a robustness attack's accuracy drop
+            accuracy = {"mean": (e.get("integrity") or {}).get("value")}
         pooled = (e.get("pooled") or {}).get("accuracy", accuracy.get("pooled", e.get("pooled_accuracy")))
         entries.append(LeakEntry(
             attack=e["attack"], party=int(e["party_id"]), layer=e["layer"], metric=metric,
             side_knowledge=e.get("side_knowledge", ""),
-            attack_type=e.get("attack_type", "feature reconstruction"
-                              if metric in RECONSTRUCTION_METRICS else DEFAULT_ATTACK_TYPE),
+            attack_type=FAMILIES.get(e.get("family") or "", e.get("attack_type")) or (
+                "feature reconstruction" if metric in RECONSTRUCTION_METRICS
+                else DEFAULT_ATTACK_TYPE),
             flipped_mean=_number(flipped.get("mean")), flipped_p95=_number(flipped.get("p95")),
             raw_mean=_number(raw.get("mean")), raw_p95=_number(raw.get("p95")),
             accuracy=_number(pooled if pooled is not None else accuracy.get("mean")),
             spread=_spread(e, "flipped" if metric == "auc" else "accuracy"),
             threshold_accuracy=_number((e.get("threshold_accuracy") or {}).get("mean")),
             threshold_rule=e.get("threshold_rule"), premise=e.get("premise"),
-            diagnostic=e.get("diagnostic")))
+            diagnostic=e.get("diagnostic"), ap=_number((e.get("ap") or {}).get("value")),
+            vflair=e.get("vflair")))
     return entries
 
 

@@ -15,6 +15,7 @@ import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
 from orchestration.compare.dcs import AP_WORDS
+from orchestration.compare.read import FAMILIES
 from orchestration.compare.table import NO_DEFENSE, Comparison
 from orchestration.compare.trends import Trend, trends
 from splitleak.fileio import write_atomically
@@ -144,9 +145,11 @@ def _speed_md(comparison: Comparison) -> list[str]:
 
 def _dcs_md(comparison: Comparison) -> list[str]:
     by_setting: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in comparison.rows:
+    scored = [r for r in comparison.capability if not r["diagnostic"]]
+    for row in scored:
         by_setting[row["setting"]].append(row)
-    types = list(dict.fromkeys(r["attack_type"] for r in comparison.rows))
+    types = list(dict.fromkeys(r["attack_type"] for r in scored))
+    missing = [f for f in FAMILIES.values() if f not in types]
     header = ["setting", *(f"T-DCS {t} [CI]" for t in types), "C-DCS [CI]", "C-DCS of seed means",
               "C-DCS ours [CI]"]
     body = []
@@ -158,16 +161,19 @@ def _dcs_md(comparison: Comparison) -> list[str]:
         body.append([setting, *t_cells, _ci(rows[0], "c_dcs"), _num(rows[0]["c_dcs_of_means"]),
                      _ci(rows[0], "c_dcs_ours")])
     rules: dict[str, dict[str, None]] = defaultdict(dict)  # rule -> its attacks, in order
-    for r in comparison.rows:
+    for r in comparison.capability:
         if r.get("threshold_rule"):
             rules[r["threshold_rule"]][f"`{r['attack']}`"] = None
-    diagnostics = dict.fromkeys(r["attack"] for r in comparison.rows if r["diagnostic"])
+    diagnostics = dict.fromkeys(r["attack"] for r in comparison.capability if r["diagnostic"])
     return ["## Defense capability (VFLAIR's DCS)", "",
             "DCS = 1 / (1 + √((1−β)·max(AP−AP*, 0)² + β·max(MP*−MP, 0)²)), β = 0.5, AP* = 0, MP* = the "
             "utility of the same set-up without a defense and the same seed, MP = the utility above; "
             f"AP ({comparison.dcs_ap}, `--dcs-ap`) = {AP_WORDS[comparison.dcs_ap]}. Computed per "
-            "seed, then the mean with a 95 % t interval. T-DCS = mean DCS over one attack type's attacks, "
-            "C-DCS = mean of the T-DCS. *Of seed means* = VFLAIR's own aggregation (DCS of the seeds' "
+            "seed, then the mean with a 95 % t interval. T-DCS = mean DCS over the attacks of one of "
+            "VFLAIR's families, C-DCS = mean of the T-DCS: here over "
+            f"{', '.join(types)}" + (f" (no {', '.join(missing)} attack in these runs, so this C-DCS "
+                                     "is not VFLAIR's over all four)" if missing else "") +
+            ". *Of seed means* = VFLAIR's own aggregation (DCS of the seeds' "
             "mean AP and MP). *Ours*: AP* = chance (0.5 for an AUC or a binary accuracy, 1/K for a "
             "K-class accuracy). An attack whose premise fails in a run is never scored and not in "
             "T-DCS" + (f"; diagnostics are left out too ({', '.join(f'`{d}`' for d in diagnostics)})"

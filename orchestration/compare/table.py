@@ -143,6 +143,10 @@ class Comparison:
     dcs_ap: str = "vflair"  # the attack performance DCS is computed from (dcs.ATTACK_PERFORMANCE)
     max_utility_cost: float = MAX_UTILITY_COST  # the verdicts' budget
     not_applied: dict[str, str] = field(default_factory=dict)  # attack -> why its premise failed
+    # VFLAIR's capability over every family: DCS rows of each attack where it is measured (the
+    # cut layer, model completion's bottom, reconstruction's input, integrity's output), with
+    # T-DCS per family and C-DCS over the families present (the DCS section of the report)
+    capability: list[dict[str, Any]] = field(default_factory=list)
 
     def about_speed(self) -> bool:
         """True when the settings differ in how tensors travel ([network] or [wire])."""
@@ -156,6 +160,11 @@ class Comparison:
 
     def verdicts(self) -> list[Verdict]:
         return verdicts(self.rows, self.attacks(), self.max_utility_cost)
+
+
+# Where each family's attacks are measured, once each (the first layer repeats the cut layer's
+# label inference; activations are a diagnostic of the same attacks).
+CAPABILITY_LAYERS = ("cut", "bottom", "input", "output")
 
 
 def headline(metric: str, leak_stat: str) -> str:
@@ -183,12 +192,16 @@ def compare(runs: list[RunResult], layer: str = "cut", party: int | None = None,
     warnings += checks.missing_ap(rows, dcs_ap)
     _mark_frontier(rows)
     _add_type_scores(rows, settings)
+    capability = [r for where in CAPABILITY_LAYERS for setting in settings
+                  for r in _setting_rows(setting, observed_party(settings, where), where,
+                                         leak_stat, dcs_ap)]
+    _add_type_scores(capability, settings)
     finals = [r.utility for r in runs if r.utility is not None]
     common = target is None
     target = min(finals) if common and finals else target
     speed = {s.key: _speed(s, target) for s in settings}
     return Comparison(rows, settings, party, layer, leak_stat, warnings, speed, target, common,
-                      dcs_ap, max_utility_cost, not_applied)
+                      dcs_ap, max_utility_cost, not_applied, capability)
 
 
 def _speed(setting: Setting, target: float | None) -> dict[str, Any]:
