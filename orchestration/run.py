@@ -13,6 +13,7 @@ from orchestration.launch import address_files, launch_plan
 from orchestration.processes import Child, spawn, stop_all, stop_one
 from orchestration.progress import MetricsTail, RunProgress
 from splitleak import tls
+from splitleak.cli_common import EXIT_BAD_INPUT
 from splitleak.config import ExperimentConfig
 from splitleak.fileio import write_atomically
 from splitleak.metrics_log import read_metrics
@@ -141,7 +142,9 @@ def _wait_briefly(children: list[Child], timeout: float) -> None:
 
 def _raise_if_failed(children: list[Child], run: RunDir) -> None:
     """Name the process that failed first on its own, with its own last error line; add what
-    the label party concluded (it names the party or component that broke the run)."""
+    the label party concluded (it names the party or component that broke the run). Input
+    every role refuses (exit 2: a bad config or data file) is named by the label party's
+    refusal: the roles start at once, so which of them refuses first is chance."""
     if all(c.returncode == 0 for c in children if c.essential):
         return
     outcome = _outcome(run)
@@ -151,11 +154,13 @@ def _raise_if_failed(children: list[Child], run: RunDir) -> None:
                     key=lambda c: (c.exited_at or float("inf"), c is children[0]))
     if not failed:
         raise RunFailed(concluded or "a party did not finish; see the logs in " + str(run.logs))
-    first = failed[0]
-    if first is children[0] and concluded:  # the label party itself: its outcome says it best
+    label = children[0]
+    first = label if label in failed and label.returncode == EXIT_BAD_INPUT else failed[0]
+    if first is label and concluded:  # the label party itself: its outcome says it best
         raise RunFailed(concluded)
     reason = first.last_error()
-    message = f"{first.name} {first.how_it_ended()}" + (f": {reason}" if reason else "")
+    before = " before serving" if first is label and not run.label_party_address.exists() else ""
+    message = f"{first.name} {first.how_it_ended()}{before}" + (f": {reason}" if reason else "")
     if concluded and concluded not in message:
         message += f"\nthe label party reports: {concluded}"
     raise RunFailed(message)

@@ -50,8 +50,8 @@ class RoleActor:
     """One role of one point on the node Ray placed its bundle on."""
 
     def __init__(self, role: str, config_toml: str, run_name: str, run_root: str | None,
-                 identity: dict[str, bytes] | None) -> None:
-        self.host = RoleHost(role, config_toml, run_name, run_root, identity)
+                 identity: dict[str, bytes] | None, cpus: float) -> None:
+        self.host = RoleHost(role, config_toml, run_name, run_root, identity, cpus)
 
     def where(self) -> dict[str, Any]:
         return {"node_id": ray.get_runtime_context().get_node_id(),
