@@ -150,8 +150,12 @@ def _raise_if_failed(children: list[Child], run: RunDir) -> None:
     outcome = _outcome(run)
     concluded = (f"{outcome['message']} [{outcome['code']}]" if outcome.get("status") == "failed"
                  else None)
+    # A process a signal killed (one this orchestrator did not send) is the cause: the others
+    # fail because it is gone, often within the same poll (an exit the zygote reports can come
+    # a few milliseconds after the death that caused it).
     failed = sorted((c for c in children if c.essential and c.failed_on_its_own),
-                    key=lambda c: (c.exited_at or float("inf"), c is children[0]))
+                    key=lambda c: ((c.returncode or 0) >= 0, c.exited_at or float("inf"),
+                                   c is children[0]))
     if not failed:
         raise RunFailed(concluded or "a party did not finish; see the logs in " + str(run.logs))
     label = children[0]
