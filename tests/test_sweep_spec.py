@@ -143,6 +143,12 @@ def test_cli_refuses_bad_sweeps_with_exit_2(tmp_path: Path, capsys: pytest.Captu
     assert "--jobs must be at least 1" in capsys.readouterr().err
     assert _cli(tmp_path, _sweep(sweep={"base": str(base)}), "--spread") == 2
     assert "only apply to --engine ray" in capsys.readouterr().err
+    assert _cli(tmp_path, _sweep(sweep={"base": str(base)}), "--engine", "inprocess",
+                "--address", "host:6379") == 2
+    assert "only apply to --engine ray" in capsys.readouterr().err
+    wan = _sweep(sweep={"base": str(base)}, set={"network.one_way_latency_ms": 25.0})
+    assert _cli(tmp_path, wan, "--engine", "inprocess") == 2
+    assert "--engine inprocess has no network to shape" in capsys.readouterr().err
     fixed = _sweep(sweep={"base": str(base)}, set={"topology.label_party_address": "127.0.0.1:50999"},
                    axes={"run.seed": [1, 2]})
     assert _cli(tmp_path, fixed, "--jobs", "2") == 2
