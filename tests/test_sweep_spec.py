@@ -86,8 +86,11 @@ def test_points_cross_variants_axes_and_seeds(tmp_path: Path) -> None:
     assert len({p.hash for p in points}) == len(points)
     assert all(p.run_dir == tmp_path / "sweeps" / "s" / p.hash for p in points)
     first, last = points[0], points[-1]
-    assert first.label == "none, batch_size=32, seed=0" and first.setting == "none, batch_size=32"
-    assert last.label == "marvell, batch_size=64, s=4.0, seed=1"
+    # each axis by its path, as the sweep file wrote it: one name per knob
+    assert first.label == "none, training.batch_size=32, seed=0"
+    assert first.setting == "none, training.batch_size=32"
+    assert last.label == "marvell, training.batch_size=64, defense.0.s=4.0, seed=1"
+    assert json.loads(last.axes_json()) == {"training.batch_size": 64, "defense.0.s": 4.0}
     assert last.config.defense[0].params == {"s": 4.0}
     assert last.config.training.epochs == 1 and last.config.dataset.subset.fraction == 0.5
     assert json.loads(last.overrides_json()) == {

@@ -103,7 +103,7 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     shutil.copyfile(args.file, sweep_dir / "sweep.toml")
     console.print(f"sweep [bold]{sweep.sweep.name}[/]: {len(points)} points in {sweep_dir} "
                   f"({engine.name} engine, {engine.jobs} at a time)")
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         outcome = run_points(points, index, engine, retry_failed=args.retry_failed, console=console,
                              show_progress=not args.no_progress)
@@ -114,6 +114,8 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[bold red]interrupted[/]: every running point was stopped; index "
                       f"{index.path}: {_counts(counts)}. Run the same command again to resume.")
         return EXIT_INTERRUPTED
+    finally:  # the points ran (in this process too, with --engine inprocess --jobs 1)
+        signal.signal(signal.SIGTERM, previous)
     _print_outcome(console, outcome, index)
     if not args.no_compare and outcome.counts.get("done"):
         from orchestration.compare.command import compare_and_print
