@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 
-from orchestration.compare.read import LeakEntry
+from orchestration.compare.entries import LeakEntry
 
 BETA = 0.5
 
@@ -45,10 +45,15 @@ def _headline(entry: LeakEntry) -> float | None:
     return entry.accuracy
 
 
+def _none(entry: LeakEntry) -> float | None:
+    """A count error is not an attack performance (it falls as the attacker learns more)."""
+    return None
+
+
 # variant -> metric of the entry -> its AP; metrics not named use the headline
 ATTACK_PERFORMANCE: dict[str, dict[str, Callable[[LeakEntry], float | None]]] = {
-    "vflair": {"auc": _threshold_accuracy},
-    "auc": {"auc": _flipped_auc},
+    "vflair": {"auc": _threshold_accuracy, "count_error": _none},
+    "auc": {"auc": _flipped_auc, "count_error": _none},
 }
 AP_WORDS = {
     "vflair": "VFLAIR's attack performance: score attacks by the accuracy of their threshold "
