@@ -56,8 +56,8 @@ def attack_md(rows: list[dict[str, Any]], figure: str | None) -> list[str]:
         lines += [f"**Diagnostic**, not the figure to set beside the papers' and left out of T-DCS, "
                   f"C-DCS and the verdicts: {first['diagnostic']}.", ""]
     if not first["ranked"]:
-        lines += [f"**Not ranked**: {UNRANKED[first['metric']]}, so it has no Pareto frontier, DCS "
-                  "or verdict; its change against no defense says what a defense did.", ""]
+        lines += [f"**Not ranked**: {UNRANKED[first['metric']]}. It is on no Pareto frontier and "
+                  "has no verdict; its change against no defense says what a defense did.", ""]
     auc = first["metric"] == "auc"
     leak_header = ["p95 flipped [CI]", "mean flipped [CI]", "p95 raw", "mean raw"] if auc else [
         f"{METRIC_HEADERS.get(first['metric'], first['metric'])} [CI]", "batch mean / p95"]

@@ -53,7 +53,7 @@ def not_applied(runs: list[RunResult], party: int | None, layer: str) -> dict[st
 def missing_ap(rows: list[dict[str, Any]], dcs_ap: str) -> list[str]:
     """Attacks measured but without the AP the DCS needs (summaries analysed before the
     threshold accuracy existed)."""
-    missing = dict.fromkeys(r["attack"] for r in rows if r["leak_mean"] is not None and r["ranked"]
+    missing = dict.fromkeys(r["attack"] for r in rows if r["leak_mean"] is not None
                             and r["ap_mean"] is None and r["baseline"] is not None)
     return [f"{attack}: no {dcs_ap} attack performance in these runs' summaries (analysed before "
             "splitleak recorded it?): no DCS; re-run `attacker analyze`, or --dcs-ap auc"

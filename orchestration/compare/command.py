@@ -94,7 +94,7 @@ def summary_table(comparison: Comparison, width: int = 80) -> Group:
     first = ["setting", *(["seeds"] if len(seeds) > 1 else []), utility, "C-DCS"]
     each = f"{next(iter(seeds))} seed(s) each; " if len(seeds) == 1 else ""
     diagnostics = [a for a in attacks if any(r["diagnostic"] for r in rows if r["attack"] == a)]
-    counts = "; count attacks: mean count error, lower = more leak, unranked" if any(
+    counts = "; count attacks: mean count error, lower = more leak, no frontier" if any(
         not r["ranked"] for r in rows) else ""
     caption = (f"{each}leak: {comparison.leak_stat} (accuracy-type attacks: accuracy; "
                f"reconstruction: SSIM or R²{counts}); * = on the Pareto frontier; C-DCS: VFLAIR's, from "
