@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -13,7 +12,7 @@ from rich.table import Table
 
 from label_party.validate import check_chain
 from orchestration.progress import RunProgress, format_eval
-from orchestration.run import RunFailed, RunOutcome, collect_outcome, run_distributed
+from orchestration.run import RunFailed, RunOutcome, run_distributed
 from passive_party.protection import check_protection
 from splitleak.checkpoint import CheckpointError, latest, resume_point
 from splitleak.cli_common import (
@@ -134,11 +133,9 @@ def train_one(cfg: ExperimentConfig, args: argparse.Namespace, console: Console,
         raise BadInput(f"cannot create the run directory: {describe_os_error(err)}") from None
     console.print(f"[bold]{label}[/]: run directory {run.root}")
     if args.in_process:
-        from orchestration.reference import run_reference
+        from orchestration.reference import train_in_process
 
-        started = time.monotonic()
-        run_reference(cfg, run)
-        return collect_outcome(run, "in-process", time.monotonic() - started)
+        return train_in_process(cfg, run)
     return _distributed(cfg, run, args, console)
 
 

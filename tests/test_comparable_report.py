@@ -249,7 +249,7 @@ def test_compare_on_li_tradeoffs_sweep_prints_vflairs_dcs_and_the_verdicts(
     out = capsys.readouterr().out
     assert "C-DCS" in out and "verdict" in out
     assert "norm: max_norm, leak 0.580" in " ".join(out.split())  # marvell s=4 costs 0.008 for 0.61
-    assert "cosine_oracle: marvell, s=4.0, leak 0.600" in " ".join(out.split())
+    assert "cosine_oracle: marvell, defense.0.s=4.0, leak 0.600" in " ".join(out.split())
     text = (sweep_dir / "compare" / "report.md").read_text()
     assert text.startswith("# Trade-off report\n\n## Verdict")
     assert "AP (vflair, `--dcs-ap`) = VFLAIR's attack performance" in text

@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 
-from orchestration.compare.read import LeakEntry
+from orchestration.compare.entries import LeakEntry
 
 BETA = 0.5
 
@@ -45,10 +45,16 @@ def _headline(entry: LeakEntry) -> float | None:
     return entry.accuracy
 
 
+def _recovered_counts(entry: LeakEntry) -> float | None:
+    """A count attack's: 1 − its mean count error (VFLAIR's BLI), from a summary that predates
+    the AP each plug-in declares."""
+    return None if entry.batch_mean is None else 1.0 - entry.batch_mean
+
+
 # variant -> metric of the entry -> its AP; metrics not named use the headline
 ATTACK_PERFORMANCE: dict[str, dict[str, Callable[[LeakEntry], float | None]]] = {
-    "vflair": {"auc": _threshold_accuracy},
-    "auc": {"auc": _flipped_auc},
+    "vflair": {"auc": _threshold_accuracy, "count_error": _recovered_counts},
+    "auc": {"auc": _flipped_auc, "count_error": _recovered_counts},
 }
 AP_WORDS = {
     "vflair": "VFLAIR's attack performance: score attacks by the accuracy of their threshold "
