@@ -39,8 +39,10 @@ class NetworkExchange:
         self.deadline = session.cfg.topology.step_deadline_s
         self.wire = WIRE_FLOATS[session.cfg.wire.dtype]
         self.sparse = session.cfg.wire.sparse  # (indices, values) when that is smaller
-        self.bytes_sent = 0
-        self.bytes_received = 0
+        self._bytes = {"sent": 0, "received": 0}
+        # Messages not yet counted: a big message's ByteSize() costs ≈ 0.1 ms, so they are
+        # counted while the label party waits for the parties' answers, not before it sends.
+        self._uncounted: list[tuple[str, Any]] = []
         self.timer = StepTimer()  # the driver's too: encode/decode of train steps
 
     def _send(self, gradients: dict[int, torch.Tensor] | None, gradient_batch: Batch | None,
@@ -65,15 +67,33 @@ class NetworkExchange:
             if checkpoint is not None:
                 msg.checkpoint.step = checkpoint.step
                 msg.checkpoint.batches = checkpoint.batches
-            self.bytes_sent += msg.ByteSize()
+            self._uncounted.append(("sent", msg))
             if msg.done:
                 stream.outbound.put_nowait(msg)
             else:
                 stream.ask(msg)
 
+    @property
+    def bytes_sent(self) -> int:
+        """Protobuf bytes of every message this party sent (counted once the parties work)."""
+        self._count()
+        return self._bytes["sent"]
+
+    @property
+    def bytes_received(self) -> int:
+        self._count()
+        return self._bytes["received"]
+
+    def _count(self) -> None:
+        for direction, msg in self._uncounted:
+            self._bytes[direction] += msg.ByteSize()
+        self._uncounted.clear()
+
     async def exchange(self, gradients: dict[int, torch.Tensor] | None,
                        gradient_batch: Batch | None, next_batch: Batch) -> dict[int, torch.Tensor]:
         self._send(gradients, gradient_batch, next_batch)
+        await asyncio.sleep(0)  # the streams hand the messages to gRPC first
+        self._count()
         during = f"{next_batch.phase.name} step {next_batch.step}"
         activations = await self._collect(f"activation for {during}",
                                           lambda k, m: self._activation(k, m, next_batch, during))
@@ -156,7 +176,7 @@ class NetworkExchange:
                 raise msg.error
             raise SessionError(grpc.StatusCode.UNAVAILABLE,
                                f"passive party {k} {msg.reason} during {during}", k)
-        self.bytes_received += msg.ByteSize()
+        self._uncounted.append(("received", msg))
         return msg
 
     def _activation(self, k: int, msg: pb.PartyMessage | PartyGone, batch: Batch,

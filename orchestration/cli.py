@@ -168,8 +168,9 @@ def _starts_parties(args: argparse.Namespace) -> bool:
     """Whether this command starts party processes (then it forks them from a zygote)."""
     if args.command == "run":
         return not args.in_process
-    if args.command == "sweep":
-        return getattr(args, "engine", "local") == "local"
+    if args.command == "sweep":  # the in-process engine's workers fork too, unless --jobs 1
+        engine = getattr(args, "engine", "local")
+        return engine == "local" or (engine == "inprocess" and args.jobs != 1)
     return args.command in ("bench", "soak")
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -13,7 +12,7 @@ from rich.table import Table
 
 from label_party.validate import check_chain
 from orchestration.progress import RunProgress, format_eval
-from orchestration.run import RunFailed, RunOutcome, collect_outcome, run_distributed
+from orchestration.run import RunFailed, RunOutcome, run_distributed
 from passive_party.protection import check_protection
 from splitleak.checkpoint import CheckpointError, latest, resume_point
 from splitleak.cli_common import (
@@ -133,16 +132,14 @@ def train_one(cfg: ExperimentConfig, args: argparse.Namespace, console: Console,
         raise BadInput(f"cannot create the run directory: {describe_os_error(err)}") from None
     console.print(f"[bold]{label}[/]: run directory {run.root}")
     if args.in_process:
-        from orchestration.reference import run_reference
+        from orchestration.reference import train_in_process
 
-        started = time.monotonic()
         try:
-            run_reference(cfg, run)
+            return train_in_process(cfg, run)
         except DatasetError as err:  # a bad value in a data file: bad input, in one sentence
             raise BadInput(f"{label}: DatasetError: {err}") from None
         except OSError as err:  # e.g. a full disk at the final save
             raise BadInput(f"{label}: {describe_os_error(err)}") from None
-        return collect_outcome(run, "in-process", time.monotonic() - started)
     return _distributed(cfg, run, args, console)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -19,6 +20,7 @@ from label_party.outputs import (
 from label_party.schedule import Batch, Phase, schedule
 from label_party.setup import load_label_party_data, plan_record
 from label_party.trainer import LabelPartyTrainer
+from orchestration.run import RunOutcome, collect_outcome
 from passive_party.bottom_trainer import BottomTrainer
 from passive_party.integrity import party_integrity
 from passive_party.protection import protect_party, write_figures
@@ -99,8 +101,19 @@ class LocalExchange:
             torch.set_num_threads(self.threads[role])
 
 
-def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
-    """Train the whole split model in this process; writes the same files as a distributed run."""
+def train_in_process(cfg: ExperimentConfig, run: RunDir,
+                     on_record: Callable[[dict[str, Any]], None] | None = None) -> RunOutcome:
+    """`splitleak run --in-process`: the reference run, then summary.json as a distributed run
+    leaves it."""
+    started = time.monotonic()
+    run_reference(cfg, run, on_record)
+    return collect_outcome(run, "in-process", time.monotonic() - started)
+
+
+def run_reference(cfg: ExperimentConfig, run: RunDir,
+                  on_record: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Train the whole split model in this process; writes the same files as a distributed run.
+    `on_record` sees each metrics record as it is written (a sweep's progress)."""
     threads = {role: role_threads(cfg, role) for role in roles(cfg) if role != ATTACKER}
     torch.set_num_threads(threads[LABEL])
     label_device = role_device(cfg, LABEL)
@@ -129,13 +142,19 @@ def run_reference(cfg: ExperimentConfig, run: RunDir) -> dict[str, Any]:
                                 {k: b.embedding_shape for k, b in bottoms.items()}, data.own_inputs,
                                 data.train_ids, anchors, snapshot_writer(run, cfg), label_device)
     writer = MetricsWriter(run.metrics)
-    writer.write(plan_record(data, len(bottoms), cfg.run.seed))
+
+    def write(record: dict[str, Any]) -> None:
+        writer.write(record)
+        if on_record is not None:
+            on_record(record)
+
+    write(plan_record(data, len(bottoms), cfg.run.seed))
     batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed,
                        variant_rows(cfg.threat, data.test_ids, cfg.run.seed))
     exchange = LocalExchange(bottoms, store, observe, cfg.attacker.record_activation, cfg.wire.dtype,
                              received, receive, threads)
     timer = StepTimer()
-    asyncio.run(drive(trainer, batches, exchange, writer.write, timer=timer))
+    asyncio.run(drive(trainer, batches, exchange, write, timer=timer))
     timer.write(run.label_party / TIMING_FILE, per="compute")
     writer.close()
     if anchors is not None:

@@ -164,14 +164,20 @@ def _wait_briefly(children: list[Child], timeout: float) -> None:
 
 def _failure(children: list[Child], run: RunDir) -> RunFailed | None:
     """Name the process that failed first on its own, with its own last error line; add what
-    the label party concluded (it names the party or component that broke the run)."""
+    the label party concluded (it names the party or component that broke the run). Input
+    every role refuses (exit 2: a bad config or data file) is named by the label party's
+    refusal: the roles start at once, so which of them refuses first is chance."""
     if all(c.returncode == 0 for c in children if c.essential):
         return None
     outcome = read_outcome(run)
     concluded = (f"{outcome['message']} [{outcome['code']}]" if outcome.get("status") == "failed"
                  else None)
+    # A process a signal killed (one this orchestrator did not send) is the cause: the others
+    # fail because it is gone, often within the same poll (an exit the zygote reports can come
+    # a few milliseconds after the death that caused it).
     failed = sorted((c for c in children if c.essential and c.failed_on_its_own),
-                    key=lambda c: (c.exited_at or float("inf"), c is children[0]))
+                    key=lambda c: ((c.returncode or 0) >= 0, c.exited_at or float("inf"),
+                                   c is children[0]))
     named = next((c for c in children[1:] if concluded and c.name == outcome.get("culprit")), None)
     if named is not None and not named.failed_on_its_own:
         # e.g. a stalled party, stopped only at the end: the parties the label party then sent
@@ -179,11 +185,14 @@ def _failure(children: list[Child], run: RunDir) -> RunFailed | None:
         return RunFailed(concluded)
     if not failed:
         return RunFailed(concluded or "a party did not finish; see the logs in " + str(run.logs))
-    first = named or failed[0]
-    if first is children[0] and concluded:  # the label party itself: its outcome says it best
+    label = children[0]
+    first = named or (label if label in failed and label.returncode == EXIT_BAD_INPUT
+                      else failed[0])
+    if first is label and concluded:  # the label party itself: its outcome says it best
         return RunFailed(concluded, first)
     reason = first.last_error()
-    message = f"{first.name} {first.how_it_ended()}" + (f": {reason}" if reason else "")
+    before = " before serving" if first is label and not run.label_party_address.exists() else ""
+    message = f"{first.name} {first.how_it_ended()}{before}" + (f": {reason}" if reason else "")
     if concluded and concluded not in message:
         message += f"\nthe label party reports: {concluded}"
     return RunFailed(message, first)

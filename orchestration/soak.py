@@ -475,7 +475,7 @@ def long_run(parties: int, steps: int, workdir: Path, console: Console) -> dict[
     thread = threading.Thread(target=train)
     thread.start()
     while thread.is_alive():
-        thread.join(2.0)
+        thread.join(0.2)  # a short run is over in seconds: sample often enough to see every role
         try:
             pids = json.loads((run.root / "pids.json").read_text())
         except (OSError, ValueError):

@@ -36,6 +36,8 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
+import setproctitle
+
 SOCKET_ENV = "SPLITLEAK_ZYGOTE"
 # Imported once, before the first fork: everything a role imports at start-up.
 # torch._dynamo: torch.optim's optimizers import it (and sympy) on first use, ≈ 1–2 s.
@@ -175,6 +177,10 @@ def _child(request: dict[str, Any], sockets: list[socket.socket], ready: int) ->
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        # `ps` shows the child as its command, not as the zygote (set before the environment
+        # changes: the title takes the memory of the zygote's arguments and environment)
+        setproctitle.setproctitle(" ".join([sys.executable, "-m", request["module"],
+                                            *request["args"]]))
         os.setsid()
         for sock in sockets:
             sock.close()

@@ -17,6 +17,7 @@ from splitleak.datasets import Schema
 from splitleak.fileio import check_writable, describe_os_error
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+LOG_FORMAT = "%(asctime)s {role} %(levelname)s %(message)s"  # every process's log lines
 
 
 class BadInput(SystemExit):
@@ -68,7 +69,7 @@ def end_process(main: Callable[[], int | None]) -> NoReturn:
 
 def setup_logging(role: str, verbose: bool = False) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
-                        format=f"%(asctime)s {role} %(levelname)s %(message)s", force=True)
+                        format=LOG_FORMAT.format(role=role), force=True)
 
 
 def tls_dir_or_exit(cfg: ExperimentConfig | None, tls_dir: Path | None,

@@ -75,3 +75,38 @@ def make_config(tmp_path: Path):
         return parse_config(small_config(tmp_path, **overrides))
 
     return make
+
+
+TINY_SWEEP_VARIANTS = [{"name": "none"},
+                       {"name": "marvell", "set": {"defense": [{"name": "marvell"}]},
+                        "axes": {"defense.0.s": [4.0]}}]
+
+
+def tiny_sweep_file(root: Path, name: str = "tiny", seeds: tuple[int, ...] = (0,)) -> Path:
+    """No defense and Marvell (s = 4) on breast_cancer, 4 train steps each, analysed by norm."""
+    base = small_config(root, training={"epochs": 1, "max_steps": 4, "eval_interval": 2},
+                        attacker={"attacks": ["norm"]})
+    path = root / f"{name}.toml"
+    path.write_text(tomli_w.dumps({
+        "sweep": {"name": name, "base": str(write_config(root, base, f"{name}_base.toml")),
+                  "output_dir": str(root / "sweeps"), "seeds": list(seeds)},
+        "variant": TINY_SWEEP_VARIANTS}))
+    return path
+
+
+@pytest.fixture(scope="session")
+def inprocess_sweep(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """The tiny sweep run once per session by `splitleak sweep --engine inprocess --jobs 1`, in
+    this process (nothing started): its sweep directory and what the command printed."""
+    import contextlib
+    import io
+
+    from orchestration.cli import main
+
+    root = tmp_path_factory.mktemp("inprocess_sweep")
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = main(["sweep", str(tiny_sweep_file(root)), "--engine", "inprocess", "--jobs", "1",
+                     "--no-progress"])
+    assert code == 0, printed.getvalue()
+    return root / "sweeps" / "tiny", printed.getvalue()

@@ -249,8 +249,39 @@ def test_compare_on_li_tradeoffs_sweep_prints_vflairs_dcs_and_the_verdicts(
     out = capsys.readouterr().out
     assert "C-DCS" in out and "verdict" in out
     assert "norm: max_norm, leak 0.580" in " ".join(out.split())  # marvell s=4 costs 0.008 for 0.61
-    assert "cosine_oracle: marvell, s=4.0, leak 0.600" in " ".join(out.split())
+    assert "cosine_oracle: marvell, defense.0.s=4.0, leak 0.600" in " ".join(out.split())
     text = (sweep_dir / "compare" / "report.md").read_text()
     assert text.startswith("# Trade-off report\n\n## Verdict")
     assert "AP (vflair, `--dcs-ap`) = VFLAIR's attack performance" in text
 
+
+
+# --- issue 27: VFLAIR's families ------------------------------------------------------------------
+
+
+def test_t_dcs_groups_attacks_by_their_vflair_family_and_says_which_c_dcs_covers(
+        tmp_path: Path) -> None:
+    """Each entry's family and AP come from its plug-in (summary.json): T-DCS is per family,
+    C-DCS the mean over the families present, and the report names the families it lacks."""
+    backdoor = {"scope": "run", "party_id": 1, "layer": "output", "attack": "replacement_backdoor",
+                "name": "replacement_backdoor", "metric": "asr", "side_knowledge": "x",
+                "family": "targeted_backdoor", "vflair": "LRB", "ap": {"value": 0.8},
+                "integrity": {"metric": "asr", "value": 0.8, "ap": 0.8}}
+    settings = {"no defense": ([], [0.95, 0.96, 0.97], 0.90),
+                "marvell s=4": ([{"name": "marvell", "s": 4.0}], [0.945, 0.955, 0.965], 0.60)}
+    runs, _ = find_runs([_sweep(tmp_path, settings, ["norm"], extra=[backdoor])])
+    for run in runs:  # the plug-ins' families, as a current analysis writes them
+        for e in run.leak:
+            assert e.attack_type in ("label inference", "targeted backdoor")
+    comparison = compare(runs)  # the cut layer's tables; DCS over every family's layer
+    assert {r["attack"] for r in comparison.rows} == {"norm"}
+    rows = {r["attack"]: r for r in comparison.capability if r["setting"] == "marvell s=4"}
+    assert rows["replacement_backdoor"]["attack_type"] == "targeted backdoor"
+    assert rows["replacement_backdoor"]["layer"] == "output"
+    assert rows["replacement_backdoor"]["ap_mean"] == pytest.approx(0.8)  # the plug-in's AP
+    li, tb = rows["norm"]["t_dcs_mean"], rows["replacement_backdoor"]["t_dcs_mean"]
+    assert rows["norm"]["c_dcs_mean"] == pytest.approx((li + tb) / 2)
+    text = write_report(comparison, tmp_path / "out", [tmp_path]).read_text()
+    assert "T-DCS label inference" in text and "T-DCS targeted backdoor" in text
+    assert ("here over label inference, targeted backdoor (no feature reconstruction, "
+            "non-targeted attack in these runs") in text

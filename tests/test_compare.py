@@ -15,7 +15,8 @@ from scipy import stats
 
 from orchestration.cli import main
 from orchestration.compare.dcs import chance, dcs
-from orchestration.compare.read import find_runs, leak_entries
+from orchestration.compare.entries import leak_entries
+from orchestration.compare.read import find_runs
 from orchestration.compare.report import write_report
 from orchestration.compare.stats import over_seeds
 from orchestration.compare.table import compare
@@ -124,7 +125,8 @@ def test_leak_entries_read_todays_summary_and_the_spread_and_pooled_extensions()
 
 
 def test_leak_entries_read_what_the_analysis_writes() -> None:
-    """The summary layout of attacker.summary: spread per statistic, pooled accuracy, count error."""
+    """The summary layout of attacker.summary: spread per statistic, pooled accuracy, count error
+    (read too: compare shows it, unranked), each attack's metric over batches."""
     from attacker.summary import summarise_leak
 
     def row(attack: str, step: int, draw: int, **fields: Any) -> dict[str, Any]:
@@ -136,11 +138,15 @@ def test_leak_entries_read_what_the_analysis_writes() -> None:
     rows += [row("direct_label", step, 0, metric="accuracy", accuracy=0.5, n_correct=n, n_predicted=10,
                  n_no_prediction=0) for step, n in enumerate((2, 8))]
     rows += [row("batch_label_counts", 0, 0, metric="count_error", count_error=0.1)]
-    hint, direct = leak_entries({"leak": summarise_leak(rows)})
+    hint, direct, counts = leak_entries({"leak": summarise_leak(rows)})
     p95 = [float(np.percentile([base + 0.01 * s for s in range(4)], 95)) for base in (0.6, 0.8)]
     assert hint.spread == pytest.approx(float(np.std(p95, ddof=1)))
     assert hint.flipped_p95 == pytest.approx(float(np.mean(p95)))
+    assert hint.batch_p95 == hint.flipped_p95 and hint.batch_mean == hint.flipped_mean
     assert direct.accuracy == pytest.approx(0.5) and direct.metric == "accuracy"  # 10 of 20 rows
+    assert direct.batch_mean == 0.5 and direct.batch_p95 == 0.5  # per batch, not pooled
+    assert counts.metric == "count_error" and counts.batch_mean == pytest.approx(0.1)
+    assert counts.accuracy is None
 
 
 def test_compare_pairs_seeds_and_finds_the_frontier(runs_dir: Path) -> None:
@@ -319,3 +325,33 @@ def test_speed_of_lan_and_wan_settings(tmp_path: Path) -> None:
     wide = Console(record=True, width=200)
     wide.print(summary_table(comparison, 200))
     assert "median(centers=oracle)" in wide.export_text().splitlines()[1]
+
+
+def test_count_attacks_are_shown_with_their_change_but_not_ranked(tmp_path: Path) -> None:
+    """A count error falls as the attacker learns more: compare shows it (mean and p95 over
+    batches, change against no defense) but puts it on no frontier and gives it no verdict; its
+    DCS comes from its attack performance, 1 − count error (VFLAIR's BLI)."""
+    gp = [{"name": "grad_perturb", "epsilon": 1.0}]
+    for name, chain, utility, error in (("none", [], 0.97, 0.1), ("gp", gp, 0.94, 0.2)):
+        for seed in SEEDS:
+            data = small_config(tmp_path, run={"seed": seed, "name": name}, defense=chain)
+            counts = {"scope": "run", "party_id": 1, "layer": "cut", "attack": "batch_label_counts",
+                      "metric": "count_error", "count_error": {"mean": error + 0.01 * seed, "p95": 0.5}}
+            fake_run(tmp_path / "runs" / f"{name}-{seed}", data, utility,
+                     [leak_entry("norm", 0.9 - error, 0.95 - error), counts], num_classes=10)
+    comparison = compare(find_runs([tmp_path / "runs"])[0])
+    rows = {(r["setting"], r["attack"]): r for r in comparison.rows}
+    counted = rows[("grad_perturb epsilon=1", "batch_label_counts")]
+    assert counted["metric"] == "count_error" and counted["headline"] == "batch_mean"
+    assert counted["leak_mean"] == pytest.approx(0.21) and counted["leak_batch_p95_mean"] == 0.5
+    assert counted["leak_change_mean"] == pytest.approx(np.mean([(0.2 + d) / (0.1 + d) - 1
+                                                                 for d in (0, 0.01, 0.02)]))
+    assert not counted["ranked"] and not counted["pareto"]
+    assert counted["ap_mean"] == pytest.approx(1 - 0.21)
+    assert counted["dcs_mean"] == pytest.approx(np.mean([dcs(0.8 - d, 0.94, 0.97) for d in (0, 0.01, 0.02)]))
+    assert rows[("no defense", "batch_label_counts")]["pareto"] is False
+    assert [v.attack for v in comparison.verdicts()] == ["norm"]
+    text = write_report(comparison, tmp_path / "out", [tmp_path]).read_text()
+    assert "**Not ranked**: a count error falls as the attacker learns more; its attack" in text
+    assert "| count error [CI] | batch mean / p95 |" in text
+    assert not (tmp_path / "out" / "leak_vs_utility_batch_label_counts.png").exists()

@@ -164,6 +164,9 @@ def test_model_completion_on_a_run_is_deterministic_and_excludes_its_labelled_ro
     run = _digits_run(tmp_path)
     attack = build_attack("model_completion", {"labelled_per_class": 2, "steps": 40, "batch_size": 8})
     assert attack.label == "model_completion(labelled_per_class=2, steps=40, batch_size=8)"
+    without = build_attack("model_completion", {"labelled_per_class": 2, "steps": 40, "batch_size": 8,
+                                                "baselines": False})
+    assert without.label == attack.label  # the same attack, without the reference figures
     context = _context(run)
     result = attack.run(context)
     figures = result.figures

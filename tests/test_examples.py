@@ -39,6 +39,9 @@ def test_there_are_examples() -> None:
     assert len(EXAMPLES) >= 4
     assert {p.name for p in SWEEPS} >= REPRODUCTIONS | {"speedup.toml"}
     assert {ROOT / "wan" / "sweep.toml", ROOT / "reconstruction" / "sweep.toml"} <= set(SWEEPS)
+    # the studies that used to be scripts: sweep files plus `splitleak compare`
+    assert {ROOT / "threat" / "sweep.toml", ROOT / "defenses" / "plugins_default.toml",
+            ROOT / "defenses" / "plugins_digits.toml"} <= set(SWEEPS)
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.name)

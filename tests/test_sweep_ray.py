@@ -98,16 +98,16 @@ def test_spread_point_runs_each_role_on_its_own_node_with_the_local_numbers(clus
     assert json.loads((point.run_dir / "summary.json").read_text())["mode"] == "ray"
 
 
-def _role_scratch() -> set[Path]:
-    """The role hosts' node-local scratch (splitleak-<role>-*), not other processes' (a
-    zygote's, another test run's) temporary directories."""
-    temp = Path(tempfile.gettempdir())
-    return {*temp.glob("splitleak-*_party*-*"), *temp.glob("splitleak-attacker-*")}
+def _scratch() -> set[Path]:
+    """The roles' node-local scratch folders (not this process's zygote's socket folder, which
+    lives as long as this process)."""
+    return {p for p in Path(tempfile.gettempdir()).glob("splitleak-*")
+            if not p.name.startswith("splitleak-zygote-")}
 
 
 def test_packed_points_write_into_a_shared_directory(cluster, tmp_path: Path) -> None:
     points = _points(tmp_path / "shared", "packed", topology={"passive_parties": 2, "tls": False})
-    scratch = _role_scratch()
+    scratch = _scratch()
     _run(points, RayEngine(shared_dir=tmp_path / "shared", cpus_per_role=0.5))
     (row,) = read_index(points[0].run_dir.parent)
     assert row["status"] == "done", row["message"]
@@ -116,7 +116,7 @@ def test_packed_points_write_into_a_shared_directory(cluster, tmp_path: Path) ->
     assert set(placed["nodes"]) == {"label_party", "attacker", "passive_party_1", "passive_party_2"}
     assert (points[0].run_dir / "passive_party_2" / "bottom.pt").exists()
     assert (points[0].run_dir / "report" / "summary.json").exists()
-    assert _role_scratch() <= scratch  # node-local scratch removed
+    assert _scratch() <= scratch  # node-local scratch removed
 
 
 def test_spread_needs_a_node_per_role(cluster, tmp_path: Path) -> None:

@@ -86,8 +86,11 @@ def test_points_cross_variants_axes_and_seeds(tmp_path: Path) -> None:
     assert len({p.hash for p in points}) == len(points)
     assert all(p.run_dir == tmp_path / "sweeps" / "s" / p.hash for p in points)
     first, last = points[0], points[-1]
-    assert first.label == "none, batch_size=32, seed=0" and first.setting == "none, batch_size=32"
-    assert last.label == "marvell, batch_size=64, s=4.0, seed=1"
+    # each axis by its path, as the sweep file wrote it: one name per knob
+    assert first.label == "none, training.batch_size=32, seed=0"
+    assert first.setting == "none, training.batch_size=32"
+    assert last.label == "marvell, training.batch_size=64, defense.0.s=4.0, seed=1"
+    assert json.loads(last.axes_json()) == {"training.batch_size": 64, "defense.0.s": 4.0}
     assert last.config.defense[0].params == {"s": 4.0}
     assert last.config.training.epochs == 1 and last.config.dataset.subset.fraction == 0.5
     assert json.loads(last.overrides_json()) == {
@@ -143,6 +146,12 @@ def test_cli_refuses_bad_sweeps_with_exit_2(tmp_path: Path, capsys: pytest.Captu
     assert "--jobs must be at least 1" in capsys.readouterr().err
     assert _cli(tmp_path, _sweep(sweep={"base": str(base)}), "--spread") == 2
     assert "only apply to --engine ray" in capsys.readouterr().err
+    assert _cli(tmp_path, _sweep(sweep={"base": str(base)}), "--engine", "inprocess",
+                "--address", "host:6379") == 2
+    assert "only apply to --engine ray" in capsys.readouterr().err
+    wan = _sweep(sweep={"base": str(base)}, set={"network.one_way_latency_ms": 25.0})
+    assert _cli(tmp_path, wan, "--engine", "inprocess") == 2
+    assert "--engine inprocess has no network to shape" in capsys.readouterr().err
     fixed = _sweep(sweep={"base": str(base)}, set={"topology.label_party_address": "127.0.0.1:50999"},
                    axes={"run.seed": [1, 2]})
     assert _cli(tmp_path, fixed, "--jobs", "2") == 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -37,6 +38,20 @@ def test_a_forked_child_runs_the_module_with_its_arguments_directory_and_environ
                      {"ZYGOTE_PROBE": "seen"})
     assert code == 0
     assert f"cwd={tmp_path} probe=seen leader=True argv=['report', 'x y']" in log
+
+
+def test_ps_shows_a_forked_child_as_its_own_command(zygote, tmp_path: Path) -> None:
+    child = zygote.spawn("tests.zygote_probe", ["sleep", "30"], tmp_path / "child.log",
+                         dict(os.environ))
+    try:
+        end = time.monotonic() + scaled(30)
+        while "zygote_probe" not in (line := Path(f"/proc/{child.pid}/cmdline").read_text()):
+            assert time.monotonic() < end, line
+            time.sleep(0.05)
+        assert line.startswith(f"{sys.executable} -m tests.zygote_probe sleep 30")
+    finally:
+        os.killpg(child.pid, signal.SIGTERM)
+        child.wait(scaled(30))
 
 
 @pytest.mark.parametrize(("args", "code", "said"), [

@@ -127,7 +127,14 @@ class AttackPlugin(ABC):
     @classmethod
     def attack_performance(cls, entry: dict[str, Any]) -> dict[str, Any]:
         """VFLAIR's attack performance (AP, larger = the attack did better) read from this
-        attack's summary entry: {"metric": how it is read, "value": the number or None}."""
+        attack's summary entry: {"metric": how it is read, "value": the number or None}. A score
+        attack's is the accuracy of its threshold rule, mean over batches (VFLAIR's label-
+        recovery rate; ALGORITHMS.md §8); an entry analysed before the rule existed has only its
+        flip-corrected AUC, given with its own name."""
+        threshold = (entry.get("threshold_accuracy") or {}).get("mean")
+        if threshold is not None:
+            return {"metric": f"threshold accuracy ({entry.get('threshold_rule')})",
+                    "value": threshold}
         if entry.get("flipped"):
             return {"metric": "mean flip-corrected AUC", "value": entry["flipped"].get("mean")}
         if entry.get("count_error"):

@@ -55,9 +55,12 @@ class ModelCompletionAttack(RunAttack):
 
     @property
     def label(self) -> str:
-        """Only what differs from the defaults, and always the labelled count."""
+        """Only what differs from the defaults, and always the labelled count. Not `baselines`:
+        they add reference figures beside the attack's and leave its own unchanged, so a sweep
+        that trains them in its no-defense runs only compares the same attack everywhere."""
         changed = self.params.model_dump(exclude_defaults=True)
         changed.pop("labelled_per_class", None)
+        changed.pop("baselines", None)
         args = [f"labelled_per_class={self.params.labelled_per_class}",
                 *(f"{k}={v}" for k, v in changed.items())]
         return f"{self.name}({', '.join(args)})"

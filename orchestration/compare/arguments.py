@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-# where a leak is measured (summary.json's `layer`): gradient layers, model completion on the
-# party's bottom, feature reconstruction of its inputs
-LAYERS = ("cut", "first", "bottom", "input")
+# where a leak is measured (summary.json's `layer`): gradient layers, the activations the party
+# sent (attacker.record_activation), model completion on its bottom, reconstruction of its inputs
+LAYERS = ("cut", "first", "activation", "bottom", "input")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +21,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the AUC statistic of the plots and the Pareto frontier (default: the "
                         "p95 over batches, Li et al.'s headline)")
     parser.add_argument("--layer", default="cut", choices=LAYERS,
-                        help="where the leak is measured: cut or first (gradient layers), bottom "
+                        help="where the leak is measured: cut or first (gradient layers), "
+                             "activation (what the party sent, e.g. clustering on it), bottom "
                              "(model completion), or input (feature reconstruction from received "
                              "activations)")
     parser.add_argument("--party", type=int, help="observed passive party (default: the lowest)")

@@ -11,8 +11,9 @@ from rich.markup import escape
 from rich.measure import Measurement
 from rich.table import Table
 
+from orchestration.compare.markdown import UTILITY_LABELS
 from orchestration.compare.read import find_runs
-from orchestration.compare.report import UTILITY_LABELS, write_report
+from orchestration.compare.report import write_report
 from orchestration.compare.table import Comparison, compare
 from orchestration.compare.verdict import MAX_UTILITY_COST
 from orchestration.sweep.index import INDEX_FILE, SweepIndexError
@@ -93,8 +94,10 @@ def summary_table(comparison: Comparison, width: int = 80) -> Group:
     first = ["setting", *(["seeds"] if len(seeds) > 1 else []), utility, "C-DCS"]
     each = f"{next(iter(seeds))} seed(s) each; " if len(seeds) == 1 else ""
     diagnostics = [a for a in attacks if any(r["diagnostic"] for r in rows if r["attack"] == a)]
+    counts = "; count attacks: mean count error, lower = more leak, no frontier" if any(
+        not r["ranked"] for r in rows) else ""
     caption = (f"{each}leak: {comparison.leak_stat} (accuracy-type attacks: accuracy; "
-               f"reconstruction: SSIM or R²); * = on the Pareto frontier; C-DCS: VFLAIR's, from "
+               f"reconstruction: SSIM or R²{counts}); * = on the Pareto frontier; C-DCS: VFLAIR's, from "
                f"the {comparison.dcs_ap} attack performance"
                + (f"; diagnostics, not in C-DCS: {escape(', '.join(diagnostics))}" if diagnostics else "")
                + ". Full report with CIs and DCS: report.md")
@@ -105,7 +108,7 @@ def summary_table(comparison: Comparison, width: int = 80) -> Group:
         body = [[*head, *(cells[i] for i in columns)] for head, cells in zip(first_cells, leak_cells,
                                                                                 strict=True)]
         legend = "; ".join(f"A{i + 1} = {escape(attacks[i])}" for i in columns) + ". " if numbered else ""
-        return _fitted(title, legend + note, [*first, *names], body)
+        return _fitted(title, legend + note, [*first, *names], body, words=(0,))
 
     whole = part(range(len(attacks)), False, caption)
     if _fits(whole, width):

@@ -8,14 +8,18 @@ type; C-DCS = mean of the T-DCS over the types measured (VFLAIR's equal weights)
 with AP* = chance (0.5 for an AUC or a binary accuracy, 1/K for a K-class accuracy), so a
 defense that brings an attack down to guessing scores as if it stopped it.
 
-AP, one function per kind of attack metric and per variant:
-- `vflair` (default): VFLAIR's attack performance. Score attacks: the accuracy of a threshold
-  rule on the scores (the label-recovery rate VFLAIR's NormbasedScoring / DirectionbasedScoring
-  keep; the AUC they also compute is discarded), mean over every batch where VFLAIR scores one
-  stored batch. Label attacks and model completion: top-1 accuracy (pooled over rows).
-  Reconstruction: its headline (SSIM, R², feature accuracy), where VFLAIR's FR type uses
-  1 − MSE for its own attacks.
+AP, per variant:
+- `vflair` (default): VFLAIR's attack performance, as each attack's plug-in declares it and the
+  analysis writes it into summary.json (`ap`). Score attacks: the accuracy of a threshold rule
+  on the scores (the label-recovery rate VFLAIR's NormbasedScoring / DirectionbasedScoring keep;
+  the AUC they also compute is discarded), mean over every batch where VFLAIR scores one stored
+  batch. Label attacks and model completion: top-1 accuracy (pooled over rows). Feature
+  reconstruction: 1 − MSE of the features scaled to [0, 1]. Backdoors: the attack success rate;
+  noisy samples and missing features: the accuracy they cost. A summary written before `ap`
+  existed: the threshold accuracy, else the headline, per metric.
 - `auc`: splitleak's earlier DCS: score attacks by the mean flip-corrected leak AUC.
+T-DCS groups the attacks by VFLAIR's families (label inference, feature reconstruction,
+targeted backdoor, non-targeted), as each plug-in declares its own.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 
-from orchestration.compare.read import LeakEntry
+from orchestration.compare.entries import LeakEntry
 
 BETA = 0.5
 
@@ -41,10 +45,16 @@ def _headline(entry: LeakEntry) -> float | None:
     return entry.accuracy
 
 
+def _recovered_counts(entry: LeakEntry) -> float | None:
+    """A count attack's: 1 − its mean count error (VFLAIR's BLI), from a summary that predates
+    the AP each plug-in declares."""
+    return None if entry.batch_mean is None else 1.0 - entry.batch_mean
+
+
 # variant -> metric of the entry -> its AP; metrics not named use the headline
 ATTACK_PERFORMANCE: dict[str, dict[str, Callable[[LeakEntry], float | None]]] = {
-    "vflair": {"auc": _threshold_accuracy},
-    "auc": {"auc": _flipped_auc},
+    "vflair": {"auc": _threshold_accuracy, "count_error": _recovered_counts},
+    "auc": {"auc": _flipped_auc, "count_error": _recovered_counts},
 }
 AP_WORDS = {
     "vflair": "VFLAIR's attack performance: score attacks by the accuracy of their threshold "
@@ -60,6 +70,8 @@ def attack_performance(entry: LeakEntry | None, variant: str = "vflair") -> floa
     """The AP of one run's attack entry under `variant` (None when the entry lacks it)."""
     if entry is None:
         return None
+    if variant == "vflair" and entry.ap is not None:
+        return entry.ap
     return ATTACK_PERFORMANCE[variant].get(entry.metric, _headline)(entry)
 
 

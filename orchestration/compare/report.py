@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import re
 from collections import defaultdict
 from pathlib import Path
@@ -14,107 +13,25 @@ import pyarrow as pa
 import pyarrow.csv as pa_csv
 import pyarrow.parquet as pq
 
+from orchestration.compare.attack_section import attack_md
 from orchestration.compare.dcs import AP_WORDS
-from orchestration.compare.table import NO_DEFENSE, Comparison
+from orchestration.compare.entries import FAMILIES
+from orchestration.compare.markdown import CLIPPED, LEAK_LABELS, UTILITY_LABELS, ci, md_table, num
+from orchestration.compare.table import Comparison, Setting
 from orchestration.compare.trends import Trend, trends
 from splitleak.fileio import write_atomically
 
 log = logging.getLogger("compare")
-
-LEAK_LABELS = {
-    "flipped_p95": "p95 over batches of the flip-corrected leak AUC",
-    "flipped_mean": "mean over batches of the flip-corrected leak AUC",
-    "accuracy": "label-inference accuracy",
-}
-UTILITY_LABELS = {"test_auc": "test AUC", "test_accuracy": "test accuracy"}
-# what a reconstruction row's leak is, by the attack's metric
-METRIC_LABELS = {"ssim": "class-conditional SSIM of the reconstructed inputs",
-                 "r2": "mean R² of the reconstructed features",
-                 "feature_accuracy": "accuracy of the reconstructed categorical features"}
-METRIC_HEADERS = {"accuracy": "accuracy", "ssim": "SSIM", "r2": "R²",
-                  "feature_accuracy": "feature accuracy"}
 
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", text).strip("_").lower() or "x"
 
 
-def _num(value: Any, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "–"
-    return f"{value:.{digits}f}"
-
-
-def _ci(row: dict[str, Any], prefix: str) -> str:
-    """`mean [low, high]`, an end the metric's range clipped marked † (CLIPPED)."""
-    mean = row.get(f"{prefix}_mean")
-    if mean is None:
-        return "–"
-    low, high = row.get(f"{prefix}_ci_low"), row.get(f"{prefix}_ci_high")
-    clipped = row.get(f"{prefix}_ci_clipped") or ""
-    mark = {end: "†" if clipped in (end, "both") else "" for end in ("low", "high")}
-    interval = (f" [{_num(low)}{mark['low']}, {_num(high)}{mark['high']}]"
-                if low is not None and math.isfinite(low) else "")
-    return _num(mean) + interval
-
-
-CLIPPED = ("† = the t interval reached beyond the metric's range (e.g. an AUC above 1 with two "
-           "seeds, a negative time) and is clipped to it at that end")
-
-
-def _worst_best(row: dict[str, Any], prefix: str) -> str:
-    return f"{_num(row.get(f'{prefix}_worst'))} / {_num(row.get(f'{prefix}_best'))}"
-
-
-def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header),
-            *("| " + " | ".join(r) + " |" for r in rows), ""]
-
-
 def write_tables(comparison: Comparison, out: Path) -> None:
     table = pa.Table.from_pylist(comparison.rows)
     write_atomically(out / "table.parquet", lambda tmp: pq.write_table(table, tmp))
     write_atomically(out / "table.csv", lambda tmp: pa_csv.write_csv(table, tmp))
-
-
-def _leak_cells(row: dict[str, Any], auc: bool) -> list[str]:
-    if not auc:
-        return [_ci(row, "leak_accuracy")]
-    return [_ci(row, "leak_flipped_p95"), _ci(row, "leak_flipped_mean"),
-            _num(row["leak_raw_p95_mean"]), _num(row["leak_raw_mean_mean"])]
-
-
-def _attack_md(rows: list[dict[str, Any]], figure: str | None) -> list[str]:
-    first = rows[0]
-    utility = UTILITY_LABELS.get(first["utility_metric"], first["utility_metric"])
-    lines = [f"## {first['attack']}" + (" (diagnostic)" if first["diagnostic"] else ""), "",
-             f"Side knowledge: {first['side_knowledge'] or 'none stated'}. "
-             f"Type: {first['attack_type']}. Party {first['party']}, {first['layer']} layer.", ""]
-    if first["diagnostic"]:
-        lines += [f"**Diagnostic**, not the figure to set beside the papers' and left out of T-DCS, "
-                  f"C-DCS and the verdicts: {first['diagnostic']}.", ""]
-    auc = first["metric"] == "auc"
-    leak_header = ["p95 flipped [CI]", "mean flipped [CI]", "p95 raw", "mean raw"] if auc else [
-        f"{METRIC_HEADERS.get(first['metric'], first['metric'])} [CI]"]
-    header = ["setting", "seeds", f"{utility} [CI]", f"{utility} worst / best", "drop vs no defense [CI]",
-              "relative drop (ADR) [CI]", *leak_header, "leak worst / best", "draw spread",
-              "AP [CI]", "DCS [CI]", "DCS ours [CI]", "Pareto"]
-    body = [[r["setting"], str(r["n_seeds"]), _ci(r, "utility"), _worst_best(r, "utility"),
-             _ci(r, "utility_drop"), _ci(r, "relative_drop"), *_leak_cells(r, auc),
-             _worst_best(r, "leak"), _num(r["spread_mean"]), _ci(r, "ap"), _ci(r, "dcs"),
-             _ci(r, "dcs_ours"), "✓" if r["pareto"] else ""] for r in rows]
-    lines += _md_table(header, body)
-    leak = METRIC_LABELS.get(first["metric"]) or LEAK_LABELS.get(first["headline"], first["headline"])
-    lines += [f"Leak = {leak} for worst / best and the frontier; flipped = max(AUC, 1 − AUC) "
-              "(GAFM), raw = the attack's AUC as scored. Relative drop = drop / the no-defense "
-              "utility (Luo & Zhang's accuracy degradation ratio, ADR). Draw spread: across the "
-              "random side-knowledge draws, when the analysis made several. AP = the attack "
-              "performance DCS is computed from (see Defense capability)"
-              + (f"; threshold rule: {first['threshold_rule']}" if first.get("threshold_rule") else "")
-              + ".", ""]
-    if figure:
-        lines += [f"![{first['attack']}: leak vs utility]({figure})", ""]
-    return lines
 
 
 def _speed_md(comparison: Comparison) -> list[str]:
@@ -126,27 +43,29 @@ def _speed_md(comparison: Comparison) -> list[str]:
         speed = comparison.speed[setting.key]
         cfg = setting.first.config
         body.append([setting.label, cfg.network.describe(), cfg.wire.describe(),
-                     _ci(speed, "ms_per_step"), _ci(speed, "seconds_to_target") + (
+                     ci(speed, "ms_per_step"), ci(speed, "seconds_to_target") + (
                          f" ({speed['reached']} of {speed['runs']} runs reached it)"
                          if speed["reached"] < speed["runs"] else ""),
-                     _num(speed["kib_per_step"], 1), _ci(speed, "utility")])
+                     num(speed["kib_per_step"], 1), ci(speed, "utility")])
     reached = "every run reached" if comparison.speed_target_is_common else "asked for"
     return ["## Speed", "",
             "Per setting, over its seeds: the median train step (label party's clock, evaluation "
             f"passes left out), the seconds until the first evaluation at or above {utility} "
-            f"{_num(target, 4)} (the utility {reached}), and the KiB of protobuf messages the label "
+            f"{num(target, 4)} (the utility {reached}), and the KiB of protobuf messages the label "
             "party sent and received per train step (evaluation traffic included; before gRPC "
             "compression, which `[wire] compression` applies on the socket). Time to the target needs "
             "`training.eval_interval` > 0 for more than the last point.", "",
-            *_md_table(["setting", "network", "wire", "ms / step [CI]",
+            *md_table(["setting", "network", "wire", "ms / step [CI]",
                         "s to target [CI]", "KiB / step", f"{utility} [CI]"], body)]
 
 
 def _dcs_md(comparison: Comparison) -> list[str]:
     by_setting: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in comparison.rows:
+    scored = [r for r in comparison.capability if not r["diagnostic"]]
+    for row in scored:
         by_setting[row["setting"]].append(row)
-    types = list(dict.fromkeys(r["attack_type"] for r in comparison.rows))
+    types = list(dict.fromkeys(r["attack_type"] for r in scored))
+    missing = [f for f in FAMILIES.values() if f not in types]
     header = ["setting", *(f"T-DCS {t} [CI]" for t in types), "C-DCS [CI]", "C-DCS of seed means",
               "C-DCS ours [CI]"]
     body = []
@@ -154,20 +73,23 @@ def _dcs_md(comparison: Comparison) -> list[str]:
         t_cells = []
         for kind in types:
             row = next((r for r in rows if r["attack_type"] == kind), None)
-            t_cells.append(_ci(row, "t_dcs") if row else "–")
-        body.append([setting, *t_cells, _ci(rows[0], "c_dcs"), _num(rows[0]["c_dcs_of_means"]),
-                     _ci(rows[0], "c_dcs_ours")])
+            t_cells.append(ci(row, "t_dcs") if row else "–")
+        body.append([setting, *t_cells, ci(rows[0], "c_dcs"), num(rows[0]["c_dcs_of_means"]),
+                     ci(rows[0], "c_dcs_ours")])
     rules: dict[str, dict[str, None]] = defaultdict(dict)  # rule -> its attacks, in order
-    for r in comparison.rows:
+    for r in comparison.capability:
         if r.get("threshold_rule"):
             rules[r["threshold_rule"]][f"`{r['attack']}`"] = None
-    diagnostics = dict.fromkeys(r["attack"] for r in comparison.rows if r["diagnostic"])
+    diagnostics = dict.fromkeys(r["attack"] for r in comparison.capability if r["diagnostic"])
     return ["## Defense capability (VFLAIR's DCS)", "",
             "DCS = 1 / (1 + √((1−β)·max(AP−AP*, 0)² + β·max(MP*−MP, 0)²)), β = 0.5, AP* = 0, MP* = the "
             "utility of the same set-up without a defense and the same seed, MP = the utility above; "
             f"AP ({comparison.dcs_ap}, `--dcs-ap`) = {AP_WORDS[comparison.dcs_ap]}. Computed per "
-            "seed, then the mean with a 95 % t interval. T-DCS = mean DCS over one attack type's attacks, "
-            "C-DCS = mean of the T-DCS. *Of seed means* = VFLAIR's own aggregation (DCS of the seeds' "
+            "seed, then the mean with a 95 % t interval. T-DCS = mean DCS over the attacks of one of "
+            "VFLAIR's families, C-DCS = mean of the T-DCS: here over "
+            f"{', '.join(types)}" + (f" (no {', '.join(missing)} attack in these runs, so this C-DCS "
+                                     "is not VFLAIR's over all four)" if missing else "") +
+            ". *Of seed means* = VFLAIR's own aggregation (DCS of the seeds' "
             "mean AP and MP). *Ours*: AP* = chance (0.5 for an AUC or a binary accuracy, 1/K for a "
             "K-class accuracy). An attack whose premise fails in a run is never scored and not in "
             "T-DCS" + (f"; diagnostics are left out too ({', '.join(f'`{d}`' for d in diagnostics)})"
@@ -176,7 +98,7 @@ def _dcs_md(comparison: Comparison) -> list[str]:
                "rows, side-knowledge rows left out, then the mean over every batch):", "",
                *(f"- {rule}: {', '.join(names)}" for rule, names in rules.items()), ""]
               if rules and comparison.dcs_ap == "vflair" else []),
-            *_md_table(header, body)]
+            *md_table(header, body)]
 
 
 def _verdict_md(comparison: Comparison) -> list[str]:
@@ -198,14 +120,14 @@ def _trend_md(found: list[Trend], figures: dict[str, str]) -> list[str]:
         return []
     body = []
     for t in found:
-        levels = "; ".join(f"{v:g}: {_ci(row, 'leak')}" for v, row in t.levels)
+        levels = "; ".join(f"{v:g}: {ci(row, 'leak')}" for v, row in t.levels)
         held = ", ".join(f"{k}={v:g}" for k, v in t.fixed.items()) or "–"
         body.append([t.family, t.parameter, held, t.attack, levels, t.direction,
-                     _num(t.spearman, 2)])
+                     num(t.spearman, 2)])
     return ["## Leak vs strength", "",
             "Seed-mean leak (95 % t interval) at each level of a parameter within a defense family; "
             "direction = whether the mean is monotone in the parameter.", "",
-            *_md_table(["family", "parameter", "held", "attack", "leak at each level", "direction",
+            *md_table(["family", "parameter", "held", "attack", "leak at each level", "direction",
                         "Spearman ρ"], body),
             *(f"![{family}: leak vs strength]({name})\n" for family, name in figures.items())]
 
@@ -219,6 +141,8 @@ def _draw(comparison: Comparison, out: Path, found: list[Trend], warnings: list[
         by_attack[row["attack"]].append(row)
     attack_figures, family_figures = {}, {}
     for attack, rows in by_attack.items():
+        if not rows[0]["ranked"]:  # no frontier to draw: its leak falls as the attacker learns
+            continue
         name = f"leak_vs_utility_{_slug(attack)}.png"
         try:
             plots.leak_vs_utility(rows, out / name, LEAK_LABELS[rows[0]["headline"]],
@@ -232,8 +156,8 @@ def _draw(comparison: Comparison, out: Path, found: list[Trend], warnings: list[
         by_family[trend.family].append(trend)
     for family, family_trends in by_family.items():
         name = f"strength_{_slug(family)}.png"
-        baselines = {r["attack"]: r for r in comparison.rows if r["family"] == NO_DEFENSE
-                     and r["setup"] == family_trends[0].levels[0][1]["setup"]}
+        baseline = family_trends[0].levels[0][1]["baseline"]
+        baselines = {r["attack"]: r for r in comparison.rows if r["setting"] == baseline}
         leak_label = LEAK_LABELS[family_trends[0].levels[0][1]["headline"]]
         try:
             plots.leak_vs_strength(family_trends, baselines, out / name, leak_label)
@@ -242,6 +166,21 @@ def _draw(comparison: Comparison, out: Path, found: list[Trend], warnings: list[
             log.exception("plot %s failed", name)
             warnings.append(f"plot {name} failed: {type(err).__name__}: {err}")
     return attack_figures, family_figures
+
+
+def _settings_md(settings: list[Setting]) -> list[str]:
+    """Each setting's family and strengths (as its sweep named them), seeds and runs, and for
+    a sweep's settings the overrides (its index's) that tell them apart."""
+    given = [s.overrides for s in settings if s.overrides is not None]
+    paths = list(dict.fromkeys(path for own in given for path in own))
+    told = [p for p in paths if len({json.dumps(o.get(p), sort_keys=True) for o in given}) > 1]
+    body = [[s.label, s.family, json.dumps(s.strengths) if s.strengths else "–",
+             ", ".join(map(str, sorted(s.runs))), ", ".join(r.root.name for r in s.runs.values())]
+            + ([", ".join(f"`{p} = {json.dumps(s.overrides[p])}`" for p in told if p in s.overrides)
+                or "–"] if given else [])
+            for s in settings]
+    return ["## Settings", "", *md_table(["setting", "family", "strengths", "seeds", "run directories",
+                                           *(["overrides that differ"] if given else [])], body)]
 
 
 def write_report(comparison: Comparison, out: Path, sources: list[Path]) -> Path:
@@ -266,15 +205,12 @@ def write_report(comparison: Comparison, out: Path, sources: list[Path]) -> Path
              "the dashed staircase; up and to the left is better; filled markers are on it.", ""]
     for attack in comparison.attacks():
         rows = [r for r in comparison.rows if r["attack"] == attack]
-        lines += _attack_md(rows, attack_figures.get(attack))
+        lines += attack_md(rows, attack_figures.get(attack))
     lines += _speed_md(comparison)
     lines += _dcs_md(comparison)
     lines += _trend_md(found, family_figures)
     lines += ["## Warnings", "", *(f"- {w}" for w in warnings or ["none"]), "",
-              "## Settings", "", *_md_table(["setting", "family", "strengths", "seeds", "run directories"], [
-                  [s.label, s.family, json.dumps(s.strengths) if s.strengths else "–",
-                   ", ".join(map(str, sorted(s.runs))), ", ".join(r.root.name for r in s.runs.values())]
-                  for s in comparison.settings])]
+              *_settings_md(comparison.settings)]
     text = "\n".join(lines) + "\n"
     write_atomically(out / "report.md", lambda tmp: tmp.write_text(text))
     return out / "report.md"

@@ -1,8 +1,9 @@
 """The comparison table: one row per (setting, attack), every number over the setting's seeds.
 
-A setting is a config without its seed (run.seed, name, output_dir, torch_threads dropped);
-its baseline is the setting of the same set-up (same config without defense, objective,
-[protection], [network] and [wire]) that has no defense (no gradient defense, or only
+A setting is what the sweep named one (its variant and axis values, across its seeds), or for
+runs outside a sweep a config without its seed (orchestration.compare.identity); its baseline
+is the setting of the same set-up (same config without defense, objective,
+[protection], [network], [wire] and [attacker]) that has no defense (no gradient defense, or only
 `no_noise`, the plain cross_entropy objective, no input protection and a float32 wire: a
 narrower wire rounds what the passive party sees, so it counts as a defense). A run is paired
 with the baseline run of the same seed.
@@ -10,70 +11,34 @@ with the baseline run of the same seed.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Any
 
 from orchestration.compare import checks
 from orchestration.compare import dcs as capability
-from orchestration.compare.read import LeakEntry, RunResult
+from orchestration.compare.entries import LeakEntry
+from orchestration.compare.identity import identify, setup_key
+from orchestration.compare.read import RunResult
 from orchestration.compare.stats import PROBABILITY, UNBOUNDED, over_seeds
 from orchestration.compare.verdict import MAX_UTILITY_COST, Verdict, verdicts
-from splitleak.config import ExperimentConfig
 from splitleak.pace import time_to
 
-NOT_THE_EXPERIMENT = ("seed", "name", "output_dir", "torch_threads")
 AUC_STATS = ("flipped_mean", "flipped_p95", "raw_mean", "raw_p95")
-LEAK_STATS = (*AUC_STATS, "accuracy")
-NO_DEFENSE = "no defense"
+# batch_*: the per-batch metric (flip-corrected AUC, accuracy, count error) over batches
+LEAK_STATS = (*AUC_STATS, "accuracy", "batch_mean", "batch_p95")
 NON_NEGATIVE = (0.0, math.inf)  # times
 METRIC_RANGES = {"accuracy": PROBABILITY, "feature_accuracy": PROBABILITY, "ssim": (-1.0, 1.0),
-                 "r2": (-math.inf, 1.0)}
-
-
-def _digest(data: dict[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:12]
-
-
-def setting_key(cfg: ExperimentConfig) -> str:
-    data = cfg.model_dump(mode="json")
-    for key in NOT_THE_EXPERIMENT:
-        data["run"].pop(key, None)
-    return _digest(data)
-
-
-def setup_key(cfg: ExperimentConfig) -> str:
-    data = cfg.model_dump(mode="json")
-    for key in NOT_THE_EXPERIMENT:
-        data["run"].pop(key, None)
-    for key in ("defense", "objective", "protection", "network", "wire"):
-        data.pop(key)
-    return _digest(data)
-
-
-def family(cfg: ExperimentConfig) -> str:
-    """The defense family: the objective (unless plain cross-entropy) and the gradient chain."""
-    names = ([cfg.objective.name] if cfg.objective.name != "cross_entropy" else []) + [
-        d.name for d in cfg.defense if d.name != "no_noise"]
-    if cfg.protection.name != "none":
-        names.append(cfg.protection.name)
-    if cfg.wire.dtype != "float32":
-        names.append(f"{cfg.wire.dtype} wire")
-    return "+".join(names) or NO_DEFENSE
-
-
-def strengths(cfg: ExperimentConfig) -> dict[str, float]:
-    """The numeric parameters of the family's plug-ins, e.g. {"marvell.s": 4.0}."""
-    specs = ([cfg.objective] if cfg.objective.name != "cross_entropy" else []) + list(cfg.defense)
-    params = [(spec.name, spec.params) for spec in specs]
-    if cfg.protection.name != "none":
-        params.append((cfg.protection.name, cfg.protection.params))
-    return {f"{name}.{k}": float(v) for name, given in params for k, v in given.items()
-            if isinstance(v, int | float) and not isinstance(v, bool)}
+                 "r2": (-math.inf, 1.0), "count_error": PROBABILITY}
+# Metrics that fall as the attacker learns more: shown with their change against no defense,
+# on no Pareto frontier and with no verdict (both rank leaks that grow); their DCS comes from
+# their attack performance, which grows (a count attack's: 1 − count error, VFLAIR's BLI).
+UNRANKED = {"count_error": "a count error falls as the attacker learns more; its attack "
+                            "performance, for the DCS, is 1 − count error (VFLAIR's BLI)"}
 
 
 @dataclass
@@ -84,6 +49,8 @@ class Setting:
     family: str
     strengths: dict[str, float]
     runs: dict[int, RunResult]  # by seed
+    defenseless: bool = False  # no defense in its config: its set-up's baseline
+    overrides: dict[str, Any] | None = None  # what its sweep set (None outside a sweep)
     baseline: Setting | None = None
 
     @property
@@ -95,12 +62,12 @@ def settings_of(runs: list[RunResult], warnings: list[str]) -> list[Setting]:
     """Runs grouped by setting (first-seen order), each paired with its set-up's baseline."""
     settings: dict[str, Setting] = {}
     for run in runs:
-        key = setting_key(run.config)
-        setting = settings.get(key)
+        identity = identify(run.config, run.point)
+        setting = settings.get(identity.key)
         if setting is None:
-            label = run.label or _label(run.config)
-            setting = settings[key] = Setting(key, setup_key(run.config), label, family(run.config),
-                                              strengths(run.config), {})
+            setting = settings[identity.key] = Setting(
+                identity.key, setup_key(run.config), identity.label, identity.family,
+                identity.strengths, {}, identity.defenseless, identity.overrides)
         if run.seed in setting.runs:
             warnings.append(f"{setting.label}: seed {run.seed} twice ({setting.runs[run.seed].root} "
                             f"and {run.root}); the second is left out")
@@ -112,16 +79,11 @@ def settings_of(runs: list[RunResult], warnings: list[str]) -> list[Setting]:
             setting.label = f"{setting.label} [{setting.key[:6]}]"
     baselines = {}
     for setting in settings.values():
-        if setting.family == NO_DEFENSE:
+        if setting.defenseless:
             baselines.setdefault(setting.setup, setting)
     for setting in settings.values():
         setting.baseline = baselines.get(setting.setup)
     return list(settings.values())
-
-
-def _label(cfg: ExperimentConfig) -> str:
-    params = ", ".join(f"{k.split('.', 1)[1]}={v:g}" for k, v in strengths(cfg).items())
-    return f"{family(cfg)}{' ' + params if params else ''}"
 
 
 def observed_party(settings: list[Setting], layer: str) -> int | None:
@@ -143,6 +105,10 @@ class Comparison:
     dcs_ap: str = "vflair"  # the attack performance DCS is computed from (dcs.ATTACK_PERFORMANCE)
     max_utility_cost: float = MAX_UTILITY_COST  # the verdicts' budget
     not_applied: dict[str, str] = field(default_factory=dict)  # attack -> why its premise failed
+    # VFLAIR's capability over every family: DCS rows of each attack where it is measured (the
+    # cut layer, model completion's bottom, reconstruction's input, integrity's output), with
+    # T-DCS per family and C-DCS over the families present (the DCS section of the report)
+    capability: list[dict[str, Any]] = field(default_factory=list)
 
     def about_speed(self) -> bool:
         """True when the settings differ in how tensors travel ([network] or [wire])."""
@@ -158,8 +124,15 @@ class Comparison:
         return verdicts(self.rows, self.attacks(), self.max_utility_cost)
 
 
+# Where each family's attacks are measured, once each (the first layer repeats the cut layer's
+# label inference; activations are a diagnostic of the same attacks).
+CAPABILITY_LAYERS = ("cut", "bottom", "input", "output")
+
+
 def headline(metric: str, leak_stat: str) -> str:
-    return leak_stat if metric == "auc" else "accuracy"
+    """The statistic a row's leak is: `leak_stat` of an AUC, a count attack's mean count error,
+    else the accuracy (pooled over rows where the summary has it) or a reconstruction's."""
+    return {"auc": leak_stat, "count_error": "batch_mean"}.get(metric, "accuracy")
 
 
 def compare(runs: list[RunResult], layer: str = "cut", party: int | None = None,
@@ -183,12 +156,16 @@ def compare(runs: list[RunResult], layer: str = "cut", party: int | None = None,
     warnings += checks.missing_ap(rows, dcs_ap)
     _mark_frontier(rows)
     _add_type_scores(rows, settings)
+    capability = [r for where in CAPABILITY_LAYERS for setting in settings
+                  for r in _setting_rows(setting, observed_party(settings, where), where,
+                                         leak_stat, dcs_ap)]
+    _add_type_scores(capability, settings)
     finals = [r.utility for r in runs if r.utility is not None]
     common = target is None
     target = min(finals) if common and finals else target
     speed = {s.key: _speed(s, target) for s in settings}
     return Comparison(rows, settings, party, layer, leak_stat, warnings, speed, target, common,
-                      dcs_ap, max_utility_cost, not_applied)
+                      dcs_ap, max_utility_cost, not_applied, capability)
 
 
 def _speed(setting: Setting, target: float | None) -> dict[str, Any]:
@@ -250,8 +227,8 @@ def _setting_rows(setting: Setting, party: int | None, layer: str, leak_stat: st
             "metric": sample.metric, "side_knowledge": sample.side_knowledge, "party": party,
             "layer": layer, "seeds": json.dumps(sorted(entries)), "n_seeds": len(entries),
             "utility_metric": first.utility_metric, "headline": headline(sample.metric, leak_stat),
-            "diagnostic": sample.diagnostic, "threshold_rule": sample.threshold_rule,
-            "dcs_ap": dcs_ap}
+            "diagnostic": sample.diagnostic, "ranked": sample.metric not in UNRANKED,
+            "threshold_rule": sample.threshold_rule, "dcs_ap": dcs_ap}
         row |= _columns("utility", [utility[s] for s in entries], True, PROBABILITY)
         row |= _columns("utility_drop", drops, False, (-1.0, 1.0))
         row |= _columns("relative_drop", relative, False, (-math.inf, 1.0))
@@ -260,6 +237,9 @@ def _setting_rows(setting: Setting, party: int | None, layer: str, leak_stat: st
             row |= _columns(f"leak_{stat}", [_stat(e, stat) for e in entries.values()], False, bounds)
         row |= _columns("leak", [_stat(e, row["headline"]) for e in entries.values()], False,
                         leak_range(sample.metric, row["headline"]))
+        row |= _columns("leak_change", _changes(setting, attack, party, layer,
+                                                lambda e, stat=row["headline"]: _stat(e, stat)), False)
+        row["figures"] = json.dumps(_figures(setting, entries, attack, party, layer))
         row |= _columns("ap", [capability.attack_performance(e, dcs_ap) for e in entries.values()],
                         False, PROBABILITY if sample.metric in ("auc", "accuracy") else UNBOUNDED)
         spreads = [e.spread for e in entries.values() if e.spread is not None]
@@ -274,10 +254,40 @@ def _setting_rows(setting: Setting, party: int | None, layer: str, leak_stat: st
     return rows
 
 
+def _changes(setting: Setting, attack: str, party: int | None, layer: str,
+             value: Callable[[LeakEntry], float | None]) -> list[float]:
+    """Per seed, the relative change of `value` against the same seed's run without a defense."""
+    base_runs = setting.baseline.runs if setting.baseline else {}
+    out = []
+    for seed, run in setting.runs.items():
+        pair = (run, base_runs.get(seed))
+        ours, theirs = (_entries(r, party, layer).get(attack) if r else None for r in pair)
+        if ours is None or theirs is None:
+            continue
+        now, before = value(ours), value(theirs)
+        if now is not None and before:
+            out.append((now - before) / before)
+    return out
+
+
+def _figures(setting: Setting, entries: dict[int, LeakEntry], attack: str, party: int | None,
+             layer: str) -> dict[str, dict[str, Any]]:
+    """A run-level attack's further figures (model completion's test top-1, its baselines): each
+    over seeds, with its relative change against no defense where both runs have it."""
+    names = dict.fromkeys(name for e in entries.values() for name in e.figures)
+    out = {}
+    for name in names:
+        values = _columns("value", [e.figures.get(name) for e in entries.values()], False, UNBOUNDED)
+        change = _columns("change", _changes(setting, attack, party, layer,
+                                             lambda e, n=name: e.figures.get(n)), False)
+        out[name] = values | change
+    return out
+
+
 def leak_range(metric: str, stat: str) -> tuple[float, float]:
     """Where a leak statistic lives: a flip-corrected AUC in [0.5, 1], a raw AUC or an accuracy
     in [0, 1], SSIM in [−1, 1], R² at most 1."""
-    if stat.startswith("flipped"):
+    if stat.startswith("flipped") or (stat.startswith("batch") and metric == "auc"):
         return (0.5, 1.0)
     if metric == "auc" or stat.startswith("raw"):
         return PROBABILITY
@@ -313,7 +323,7 @@ def _mark_frontier(rows: list[dict[str, Any]]) -> None:
     for group in by_attack.values():
         for row in group:
             u, leak = row["utility_mean"], row["leak_mean"]
-            row["pareto"] = u is not None and leak is not None and not any(
+            row["pareto"] = row["ranked"] and u is not None and leak is not None and not any(
                 o is not row and o["utility_mean"] is not None and o["leak_mean"] is not None
                 and o["utility_mean"] >= u and o["leak_mean"] <= leak
                 and (o["utility_mean"] > u or o["leak_mean"] < leak) for o in group)

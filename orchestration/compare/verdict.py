@@ -38,13 +38,13 @@ class Verdict:
 
 
 def verdicts(rows: list[dict[str, Any]], attacks: list[str], max_cost: float) -> list[Verdict]:
-    """One per attack that is not a diagnostic: among its frontier settings whose mean paired
+    """One per ranked attack that is not a diagnostic: among its frontier settings whose mean paired
     utility drop is at most `max_cost` (no defense: 0), the lowest seed-mean leak, ties to the
     higher utility."""
     out = []
     for attack in attacks:
         group = [r for r in rows if r["attack"] == attack]
-        if not group or group[0]["diagnostic"]:
+        if not group or group[0]["diagnostic"] or not group[0]["ranked"]:
             continue
         affordable = [r for r in group if r["pareto"] and r["utility_drop_mean"] is not None
                       and r["utility_drop_mean"] <= max_cost]

@@ -6,13 +6,18 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+ENGINES = ("local", "inprocess", "ray")
+
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     """The options every command that runs points on an engine shares (sweep, gafm-select)."""
-    parser.add_argument("--engine", choices=("local", "ray"), default="local",
-                        help="local: processes on this machine (default); ray: a Ray cluster")
-    parser.add_argument("--jobs", type=int, help="points at a time (default local: the cores this "
-                        "process may use; ray: what the cluster's CPUs hold)")
+    parser.add_argument("--engine", choices=ENGINES, default="local",
+                        help="local: each point's parties as processes on this machine, talking "
+                        "gRPC (default); inprocess: each point trained by the in-process reference "
+                        "(the same numbers, no processes or sockets per party); ray: a Ray cluster")
+    parser.add_argument("--jobs", type=int, help="points at a time (default local and inprocess: "
+                        "the cores this process may use; ray: what the cluster's CPUs hold); "
+                        "inprocess --jobs 1 runs them one after another in this process")
     parser.add_argument("--address", help="ray: the cluster, HOST:PORT (default: RAY_ADDRESS, "
                         "else a Ray instance started on this machine)")
     parser.add_argument("--spread", action="store_true",

@@ -25,14 +25,19 @@ def build_engine(args: argparse.Namespace) -> Engine:
     """The engine the arguments ask for; BadInput (exit 2) for an impossible combination."""
     if args.jobs is not None and args.jobs < 1:
         raise BadInput(f"--jobs must be at least 1, got {args.jobs}")
-    if args.engine == "local":
+    if args.engine != "ray":
         ray_only = [o for o, given in (("--address", args.address), ("--spread", args.spread),
                                        ("--shared-dir", args.shared_dir)) if given]
         if ray_only:
             raise BadInput(f"{', '.join(ray_only)} only apply to --engine ray")
+    if args.engine == "local":
         from orchestration.sweep.local import LocalEngine
 
         return LocalEngine(args.jobs)
+    if args.engine == "inprocess":
+        from orchestration.sweep.inprocess import InProcessEngine
+
+        return InProcessEngine(args.jobs)
     try:
         from orchestration.sweep.ray_engine import RayEngine
     except ImportError as err:
@@ -55,9 +60,11 @@ def check_network(points: Sequence[Point], engine: Engine) -> None:
     """[network] is emulated by relays that the local engine's `splitleak run` starts."""
     shaped = [p.setting for p in points if p.config.network.shaped]
     if shaped and engine.name != "local":
+        instead = ("has no network to shape (its parties call each other in one process)"
+                   if engine.name == "inprocess" else "would measure the cluster's own network instead")
         raise BadInput(f"point {shaped[0]!r} sets [network] (an emulated wide-area link), which "
                        f"only --engine local emulates (its relays run beside `splitleak run`); "
-                       f"--engine {engine.name} would measure the cluster's own network instead")
+                       f"--engine {engine.name} {instead}")
 
 
 def sweep_points(sweep: SweepFile, source: Path | None, sweep_dir: Path,
@@ -96,7 +103,7 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     shutil.copyfile(args.file, sweep_dir / "sweep.toml")
     console.print(f"sweep [bold]{sweep.sweep.name}[/]: {len(points)} points in {sweep_dir} "
                   f"({engine.name} engine, {engine.jobs} at a time)")
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         outcome = run_points(points, index, engine, retry_failed=args.retry_failed, console=console,
                              show_progress=not args.no_progress)
@@ -107,6 +114,8 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
         console.print(f"[bold red]interrupted[/]: every running point was stopped; index "
                       f"{index.path}: {_counts(counts)}. Run the same command again to resume.")
         return EXIT_INTERRUPTED
+    finally:  # the points ran (in this process too, with --engine inprocess --jobs 1)
+        signal.signal(signal.SIGTERM, previous)
     _print_outcome(console, outcome, index)
     if not args.no_compare and outcome.counts.get("done"):
         from orchestration.compare.command import compare_and_print

@@ -1,8 +1,10 @@
 """The seam between a sweep and where its points run: an Engine takes points, returns results.
 
-`local` (orchestration.sweep.local) runs points as processes on this machine; `ray`
-(orchestration.sweep.ray_engine, the only module importing Ray) places each point's roles
-on a Ray cluster. Both leave the same run directory per point, named by its config hash.
+`local` (orchestration.sweep.local) runs points as processes on this machine; `inprocess`
+(orchestration.sweep.inprocess) trains each with the in-process reference, the same numbers
+without party processes; `ray` (orchestration.sweep.ray_engine, the only module importing Ray)
+places each point's roles on a Ray cluster. All leave the same run directory per point, named
+by its config hash.
 """
 
 from __future__ import annotations

@@ -24,13 +24,17 @@ RESULT_FILE = "sweep_point.json"  # a point's outcome, in its run directory
 # interrupted: stopped by Ctrl-C. Only `done` (and `failed`, unless retried) is skipped on a re-run.
 STATUSES = ("pending", "running", "done", "failed", "interrupted")
 
+# overrides: every override of the base (JSON, path -> value, in the order applied); axes: the
+# axis values that tell the point's setting apart (JSON, path as the sweep file wrote it ->
+# value, the seed left out): what the comparison reads back as the setting's identity.
 SCHEMA = pa.schema([
     ("point", pa.int32()), ("hash", pa.string()), ("label", pa.string()),
     ("setting", pa.string()), ("variant", pa.string()), ("seed", pa.int64()),
-    ("overrides", pa.string()), ("status", pa.string()), ("run_dir", pa.string()),
-    ("seconds", pa.float64()), ("message", pa.string()), ("engine", pa.string()),
-    ("nodes", pa.string()), ("updated", pa.string()),
+    ("overrides", pa.string()), ("axes", pa.string()), ("status", pa.string()),
+    ("run_dir", pa.string()), ("seconds", pa.float64()), ("message", pa.string()),
+    ("engine", pa.string()), ("nodes", pa.string()), ("updated", pa.string()),
 ])
+ADDED_LATER = ("axes",)  # columns an index written by an earlier version lacks (read as null)
 
 
 class SweepIndexError(ValueError):
@@ -49,10 +53,10 @@ def read_index(sweep_dir: Path) -> list[dict[str, Any]]:
     except (pa.ArrowInvalid, OSError) as err:
         raise SweepIndexError(f"{path} is not a readable sweep index ({err}); move it away to start "
                           "the sweep's bookkeeping afresh (finished run directories are kept)") from None
-    missing = sorted(set(SCHEMA.names) - set(table.column_names))
+    missing = sorted(set(SCHEMA.names) - set(table.column_names) - set(ADDED_LATER))
     if missing:
         raise SweepIndexError(f"{path} lacks the columns {missing}: not a sweep index of this version")
-    return table.to_pylist()
+    return [{**dict.fromkeys(ADDED_LATER), **row} for row in table.to_pylist()]
 
 
 class SweepIndex:
@@ -67,7 +71,7 @@ class SweepIndex:
         for point in points:
             row = {"point": point.index, "hash": point.hash, "label": point.label,
                    "setting": point.setting, "variant": point.variant, "seed": point.seed,
-                   "overrides": point.overrides_json(), "status": "pending",
+                   "overrides": point.overrides_json(), "axes": point.axes_json(), "status": "pending",
                    "run_dir": point.run_dir.name, "seconds": None, "message": None,
                    "engine": engine, "nodes": None, "updated": None}
             old = previous.get(point.hash)

@@ -22,6 +22,8 @@ from orchestration.sweep.points import Point
 from splitleak.placement import CORES_ENV, cores
 from splitleak.rundir import RunDir
 
+POINT_LOG = "sweep_point.log"  # the worker's output, in the point's logs/
+
 
 @dataclass
 class _Running:
@@ -33,6 +35,7 @@ class _Running:
 
 class LocalEngine(Engine):
     name = "local"
+    worker_flags: tuple[str, ...] = ()  # how the point's worker trains (default: distributed)
 
     def __init__(self, jobs: int | None = None, poll: float = 0.2, stop_grace: float = 15.0) -> None:
         if jobs is not None and jobs < 1:
@@ -72,8 +75,9 @@ class LocalEngine(Engine):
         run = prepare_run_dir(point)
         # The points share the cores: a point's roles divide its share ("auto" threads).
         share = str(max(1, cores() // self.jobs))
-        child = spawn(f"sweep point {point.label}", ["orchestration.sweep.worker", str(run.root)],
-                      run.logs / "sweep_point.log", env={CORES_ENV: share})
+        child = spawn(f"sweep point {point.label}",
+                      ["orchestration.sweep.worker", str(run.root), *self.worker_flags],
+                      run.logs / POINT_LOG, env={CORES_ENV: share})
         return _Running(point, child, MetricsTail(RunDir(run.root).metrics), time.monotonic())
 
     def _result(self, job: _Running) -> PointResult:

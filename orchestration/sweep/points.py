@@ -14,6 +14,7 @@ from orchestration.sweep.spec import SweepError, SweepFile, VariantSpec
 from splitleak.config import ConfigError, ExperimentConfig, parse_config
 
 Override = tuple[str, Any]
+SEED = "run.seed"  # the axis `sweep.seeds` adds; a setting is its points across it
 
 
 @dataclass(frozen=True)
@@ -37,9 +38,15 @@ class Point:
 
     @property
     def setting(self) -> str:
-        """The point without its seed: what the comparison groups seeds by."""
-        shown = [f"{axis_name(p)}={_show(v)}" for p, v in self.axes if p != "run.seed"]
+        """The point without its seed: what the comparison groups seeds by. Each axis by its
+        path as the sweep file wrote it (`marvell, defense.0.s=4.0`): one name per knob."""
+        shown = [f"{path}={_show(value)}" for path, value in self.setting_axes]
         return ", ".join([self.variant, *shown])
+
+    @property
+    def setting_axes(self) -> tuple[Override, ...]:
+        """The axis values that tell the point's setting apart (its seed left out)."""
+        return tuple((path, value) for path, value in self.axes if path != SEED)
 
     @property
     def label(self) -> str:
@@ -48,10 +55,8 @@ class Point:
     def overrides_json(self) -> str:
         return json.dumps(dict(self.overrides), default=str)
 
-
-def axis_name(path: str) -> str:
-    """`defense.0.s` -> `s`, `run.seed` -> `seed`: the last word of the path."""
-    return path.rsplit(".", 1)[-1]
+    def axes_json(self) -> str:
+        return json.dumps(dict(self.setting_axes), default=str)
 
 
 def _show(value: Any) -> str:
@@ -81,7 +86,7 @@ def resolve(sweep: SweepFile, base: ExperimentConfig, sweep_dir: Path,
         data = _applied(start, own, f"variant[{i}] ({variant.name!r}) set")
         axes: dict[str, list[Any]] = {**sweep.axes, **variant.axes}
         if sweep.sweep.seeds is not None:
-            axes["run.seed"] = list(sweep.sweep.seeds)
+            axes[SEED] = list(sweep.sweep.seeds)
         for values in itertools.product(*axes.values()):
             combo = list(zip(axes, values, strict=True))
             point_data = _applied(data, combo, f"variant {variant.name!r} axis")

@@ -54,7 +54,7 @@ class RoleActor:
     """One role of one point on the node Ray placed its bundle on."""
 
     def __init__(self, role: str, config_toml: str, run_name: str, run_root: str | None,
-                 identity: dict[str, bytes] | None, cpus: float = 1.0) -> None:
+                 identity: dict[str, bytes] | None, cpus: float) -> None:
         self.host = RoleHost(role, config_toml, run_name, run_root, identity, cpus)
 
     def where(self) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Any
 
 from orchestration.progress import MetricsTail
 from splitleak import tls
+from splitleak.cli_common import LOG_FORMAT
 from splitleak.config import parse_config
 from splitleak.fileio import write_atomically
 from splitleak.placement import THREADS_ENV
@@ -28,7 +29,6 @@ from splitleak.transport import run_async
 
 LABEL_PARTY, ATTACKER = "label_party", "attacker"
 CHUNK_BYTES = 4 * 1024 * 1024  # streamed files travel in pieces this size
-LOG_FORMAT = "%(asctime)s {role} %(levelname)s %(message)s"
 
 
 def passive_role(party_id: int) -> str:

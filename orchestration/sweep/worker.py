@@ -1,7 +1,8 @@
-"""One sweep point in its own process: the distributed run and the attacker's analysis, exactly
-as `splitleak run` does them; the outcome goes to sweep_point.json in the run directory.
+"""One sweep point in its own process: the run (distributed, or in process) and the attacker's
+analysis, exactly as `splitleak run [--in-process]` does them; the outcome goes to
+sweep_point.json in the run directory.
 
-    python -m orchestration.sweep.worker RUN_DIR [--analysis-only]
+    python -m orchestration.sweep.worker RUN_DIR [--in-process | --analysis-only]
 
 The engine stops a point with SIGTERM; the worker then stops every party it started.
 A process of its own per point keeps matplotlib (not thread-safe) and the GIL out of the way
@@ -16,8 +17,10 @@ import logging
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from rich.console import Console
 
@@ -43,13 +46,24 @@ def _outcome_of_finished_run(run: RunDir) -> RunOutcome:
                       summary["final_eval"], summary.get("training_seconds", 0.0))
 
 
-def run_point(run: RunDir, analysis_only: bool = False) -> PointResult:
+def run_point(run: RunDir, analysis_only: bool = False, in_process: bool = False,
+              console: Console | None = None,
+              on_record: Callable[[dict[str, Any]], None] | None = None) -> PointResult:
+    """Train (unless `analysis_only`) and analyse the point in `run`; `in_process`: trained by
+    the in-process reference, `on_record` seeing its metrics records as they are written."""
     started = time.monotonic()
     cfg = load_config(run.config)
     try:
-        outcome = _outcome_of_finished_run(run) if analysis_only else run_distributed(cfg, run)
+        if analysis_only:
+            outcome = _outcome_of_finished_run(run)
+        elif in_process:
+            from orchestration.reference import train_in_process
+
+            outcome = train_in_process(cfg, run, on_record)
+        else:
+            outcome = run_distributed(cfg, run)
         if analysable(cfg):
-            analyse_run(cfg, outcome, Console(file=sys.stdout, width=120))
+            analyse_run(cfg, outcome, console or Console(file=sys.stdout, width=120))
     except RunFailed as err:
         return PointResult("failed", time.monotonic() - started, str(err))
     except KeyboardInterrupt:
@@ -63,12 +77,15 @@ def run_point(run: RunDir, analysis_only: bool = False) -> PointResult:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m orchestration.sweep.worker", description=__doc__)
     parser.add_argument("run_dir", type=Path, help="the point's run directory (holds config.toml)")
-    parser.add_argument("--analysis-only", action="store_true",
-                        help="the run was trained elsewhere (summary.json written): analyse it")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--in-process", action="store_true",
+                      help="train with the in-process reference (no party processes)")
+    mode.add_argument("--analysis-only", action="store_true",
+                      help="the run was trained elsewhere (summary.json written): analyse it")
     args = parser.parse_args(argv)
     setup_logging("sweep-point")
     signal.signal(signal.SIGTERM, _interrupt)
-    result = run_point(RunDir(args.run_dir), args.analysis_only)
+    result = run_point(RunDir(args.run_dir), args.analysis_only, args.in_process)
     write_result(args.run_dir, result)
     if result.status == "failed":
         log.error("%s", result.message)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from splitleak.registry import Registry
 
@@ -100,5 +100,11 @@ DATASETS: Registry[type[Dataset]] = Registry("dataset")
 
 
 def build_dataset(name: str, params: dict[str, Any]) -> Dataset:
+    """The named dataset; DatasetError naming each bad field of `dataset.params`."""
     cls = DATASETS.get(name)
-    return cls(cls.Params.model_validate(params))
+    try:
+        return cls(cls.Params.model_validate(params))
+    except ValidationError as err:
+        from splitleak.config import plugin_param_errors
+
+        raise DatasetError(plugin_param_errors("dataset.params", err)) from None
