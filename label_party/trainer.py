@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from sklearn.metrics import roc_auc_score
 
 from label_party.defenses import DefenseChain
 from label_party.objectives import ObjectiveSetup, build_objective, supervised_loss
@@ -174,6 +173,8 @@ class LabelPartyTrainer:
         if self.num_classes == 2:
             scores = logits[:, 0] if self.loss_kind == "bce" else logits[:, 1] - logits[:, 0]
             both = len(torch.unique(y)) == 2
+            from sklearn.metrics import roc_auc_score  # at the first evaluation, not at start
+
             record[f"{split}_auc"] = float(roc_auc_score(y.numpy(), scores.numpy())) if both else None
         record[f"{split}_accuracy"] = float((pred == y).double().mean())
         return record

@@ -45,6 +45,10 @@ PRELOAD = ("torch", "torch._dynamo", "numpy", "grpc", "grpc.aio", "uvloop", "pyd
            "cryptography.x509", "label_party.cli", "passive_party.cli", "attacker.cli",
            "attacker.sidecar", "orchestration.cli", "orchestration.commands",
            "orchestration.sweep.worker", "orchestration.relay")
+# Imported while the zygote waits for requests, one module between two of them: what roles need
+# later in a run (the first evaluation, the summary, the analysis), kept off the first fork.
+LATER = ("sklearn.metrics", "sklearn.datasets", "pyarrow.parquet", "pandas", "dp_accounting",
+         "attacker.analysis", "attacker.report", "orchestration.compare.command")
 STOP_GRACE = 5.0  # s: a stopped client's children get this long after SIGTERM
 POLL = 0.02  # s: how often exited children are reaped
 
@@ -73,9 +77,13 @@ def serve(path: str) -> None:
     owner: dict[int, _Client] = {}  # child pid -> the client that asked for it
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the orchestrator's to handle
     signal.signal(signal.SIGTERM, lambda *_: _end(path, owner))
+    later = list(LATER)
     while os.getppid() == parent:
         ready, _, _ = select.select([listener, *(c.connection for c in clients.values())], [], [],
                                     POLL)
+        if not ready and later:  # idle: one more module the roles will want
+            with contextlib.suppress(ImportError):
+                importlib.import_module(later.pop(0))
         for sock in ready:
             if sock is listener:
                 connection, _ = listener.accept()

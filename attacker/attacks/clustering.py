@@ -24,8 +24,6 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 from scipy.optimize import linear_sum_assignment
-from sklearn.cluster import KMeans
-from sklearn.metrics import confusion_matrix
 from threadpoolctl import ThreadpoolController
 
 from attacker.attacks._batch import as_rows, distances, no_rows_excluded, not_applicable, unit_rows
@@ -99,6 +97,8 @@ class ClusteringAttack(Attack):
         # One thread: on a batch, OpenMP start-up costs more than it saves (≈ 15× the CPU time
         # on 1024 × 128 rows), and the analysis runs batches one after another anyway.
         with _thread_pools().limit(limits=1, user_api="openmp"):
+            from sklearn.cluster import KMeans  # scikit-learn when the analysis runs, not at start
+
             kmeans = KMeans(n_clusters=k, n_init=self.params.n_init,
                             random_state=side.random_state()).fit(rows)
         clusters = kmeans.labels_
@@ -108,6 +108,8 @@ class ClusteringAttack(Attack):
             return AttackResult(-to_centre, no_rows_excluded(n_rows),
                                 decisions=(clusters == minority).astype(np.int64))
         # Rows = true classes, columns = clusters; the assignment maximises matched rows.
+        from sklearn.metrics import confusion_matrix
+
         agreement = confusion_matrix(side.class_labels_oracle(), clusters, labels=np.arange(k))
         classes, matched = linear_sum_assignment(agreement, maximize=True)
         class_of = np.empty(k, dtype=np.int64)

@@ -12,7 +12,6 @@ import numpy as np
 import pyarrow.parquet as pq
 import torch
 from pydantic import Field, PositiveInt
-from sklearn.metrics import f1_score
 
 from attacker.attacks.base import (
     ATTACKS,
@@ -209,6 +208,8 @@ def _f1s(own: OwnColumns, two_labels: bool, truth: np.ndarray, answer: np.ndarra
     """Label F1 (positive class; macro over classes when multi-class) and per-feature macro-F1
     of `answer` = [B, 1 + P] (label, private codes) against `truth`."""
     average = "binary" if two_labels else "macro"
+    from sklearn.metrics import f1_score  # when the attack runs, not at start
+
     label_f1 = float(f1_score(truth[:, 0], answer[:, 0], average=average, zero_division=0))
     # Macro over the values present in the truth: a value no row holds has no F1 to average.
     features = {name: float(f1_score(truth[:, j + 1], answer[:, j + 1], labels=np.unique(truth[:, j + 1]),

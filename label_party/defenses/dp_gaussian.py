@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import dp_accounting
 import torch
 from pydantic import Field, model_validator
 
@@ -114,6 +113,8 @@ def _rdp_epsilon(sigma: float, count: int, delta: float, rate: float | None = No
         return 0.0
     if sigma == 0.0:
         return math.inf
+    import dp_accounting  # (scipy.stats and scipy.signal come with it: ~1 s, at the summary only)
+
     event: dp_accounting.DpEvent = dp_accounting.GaussianDpEvent(sigma / 2.0)
     if rate is not None:
         event = dp_accounting.PoissonSampledDpEvent(rate, event)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-from sklearn.datasets import load_breast_cancer
 
 from splitleak.datasets.base import DATASETS, Dataset, FeatureSlice, Schema
 from splitleak.datasets.tabular import numeric_table_slice
@@ -28,3 +27,9 @@ class BreastCancer(Dataset):
 
     def labels(self) -> np.ndarray:
         return (load_breast_cancer().target == 0).astype(np.int64)
+
+
+def load_breast_cancer():  # noqa: ANN201 - scikit-learn's bundled copy, imported when first read
+    from sklearn import datasets
+
+    return datasets.load_breast_cancer()

@@ -6,7 +6,6 @@ from dataclasses import replace
 
 import numpy as np
 from pydantic import Field
-from sklearn.datasets import load_digits
 
 from splitleak.datasets.base import DATASETS, Dataset, DatasetParams, FeatureSlice, Schema
 from splitleak.datasets.tabular import image_slice
@@ -54,3 +53,9 @@ class DigitsBinary(Digits):
 
     def labels(self) -> np.ndarray:
         return (load_digits().target == self.params.positive_digit).astype(np.int64)
+
+
+def load_digits():  # noqa: ANN201 - scikit-learn's bundled copy, imported when first read
+    from sklearn import datasets
+
+    return datasets.load_digits()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-from sklearn.datasets import load_wine
 
 from splitleak.datasets.base import DATASETS, Dataset, FeatureSlice, Schema
 from splitleak.datasets.tabular import numeric_table_slice
@@ -26,3 +25,9 @@ class Wine(Dataset):
 
     def labels(self) -> np.ndarray:
         return load_wine().target.astype(np.int64)
+
+
+def load_wine():  # noqa: ANN201 - scikit-learn's bundled copy, imported when first read
+    from sklearn import datasets
+
+    return datasets.load_wine()
