@@ -10,7 +10,8 @@
 Keep generated files in deploy/: the paths inside are relative to that directory. The
 output uses only what docker compose v2 and Debian's docker-compose 1.29 both accept
 (compose-spec file without `version`, long-form depends_on with conditions). Standard
-library only, so any recent Python 3 runs it.
+library only (with the repository's orchestration/launch.py: the roles, their order and
+who taps whom, as every other way of starting a run has them), so any Python 3 runs it.
 """
 
 from __future__ import annotations
@@ -18,7 +19,19 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the launch plan's package
+from orchestration.launch import (  # noqa: E402 - standard library only
+    LABEL_PARTY,
+    PASSIVE_PARTY,
+    RELAY,
+    SIDECAR,
+    Role,
+    Topology,
+    roles,
+)
 
 IMAGE = "${SPLITLEAK_IMAGE:-splitleak:local}"
 RUN_ID = "${SPLITLEAK_RUN_ID:-compose}"
@@ -80,6 +93,43 @@ def party_service(command: list[str], depends_on: dict[str, str], tls: bool = Fa
     return service
 
 
+def address(role: Role) -> str:
+    """Where the role listens on this project's network."""
+    return {LABEL_PARTY: LABEL_ADDRESS, SIDECAR: ATTACKER_ADDRESS}.get(role.kind,
+                                                                     f"{role.service}:{RELAY_PORT}")
+
+
+def role_service(role: Role, plan: list[Role]) -> dict[str, Any]:
+    """The container of one role of the plan; it starts once the roles it reaches serve."""
+    by_key = {r.key: r for r in plan}
+    reaches, taps = (by_key[k] if k else None for k in (role.reaches, role.taps))
+    # The servers with a health check answer it once they serve; a relay relays at once.
+    depends = {r.service: "service_started" if r.kind == RELAY else "service_healthy"
+               for r in (reaches, taps) if r is not None}
+    if role.kind == LABEL_PARTY:
+        return party_service(
+            ["label-party", "serve", "--config", CONFIG, "--listen", f"0.0.0.0:{LABEL_PORT}",
+             "--run-dir", RUN_DIR], {"prepare": "service_completed_successfully"}, tls=True,
+            environment=health_env(f"127.0.0.1:{LABEL_PORT}", role.service))
+    if role.kind == SIDECAR:
+        observed = [str(r.party) for r in plan if r.taps == role.key]
+        return party_service(
+            ["attacker", "serve", "--config", CONFIG, "--listen", f"0.0.0.0:{ATTACKER_PORT}",
+             "--out", RUN_DIR, *(a for k in observed for a in ("--party", k)), "--run-id", RUN_ID],
+            {"prepare": "service_completed_successfully"}, tls=True,
+            environment=health_env(f"127.0.0.1:{ATTACKER_PORT}", role.service))
+    assert reaches is not None
+    if role.kind == RELAY:  # serves until compose stops the project (nothing waits for its end)
+        return party_service(
+            ["splitleak", "relay", "--to", address(reaches), "--listen", f"0.0.0.0:{RELAY_PORT}",
+             "--config", CONFIG, "--party-id", str(role.party)], depends)
+    command = ["passive-party", "run", "--config", CONFIG, "--party-id", str(role.party),
+               "--label-party", address(reaches), "--run-dir", RUN_DIR]
+    if taps is not None:  # the curious party: every gradient it receives goes to the sidecar too
+        command += ["--attacker", address(taps)]
+    return party_service(command, depends, tls=True)
+
+
 def health_env(address: str, identity: str) -> dict[str, str]:
     """What the image's health check probes, and as whom when the run uses TLS."""
     return {"SPLITLEAK_HEALTH_ADDRESS": address, "SPLITLEAK_TLS_DIR": TLS_DIR,
@@ -89,7 +139,8 @@ def health_env(address: str, identity: str) -> dict[str, str]:
 def compose(n: int, wan: bool = False) -> dict[str, Any]:
     if not 1 <= n <= 64:
         raise ValueError(f"passive parties must be 1..64 (got {n})")
-    passive = [f"passive-party-{k}" for k in range(1, n + 1)]
+    # The run's launch plan: the sidecar beside passive party 1, which it taps.
+    plan = roles(Topology(n, tapped=frozenset({1}), shaped=wan))
     services: dict[str, Any] = {}
     # One-shot, as root (the only step that is): check the config against this file's N,
     # create the run directory owned by the parties' user, make the run's TLS identities. It
@@ -114,31 +165,9 @@ def compose(n: int, wan: bool = False) -> dict[str, Any]:
         },
         "volumes": [*VOLUMES, TLS_VOLUME],
     }
-    services["label-party"] = party_service(
-        ["label-party", "serve", "--config", CONFIG, "--listen", f"0.0.0.0:{LABEL_PORT}",
-         "--run-dir", RUN_DIR],
-        {"prepare": "service_completed_successfully"}, tls=True,
-        environment=health_env(f"127.0.0.1:{LABEL_PORT}", "label-party"),
-    )
-    services["attacker"] = party_service(
-        ["attacker", "serve", "--config", CONFIG, "--listen", f"0.0.0.0:{ATTACKER_PORT}",
-         "--out", RUN_DIR, "--party", "1", "--run-id", RUN_ID],
-        {"prepare": "service_completed_successfully"}, tls=True,
-        environment=health_env(f"127.0.0.1:{ATTACKER_PORT}", "attacker"),
-    )
-    for k, name in enumerate(passive, start=1):
-        label_address, depends = LABEL_ADDRESS, {"label-party": "service_healthy"}
-        if wan:  # a relay serves until compose stops the project (nothing waits for its end)
-            services[f"relay-{k}"] = party_service(
-                ["splitleak", "relay", "--to", LABEL_ADDRESS, "--listen", f"0.0.0.0:{RELAY_PORT}",
-                 "--config", CONFIG, "--party-id", str(k)], {"label-party": "service_healthy"})
-            label_address, depends = f"relay-{k}:{RELAY_PORT}", {f"relay-{k}": "service_started"}
-        command = ["passive-party", "run", "--config", CONFIG, "--party-id", str(k),
-                   "--label-party", label_address, "--run-dir", RUN_DIR]
-        if k == 1:  # the curious party: every gradient it receives goes to the sidecar too
-            command += ["--attacker", ATTACKER_ADDRESS]
-            depends["attacker"] = "service_healthy"
-        services[name] = party_service(command, depends, tls=True)
+    for role in plan:
+        services[role.service] = role_service(role, plan)
+    passive = [r.service for r in plan if r.kind == PASSIVE_PARTY]
     finished = dict.fromkeys(["label-party", "attacker", *passive], "service_completed_successfully")
     services["analysis"] = party_service(["attacker", "analyze", RUN_DIR], finished)
     # Shows the report. Being last, it also keeps docker-compose 1.29's

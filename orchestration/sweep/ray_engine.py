@@ -30,6 +30,8 @@ from ray.util.placement_group import (
 )
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from orchestration.launch import LABEL_PARTY, Role, start_order, topology_of
+from orchestration.launch import roles as launch_roles
 from orchestration.processes import spawn, stop_all
 from orchestration.run import collect_outcome
 from orchestration.sweep.engine import (
@@ -41,7 +43,7 @@ from orchestration.sweep.engine import (
     read_result,
 )
 from orchestration.sweep.points import Point
-from orchestration.sweep.roles import ATTACKER, LABEL_PARTY, RoleHost, passive_role, receive
+from orchestration.sweep.roles import RoleHost, receive
 from splitleak import tls
 from splitleak.rundir import RunDir
 
@@ -115,18 +117,13 @@ def private_auth_token() -> None:
         out.write(secrets.token_hex(32))  # what Ray itself writes: 256 random bits in hex
 
 
+def _plan(point: Point) -> list[Role]:
+    """The point's launch plan in start order (the Ray engine runs no relays: check_network)."""
+    return start_order(launch_roles(topology_of(point.config)))
+
+
 def _roles(point: Point) -> list[str]:
-    cfg = point.config
-    return [LABEL_PARTY, *([ATTACKER] if cfg.sidecar_needed else []),
-            *(passive_role(k) for k in range(1, cfg.topology.passive_parties + 1))]
-
-
-def _identity_of(role: str) -> str:
-    if role == LABEL_PARTY:
-        return tls.LABEL_PARTY
-    if role == ATTACKER:
-        return tls.ATTACKER
-    return tls.passive_identity(int(role.rsplit("_", 1)[1]))
+    return [role.key for role in _plan(point)]
 
 
 class RayEngine(Engine):
@@ -268,7 +265,7 @@ class RayEngine(Engine):
             tls.generate(tls_dir, tls.identities(point.config.topology.passive_parties),
                          hosts=sorted({addresses[node] for node in table.values()}))
             for role in roles:
-                name = _identity_of(role)
+                name = role.replace("_", "-")  # Role.service: its TLS identity
                 identities[role] = {f: (tls_dir / f).read_bytes()
                                     for f in ("ca.pem", f"{name}.pem", f"{name}.key")}
             tls.remove_private_keys(tls_dir)  # they travel to the actors in memory only
@@ -286,22 +283,21 @@ class RayEngine(Engine):
         Returns each role's last status and the roles whose failure fails the run."""
         cfg = point.config
         deadline = cfg.topology.join_deadline_s + 30.0
-        loopback = self.local
-        if cfg.received_parties and ATTACKER in actors:  # the label party taps: sidecar first
-            sidecar = self._wait(actors[ATTACKER].start.remote(None, None, loopback), cancel, deadline)
-            label = self._wait(actors[LABEL_PARTY].start.remote(None, sidecar, loopback), cancel,
-                               deadline)
-        else:
-            servers = {r: actors[r].start.remote(None, None, loopback)
-                       for r in (LABEL_PARTY, ATTACKER) if r in actors}
-            label = self._wait(servers[LABEL_PARTY], cancel, deadline)  # both load at once
-            sidecar = self._wait(servers[ATTACKER], cancel, deadline) if ATTACKER in servers else None
-        observed = set(cfg.tapped_parties)
-        for role, actor in actors.items():
-            if role not in (LABEL_PARTY, ATTACKER):
-                tap = sidecar if int(role.rsplit("_", 1)[1]) in observed else None
-                self._wait(actor.start.remote(label, tap), cancel, deadline)
-        essential = [r for r in actors if r != ATTACKER or cfg.attacker.on_sidecar_failure == "fail"]
+        plan = _plan(point)
+        pending: dict[str, Any] = {}  # role -> its start(): a server answers with its address
+        addresses: dict[str, str | None] = {}
+
+        def address(key: str | None) -> str | None:
+            if key is not None and key not in addresses:
+                addresses[key] = self._wait(pending[key], cancel, deadline)
+            return addresses.get(key) if key is not None else None
+
+        for role in plan:  # each once the roles it reaches serve; servers load at once
+            pending[role.key] = actors[role.key].start.remote(
+                address(role.reaches), address(role.taps), self.local)
+        for key in pending:
+            address(key)
+        essential = [role.key for role in plan if role.essential]
         grace = cfg.topology.step_deadline_s + 10.0
         failed_at: float | None = None
         while True:

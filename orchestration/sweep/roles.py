@@ -18,6 +18,8 @@ from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
+from orchestration.launch import LABEL_PARTY, PASSIVE_PARTY, Role
+from orchestration.launch import SIDECAR as ATTACKER
 from orchestration.progress import MetricsTail
 from splitleak import tls
 from splitleak.cli_common import LOG_FORMAT
@@ -27,12 +29,11 @@ from splitleak.placement import THREADS_ENV
 from splitleak.rundir import RunDir
 from splitleak.transport import run_async
 
-LABEL_PARTY, ATTACKER = "label_party", "attacker"
 CHUNK_BYTES = 4 * 1024 * 1024  # streamed files travel in pieces this size
 
 
 def passive_role(party_id: int) -> str:
-    return f"passive_party_{party_id}"
+    return Role(PASSIVE_PARTY, party_id).key
 
 
 class RoleError(RuntimeError):
