@@ -24,7 +24,7 @@ from attacker.attacks import (
     SideKnowledge,
     build_attack,
 )
-from attacker.leak import (
+from attacker.analysis.leak import (
     BatchLeak,
     LeakAUC,
     attack_rng,
@@ -36,7 +36,7 @@ from attacker.leak import (
     pooled_accuracy,
     summarise,
 )
-from attacker.summary import summarise_leak
+from attacker.analysis.summary import summarise_leak
 from splitleak.anchors import CLEAN_ANCHOR_ATTACKS
 
 BINARY_DEFAULTS = [

@@ -60,7 +60,7 @@ def test_every_layer_has_modules() -> None:
 
 def test_the_check_sees_lazy_imports(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from attacker.store import GradientStore\n    import label_party\n")
+    module.write_text("def f():\n    from attacker.sidecar.store import GradientStore\n    import label_party\n")
     assert imported_packages(module) == {(2, "attacker"), (3, "label_party")}
 
 

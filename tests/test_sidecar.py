@@ -17,8 +17,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from attacker.analysis import analyze
-from attacker.store import GradientLog, GradientStore, RecordError
+from attacker.analysis.analyze import analyze
+from attacker.sidecar.store import GradientLog, GradientStore, RecordError
 from orchestration.reference import run_reference
 from splitleak.codec import encode_ids, encode_tensor
 from splitleak.config import parse_config
