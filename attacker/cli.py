@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from pydantic import ValidationError
 from rich.console import Console
@@ -15,14 +15,17 @@ from splitleak.cli_common import (
     EXIT_INTERRUPTED,
     BadInput,
     config_or_exit,
+    end_process,
     setup_logging,
     tls_dir_or_exit,
     writable_or_exit,
 )
 from splitleak.config import ConfigError, TopologyConfig
+from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
 from splitleak.registry import UnknownPluginError
-from splitleak.rundir import RunDir
+from splitleak.rundir import LinkedRunDir, RunDir, refuse_symlinks
+from splitleak.tls import ATTACKER
 from splitleak.transport import run_async
 
 log = logging.getLogger("attacker")
@@ -68,22 +71,31 @@ def _positive_list(text: str) -> list[int]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from attacker.sidecar.server import serve
+    from attacker.sidecar.server import record_shapes, serve
     from attacker.sidecar.store import RecordError
 
     if args.out is None and args.resume is None:
         raise BadInput("attacker serve: give --out RUN_DIR (or --resume RUN_DIR)")
     out = args.resume or args.out
+    if args.resume is not None:  # its log is cut back: never through a link out of the run
+        try:
+            refuse_symlinks(Path(out), RunDir(out).attacker)
+        except LinkedRunDir as err:
+            raise BadInput(f"attacker serve --resume: {err}") from None
     cfg = config_or_exit(args.config) if args.config else None
     observe = set(args.party or (cfg.threat.curious if cfg else [1]))
     receive = set(args.receive or (cfg.received_parties if cfg else []))
     topology = cfg.topology if cfg else TopologyConfig(tls=args.tls_dir is not None)
-    tls_dir = tls_dir_or_exit(cfg, args.tls_dir) if cfg else args.tls_dir
+    tls_dir = tls_dir_or_exit(cfg, args.tls_dir, ATTACKER)
     writable_or_exit(RunDir(out).attacker / "gradients")
+    try:
+        shapes = record_shapes(cfg) if cfg else None
+    except DatasetError as err:
+        raise BadInput(f"attacker serve: DatasetError: {err}") from None
     try:
         return run_async(serve(out, args.listen, observe, args.run_id or "", topology,
                                args.port_file, tls_dir, resume=args.resume is not None,
-                               receive=receive))
+                               receive=receive, shapes=shapes))
     except RecordError as err:
         raise BadInput(f"attacker serve: {err}") from None
     except OSError as err:
@@ -107,6 +119,12 @@ def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
             raise BadInput(f"--attacks: {err}") from None
         except ValidationError as err:
             raise BadInput(f"--attacks {name}: {err}") from None
+    written = RunDir(args.run_dir)
+    try:  # what the analysis writes: never through a link out of the run directory
+        refuse_symlinks(written.root, written.report, written.attacker / "leak.parquet",
+                        written.attacker / "rows.parquet")
+    except LinkedRunDir as err:
+        raise BadInput(f"cannot analyse {args.run_dir}: {err}") from None
     try:
         summary = analyze(args.run_dir, specs, args.hints, args.seed, args.draws, args.device)
     except (AnalysisInputError, LogFormatError, ConfigError) as err:
@@ -196,3 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     from attacker.bench.analysis import run_bench
 
     return run_bench(args, console)
+
+
+def entry() -> NoReturn:
+    """The `attacker` console script."""
+    end_process(main)

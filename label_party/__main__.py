@@ -1,10 +1,9 @@
 """Run the label_party CLI with `python -m label_party`."""
 
-import sys
-
+from splitleak.cli_common import end_process
 from splitleak.lifeline import follow_parent
 
 follow_parent()  # before the heavy imports: an orphan stops at once
 from label_party.cli import main  # noqa: E402
 
-sys.exit(main())
+end_process(main)  # the exit code it chose, never an abort at teardown

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
+from typing import NoReturn
 
 from label_party.server import serve
 from label_party.validate import check_chain
@@ -15,6 +16,7 @@ from splitleak.cli_common import (
     EXIT_INTERRUPTED,
     BadInput,
     config_or_exit,
+    end_process,
     setup_logging,
     tls_dir_or_exit,
     warn_config,
@@ -25,6 +27,7 @@ from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
 from splitleak.placement import check_devices
 from splitleak.rundir import RunDir, create_run_dir, write_config
+from splitleak.tls import LABEL_PARTY
 from splitleak.transport import run_async
 from splitleak.validation import check_core
 
@@ -51,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.config is None and args.resume is None:
         raise BadInput("label-party serve: give --config FILE (or --resume RUN_DIR)")
     cfg = config_or_exit(args.config or args.resume / "config.toml")
-    tls_dir = tls_dir_or_exit(cfg, args.tls_dir)
+    tls_dir = tls_dir_or_exit(cfg, args.tls_dir, LABEL_PARTY)
     try:
         schema = check_core(cfg)
         check_devices(cfg)
@@ -98,3 +101,8 @@ def prepare_run_dir(cfg: ExperimentConfig, run_dir: Path | None) -> RunDir:
         return run
     except OSError as err:
         raise BadInput(f"label party: {describe_os_error(err)}") from None
+
+
+def entry() -> NoReturn:
+    """The `label-party` console script."""
+    end_process(main)

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-import torch
 
 from label_party.setup import LabelPartyData
 from label_party.trainer import LabelPartyTrainer
 from splitleak.anchors import CleanAnchorWriter, anchor_parties
+from splitleak.checkpoint import save_torch
 from splitleak.config import ExperimentConfig
 from splitleak.fileio import write_atomically
 from splitleak.rundir import RunDir
@@ -50,10 +47,6 @@ def clean_anchor_writer(run: RunDir, cfg: ExperimentConfig,
 
 def write_outputs(run: RunDir, trainer: LabelPartyTrainer) -> None:
     """What training leaves (the labels were written when it started)."""
-    write_atomically(run.top_model, lambda tmp: torch.save(trainer.model_state(), tmp))
+    save_torch(run.top_model, trainer.model_state())
 
-
-def write_outcome(run: RunDir, outcome: dict[str, Any]) -> None:
-    text = json.dumps(outcome, indent=2, default=str)
-    write_atomically(run.outcome, lambda tmp: tmp.write_text(text))
 

@@ -22,7 +22,6 @@ from label_party.outputs import (
     clean_anchor_writer,
     snapshot_writer,
     write_labels,
-    write_outcome,
     write_outputs,
 )
 from label_party.schedule import schedule
@@ -32,14 +31,22 @@ from label_party.setup import LabelPartyData, load_label_party_data, plan_record
 from label_party.taps import ReceivedTaps, sidecar_failed
 from label_party.trainer import LabelPartyTrainer, NonFiniteStep
 from splitleak.addresses import resolve
-from splitleak.checkpoint import CheckpointError, Manifest, Position, latest, step_dir
+from splitleak.checkpoint import (
+    CheckpointError,
+    Manifest,
+    Position,
+    discard_after,
+    latest,
+    step_dir,
+)
 from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED
 from splitleak.config import ExperimentConfig
 from splitleak.fileio import describe_os_error, write_atomically
 from splitleak.integrity import variant_rows
+from splitleak.lifeline import orphaned
 from splitleak.metrics_log import MetricsWriter
 from splitleak.placement import LABEL, memory_facts, prepare_role
-from splitleak.rundir import RunDir
+from splitleak.rundir import RunDir, write_outcome
 from splitleak.tap import TapError
 from splitleak.timing import TIMING_FILE, mark_startup, note
 from splitleak.tls import LABEL_PARTY
@@ -94,6 +101,7 @@ class Serving:
             log.error("%s", describe_os_error(err))
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace=3.0 if outcome["status"] == "ok" else 1.0)
+        labelled.session.refusals.flush()
         return outcome
 
 
@@ -108,6 +116,7 @@ async def start(cfg: ExperimentConfig, run: RunDir, listen: str, tls_dir: Path |
     data = load_label_party_data(cfg)
     if resuming:
         run.outcome.unlink(missing_ok=True)  # the interrupted attempt's; this one writes anew
+        discard_after(run.root, manifest.position if manifest else None)
     write_labels(run, data, cfg)  # the ground truth is there for the analysis even if the run fails
     keep = manifest.metrics_records if manifest else (0 if resuming else None)
     writer = MetricsWriter(run.metrics, keep)
@@ -241,14 +250,17 @@ class LabelPartyRun:
         except NonFiniteStep as err:
             return await self._failed(SessionError(grpc.StatusCode.INVALID_ARGUMENT, str(err),
                                                    err.party_id))
-        except (OSError, CheckpointError) as err:
-            message = (describe_os_error(err) if isinstance(err, OSError) else str(err))
+        except OSError as err:
+            message = describe_os_error(err)
             log.error("the label party cannot go on: %s", message)
-            error = SessionError(grpc.StatusCode.RESOURCE_EXHAUSTED if isinstance(err, OSError)
-                                 else grpc.StatusCode.FAILED_PRECONDITION,
-                                 f"the label party cannot write its run directory: {message}")
-            outcome = await self._failed(error)
-            return {**outcome, "output_error": isinstance(err, OSError)}
+            outcome = await self._failed(SessionError(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the label party cannot write its run directory: {message}"))
+            return {**outcome, "output_error": True}
+        except CheckpointError as err:  # reading a checkpoint back: never a write problem
+            log.error("the label party cannot resume: %s", err)
+            return await self._failed(SessionError(grpc.StatusCode.FAILED_PRECONDITION,
+                                                   f"the label party cannot resume: {err}"))
         except Exception as err:  # noqa: BLE001 - a bug here must still end every party's stream
             log.exception("label party failed")
             return await self._failed(SessionError(
@@ -267,7 +279,16 @@ class LabelPartyRun:
         return {"received_tap": {str(k): r for k, r in reports.items()}}
 
     async def _failed(self, error: SessionError) -> dict[str, Any]:
-        """Checkpoint what can be (every party still there), then end every stream."""
+        """Checkpoint what can be (every party still there), then end every stream. A party
+        lost while the run is being stopped (a signal here, or the orchestrator gone: every
+        process got the same signal) broke nothing: the run was interrupted."""
+        stopping = ("the label party was signalled to stop" if self.signals else
+                    "the process that started the label party ended" if orphaned() else None)
+        if stopping is not None:
+            self.session.abort(SessionError(grpc.StatusCode.ABORTED, stopping))
+            await self.session.wait_closed(timeout=2.0)
+            return self._ended("interrupted", f"{stopping} (meanwhile: {error.message})",
+                               step=self.progress.boundary.step)
         if self.checkpoints is not None:
             await self.checkpoints.after_failure(error, self.session.all_connected)
         self.session.abort(error)

@@ -46,7 +46,8 @@ class LabelPartyServicer(pb_grpc.LabelPartyServicer):
         except SessionError as err:
             await _abort(context, err)
             return
-        pump = asyncio.create_task(_pump(request_iterator, stream))
+        pump = asyncio.create_task(_pump(request_iterator, stream,
+                                         self.session.cfg.topology.max_message_mb))
         try:
             while (item := await stream.outbound.get()) is not None:
                 if isinstance(item, SessionError):
@@ -60,9 +61,13 @@ class LabelPartyServicer(pb_grpc.LabelPartyServicer):
             stream.closed.set()
 
 
-async def _pump(requests: AsyncIterator[pb.PartyMessage | Malformed], stream: PartyStream) -> None:
+async def _pump(requests: AsyncIterator[pb.PartyMessage | Malformed], stream: PartyStream,
+                limit_mb: int) -> None:
     """Move a party's answers onto its bounded inbound queue; refuse what was not asked for;
-    mark how the stream ended."""
+    mark how the stream ended. A message between the limit and twice it is refused here,
+    naming the limit; gRPC cuts a stream off at twice the limit (bounding what a peer can make
+    this process hold), and the servicer then sees the same end as a party that died, so the
+    end names both."""
     try:
         async for message in requests:
             refusal = stream.admit(message)
@@ -75,4 +80,5 @@ async def _pump(requests: AsyncIterator[pb.PartyMessage | Malformed], stream: Pa
     except Exception as err:  # noqa: BLE001 - any transport failure ends this party
         stream.gone(PartyGone(f"lost its connection ({type(err).__name__}: {err})"))
         return
-    stream.gone(PartyGone("closed its stream"))
+    stream.gone(PartyGone(f"closed its stream or had it cut off (gRPC cuts off a message over "
+                          f"{2 * limit_mb} MiB, twice topology.max_message_mb = {limit_mb})"))

@@ -16,7 +16,7 @@ from splitleak.config import PROTOCOL_VERSION, ExperimentConfig
 from splitleak.tls import passive_identity
 from splitleak.v1 import split_learning_pb2 as pb
 from splitleak.validation import expected_embedding_shapes
-from splitleak.wire import Malformed, clip, echo
+from splitleak.wire import Malformed, RefusalLog, clip, echo
 
 log = logging.getLogger("label_party")
 # A party id in metadata: a few ASCII digits (anything longer is not an id of this run).
@@ -125,12 +125,13 @@ class Session:
         self.run_id = run_id
         self.resume = resume  # the checkpoint this run continues from (None: step 0)
         self.resumed = resumed or resume is not None
-        self.token = secrets.token_hex(16)
+        self.tokens: dict[int, str] = {}  # each joined party's own session token
         self.party_ids = list(range(1, cfg.topology.passive_parties + 1))
         # What each party's Join must announce, fixed before anyone can send a shape.
         self.expected_shapes = expected_embedding_shapes(cfg, data.schema)
         self.joined: dict[int, pb.JoinRequest] = {}
         self.refused: dict[int, str] = {}  # the last refusal of each known party id
+        self.refusals = RefusalLog(log)
         self.streams: dict[int, PartyStream] = {}
         self.all_streams_open = asyncio.Event()
         self.a_stream_ended = asyncio.Event()
@@ -139,7 +140,7 @@ class Session:
     # -- admission -----------------------------------------------------------------------
     def _refusal(self, error: SessionError, what: str) -> SessionError:
         """Log a refusal with its reason at this side (the peer only sees the status)."""
-        log.warning("refused %s: %s [%s]", what, error.message, error.code.name)
+        self.refusals.refused(what, error.message, error.code.name)
         if error.party_id in self.party_ids:
             self.refused[error.party_id] = error.message
         return error
@@ -157,6 +158,7 @@ class Session:
         except SessionError as err:
             raise self._refusal(err, f"the Join of passive party {request.party_id}") from None
         self.joined[request.party_id] = request
+        self.tokens[request.party_id] = secrets.token_hex(16)  # one party's cannot open another's
         self.refused.pop(request.party_id, None)
         log.info("passive party %d joined", request.party_id)
         return self._plan(request.party_id)
@@ -195,7 +197,7 @@ class Session:
         plan = self.data.plan
         at = self.resume
         return pb.TrainingPlan(
-            run_id=self.run_id, session=self.token, epochs=plan.epochs,
+            run_id=self.run_id, session=self.tokens[k], epochs=plan.epochs,
             batch_size=plan.batch_size, seed=self.cfg.run.seed,
             steps_per_epoch=plan.steps_per_epoch, total_train_steps=plan.total_train_steps,
             eval_interval=plan.eval_interval, num_passive_parties=len(self.party_ids),
@@ -226,7 +228,8 @@ class Session:
         k = int(party_id)
         self._check_known(k)
         self._check_identity(k, peer)
-        if k not in self.joined or token != self.token:
+        own = self.tokens.get(k, "")
+        if k not in self.joined or not secrets.compare_digest((token or "").encode(), own.encode()):
             raise SessionError(grpc.StatusCode.PERMISSION_DENIED,
                                f"passive party {k} opened a Train stream without joining this "
                                "run (call Join first and send its session token)", k)

@@ -6,10 +6,11 @@ import argparse
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 from rich.console import Console
 
-from splitleak.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, setup_logging
+from splitleak.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, end_process, setup_logging
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -149,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "validate":
         from orchestration.commands import load_checked
 
-        load_checked(args.config)  # warnings (allowed, but probably a mistake) are logged
+        # every value of the data files read too; warnings (allowed, but probably a mistake)
+        # are logged
+        load_checked(args.config, read_values=True)
         console.print("config is valid")
         return 0
     if args.command == "soak":
@@ -189,10 +192,15 @@ def _sweep_or_compare(args: argparse.Namespace, console: Console) -> int:
         from orchestration.compare.command import cmd_compare
 
         return cmd_compare(args, console)
-    from orchestration.sweep.command import cmd_sweep
+    from orchestration.study import run_study
 
-    return cmd_sweep(args, console)
+    return run_study(args, console)
+
+
+def entry() -> NoReturn:
+    """The `splitleak` console script."""
+    end_process(main)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

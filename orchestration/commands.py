@@ -16,27 +16,30 @@ from orchestration.run import RunFailed, RunOutcome, run_distributed
 from passive_party.protection import check_protection
 from splitleak.checkpoint import CheckpointError, latest, resume_point
 from splitleak.cli_common import (
-    EXIT_FAILED,
     BadInput,
     config_or_exit,
     warn_config,
 )
 from splitleak.config import ConfigError, ExperimentConfig, PluginSpec, plugin_param_errors
+from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
 from splitleak.placement import check_devices
 from splitleak.registry import UnknownPluginError
-from splitleak.rundir import RunDir, create_run_dir
-from splitleak.validation import check_core
+from splitleak.rundir import RunDir, RunInUse, create_run_dir
+from splitleak.validation import check_core, check_data_values
 
 
-def validate(cfg: ExperimentConfig) -> list[str]:
+def validate(cfg: ExperimentConfig, read_values: bool = False) -> list[str]:
     """Everything that can be checked before a process starts; ConfigError names the field.
-    Returns warnings: what is allowed but probably a mistake."""
+    `read_values`: also parse every value of the data files (`splitleak validate`; a run's
+    parties do it anyway while loading). Returns warnings: allowed, but probably a mistake."""
     schema = check_core(cfg)
     check_devices(cfg)
     check_chain(cfg)
     check_protection(cfg)
     check_attacks(cfg)
+    if read_values:
+        check_data_values(cfg)
     return warn_config(cfg, schema)
 
 
@@ -55,10 +58,10 @@ def check_attacks(cfg: ExperimentConfig) -> None:
             raise ConfigError(f"attacker.attacks[{i}] ({spec.name}): {err}") from None
 
 
-def load_checked(path: str | Path | None) -> ExperimentConfig:
+def load_checked(path: str | Path | None, read_values: bool = False) -> ExperimentConfig:
     cfg = config_or_exit(path)
     try:
-        validate(cfg)
+        validate(cfg, read_values)
     except ConfigError as err:
         raise BadInput(f"invalid config {path or '(built-in default)'}: {err}") from None
     return cfg
@@ -85,8 +88,6 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     side_by_side = len(variants) > 1  # the runs' own leak tables give way to one comparison
     for label, variant in variants:
         outcome = train_one(variant, args, console, label)
-        if outcome is None:
-            return EXIT_FAILED
         print_summary(console, outcome)
         summary = None
         if analysable(variant):
@@ -116,8 +117,6 @@ def resume_run(args: argparse.Namespace, console: Console) -> int:
     at = f"step {manifest.step} ({manifest.reason} checkpoint)" if manifest else "step 0 (no checkpoint)"
     console.print(f"[bold]{cfg.run.name}[/]: resuming {run.root} at {at}")
     outcome = _distributed(cfg, run, args, console, resume=True)
-    if outcome is None:
-        return EXIT_FAILED
     print_summary(console, outcome)
     if analysable(cfg):
         analyse_run(cfg, outcome, console)
@@ -125,8 +124,8 @@ def resume_run(args: argparse.Namespace, console: Console) -> int:
 
 
 def train_one(cfg: ExperimentConfig, args: argparse.Namespace, console: Console,
-              label: str) -> RunOutcome | None:
-    """One run, distributed (default) or in-process; None (after saying why) if it failed."""
+              label: str) -> RunOutcome:
+    """One run, distributed (default) or in-process; SystemExit (after saying why) if it failed."""
     try:
         run = create_run_dir(cfg)
     except OSError as err:
@@ -135,20 +134,27 @@ def train_one(cfg: ExperimentConfig, args: argparse.Namespace, console: Console,
     if args.in_process:
         from orchestration.reference import train_in_process
 
-        return train_in_process(cfg, run)
+        try:
+            return train_in_process(cfg, run)
+        except DatasetError as err:  # a bad value in a data file: bad input, in one sentence
+            raise BadInput(f"{label}: DatasetError: {err}") from None
+        except OSError as err:  # e.g. a full disk at the final save
+            raise BadInput(f"{label}: {describe_os_error(err)}") from None
     return _distributed(cfg, run, args, console)
 
 
 def _distributed(cfg: ExperimentConfig, run: RunDir, args: argparse.Namespace, console: Console,
-                 resume: bool = False) -> RunOutcome | None:
+                 resume: bool = False) -> RunOutcome:
     try:
         with RunProgress(f"{cfg.run.name}", console, enabled=not args.no_progress) as progress:
             return run_distributed(cfg, run, progress, resume=resume)
+    except RunInUse as err:
+        raise BadInput(str(err)) from None
     except RunFailed as err:
         console.print(f"[bold red]run failed:[/] {err}")
         console.print(f"logs: {run.logs}")
         _resume_hint(console, run)
-        return None
+        raise SystemExit(err.exit_code) from None
     except KeyboardInterrupt:
         _resume_hint(console, run)
         raise
@@ -172,8 +178,8 @@ def analyse_run(cfg: ExperimentConfig, outcome: RunOutcome, console: Console,
     """The attacker's offline analysis of a finished run, and its report (and, unless told
     otherwise, its leak table in the terminal)."""
     from attacker.analysis.analyze import analyze
-    from attacker.report.report import print_leak_table, write_report
     from attacker.analysis.summary import write_summary
+    from attacker.report.report import print_leak_table, write_report
 
     specs = [(a.name, a.params) for a in cfg.attacker.attacks] or None
     summary = analyze(outcome.run.root, specs)

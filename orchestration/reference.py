@@ -15,7 +15,6 @@ from label_party.outputs import (
     clean_anchor_writer,
     snapshot_writer,
     write_labels,
-    write_outcome,
     write_outputs,
 )
 from label_party.schedule import Batch, Phase, schedule
@@ -33,7 +32,7 @@ from splitleak.integrity import variant_rows
 from splitleak.metrics_log import MetricsWriter
 from splitleak.partition import passive_columns
 from splitleak.placement import ATTACKER, LABEL, role_device, role_threads, roles
-from splitleak.rundir import RunDir
+from splitleak.rundir import RunDir, write_outcome
 from splitleak.timing import TIMING_FILE, StepTimer
 from splitleak.white_box import SnapshotWriter, cafe_victim
 

@@ -25,14 +25,24 @@ from pydantic import ValidationError
 
 from splitleak.addresses import AddressError, resolve_now
 from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, setup_logging
-from splitleak.config import ConfigError, NetworkConfig, format_validation_error, load_config
+from splitleak.config import (
+    ADDRESS,
+    ConfigError,
+    NetworkConfig,
+    format_validation_error,
+    load_config,
+    port_in_range,
+)
 from splitleak.fileio import write_atomically
 from splitleak.transport import run_async
+from splitleak.wire import RefusalLog
 
 log = logging.getLogger("relay")
-ADDRESS = re.compile(r"^[^\s:]+:\d{1,5}$")
 CHUNK = 64 << 10  # bytes read at a time
 FLIGHT = 64  # chunks queued per direction: 4 MiB, over the bandwidth-delay product of WAN links
+# Connections carried at once: a party's channel needs one (two while gRPC reconnects); each
+# holds up to 2 x FLIGHT chunks, so the relay's memory stays bounded whoever connects.
+MAX_CONNECTIONS = 4
 
 
 @dataclass
@@ -97,8 +107,23 @@ class Relay:
         self.network = network
         self.seed = seed
         self.connections = 0
+        self.open = 0
+        self.refusals = RefusalLog(log)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.open >= MAX_CONNECTIONS:
+            self.refusals.refused(f"a connection from {writer.get_extra_info('peername')}",
+                                  f"{MAX_CONNECTIONS} connections are open already (one party's "
+                                  "link needs one)", "closed")
+            writer.close()
+            return
+        self.open += 1
+        try:
+            await self._carry(reader, writer)
+        finally:
+            self.open -= 1
+
+    async def _carry(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         seed = self.seed * 1_000 + self.connections
         try:
@@ -143,6 +168,8 @@ def _link(args: argparse.Namespace) -> tuple[NetworkConfig, int]:
     if args.config is None:
         if args.party_id is not None:
             raise ValueError("--party-id only applies with --config")
+        if args.seed is not None and args.seed < 0:
+            raise ValueError(f"--seed must be 0 or more (it seeds the jitter), got {args.seed}")
         return NetworkConfig(one_way_latency_ms=args.latency_ms or 0.0,
                              jitter_ms=args.jitter_ms or 0.0,
                              bandwidth_mbit=args.bandwidth_mbit), args.seed or 0
@@ -174,8 +201,12 @@ def cmd_relay(args: argparse.Namespace) -> int:
         log.error("relay: %s", err)
         return EXIT_FAILED
     for option, address in (("--to", args.to), ("--listen", args.listen)):
-        if not ADDRESS.match(address):
-            log.error("relay: %s %r is not HOST:PORT (e.g. 127.0.0.1:50051)", option, address)
+        try:
+            if not re.match(ADDRESS, address):
+                raise ValueError(f"{address!r} is not HOST:PORT (e.g. 127.0.0.1:50051)")
+            port_in_range(address)
+        except ValueError as err:
+            log.error("relay: %s %s", option, err)
             return EXIT_BAD_INPUT
     try:
         run_async(Relay(args.to, network, seed).serve(args.listen, args.port_file))

@@ -13,11 +13,11 @@ from orchestration.launch import address_files, launch_plan
 from orchestration.processes import Child, spawn, stop_all, stop_one
 from orchestration.progress import MetricsTail, RunProgress
 from splitleak import tls
-from splitleak.cli_common import EXIT_BAD_INPUT
+from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED
 from splitleak.config import ExperimentConfig
 from splitleak.fileio import write_atomically
 from splitleak.metrics_log import read_metrics
-from splitleak.rundir import RunDir
+from splitleak.rundir import RunDir, exclusive, read_outcome, write_outcome
 from splitleak.timing import TIMING_FILE, read_timing_file
 
 # After the first process fails, the others get this long to end on their own (the label
@@ -28,7 +28,15 @@ INTERRUPT_GRACE = 10.0
 
 
 class RunFailed(Exception):
-    """The run did not finish; the message names the failing party and why."""
+    """The run did not finish; the message names the failing party and why. `exit_code`: 2
+    when the process that failed first refused its input (a data file, an unusable run
+    directory: it exited 2), else 1."""
+
+    def __init__(self, message: str, culprit: Child | None = None) -> None:
+        super().__init__(message)
+        self.culprit = culprit.name if culprit is not None else None
+        bad_input = culprit is not None and culprit.returncode == EXIT_BAD_INPUT
+        self.exit_code = EXIT_BAD_INPUT if bad_input else EXIT_FAILED
 
 
 @dataclass
@@ -48,17 +56,26 @@ class RunOutcome:
 def run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | None = None,
                     poll: float = 0.1, route: Callable[[str], str] | None = None,
                     resume: bool = False) -> RunOutcome:
-    """Start every role of the launch plan at once; wait for all; raise RunFailed.
-    `route`: the parties reach the label party at route(its address) instead.
-    `resume`: continue the run in `run` from its newest complete checkpoint."""
+    """Start every role of the launch plan at once; wait for all; raise RunFailed (RunInUse
+    when another process runs or resumes `run`). `route`: the parties reach the label party
+    at route(its address) instead. `resume`: continue the run in `run` from its newest
+    complete checkpoint."""
+    with exclusive(run):
+        return _run_distributed(cfg, run, progress, poll, route, resume)
+
+
+def _run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | None,
+                     poll: float, route: Callable[[str], str] | None, resume: bool) -> RunOutcome:
     started = time.monotonic()
     launched = time.time()
     children: list[Child] = []
     for stale in address_files(cfg, run):  # a resumed run's old addresses
         stale.unlink(missing_ok=True)
+    failure: RunFailed | None = None
     try:
         if cfg.topology.tls:  # a fresh CA and one identity per process, for this run only
-            tls.generate(run.tls, tls.identities(cfg.topology.passive_parties))
+            tls.generate(run.tls, tls.identities(cfg.topology.passive_parties),
+                         run_scoped=True)  # each process deletes its own key once loaded
         for role in launch_plan(cfg, run, resume, routed=route is not None):
             children.append(spawn(role.name, list(role.args), run.logs / role.log,
                                   essential=role.essential, serves=role.serves))
@@ -72,11 +89,16 @@ def run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | 
         except KeyboardInterrupt:
             _interrupt(children, cfg.topology.step_deadline_s + INTERRUPT_GRACE)
             raise
+        failure = _failure(children, run)
+    except RunFailed as err:  # a process ended before it served
+        failure = err
     finally:
         stop_all(children)
         if cfg.topology.tls:  # certificates stay; private keys do not outlive the run
             tls.remove_private_keys(run.tls)
-    _raise_if_failed(children, run)
+    if failure is not None:
+        _record_failure(run, failure)
+        raise failure
     return collect_outcome(run, "distributed", time.monotonic() - started, launched)
 
 
@@ -103,7 +125,7 @@ def _wait_for_address(port_file: Path, child: Child, timeout: float) -> str:
             return port_file.read_text().strip()
         if child.returncode is not None:
             raise RunFailed(f"{child.name} {child.how_it_ended()} before serving: "
-                            f"{child.last_error() or '(no output)'}")
+                            f"{child.last_error() or '(no output)'}", child)
         time.sleep(0.05)
     raise RunFailed(f"{child.name} did not start serving within {timeout:g} s:\n{child.log_tail()}")
 
@@ -140,14 +162,14 @@ def _wait_briefly(children: list[Child], timeout: float) -> None:
         time.sleep(0.05)
 
 
-def _raise_if_failed(children: list[Child], run: RunDir) -> None:
+def _failure(children: list[Child], run: RunDir) -> RunFailed | None:
     """Name the process that failed first on its own, with its own last error line; add what
     the label party concluded (it names the party or component that broke the run). Input
     every role refuses (exit 2: a bad config or data file) is named by the label party's
     refusal: the roles start at once, so which of them refuses first is chance."""
     if all(c.returncode == 0 for c in children if c.essential):
-        return
-    outcome = _outcome(run)
+        return None
+    outcome = read_outcome(run)
     concluded = (f"{outcome['message']} [{outcome['code']}]" if outcome.get("status") == "failed"
                  else None)
     # A process a signal killed (one this orchestrator did not send) is the cause: the others
@@ -156,25 +178,41 @@ def _raise_if_failed(children: list[Child], run: RunDir) -> None:
     failed = sorted((c for c in children if c.essential and c.failed_on_its_own),
                     key=lambda c: ((c.returncode or 0) >= 0, c.exited_at or float("inf"),
                                    c is children[0]))
+    named = next((c for c in children[1:] if concluded and c.name == outcome.get("culprit")), None)
+    if named is not None and not named.failed_on_its_own:
+        # e.g. a stalled party, stopped only at the end: the parties the label party then sent
+        # away exited first, but it is the one that broke the run
+        return RunFailed(concluded)
     if not failed:
-        raise RunFailed(concluded or "a party did not finish; see the logs in " + str(run.logs))
+        return RunFailed(concluded or "a party did not finish; see the logs in " + str(run.logs))
     label = children[0]
-    first = label if label in failed and label.returncode == EXIT_BAD_INPUT else failed[0]
+    first = named or (label if label in failed and label.returncode == EXIT_BAD_INPUT
+                      else failed[0])
     if first is label and concluded:  # the label party itself: its outcome says it best
-        raise RunFailed(concluded)
+        return RunFailed(concluded, first)
     reason = first.last_error()
     before = " before serving" if first is label and not run.label_party_address.exists() else ""
     message = f"{first.name} {first.how_it_ended()}{before}" + (f": {reason}" if reason else "")
     if concluded and concluded not in message:
         message += f"\nthe label party reports: {concluded}"
-    raise RunFailed(message)
+    return RunFailed(message, first)
 
 
-def _outcome(run: RunDir) -> dict[str, Any]:
+def _record_failure(run: RunDir, failure: RunFailed) -> None:
+    """When a process failed before the label party could conclude (e.g. a passive party
+    refused its data file before joining, and the label party was then stopped), its outcome
+    says "failed", naming that process, not "interrupted" (or nothing at all)."""
+    outcome = read_outcome(run)
+    if failure.culprit is None or outcome.get("status") in ("failed", "ok"):
+        return
+    party = failure.culprit.removeprefix("passive party ")
+    outcome.update(status="failed", code="UNAVAILABLE", message=str(failure),
+                   culprit=failure.culprit, party=int(party) if party.isdigit() else None,
+                   recorded_by="orchestrator")
     try:
-        return json.loads(run.outcome.read_text())
-    except (OSError, ValueError):
-        return {}
+        write_outcome(run, outcome)
+    except OSError:
+        pass  # the run directory is unusable: the failure is printed all the same
 
 
 def collect_outcome(run: RunDir, mode: str, seconds: float,

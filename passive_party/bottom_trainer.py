@@ -12,8 +12,8 @@ from torch import nn
 
 from passive_party.integrity import PartyIntegrity
 from passive_party.malicious_optimizer import MaliciousSGD
+from splitleak.checkpoint import save_torch
 from splitleak.config import ExperimentConfig
-from splitleak.fileio import write_atomically
 from splitleak.inputs import PartyInputs
 from splitleak.models import build_bottom
 from splitleak.optim import make_optimizer
@@ -173,4 +173,4 @@ class BottomTrainer:
 
     def save(self, path: Path) -> None:
         state = self.state_dict()
-        write_atomically(path, lambda tmp: torch.save(state, tmp))
+        save_torch(path, state)

@@ -5,21 +5,26 @@ from __future__ import annotations
 import argparse
 import logging
 from pathlib import Path
+from typing import NoReturn
 
 from passive_party.client import PartyError, run_party
+from splitleak.checkpoint import CHECKPOINTS
 from splitleak.cli_common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
     EXIT_INTERRUPTED,
+    BadInput,
     config_or_exit,
+    end_process,
     setup_logging,
     tls_dir_or_exit,
     writable_or_exit,
 )
 from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
-from splitleak.rundir import RunDir
+from splitleak.rundir import LinkedRunDir, RunDir, refuse_symlinks
 from splitleak.tap import TapError
+from splitleak.tls import passive_identity
 from splitleak.transport import run_async
 
 log = logging.getLogger("passive_party")
@@ -45,8 +50,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     setup_logging(f"passive-party-{args.party_id}", args.verbose)
     cfg = config_or_exit(args.config)
-    tls_dir = tls_dir_or_exit(cfg, args.tls_dir)
+    tls_dir = tls_dir_or_exit(cfg, args.tls_dir, passive_identity(args.party_id))
     run = RunDir(args.resume or args.run_dir)
+    if args.resume is not None:  # its checkpoints are written anew: never through a link
+        try:
+            refuse_symlinks(run.root, run.passive_party(args.party_id), run.root / CHECKPOINTS)
+        except LinkedRunDir as err:
+            raise BadInput(f"passive-party run --resume: {err}") from None
     writable_or_exit(run.root)
     try:
         run_async(run_party(cfg, args.party_id, args.label_party, run, attacker=args.attacker,
@@ -63,3 +73,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     return 0
+
+
+def entry() -> NoReturn:
+    """The `passive-party` console script."""
+    end_process(main)

@@ -40,7 +40,7 @@ from splitleak.rundir import RunDir
 from splitleak.tap import SIDECAR, Tap, TapError
 from splitleak.timing import TIMING_FILE, StepTimer, mark_startup, note, timed
 from splitleak.tls import LABEL_PARTY, passive_identity
-from splitleak.transport import PARTY_ID_KEY, SESSION_KEY, create_channel
+from splitleak.transport import PARTY_ID_KEY, SESSION_KEY, create_channel, tls_refusal
 from splitleak.v1 import attacker_pb2 as apb
 from splitleak.v1 import split_learning_pb2 as pb
 from splitleak.v1 import split_learning_pb2_grpc as pb_grpc
@@ -48,6 +48,7 @@ from splitleak.v1 import tensor_pb2
 from splitleak.white_box import SnapshotWriter, cafe_victim
 
 log = logging.getLogger("passive_party")
+JOIN_RETRY = 0.2  # s between two attempts to join a label party that does not answer yet
 
 
 class PartyError(Exception):
@@ -164,11 +165,22 @@ async def _join(stub: pb_grpc.LabelPartyStub, cfg: ExperimentConfig,
     request = pb.JoinRequest(protocol_version=PROTOCOL_VERSION, party_id=bottom.party_id,
                              embedding_shape=bottom.embedding_shape, config_hash=cfg.hash,
                              num_rows=bottom.inputs.num_rows)
-    try:
-        return await stub.Join(request, wait_for_ready=True,
-                               timeout=cfg.topology.join_deadline_s)
-    except grpc.aio.AioRpcError as err:
-        raise PartyError(_describe(err, "joining")) from None
+    # Until the label party listens, every attempt fails at once (UNAVAILABLE): try again
+    # until the join deadline. A TLS handshake it refused cannot get better by waiting (not
+    # waiting for the channel to be ready is what lets it show at once).
+    end = time.monotonic() + cfg.topology.join_deadline_s
+    while True:
+        try:
+            return await stub.Join(request, timeout=max(0.001, end - time.monotonic()))
+        except grpc.aio.AioRpcError as err:
+            refusal = tls_refusal(err)
+            if refusal is not None:
+                raise PartyError(f"the server at the label party's address is not this run's label "
+                                 f"party: its TLS certificate was refused ({refusal}); check "
+                                 "--label-party and that every party has this run's ca.pem") from None
+            if err.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() + JOIN_RETRY > end:
+                raise PartyError(_describe(err, "joining")) from None
+        await asyncio.sleep(JOIN_RETRY)
 
 
 class _Tapped(NamedTuple):

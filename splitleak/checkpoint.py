@@ -13,6 +13,7 @@ writes no file: its checkpoint is the record count at that step, in the manifest
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 from dataclasses import asdict, dataclass, field
@@ -23,6 +24,7 @@ import torch
 
 from splitleak.config import ConfigError, ExperimentConfig, differences, load_config
 from splitleak.fileio import sha256_file, write_atomically
+from splitleak.rundir import LinkedRunDir, refuse_symlinks
 
 CHECKPOINTS = "checkpoints"
 MANIFEST = "manifest.json"
@@ -30,6 +32,7 @@ LABEL_PARTY_FILE = "label_party.pt"
 KEEP = 2  # complete checkpoints kept on disk: the newest, and the one before in case it is torn
 FORMAT = 1
 _STEP_DIR = re.compile(r"step-(\d+)-batch-(\d+)")
+log = logging.getLogger("splitleak")
 
 
 class CheckpointError(ValueError):
@@ -70,9 +73,24 @@ def party_file_name(party_id: int) -> str:
     return f"passive_party_{party_id}.pt"
 
 
+def save_torch(path: Path, state: dict[str, Any]) -> None:
+    """torch.save, atomically, through a Python file: a full disk is then an OSError naming
+    the file (ENOSPC), not torch's own "enforce fail ... unexpected pos" RuntimeError."""
+    def write(tmp: Path) -> None:
+        with tmp.open("wb") as out:
+            torch.save(state, out)
+
+    try:
+        write_atomically(path, write)
+    except OSError as err:
+        if err.filename is not None:
+            raise
+        raise OSError(err.errno, err.strerror, str(path)) from None
+
+
 def save_state(path: Path, state: dict[str, Any]) -> str:
     """Write a state dict atomically; returns its SHA-256."""
-    write_atomically(path, lambda tmp: torch.save(state, tmp))
+    save_torch(path, state)
     return sha256_file(path)
 
 
@@ -128,6 +146,49 @@ def complete_manifests(run_root: Path) -> list[Manifest]:
     return found
 
 
+def check_files(run_root: Path, manifest: Manifest) -> str | None:
+    """Why a complete checkpoint cannot be resumed from (None: it can): a file it names is
+    missing, torn or changed. The label party's own file must be there; a passive party's file
+    is checked where this run directory holds it (a party on another host checks its own)."""
+    directory = step_dir(run_root, manifest.position)
+    for name, sha256 in sorted(manifest.files.items()):
+        path = directory / name
+        if not path.is_file() and name != LABEL_PARTY_FILE:
+            continue
+        if not path.is_file():
+            return f"{path} is missing"
+        if sha256_file(path) != sha256:
+            return f"{path} does not match the manifest's SHA-256 (torn or changed since it was written)"
+    return None
+
+
+def resumable(run_root: Path) -> Manifest | None:
+    """The newest complete checkpoint whose files are whole (None: there is none, resume at
+    step 0); an older one when the newest is torn (the reason two are kept). CheckpointError
+    when there are checkpoints but none is whole."""
+    unusable = []
+    for manifest in reversed(complete_manifests(run_root)):
+        problem = check_files(run_root, manifest)
+        if problem is None:
+            if unusable:
+                log.warning("resuming from the checkpoint of step %d: %s", manifest.step,
+                            "; ".join(unusable))
+            return manifest
+        unusable.append(f"the checkpoint of step {manifest.step} is unusable: {problem}")
+    if unusable:
+        raise CheckpointError("; ".join(unusable) + " (remove the checkpoints directory to "
+                              "start the run again from step 0)")
+    return None
+
+
+def discard_after(run_root: Path, position: Position | None) -> None:
+    """Remove the checkpoints after the one a resume starts from (all, from step 0): the
+    resumed run redoes their steps, and a torn one must not be mistaken for the newest."""
+    for at, directory in _step_dirs(run_root):
+        if position is None or at.batches > position.batches:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
 def latest(run_root: Path) -> Manifest | None:
     """The newest complete checkpoint of a run, or None (resume then starts at step 0)."""
     manifests = complete_manifests(run_root)
@@ -159,9 +220,15 @@ def prune_own(run_root: Path, file_name: str, keep: int = KEEP) -> None:
             pass
 
 
+# Where a run lives is not part of what it computes: a run started with --output-dir resumes
+# with its own experiment file (whose output_dir names another place) all the same.
+WHERE_IT_LIVES = ("run.output_dir",)
+
+
 def config_conflicts(reference: dict[str, Any], cfg: ExperimentConfig) -> list[str]:
     """What `cfg` changes against the config a run was started (and checkpointed) with."""
-    return differences(reference, cfg.model_dump(mode="json"))
+    return [change for change in differences(reference, cfg.model_dump(mode="json"))
+            if change.split(":", 1)[0] not in WHERE_IT_LIVES]
 
 
 def resume_point(run_root: Path, cfg: ExperimentConfig) -> Manifest | None:
@@ -170,10 +237,14 @@ def resume_point(run_root: Path, cfg: ExperimentConfig) -> Manifest | None:
     config = run_root / "config.toml"
     if not config.is_file():
         raise CheckpointError(f"{run_root} is not a run directory (it has no config.toml)")
+    try:
+        refuse_symlinks(run_root)  # a resume cuts files back: never one outside the run
+    except LinkedRunDir as err:
+        raise CheckpointError(str(err)) from None
     if _outcome_status(run_root) == "ok":
         raise CheckpointError(f"{run_root} finished (label_party/outcome.json says ok); "
                               "there is nothing to resume")
-    manifest = latest(run_root)
+    manifest = resumable(run_root)
     if manifest is not None:
         reference = manifest.config
     else:

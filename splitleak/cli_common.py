@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import sys
+import threading
+import traceback
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 from splitleak.config import ConfigError, ExperimentConfig, load_config
 from splitleak.datasets import Schema
@@ -22,25 +28,76 @@ class BadInput(SystemExit):
         super().__init__(EXIT_BAD_INPUT)
 
 
+def end_process(main: Callable[[], int | None]) -> NoReturn:
+    """Run a console entry point and end the process with the code it chose, every time.
+
+    Python's own exit tears the interpreter down while native threads (pyarrow's I/O pool,
+    gRPC's pollers, torch's workers) may still run: one that then asks for the GIL calls
+    pthread_exit through C++ frames, and the process aborts (SIGABRT, 134: "terminate called
+    without an active exception") after it printed the right message. So: run the atexit
+    handlers and flush what was written, then leave with os._exit, which does not tear down.
+    Everything a normal exit does before its teardown still happens, in the same order:
+    non-daemon threads are joined (threading._shutdown, e.g. executors finishing their work),
+    then the atexit handlers run (e.g. Ray's shutdown).
+    """
+    try:
+        code = main()
+    except SystemExit as stop:
+        code = stop.code
+    except KeyboardInterrupt:
+        code = EXIT_INTERRUPTED
+    except BaseException:  # noqa: BLE001 - a bug: show it as Python would, then exit 1
+        traceback.print_exc()
+        code = EXIT_FAILED
+    if code is None:
+        code = EXIT_OK
+    elif not isinstance(code, int):  # sys.exit("message"): printed, exit 1
+        print(code, file=sys.stderr)
+        code = EXIT_FAILED
+    try:
+        threading._shutdown()  # type: ignore[attr-defined]
+        atexit._run_exitfuncs()
+        logging.shutdown()
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code & 0xFF)
+
+
 def setup_logging(role: str, verbose: bool = False) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
                         format=LOG_FORMAT.format(role=role), force=True)
 
 
-def tls_dir_or_exit(cfg: ExperimentConfig, tls_dir: Path | None) -> Path | None:
-    """The TLS identity directory this process must use, or None when the config says plaintext."""
-    if not cfg.topology.tls:
+def tls_dir_or_exit(cfg: ExperimentConfig | None, tls_dir: Path | None,
+                    identity: str) -> Path | None:
+    """The TLS identity directory this process must use (its identity `identity` loaded, so a
+    missing file is refused now), or None when the config (or, without one, the absence of
+    --tls-dir) says plaintext. A --tls-dir that cannot be used is refused, never ignored."""
+    plaintext = not cfg.topology.tls if cfg is not None else tls_dir is None
+    if plaintext:
         # Identities given to a plaintext run would be silently ignored: refuse. (An empty
         # directory, e.g. a compose volume `prepare` emptied for a plaintext run, holds none.)
-        if tls_dir is not None and (tls_dir / "ca.pem").exists():
-            raise BadInput(f"--tls-dir {tls_dir} holds TLS identities but the config says "
-                           "topology.tls = false: set topology.tls = true to use mutual TLS, or "
-                           "drop --tls-dir for plaintext on a trusted network")
+        if tls_dir is not None and (not tls_dir.is_dir() or any(tls_dir.iterdir())):
+            what = "holds files" if tls_dir.is_dir() else "does not exist"
+            raise BadInput(f"--tls-dir {tls_dir} {what} but the config says topology.tls = false: "
+                           "set topology.tls = true to use mutual TLS, or drop --tls-dir for "
+                           "plaintext on a trusted network")
         return None
     if tls_dir is None:
         raise BadInput("topology.tls = true: give --tls-dir DIR holding ca.pem and this party's "
                        "certificate and key (make them with `splitleak certs DIR --parties N`), "
                        "or set topology.tls = false for plaintext on a trusted network")
+    from splitleak import tls
+
+    try:
+        tls.claim(tls_dir, identity)
+    except OSError as err:
+        reason = str(err) if err.strerror is None else f"cannot read {err.filename}: {err.strerror}"
+        raise BadInput(f"--tls-dir {tls_dir}: {reason}") from None
     return tls_dir
 
 

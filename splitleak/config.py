@@ -34,6 +34,24 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+# A run's directory is `<run.name>[-suffix]-<time>-<hash>` (32 characters after the name, a
+# suffix such as "-relayed"), a sweep's is `<sweep.name>`: each must stay one plain directory
+# name within the 255 bytes a file system allows.
+RUN_NAME_MAX = 200
+DIRECTORY_NAME_MAX = 255
+
+
+def plain_directory_name(value: str) -> str:
+    """A name used as one directory: not `.` or `..` (which would write outside its parent)."""
+    if value in (".", ".."):
+        raise ValueError(f"{value!r} is not a directory name of its own; use letters, digits, "
+                         "'_', '.' or '-' (e.g. 'experiment')")
+    return value
+
+
+DIRECTORY_NAME = r"^[A-Za-z0-9_.-]+$"
+
+
 ColumnRange = tuple[int, int]
 
 
@@ -41,7 +59,7 @@ DEVICE = r"^(auto|cpu|cuda(:[0-9]{1,2})?)$"
 
 
 class RunConfig(_Frozen):
-    name: str = Field("experiment", pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field("experiment", pattern=DIRECTORY_NAME, max_length=RUN_NAME_MAX)
     seed: int = Field(0, ge=0, lt=2**63)
     output_dir: Path = Path("runs")
     # Intra-op threads per party process; "auto": the cores shared among the run's processes
@@ -52,6 +70,8 @@ class RunConfig(_Frozen):
     device: str = Field("auto", pattern=DEVICE)
     devices: dict[str, Annotated[str, Field(pattern=DEVICE)]] = {}
     deterministic: bool = True  # torch's deterministic algorithms (GPU: slower, reproducible)
+
+    _plain_name = field_validator("name")(plain_directory_name)
 
 
 class SubsetConfig(_Frozen):
@@ -153,13 +173,26 @@ class TrainingConfig(_Frozen):
     checkpoint_every: int = Field(100, ge=0)
 
 
+ADDRESS = r"^[^\s:]+:\d{1,5}$"  # HOST:PORT
+
+
+def port_in_range(address: str) -> str:
+    """A HOST:PORT whose port a socket can have (0: any free port)."""
+    port = int(address.rsplit(":", 1)[1])
+    if port > 65535:
+        raise ValueError(f"port {port} of {address!r} is not a TCP port (0..65535; 0: any free port)")
+    return address
+
+
 class TopologyConfig(_Frozen):
     passive_parties: int = Field(2, ge=1, le=64)
-    label_party_address: str = Field("127.0.0.1:0", pattern=r"^[^\s:]+:\d{1,5}$")
+    label_party_address: str = Field("127.0.0.1:0", pattern=ADDRESS)
     step_deadline_s: PositiveFloat = 60.0
     join_deadline_s: PositiveFloat = 120.0
     max_message_mb: int = Field(64, ge=1, le=1024)
     tls: bool = True  # mutual TLS, one identity per party; false: plaintext (trusted network only)
+
+    _port = field_validator("label_party_address")(port_in_range)
 
 
 class PluginSpec(_Frozen):
@@ -173,13 +206,18 @@ class PluginSpec(_Frozen):
         return dict(self.model_extra or {})
 
 
+MIN_BANDWIDTH_MBIT = 0.01
+
+
 class NetworkConfig(_Frozen):
     """An emulated wide-area link between each passive party and the label party: `splitleak
     run` puts a shaping relay (orchestration/relay.py) on each party's connection when set."""
 
     one_way_latency_ms: float = Field(0.0, ge=0.0, le=10_000.0)
     jitter_ms: float = Field(0.0, ge=0.0, le=10_000.0)  # std of the one-way latency (normal)
-    bandwidth_mbit: PositiveFloat | None = None  # per direction and party link; None: unlimited
+    # Per direction and party link; None: unlimited. At least 0.01 Mbit/s (a 64 KiB chunk then
+    # takes 52 s): below that every connection stalls, whatever the deadlines.
+    bandwidth_mbit: float | None = Field(None, ge=MIN_BANDWIDTH_MBIT)
 
     @property
     def shaped(self) -> bool:

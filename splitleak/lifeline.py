@@ -14,6 +14,13 @@ import sys
 
 PARENT_ENV = "SPLITLEAK_PARENT_PID"
 _PR_SET_PDEATHSIG = 1
+_parent: int | None = None  # the orchestrator this process follows
+
+
+def orphaned() -> bool:
+    """Whether the orchestrator this process follows has ended (its death signal is then on
+    its way, or here: what this process sees next is the stop, not a party's fault)."""
+    return _parent is not None and os.getppid() != _parent
 
 
 def follow_parent() -> None:
@@ -28,3 +35,5 @@ def follow_parent() -> None:
         sys.exit(f"{PARENT_ENV} must be the pid of the process that started this one, not {named!r}")
     if os.getppid() != int(named):  # it ended before the signal was armed
         sys.exit(f"the process that started this one (pid {named}) has already ended")
+    global _parent
+    _parent = int(named)

@@ -17,6 +17,11 @@ from splitleak.fileio import write_atomically
 
 LABEL_PARTY = "label-party"
 ATTACKER = "attacker"
+# In a directory of identities made for one run (splitleak run, the Ray engine): each process
+# deletes its own private key from disk once it holds it in memory, so a run that ends in any
+# way (even its orchestrator killed with SIGKILL) leaves no key behind once its roles started.
+RUN_SCOPED = "RUN-SCOPED"
+_held: dict[tuple[str, bytes], bytes] = {}  # (key file, its certificate) -> the key, in memory
 
 
 def passive_identity(party_id: int) -> str:
@@ -43,11 +48,14 @@ def _host(host: str) -> x509.GeneralName:
         return x509.DNSName(host)
 
 
-def generate(directory: Path, names: list[str], days: int = 30, hosts: Iterable[str] = ()) -> None:
+def generate(directory: Path, names: list[str], days: int = 30, hosts: Iterable[str] = (),
+             run_scoped: bool = False) -> None:
     """A fresh CA (`ca.pem`) and `<name>.pem` / `<name>.key` per identity. Each certificate
     is valid for localhost, 127.0.0.1, the identity's own name as a host (compose service) and
-    every extra host given (IP addresses or DNS names, e.g. the nodes of a Ray cluster)."""
-    directory.mkdir(parents=True, exist_ok=True)
+    every extra host given (IP addresses or DNS names, e.g. the nodes of a Ray cluster).
+    `run_scoped`: the identities serve one run; each process deletes its key once loaded."""
+    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    (directory / RUN_SCOPED).unlink(missing_ok=True)
     now = dt.datetime.now(dt.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca = (x509.CertificateBuilder().subject_name(_name("splitleak run CA"))
@@ -73,6 +81,9 @@ def generate(directory: Path, names: list[str], days: int = 30, hosts: Iterable[
         pem = _pem_key(key)  # created 0600: never readable by others, not even for a moment
         write_atomically(directory / f"{name}.key", lambda tmp, pem=pem: tmp.write_bytes(pem),
                          mode=0o600)
+    if run_scoped:
+        (directory / RUN_SCOPED).write_text("These identities serve one run: each process deletes "
+                                            "its private key once it has loaded it.\n")
 
 
 def remove_private_keys(directory: Path) -> list[Path]:
@@ -84,14 +95,36 @@ def remove_private_keys(directory: Path) -> list[Path]:
     return removed
 
 
+def hold(directory: Path, name: str, cert: bytes, key: bytes) -> None:
+    """Make `name`'s identity loadable from `directory` (which holds ca.pem and `cert` as
+    `<name>.pem`) with its private key only in this process's memory, never on disk."""
+    _held[(str((directory / f"{name}.key").absolute()), cert)] = key
+
+
+def claim(directory: Path, name: str) -> None:
+    """Load `name`'s identity now, a process's first step: a missing file fails at once (not
+    after the data is loaded), and in a run-scoped directory the key file is gone from then on."""
+    if not directory.is_dir():
+        raise FileNotFoundError(f"the TLS directory {directory} does not exist")
+    _read(directory, name)
+
+
 def _read(directory: Path, name: str) -> tuple[bytes, bytes, bytes]:
-    files = [directory / "ca.pem", directory / f"{name}.pem", directory / f"{name}.key"]
-    missing = [str(f) for f in files if not f.is_file()]
+    ca_file, cert_file, key_file = (directory / "ca.pem", directory / f"{name}.pem",
+                                    directory / f"{name}.key")
+    cert = cert_file.read_bytes() if cert_file.is_file() else b""
+    held = _held.get((str(key_file.absolute()), cert))
+    missing = [str(f) for f in (ca_file, cert_file) if not f.is_file()]
+    if held is None and not key_file.is_file():
+        missing.append(str(key_file))
     if missing:
         raise FileNotFoundError(f"TLS identity {name!r} incomplete; missing: {', '.join(missing)} "
                                 "(make them with `splitleak certs DIR --parties N`)")
-    ca, cert, key = (f.read_bytes() for f in files)
-    return ca, cert, key
+    key = held if held is not None else key_file.read_bytes()
+    if held is None and (directory / RUN_SCOPED).is_file():
+        _held[(str(key_file.absolute()), cert)] = key
+        key_file.unlink(missing_ok=True)
+    return ca_file.read_bytes(), cert, key
 
 
 def server_credentials(directory: Path, name: str) -> grpc.ServerCredentials:

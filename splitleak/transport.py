@@ -83,6 +83,21 @@ def create_channel(address: str, topology: TopologyConfig, tls_dir: Path | None 
                                      compression=COMPRESSION[compression])
 
 
+# What gRPC's UNAVAILABLE says when the connection was made but the TLS handshake refused:
+# waiting longer cannot help (unlike "Connection refused", a server not listening yet).
+_TLS_REFUSALS = ("handshake failed", "verification check failed", "certificate")
+
+
+def tls_refusal(err: grpc.aio.AioRpcError) -> str | None:
+    """Why a call failed in its TLS handshake (e.g. a server presenting another role's or
+    another run's certificate), in gRPC's own words; None for any other failure."""
+    details = err.details() or ""
+    if err.code() != grpc.StatusCode.UNAVAILABLE or not any(
+            marker in details.lower() for marker in _TLS_REFUSALS):
+        return None
+    return details.rsplit("last error: ", 1)[-1]
+
+
 def run_async(main: Coroutine[Any, Any, T]) -> T:
     """Run an entry point's coroutine, on uvloop when it is installed."""
     try:

@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from torch import nn
 
 from splitleak.config import ConfigError, ExperimentConfig, plugin_param_errors
-from splitleak.datasets import DATASETS, DatasetError, Schema
+from splitleak.datasets import DATASETS, DatasetError, Schema, build_dataset
 from splitleak.integrity import check_integrity
 from splitleak.models import InputSpec, build_bottom, build_top, input_spec
 from splitleak.partition import label_party_columns, passive_columns
@@ -44,6 +44,15 @@ def check_core(cfg: ExperimentConfig) -> Schema:
         own_columns(cfg, schema)  # the private features name categorical columns of the slice
     check_integrity(cfg, schema)
     return schema
+
+
+def check_data_values(cfg: ExperimentConfig) -> None:
+    """Every value of the dataset's files parses (a pass over them, streaming: bounded memory);
+    ConfigError names the file, line and column of the first bad one."""
+    try:
+        build_dataset(cfg.dataset.name, cfg.dataset.params).check_values()
+    except DatasetError as err:
+        raise ConfigError(f"dataset: {err}") from None
 
 
 def check_models(cfg: ExperimentConfig, schema: Schema, columns: dict[int, tuple[int, int]],
@@ -105,12 +114,20 @@ def check_message_sizes(cfg: ExperimentConfig, bottoms: dict[int, tuple[tuple[in
                 f"max_message_mb to at least {needed} or lower training.batch_size")
 
 
-def overlap_warnings(cfg: ExperimentConfig, schema: Schema) -> list[str]:
-    """Passive parties holding the same columns (unless features.allow_overlap says so)."""
+def overlap_warnings(cfg: ExperimentConfig, schema: Schema | None = None) -> list[str]:
+    """Passive parties holding the same columns (unless features.allow_overlap says so).
+    Without `schema` (the analysis of a run, which may lack its data): explicit column ranges
+    as written; ratios never overlap."""
     if cfg.features.allow_overlap:
         return []
+    if schema is not None:
+        columns = passive_columns(cfg, schema)
+    elif cfg.features.passive is not None:
+        columns = {k + 1: (r[0], r[1]) for k, r in enumerate(cfg.features.passive)}
+    else:
+        return []
     warnings = []
-    for (a, (a0, a1)), (b, (b0, b1)) in combinations(sorted(passive_columns(cfg, schema).items()), 2):
+    for (a, (a0, a1)), (b, (b0, b1)) in combinations(sorted(columns.items()), 2):
         if max(a0, b0) < min(a1, b1):
             warnings.append(f"features.passive: passive parties {a} and {b} both hold columns "
                             f"[{max(a0, b0)}, {min(a1, b1)}); set features.allow_overlap = true "

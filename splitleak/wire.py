@@ -10,6 +10,8 @@ refuses the message in its own words.
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +34,37 @@ class Malformed:
         if self.code == grpc.StatusCode.RESOURCE_EXHAUSTED:
             return f"{self.message_type} message {self.error}"
         return f"malformed {self.message_type} message: {self.error}"
+
+
+class RefusalLog:
+    """Refusals logged at a bounded rate: the first `burst` of every `window` seconds one by
+    one, then one line per window saying how many more there were (and the last), so a peer
+    sending nothing but garbage can fill neither the disk nor the memory of a service."""
+
+    def __init__(self, log: logging.Logger, burst: int = 20, window: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.log, self.burst, self.window, self.clock = log, burst, window, clock
+        self.started = clock()
+        self.logged = self.skipped = 0
+        self.last = ""
+
+    def refused(self, what: str, reason: str, code: str) -> None:
+        if self.clock() - self.started >= self.window:
+            self.flush()
+        line = f"refused {what}: {reason} [{code}]"
+        if self.logged < self.burst:
+            self.logged += 1
+            self.log.warning("%s", line)
+        else:
+            self.skipped += 1
+            self.last = line[:500]
+
+    def flush(self) -> None:
+        """Say how many refusals were not logged one by one; start a new window."""
+        if self.skipped:
+            self.log.warning("%d more refusal(s) within %g s were not logged one by one; the last: "
+                             "%s", self.skipped, self.window, self.last)
+        self.started, self.logged, self.skipped = self.clock(), 0, 0
 
 
 def oversized(size: int, limit_mb: int) -> str:

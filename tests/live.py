@@ -33,12 +33,13 @@ RAW = {"request_serializer": None, "response_deserializer": None}  # bytes in, b
 
 @contextlib.asynccontextmanager
 async def sidecar(root: Path, observe: frozenset[int] = frozenset({1}), run_id: str = "r1",
-                  limit_mb: int = 64, resume: bool = False, receive: frozenset[int] = frozenset()
-                  ) -> AsyncIterator[tuple[str, AttackerServicer]]:
+                  limit_mb: int = 64, resume: bool = False, receive: frozenset[int] = frozenset(),
+                  shapes: dict | None = None) -> AsyncIterator[tuple[str, AttackerServicer]]:
     store = GradientStore(RunDir(root).attacker / "gradients", run_id, resume=resume)
     received = (GradientStore(RunDir(root).attacker / "received", run_id, resume=resume)
                 if receive else None)
-    servicer = AttackerServicer(store, set(observe), run_id, received=received, receive=set(receive))
+    servicer = AttackerServicer(store, set(observe), run_id, received=received, receive=set(receive),
+                                shapes=shapes)
     server = create_server(TopologyConfig(tls=False, max_message_mb=limit_mb))
     add_sidecar(server, servicer, limit_mb)
     port = bind(server, "127.0.0.1:0")
@@ -162,10 +163,10 @@ async def whole_run(cfg: ExperimentConfig, root: Path, resume: bool = False,
     `parties_resume`: whether the passive parties were started with --resume (default: as
     the label party)."""
     from passive_party.client import run_party
-    from splitleak.checkpoint import latest
+    from splitleak.checkpoint import resume_point
 
     run = RunDir(root)
-    manifest = latest(run.root) if resume else None
+    manifest = resume_point(run.root, cfg) if resume else None
     observe, receive = frozenset(cfg.tapped_parties), frozenset(cfg.received_parties)
     async with contextlib.AsyncExitStack() as stack:
         tap_address = None

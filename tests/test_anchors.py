@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from attacker.analysis.analyze import analyze
-from attacker.attacks import build_attack
 from attacker.analysis.leak import evaluate_batch
+from attacker.attacks import build_attack
 from attacker.sidecar.store import GradientLog
 from orchestration.reference import run_reference
 from splitleak.anchors import CleanAnchorWriter, anchor_parties, draw_anchor_rows, read_clean_anchors

@@ -11,19 +11,6 @@ from hypothesis import strategies as st
 from scipy.stats import rankdata
 from sklearn.metrics import roc_auc_score
 
-from attacker.attacks import (
-    ATTACKS,
-    DEFAULT_ATTACKS,
-    DEFAULT_MULTICLASS_ATTACKS,
-    FAMILIES,
-    NO_PREDICTION,
-    RUN_ATTACKS,
-    Attack,
-    AttackResult,
-    RunAttack,
-    SideKnowledge,
-    build_attack,
-)
 from attacker.analysis.leak import (
     BatchLeak,
     LeakAUC,
@@ -37,6 +24,19 @@ from attacker.analysis.leak import (
     summarise,
 )
 from attacker.analysis.summary import summarise_leak
+from attacker.attacks import (
+    ATTACKS,
+    DEFAULT_ATTACKS,
+    DEFAULT_MULTICLASS_ATTACKS,
+    FAMILIES,
+    NO_PREDICTION,
+    RUN_ATTACKS,
+    Attack,
+    AttackResult,
+    RunAttack,
+    SideKnowledge,
+    build_attack,
+)
 from splitleak.anchors import CLEAN_ANCHOR_ATTACKS
 
 BINARY_DEFAULTS = [

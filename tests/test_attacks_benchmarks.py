@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from scipy.special import softmax
 
 from attacker.analysis.analyze import analyze
+from attacker.analysis.leak import count_error, evaluate_batch
 from attacker.attacks import SideKnowledge, build_attack
 from attacker.attacks.batch_label_counts import whole_counts
-from attacker.analysis.leak import count_error, evaluate_batch
 from attacker.sidecar.store import GradientStore
 from splitleak.rundir import RunDir
 

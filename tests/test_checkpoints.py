@@ -6,12 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
 from orchestration.cli import main as splitleak_main
-from splitleak.checkpoint import MANIFEST, complete_manifests, latest, step_dir
+from splitleak.checkpoint import (
+    MANIFEST,
+    CheckpointError,
+    complete_manifests,
+    latest,
+    resume_point,
+    step_dir,
+)
 from splitleak.config import AttackerConfig, ExperimentConfig, TopologyConfig, parse_config
 from splitleak.rundir import RunDir, write_config
 from splitleak.tap import Tap, TapError
@@ -145,3 +153,94 @@ def test_no_checkpoint_claims_a_log_whose_sidecar_is_gone(mode: str) -> None:
             asyncio.run(sync_after_failure())
     else:
         assert asyncio.run(sync_after_failure()) == 0  # the run goes on unobserved, as configured
+
+
+@pytest.fixture(scope="module")
+def straight_and_interrupted(tmp_path_factory: pytest.TempPathFactory
+                             ) -> tuple[ExperimentConfig, RunDir, RunDir]:
+    """One config; a run of it straight through, and one interrupted at step 22 (two complete
+    checkpoints on disk), for the tests below to copy and damage."""
+    base = tmp_path_factory.mktemp("torn")
+    cfg = resumable(base)
+    straight = fresh_run(cfg, base / "straight")
+    assert asyncio.run(whole_run(cfg, straight.root))[0]["status"] == "ok"
+    interrupted = fresh_run(cfg, base / "interrupted")
+    assert asyncio.run(whole_run(cfg, interrupted.root, interrupt_at=22))[0]["status"] == "interrupted"
+    assert len(complete_manifests(interrupted.root)) == 2
+    return cfg, straight, interrupted
+
+
+def _torn_copy(tmp_path: Path, run: RunDir, names: list[str], newest: int = 1) -> RunDir:
+    """A copy of `run` whose `newest` newest checkpoints have each of `names` cut in half."""
+    copy = RunDir(tmp_path / run.root.name)
+    shutil.copytree(run.root, copy.root)
+    for manifest in complete_manifests(copy.root)[-newest:]:
+        for name in names:
+            path = step_dir(copy.root, manifest.position) / name
+            path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    return copy
+
+
+@pytest.mark.parametrize("torn", ["passive_party_1.pt", "label_party.pt"])
+def test_a_torn_newest_checkpoint_falls_back_to_the_older_one(
+        tmp_path: Path, straight_and_interrupted, torn: str) -> None:
+    cfg, straight, interrupted = straight_and_interrupted
+    run = _torn_copy(tmp_path, interrupted, [torn])
+    older, newest = complete_manifests(run.root)
+    assert resume_point(run.root, cfg) == older
+    outcome, errors = asyncio.run(whole_run(cfg, run.root, resume=True))
+    assert outcome["status"] == "ok" and outcome["resumed_from"] == older.step, outcome
+    assert errors == [None, None]
+    assert_same_run(straight, run, parties=2)
+
+
+def test_no_whole_checkpoint_is_a_read_problem_not_a_write_problem(
+        tmp_path: Path, straight_and_interrupted, capsys: pytest.CaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg, _, interrupted = straight_and_interrupted
+    run = _torn_copy(tmp_path, interrupted, ["label_party.pt"], newest=2)
+    code, text = exit_code_and_text(splitleak_main, ["run", "--resume", str(run.root),
+                                                     "--no-progress"], capsys)
+    text = " ".join(text.split())
+    assert code == 2 and "Traceback" not in text, text
+    assert "is unusable" in text and "does not match the manifest's SHA-256" in text, text
+    # A label party told to resume from a torn checkpoint anyway (e.g. by hand) says so.
+    monkeypatch.setattr("splitleak.checkpoint.resume_point", lambda root, cfg: latest(root))
+    outcome, _ = asyncio.run(whole_run(cfg, run.root, resume=True))
+    assert outcome["status"] == "failed" and outcome["code"] == "FAILED_PRECONDITION", outcome
+    assert outcome["message"].startswith("the label party cannot resume: checkpoint file"), outcome
+    assert "cannot write" not in outcome["message"]
+
+
+def test_a_run_in_use_is_not_resumed_a_second_time(tmp_path: Path, straight_and_interrupted,
+                                                   capsys: pytest.CaptureFixture) -> None:
+    """Two resumes of one run would each start a label party, and the parties of one could
+    join the other's; the second is refused while the first holds the run."""
+    import fcntl
+    import os
+
+    _, _, interrupted = straight_and_interrupted
+    run = _torn_copy(tmp_path, interrupted, [])
+    holder = os.open(run.root / "run.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(holder, b"4242\n")
+        code, text = exit_code_and_text(splitleak_main, ["run", "--resume", str(run.root),
+                                                         "--no-progress"], capsys)
+    finally:
+        os.close(holder)
+    text = " ".join(text.split())
+    assert code == 2 and "is in use by another splitleak process (pid 4242)" in text, text
+    assert not (run.root / "pids.json").exists()  # no party was started
+
+
+def test_a_run_made_with_output_dir_resumes_with_its_own_experiment_file(
+        tmp_path: Path, straight_and_interrupted) -> None:
+    """`splitleak run exp.toml --output-dir D`, then `splitleak run exp.toml --resume D/<run>`:
+    exp.toml's output_dir names another place, which is not a change of the experiment."""
+    cfg, _, interrupted = straight_and_interrupted
+    elsewhere = cfg.model_copy(update={"run": cfg.run.model_copy(update={"output_dir": tmp_path})})
+    assert resume_point(interrupted.root, elsewhere) == complete_manifests(interrupted.root)[-1]
+    changed = cfg.model_copy(update={"run": cfg.run.model_copy(update={"seed": 99})})
+    with pytest.raises(CheckpointError, match="run.seed: 3 -> 99"):
+        resume_point(interrupted.root, changed)

@@ -124,6 +124,30 @@ def test_labels_on_a_full_disk_leave_no_temporary_file(tmp_path: Path,
         assert not list(directory.rglob(".*.tmp"))
 
 
+def test_a_full_disk_at_the_final_model_save_is_an_os_error(tmp_path: Path) -> None:
+    """At 920e7e0 torch's own writer failed with "basic_ios::clear: iostream error" (or
+    "enforce fail ... unexpected pos"), a RuntimeError the label party reported as an
+    internal error with a traceback; now it is ENOSPC naming the file (exit 2, one sentence)."""
+    import errno
+
+    import torch
+
+    from label_party.outputs import write_outputs
+    from splitleak.rundir import RunDir
+
+    class Trainer:
+        def model_state(self) -> dict:
+            return {"top": torch.zeros(100_000)}
+
+    with full_directory(tmp_path) as directory:
+        run = RunDir(directory / "run")
+        run.label_party.mkdir(parents=True)
+        with pytest.raises(OSError) as err:
+            write_outputs(run, Trainer())  # type: ignore[arg-type]
+        assert err.value.errno == errno.ENOSPC and "top.pt" in str(err.value.filename), err.value
+        assert not list(directory.rglob(".*.tmp")) and not run.top_model.exists()
+
+
 @pytest.mark.parametrize(("setup", "args", "needle"), [
     ("missing", [], "does not exist"),
     ("not a run", [], "not a run directory"),
@@ -184,6 +208,26 @@ def test_overlapping_passive_columns_warn_unless_allowed(tmp_path: Path,
         tmp_path, features={**overlapping, "allow_overlap": True}), "allowed.toml")
     code, text = exit_code_and_text(splitleak_main, ["validate", str(allowed)], capsys)
     assert code == 0 and "both hold columns" not in text
+
+
+def test_overlapping_passive_columns_are_a_warning_of_the_report_too(tmp_path: Path) -> None:
+    """At 920e7e0 the warning was on the console only, and report.md said "Warnings: none"."""
+    from attacker.analysis.analyze import analyze
+    from attacker.report.report import write_report
+    from orchestration.reference import run_reference
+    from splitleak.config import parse_config
+    from splitleak.rundir import create_run_dir
+
+    cfg = parse_config(small_config(tmp_path, features={"passive": [[0, 20], [10, 30]]},
+                                    training={"batch_size": 128, "epochs": 1, "eval_interval": 0},
+                                    attacker={"attacks": ["norm"]}))
+    run = create_run_dir(cfg)
+    run_reference(cfg, run)
+    summary = analyze(run.root)
+    assert any("passive parties 1 and 2 both hold columns [10, 20)" in w for w in summary["warnings"])
+    write_report(run, summary)
+    warnings = (run.report / "report.md").read_text().split("## Warnings", 1)[1]
+    assert "both hold columns [10, 20)" in warnings.split("##", 1)[0]
 
 
 def test_a_data_path_that_is_a_directory_says_so(tmp_path: Path,

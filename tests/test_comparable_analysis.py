@@ -13,10 +13,10 @@ import torch
 from skimage.metrics import structural_similarity
 
 from attacker.analysis.analyze import analyze
+from attacker.analysis.leak import evaluate_batch
 from attacker.attacks import build_attack
 from attacker.attacks.base import RunFacts
 from attacker.attacks.exact.exact import Candidates, _scores, reconstruct, settle_ties
-from attacker.analysis.leak import evaluate_batch
 from attacker.attacks.reconstruction.base import image_scores
 from attacker.report.report import leak_table
 from attacker.sidecar.store import GradientStore

@@ -113,7 +113,7 @@ def test_the_first_process_to_fail_is_named_with_its_own_error_and_the_run_stops
     out, _ = proc.communicate(timeout=scaled(240))
     ended = time.time()
     text = " ".join(out.split())
-    assert proc.returncode == 1, out
+    assert proc.returncode == 2, out  # bad input (a data file), as the party's own code says
     assert re.search(r"run failed: passive party 1 exited with code 2: passive party 1: "
                      r"DatasetError: \S+train.txt, line 7: column 'I2' is 'abc'", text), text
     # no process is reported as ended by the SIGTERM the others got (the temp path may hold "-15")
@@ -122,3 +122,37 @@ def test_the_first_process_to_fail_is_named_with_its_own_error_and_the_run_stops
     failed = next(line for line in (run.logs / "passive_party_1.log").read_text().splitlines()
                   if " ERROR " in line)
     assert ended - _log_time(failed) < scaled(15), "the run was not stopped within seconds"
+
+
+class _Ended:
+    """A child process as the orchestrator sees it once it ended (a stand-in for Popen)."""
+
+    def __init__(self, returncode: int | None) -> None:
+        self.returncode = returncode
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+
+def test_a_stalled_party_named_by_the_label_party_leads_the_message(tmp_path: Path) -> None:
+    """Party 1 stalled (SIGSTOP): the label party failed the step naming it and sent party 2
+    away, which exited first; only then was party 1 stopped. The run names party 1 (at
+    920e7e0 it read "passive party 2 exited with code 1")."""
+    from orchestration.processes import Child
+    from orchestration.run import _failure
+    from splitleak.rundir import write_outcome
+
+    run = RunDir(tmp_path)
+    run.label_party.mkdir()
+    write_outcome(run, {"status": "failed", "code": "DEADLINE_EXCEEDED", "party": 1,
+                        "culprit": "passive party 1",
+                        "message": "passive party 1 sent no activation for TRAIN step 12 within 4 s"})
+    log = tmp_path / "party_2.log"
+    log.write_text("2026-11-26 07:00:00,000 passive-party-2 ERROR passive party 2: the label party "
+                   "ended the stream with ABORTED: the run failed\n")
+    children = [Child("label party", _Ended(1), tmp_path / "none.log", exited_at=3.0),
+                Child("passive party 1", _Ended(-9), tmp_path / "none.log", stopped=True),
+                Child("passive party 2", _Ended(1), log, exited_at=2.0)]
+    failure = _failure(children, run)
+    assert str(failure).startswith("passive party 1 sent no activation"), failure
+    assert "passive party 2" not in str(failure)

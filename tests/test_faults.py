@@ -82,8 +82,9 @@ def _expect_named(out: str, role: str, process: str, kind: str) -> None:
         assert "attacker sidecar" in text and "failed" in text, text
     else:
         # stopped mid-step, or at a checkpoint boundary (then it is the acknowledgement it owes)
-        assert (f"{process} sent no activation" in text or f"{process} sent no acknowledgement of the "
-                "checkpoint" in text) and "DEADLINE_EXCEEDED" in text, text
+        # the stalled party leads, not a party the label party sent away meanwhile
+        assert (f"run failed: {process} sent no activation" in text or f"run failed: {process} sent "
+                "no acknowledgement of the checkpoint" in text) and "DEADLINE_EXCEEDED" in text, text
 
 
 @pytest.mark.parametrize("kind", ["kill", "stop"])

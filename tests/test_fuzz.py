@@ -59,7 +59,10 @@ class Services:
     def __enter__(self) -> Services:
         self.label_party = label_party(self.cfg, self.root / "run")
         # Party 9 is observed but never streams: the sidecar's run never ends while fuzzed.
-        self.sidecar = sidecar(self.root / "sidecar", frozenset({1, 9}), run_id="r1", limit_mb=1)
+        # Party 1's records have the shapes a config would give it (VALID_RECORD's): no fuzzed
+        # first record can fix another.
+        self.sidecar = sidecar(self.root / "sidecar", frozenset({1, 9}), run_id="r1", limit_mb=1,
+                               shapes={(apb.PASSIVE_PARTY, 1): {"cut_gradient": (3,)}})
         self._contexts = [self.label_party, self.sidecar]
         (serving, _), (self.sidecar_address, _) = (self.run(c.__aenter__()) for c in self._contexts)
         self.label_address = serving.address
@@ -197,6 +200,37 @@ def test_admitted_train_never_fails_the_service(services: Services, messages: li
         return [valid.SerializeToString() if m == b"valid" else m for m in messages]
 
     services.check(services.run(services.rig.case(services.rig_channel, answers, TIMEOUT)))
+
+
+@pytest.mark.parametrize("times", [1.5, 2.5, 6.0])
+def test_oversized_messages_are_resource_exhausted_naming_a_limit(services: Services,
+                                                                   times: float) -> None:
+    """Between the limit and twice it, splitleak refuses naming topology.max_message_mb;
+    above, gRPC does, naming its own cap (twice the limit, in bytes); never a closed stream."""
+    rows = int(times * (1 << 20) / 12)
+    record = apb.GradientRecord(run_id="r1", party_id=1, epoch=0, step=0,
+                                sample_ids=encode_ids(np.arange(rows, dtype=np.int64)),
+                                cut_gradient=encode_tensor(np.ones((rows, 1), np.float32)))
+    join = pb.JoinRequest(protocol_version=PROTOCOL_VERSION, party_id=1,
+                          config_hash="x" * int(times * (1 << 20)))
+
+    async def both() -> list[grpc.aio.AioRpcError]:
+        errors = []
+        for call, payload in [(services.sidecar_channel.stream_unary(
+                "/splitleak.v1.AttackerSidecar/Record"), iter([record.SerializeToString()])),
+                (services.label_channel.unary_unary("/splitleak.v1.LabelParty/Join"),
+                 join.SerializeToString())]:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call(payload, timeout=TIMEOUT)
+            errors.append(err.value)
+        return errors
+
+    for err in services.run(both()):
+        services.check(err.code().name)
+        assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, err.details()
+        named = ("topology.max_message_mb = 1 MiB" if times < 2 else
+                 "Received message larger than max") in err.details()
+        assert named, err.details()
 
 
 def test_the_fuzzers_reached_the_services(services: Services) -> None:

@@ -182,6 +182,29 @@ def test_malformed_protobuf_is_invalid_argument_on_every_rpc(tmp_path: Path) -> 
         assert "malformed splitleak.v1." in err.details()
 
 
+def test_a_party_cannot_open_another_partys_stream_with_its_own_token(tmp_path: Path) -> None:
+    """Without TLS the session token is what binds a stream to a joined party: each party
+    gets its own (at 920e7e0 one token served all, so party 2 could speak for party 1)."""
+    cfg = two_parties(tmp_path)
+
+    async def go() -> grpc.aio.AioRpcError:
+        async with label_party(cfg, tmp_path / "run") as (serving, _):
+            async with grpc.aio.insecure_channel(serving.address) as channel:
+                first, second = ScriptedParty(cfg, channel, 1), ScriptedParty(cfg, channel, 2)
+                await first.join()
+                await second.join()
+                assert first.plan.session != second.plan.session
+                call = pb_grpc.LabelPartyStub(channel).Train(
+                    metadata=((PARTY_ID_KEY, "1"), (SESSION_KEY, second.plan.session)))
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await call.read()
+                return err.value
+
+    err = asyncio.run(go())
+    assert err.code() == grpc.StatusCode.PERMISSION_DENIED, err.details()
+    assert "passive party 1 opened a Train stream without joining" in err.details()
+
+
 def test_absurd_party_id_metadata_is_unauthenticated_and_not_echoed(tmp_path: Path) -> None:
     cfg = one_party(tmp_path)
 
@@ -230,6 +253,57 @@ def test_message_over_the_limit_is_resource_exhausted_naming_it(tmp_path: Path) 
     err, _ = asyncio.run(scripted_run(cfg, tmp_path / "run", huge))
     assert err.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     assert "topology.max_message_mb = 1" in err.details()
+
+
+def test_message_over_twice_the_limit_still_names_the_limit(tmp_path: Path) -> None:
+    """gRPC cuts such a stream off before any code of ours sees the message (bounding what a
+    peer makes the label party hold); the outcome names the limit, not only a closed stream."""
+    cfg = one_party(tmp_path, max_message_mb=1)
+
+    async def huge(party: ScriptedParty) -> None:
+        await party.call.read()
+        activation = encode_tensor(np.zeros((32, 20_000), np.float32))  # 2.4 MiB
+        await party.call.write(pb.PartyMessage(phase=pb.TRAIN, step=0, activation=activation))
+
+    _, outcome = asyncio.run(scripted_run(cfg, tmp_path / "run", huge))
+    assert outcome["status"] == "failed" and outcome["party"] == 1, outcome
+    assert "over 2 MiB, twice topology.max_message_mb = 1" in outcome["message"], outcome
+
+
+def test_an_impostor_label_party_is_named_at_once(tmp_path: Path) -> None:
+    """A server at the label party's address presenting another role's certificate: the
+    passive party says so within seconds (it waited for its join deadline, then said
+    DEADLINE_EXCEEDED)."""
+    import time
+
+    from passive_party.client import run_party
+    from splitleak import tls
+    from splitleak.config import TopologyConfig
+    from splitleak.rundir import RunDir
+    from splitleak.transport import bind, create_server
+
+    certs = tmp_path / "certs"
+    tls.generate(certs, tls.identities(1))
+    cfg = parse_config(small_config(tmp_path, features={"passive": [[0, 30]]},
+                                    topology={"passive_parties": 1, "tls": True,
+                                              "join_deadline_s": 60}))
+
+    async def go() -> tuple[float, str]:
+        server = create_server(TopologyConfig())
+        port = bind(server, "127.0.0.1:0", certs, tls.ATTACKER)  # the sidecar's identity
+        await server.start()
+        started = time.monotonic()
+        try:
+            with pytest.raises(PartyError) as err:
+                await run_party(cfg, 1, f"127.0.0.1:{port}", RunDir(tmp_path / "run"), tls_dir=certs)
+            return time.monotonic() - started, str(err.value)
+        finally:
+            await server.stop(0)
+
+    seconds, message = asyncio.run(go())
+    assert seconds < scaled(15), (seconds, message)
+    assert "is not this run's label party: its TLS certificate was refused" in message, message
+    assert "Hostname Verification Check failed" in message, message
 
 
 def test_overflowing_activation_fails_the_step_naming_the_party(tmp_path: Path) -> None:

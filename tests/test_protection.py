@@ -138,8 +138,8 @@ def test_a_protected_run_trains_on_mixed_images_and_says_so(tmp_path: Path) -> N
     first step; protection.json, report.md's section and the comparison's relative drop (ADR)
     are there."""
     from attacker.analysis.analyze import analyze
-    from attacker.report.report import write_report
     from attacker.analysis.summary import write_summary
+    from attacker.report.report import write_report
     from orchestration.compare.read import find_runs
     from orchestration.compare.table import compare
     from orchestration.reference import run_reference

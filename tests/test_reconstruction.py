@@ -11,10 +11,10 @@ import torch
 from torch import nn
 
 from attacker.analysis.analyze import analyze
-from attacker.attacks.reconstruction.back_mapping import BackMappingParams, back_map
-from attacker.attacks.reconstruction.inversion import InversionParams, invert, total_variation
 from attacker.attacks.completion.engine import PartyView
+from attacker.attacks.reconstruction.back_mapping import BackMappingParams, back_map
 from attacker.attacks.reconstruction.base import Victim, grid_rows, image_scores, ssim_window, tabular_scores
+from attacker.attacks.reconstruction.inversion import InversionParams, invert, total_variation
 from splitleak.config import ConfigError, parse_config
 from splitleak.inputs import PartyInputs
 from splitleak.models import Bottom, InputSpec

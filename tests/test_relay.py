@@ -145,3 +145,52 @@ def test_relay_takes_its_link_from_the_experiment(tmp_path: Path) -> None:
                           "--config", str(config)], capture_output=True, text=True,
                          timeout=scaled(60))
     assert bad.returncode == 2 and "--party-id 1..2" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_impossible_links_are_refused_at_validation(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture) -> None:
+    """Caught only per connection at 920e7e0: `--seed -1` (each connection's jitter failed),
+    port 99999, and a bandwidth so low that every connection stalled for good."""
+    from orchestration.cli import main as splitleak_main
+    from tests.test_cli_refusals import exit_code_and_text
+
+    with pytest.raises(ValueError, match="--seed must be 0 or more"):
+        _link(_relay_args("--seed", "-1"))
+    for option in (["--listen", "127.0.0.1:99999"], ["--to", "127.0.0.1:99999"]):
+        code, text = exit_code_and_text(splitleak_main, ["relay", "--to", "127.0.0.1:1", *option],
+                                        capsys)
+        assert code == 2 and "port 99999 of '127.0.0.1:99999' is not a TCP port" in text, text
+    with pytest.raises(ConfigError, match="bandwidth_mbit"):
+        parse_config(small_config(tmp_path, network={"bandwidth_mbit": 1e-9}))
+    with pytest.raises(ConfigError, match="topology.label_party_address.*port 99999"):
+        parse_config(small_config(tmp_path, topology={"label_party_address": "0.0.0.0:99999"}))
+
+
+def test_the_relay_carries_a_bounded_number_of_connections() -> None:
+    """At 920e7e0 50 slow connections held +275 MB; each holds up to 2 x FLIGHT chunks."""
+    from orchestration.relay import MAX_CONNECTIONS
+
+    async def go() -> tuple[int, int]:
+        async def hold(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read()  # the far side: keeps every connection open
+
+        server = await asyncio.start_server(hold, "127.0.0.1", 0)
+        relay = Relay(f"127.0.0.1:{server.sockets[0].getsockname()[1]}", NetworkConfig())
+        front = await asyncio.start_server(relay._connection, "127.0.0.1", 0)
+        port = front.sockets[0].getsockname()[1]
+        connections = [await asyncio.open_connection("127.0.0.1", port) for _ in range(10)]
+        closed = 0
+        for reader, _ in connections:
+            try:
+                closed += await asyncio.wait_for(reader.read(), 0.5) == b""
+            except TimeoutError:
+                pass
+        carried = relay.open
+        for _, writer in connections:
+            writer.close()
+        front.close()
+        server.close()
+        return carried, closed
+
+    carried, closed = asyncio.run(go())
+    assert carried == MAX_CONNECTIONS and closed == 10 - MAX_CONNECTIONS

@@ -78,6 +78,8 @@ def test_spread_point_runs_each_role_on_its_own_node_with_the_local_numbers(clus
     for streamed in ("attacker/gradients/index.json", "passive_party_1/bottom.pt", "label_party/top.pt",
                      "logs/passive_party_1.log", "report/report.md"):
         assert (point.run_dir / streamed).exists(), streamed
+    assert (point.run_dir / "tls" / "label-party.pem").exists()  # who took part
+    assert not list(point.run_dir.rglob("*.key")), "a private key was left on disk"
 
     (twin,) = _points(tmp_path, "local", **one_party)
     assert twin.hash == point.hash  # the same experiment: only the engine differs
@@ -121,6 +123,19 @@ def test_spread_needs_a_node_per_role(cluster, tmp_path: Path) -> None:
     points = _points(tmp_path, "wide", topology={"passive_parties": 2})  # 4 roles, 3 nodes
     with pytest.raises(EngineError, match="4 roles on its own node, but the cluster has 3 node"):
         RayEngine(spread=True).run(points, None)
+
+
+@pytest.mark.timeout(300)
+def test_a_point_larger_than_the_cluster_fails_at_once_saying_so(cluster, tmp_path: Path) -> None:
+    """4 roles of 1 CPU on 3 one-CPU nodes can never be placed: the point fails at once with
+    the numbers (it waited forever for its placement group before)."""
+    points = _points(tmp_path, "too_big", topology={"passive_parties": 2})
+    started = time.monotonic()
+    _run(points, RayEngine())
+    (row,) = read_index(points[0].run_dir.parent)
+    assert row["status"] == "failed" and time.monotonic() - started < 60, row
+    assert "needs 4 roles x 1 CPU, but the cluster's 3 node(s) (3 CPU in all) hold only 3" in (
+        row["message"]), row["message"]
 
 
 def test_a_role_that_fails_fails_its_point_with_the_reason(cluster, tmp_path: Path) -> None:

@@ -154,6 +154,18 @@ def _run_config(run: RunDir) -> dict[str, Any]:
         raise AnalysisInputError(f"{run.config} is not a readable experiment config: {err}") from None
 
 
+def _config_warnings(config: dict[str, Any]) -> list[str]:
+    """What is allowed in the run's config but probably a mistake (the warnings `splitleak
+    validate` and the parties log), for the report: e.g. parties sharing columns."""
+    from splitleak.config import ConfigError, parse_config
+    from splitleak.validation import overlap_warnings
+
+    try:
+        return overlap_warnings(parse_config(config, "the run's config"))
+    except ConfigError:
+        return []
+
+
 def _seed_of(config: dict[str, Any], run: RunDir) -> int:
     try:
         return int(config.get("run", {}).get("seed", 0))
@@ -216,7 +228,7 @@ class Analysis:
         self.labels, self.train_ids, self.test_ids = _labels_by_id(run)
         self.num_classes = max(int(self.labels.max()) + 1 if self.labels.size else 2, 2)
         self.specs = attacks
-        self.warnings: list[str] = []
+        self.warnings: list[str] = _config_warnings(config)  # what validate warned of, too
         self.anchors: dict[tuple[int, int], BatchAnchors] = {}
         self.anchor_fallbacks: dict[tuple[str, str], int] = defaultdict(int)  # (attack, layer)
         self.top_model, self.perturbed = _set_up(config)

@@ -10,9 +10,9 @@ from pathlib import Path
 
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from attacker.sidecar.servicer import AttackerServicer, Key, add_sidecar, who
+from attacker.sidecar.servicer import LABEL, PASSIVE, AttackerServicer, Key, add_sidecar, who
 from attacker.sidecar.store import GradientStore
-from splitleak.config import TopologyConfig
+from splitleak.config import ExperimentConfig, TopologyConfig
 from splitleak.fileio import write_atomically
 from splitleak.rundir import RunDir
 from splitleak.timing import TIMING_FILE, mark_startup, write_cpu
@@ -23,19 +23,38 @@ log = logging.getLogger("attacker")
 SERVICE_NAME = "splitleak.v1.AttackerSidecar"
 
 
+def record_shapes(cfg: ExperimentConfig) -> dict[Key, dict[str, tuple[int, ...]]]:
+    """(observer, party) -> the per-row shape of each tensor its records carry, as the shared
+    config gives the party's bottom model: no record, not even the first, can set another."""
+    from splitleak.datasets import build_dataset
+    from splitleak.partition import passive_columns
+    from splitleak.validation import bottom_shapes
+
+    schema = build_dataset(cfg.dataset.name, cfg.dataset.params).layout()
+    shapes: dict[Key, dict[str, tuple[int, ...]]] = {}
+    for k, columns in passive_columns(cfg, schema).items():
+        activation, first_width = bottom_shapes(cfg, schema, columns)
+        shapes[(PASSIVE, k)] = {"cut_gradient": activation, "activation": activation,
+                                "first_layer_gradient": (first_width,)}
+        shapes[(LABEL, k)] = {"activation": activation}
+    return shapes
+
+
 async def serve(out: Path, listen: str, observe: set[int], run_id: str,
                 topology: TopologyConfig, port_file: Path | None = None,
                 tls_dir: Path | None = None, resume: bool = False,
-                receive: set[int] | None = None) -> int:
+                receive: set[int] | None = None,
+                shapes: dict[Key, dict[str, tuple[int, ...]]] | None = None) -> int:
     """Record until every observed party (and, for `receive`, the label party's tap of what
     it receives from those parties) is done; `resume` continues the logs already in `out`
-    (each tap cuts its log back to the resumed step first)."""
+    (each tap cuts its log back to the resumed step first); `shapes` (record_shapes) fixes
+    every record's shape from the config (without it, each party's first record does)."""
     gradients = RunDir(out).attacker / "gradients"
     store = GradientStore(gradients, run_id, resume=resume)
     received = (GradientStore(RunDir(out).attacker / "received", run_id, resume=resume)
                 if receive else None)
     servicer = AttackerServicer(store, observe, run_id or None, tls=tls_dir is not None,
-                                received=received, receive=receive)
+                                received=received, receive=receive, shapes=shapes)
     server = create_server(topology)
     add_sidecar(server, servicer, topology.max_message_mb)
     health_servicer = health.aio.HealthServicer()
@@ -63,6 +82,7 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
     await asyncio.wait([done, stopped, abandoned], return_when=asyncio.FIRST_COMPLETED)
     await health_servicer.enter_graceful_shutdown()
     await server.stop(grace=2.0)
+    servicer.refusals.flush()
     for each in servicer.stores.values():
         each.close()
     # Its CPU per train step, for `splitleak bench`'s budget (the first mark is a record's
@@ -71,14 +91,22 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
               max(servicer.timed_steps.values(), default=1) - 1)
     missing = sorted(servicer.expected - servicer.finished)
     unfinished = (f" before {', '.join(map(who, missing))} finished streaming") if missing else ""
-    if stopped.done() and not done.done():
+    if stopped.done():  # even when every stream ended meanwhile: a stop ended the parties too
         log.warning("interrupted by a signal%s: the log at %s holds what was recorded until then "
                     "(attacker serve --resume continues it)", unfinished, gradients)
     elif missing:
         log.error("stopped%s", unfinished)
-    else:
-        log.info("recorded every observed party; log at %s", gradients)
+    else:  # a closed stream says nothing of whether its party finished the run: say what is held
+        log.info("every observed party closed its stream (%s); log at %s",
+                 "; ".join(_held(servicer, key) for key in sorted(servicer.expected)), gradients)
     return 1 if missing else 0
+
+
+def _held(servicer: AttackerServicer, key: Key) -> str:
+    store, party = servicer.stores[key[0]], key[1]
+    records, _ = store.counts(party)
+    last = store.last_step(party)
+    return f"{who(key)}: {records} record(s)" + (f" up to step {last}" if last is not None else "")
 
 
 async def _never_joined(servicer: AttackerServicer, deadline: float) -> None:

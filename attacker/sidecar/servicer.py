@@ -8,6 +8,7 @@ import asyncio
 import logging
 import math
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 import numpy as np
@@ -19,12 +20,13 @@ from splitleak.tls import LABEL_PARTY, passive_identity, peer_identity
 from splitleak.v1 import attacker_pb2 as pb
 from splitleak.v1 import attacker_pb2_grpc as pb_grpc
 from splitleak.v1 import tensor_pb2
-from splitleak.wire import Malformed, add_service, echo
+from splitleak.wire import Malformed, RefusalLog, add_service, echo
 
 log = logging.getLogger("attacker")
 _OPTIONAL = ("activation", "first_layer_gradient")
 _RECORDED = (tensor_pb2.FLOAT32, tensor_pb2.FLOAT16, tensor_pb2.BFLOAT16)  # [wire] dtypes
 SYNC_TIMEOUT = 60.0  # s: a checkpoint Sync without a deadline waits at most this
+DRAIN_S = 1.0  # s: what a refused stream may still send before its call is aborted
 PASSIVE, LABEL = pb.PASSIVE_PARTY, pb.LABEL_PARTY
 Key = tuple[int, int]  # (observer, passive party id)
 
@@ -33,6 +35,37 @@ def who(key: Key) -> str:
     """The stream's name in messages."""
     observer, k = key
     return f"passive party {k}" if observer == PASSIVE else f"the label party (receiving from party {k})"
+
+
+async def _answer(context: grpc.aio.ServicerContext, code: grpc.StatusCode, details: str,
+                  requests: AsyncIterator[Any] | None = None) -> None:
+    """End the call with a status: set, and the handler returns, which leaves nothing behind
+    (each call ended by context.abort left about 1 KB in gRPC, so a sidecar fed refused
+    streams grew without end). A stream is read to its end first (a client still sending when
+    the call ends sees a failed write, not the status), for at most DRAIN_S, then aborted."""
+    context.set_code(code)
+    context.set_details(details)
+    if requests is None:
+        return
+    try:
+        await asyncio.wait_for(_drain(requests), DRAIN_S)
+        return
+    except TimeoutError:
+        pass
+    await _abort(context, code, details)
+
+
+async def _abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, details: str) -> None:
+    """context.abort, its exception dropped at once (it kept two thirds of the growth alive)."""
+    try:
+        await context.abort(code, details)
+    except grpc.aio.AbortError:
+        pass
+
+
+async def _drain(requests: AsyncIterator[Any]) -> None:
+    async for _ in requests:
+        pass
 
 
 def add_sidecar(server: grpc.aio.Server, servicer: AttackerServicer, limit_mb: int) -> None:
@@ -51,17 +84,20 @@ def _received(tensor: tensor_pb2.Tensor, field: str) -> np.ndarray:
 class AttackerServicer(pb_grpc.AttackerSidecarServicer):
     def __init__(self, store: GradientStore, observe: set[int], run_id: str | None = None,
                  tls: bool = False, received: GradientStore | None = None,
-                 receive: set[int] | None = None) -> None:
+                 receive: set[int] | None = None,
+                 shapes: dict[Key, dict[str, tuple[int, ...]]] | None = None) -> None:
         self.stores = {PASSIVE: store, **({LABEL: received} if received is not None else {})}
         self.tls = tls
         self.observe = observe
         self.receive = receive or set()
         self.expected: set[Key] = {(PASSIVE, k) for k in observe} | {(LABEL, k) for k in self.receive}
         self.run_id = run_id
+        self.shapes = shapes  # per stream, each tensor's row shape from the config (if known)
         self.finished: set[Key] = set()
         self.all_finished = asyncio.Event()
         self.streaming: set[Key] = set()
         self.refused: dict[Key, str] = {}  # the last refusal of each expected stream
+        self.refusals = RefusalLog(log)
         self._appended = asyncio.Condition()
         self.cpu = CpuWindow()  # this process's CPU over the records of timed train steps
         self.timed_steps: dict[Key, int] = {}  # per stream: records of train steps past the warm-up
@@ -70,20 +106,20 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
     def store(self) -> GradientStore:
         return self.stores[PASSIVE]
 
-    async def _refuse(self, context: grpc.aio.ServicerContext, err: RecordError,
-                      key: Key | None) -> None:
-        """Log the refusal and its reason here, then answer with its status."""
-        log.warning("refused %s: %s [%s]", who(key) if key is not None else "a record stream",
-                    err, err.status)
+    def _refused(self, err: RecordError, key: Key | None) -> tuple[grpc.StatusCode, str]:
+        """Log the refusal and its reason here (at a bounded rate); the status to answer."""
+        self.refusals.refused(who(key) if key is not None else "a record stream", str(err),
+                              err.status)
         if key in self.expected:
             self.refused[key] = str(err)
-        await context.abort(grpc.StatusCode[err.status], str(err))
+        return grpc.StatusCode[err.status], str(err)
 
     async def Record(self, request_iterator: AsyncIterator[pb.GradientRecord | Malformed],  # noqa: N802
                      context: grpc.aio.ServicerContext) -> pb.RecordSummary:
         records = rows = 0
         key: Key | None = None
         claimed: Key | None = None
+        refusal: tuple[grpc.StatusCode, str] | None = None
         try:
             async for record in request_iterator:
                 if isinstance(record, Malformed):
@@ -100,10 +136,16 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
                 async with self._appended:
                     self._appended.notify_all()
         except RecordError as err:
-            await self._refuse(context, err, key if key is not None else claimed)
+            refusal = self._refused(err, key if key is not None else claimed)
         finally:
             if key is not None:
                 self.streaming.discard(key)
+        if refusal is not None and key is not None:  # a tap of this run: it must stop at once
+            await _abort(context, *refusal)  # (a third of an abort's growth remains; see _answer)
+            return pb.RecordSummary()
+        if refusal is not None:
+            await _answer(context, *refusal, requests=request_iterator)
+            return pb.RecordSummary()
         if key is not None:
             self.finished.add(key)
             if self.expected <= self.finished:
@@ -115,6 +157,7 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
     async def Sync(self, request: pb.SyncRequest,  # noqa: N802
                    context: grpc.aio.ServicerContext) -> pb.RecordSummary:
         claimed = (request.observer, request.party_id)
+        refusal: tuple[grpc.StatusCode, str] | None = None
         try:
             key = self._admit(request.run_id, claimed, peer_identity(context),
                               streaming_ok=request.mode == pb.SyncRequest.CHECKPOINT)
@@ -127,8 +170,10 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
             else:
                 raise RecordError(f"Sync mode {request.mode} is not one of CHECKPOINT, REWIND")
         except RecordError as err:
-            await self._refuse(context, err, claimed)
-            raise  # unreachable: abort raises
+            refusal = self._refused(err, claimed)
+        if refusal is not None:
+            await _answer(context, *refusal)
+            return pb.RecordSummary()
         records, rows = store.counts(key[1])
         return pb.RecordSummary(records=records, rows=rows)
 
@@ -207,4 +252,8 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
             if math.prod(array.shape[1:]) == 0:
                 raise RecordError(f"{where} {name}: shape {list(array.shape)} has no values per "
                                   "row (a gradient of width 0)")
+            expected = (self.shapes or {}).get(key, {}).get(name)
+            if expected is not None and tuple(array.shape[1:]) != expected:
+                raise RecordError(f"{where} {name}: rows of shape {list(array.shape[1:])}, but the "
+                                  f"shared config gives {who(key)}'s bottom model {list(expected)}")
         return self.stores[observer].append(party, record.epoch, record.step, ids, arrays)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import threading
 import time
 from collections.abc import Sequence
@@ -44,6 +45,9 @@ from orchestration.sweep.roles import ATTACKER, LABEL_PARTY, RoleHost, passive_r
 from splitleak import tls
 from splitleak.rundir import RunDir
 
+# A point that fits the cluster waits at most this long for other jobs to free its CPUs.
+PLACEMENT_TIMEOUT_S = 600.0
+
 
 @ray.remote(max_restarts=0)
 class RoleActor:
@@ -57,8 +61,10 @@ class RoleActor:
         return {"node_id": ray.get_runtime_context().get_node_id(),
                 "ip": ray.util.get_node_ip_address(), "pid": os.getpid()}
 
-    def start(self, label_party: str | None = None, attacker: str | None = None) -> str | None:
-        return self.host.start(ray.util.get_node_ip_address(), label_party, attacker)
+    def start(self, label_party: str | None = None, attacker: str | None = None,
+              loopback: bool = False) -> str | None:
+        host = "127.0.0.1" if loopback else ray.util.get_node_ip_address()
+        return self.host.start(host, label_party, attacker)
 
     def poll(self) -> dict[str, Any]:
         return self.host.poll()
@@ -87,6 +93,28 @@ class _Phases:
         self._last = now
 
 
+def private_auth_token() -> None:
+    """Ray starts a local cluster with token authentication and writes the token to
+    ~/.ray/auth_token with the umask's mode (0644 seen): make it 0600 from creation (Ray reads
+    an existing one), or tighten one an earlier cluster left readable.
+
+    (A local cluster cannot be bound to loopback: Ray 2.60's GCS, raylet and workers listen on
+    every interface whatever `_node_ip_address` says, so the token is what keeps others out;
+    this engine's own role services do listen on 127.0.0.1 on a local cluster.)"""
+    if os.environ.get("RAY_AUTH_MODE", "token").lower() != "token":
+        return
+    token = Path.home() / ".ray" / "auth_token"
+    token.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        if token.stat().st_mode & 0o077:
+            token.chmod(0o600)
+        return
+    with os.fdopen(fd, "w") as out:
+        out.write(secrets.token_hex(32))  # what Ray itself writes: 256 random bits in hex
+
+
 def _roles(point: Point) -> list[str]:
     cfg = point.config
     return [LABEL_PARTY, *([ATTACKER] if cfg.sidecar_needed else []),
@@ -113,9 +141,15 @@ class RayEngine(Engine):
         self.poll = poll
         self._jobs = jobs
         self.jobs = jobs or 1  # known once connected: what the cluster's CPUs hold
+        self.local = False  # this engine started a cluster on this machine alone (see _connect)
 
     def _connect(self, points: Sequence[Point]) -> None:
         if not ray.is_initialized():
+            # No address and none in RAY_ADDRESS: ray.init starts a cluster on this machine
+            # alone, whose roles then listen on loopback only.
+            self.local = self.address is None and not os.environ.get("RAY_ADDRESS")
+            if self.local:
+                private_auth_token()
             ray.init(address=self.address, log_to_driver=False)
         nodes = [n for n in ray.nodes() if n["Alive"]]
         usable = [n for n in nodes if n["Resources"].get("CPU", 0) >= self.cpus_per_role]
@@ -159,12 +193,19 @@ class RayEngine(Engine):
         run = prepare_run_dir(point)
         roles = _roles(point)
         strategy = "STRICT_SPREAD" if self.spread else "PACK"
+        unplaceable = self._unplaceable(len(roles))
+        if unplaceable is not None:
+            result = PointResult("failed", time.monotonic() - started, unplaceable)
+            listener.finished(point, result)
+            return result
         group = placement_group([{"CPU": self.cpus_per_role}] * len(roles), strategy=strategy)
         actors: dict[str, Any] = {}
         nodes: dict[str, Any] | None = None
         phases = _Phases()
         try:
-            self._wait(group.ready(), cancel)
+            self._wait(group.ready(), cancel, PLACEMENT_TIMEOUT_S,
+                       f"the cluster did not free {len(roles)} x {self.cpus_per_role:g} CPU for this "
+                       f"point's roles within {PLACEMENT_TIMEOUT_S:g} s (other jobs hold them?)")
             phases.mark("placement")
             actors = self._place(point, run, roles, group)
             nodes = {role: ray.get(actor.where.remote()) for role, actor in actors.items()}
@@ -194,16 +235,28 @@ class RayEngine(Engine):
         listener.finished(point, result)
         return result
 
-    def _wait(self, ref: Any, cancel: threading.Event, timeout: float | None = None) -> Any:
-        end = None if timeout is None else time.monotonic() + timeout
+    def _unplaceable(self, roles: int) -> str | None:
+        """Why a point of `roles` roles can never be placed on this cluster (None: it can)."""
+        nodes = [n for n in ray.nodes() if n["Alive"]]
+        bundles = sum(int(n["Resources"].get("CPU", 0) // self.cpus_per_role) for n in nodes)
+        if bundles >= roles:
+            return None
+        cpus = sum(n["Resources"].get("CPU", 0) for n in nodes)
+        return (f"the point needs {roles} roles x {self.cpus_per_role:g} CPU, but the cluster's "
+                f"{len(nodes)} node(s) ({cpus:g} CPU in all) hold only {bundles} such role(s): add "
+                "nodes or CPUs, or give each role fewer CPUs")
+
+    def _wait(self, ref: Any, cancel: threading.Event, timeout: float,
+              what: str | None = None) -> Any:
+        end = time.monotonic() + timeout
         while True:
             ready, _ = ray.wait([ref], timeout=self.poll)
             if ready:
                 return ray.get(ready[0])
             if cancel.is_set():
                 raise _Cancelled
-            if end is not None and time.monotonic() > end:
-                raise TimeoutError(f"no answer from the cluster within {timeout:g} s")
+            if time.monotonic() > end:
+                raise TimeoutError(what or f"no answer from the cluster within {timeout:g} s")
 
     def _place(self, point: Point, run: RunDir, roles: list[str], group: PlacementGroup) -> dict[str, Any]:
         """One actor per role on its bundle, with a TLS identity valid for its node's address."""
@@ -218,6 +271,7 @@ class RayEngine(Engine):
                 name = _identity_of(role)
                 identities[role] = {f: (tls_dir / f).read_bytes()
                                     for f in ("ca.pem", f"{name}.pem", f"{name}.key")}
+            tls.remove_private_keys(tls_dir)  # they travel to the actors in memory only
         config = point.config.to_toml()
         shared = str(run.root.resolve()) if self.shared_dir is not None else None
         return {role: RoleActor.options(
@@ -232,11 +286,14 @@ class RayEngine(Engine):
         Returns each role's last status and the roles whose failure fails the run."""
         cfg = point.config
         deadline = cfg.topology.join_deadline_s + 30.0
+        loopback = self.local
         if cfg.received_parties and ATTACKER in actors:  # the label party taps: sidecar first
-            sidecar = self._wait(actors[ATTACKER].start.remote(), cancel, deadline)
-            label = self._wait(actors[LABEL_PARTY].start.remote(None, sidecar), cancel, deadline)
+            sidecar = self._wait(actors[ATTACKER].start.remote(None, None, loopback), cancel, deadline)
+            label = self._wait(actors[LABEL_PARTY].start.remote(None, sidecar, loopback), cancel,
+                               deadline)
         else:
-            servers = {r: actors[r].start.remote() for r in (LABEL_PARTY, ATTACKER) if r in actors}
+            servers = {r: actors[r].start.remote(None, None, loopback)
+                       for r in (LABEL_PARTY, ATTACKER) if r in actors}
             label = self._wait(servers[LABEL_PARTY], cancel, deadline)  # both load at once
             sidecar = self._wait(servers[ATTACKER], cancel, deadline) if ATTACKER in servers else None
         observed = set(cfg.tapped_parties)

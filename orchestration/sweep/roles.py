@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from orchestration.progress import MetricsTail
+from splitleak import tls
 from splitleak.cli_common import LOG_FORMAT
 from splitleak.config import parse_config
+from splitleak.fileio import write_atomically
 from splitleak.placement import THREADS_ENV
 from splitleak.rundir import RunDir
 from splitleak.transport import run_async
@@ -40,7 +42,7 @@ class RoleError(RuntimeError):
 class RoleHost:
     """Runs one role of one run. `run_root` is the run directory the role writes (a shared path,
     or None: a fresh node-local one named `run_name`, streamed back by `files`); `identity` is
-    this role's TLS files by name (ca.pem, <name>.pem, <name>.key), kept node-local."""
+    this role's TLS files by name (ca.pem, <name>.pem, <name>.key); the key is kept in memory."""
 
     def __init__(self, role: str, config_toml: str, run_name: str, run_root: str | None = None,
                  identity: dict[str, bytes] | None = None, cpus: float = 1.0) -> None:
@@ -52,12 +54,15 @@ class RoleHost:
         self.run = RunDir(self._scratch / run_name if run_root is None else Path(run_root))
         self.run.root.mkdir(parents=True, exist_ok=True)
         self.tls_dir: Path | None = None
-        if identity:
+        if identity:  # private keys stay in this process's memory, never on the node's disk
             self.tls_dir = self._scratch / "tls"
             self.tls_dir.mkdir(mode=0o700)
             for name, data in identity.items():
-                (self.tls_dir / name).write_bytes(data)
-                (self.tls_dir / name).chmod(0o600)
+                if not name.endswith(".key"):
+                    write_atomically(self.tls_dir / name, lambda tmp, d=data: tmp.write_bytes(d),
+                                     mode=0o600)
+            for name in (n.removesuffix(".key") for n in identity if n.endswith(".key")):
+                tls.hold(self.tls_dir, name, identity[f"{name}.pem"], identity[f"{name}.key"])
         self._log = self._log_to(self.run.logs / f"{role}.log")
         self._thread: threading.Thread | None = None
         self._code: int | None = None
@@ -100,11 +105,12 @@ class RoleHost:
 
             return serve(cfg, self.run, listen, port_file, self.tls_dir, attacker=attacker)
         if self.role == ATTACKER:
+            from attacker.sidecar.server import record_shapes
             from attacker.sidecar.server import serve as serve_sidecar
 
             return serve_sidecar(self.run.root, listen, set(cfg.tapped_parties), self.run.root.name,
                                  cfg.topology, port_file, self.tls_dir,
-                                 receive=set(cfg.received_parties))
+                                 receive=set(cfg.received_parties), shapes=record_shapes(cfg))
         from passive_party.client import run_party
 
         party_id = int(self.role.rsplit("_", 1)[1])

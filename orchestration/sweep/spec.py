@@ -26,9 +26,22 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
-from splitleak.config import format_validation_error
+from splitleak.config import (
+    DIRECTORY_NAME,
+    DIRECTORY_NAME_MAX,
+    format_validation_error,
+    plain_directory_name,
+)
 
 
 class SweepError(ValueError):
@@ -51,13 +64,15 @@ def _check_axes(axes: Axes, where: str) -> None:
 
 
 class SweepSection(_Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    name: str = Field(pattern=DIRECTORY_NAME, max_length=DIRECTORY_NAME_MAX)
     base: str | None = None  # experiment file relative to the sweep file; None: built-in default
     output_dir: Path = Path("sweeps")
     seeds: list[NonNegativeInt] | None = Field(None, min_length=1)
     subset: float | None = Field(None, gt=0.0, le=1.0)
     description: str = ""
     leak_stat: Literal["flipped_p95", "flipped_mean"] = "flipped_p95"  # the comparison's headline
+
+    _plain_name = field_validator("name")(plain_directory_name)
 
     @model_validator(mode="after")
     def _unique_seeds(self) -> SweepSection:

@@ -27,7 +27,7 @@ from rich.console import Console
 from orchestration.commands import analysable, analyse_run
 from orchestration.run import RunFailed, RunOutcome, run_distributed
 from orchestration.sweep.engine import PointResult, write_result
-from splitleak.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, setup_logging
+from splitleak.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, end_process, setup_logging
 from splitleak.config import load_config
 from splitleak.lifeline import follow_parent
 from splitleak.rundir import RunDir
@@ -94,4 +94,4 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     follow_parent()
-    sys.exit(main())
+    end_process(main)

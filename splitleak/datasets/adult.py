@@ -23,7 +23,7 @@ class Adult(TextTable):
         kind="UCI adult.data: 15 comma+space-separated columns, income last",
         names=COLUMNS,
         strip=True,
-        skip_prefix="|",  # adult.test starts with "|1x3 Cross validator"
+        preamble="|",  # adult.test starts with "|1x3 Cross validator"
     )
     NUMERIC = NUMERIC
     CATEGORICAL = tuple(c for c in COLUMNS if c not in NUMERIC and c != "income")

@@ -85,6 +85,9 @@ class Avazu(Dataset):
     def schema(self) -> Schema:
         return replace(self._layout, num_rows=self._num_rows)
 
+    def layout(self) -> Schema:
+        return self._layout
+
     def features(self, columns: tuple[int, int]) -> FeatureSlice:
         columns = check_columns(self._layout, columns)
         _, fields = field_ranges(self._layout, columns)
@@ -119,6 +122,12 @@ class Avazu(Dataset):
             row = int(np.argmax(bad))
             raise self._file.bad_value(first_row + row, "hour", values[row].as_py(), expected)
         return dict(zip(TIME_FIELDS, hour_fields(hour), strict=True))
+
+    def check_values(self) -> None:
+        """Labels and hours; any category string hashes."""
+        for first_row, batch in self._file.batches(["click", "hour"], self.params.max_rows):
+            self._file.codes("click", batch["click"], first_row, LABELS)
+            self._time_fields(first_row, batch["hour"])
 
     def labels(self) -> np.ndarray:
         return np.concatenate(

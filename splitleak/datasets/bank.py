@@ -18,7 +18,7 @@ KIND = "UCI bank-full.csv: ';'-separated, quoted header, label y last"
 class Bank(TextTable):
     """`unknown` (the file's own missing marker) is category code 0."""
 
-    FORMAT = TextFormat(kind=KIND, names=COLUMNS, delimiter=";", header=True, quoted=True)
+    FORMAT = TextFormat(kind=KIND, names=COLUMNS, delimiter=";", header=True)
     NUMERIC = NUMERIC
     CATEGORICAL = tuple(c for c in COLUMNS if c not in NUMERIC and c != "y")
     LABEL = "y"

@@ -76,12 +76,24 @@ class Dataset(ABC):
     @abstractmethod
     def schema(self) -> Schema: ...
 
+    def layout(self) -> Schema:
+        """The schema where its row count is not needed (0 where counting rows costs a pass
+        over the data): what the models' shapes depend on."""
+        return self.schema()
+
     @abstractmethod
     def features(self, columns: tuple[int, int]) -> FeatureSlice: ...
 
     @abstractmethod
     def labels(self) -> np.ndarray:
         """int64 [n], classes 0..num_classes-1 (binary: 1 = positive)."""
+
+    def check_values(self) -> None:
+        """Parse every value of the data files, streaming (what `splitleak validate` adds to
+        the schema checks); a DatasetError names the file, line and column of the first bad
+        one. Nothing to add for data that is generated, bundled, or fully checked already
+        while building the schema."""
+        return None
 
 
 DATASETS: Registry[type[Dataset]] = Registry("dataset")

@@ -94,6 +94,9 @@ class Criteo(Dataset):
     def schema(self) -> Schema:
         return replace(self._layout, num_rows=self._num_rows)
 
+    def layout(self) -> Schema:
+        return self._layout
+
     def features(self, columns: tuple[int, int]) -> FeatureSlice:
         columns = check_columns(self._layout, columns)
         numeric_fields, categorical_fields = field_ranges(self._layout, columns)
@@ -118,6 +121,12 @@ class Criteo(Dataset):
             signed_log1p(stack_columns(counts, rows, np.float64)),
             stack_columns(buckets, rows, np.int64),
         )
+
+    def check_values(self) -> None:
+        """Labels and counts; any category string hashes."""
+        for first_row, batch in self._file.batches(["label", *NUMERIC], self.params.max_rows):
+            self._file.codes("label", batch.pop("label"), first_row, LABELS)
+            self._encode(first_row, batch)
 
     def labels(self) -> np.ndarray:
         return np.concatenate(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv as pycsv
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -25,9 +26,8 @@ class TextFormat:
     names: tuple[str, ...]  # every column in file order
     delimiter: str = ","
     header: bool = False  # the first line names the columns
-    quoted: bool = False  # values may be wrapped in double quotes
     strip: bool = False  # values may carry spaces around them (adult's ", ")
-    skip_prefix: str | None = None  # lines starting with this are not rows (adult.test's "|1x3")
+    preamble: str | None = None  # a first line starting with this is not a row (adult.test's "|1x3")
 
 
 def require_file(path: str, kind: str) -> Path:
@@ -72,27 +72,20 @@ class DelimitedFile:
         if not include:
             raise ValueError("include at least one column")  # pyarrow would read them all
 
-        def on_invalid_row(row: csv.InvalidRow) -> str:
-            prefix = self.fmt.skip_prefix
-            return "skip" if prefix is not None and row.text.startswith(prefix) else "error"
-
         first_row = 0
         try:
             reader = csv.open_csv(
                 self.file,
                 read_options=csv.ReadOptions(
                     column_names=list(self.fmt.names),
-                    skip_rows=int(self.fmt.header),
+                    skip_rows=self._skipped_lines,
                     block_size=BLOCK_BYTES,
-                    # No read-ahead threads: a reader left open by an error must not still be
-                    # running native code while the process exits (seen as SIGABRT).
                     use_threads=False,
                 ),
-                parse_options=csv.ParseOptions(
-                    delimiter=self.fmt.delimiter,
-                    quote_char='"' if self.fmt.quoted else False,
-                    invalid_row_handler=on_invalid_row,
-                ),
+                # Quoted fields ("a;b", "x""y") as any CSV writer makes them. No Python
+                # invalid-row handler: pyarrow's reader outlives an error on its I/O threads,
+                # and releasing a Python callable there needs the GIL while the process exits.
+                parse_options=csv.ParseOptions(delimiter=self.fmt.delimiter, quote_char='"'),
                 convert_options=csv.ConvertOptions(
                     column_types={name: pa.string() for name in include},
                     include_columns=list(include),
@@ -179,16 +172,19 @@ class DelimitedFile:
             f"expected {expected} ({self.fmt.kind})"
         )
 
+    @cached_property
+    def _skipped_lines(self) -> int:
+        """Lines before the first row: a header, or a preamble line (never both: each is the
+        file's first line)."""
+        preamble = self.fmt.preamble is not None and first_line(self.file).startswith(self.fmt.preamble)
+        return int(self.fmt.header or preamble)
+
     def _rows(self) -> Iterator[tuple[int, list[str]]]:
         """(line number, fields) of each data row as pyarrow sees it; used on error paths only."""
-        quoting = pycsv.QUOTE_MINIMAL if self.fmt.quoted else pycsv.QUOTE_NONE
         with self.file.open(encoding="utf-8", errors="replace", newline="") as lines:
-            reader = pycsv.reader(lines, delimiter=self.fmt.delimiter, quoting=quoting)
+            reader = pycsv.reader(lines, delimiter=self.fmt.delimiter, quoting=pycsv.QUOTE_MINIMAL)
             for fields in reader:
-                if not fields or (self.fmt.header and reader.line_num == 1):
-                    continue
-                prefix = self.fmt.skip_prefix
-                if prefix is not None and fields[0].startswith(prefix):
+                if not fields or reader.line_num <= self._skipped_lines:
                     continue
                 yield reader.line_num, fields
 

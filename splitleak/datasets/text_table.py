@@ -83,6 +83,13 @@ class TextTable(Dataset):
             stack_columns(categorical, schema.num_rows, np.int64),
         )
 
+    def check_values(self) -> None:
+        """Numbers and labels, a block at a time; any category string is a category."""
+        for first_row, batch in self._file.batches([*self.NUMERIC, self.LABEL]):
+            self._file.codes(self.LABEL, batch[self.LABEL], first_row, self.LABELS)
+            for name in self.NUMERIC:
+                self._file.numbers(name, batch[name], first_row)
+
     def labels(self) -> np.ndarray:
         return self._file.codes(
             self.LABEL, self._file.read([self.LABEL])[self.LABEL], 0, self.LABELS
