@@ -33,7 +33,7 @@ from attacker.attacks.base import (
     build_attack,
 )
 from attacker.attacks.completion import model_completion  # noqa: F401
-from attacker.attacks.exact.exact import exact  # noqa: F401
+from attacker.attacks.exact import exact  # noqa: F401
 from attacker.attacks.integrity import (  # noqa: F401
     missing_features,
     noisy_samples,
