@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 
 class MetricsTail:
-    """Reads the complete lines appended to a JSON-lines file since the last call."""
+    """Reads the complete lines appended to a JSON-lines file since the last call (a file cut
+    back, as a resumed run's is, is read again from its start)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -21,6 +23,8 @@ class MetricsTail:
     def read_new(self) -> list[dict[str, Any]]:
         try:
             with self.path.open("rb") as f:
+                if os.fstat(f.fileno()).st_size < self._offset:
+                    self._offset, self._partial = 0, b""
                 f.seek(self._offset)
                 chunk = f.read()
         except FileNotFoundError:

@@ -16,7 +16,7 @@ from splitleak import tls
 from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED
 from splitleak.config import ExperimentConfig
 from splitleak.fileio import write_atomically
-from splitleak.metrics_log import read_metrics
+from splitleak.metrics_log import read_metrics, truncate_records
 from splitleak.rundir import RunDir, exclusive, read_outcome, write_outcome
 from splitleak.timing import TIMING_FILE, read_timing_file
 
@@ -71,6 +71,8 @@ def _run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress |
     children: list[Child] = []
     for stale in address_files(cfg, run):  # a resumed run's old addresses
         stale.unlink(missing_ok=True)
+    if resume:
+        _cut_metrics_back(cfg, run)
     failure: RunFailed | None = None
     try:
         if cfg.topology.tls:  # a fresh CA and one identity per process, for this run only
@@ -100,6 +102,18 @@ def _run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress |
         _record_failure(run, failure)
         raise failure
     return collect_outcome(run, "distributed", time.monotonic() - started, launched)
+
+
+def _cut_metrics_back(cfg: ExperimentConfig, run: RunDir) -> None:
+    """Cut the metrics back to the resumed checkpoint before any role starts, as the label
+    party will: the progress tail then never reads a line the label party cuts."""
+    from splitleak.checkpoint import CheckpointError, resume_point
+
+    try:
+        manifest = resume_point(run.root, cfg)
+    except CheckpointError:
+        return  # the label party refuses the run and says why
+    truncate_records(run.metrics, manifest.metrics_records if manifest else 0)
 
 
 def _interrupt(children: list[Child], timeout: float) -> None:

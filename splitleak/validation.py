@@ -70,14 +70,14 @@ def check_models(cfg: ExperimentConfig, schema: Schema, columns: dict[int, tuple
 
 
 def bottom_shapes(cfg: ExperimentConfig, schema: Schema,
-                  columns: tuple[int, int]) -> tuple[tuple[int, ...], int]:
-    """(activation shape, first layer's output size) of one example through the bottom model
-    the shared config gives a party holding `columns`."""
+                  columns: tuple[int, int]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(activation shape, first layer's output shape) of one example through the bottom
+    model the shared config gives a party holding `columns`."""
     spec = input_spec(schema, columns)
     bottom = build_bottom(cfg.model, spec, cfg.output_width(schema.num_classes), seed=0).eval()
     first = next(m for m in bottom.modules() if isinstance(m, nn.Linear | nn.Conv2d))
-    seen: list[int] = []
-    hook = first.register_forward_hook(lambda m, a, out: seen.append(out[0].numel()))
+    seen: list[tuple[int, ...]] = []
+    hook = first.register_forward_hook(lambda m, a, out: seen.append(tuple(out.shape[1:])))
     with torch.no_grad():
         shape = tuple(bottom(*_zero_row(spec)).shape[1:])
     hook.remove()
@@ -97,13 +97,13 @@ def check_message_sizes(cfg: ExperimentConfig, bottoms: dict[int, tuple[tuple[in
     limit = cfg.topology.max_message_mb << 20
     rows = cfg.training.batch_size
     observed = set(cfg.tapped_parties)
-    for k, (shape, first_width) in sorted(bottoms.items()):
+    for k, (shape, first) in sorted(bottoms.items()):
         activation = rows * math.prod(shape) * 4
         sizes = {"activation": activation, "cut gradient": activation + rows * 8}
         if k in observed:
             record = activation + rows * 8
             record += activation if cfg.attacker.record_activation else 0
-            record += rows * first_width * 4 if cfg.attacker.record_first_layer else 0
+            record += rows * math.prod(first) * 4 if cfg.attacker.record_first_layer else 0
             sizes["gradient record to the sidecar"] = record
         what, size = max(sizes.items(), key=lambda item: item[1])
         if size + MESSAGE_OVERHEAD > limit:

@@ -263,3 +263,16 @@ def test_refused_streams_leave_nothing_behind(tmp_path: Path) -> None:
         proc.kill()
         proc.wait()
     assert growth < 1500, f"RSS grew {growth} KB over 4000 refused streams"
+
+
+def test_a_conv_bottoms_first_layer_gradient_keeps_its_channels(tmp_path: Path) -> None:
+    """At 801813a the sidecar expected a CNN party's first-layer gradient flat ([256]) while
+    the party records it per channel ([8, 8, 4]), and refused every record of the run."""
+    from attacker.servicer import PASSIVE
+    from attacker.sidecar import record_shapes
+
+    cfg = parse_config(small_config(
+        tmp_path, dataset={"name": "digits", "test_fraction": 0.2},
+        features={"passive": [[0, 4], [4, 8]]},
+        model={"kind": "cnn", "channels": [8], "layers": [32], "cut_layer": 1}))
+    assert record_shapes(cfg)[(PASSIVE, 2)]["first_layer_gradient"] == (8, 8, 4)

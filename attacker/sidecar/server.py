@@ -33,9 +33,9 @@ def record_shapes(cfg: ExperimentConfig) -> dict[Key, dict[str, tuple[int, ...]]
     schema = build_dataset(cfg.dataset.name, cfg.dataset.params).layout()
     shapes: dict[Key, dict[str, tuple[int, ...]]] = {}
     for k, columns in passive_columns(cfg, schema).items():
-        activation, first_width = bottom_shapes(cfg, schema, columns)
+        activation, first = bottom_shapes(cfg, schema, columns)
         shapes[(PASSIVE, k)] = {"cut_gradient": activation, "activation": activation,
-                                "first_layer_gradient": (first_width,)}
+                                "first_layer_gradient": first}
         shapes[(LABEL, k)] = {"activation": activation}
     return shapes
 
