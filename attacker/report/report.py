@@ -296,7 +296,7 @@ class _Inputs:
 def _draw_plots(run: RunDir, summary: dict[str, Any], inputs: _Inputs,
                 notes: list[str]) -> list[tuple[str, str]]:
     """Every plot the inputs allow, as (caption, file name); what is missing goes to `notes`."""
-    from attacker.report.report import plots  # matplotlib only when a report is written
+    from attacker.report import plots  # matplotlib only when a report is written
 
     figures: list[tuple[str, str]] = []
 
