@@ -71,8 +71,8 @@ def _positive_list(text: str) -> list[int]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from attacker.sidecar import record_shapes, serve
-    from attacker.store import RecordError
+    from attacker.sidecar.server import record_shapes, serve
+    from attacker.sidecar.store import RecordError
 
     if args.out is None and args.resume is None:
         raise BadInput("attacker serve: give --out RUN_DIR (or --resume RUN_DIR)")
@@ -105,11 +105,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
-    from attacker.analysis import AnalysisInputError, analyze
+    from attacker.analysis.analyze import AnalysisInputError, analyze
+    from attacker.analysis.summary import write_summary
     from attacker.attacks import build_attack
-    from attacker.report import print_leak_table, write_report
-    from attacker.store import LogFormatError
-    from attacker.summary import write_summary
+    from attacker.report.report import print_leak_table, write_report
+    from attacker.sidecar.store import LogFormatError
 
     specs = [parse_attack(a) for a in args.attacks] if args.attacks else None
     for name, params in specs or []:
@@ -203,15 +203,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "analyze":
         return cmd_analyze(args, console)
     if args.exact:
-        from attacker.bench_exact import EXACT_ROWS, run_exact_bench
+        from attacker.bench.exact import EXACT_ROWS, run_exact_bench
 
         args.rows = EXACT_ROWS if args.rows == ALL_ROWS else args.rows
         return run_exact_bench(args, console)
     if args.completion:
-        from attacker.bench_completion import run_completion_bench
+        from attacker.bench.completion import run_completion_bench
 
         return run_completion_bench(args, console)
-    from attacker.bench import run_bench
+    from attacker.bench.analysis import run_bench
 
     return run_bench(args, console)
 

@@ -192,9 +192,9 @@ def _sweep_or_compare(args: argparse.Namespace, console: Console) -> int:
         from orchestration.compare.command import cmd_compare
 
         return cmd_compare(args, console)
-    from orchestration.sweep.command import cmd_sweep
+    from orchestration.study import run_study
 
-    return cmd_sweep(args, console)
+    return run_study(args, console)
 
 
 def entry() -> NoReturn:

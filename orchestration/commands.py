@@ -94,7 +94,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             summary = analyse_run(variant, outcome, console, leak_table=not side_by_side)
         compared.append((label, summary, outcome))
     if side_by_side and all(summary for _, summary, _ in compared):
-        from attacker.report import comparison_table, utility
+        from attacker.report.report import comparison_table, utility
 
         console.print(comparison_table([(label, summary, utility(outcome.run))
                                         for label, summary, outcome in compared]))
@@ -177,9 +177,9 @@ def analyse_run(cfg: ExperimentConfig, outcome: RunOutcome, console: Console,
                 leak_table: bool = True) -> dict:
     """The attacker's offline analysis of a finished run, and its report (and, unless told
     otherwise, its leak table in the terminal)."""
-    from attacker.analysis import analyze
-    from attacker.report import print_leak_table, write_report
-    from attacker.summary import write_summary
+    from attacker.analysis.analyze import analyze
+    from attacker.analysis.summary import write_summary
+    from attacker.report.report import print_leak_table, write_report
 
     specs = [(a.name, a.params) for a in cfg.attacker.attacks] or None
     summary = analyze(outcome.run.root, specs)

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from attacker.store import GradientStore
+from attacker.sidecar.store import GradientStore
 from label_party.driver import drive
 from label_party.outputs import (
     clean_anchor_writer,

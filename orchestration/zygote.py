@@ -43,12 +43,12 @@ SOCKET_ENV = "SPLITLEAK_ZYGOTE"
 # torch._dynamo: torch.optim's optimizers import it (and sympy) on first use, ≈ 1–2 s.
 PRELOAD = ("torch", "torch._dynamo", "numpy", "grpc", "grpc.aio", "uvloop", "pydantic",
            "cryptography.x509", "label_party.cli", "passive_party.cli", "attacker.cli",
-           "attacker.sidecar", "orchestration.cli", "orchestration.commands",
+           "attacker.sidecar.server", "orchestration.cli", "orchestration.commands",
            "orchestration.sweep.worker", "orchestration.relay")
 # Imported while the zygote waits for requests, one module between two of them: what roles need
 # later in a run (the first evaluation, the summary, the analysis), kept off the first fork.
 LATER = ("sklearn.metrics", "sklearn.datasets", "pyarrow.parquet", "pandas", "dp_accounting",
-         "attacker.analysis", "attacker.report", "orchestration.compare.command")
+         "attacker.analysis.analyze", "attacker.report.report", "orchestration.compare.command")
 STOP_GRACE = 5.0  # s: a stopped client's children get this long after SIGTERM
 POLL = 0.02  # s: how often exited children are reaped
 

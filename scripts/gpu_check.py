@@ -156,7 +156,7 @@ def gpu_part(check: Check, out: Path, quick: bool, anchor: Path | None) -> None:
                         run={"output_dir": "/tmp/splitleak-gpu-check/runs", "deterministic": False})
 
     def completion() -> dict[str, Any]:
-        from attacker.analysis import analyze
+        from attacker.analysis.analyze import analyze
 
         run = trained(paper, True)
         steps = 20 if quick else 2000

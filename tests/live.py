@@ -13,8 +13,8 @@ from typing import Any
 import grpc
 import numpy as np
 
-from attacker.servicer import AttackerServicer, add_sidecar
-from attacker.store import GradientStore
+from attacker.sidecar.servicer import AttackerServicer, add_sidecar
+from attacker.sidecar.store import GradientStore
 from label_party.server import Serving, start
 from passive_party.bottom_trainer import BottomTrainer
 from passive_party.client import load_bottom

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from attacker.store import GradientLog
+from attacker.sidecar.store import GradientLog
 from splitleak.metrics_log import read_metrics
 from splitleak.rundir import RunDir
 from tests.conftest import scaled

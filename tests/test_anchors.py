@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attacker.analysis import analyze
+from attacker.analysis.analyze import analyze
+from attacker.analysis.leak import evaluate_batch
 from attacker.attacks import build_attack
-from attacker.leak import evaluate_batch
-from attacker.store import GradientLog
+from attacker.sidecar.store import GradientLog
 from orchestration.reference import run_reference
 from splitleak.anchors import CleanAnchorWriter, anchor_parties, draw_anchor_rows, read_clean_anchors
 from splitleak.config import parse_config

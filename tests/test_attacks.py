@@ -11,6 +11,19 @@ from hypothesis import strategies as st
 from scipy.stats import rankdata
 from sklearn.metrics import roc_auc_score
 
+from attacker.analysis.leak import (
+    BatchLeak,
+    LeakAUC,
+    attack_rng,
+    auc_bound_from_sumkl,
+    detection_error_lower_bound,
+    evaluate_batch,
+    label_accuracy,
+    leak_auc,
+    pooled_accuracy,
+    summarise,
+)
+from attacker.analysis.summary import summarise_leak
 from attacker.attacks import (
     ATTACKS,
     DEFAULT_ATTACKS,
@@ -24,19 +37,6 @@ from attacker.attacks import (
     SideKnowledge,
     build_attack,
 )
-from attacker.leak import (
-    BatchLeak,
-    LeakAUC,
-    attack_rng,
-    auc_bound_from_sumkl,
-    detection_error_lower_bound,
-    evaluate_batch,
-    label_accuracy,
-    leak_auc,
-    pooled_accuracy,
-    summarise,
-)
-from attacker.summary import summarise_leak
 from splitleak.anchors import CLEAN_ANCHOR_ATTACKS
 
 BINARY_DEFAULTS = [

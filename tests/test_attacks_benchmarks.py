@@ -13,11 +13,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.special import softmax
 
-from attacker.analysis import analyze
+from attacker.analysis.analyze import analyze
+from attacker.analysis.leak import count_error, evaluate_batch
 from attacker.attacks import SideKnowledge, build_attack
 from attacker.attacks.batch_label_counts import whole_counts
-from attacker.leak import count_error, evaluate_batch
-from attacker.store import GradientStore
+from attacker.sidecar.store import GradientStore
 from splitleak.rundir import RunDir
 
 HYPOTHESIS = settings(deadline=None, max_examples=60, derandomize=True)

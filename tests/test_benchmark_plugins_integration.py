@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import tomli_w
 
-from attacker.analysis import analyze, metric_stats
-from attacker.store import GradientLog
+from attacker.analysis.analyze import analyze, metric_stats
+from attacker.sidecar.store import GradientLog
 from orchestration.reference import run_reference
 from splitleak.config import load_config, parse_config
 from splitleak.rundir import RunDir, create_run_dir

@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from attacker.analysis import analyze
-from attacker.attacks.cafe import first_linear, psnr, total_variation
+from attacker.analysis.analyze import analyze
+from attacker.attacks.reconstruction.cafe import first_linear, psnr, total_variation
 from splitleak.config import parse_config
 from splitleak.models import Bottom
 from splitleak.rundir import RunDir

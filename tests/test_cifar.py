@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attacker.analysis import analyze
+from attacker.analysis.analyze import analyze
 from orchestration.reference import run_reference
 from orchestration.sweep.overrides import apply
 from splitleak.config import parse_config

@@ -212,8 +212,8 @@ def test_overlapping_passive_columns_warn_unless_allowed(tmp_path: Path,
 
 def test_overlapping_passive_columns_are_a_warning_of_the_report_too(tmp_path: Path) -> None:
     """At 920e7e0 the warning was on the console only, and report.md said "Warnings: none"."""
-    from attacker.analysis import analyze
-    from attacker.report import write_report
+    from attacker.analysis.analyze import analyze
+    from attacker.report.report import write_report
     from orchestration.reference import run_reference
     from splitleak.config import parse_config
     from splitleak.rundir import create_run_dir

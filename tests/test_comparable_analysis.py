@@ -12,14 +12,14 @@ import pytest
 import torch
 from skimage.metrics import structural_similarity
 
-from attacker.analysis import analyze
+from attacker.analysis.analyze import analyze
+from attacker.analysis.leak import evaluate_batch
 from attacker.attacks import build_attack
 from attacker.attacks.base import RunFacts
-from attacker.attacks.exact import Candidates, _scores, reconstruct, settle_ties
-from attacker.leak import evaluate_batch
-from attacker.reconstruction import image_scores
-from attacker.report import leak_table
-from attacker.store import GradientStore
+from attacker.attacks.exact.exact import Candidates, _scores, reconstruct, settle_ties
+from attacker.attacks.reconstruction.base import image_scores
+from attacker.report.report import leak_table
+from attacker.sidecar.store import GradientStore
 from splitleak.config import ModelConfig
 from splitleak.models import InputSpec, build_top
 from splitleak.rundir import RunDir

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from attacker.analysis import default_attacks
+from attacker.analysis.analyze import default_attacks
 from attacker.attacks import build_attack
-from attacker.report_threat import completion_md
+from attacker.report.threat import completion_md
 from orchestration.cli import main
 from orchestration.compare.command import summary_table, verdict_lines
 from orchestration.compare.dcs import dcs

@@ -125,9 +125,9 @@ def test_leak_entries_read_todays_summary_and_the_spread_and_pooled_extensions()
 
 
 def test_leak_entries_read_what_the_analysis_writes() -> None:
-    """The summary layout of attacker.summary: spread per statistic, pooled accuracy, count error
+    """The summary layout of attacker.analysis.summary: spread per statistic, pooled accuracy, count error
     (read too: compare shows it, unranked), each attack's metric over batches."""
-    from attacker.summary import summarise_leak
+    from attacker.analysis.summary import summarise_leak
 
     def row(attack: str, step: int, draw: int, **fields: Any) -> dict[str, Any]:
         return {"party_id": 1, "parties": "1", "layer": "cut", "epoch": 0, "step": step, "attack": attack,

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from attacker.analysis import analyze
+from attacker.analysis.analyze import analyze
 from attacker.attacks import RunContext, build_attack
-from attacker.completion import top_k_correct
-from attacker.mixmatch import (
+from attacker.attacks.completion.engine import top_k_correct
+from attacker.attacks.completion.mixmatch import (
     debiased,
     ema_update,
     jitter,

@@ -16,7 +16,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from attacker.sidecar import serve as serve_sidecar
+from attacker.sidecar.server import serve as serve_sidecar
 from splitleak.config import TopologyConfig, parse_config
 from splitleak.rundir import RunDir
 from tests.conftest import scaled, small_config, write_config

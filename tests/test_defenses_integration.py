@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attacker.analysis import analyze
-from attacker.store import GradientLog
+from attacker.analysis.analyze import analyze
+from attacker.sidecar.store import GradientLog
 from orchestration.reference import run_reference
 from splitleak.config import load_config, parse_config
 from splitleak.metrics_log import read_metrics

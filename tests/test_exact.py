@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from attacker.analysis import AnalysisInputError, analyze
+from attacker.analysis.analyze import AnalysisInputError, analyze
 from attacker.attacks import AttackRefused, build_attack
-from attacker.attacks.exact import Candidates, candidate_gradients, reconstruct
-from attacker.store import GradientLog
+from attacker.attacks.exact.exact import Candidates, candidate_gradients, reconstruct
+from attacker.sidecar.store import GradientLog
 from splitleak.config import ConfigError, ModelConfig, parse_config
 from splitleak.models import InputSpec, build_top
 from splitleak.rundir import RunDir
@@ -277,8 +277,8 @@ def test_a_resumed_white_box_run_writes_the_same_snapshots(tmp_path: Path) -> No
 def test_the_report_shows_exact_and_no_empty_leak_table() -> None:
     from rich.console import Console
 
-    from attacker.report import print_leak_table
-    from attacker.report_exact import exact_md
+    from attacker.attacks.exact.report import exact_md
+    from attacker.report.report import print_leak_table
 
     entry = {"party_id": 1, "parties": [1], "layer": "bottom", "scope": "run", "attack": "exact",
              "side_knowledge": "white box", "pooled": {"accuracy": 0.9, "rows": 10},

@@ -15,9 +15,9 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from attacker.analysis import analyze, write_summary
-from attacker.report import write_report
-from attacker.store import GradientLog, GradientStore, RecordError, repair_log
+from attacker.analysis.analyze import analyze, write_summary
+from attacker.report.report import write_report
+from attacker.sidecar.store import GradientLog, GradientStore, RecordError, repair_log
 from splitleak.codec import encode_tensor
 from splitleak.config import parse_config
 from splitleak.rundir import RunDir

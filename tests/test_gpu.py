@@ -124,7 +124,7 @@ def test_bf16_run_on_cuda_trains(tmp_path: Path) -> None:
 
 
 def test_model_completion_and_anti_gan_run_on_cuda(tmp_path: Path) -> None:
-    from attacker.analysis import analyze
+    from attacker.analysis.analyze import analyze
 
     data = small_config(
         tmp_path, run={"device": DEVICE}, dataset={"name": "digits", "test_fraction": 0.2},

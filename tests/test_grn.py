@@ -10,9 +10,9 @@ import pytest
 import torch
 from torch import nn
 
-from attacker.analysis import analyze
-from attacker.attacks.grn import GrnParams, TrainedModel, _own_features, train_grn
-from attacker.completion import PartyView
+from attacker.analysis.analyze import analyze
+from attacker.attacks.completion.engine import PartyView
+from attacker.attacks.reconstruction.grn import GrnParams, TrainedModel, _own_features, train_grn
 from splitleak.config import parse_config
 from splitleak.inputs import PartyInputs
 from splitleak.models import Bottom, InputSpec, TopModel

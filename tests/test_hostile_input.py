@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from attacker.store import GradientLog
+from attacker.sidecar.store import GradientLog
 from passive_party.client import PartyError, StepLoop
 from splitleak.codec import encode_tensor
 from splitleak.config import ConfigError, ExperimentConfig, parse_config

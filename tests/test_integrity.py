@@ -11,10 +11,10 @@ import pytest
 import torch
 from torch import nn
 
-from attacker.analysis import analyze
-from attacker.attacks.missing_features import mixed_accuracy
-from attacker.attacks.replacement_backdoor import success_rates
-from attacker.integrity import VariantPass
+from attacker.analysis.analyze import analyze
+from attacker.attacks.integrity.base import VariantPass
+from attacker.attacks.integrity.missing_features import mixed_accuracy
+from attacker.attacks.integrity.replacement_backdoor import success_rates
 from label_party.schedule import Phase, make_plan, schedule
 from passive_party.bottom_trainer import BottomTrainer
 from passive_party.integrity import PartyIntegrity, Swap

@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 import tomli_w
 
-from attacker.analysis import analyze, metric_stats
+from attacker.analysis.analyze import analyze, metric_stats
 from orchestration.gafm_select import main as gafm_select_main
 from orchestration.gafm_select import select_delta
 from orchestration.reference import run_reference

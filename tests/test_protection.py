@@ -137,9 +137,9 @@ def test_a_protected_run_trains_on_mixed_images_and_says_so(tmp_path: Path) -> N
     """In-process: party 1's received activations differ from an unprotected run's from the
     first step; protection.json, report.md's section and the comparison's relative drop (ADR)
     are there."""
-    from attacker.analysis import analyze
-    from attacker.report import write_report
-    from attacker.summary import write_summary
+    from attacker.analysis.analyze import analyze
+    from attacker.analysis.summary import write_summary
+    from attacker.report.report import write_report
     from orchestration.compare.read import find_runs
     from orchestration.compare.table import compare
     from orchestration.reference import run_reference

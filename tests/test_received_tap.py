@@ -11,7 +11,7 @@ import grpc
 import numpy as np
 import pytest
 
-from attacker.store import GradientLog
+from attacker.sidecar.store import GradientLog
 from splitleak import tls
 from splitleak.codec import encode_ids, encode_tensor
 from splitleak.config import TopologyConfig, parse_config

@@ -10,11 +10,11 @@ import pytest
 import torch
 from torch import nn
 
-from attacker.analysis import analyze
-from attacker.attacks.back_mapping import BackMappingParams, back_map
-from attacker.attacks.inversion import InversionParams, invert, total_variation
-from attacker.completion import PartyView
-from attacker.reconstruction import Victim, grid_rows, image_scores, ssim_window, tabular_scores
+from attacker.analysis.analyze import analyze
+from attacker.attacks.completion.engine import PartyView
+from attacker.attacks.reconstruction.back_mapping import BackMappingParams, back_map
+from attacker.attacks.reconstruction.base import Victim, grid_rows, image_scores, ssim_window, tabular_scores
+from attacker.attacks.reconstruction.inversion import InversionParams, invert, total_variation
 from splitleak.config import ConfigError, parse_config
 from splitleak.inputs import PartyInputs
 from splitleak.models import Bottom, InputSpec
@@ -137,7 +137,7 @@ def _recorded_run(tmp_path: Path, data: dict) -> RunDir:
 def test_both_attacks_rebuild_images_better_than_the_prior(tmp_path: Path) -> None:
     """digits halves (8x4) through a conv cut: both attacks beat the mean-image prior on SSIM and
     MSE; the report has the section and the grid; a second analysis gives the same numbers."""
-    from attacker.report import write_report
+    from attacker.report.report import write_report
 
     run = _recorded_run(tmp_path, _receiver_config(tmp_path))
     summary = analyze(run.root)
@@ -173,7 +173,7 @@ def test_tabular_features_are_scored_per_column(tmp_path: Path) -> None:
 def test_the_console_table_fits_80_columns() -> None:
     from rich.console import Console
 
-    from attacker.report_reconstruction import reconstruction_table
+    from attacker.attacks.reconstruction.report import reconstruction_table
 
     figures = {"metric": "ssim", "ssim": 0.5971, "mse": 0.1931, "rows": 512, "auxiliary_rows": 400,
                "cpu_seconds": 15.6, "prior": {"ssim": 0.1601, "mse": 0.7212}}

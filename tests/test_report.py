@@ -12,11 +12,17 @@ import pyarrow.parquet as pq
 import pytest
 from rich.console import Console
 
-from attacker.analysis import LEAK_SCHEMA, summarise_leak
+from attacker.analysis.analyze import LEAK_SCHEMA, summarise_leak
+from attacker.analysis.leak import METRIC_OF_KIND
+from attacker.analysis.summary import above_bound, marvell_bounds
 from attacker.attacks import DEFAULT_ATTACKS, DEFAULT_MULTICLASS_ATTACKS, build_attack
-from attacker.leak import METRIC_OF_KIND
-from attacker.report import comparison_table, print_leak_table, side_knowledge_tag, utility, write_report
-from attacker.summary import above_bound, marvell_bounds
+from attacker.report.report import (
+    comparison_table,
+    print_leak_table,
+    side_knowledge_tag,
+    utility,
+    write_report,
+)
 from splitleak.rundir import RunDir
 from splitleak.threat import ThreatConfig
 

@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
-from attacker.analysis import analyze
-from attacker.store import GradientLog, GradientStore, RecordError
+from attacker.analysis.analyze import analyze
+from attacker.sidecar.store import GradientLog, GradientStore, RecordError
 from orchestration.reference import run_reference
 from splitleak.codec import encode_ids, encode_tensor
 from splitleak.config import parse_config
@@ -193,8 +193,8 @@ def test_killed_sidecar_loses_at_most_the_record_in_flight(tmp_path: Path) -> No
 def test_the_config_not_the_first_record_fixes_the_shapes(tmp_path: Path) -> None:
     """At 920e7e0 a first record of any width set party 1's log schema, and the party's real
     records were then refused as a change of shape."""
-    from attacker.servicer import PASSIVE
-    from attacker.sidecar import record_shapes
+    from attacker.sidecar.server import record_shapes
+    from attacker.sidecar.servicer import PASSIVE
     from tests.live import gradient_record, record_stream, sidecar
 
     cfg = parse_config(small_config(tmp_path))
@@ -269,7 +269,8 @@ def test_a_conv_bottoms_first_layer_gradient_keeps_its_channels(tmp_path: Path) 
     """At 801813a the sidecar expected a CNN party's first-layer gradient flat ([256]) while
     the party records it per channel ([8, 8, 4]), and refused every record of the run."""
     from attacker.servicer import PASSIVE
-    from attacker.sidecar import record_shapes
+
+    from attacker.sidecar.server import record_shapes
 
     cfg = parse_config(small_config(
         tmp_path, dataset={"name": "digits", "test_fraction": 0.2},

@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from attacker.store import GradientLog
+from attacker.sidecar.store import GradientLog
 from splitleak.codec import SPARSE_MAX_ELEMENTS, CodecError, decode_tensor, decode_view, encode_tensor
 from splitleak.v1 import tensor_pb2
 from tests.conftest import small_config

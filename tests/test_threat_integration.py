@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from attacker.analysis import analyze
+from attacker.analysis.analyze import analyze
 from orchestration.reference import run_reference
 from splitleak.anchors import read_clean_anchors
 from splitleak.config import parse_config

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from attacker.store import GradientLog
+from attacker.sidecar.store import GradientLog
 from splitleak.codec import as_received, decode_tensor, encode_tensor
 from splitleak.config import ConfigError, parse_config
 from tests.conftest import small_config

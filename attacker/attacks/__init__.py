@@ -1,29 +1,22 @@
-"""Label-inference attacks on received cut-layer gradients; importing this registers them all."""
+"""Every attack plug-in, one module each; importing this registers them all. The batch attacks
+on received gradients sit here; each family of run-level attacks has a folder of its own with
+its engine and its report section: completion/, reconstruction/, exact/, integrity/."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from attacker.attacks import (  # noqa: F401  (imported to register)
-    back_mapping,
     batch_label_counts,
-    cafe,
     clustering,
     cosine_majority,
     cosine_oracle,
     direct_label,
-    exact,
-    grn,
     hint_distance,
     hint_inner,
-    inversion,
     mean,
     median,
-    missing_features,
-    model_completion,
-    noisy_samples,
     norm,
-    replacement_backdoor,
 )
 from attacker.attacks.base import (
     ATTACKS,
@@ -39,6 +32,14 @@ from attacker.attacks.base import (
     SideKnowledge,
     build_attack,
 )
+from attacker.attacks.completion import model_completion  # noqa: F401
+from attacker.attacks.exact import exact  # noqa: F401
+from attacker.attacks.integrity import (  # noqa: F401
+    missing_features,
+    noisy_samples,
+    replacement_backdoor,
+)
+from attacker.attacks.reconstruction import back_mapping, cafe, grn, inversion  # noqa: F401
 
 # Run on every binary run, in this order.
 DEFAULT_ATTACKS: list[tuple[str, dict[str, Any]]] = [

@@ -1,4 +1,5 @@
-"""`splitleak sweep FILE`: resolve the points, run the unfinished ones on an engine, compare."""
+"""`splitleak sweep FILE`: resolve the points and run the unfinished ones on an engine (the
+comparison that follows is orchestration/study.py's)."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import argparse
 import shutil
 import signal
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
@@ -83,7 +85,17 @@ def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
-def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
+@dataclass(frozen=True)
+class SweepRun:
+    """What a sweep command ended with: its exit code, and where a comparison would look."""
+
+    code: int
+    sweep_dir: Path | None = None
+    leak_stat: str = "flipped_p95"
+    done: int = 0  # points finished, this time or before
+
+
+def cmd_sweep(args: argparse.Namespace, console: Console) -> SweepRun:
     try:
         sweep = load_sweep(args.file)
     except SweepError as err:
@@ -113,16 +125,12 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> int:
         counts = index.counts()
         console.print(f"[bold red]interrupted[/]: every running point was stopped; index "
                       f"{index.path}: {_counts(counts)}. Run the same command again to resume.")
-        return EXIT_INTERRUPTED
+        return SweepRun(EXIT_INTERRUPTED)
     finally:  # the points ran (in this process too, with --engine inprocess --jobs 1)
         signal.signal(signal.SIGTERM, previous)
     _print_outcome(console, outcome, index)
-    if not args.no_compare and outcome.counts.get("done"):
-        from orchestration.compare.command import compare_and_print
-
-        compare_and_print([sweep_dir], sweep_dir / "compare", console,
-                          leak_stat=sweep.sweep.leak_stat)
-    return EXIT_FAILED if outcome.counts.get("failed") else 0
+    return SweepRun(EXIT_FAILED if outcome.counts.get("failed") else 0, sweep_dir,
+                    sweep.sweep.leak_stat, outcome.counts.get("done", 0))
 
 
 def _counts(counts: dict[str, int]) -> str:

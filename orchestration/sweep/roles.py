@@ -1,6 +1,6 @@
 """One role of a point, hosted by an engine's worker (a Ray actor): the same per-service coroutine
 the role's CLI runs (label_party.server.serve, passive_party.client.run_party,
-attacker.sidecar.serve), in a thread of its own so the host can answer polls meanwhile.
+attacker.sidecar.server.serve), in a thread of its own so the host can answer polls meanwhile.
 
 Nothing here imports Ray; orchestration.sweep.ray_engine wraps a RoleHost in an actor.
 """
@@ -106,8 +106,8 @@ class RoleHost:
 
             return serve(cfg, self.run, listen, port_file, self.tls_dir, attacker=attacker)
         if self.role == ATTACKER:
-            from attacker.sidecar import record_shapes
-            from attacker.sidecar import serve as serve_sidecar
+            from attacker.sidecar.server import record_shapes
+            from attacker.sidecar.server import serve as serve_sidecar
 
             return serve_sidecar(self.run.root, listen, set(cfg.tapped_parties), self.run.root.name,
                                  cfg.topology, port_file, self.tls_dir,

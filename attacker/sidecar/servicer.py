@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 import numpy as np
 
-from attacker.store import GradientStore, RecordError
+from attacker.sidecar.store import GradientStore, RecordError
 from splitleak.codec import CodecError, decode_ids, decode_tensor, decode_view
 from splitleak.timing import WARMUP_STEPS, CpuWindow
 from splitleak.tls import LABEL_PARTY, passive_identity, peer_identity

@@ -8,7 +8,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from attacker.report_threat import fmt, md_table
+from splitleak.markdown import fmt, md_table
 
 
 def _entries(summary: dict[str, Any]) -> list[dict[str, Any]]:

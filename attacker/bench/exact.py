@@ -10,7 +10,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from attacker.attacks.exact import Candidates, reconstruct
+from attacker.attacks.exact.exact import Candidates, reconstruct
 from splitleak.config import ModelConfig
 from splitleak.models import InputSpec, build_top
 

@@ -11,8 +11,8 @@ from collections.abc import Sequence
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from attacker.analysis.leak import attack_rng, evaluate_batch
 from attacker.attacks import DEFAULT_ATTACKS, build_attack
-from attacker.leak import attack_rng, evaluate_batch
 
 
 def synthetic_batch(

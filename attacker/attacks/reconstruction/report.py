@@ -13,7 +13,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from attacker.report_threat import fmt, md_table
+from splitleak.markdown import fmt, md_table
 from splitleak.rundir import RunDir
 
 GRID_FILE = "reconstruction_party{party}.png"
@@ -158,16 +158,15 @@ def protection_md(run: RunDir, config: dict[str, Any]) -> list[str]:
     return lines + [*missing, ""] if missing else lines
 
 
-def draw_grids(run: RunDir, summary: dict[str, Any], figure: Any) -> None:
-    """One grid per victim: originals and each attack's reconstructions (report.md's Plots)."""
-    from attacker import plots
-
+def grids(run: RunDir, summary: dict[str, Any]) -> list[tuple[str, str, list[tuple[str, Any]]]]:
+    """One grid per victim, for report.md's Plots: (file name, caption, [(attack, its saved
+    originals and reconstructions)])."""
     by_party: dict[int, list[tuple[str, Path]]] = {}
     for e in _entries(summary):
         path = run.attacker / "reconstruction" / f"{e['attack'].split('(')[0]}_party{e['party_id']}.npz"
         if "error" not in e and e.get("metric") == "ssim" and path.exists():
             by_party.setdefault(e["party_id"], []).append((e["attack"].split("(")[0], path))
-    for party, files in sorted(by_party.items()):
-        grids = [(name, dict(np.load(path))) for name, path in files]
-        figure(GRID_FILE.format(party=party), f"Reconstructed inputs of party {party}: originals "
-               "(top) and each attack's reconstruction, same rows", plots.reconstruction_grid, grids)
+    return [(GRID_FILE.format(party=party), f"Reconstructed inputs of party {party}: originals "
+             "(top) and each attack's reconstruction, same rows",
+             [(name, dict(np.load(path))) for name, path in files])
+            for party, files in sorted(by_party.items())]

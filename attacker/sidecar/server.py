@@ -10,8 +10,8 @@ from pathlib import Path
 
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from attacker.servicer import LABEL, PASSIVE, AttackerServicer, Key, add_sidecar, who
-from attacker.store import GradientStore
+from attacker.sidecar.servicer import LABEL, PASSIVE, AttackerServicer, Key, add_sidecar, who
+from attacker.sidecar.store import GradientStore
 from splitleak.config import ExperimentConfig, TopologyConfig
 from splitleak.fileio import write_atomically
 from splitleak.rundir import RunDir

@@ -21,25 +21,27 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from attacker.report_exact import exact_md, exact_table
-from attacker.report_integrity import integrity_md, integrity_table
-from attacker.report_reconstruction import (
-    draw_grids,
+from attacker.analysis.summary import headline, headline_value, marvell_bounds, metric_stats
+from attacker.attacks.exact.report import exact_md, exact_table
+from attacker.attacks.integrity.report import integrity_md, integrity_table
+from attacker.attacks.reconstruction.report import (
+    grids as reconstruction_grids,
+)
+from attacker.attacks.reconstruction.report import (
     protection_md,
     reconstruction_md,
     reconstruction_table,
 )
-from attacker.report_threat import above_bound_notes, completion_md, threat_md
-from attacker.report_threat import fmt as _fmt
-from attacker.report_threat import md_table as _md_table
-from attacker.summary import headline, headline_value, marvell_bounds, metric_stats
+from attacker.report.threat import above_bound_notes, completion_md, threat_md
 from splitleak.config import NetworkConfig, WireConfig
 from splitleak.fileio import write_atomically
+from splitleak.markdown import fmt as _fmt
+from splitleak.markdown import md_table as _md_table
 from splitleak.metrics_log import read_metrics
 from splitleak.pace import ms_per_step
 from splitleak.rundir import RunDir
 
-log = logging.getLogger("attacker.report")
+log = logging.getLogger("attacker.report.report")
 
 FLIPPED = "flip-corrected leak AUC max(AUC, 1 − AUC)"
 OTHER_METRICS = "label attacks: label accuracy; count attacks: count error Σ|n̂ − n|/2B, 0 = exact"
@@ -294,7 +296,7 @@ class _Inputs:
 def _draw_plots(run: RunDir, summary: dict[str, Any], inputs: _Inputs,
                 notes: list[str]) -> list[tuple[str, str]]:
     """Every plot the inputs allow, as (caption, file name); what is missing goes to `notes`."""
-    from attacker import plots  # matplotlib only when a report is written
+    from attacker.report import plots  # matplotlib only when a report is written
 
     figures: list[tuple[str, str]] = []
 
@@ -338,7 +340,8 @@ def _draw_plots(run: RunDir, summary: dict[str, Any], inputs: _Inputs,
     if train:
         figure("training.png", "Train loss and test metric over training", plots.training_curves,
                train, evals)
-    draw_grids(run, summary, figure)
+    for name, caption, victim in reconstruction_grids(run, summary):
+        figure(name, caption, plots.reconstruction_grid, victim)
     return figures
 
 

@@ -15,8 +15,8 @@ from pydantic import Field
 from torch.nn import functional as F
 
 from attacker.attacks.base import AttackParams, RunAttack, RunContext, RunResult, label_without_defaults
-from attacker.completion import PartyView, load_parties
-from attacker.store import GradientLog
+from attacker.attacks.completion.engine import PartyView, load_parties
+from attacker.sidecar.store import GradientLog
 from splitleak.fileio import write_atomically
 from splitleak.models import Bottom
 from splitleak.placement import ATTACKER, role_threads

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from attacker.attacks.base import ATTACKS, RunContext
-from attacker.integrity import IntegrityAttack, VariantPass
+from attacker.attacks.integrity.base import IntegrityAttack, VariantPass
 
 
 def success_rates(confusion: np.ndarray, target: int) -> tuple[float, float | None]:

@@ -13,8 +13,8 @@ from pydantic import Field
 from torch import nn
 
 from attacker.attacks.base import ATTACKS, AttackParams, RunContext
-from attacker.completion import PartyView, load_parties
-from attacker.reconstruction import FeatureReconstruction, Rebuilt
+from attacker.attacks.completion.engine import PartyView, load_parties
+from attacker.attacks.reconstruction.base import FeatureReconstruction, Rebuilt
 from splitleak.models import Bottom
 from splitleak.seeding import generator, rng
 from splitleak.white_box import read_snapshot_batch, snapshot_files

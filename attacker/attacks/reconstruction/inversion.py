@@ -7,7 +7,12 @@ import torch
 from pydantic import Field
 
 from attacker.attacks.base import ATTACKS
-from attacker.reconstruction import ReconstructionAttack, ReconstructionParams, Victim, soft_forward
+from attacker.attacks.reconstruction.base import (
+    ReconstructionAttack,
+    ReconstructionParams,
+    Victim,
+    soft_forward,
+)
 
 
 class InversionParams(ReconstructionParams):

@@ -10,7 +10,7 @@ import torch
 from pydantic import Field
 
 from attacker.attacks.base import ATTACKS, AttackParams, RunAttack, RunContext, RunResult
-from attacker.completion import (
+from attacker.attacks.completion.engine import (
     Settings,
     Trainer,
     build_model,

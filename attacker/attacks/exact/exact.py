@@ -21,7 +21,7 @@ from attacker.attacks.base import (
     RunContext,
     RunResult,
 )
-from attacker.store import GradientLog
+from attacker.sidecar.store import GradientLog
 from splitleak.datasets import build_dataset
 from splitleak.models import build_top, input_spec
 from splitleak.partition import label_party_columns

@@ -10,7 +10,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from attacker.attacks.base import ATTACKS
-from attacker.reconstruction import ReconstructionAttack, ReconstructionParams, Victim
+from attacker.attacks.reconstruction.base import ReconstructionAttack, ReconstructionParams, Victim
 from splitleak.seeding import derive_seed, rng
 
 

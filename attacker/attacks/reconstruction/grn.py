@@ -13,8 +13,8 @@ from torch import nn
 from torch.nn import functional as F
 
 from attacker.attacks.base import ATTACKS, AttackParams, RunContext
-from attacker.completion import PartyView, load_parties
-from attacker.reconstruction import FeatureReconstruction, Rebuilt, soft_forward
+from attacker.attacks.completion.engine import PartyView, load_parties
+from attacker.attacks.reconstruction.base import FeatureReconstruction, Rebuilt, soft_forward
 from splitleak.datasets import build_dataset
 from splitleak.inputs import PartyInputs, load_party_inputs
 from splitleak.models import Bottleneck, TopModel, build_top

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from attacker.mixmatch import (
+from attacker.attacks.completion.mixmatch import (
     debiased,
     ema_update,
     jitter,

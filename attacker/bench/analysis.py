@@ -18,8 +18,8 @@ import pyarrow.parquet as pq
 from rich.console import Console
 from rich.table import Table
 
-from attacker.bench_attacks import synthetic_batch
-from attacker.store import GradientStore
+from attacker.bench.attacks import synthetic_batch
+from attacker.sidecar.store import GradientStore
 from splitleak.rundir import RunDir
 
 ONE_CORE = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -47,7 +47,7 @@ def write_synthetic_run(root: Path, rows: int, dim: int, batch_size: int, seed: 
 
 def _analyse_in_child(run: RunDir) -> dict:
     """Time `analyze` in a fresh one-core process; its peak RSS is the analysis's alone."""
-    code = ("import json, sys, time; from attacker.analysis import analyze; t = time.process_time();"
+    code = ("import json, sys, time; from attacker.analysis.analyze import analyze; t = time.process_time();"
             " w = time.perf_counter(); s = analyze(sys.argv[1]);"
             " print(json.dumps({'cpu': time.process_time() - t, 'wall': time.perf_counter() - w,"
             " 'entries': len(s['leak'])}))")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from attacker.attacks.base import ATTACKS, RunContext
-from attacker.integrity import IntegrityAttack, VariantPass
+from attacker.attacks.integrity.base import IntegrityAttack, VariantPass
 
 
 def mixed_accuracy(final: VariantPass) -> float:

@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from attacker.analysis.leak import pooled_accuracy, summarise
 from attacker.attacks import ATTACKS
-from attacker.leak import pooled_accuracy, summarise
 from splitleak.fileio import write_atomically
 from splitleak.rundir import RunDir
 

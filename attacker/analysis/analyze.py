@@ -16,6 +16,16 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import ValidationError
 
+from attacker.analysis.leak import BatchLeak, attack_rng, evaluate_batch, premise_failed
+from attacker.analysis.summary import (
+    above_bound,
+    headline,
+    marvell_bounds,
+    metric_stats,
+    summarise_leak,
+    with_family,
+    write_summary,
+)
 from attacker.attacks import (
     DEFAULT_ATTACKS,
     DEFAULT_MULTICLASS_ATTACKS,
@@ -27,18 +37,8 @@ from attacker.attacks import (
     build_attack,
 )
 from attacker.attacks.base import RunFacts
-from attacker.integrity import IntegrityAttack
-from attacker.leak import BatchLeak, attack_rng, evaluate_batch, premise_failed
-from attacker.store import GradientLog, LoggedBatch, repair_log
-from attacker.summary import (
-    above_bound,
-    headline,
-    marvell_bounds,
-    metric_stats,
-    summarise_leak,
-    with_family,
-    write_summary,
-)
+from attacker.attacks.integrity.base import IntegrityAttack
+from attacker.sidecar.store import GradientLog, LoggedBatch, repair_log
 from splitleak.anchors import BatchAnchors, read_clean_anchors
 from splitleak.config import ConfigError, load_config
 from splitleak.fileio import write_atomically

@@ -9,7 +9,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from attacker.report_threat import fmt, md_table
+from splitleak.markdown import fmt, md_table
 
 HEADER = ["party", "attack", "family", "headline", "VFLAIR AP", "test acc.", "rows", "evaluations"]
 

@@ -3,19 +3,9 @@ whose measured leak exceeds Marvell's Theorem-1 bound."""
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-
-def fmt(value: Any, digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "n/a"
-    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
-
-
-def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return [*lines, *("| " + " | ".join(row) + " |" for row in rows), ""]
+from splitleak.markdown import fmt, md_table
 
 
 def threat_md(summary: dict[str, Any]) -> list[str]:

@@ -1,0 +1,1 @@
+"""Benchmarks of the offline analysis (attacker bench): the leak metrics, model completion, EXACT."""

@@ -1,0 +1,1 @@
+"""What a run's analysis shows: report.md, the console tables, the plots."""

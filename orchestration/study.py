@@ -1,0 +1,20 @@
+"""`splitleak sweep FILE`: the sweep's points run on an engine, then their comparison."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+from orchestration.compare.command import compare_and_print
+from orchestration.sweep.command import cmd_sweep
+
+
+def run_study(args: argparse.Namespace, console: Console) -> int:
+    """Run the sweep; compare its finished points unless --no-compare. The exit code is the
+    sweep's (a failed point: 1; interrupted: 130)."""
+    sweep = cmd_sweep(args, console)
+    if sweep.sweep_dir is not None and sweep.done and not args.no_compare:
+        compare_and_print([sweep.sweep_dir], sweep.sweep_dir / "compare", console,
+                          leak_stat=sweep.leak_stat)
+    return sweep.code
