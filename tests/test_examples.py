@@ -13,6 +13,7 @@ from orchestration.sweep.command import sweep_points
 from orchestration.sweep.spec import load_sweep
 from passive_party.protection import check_protection
 from splitleak.config import load_config
+from splitleak.datasets import DATASETS
 from splitleak.validation import check_core
 
 ROOT = Path(__file__).parent.parent / "examples"
@@ -21,6 +22,8 @@ EXAMPLES = sorted(set(ROOT.rglob("*.toml")) - set(SWEEPS))
 NEEDS_FILE = {"criteo_file.toml", "adult.toml", "adult_dp.toml", "cifar10-none.toml",
               "cifar10-none-active.toml", "cifar10-kdk.toml", "cifar10-kdk-active.toml",
               "cifar10-resnet18.toml"}
+DATA = ROOT / "data"  # one experiment per file loader on a file the user gives (docs/data.md)
+FILE_LOADERS = {name for name in DATASETS.names() if "path" in DATASETS.get(name).Params.model_fields}
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.name)
@@ -28,7 +31,7 @@ def test_example_is_valid(path: Path) -> None:
     cfg = load_config(path)
     check_chain(cfg)
     check_protection(cfg)
-    if path.name not in NEEDS_FILE:
+    if path.name not in NEEDS_FILE and path.parent != DATA:
         check_core(cfg)
 
 
@@ -42,6 +45,12 @@ def test_there_are_examples() -> None:
     # the studies that used to be scripts: sweep files plus `splitleak compare`
     assert {ROOT / "threat" / "sweep.toml", ROOT / "defenses" / "plugins_default.toml",
             ROOT / "defenses" / "plugins_digits.toml"} <= set(SWEEPS)
+
+
+def test_every_file_loader_has_an_example() -> None:
+    examples = {p.stem: load_config(p) for p in DATA.glob("*.toml")}
+    assert set(examples) == FILE_LOADERS
+    assert all(cfg.dataset.name == name for name, cfg in examples.items())
 
 
 @pytest.mark.parametrize("path", SWEEPS, ids=lambda p: p.name)

@@ -1,0 +1,67 @@
+"""The docs cannot go stale silently: the configuration page is the generator's output, every
+relative link resolves, and every registered plug-in is documented."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from attacker.attacks import ATTACKS
+from label_party.defenses import DEFENSES
+from label_party.objectives import OBJECTIVES
+from splitleak.config_doc import NOTES, configuration_page, field_paths
+
+ROOT = Path(__file__).resolve().parent.parent
+PAGES = sorted([ROOT / "README.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").glob("*.md")])
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```.*?^```", re.M | re.S)
+
+
+def test_configuration_page_is_generated() -> None:
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    assert page == configuration_page(), (
+        "docs/configuration.md is stale: python -m splitleak.config_doc > docs/configuration.md")
+
+
+def test_notes_name_real_fields() -> None:
+    assert set(NOTES) <= set(field_paths()), sorted(set(NOTES) - set(field_paths()))
+
+
+def anchors(page: Path) -> set[str]:
+    """GitHub's heading anchors: lower case, punctuation dropped, spaces as hyphens."""
+    headings = re.findall(r"^#+ (.+)$", FENCE.sub("", page.read_text()), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-") for h in headings}
+
+
+def links(page: Path) -> list[str]:
+    return [t for t in LINK.findall(FENCE.sub("", page.read_text()))
+            if not re.match(r"[a-z]+:", t)]
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_resolve(page: Path) -> None:
+    broken = []
+    for target in links(page):
+        path, _, anchor = target.partition("#")
+        file = (page.parent / path).resolve() if path else page
+        if not file.exists():
+            broken.append(target)
+        elif anchor and file.suffix == ".md" and anchor not in anchors(file):
+            broken.append(target)
+    assert not broken, broken
+
+
+def test_readme_is_short() -> None:
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 200
+
+
+@pytest.mark.parametrize(("page", "names"), [
+    ("defenses.md", DEFENSES.names()),
+    ("defenses.md", OBJECTIVES.names()),
+    ("attacks.md", ATTACKS.names()),
+])
+def test_every_plugin_is_documented(page: str, names: list[str]) -> None:
+    text = (ROOT / "docs" / page).read_text()
+    assert [name for name in names if f"`{name}`" not in text] == []
