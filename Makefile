@@ -22,7 +22,7 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -m "not slow and not containers"
 
-# What CI adds: end-to-end runs, faults, fuzz, soak, sweeps, the Ray cluster (tens of minutes).
+# What CI adds: end-to-end runs, faults, soak, sweeps, the Ray cluster (tens of minutes).
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m "slow and not containers" --durations=20
 

@@ -169,7 +169,7 @@ class TrainingConfig(_Frozen):
     optimizers: dict[str, OptimizerConfig] = {}
     # Train steps between coordinated checkpoints of every party (0: none). At 100 a resumed
     # run redoes at most 100 steps, and the checkpoint's cost (a few small files, fsync'd,
-    # per party) stays around 1 % of the steps between two checkpoints (README).
+    # per party) stays around 1 % of the steps between two checkpoints (docs/reliability.md).
     checkpoint_every: int = Field(100, ge=0)
 
 
