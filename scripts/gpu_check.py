@@ -95,9 +95,9 @@ def trained(cfg_path: Path, distributed: bool) -> dict[str, Any]:
     """Train one config (no analysis); steps/s past the first 50 steps, the whole wall time."""
     from orchestration.reference import run_reference
     from orchestration.run import run_distributed
+    from splitleak.artifacts.rundir import create_run_dir
     from splitleak.config import load_config
     from splitleak.metrics_log import read_metrics
-    from splitleak.rundir import create_run_dir
 
     cfg = load_config(cfg_path)
     run = create_run_dir(cfg)

@@ -18,9 +18,9 @@ from attacker.sidecar.store import GradientStore
 from label_party.server import Serving, start
 from passive_party.bottom_trainer import BottomTrainer
 from passive_party.client import load_bottom
+from splitleak.artifacts.paths import RunDir
 from splitleak.codec import decode_ids, encode_ids, encode_tensor
 from splitleak.config import PROTOCOL_VERSION, ExperimentConfig, TopologyConfig
-from splitleak.rundir import RunDir
 from splitleak.transport import PARTY_ID_KEY, SESSION_KEY, bind, create_server
 from splitleak.v1 import attacker_pb2 as apb
 from splitleak.v1 import attacker_pb2_grpc as apb_grpc

@@ -15,10 +15,11 @@ from rich.console import Console
 
 from orchestration.commands import validate
 from orchestration.sweep.engine import Engine, EngineError
-from orchestration.sweep.index import SweepIndex, SweepIndexError
+from orchestration.sweep.index import SweepIndex
 from orchestration.sweep.points import Point, resolve
 from orchestration.sweep.runner import SweepOutcome, run_points
 from orchestration.sweep.spec import SweepError, SweepFile, base_path, load_sweep
+from splitleak.artifacts.sweep import SweepIndexError
 from splitleak.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, BadInput
 from splitleak.config import ConfigError, ExperimentConfig, load_config
 

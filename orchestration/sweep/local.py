@@ -16,11 +16,11 @@ from orchestration.sweep.engine import (
     PointResult,
     default_jobs,
     prepare_run_dir,
-    read_result,
 )
 from orchestration.sweep.points import Point
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.sweep import read_result
 from splitleak.placement import CORES_ENV, cores
-from splitleak.rundir import RunDir
 
 POINT_LOG = "sweep_point.log"  # the worker's output, in the point's logs/
 

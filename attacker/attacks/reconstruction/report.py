@@ -13,8 +13,8 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
+from splitleak.artifacts.paths import RunDir
 from splitleak.markdown import fmt, md_table
-from splitleak.rundir import RunDir
 
 GRID_FILE = "reconstruction_party{party}.png"
 
