@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging("label-party", args.verbose)
     if args.config is None and args.resume is None:
         raise BadInput("label-party serve: give --config FILE (or --resume RUN_DIR)")
-    cfg = config_or_exit(args.config or args.resume / "config.toml")
+    cfg = config_or_exit(args.config or RunDir(args.resume).config)
     tls_dir = tls_dir_or_exit(cfg, args.tls_dir, LABEL_PARTY)
     try:
         schema = check_core(cfg)

@@ -31,6 +31,7 @@ from label_party.setup import LabelPartyData, load_label_party_data, plan_record
 from label_party.taps import ReceivedTaps, sidecar_failed
 from label_party.trainer import LabelPartyTrainer, NonFiniteStep
 from splitleak.addresses import resolve
+from splitleak.artifacts.metrics import MetricsWriter
 from splitleak.artifacts.outcome import write_outcome
 from splitleak.artifacts.paths import RunDir
 from splitleak.checkpoint import (
@@ -46,7 +47,6 @@ from splitleak.config import ExperimentConfig
 from splitleak.fileio import describe_os_error, write_atomically
 from splitleak.integrity import variant_rows
 from splitleak.lifeline import orphaned
-from splitleak.metrics_log import MetricsWriter
 from splitleak.placement import LABEL, memory_facts, prepare_role
 from splitleak.tap import TapError
 from splitleak.timing import mark_startup, note

@@ -21,6 +21,7 @@ from orchestration.bench_report import print_bench, summarise_rounds
 from orchestration.bench_rounds import default_busy_load, interleave
 from orchestration.reference import run_reference
 from orchestration.run import run_distributed
+from splitleak.artifacts.metrics import read_metrics
 from splitleak.artifacts.outcome import read_outcome
 from splitleak.artifacts.paths import RunDir, timing_file
 from splitleak.artifacts.rundir import create_run_dir
@@ -28,7 +29,6 @@ from splitleak.artifacts.summary import read_training_summary
 from splitleak.artifacts.timing import read_timing_file
 from splitleak.cli_common import BadInput
 from splitleak.config import ConfigError, ExperimentConfig, load_config
-from splitleak.metrics_log import read_metrics
 from splitleak.placement import ATTACKER, check_devices, role_threads, roles
 
 

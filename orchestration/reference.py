@@ -24,6 +24,7 @@ from orchestration.run import RunOutcome, collect_outcome
 from passive_party.bottom_trainer import BottomTrainer
 from passive_party.integrity import party_integrity
 from passive_party.protection import protect_party, write_figures
+from splitleak.artifacts.metrics import MetricsWriter
 from splitleak.artifacts.outcome import write_outcome
 from splitleak.artifacts.paths import RunDir
 from splitleak.codec import as_received
@@ -31,7 +32,6 @@ from splitleak.config import ExperimentConfig
 from splitleak.datasets import build_dataset
 from splitleak.inputs import load_party_inputs
 from splitleak.integrity import variant_rows
-from splitleak.metrics_log import MetricsWriter
 from splitleak.partition import passive_columns
 from splitleak.placement import ATTACKER, LABEL, role_device, role_threads, roles
 from splitleak.timing import StepTimer

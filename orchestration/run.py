@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,17 +10,18 @@ from typing import Any
 
 from orchestration.launch import address_files, launch_plan
 from orchestration.processes import Child, spawn, stop_all, stop_one
-from orchestration.progress import MetricsTail, RunProgress
+from orchestration.progress import RunProgress
 from splitleak import tls
+from splitleak.artifacts.metrics import MetricsTail, read_metrics, truncate_records
 from splitleak.artifacts.outcome import read_outcome, write_outcome
 from splitleak.artifacts.paths import RunDir, timing_file
+from splitleak.artifacts.records import write_pids
 from splitleak.artifacts.rundir import exclusive
 from splitleak.artifacts.summary import TrainingSummary, write_training_summary
 from splitleak.artifacts.timing import read_timing_file
 from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED
 from splitleak.config import ExperimentConfig
 from splitleak.fileio import write_atomically
-from splitleak.metrics_log import read_metrics, truncate_records
 
 # After the first process fails, the others get this long to end on their own (the label
 # party names the party that broke the run in its outcome); then every process is stopped.
@@ -131,8 +131,7 @@ def _interrupt(children: list[Child], timeout: float) -> None:
 
 def _write_pids(run: RunDir, children: list[Child]) -> None:
     """Which process is which party: for the user, and for the fault tests."""
-    text = json.dumps({c.name: c.process.pid for c in children}, indent=2)
-    write_atomically(run.pids, lambda tmp: tmp.write_text(text))
+    write_pids(run, {c.name: c.process.pid for c in children})
 
 
 def _wait_for_address(port_file: Path, child: Child, timeout: float) -> str:

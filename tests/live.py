@@ -144,7 +144,7 @@ async def record_stream(address: str, records: list[Any], raw: bool = False) -> 
 
 
 async def wait_for_train_step(run: RunDir, step: int, timeout: float = 60) -> None:
-    from splitleak.metrics_log import read_metrics
+    from splitleak.artifacts.metrics import read_metrics
 
     end = asyncio.get_running_loop().time() + scaled(timeout)
     while asyncio.get_running_loop().time() < end:

@@ -14,8 +14,8 @@ import numpy as np
 import torch
 
 from attacker.sidecar.store import GradientLog
+from splitleak.artifacts.metrics import read_metrics
 from splitleak.artifacts.paths import RunDir
-from splitleak.metrics_log import read_metrics
 from tests.conftest import scaled
 
 WALL_CLOCK = ("wall",)  # metrics fields that differ between any two runs

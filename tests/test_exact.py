@@ -199,9 +199,9 @@ def _write_adult(path: Path, rows: int, seed: int = 0) -> None:
 def _adult_run(tmp_path: Path, example: str, rows: int = 4000) -> tuple[float, dict]:
     """The example on a test-written Adult-format file (in process): final test AUC, EXACT."""
     from orchestration.reference import run_reference
+    from splitleak.artifacts.metrics import read_metrics
     from splitleak.artifacts.rundir import create_run_dir
     from splitleak.config import load_config
-    from splitleak.metrics_log import read_metrics
 
     data_file = tmp_path / "adult.data"
     if not data_file.exists():

@@ -39,11 +39,11 @@ from attacker.attacks.base import RunFacts
 from attacker.attacks.integrity.base import IntegrityAttack
 from attacker.sidecar.store import GradientLog, LoggedBatch, repair_log
 from splitleak.anchors import BatchAnchors, read_clean_anchors
+from splitleak.artifacts.metrics import read_metrics
 from splitleak.artifacts.outcome import read_outcome
 from splitleak.artifacts.paths import RunDir
 from splitleak.config import ConfigError, load_config
 from splitleak.fileio import write_atomically
-from splitleak.metrics_log import read_metrics
 from splitleak.placement import ATTACKER, requested_device, resolve_device
 from splitleak.threat import DEFAULT_HINTS, ThreatConfig
 

@@ -32,13 +32,13 @@ from attacker.attacks.reconstruction.report import (
     reconstruction_table,
 )
 from attacker.report.threat import above_bound_notes, completion_md, threat_md
+from splitleak.artifacts.metrics import read_metrics
 from splitleak.artifacts.outcome import read_outcome
 from splitleak.artifacts.paths import RunDir
 from splitleak.config import NetworkConfig, WireConfig
 from splitleak.fileio import write_atomically
 from splitleak.markdown import fmt as _fmt
 from splitleak.markdown import md_table as _md_table
-from splitleak.metrics_log import read_metrics
 from splitleak.pace import ms_per_step
 
 log = logging.getLogger("attacker.report.report")

@@ -10,11 +10,11 @@ from typing import Any
 
 from orchestration.compare.entries import LeakEntry, leak_entries, number
 from orchestration.compare.identity import SweepPoint, finished_points
+from splitleak.artifacts.metrics import read_metrics
 from splitleak.artifacts.outcome import read_outcome
 from splitleak.artifacts.paths import CONFIG_FILE, SWEEP_INDEX_FILE, RunDir, is_run_dir, is_sweep_dir
 from splitleak.artifacts.summary import read_leak_summary
 from splitleak.config import ConfigError, ExperimentConfig, load_config
-from splitleak.metrics_log import read_metrics
 from splitleak.pace import ms_per_step, utility_curve
 
 

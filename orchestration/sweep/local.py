@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from orchestration.processes import Child, spawn, stop_all
-from orchestration.progress import MetricsTail
 from orchestration.sweep.engine import (
     Engine,
     Listener,
@@ -18,6 +17,7 @@ from orchestration.sweep.engine import (
     prepare_run_dir,
 )
 from orchestration.sweep.points import Point
+from splitleak.artifacts.metrics import MetricsTail
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.sweep import read_result
 from splitleak.placement import CORES_ENV, cores
