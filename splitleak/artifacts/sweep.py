@@ -42,7 +42,7 @@ class SweepIndexRow(BaseModel):
     hash: str
     label: str
     setting: str
-    variant: str | None
+    variant: str
     seed: int
     overrides: str | None
     axes: str | None = None
