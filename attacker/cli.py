@@ -10,6 +10,8 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 from rich.console import Console
 
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.rundir import LinkedRunDir, refuse_symlinks
 from splitleak.cli_common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -24,7 +26,6 @@ from splitleak.config import ConfigError, TopologyConfig
 from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
 from splitleak.registry import UnknownPluginError
-from splitleak.rundir import LinkedRunDir, RunDir, refuse_symlinks
 from splitleak.tls import ATTACKER
 from splitleak.transport import run_async
 
@@ -87,7 +88,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     receive = set(args.receive or (cfg.received_parties if cfg else []))
     topology = cfg.topology if cfg else TopologyConfig(tls=args.tls_dir is not None)
     tls_dir = tls_dir_or_exit(cfg, args.tls_dir, ATTACKER)
-    writable_or_exit(RunDir(out).attacker / "gradients")
+    writable_or_exit(RunDir(out).gradients)
     try:
         shapes = record_shapes(cfg) if cfg else None
     except DatasetError as err:
@@ -121,8 +122,7 @@ def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
             raise BadInput(f"--attacks {name}: {err}") from None
     written = RunDir(args.run_dir)
     try:  # what the analysis writes: never through a link out of the run directory
-        refuse_symlinks(written.root, written.report, written.attacker / "leak.parquet",
-                        written.attacker / "rows.parquet")
+        refuse_symlinks(written.root, written.report, written.leak, written.leak_rows)
     except LinkedRunDir as err:
         raise BadInput(f"cannot analyse {args.run_dir}: {err}") from None
     try:

@@ -12,6 +12,8 @@ from label_party.exchange import NetworkExchange
 from label_party.schedule import Batch, Phase
 from label_party.session import SessionError
 from label_party.trainer import LabelPartyTrainer
+from splitleak.artifacts.metrics import MetricsWriter
+from splitleak.artifacts.paths import RunDir
 from splitleak.checkpoint import (
     LABEL_PARTY_FILE,
     Manifest,
@@ -26,8 +28,6 @@ from splitleak.checkpoint import (
     write_manifest,
 )
 from splitleak.config import ExperimentConfig
-from splitleak.metrics_log import MetricsWriter
-from splitleak.rundir import RunDir
 
 log = logging.getLogger("label_party")
 FAILURE_DEADLINE = 10.0  # s: a checkpoint after a failure waits at most this for the parties

@@ -10,6 +10,8 @@ from typing import NoReturn
 from label_party.server import serve
 from label_party.validate import check_chain
 from splitleak.addresses import AddressError
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.rundir import create_run_dir, write_config
 from splitleak.checkpoint import CheckpointError, Manifest, resume_point
 from splitleak.cli_common import (
     EXIT_FAILED,
@@ -26,7 +28,6 @@ from splitleak.config import ConfigError, ExperimentConfig
 from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
 from splitleak.placement import check_devices
-from splitleak.rundir import RunDir, create_run_dir, write_config
 from splitleak.tls import LABEL_PARTY
 from splitleak.transport import run_async
 from splitleak.validation import check_core
@@ -53,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging("label-party", args.verbose)
     if args.config is None and args.resume is None:
         raise BadInput("label-party serve: give --config FILE (or --resume RUN_DIR)")
-    cfg = config_or_exit(args.config or args.resume / "config.toml")
+    cfg = config_or_exit(args.config or RunDir(args.resume).config)
     tls_dir = tls_dir_or_exit(cfg, args.tls_dir, LABEL_PARTY)
     try:
         schema = check_core(cfg)

@@ -9,10 +9,10 @@ import pyarrow.parquet as pq
 from label_party.setup import LabelPartyData
 from label_party.trainer import LabelPartyTrainer
 from splitleak.anchors import CleanAnchorWriter, anchor_parties
+from splitleak.artifacts.paths import RunDir
 from splitleak.checkpoint import save_torch
 from splitleak.config import ExperimentConfig
 from splitleak.fileio import write_atomically
-from splitleak.rundir import RunDir
 from splitleak.white_box import FEATURE_PREFIX, SnapshotWriter, own_columns
 
 

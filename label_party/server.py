@@ -31,6 +31,9 @@ from label_party.setup import LabelPartyData, load_label_party_data, plan_record
 from label_party.taps import ReceivedTaps, sidecar_failed
 from label_party.trainer import LabelPartyTrainer, NonFiniteStep
 from splitleak.addresses import resolve
+from splitleak.artifacts.metrics import MetricsWriter
+from splitleak.artifacts.outcome import write_outcome
+from splitleak.artifacts.paths import RunDir
 from splitleak.checkpoint import (
     CheckpointError,
     Manifest,
@@ -44,11 +47,9 @@ from splitleak.config import ExperimentConfig
 from splitleak.fileio import describe_os_error, write_atomically
 from splitleak.integrity import variant_rows
 from splitleak.lifeline import orphaned
-from splitleak.metrics_log import MetricsWriter
 from splitleak.placement import LABEL, memory_facts, prepare_role
-from splitleak.rundir import RunDir, write_outcome
 from splitleak.tap import TapError
-from splitleak.timing import TIMING_FILE, mark_startup, note
+from splitleak.timing import mark_startup, note
 from splitleak.tls import LABEL_PARTY
 from splitleak.transport import bind, create_server
 
@@ -225,7 +226,7 @@ class LabelPartyRun:
             await drive(trainer, batches, exchange, self.writer.write, compute, self.checkpoints,
                         self.progress, exchange.timer)
             note(**memory_facts(self.device))
-            exchange.timer.write(self.run.label_party / TIMING_FILE, per="compute")
+            exchange.timer.write(self.run.label_timing, per="compute")
             await compute(write_outputs, self.run, trainer)
             await session.wait_closed(timeout=cfg.topology.step_deadline_s)
             tapped = await self._close_taps()

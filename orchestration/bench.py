@@ -21,12 +21,15 @@ from orchestration.bench_report import print_bench, summarise_rounds
 from orchestration.bench_rounds import default_busy_load, interleave
 from orchestration.reference import run_reference
 from orchestration.run import run_distributed
+from splitleak.artifacts.metrics import read_metrics
+from splitleak.artifacts.outcome import read_outcome
+from splitleak.artifacts.paths import RunDir, timing_file
+from splitleak.artifacts.rundir import create_run_dir
+from splitleak.artifacts.summary import read_training_summary
+from splitleak.artifacts.timing import read_timing_file
 from splitleak.cli_common import BadInput
 from splitleak.config import ConfigError, ExperimentConfig, load_config
-from splitleak.metrics_log import read_metrics
 from splitleak.placement import ATTACKER, check_devices, role_threads, roles
-from splitleak.rundir import RunDir, create_run_dir
-from splitleak.timing import TIMING_FILE, read_timing_file
 
 
 class ByteCountingRelay:
@@ -147,7 +150,7 @@ def _wire_figures(cfg: ExperimentConfig, base: Path) -> dict[str, float]:
     finally:
         for relay in relays:
             relay.__exit__()
-    outcome = json.loads(relayed.outcome.read_text())
+    outcome = read_outcome(relayed)
     steps = sum(1 for r in read_metrics(relayed.metrics) if r["type"] == "train")
     raw = raw_tensor_bytes(relayed, outcome) / steps
     wire = sum(r.upstream + r.downstream for r in relays) / steps
@@ -179,7 +182,7 @@ def bench_variants(args: argparse.Namespace, base: Path,
             if distributed:
                 figures["budget"] = step_budget(run, config.topology.passive_parties,
                                                 figures["steps_per_s"])
-                summary = json.loads(run.summary.read_text())
+                summary = read_training_summary(run)
                 figures["first_step_s"] = summary.get("time_to_first_step_s")
                 figures["startup_s"] = summary.get("startup_s")
                 figures["gpu_mib"] = gpu_memory(run, config.topology.passive_parties)
@@ -213,7 +216,7 @@ def gpu_memory(run: RunDir, parties: int) -> dict[str, float]:
     """The most GPU memory (MiB) each process of the run held ({} on the CPU)."""
     roles = {"label party": run.label_party,
              **{f"passive party {k}": run.passive_party(k) for k in range(1, parties + 1)}}
-    held = {name: read_timing_file(folder / TIMING_FILE).get("gpu_max_reserved_mib")
+    held = {name: read_timing_file(timing_file(folder)).get("gpu_max_reserved_mib")
             for name, folder in roles.items()}
     return {name: mib for name, mib in held.items() if mib is not None}
 

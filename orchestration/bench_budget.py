@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from splitleak.rundir import RunDir
-from splitleak.timing import TIMING_FILE, read_cpu, read_timing
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.timing import read_cpu, read_timing
 
 # (key, short name) in the order the bench prints them, all ms per train step; "party" is the
 # slowest passive party (the busiest per step), "busy" its compute + codec (its tap runs after
@@ -36,21 +36,21 @@ LEGEND = ("party = the slowest passive party; transport+scheduling = label waits
 
 def step_budget(run: RunDir, parties: int, steps_per_s: float) -> dict[str, float]:
     """ms per train step of each component; the slowest party is the one busiest per step."""
-    label = read_timing(run.label_party / TIMING_FILE)
+    label = read_timing(run.label_timing)
     if not label:
-        raise ValueError(f"{run.label_party / TIMING_FILE} is missing: the label party wrote no "
+        raise ValueError(f"{run.label_timing} is missing: the label party wrote no "
                          "timing")
     busiest: dict[str, float] = {}
     busy, tap = -1.0, 0.0
     for k in range(1, parties + 1):
-        spans = read_timing(run.passive_party(k) / TIMING_FILE)
+        spans = read_timing(run.passive_timing(k))
         tap = max(tap, spans.get("tap", 0.0))
         total = sum(v for name, v in spans.items() if name not in ("wait", "write", "tap"))
         if total > busy:
             busiest, busy = spans, total
-    cpu = {"label": read_cpu(run.label_party / TIMING_FILE),
-           "sidecar": read_cpu(run.attacker / TIMING_FILE),
-           **{k: read_cpu(run.passive_party(k) / TIMING_FILE) for k in range(1, parties + 1)}}
+    cpu = {"label": read_cpu(run.label_timing),
+           "sidecar": read_cpu(run.attacker_timing),
+           **{k: read_cpu(run.passive_timing(k)) for k in range(1, parties + 1)}}
 
     def cpu_ms(figures: dict[str, float]) -> float:
         return figures.get("user_ms_per_step", 0.0) + figures.get("system_ms_per_step", 0.0)

@@ -14,6 +14,8 @@ from label_party.validate import check_chain
 from orchestration.progress import RunProgress, format_eval
 from orchestration.run import RunFailed, RunOutcome, run_distributed
 from passive_party.protection import check_protection
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.rundir import RunInUse, create_run_dir
 from splitleak.checkpoint import CheckpointError, latest, resume_point
 from splitleak.cli_common import (
     BadInput,
@@ -25,7 +27,6 @@ from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
 from splitleak.placement import check_devices
 from splitleak.registry import UnknownPluginError
-from splitleak.rundir import RunDir, RunInUse, create_run_dir
 from splitleak.validation import check_core, check_data_values
 
 
@@ -187,7 +188,7 @@ def analyse_run(cfg: ExperimentConfig, outcome: RunOutcome, console: Console,
     write_summary(outcome.run, summary)
     if leak_table:
         print_leak_table(console, summary)
-    console.print(f"report: {outcome.run.report / 'report.md'}")
+    console.print(f"report: {outcome.run.report_md}")
     return summary
 
 

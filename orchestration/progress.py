@@ -2,38 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import os
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-
-class MetricsTail:
-    """Reads the complete lines appended to a JSON-lines file since the last call (a file cut
-    back, as a resumed run's is, is read again from its start)."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._offset = 0
-        self._partial = b""
-
-    def read_new(self) -> list[dict[str, Any]]:
-        try:
-            with self.path.open("rb") as f:
-                if os.fstat(f.fileno()).st_size < self._offset:
-                    self._offset, self._partial = 0, b""
-                f.seek(self._offset)
-                chunk = f.read()
-        except FileNotFoundError:
-            return []
-        self._offset += len(chunk)
-        data = self._partial + chunk
-        lines = data.split(b"\n")
-        self._partial = lines.pop()
-        return [json.loads(line) for line in lines if line.strip()]
+# where orchestration.sweep.roles finds it
+from splitleak.artifacts.metrics import MetricsTail as MetricsTail
 
 
 class RunProgress:

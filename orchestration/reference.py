@@ -24,16 +24,17 @@ from orchestration.run import RunOutcome, collect_outcome
 from passive_party.bottom_trainer import BottomTrainer
 from passive_party.integrity import party_integrity
 from passive_party.protection import protect_party, write_figures
+from splitleak.artifacts.metrics import MetricsWriter
+from splitleak.artifacts.outcome import write_outcome
+from splitleak.artifacts.paths import RunDir
 from splitleak.codec import as_received
 from splitleak.config import ExperimentConfig
 from splitleak.datasets import build_dataset
 from splitleak.inputs import load_party_inputs
 from splitleak.integrity import variant_rows
-from splitleak.metrics_log import MetricsWriter
 from splitleak.partition import passive_columns
 from splitleak.placement import ATTACKER, LABEL, role_device, role_threads, roles
-from splitleak.rundir import RunDir, write_outcome
-from splitleak.timing import TIMING_FILE, StepTimer
+from splitleak.timing import StepTimer
 from splitleak.white_box import SnapshotWriter, cafe_victim
 
 
@@ -134,7 +135,7 @@ def run_reference(cfg: ExperimentConfig, run: RunDir,
         write_figures(run, k, protect_party(cfg, bottom))
         if cafe_victim(cfg, k):
             bottom.snapshots = SnapshotWriter(run.bottom_white_box(k), cfg.threat)
-    store = GradientStore(run.attacker / "gradients", run.root.name) if observe else None
+    store = GradientStore(run.gradients, run.root.name) if observe else None
     receive = set(cfg.received_parties)
     received = GradientStore(run.attacker / "received", run.root.name) if receive else None
     anchors = clean_anchor_writer(run, cfg, data.num_classes)
@@ -155,7 +156,7 @@ def run_reference(cfg: ExperimentConfig, run: RunDir,
                              received, receive, threads)
     timer = StepTimer()
     asyncio.run(drive(trainer, batches, exchange, write, timer=timer))
-    timer.write(run.label_party / TIMING_FILE, per="compute")
+    timer.write(run.label_timing, per="compute")
     writer.close()
     if anchors is not None:
         anchors.close()

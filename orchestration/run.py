@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -11,14 +10,18 @@ from typing import Any
 
 from orchestration.launch import address_files, launch_plan
 from orchestration.processes import Child, spawn, stop_all, stop_one
-from orchestration.progress import MetricsTail, RunProgress
+from orchestration.progress import RunProgress
 from splitleak import tls
+from splitleak.artifacts.metrics import MetricsTail, read_metrics, truncate_records
+from splitleak.artifacts.outcome import read_outcome, write_outcome
+from splitleak.artifacts.paths import RunDir, timing_file
+from splitleak.artifacts.records import write_pids
+from splitleak.artifacts.rundir import exclusive
+from splitleak.artifacts.summary import TrainingSummary, write_training_summary
+from splitleak.artifacts.timing import read_timing_file
 from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED
 from splitleak.config import ExperimentConfig
 from splitleak.fileio import write_atomically
-from splitleak.metrics_log import read_metrics, truncate_records
-from splitleak.rundir import RunDir, exclusive, read_outcome, write_outcome
-from splitleak.timing import TIMING_FILE, read_timing_file
 
 # After the first process fails, the others get this long to end on their own (the label
 # party names the party that broke the run in its outcome); then every process is stopped.
@@ -128,8 +131,7 @@ def _interrupt(children: list[Child], timeout: float) -> None:
 
 def _write_pids(run: RunDir, children: list[Child]) -> None:
     """Which process is which party: for the user, and for the fault tests."""
-    text = json.dumps({c.name: c.process.pid for c in children}, indent=2)
-    write_atomically(run.root / "pids.json", lambda tmp: tmp.write_text(text))
+    write_pids(run, {c.name: c.process.pid for c in children})
 
 
 def _wait_for_address(port_file: Path, child: Child, timeout: float) -> str:
@@ -241,11 +243,11 @@ def collect_outcome(run: RunDir, mode: str, seconds: float,
         elif record["type"] == "train":
             steps, wall = record["step"] + 1, record["wall"]
     outcome = RunOutcome(run, mode, seconds, steps, final_eval, wall)
-    run.summary.write_text(json.dumps({
+    write_training_summary(run, TrainingSummary.model_validate({
         "run_id": run.root.name, "mode": mode, "seconds": seconds, "train_steps": steps,
         "training_seconds": wall, "steps_per_second": outcome.steps_per_second,
         "final_eval": final_eval, **startup_summary(run, launched),
-    }, indent=2))
+    }))
     return outcome
 
 
@@ -260,7 +262,7 @@ def startup_summary(run: RunDir, launched: float | None) -> dict[str, Any]:
     startup: dict[str, dict[str, float]] = {}
     devices: dict[str, str] = {}
     for name, folder in roles.items():
-        timing = read_timing_file(folder / TIMING_FILE)
+        timing = read_timing_file(timing_file(folder))
         marks = timing.get("startup") or {}
         if marks:
             startup[name] = {mark: at - launched for mark, at in marks.items()}

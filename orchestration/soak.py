@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import logging
 import os
 import tempfile
@@ -34,10 +33,12 @@ from label_party.session import Session
 from label_party.setup import load_label_party_data
 from orchestration.processes import Child, spawn, stop_all
 from passive_party.client import load_bottom
+from splitleak.artifacts.metrics import MetricsWriter
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.records import read_pids
+from splitleak.artifacts.rundir import create_run_dir
 from splitleak.codec import decode_ids, encode_ids, encode_tensor
 from splitleak.config import PROTOCOL_VERSION, ExperimentConfig, parse_config
-from splitleak.metrics_log import MetricsWriter
-from splitleak.rundir import RunDir, create_run_dir
 from splitleak.transport import PARTY_ID_KEY, SESSION_KEY, bind, create_server
 from splitleak.v1 import attacker_pb2 as apb
 from splitleak.v1 import split_learning_pb2 as pb
@@ -476,9 +477,8 @@ def long_run(parties: int, steps: int, workdir: Path, console: Console) -> dict[
     thread.start()
     while thread.is_alive():
         thread.join(0.2)  # a short run is over in seconds: sample often enough to see every role
-        try:
-            pids = json.loads((run.root / "pids.json").read_text())
-        except (OSError, ValueError):
+        pids = read_pids(run)
+        if pids is None:
             continue
         done = _steps_done(run)
         for name, pid in pids.items():
@@ -494,7 +494,7 @@ def long_run(parties: int, steps: int, workdir: Path, console: Console) -> dict[
 
 
 def _steps_done(run: RunDir) -> int:
-    from orchestration.progress import MetricsTail
+    from splitleak.artifacts.metrics import MetricsTail
 
     records = MetricsTail(run.metrics).read_new()
     return sum(1 for r in records if r.get("type") == "train")

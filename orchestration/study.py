@@ -8,6 +8,7 @@ from rich.console import Console
 
 from orchestration.compare.command import compare_and_print
 from orchestration.sweep.command import cmd_sweep
+from splitleak.artifacts.paths import SweepDir
 
 
 def run_study(args: argparse.Namespace, console: Console) -> int:
@@ -15,6 +16,6 @@ def run_study(args: argparse.Namespace, console: Console) -> int:
     sweep's (a failed point: 1; interrupted: 130)."""
     sweep = cmd_sweep(args, console)
     if sweep.sweep_dir is not None and sweep.done and not args.no_compare:
-        compare_and_print([sweep.sweep_dir], sweep.sweep_dir / "compare", console,
+        compare_and_print([sweep.sweep_dir], SweepDir(sweep.sweep_dir).compare, console,
                           leak_stat=sweep.leak_stat)
     return sweep.code

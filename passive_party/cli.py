@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from passive_party.client import PartyError, run_party
-from splitleak.checkpoint import CHECKPOINTS
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.rundir import LinkedRunDir, refuse_symlinks
 from splitleak.cli_common import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
@@ -22,7 +23,6 @@ from splitleak.cli_common import (
 )
 from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
-from splitleak.rundir import LinkedRunDir, RunDir, refuse_symlinks
 from splitleak.tap import TapError
 from splitleak.tls import passive_identity
 from splitleak.transport import run_async
@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     run = RunDir(args.resume or args.run_dir)
     if args.resume is not None:  # its checkpoints are written anew: never through a link
         try:
-            refuse_symlinks(run.root, run.passive_party(args.party_id), run.root / CHECKPOINTS)
+            refuse_symlinks(run.root, run.passive_party(args.party_id), run.checkpoints)
         except LinkedRunDir as err:
             raise BadInput(f"passive-party run --resume: {err}") from None
     writable_or_exit(run.root)

@@ -17,6 +17,7 @@ from passive_party.bottom_trainer import BottomTrainer
 from passive_party.integrity import party_integrity
 from passive_party.protection import protect_party, write_figures
 from splitleak.addresses import AddressError, resolve
+from splitleak.artifacts.paths import RunDir
 from splitleak.checkpoint import (
     CheckpointError,
     Position,
@@ -36,9 +37,8 @@ from splitleak.inputs import load_party_inputs
 from splitleak.integrity import VARIANTS
 from splitleak.partition import passive_columns
 from splitleak.placement import memory_facts, prepare_role
-from splitleak.rundir import RunDir
 from splitleak.tap import SIDECAR, Tap, TapError
-from splitleak.timing import TIMING_FILE, StepTimer, mark_startup, note, timed
+from splitleak.timing import StepTimer, mark_startup, note, timed
 from splitleak.tls import LABEL_PARTY, passive_identity
 from splitleak.transport import PARTY_ID_KEY, SESSION_KEY, create_channel, tls_refusal
 from splitleak.v1 import attacker_pb2 as apb
@@ -125,10 +125,10 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
         await steps.run(call)
     bottom.save(run.bottom_model(party_id))
     note(**memory_facts(bottom.device))
-    steps.timer.write(run.passive_party(party_id) / TIMING_FILE, per="forward")
+    steps.timer.write(run.passive_timing(party_id), per="forward")
     if tap is not None:
         report = await tap.close()
-        write_atomically(run.passive_party(party_id) / "tap.json",
+        write_atomically(run.tap(party_id),
                          lambda tmp: tmp.write_text(json.dumps(report, indent=2)))
         if report["gap_records"]:
             log.warning("party %d: %d gradient record(s) were not recorded (from step %s): %s",

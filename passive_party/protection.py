@@ -15,11 +15,11 @@ from torch import nn
 
 from passive_party.bottom_trainer import BottomTrainer
 from passive_party.protections import Protection, build_protection
+from splitleak.artifacts.paths import RunDir
 from splitleak.config import ConfigError, ExperimentConfig, plugin_param_errors
 from splitleak.datasets import train_test_ids
 from splitleak.fileio import write_atomically
 from splitleak.registry import UnknownPluginError
-from splitleak.rundir import RunDir
 from splitleak.seeding import derive_seed
 
 log = logging.getLogger("passive_party")

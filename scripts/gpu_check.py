@@ -95,9 +95,11 @@ def trained(cfg_path: Path, distributed: bool) -> dict[str, Any]:
     """Train one config (no analysis); steps/s past the first 50 steps, the whole wall time."""
     from orchestration.reference import run_reference
     from orchestration.run import run_distributed
+    from splitleak.artifacts.metrics import read_metrics
+    from splitleak.artifacts.rundir import create_run_dir
+    from splitleak.artifacts.summary import read_training_summary
+    from splitleak.artifacts.timing import read_timing_file
     from splitleak.config import load_config
-    from splitleak.metrics_log import read_metrics
-    from splitleak.rundir import create_run_dir
 
     cfg = load_config(cfg_path)
     run = create_run_dir(cfg)
@@ -108,16 +110,15 @@ def trained(cfg_path: Path, distributed: bool) -> dict[str, Any]:
     walls = [r["wall"] for r in records if r["type"] == "train"]
     warm = min(50, len(walls) // 4)
     evals = [r for r in records if r["type"] == "eval"]
-    summary = json.loads(run.summary.read_text()) if run.summary.exists() else {}
+    summary = read_training_summary(run).as_dict() if run.summary.exists() else {}
     return {"run": str(run.root), "train_steps": len(walls), "wall_s": wall,
             "training_s": walls[-1] if walls else None,
             "steady_steps_per_s": (len(walls) - 1 - warm) / (walls[-1] - walls[warm])
             if len(walls) > warm + 1 else None,
             "first_step_s": summary.get("time_to_first_step_s"),
             "devices": summary.get("devices"), "final_eval": evals[-1] if evals else None,
-            "timing": {role: json.loads(p.read_text()) for role, p in (
-                ("label", run.label_party / "timing.json"),
-                ("party1", run.passive_party(1) / "timing.json")) if p.exists()}}
+            "timing": {role: read_timing_file(p) for role, p in (
+                ("label", run.label_timing), ("party1", run.passive_timing(1))) if p.exists()}}
 
 
 def gpu_part(check: Check, out: Path, quick: bool, anchor: Path | None) -> None:

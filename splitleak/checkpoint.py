@@ -22,12 +22,13 @@ from typing import Any
 
 import torch
 
+from splitleak.artifacts.outcome import read_outcome_model
+from splitleak.artifacts.paths import CHECKPOINT_MANIFEST as MANIFEST
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.rundir import LinkedRunDir, refuse_symlinks
 from splitleak.config import ConfigError, ExperimentConfig, differences, load_config
 from splitleak.fileio import sha256_file, write_atomically
-from splitleak.rundir import LinkedRunDir, refuse_symlinks
 
-CHECKPOINTS = "checkpoints"
-MANIFEST = "manifest.json"
 LABEL_PARTY_FILE = "label_party.pt"
 KEEP = 2  # complete checkpoints kept on disk: the newest, and the one before in case it is torn
 FORMAT = 1
@@ -66,7 +67,7 @@ class Manifest:
 
 
 def step_dir(run_root: Path, position: Position) -> Path:
-    return run_root / CHECKPOINTS / f"step-{position.step:08d}-batch-{position.batches:08d}"
+    return RunDir(run_root).checkpoints / f"step-{position.step:08d}-batch-{position.batches:08d}"
 
 
 def party_file_name(party_id: int) -> str:
@@ -126,7 +127,7 @@ def read_manifest(path: Path) -> Manifest:
 
 def _step_dirs(run_root: Path) -> list[tuple[Position, Path]]:
     """Every checkpoint directory, in schedule order."""
-    base = run_root / CHECKPOINTS
+    base = RunDir(run_root).checkpoints
     if not base.is_dir():
         return []
     found = [(Position(int(m.group(1)), int(m.group(2))), p) for p in base.iterdir()
@@ -234,15 +235,16 @@ def config_conflicts(reference: dict[str, Any], cfg: ExperimentConfig) -> list[s
 def resume_point(run_root: Path, cfg: ExperimentConfig) -> Manifest | None:
     """The checkpoint a resume of `run_root` with `cfg` starts from (None: step 0), after
     checking that `cfg` is the config the run was started with."""
-    config = run_root / "config.toml"
+    config = RunDir(run_root).config
     if not config.is_file():
-        raise CheckpointError(f"{run_root} is not a run directory (it has no config.toml)")
+        raise CheckpointError(f"{run_root} is not a run directory (it has no {config.name})")
     try:
         refuse_symlinks(run_root)  # a resume cuts files back: never one outside the run
     except LinkedRunDir as err:
         raise CheckpointError(str(err)) from None
     if _outcome_status(run_root) == "ok":
-        raise CheckpointError(f"{run_root} finished (label_party/outcome.json says ok); "
+        raise CheckpointError(f"{run_root} finished ({RunDir(run_root).outcome.relative_to(run_root)} says "
+                              "ok); "
                               "there is nothing to resume")
     manifest = resumable(run_root)
     if manifest is not None:
@@ -262,10 +264,8 @@ def resume_point(run_root: Path, cfg: ExperimentConfig) -> Manifest | None:
 
 
 def _outcome_status(run_root: Path) -> str | None:
-    try:
-        return json.loads((run_root / "label_party" / "outcome.json").read_text()).get("status")
-    except (OSError, ValueError, AttributeError):
-        return None
+    outcome = read_outcome_model(RunDir(run_root))
+    return outcome.status if outcome is not None else None
 
 
 def rng_state() -> dict[str, Any]:

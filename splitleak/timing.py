@@ -1,17 +1,16 @@
-"""Step-time budget: cheap perf_counter spans a role sums per phase and writes as timing.json."""
+"""Step-time budget: cheap perf_counter spans a role sums per phase and writes as its timing
+(splitleak.artifacts.timing)."""
 
 from __future__ import annotations
 
-import json
 import resource
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from splitleak.fileio import write_atomically
+from splitleak.artifacts.timing import Timing, write_timing
 
-TIMING_FILE = "timing.json"
 # Train steps before this one are not timed: the first contact, allocations and autograd's
 # first passes are warm-up, and the first wait holds the whole set-up.
 WARMUP_STEPS = 5
@@ -103,35 +102,11 @@ class StepTimer:
                 "cpu": self.cpu.per_step(steps), "startup": dict(_STARTUP), **_FACTS}
 
     def write(self, path: Path, per: str) -> None:
-        data = json.dumps(self.as_dict(per), indent=2)
-        write_atomically(path, lambda tmp: tmp.write_text(data))
-
-
-def read_timing_file(path: Path) -> dict:
-    """A role's whole timing.json ({} if it wrote none or it is unreadable)."""
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def read_timing(path: Path) -> dict[str, float]:
-    """ms per train step of each span in a role's timing.json ({} if the role wrote none)."""
-    if not path.is_file():
-        return {}
-    spans = json.loads(path.read_text())["spans"]
-    return {name: span["ms_per_step"] for name, span in spans.items()}
+        write_timing(path, Timing.model_validate(self.as_dict(per)))
 
 
 def write_cpu(path: Path, cpu: CpuWindow, steps: int) -> None:
     """timing.json of a role without spans (the sidecar): its CPU per train step."""
-    data = json.dumps({"train_steps": steps, "spans": {}, "cpu": cpu.per_step(steps),
-                       "startup": dict(_STARTUP), **_FACTS}, indent=2)
-    write_atomically(path, lambda tmp: tmp.write_text(data))
-
-
-def read_cpu(path: Path) -> dict[str, float]:
-    """A role's user and system CPU ms per train step from its timing.json ({} if none)."""
-    if not path.is_file():
-        return {}
-    return json.loads(path.read_text()).get("cpu") or {}
+    write_timing(path, Timing.model_validate({"train_steps": steps, "spans": {},
+                                              "cpu": cpu.per_step(steps),
+                                              "startup": dict(_STARTUP), **_FACTS}))

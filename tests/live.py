@@ -18,9 +18,9 @@ from attacker.sidecar.store import GradientStore
 from label_party.server import Serving, start
 from passive_party.bottom_trainer import BottomTrainer
 from passive_party.client import load_bottom
+from splitleak.artifacts.paths import RunDir
 from splitleak.codec import decode_ids, encode_ids, encode_tensor
 from splitleak.config import PROTOCOL_VERSION, ExperimentConfig, TopologyConfig
-from splitleak.rundir import RunDir
 from splitleak.transport import PARTY_ID_KEY, SESSION_KEY, bind, create_server
 from splitleak.v1 import attacker_pb2 as apb
 from splitleak.v1 import attacker_pb2_grpc as apb_grpc
@@ -144,7 +144,7 @@ async def record_stream(address: str, records: list[Any], raw: bool = False) -> 
 
 
 async def wait_for_train_step(run: RunDir, step: int, timeout: float = 60) -> None:
-    from splitleak.metrics_log import read_metrics
+    from splitleak.artifacts.metrics import read_metrics
 
     end = asyncio.get_running_loop().time() + scaled(timeout)
     while asyncio.get_running_loop().time() < end:

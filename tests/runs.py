@@ -14,8 +14,8 @@ import numpy as np
 import torch
 
 from attacker.sidecar.store import GradientLog
-from splitleak.metrics_log import read_metrics
-from splitleak.rundir import RunDir
+from splitleak.artifacts.metrics import read_metrics
+from splitleak.artifacts.paths import RunDir
 from tests.conftest import scaled
 
 WALL_CLOCK = ("wall",)  # metrics fields that differ between any two runs
@@ -129,8 +129,8 @@ def distributed_and_reference(tmp_path: Path, data: dict[str, Any]) -> tuple[Run
     """The config `data` trained by `splitleak run` (every party its own process) and by the
     in-process reference; their run directories."""
     from orchestration.reference import run_reference
+    from splitleak.artifacts.rundir import create_run_dir
     from splitleak.config import parse_config
-    from splitleak.rundir import create_run_dir
     from tests.conftest import write_config
 
     result = subprocess.run([sys.executable, "-m", "orchestration", "run", "--no-progress",

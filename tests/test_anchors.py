@@ -14,8 +14,9 @@ from attacker.attacks import build_attack
 from attacker.sidecar.store import GradientLog
 from orchestration.reference import run_reference
 from splitleak.anchors import CleanAnchorWriter, anchor_parties, draw_anchor_rows, read_clean_anchors
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.rundir import create_run_dir
 from splitleak.config import parse_config
-from splitleak.rundir import RunDir, create_run_dir
 from tests.conftest import small_config
 
 

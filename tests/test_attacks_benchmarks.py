@@ -18,7 +18,7 @@ from attacker.analysis.leak import count_error, evaluate_batch
 from attacker.attacks import SideKnowledge, build_attack
 from attacker.attacks.batch_label_counts import whole_counts
 from attacker.sidecar.store import GradientStore
-from splitleak.rundir import RunDir
+from splitleak.artifacts.paths import RunDir
 
 HYPOTHESIS = settings(deadline=None, max_examples=60, derandomize=True)
 

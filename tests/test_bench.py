@@ -26,18 +26,11 @@ from orchestration.bench_rounds import (
 )
 from orchestration.cli import main
 from orchestration.reference import run_reference
+from splitleak.artifacts.paths import TIMING_FILE, RunDir
+from splitleak.artifacts.rundir import create_run_dir
+from splitleak.artifacts.timing import read_cpu, read_timing
 from splitleak.config import parse_config
-from splitleak.rundir import RunDir, create_run_dir
-from splitleak.timing import (
-    TIMING_FILE,
-    WARMUP_STEPS,
-    CpuWindow,
-    StepTimer,
-    read_cpu,
-    read_timing,
-    timed,
-    write_cpu,
-)
+from splitleak.timing import WARMUP_STEPS, CpuWindow, StepTimer, timed, write_cpu
 from tests.conftest import scaled, small_config
 
 

@@ -21,8 +21,9 @@ import tomli_w
 from attacker.analysis.analyze import analyze, metric_stats
 from attacker.sidecar.store import GradientLog
 from orchestration.reference import run_reference
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.rundir import create_run_dir
 from splitleak.config import load_config, parse_config
-from splitleak.rundir import RunDir, create_run_dir
 from tests.conftest import scaled, small_config
 from tests.runs import distributed_and_reference
 

@@ -13,9 +13,9 @@ from torch import nn
 
 from attacker.analysis.analyze import analyze
 from attacker.attacks.reconstruction.cafe import first_linear, psnr, total_variation
+from splitleak.artifacts.paths import RunDir
 from splitleak.config import parse_config
 from splitleak.models import Bottom
-from splitleak.rundir import RunDir
 from splitleak.white_box import read_snapshot_batch, snapshot_files
 from tests.conftest import small_config
 
@@ -62,7 +62,7 @@ def _cafe_config(tmp_path: Path, **overrides: object) -> dict:
 
 def _recorded(data: dict) -> RunDir:
     from orchestration.reference import run_reference
-    from splitleak.rundir import create_run_dir
+    from splitleak.artifacts.rundir import create_run_dir
 
     cfg = parse_config(data)
     run = create_run_dir(cfg)

@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from orchestration.cli import main as splitleak_main
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.rundir import write_config
 from splitleak.checkpoint import (
     MANIFEST,
     CheckpointError,
@@ -21,7 +23,6 @@ from splitleak.checkpoint import (
     step_dir,
 )
 from splitleak.config import AttackerConfig, ExperimentConfig, TopologyConfig, parse_config
-from splitleak.rundir import RunDir, write_config
 from splitleak.tap import Tap, TapError
 from tests.conftest import scaled, small_config
 from tests.conftest import write_config as write_toml

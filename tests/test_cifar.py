@@ -11,9 +11,9 @@ import pytest
 from attacker.analysis.analyze import analyze
 from orchestration.reference import run_reference
 from orchestration.sweep.overrides import apply
+from splitleak.artifacts.rundir import create_run_dir
 from splitleak.config import parse_config
 from splitleak.datasets import DatasetError, build_dataset
-from splitleak.rundir import create_run_dir
 
 EXAMPLES = Path(__file__).parent.parent / "examples" / "threat" / "cifar10"
 

@@ -133,7 +133,7 @@ def test_a_full_disk_at_the_final_model_save_is_an_os_error(tmp_path: Path) -> N
     import torch
 
     from label_party.outputs import write_outputs
-    from splitleak.rundir import RunDir
+    from splitleak.artifacts.paths import RunDir
 
     class Trainer:
         def model_state(self) -> dict:
@@ -215,8 +215,8 @@ def test_overlapping_passive_columns_are_a_warning_of_the_report_too(tmp_path: P
     from attacker.analysis.analyze import analyze
     from attacker.report.report import write_report
     from orchestration.reference import run_reference
+    from splitleak.artifacts.rundir import create_run_dir
     from splitleak.config import parse_config
-    from splitleak.rundir import create_run_dir
 
     cfg = parse_config(small_config(tmp_path, features={"passive": [[0, 20], [10, 30]]},
                                     training={"batch_size": 128, "epochs": 1, "eval_interval": 0},

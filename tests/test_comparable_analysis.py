@@ -20,9 +20,9 @@ from attacker.attacks.exact.exact import Candidates, _scores, reconstruct, settl
 from attacker.attacks.reconstruction.base import image_scores
 from attacker.report.report import leak_table
 from attacker.sidecar.store import GradientStore
+from splitleak.artifacts.paths import RunDir
 from splitleak.config import ModelConfig
 from splitleak.models import InputSpec, build_top
-from splitleak.rundir import RunDir
 from splitleak.white_box import OwnColumns
 from tests.test_attacks_benchmarks import synthetic_run
 

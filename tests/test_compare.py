@@ -24,8 +24,10 @@ from orchestration.compare.trends import trends
 from orchestration.sweep.index import SweepIndex
 from orchestration.sweep.points import resolve
 from orchestration.sweep.spec import parse_sweep
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.rundir import write_config
+from splitleak.artifacts.summary import LeakSummary
 from splitleak.config import parse_config
-from splitleak.rundir import RunDir, write_config
 from tests.conftest import small_config
 
 SEEDS = (0, 1, 2)
@@ -116,7 +118,7 @@ def test_leak_entries_read_todays_summary_and_the_spread_and_pooled_extensions()
          "accuracy": {"mean": 0.3}},
         {"scope": "epoch", "party_id": 1, "layer": "cut", "attack": "norm", "flipped": {"mean": 0.0}},
     ]}
-    norm, cosine, direct, other = leak_entries(summary)
+    norm, cosine, direct, other = leak_entries(LeakSummary.model_validate(summary))
     assert (norm.flipped_mean, norm.flipped_p95, norm.raw_mean, norm.spread) == (0.8, 0.9, pytest.approx(0.2),
                                                                                  None)
     assert cosine.spread == 0.02 and cosine.attack_type == "label inference"
@@ -138,7 +140,7 @@ def test_leak_entries_read_what_the_analysis_writes() -> None:
     rows += [row("direct_label", step, 0, metric="accuracy", accuracy=0.5, n_correct=n, n_predicted=10,
                  n_no_prediction=0) for step, n in enumerate((2, 8))]
     rows += [row("batch_label_counts", 0, 0, metric="count_error", count_error=0.1)]
-    hint, direct, counts = leak_entries({"leak": summarise_leak(rows)})
+    hint, direct, counts = leak_entries(LeakSummary.model_validate({"leak": summarise_leak(rows)}))
     p95 = [float(np.percentile([base + 0.01 * s for s in range(4)], 95)) for base in (0.6, 0.8)]
     assert hint.spread == pytest.approx(float(np.std(p95, ddof=1)))
     assert hint.flipped_p95 == pytest.approx(float(np.mean(p95)))
@@ -273,7 +275,7 @@ def _paced_run(root: Path, data: dict[str, Any], step_s: float, curve: list[tupl
                *({"type": "train", "step": i, "wall": i * step_s} for i in range(5)),
                *({"type": "eval", "wall": wall, "test_auc": auc} for wall, auc in curve)]
     run.metrics.write_text("".join(json.dumps(r) + "\n" for r in records))
-    run.outcome.write_text(json.dumps({"bytes_sent": 4096, "bytes_received": 6144}))
+    run.outcome.write_text(json.dumps({"status": "ok", "bytes_sent": 4096, "bytes_received": 6144}))
 
 
 def test_speed_of_lan_and_wan_settings(tmp_path: Path) -> None:

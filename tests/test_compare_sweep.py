@@ -15,9 +15,10 @@ from orchestration.compare.read import find_runs
 from orchestration.compare.report import write_report
 from orchestration.compare.table import compare
 from orchestration.compare.trends import trends
-from orchestration.sweep.index import INDEX_FILE, SweepIndex, read_index
+from orchestration.sweep.index import SweepIndex, read_index
 from orchestration.sweep.points import resolve
 from orchestration.sweep.spec import parse_sweep
+from splitleak.artifacts.paths import SWEEP_INDEX_FILE as INDEX_FILE
 from splitleak.config import parse_config
 from tests.conftest import small_config
 from tests.test_compare import fake_run, leak_entry

@@ -24,8 +24,9 @@ from attacker.attacks.completion.mixmatch import (
     shift_images,
 )
 from orchestration.reference import run_reference
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.rundir import create_run_dir
 from splitleak.config import parse_config
-from splitleak.rundir import RunDir, create_run_dir
 from tests.conftest import small_config
 
 # --- MixMatch's pieces --------------------------------------------------------------------------

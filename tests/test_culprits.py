@@ -17,8 +17,8 @@ import grpc
 import pytest
 
 from attacker.sidecar.server import serve as serve_sidecar
+from splitleak.artifacts.paths import RunDir
 from splitleak.config import TopologyConfig, parse_config
-from splitleak.rundir import RunDir
 from tests.conftest import scaled, small_config, write_config
 from tests.live import ScriptedParty, gradient_record, join_request, label_party, record_stream, whole_run
 from tests.runs import cli
@@ -140,7 +140,7 @@ def test_a_stalled_party_named_by_the_label_party_leads_the_message(tmp_path: Pa
     920e7e0 it read "passive party 2 exited with code 1")."""
     from orchestration.processes import Child
     from orchestration.run import _failure
-    from splitleak.rundir import write_outcome
+    from splitleak.artifacts.outcome import write_outcome
 
     run = RunDir(tmp_path)
     run.label_party.mkdir()

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from orchestration.cli import main as splitleak_main
+from splitleak.artifacts.paths import RunDir
 from splitleak.datasets import build_dataset
-from splitleak.rundir import RunDir
 from tests.conftest import scaled, small_config, write_config
 from tests.test_cli_refusals import QUIET_SHELL, exit_code_and_text
 

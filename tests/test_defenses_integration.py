@@ -14,9 +14,10 @@ import pytest
 from attacker.analysis.analyze import analyze
 from attacker.sidecar.store import GradientLog
 from orchestration.reference import run_reference
+from splitleak.artifacts.metrics import read_metrics
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.rundir import create_run_dir
 from splitleak.config import load_config, parse_config
-from splitleak.metrics_log import read_metrics
-from splitleak.rundir import RunDir, create_run_dir
 from tests.conftest import small_config, write_config
 
 pytestmark = pytest.mark.slow

@@ -17,10 +17,11 @@ import torch
 
 from orchestration.reference import run_reference
 from orchestration.run import run_distributed
+from splitleak.artifacts.metrics import read_metrics
+from splitleak.artifacts.paths import TIMING_FILE, RunDir
+from splitleak.artifacts.rundir import create_run_dir
 from splitleak.config import parse_config
-from splitleak.metrics_log import read_metrics
-from splitleak.rundir import RunDir, create_run_dir
-from splitleak.timing import TIMING_FILE, WARMUP_STEPS
+from splitleak.timing import WARMUP_STEPS
 from tests.conftest import small_config, write_config
 
 pytestmark = pytest.mark.slow

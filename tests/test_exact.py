@@ -17,9 +17,9 @@ from attacker.analysis.analyze import AnalysisInputError, analyze
 from attacker.attacks import AttackRefused, build_attack
 from attacker.attacks.exact.exact import Candidates, candidate_gradients, reconstruct
 from attacker.sidecar.store import GradientLog
+from splitleak.artifacts.paths import RunDir
 from splitleak.config import ConfigError, ModelConfig, parse_config
 from splitleak.models import InputSpec, build_top
-from splitleak.rundir import RunDir
 from splitleak.threat import ThreatConfig
 from splitleak.v1 import split_learning_pb2 as pb
 from splitleak.validation import check_core
@@ -199,9 +199,9 @@ def _write_adult(path: Path, rows: int, seed: int = 0) -> None:
 def _adult_run(tmp_path: Path, example: str, rows: int = 4000) -> tuple[float, dict]:
     """The example on a test-written Adult-format file (in process): final test AUC, EXACT."""
     from orchestration.reference import run_reference
+    from splitleak.artifacts.metrics import read_metrics
+    from splitleak.artifacts.rundir import create_run_dir
     from splitleak.config import load_config
-    from splitleak.metrics_log import read_metrics
-    from splitleak.rundir import create_run_dir
 
     data_file = tmp_path / "adult.data"
     if not data_file.exists():
@@ -245,7 +245,7 @@ def test_a_resumed_white_box_run_writes_the_same_snapshots(tmp_path: Path) -> No
     anew and every snapshot equals an uninterrupted run's, as does the label export."""
     import asyncio
 
-    from splitleak.rundir import write_config as write_run_config
+    from splitleak.artifacts.rundir import write_config as write_run_config
     from tests.live import whole_run
 
     data = _exact_config(tmp_path)

@@ -18,9 +18,9 @@ import pytest
 from attacker.analysis.analyze import analyze, write_summary
 from attacker.report.report import write_report
 from attacker.sidecar.store import GradientLog, GradientStore, RecordError, repair_log
+from splitleak.artifacts.paths import RunDir
 from splitleak.codec import encode_tensor
 from splitleak.config import parse_config
-from splitleak.rundir import RunDir
 from tests.conftest import scaled, small_config
 from tests.live import ScriptedParty, gradient_record, record_stream, scripted_run, sidecar, whole_run
 from tests.test_checkpoints import fresh_run, resumable

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from splitleak.rundir import RunDir
+from splitleak.artifacts.paths import RunDir
 from tests.conftest import scaled, small_config, write_config
 from tests.runs import alive, assert_same_run, cli, pids, run_dir, wait_for_step
 

@@ -19,10 +19,10 @@ from label_party.defenses import DEFENSES, build_defense
 from label_party.objectives import build_objective
 from orchestration.reference import run_reference
 from orchestration.run import run_distributed
+from splitleak.artifacts.metrics import read_metrics
+from splitleak.artifacts.rundir import create_run_dir
 from splitleak.config import parse_config
 from splitleak.inputs import PartyInputs
-from splitleak.metrics_log import read_metrics
-from splitleak.rundir import create_run_dir
 from tests.conftest import scaled, small_config
 from tests.test_defenses import PARAMS as DEFENSE_PARAMS
 from tests.test_defenses import binary_class_gradients, context

@@ -13,10 +13,10 @@ from torch import nn
 from attacker.analysis.analyze import analyze
 from attacker.attacks.completion.engine import PartyView
 from attacker.attacks.reconstruction.grn import GrnParams, TrainedModel, _own_features, train_grn
+from splitleak.artifacts.paths import RunDir
 from splitleak.config import parse_config
 from splitleak.inputs import PartyInputs
 from splitleak.models import Bottom, InputSpec, TopModel
-from splitleak.rundir import RunDir
 from tests.conftest import small_config
 
 
@@ -72,7 +72,7 @@ def _grn_config(tmp_path: Path, **overrides: object) -> dict:
 
 def _recorded(data: dict) -> RunDir:
     from orchestration.reference import run_reference
-    from splitleak.rundir import create_run_dir
+    from splitleak.artifacts.rundir import create_run_dir
 
     cfg = parse_config(data)
     run = create_run_dir(cfg)

@@ -278,8 +278,8 @@ def test_an_impostor_label_party_is_named_at_once(tmp_path: Path) -> None:
 
     from passive_party.client import run_party
     from splitleak import tls
+    from splitleak.artifacts.paths import RunDir
     from splitleak.config import TopologyConfig
-    from splitleak.rundir import RunDir
     from splitleak.transport import bind, create_server
 
     certs = tmp_path / "certs"

@@ -18,11 +18,11 @@ from attacker.attacks.integrity.replacement_backdoor import success_rates
 from label_party.schedule import Phase, make_plan, schedule
 from passive_party.bottom_trainer import BottomTrainer
 from passive_party.integrity import PartyIntegrity, Swap
+from splitleak.artifacts.paths import RunDir
 from splitleak.config import ConfigError, parse_config
 from splitleak.inputs import PartyInputs
 from splitleak.integrity import variant_rows
 from splitleak.models import Bottom, InputSpec
-from splitleak.rundir import RunDir
 from splitleak.validation import check_core
 from tests.conftest import small_config
 
@@ -161,7 +161,7 @@ def test_missing_features_accuracy_by_hand() -> None:
 
 def _recorded(data: dict) -> RunDir:
     from orchestration.reference import run_reference
-    from splitleak.rundir import create_run_dir
+    from splitleak.artifacts.rundir import create_run_dir
 
     cfg = parse_config(data)
     run = create_run_dir(cfg)

@@ -187,3 +187,88 @@ def test_ray_is_imported_only_by_its_engine() -> None:
             if "orchestration.sweep.ray_engine" in _top_level_imports(path):
                 importing.append(f"{path.relative_to(ROOT)} (eagerly imports the ray engine)")
     assert not importing, importing
+
+
+# Files that read JSON of the run directory in a format of their own, not a run artifact's.
+OWN_JSON_FORMATS = {
+    "splitleak/checkpoint.py": "a checkpoint's manifest, versioned by the checkpoint FORMAT",
+    "attacker/sidecar/store.py": "the gradient log's index, the store's own layout",
+}
+ARTIFACTS = ROOT / "splitleak" / "artifacts"
+
+
+def artifact_file_names() -> set[str]:
+    """The name of every file of a run, sweep and comparison directory (splitleak.artifacts)."""
+    from splitleak.artifacts.paths import CHECKPOINT_MANIFEST, CompareDir, RunDir, SweepDir
+
+    found = {CHECKPOINT_MANIFEST}
+    for layout in (RunDir(Path("r")), SweepDir(Path("s")), CompareDir(Path("c"))):
+        for name, member in vars(type(layout)).items():
+            if isinstance(member, property):
+                found.add(getattr(layout, name).name)
+            elif callable(member) and not name.startswith("_"):
+                try:
+                    found.add(member(layout, 1).name)  # a party's file
+                except (TypeError, AttributeError):
+                    pass  # not a path (a point of a sweep: a RunDir)
+    return {name for name in found if "." in name}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)}
+
+
+def outside_artifacts() -> list[Path]:
+    return [path for package in PROJECT for path in modules(package)
+            if not path.is_relative_to(ARTIFACTS)]
+
+
+def test_no_artifact_file_name_outside_the_artifacts_package() -> None:
+    """A run artifact's path is built in one place: no other module spells its file name as a
+    path (a sentence that names the file for a reader is fine)."""
+    names = artifact_file_names()
+    assert {"summary.json", "outcome.json", "timing.json", "leak.parquet", "metrics.jsonl",
+            "sweep.parquet", "table.csv"} <= names
+    spelled = []
+    for path in outside_artifacts():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        docstrings = _docstrings(tree)
+        spelled += [f"{path.relative_to(ROOT)}:{node.lineno} {node.value!r}" for node in ast.walk(tree)
+                    if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                    and id(node) not in docstrings and " " not in node.value
+                    and node.value.rsplit("/", 1)[-1] in names]
+    assert not spelled, "use splitleak.artifacts.paths:\n" + "\n".join(spelled)
+
+
+def _reads_a_file(node: ast.Call) -> bool:
+    """json.load(f), or json.loads(path.read_text() / read_bytes())."""
+    func = node.func
+    if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)
+            and func.value.id == "json" and func.attr in ("load", "loads")):
+        return False
+    if func.attr == "load":
+        return True
+    argument = node.args[0] if node.args else None
+    return (isinstance(argument, ast.Call) and isinstance(argument.func, ast.Attribute)
+            and argument.func.attr in ("read_text", "read_bytes"))
+
+
+def test_no_json_file_read_outside_the_artifacts_package() -> None:
+    """Run artifacts are read through their typed models (splitleak.artifacts), never parsed
+    by hand; OWN_JSON_FORMATS lists the files of a format of their own."""
+    parsed = [f"{path.relative_to(ROOT)}:{node.lineno}" for path in outside_artifacts()
+              if str(path.relative_to(ROOT)) not in OWN_JSON_FORMATS
+              for node in ast.walk(ast.parse(path.read_text(), filename=str(path)))
+              if isinstance(node, ast.Call) and _reads_a_file(node)]
+    assert not parsed, "read it through splitleak.artifacts:\n" + "\n".join(parsed)
+
+
+def test_the_artifact_checks_see_a_spelled_name_and_a_parsed_file(tmp_path: Path) -> None:
+    tree = ast.parse('import json\njson.loads(path.read_text())\nx = run.root / "outcome.json"\n')
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _reads_a_file(n)]
+    assert len(calls) == 1
+    assert [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)
+            and n.value in artifact_file_names()] == ["outcome.json"]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from splitleak.rundir import RunDir
+from splitleak.artifacts.paths import RunDir
 
 pytestmark = pytest.mark.slow
 

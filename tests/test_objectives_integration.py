@@ -31,8 +31,9 @@ from attacker.analysis.analyze import analyze, metric_stats
 from orchestration.gafm_select import main as gafm_select_main
 from orchestration.gafm_select import select_delta
 from orchestration.reference import run_reference
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.rundir import create_run_dir
 from splitleak.config import parse_config
-from splitleak.rundir import RunDir, create_run_dir
 
 pytestmark = pytest.mark.slow
 

@@ -143,7 +143,7 @@ def test_a_protected_run_trains_on_mixed_images_and_says_so(tmp_path: Path) -> N
     from orchestration.compare.read import find_runs
     from orchestration.compare.table import compare
     from orchestration.reference import run_reference
-    from splitleak.rundir import create_run_dir
+    from splitleak.artifacts.rundir import create_run_dir
     from tests.runs import logged
 
     runs = {}
@@ -182,7 +182,8 @@ def test_a_protected_distributed_run_equals_the_reference_and_resumes(tmp_path: 
     resumed (party 1 protects again, from the same seed) ends bit for bit like an uninterrupted one."""
     import asyncio
 
-    from splitleak.rundir import RunDir, write_config
+    from splitleak.artifacts.paths import RunDir
+    from splitleak.artifacts.rundir import write_config
     from tests.live import whole_run
     from tests.runs import assert_same_run, distributed_and_reference
 

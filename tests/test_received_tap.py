@@ -13,9 +13,10 @@ import pytest
 
 from attacker.sidecar.store import GradientLog
 from splitleak import tls
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.rundir import write_config
 from splitleak.codec import encode_ids, encode_tensor
 from splitleak.config import TopologyConfig, parse_config
-from splitleak.rundir import RunDir, write_config
 from splitleak.transport import create_channel
 from splitleak.v1 import attacker_pb2 as apb
 from splitleak.v1 import attacker_pb2_grpc as apb_grpc

@@ -15,10 +15,10 @@ from attacker.attacks.completion.engine import PartyView
 from attacker.attacks.reconstruction.back_mapping import BackMappingParams, back_map
 from attacker.attacks.reconstruction.base import Victim, grid_rows, image_scores, ssim_window, tabular_scores
 from attacker.attacks.reconstruction.inversion import InversionParams, invert, total_variation
+from splitleak.artifacts.paths import RunDir
 from splitleak.config import ConfigError, parse_config
 from splitleak.inputs import PartyInputs
 from splitleak.models import Bottom, InputSpec
-from splitleak.rundir import RunDir
 from tests.conftest import small_config
 
 
@@ -126,7 +126,7 @@ def test_the_threat_model_states_what_reconstruction_needs(tmp_path: Path) -> No
 
 def _recorded_run(tmp_path: Path, data: dict) -> RunDir:
     from orchestration.reference import run_reference
-    from splitleak.rundir import create_run_dir
+    from splitleak.artifacts.rundir import create_run_dir
 
     cfg = parse_config(data)
     run = create_run_dir(cfg)

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from orchestration.relay import Link, Relay, _link, link_seed
+from splitleak.artifacts.metrics import read_metrics
+from splitleak.artifacts.paths import RunDir
 from splitleak.config import ConfigError, NetworkConfig, parse_config
-from splitleak.metrics_log import read_metrics
-from splitleak.rundir import RunDir
 from tests.conftest import scaled, small_config, write_config
 
 

@@ -23,7 +23,7 @@ from attacker.report.report import (
     utility,
     write_report,
 )
-from splitleak.rundir import RunDir
+from splitleak.artifacts.paths import RunDir
 from splitleak.threat import ThreatConfig
 
 SEED = 7

@@ -11,8 +11,9 @@ import tomli_w
 
 from attacker.cli import main as attacker_main
 from orchestration.cli import main as splitleak_main
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.rundir import write_config
 from splitleak.config import parse_config
-from splitleak.rundir import RunDir, write_config
 from tests.conftest import small_config
 from tests.conftest import write_config as write_toml
 from tests.test_cli_refusals import exit_code_and_text

@@ -21,10 +21,11 @@ import pytest
 from attacker.analysis.analyze import analyze
 from attacker.sidecar.store import GradientLog, GradientStore, RecordError
 from orchestration.reference import run_reference
+from splitleak.artifacts.metrics import read_metrics
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.rundir import create_run_dir
 from splitleak.codec import encode_ids, encode_tensor
 from splitleak.config import parse_config
-from splitleak.metrics_log import read_metrics
-from splitleak.rundir import RunDir, create_run_dir
 from splitleak.v1 import attacker_pb2 as apb
 from splitleak.v1 import attacker_pb2_grpc as apb_grpc
 from tests.conftest import small_config, write_config

@@ -15,9 +15,9 @@ from label_party.schedule import Phase, make_plan, schedule
 from label_party.setup import load_label_party_data
 from orchestration.reference import run_reference
 from splitleak import tls
+from splitleak.artifacts.rundir import create_run_dir
 from splitleak.config import ConfigError, parse_config
 from splitleak.datasets import train_test_ids
-from splitleak.rundir import create_run_dir
 from tests.conftest import small_config
 
 

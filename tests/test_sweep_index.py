@@ -10,10 +10,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from orchestration.sweep import roles
-from orchestration.sweep.index import SweepIndex, SweepIndexError, read_index
+from orchestration.sweep.index import SweepIndex, read_index
 from orchestration.sweep.points import Point, resolve
 from orchestration.sweep.roles import RoleError, RoleHost, receive
 from orchestration.sweep.spec import parse_sweep
+from splitleak.artifacts.sweep import SweepIndexError
 from splitleak.config import parse_config
 from tests.conftest import small_config
 

@@ -12,14 +12,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from orchestration.sweep.command import sweep_points
-from orchestration.sweep.engine import PointResult, read_result
 from orchestration.sweep.index import SweepIndex, read_index
 from orchestration.sweep.inprocess import InProcessEngine
 from orchestration.sweep.local import POINT_LOG, LocalEngine
 from orchestration.sweep.points import Point
 from orchestration.sweep.runner import run_points
 from orchestration.sweep.spec import load_sweep
-from splitleak.rundir import RunDir
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.sweep import PointResult, read_result
 from tests.conftest import tiny_sweep_file
 from tests.runs import metrics_without_wall_clock
 

@@ -14,13 +14,14 @@ import pytest
 import tomli_w
 from rich.console import Console
 
-from orchestration.sweep.index import RESULT_FILE, SweepIndex, read_index
+from orchestration.sweep.index import SweepIndex, read_index
 from orchestration.sweep.local import LocalEngine
 from orchestration.sweep.points import resolve
 from orchestration.sweep.runner import run_points
 from orchestration.sweep.spec import parse_sweep
+from splitleak.artifacts.metrics import read_metrics
+from splitleak.artifacts.paths import POINT_RESULT_FILE as RESULT_FILE
 from splitleak.config import parse_config
-from splitleak.metrics_log import read_metrics
 from tests.conftest import scaled, small_config, write_config
 
 pytestmark = pytest.mark.slow

@@ -18,8 +18,8 @@ from orchestration.sweep.local import LocalEngine
 from orchestration.sweep.points import Point, resolve
 from orchestration.sweep.runner import run_points
 from orchestration.sweep.spec import parse_sweep
+from splitleak.artifacts.metrics import read_metrics
 from splitleak.config import parse_config
-from splitleak.metrics_log import read_metrics
 from tests.conftest import small_config
 
 ray = pytest.importorskip("ray", reason="the Ray engine needs the optional extra splitleak[ray]")

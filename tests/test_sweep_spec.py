@@ -13,9 +13,9 @@ from orchestration.commands import validate
 from orchestration.sweep.overrides import OverrideError, apply
 from orchestration.sweep.points import resolve
 from orchestration.sweep.spec import SweepError, parse_sweep
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.rundir import write_config as write_run_config
 from splitleak.config import load_config, parse_config
-from splitleak.rundir import RunDir
-from splitleak.rundir import write_config as write_run_config
 from tests.conftest import small_config, write_config
 
 BASE = {"run": {"seed": 0}, "defense": [{"name": "marvell", "s": 1.0}],

@@ -15,8 +15,9 @@ import pytest
 from attacker.analysis.analyze import analyze
 from orchestration.reference import run_reference
 from splitleak.anchors import read_clean_anchors
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.rundir import create_run_dir
 from splitleak.config import parse_config
-from splitleak.rundir import RunDir, create_run_dir
 from tests.conftest import scaled, small_config, write_config
 
 pytestmark = pytest.mark.slow

@@ -17,8 +17,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from orchestration.run import run_distributed
 from splitleak import tls
+from splitleak.artifacts.rundir import create_run_dir
 from splitleak.config import PROTOCOL_VERSION, TopologyConfig, parse_config
-from splitleak.rundir import create_run_dir
 from splitleak.transport import create_channel
 from splitleak.v1 import split_learning_pb2 as pb
 from splitleak.v1 import split_learning_pb2_grpc as pb_grpc

@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from passive_party.client import load_bottom
+from splitleak.artifacts.paths import RunDir
 from splitleak.codec import decode_ids, encode_tensor
 from splitleak.config import PROTOCOL_VERSION, ExperimentConfig, load_config
-from splitleak.rundir import RunDir
 from splitleak.transport import PARTY_ID_KEY, SESSION_KEY
 from splitleak.v1 import split_learning_pb2 as pb
 from splitleak.v1 import split_learning_pb2_grpc as pb_grpc

@@ -3,7 +3,6 @@ batch (R draws of random side knowledge), run-level attacks once per attacker, s
 
 from __future__ import annotations
 
-import json
 import tomllib
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator
@@ -40,11 +39,12 @@ from attacker.attacks.base import RunFacts
 from attacker.attacks.integrity.base import IntegrityAttack
 from attacker.sidecar.store import GradientLog, LoggedBatch, repair_log
 from splitleak.anchors import BatchAnchors, read_clean_anchors
+from splitleak.artifacts.metrics import read_metrics
+from splitleak.artifacts.outcome import read_outcome
+from splitleak.artifacts.paths import RunDir
 from splitleak.config import ConfigError, load_config
 from splitleak.fileio import write_atomically
-from splitleak.metrics_log import read_metrics
 from splitleak.placement import ATTACKER, requested_device, resolve_device
-from splitleak.rundir import RunDir
 from splitleak.threat import DEFAULT_HINTS, ThreatConfig
 
 LAYERS = {"cut_gradient": "cut", "first_layer_gradient": "first", "activation": "activation"}
@@ -177,15 +177,13 @@ def check_run_dir(run: RunDir) -> None:
     if not run.root.is_dir():
         raise AnalysisInputError(f"{run.root} does not exist or is not a directory")
     if not run.config.is_file():
-        raise AnalysisInputError(f"{run.root} is not a run directory (it has no config.toml)")
+        raise AnalysisInputError(f"{run.root} is not a run directory (it has no {run.config.name})")
 
 
 def partial_run(run: RunDir) -> dict[str, Any] | None:
     """How far a run that did not finish got (None for a finished run)."""
-    try:
-        outcome = json.loads(run.outcome.read_text())
-    except (OSError, ValueError):
-        outcome = {"status": "unknown (no label_party/outcome.json: still running, or killed)"}
+    outcome = read_outcome(run) or {
+        "status": f"unknown (no {run.outcome.relative_to(run.root)}: still running, or killed)"}
     if outcome.get("status") == "ok":
         return None
     records = list(read_metrics(run.metrics)) if run.metrics.exists() else []
@@ -295,21 +293,21 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
     run.devices.attacker for the run-level attacks (model completion, reconstruction)."""
     run = RunDir(Path(run_dir))
     check_run_dir(run)
-    repaired = repair_log(run.attacker / "gradients")
+    repaired = repair_log(run.gradients)
     analysis = Analysis(run, attacks, hints, seed, draws)
     analysis.device = device
     analysis.warnings += repaired
     per_batch, sample, run_id = _gradient_attacks(analysis)
     run_entries = _run_attacks(analysis)
     if per_batch is None and not run_entries:
-        raise FileNotFoundError(f"no gradient log at {run.attacker / 'gradients'} and no run-level "
+        raise FileNotFoundError(f"no gradient log at {run.gradients} and no run-level "
                                 "attack in the threat model: nothing to analyse")
     per_batch = per_batch or []
     leak = pa.Table.from_pylist(per_batch, schema=LEAK_SCHEMA)
-    write_atomically(run.attacker / "leak.parquet", lambda tmp: pq.write_table(leak, tmp))
+    write_atomically(run.leak, lambda tmp: pq.write_table(leak, tmp))
     rows = sample.table()
     if rows.num_rows:
-        write_atomically(run.attacker / "rows.parquet", lambda tmp: pq.write_table(rows, tmp))
+        write_atomically(run.leak_rows, lambda tmp: pq.write_table(rows, tmp))
     for (attack, layer), count in analysis.anchor_fallbacks.items():
         analysis.warnings.append(
             f"{attack}, {layer} layer: {count} batch draw(s) had no clean anchor from the label "
@@ -336,7 +334,7 @@ def _gradient_attacks(analysis: Analysis) -> tuple[list[dict[str, Any]] | None, 
     """Every batch attack on every logged batch of every attacker; None if there is no log."""
     sample = _RowSample()
     try:
-        log = GradientLog(analysis.run.attacker / "gradients")
+        log = GradientLog(analysis.run.gradients)
     except FileNotFoundError:
         if not analysis.run_units() or not any(analysis.run_attacks(u) for u in analysis.run_units()):
             raise

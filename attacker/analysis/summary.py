@@ -3,7 +3,6 @@ random side knowledge, pooled accuracy, skip counts, and batches above Marvell's
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from typing import Any
@@ -12,8 +11,8 @@ import numpy as np
 
 from attacker.analysis.leak import pooled_accuracy, summarise
 from attacker.attacks import ATTACKS
-from splitleak.fileio import write_atomically
-from splitleak.rundir import RunDir
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.summary import LeakSummary, write_leak_summary
 
 STATS = ("mean", "p95", "max")
 
@@ -225,11 +224,5 @@ def above_bound(per_batch: list[dict[str, Any]], bounds: dict[int, dict[int, flo
 
 
 def write_summary(run: RunDir, summary: dict[str, Any]) -> None:
-    text = json.dumps(summary, indent=2, default=_json_default)
-    write_atomically(run.report / "summary.json", lambda tmp: tmp.write_text(text))
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+    """report/summary.json, stamped with its schema version (splitleak.artifacts.summary)."""
+    write_leak_summary(run, LeakSummary.of(summary))

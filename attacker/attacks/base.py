@@ -15,8 +15,8 @@ from attacker.attacks.thresholds import MIN_MAX_HALF, ThresholdRule
 from splitleak.registry import Registry
 
 if TYPE_CHECKING:
+    from splitleak.artifacts.paths import RunDir
     from splitleak.config import ExperimentConfig
-    from splitleak.rundir import RunDir
 
 AttackKind = Literal["score", "label", "counts"]
 NO_PREDICTION = -1  # a label attack's value for a row its rule makes no prediction on

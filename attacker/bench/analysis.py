@@ -20,7 +20,7 @@ from rich.table import Table
 
 from attacker.bench.attacks import synthetic_batch
 from attacker.sidecar.store import GradientStore
-from splitleak.rundir import RunDir
+from splitleak.artifacts.paths import RunDir
 
 ONE_CORE = {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
@@ -31,7 +31,7 @@ def write_synthetic_run(root: Path, rows: int, dim: int, batch_size: int, seed: 
     root.mkdir(parents=True, exist_ok=True)
     run.config.write_text(f"# synthetic benchmark log\n[run]\nseed = {seed}\n")
     rng = np.random.default_rng(seed)
-    store = GradientStore(run.attacker / "gradients", "bench")
+    store = GradientStore(run.gradients, "bench")
     labels = np.empty(rows, dtype=np.int64)
     for step, start in enumerate(range(0, rows, batch_size)):
         size = min(batch_size, rows - start)

@@ -16,11 +16,12 @@ from rich.console import Console
 from rich.table import Table
 
 from attacker.attacks import RunContext, build_attack
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.rundir import write_config
 from splitleak.config import ExperimentConfig, parse_config
 from splitleak.datasets import DatasetError, build_dataset, train_test_ids
 from splitleak.models import build_bottom, input_spec
 from splitleak.partition import passive_columns
-from splitleak.rundir import RunDir, write_config
 
 # The set-up of examples/threat/: image halves, CNN bottoms cut after a 16-wide fc layer.
 SETUPS: dict[str, dict[str, Any]] = {

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import re
@@ -33,13 +32,14 @@ from attacker.attacks.reconstruction.report import (
     reconstruction_table,
 )
 from attacker.report.threat import above_bound_notes, completion_md, threat_md
+from splitleak.artifacts.metrics import read_metrics
+from splitleak.artifacts.outcome import read_outcome
+from splitleak.artifacts.paths import RunDir
 from splitleak.config import NetworkConfig, WireConfig
 from splitleak.fileio import write_atomically
 from splitleak.markdown import fmt as _fmt
 from splitleak.markdown import md_table as _md_table
-from splitleak.metrics_log import read_metrics
 from splitleak.pace import ms_per_step
-from splitleak.rundir import RunDir
 
 log = logging.getLogger("attacker.report.report")
 
@@ -285,10 +285,10 @@ class _Inputs:
     def read(cls, run: RunDir) -> _Inputs:
         text = run.config.read_text() if run.config.exists() else ""
         found = re.search(r"hash (\w+)", text.partition("\n")[0])
-        leak, rows = (run.attacker / name for name in ("leak.parquet", "rows.parquet"))
+        leak, rows = run.leak, run.leak_rows
         return cls(tomllib.loads(text), found.group(1) if found else "unknown",
                    list(read_metrics(run.metrics)) if run.metrics.exists() else [],
-                   json.loads(run.outcome.read_text()) if run.outcome.exists() else {},
+                   read_outcome(run),
                    pq.read_table(leak) if leak.exists() else None,
                    pq.read_table(rows) if rows.exists() else None)
 
@@ -367,7 +367,7 @@ def write_report(run: RunDir, summary: dict[str, Any]) -> None:
              *(f"- {w}" for w in warnings or ["none"]), "", "## Plots", "",
              *(f"### {caption}\n\n![{caption}]({name})\n" for caption, name in figures)]
     text = "\n".join(lines) + "\n"
-    write_atomically(run.report / "report.md", lambda tmp: tmp.write_text(text))
+    write_atomically(run.report_md, lambda tmp: tmp.write_text(text))
 
 
 def _wire_words(config: dict[str, Any]) -> str:

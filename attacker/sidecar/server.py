@@ -12,10 +12,10 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from attacker.sidecar.servicer import LABEL, PASSIVE, AttackerServicer, Key, add_sidecar, who
 from attacker.sidecar.store import GradientStore
+from splitleak.artifacts.paths import RunDir
 from splitleak.config import ExperimentConfig, TopologyConfig
 from splitleak.fileio import write_atomically
-from splitleak.rundir import RunDir
-from splitleak.timing import TIMING_FILE, mark_startup, write_cpu
+from splitleak.timing import mark_startup, write_cpu
 from splitleak.tls import ATTACKER
 from splitleak.transport import bind, create_server
 
@@ -49,7 +49,7 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
     it receives from those parties) is done; `resume` continues the logs already in `out`
     (each tap cuts its log back to the resumed step first); `shapes` (record_shapes) fixes
     every record's shape from the config (without it, each party's first record does)."""
-    gradients = RunDir(out).attacker / "gradients"
+    gradients = RunDir(out).gradients
     store = GradientStore(gradients, run_id, resume=resume)
     received = (GradientStore(RunDir(out).attacker / "received", run_id, resume=resume)
                 if receive else None)
@@ -87,7 +87,7 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
         each.close()
     # Its CPU per train step, for `splitleak bench`'s budget (the first mark is a record's
     # arrival, so per step = (marks - 1) intervals of one stream).
-    write_cpu(RunDir(out).attacker / TIMING_FILE, servicer.cpu,
+    write_cpu(RunDir(out).attacker_timing, servicer.cpu,
               max(servicer.timed_steps.values(), default=1) - 1)
     missing = sorted(servicer.expected - servicer.finished)
     unfinished = (f" before {', '.join(map(who, missing))} finished streaming") if missing else ""

@@ -1,5 +1,5 @@
 """VFLAIR's T-DCS per attack family and C-DCS per defense from a finished vflair_mnist sweep, read
-from each run's report/summary.json (every entry names its attack's family and VFLAIR AP) until
+from each run's leak summary (every entry names its attack's family and VFLAIR AP) until
 `splitleak compare` groups attacks by family itself.
 
 Usage: python examples/vflair/tdcs.py SWEEP_DIR   (e.g. sweeps/vflair_mnist)
@@ -7,13 +7,13 @@ Usage: python examples/vflair/tdcs.py SWEEP_DIR   (e.g. sweeps/vflair_mnist)
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from collections import defaultdict
 from pathlib import Path
 
-import pyarrow.parquet as pq
+from splitleak import Run, open_sweep
+from splitleak.artifacts.sweep import read_index_rows
 
 FAMILIES = {"label_inference": "LI", "feature_reconstruction": "FR", "targeted_backdoor": "TB",
             "non_targeted": "NTB"}
@@ -29,25 +29,25 @@ def scenario(overrides: dict) -> str:
     return "backdoor" if "backdoor" in party else "missing" if "missing_features" in party else "clean"
 
 
-def final_accuracy(run: Path) -> float:
-    records = (json.loads(line) for line in (run / "label_party" / "metrics.jsonl").open())
-    evals = [r for r in records if r.get("type") == "eval"]
-    return float(evals[-1]["test_accuracy"])
+def final_accuracy(run: Run) -> float:
+    evals = run.metrics[run.metrics["type"] == "eval"]
+    return float(evals["test_accuracy"].iloc[-1])
 
 
 def main(sweep_dir: Path) -> None:
-    points = pq.read_table(sweep_dir / "sweep.parquet").to_pylist()
-    runs = {(p["variant"], scenario(json.loads(p["overrides"]))): sweep_dir / p["run_dir"]
-            for p in points if p["status"] == "done"}
+    sweep = open_sweep(sweep_dir)
+    runs = {(row.variant, scenario(row.overrides_dict())): Run(sweep.dir.point(row.run_dir))
+            for row in read_index_rows(sweep_dir) if row.status == "done"}
     mp_star = final_accuracy(runs[("none", "clean")])
     per_attack: dict[str, dict[str, tuple[str, float, float, float]]] = defaultdict(dict)
     for (defense, _), run in sorted(runs.items()):
         mp = final_accuracy(run)
-        for e in json.loads((run / "report" / "summary.json").read_text())["leak"]:
+        for e in run.summary.leak:
             ap = (e.get("ap") or {}).get("value")
-            if e["scope"] != "run" or not e.get("vflair") or ap is None or e["layer"] == "first":
+            if e.scope != "run" or not e.get("vflair") or ap is None or e.layer == "first":
                 continue  # VFLAIR's attacks only, scored at the cut layer
-            per_attack[defense][e["vflair"]] = (FAMILIES[e["family"]], ap, mp, dcs(ap, mp, mp_star))
+            per_attack[defense][e.get("vflair")] = (FAMILIES[e.get("family")], ap, mp,
+                                                    dcs(ap, mp, mp_star))
     print(f"MP* (no defense, clean scenario): {mp_star:.4f}\n")
     print("| defense | " + " | ".join(f"T-DCS {f}" for f in FAMILIES.values()) + " | C-DCS |")
     print("|---|" + "---|" * (len(FAMILIES) + 1))

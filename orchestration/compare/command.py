@@ -16,7 +16,8 @@ from orchestration.compare.read import find_runs
 from orchestration.compare.report import write_report
 from orchestration.compare.table import Comparison, compare
 from orchestration.compare.verdict import MAX_UTILITY_COST
-from orchestration.sweep.index import INDEX_FILE, SweepIndexError
+from splitleak.artifacts.paths import COMPARE_DIR, SweepDir, is_sweep_dir
+from splitleak.artifacts.sweep import SweepIndexError
 from splitleak.cli_common import EXIT_FAILED, BadInput
 
 
@@ -163,8 +164,8 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
     missing = [str(p) for p in args.paths if not p.exists()]
     if missing:
         raise BadInput(f"no such directory: {', '.join(missing)}")
-    single_sweep = len(args.paths) == 1 and (args.paths[0] / INDEX_FILE).exists()
-    out = args.output_dir or (args.paths[0] / "compare" if single_sweep else Path("compare"))
+    single_sweep = len(args.paths) == 1 and is_sweep_dir(args.paths[0])
+    out = args.output_dir or (SweepDir(args.paths[0]).compare if single_sweep else Path(COMPARE_DIR))
     comparison = compare_and_print(args.paths, out, console, args.layer, args.party, args.leak_stat,
                                    args.target_utility, args.dcs_ap, args.max_utility_cost)
     return 0 if comparison is not None else EXIT_FAILED

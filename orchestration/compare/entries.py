@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from splitleak.artifacts.summary import LeakSummary, LeakSummaryEntry
+
 DEFAULT_ATTACK_TYPE = "label inference"  # VFLAIR's LI type: every attack on the gradients
 # Feature reconstruction (VFLAIR's FR type): the entry's metric names its headline statistic.
 RECONSTRUCTION_METRICS = ("ssim", "r2", "feature_accuracy")
@@ -70,7 +72,7 @@ def number(value: Any) -> float | None:
     return float(value)
 
 
-def _spread(entry: dict[str, Any], part: str) -> float | None:
+def _spread(entry: LeakSummaryEntry, part: str) -> float | None:
     spread = entry.get("spread")
     if isinstance(spread, dict) and part in spread:
         spread = spread[part]
@@ -79,7 +81,7 @@ def _spread(entry: dict[str, Any], part: str) -> float | None:
     return number(spread)
 
 
-def leak_entries(summary: dict[str, Any]) -> list[LeakEntry]:
+def leak_entries(summary: LeakSummary) -> list[LeakEntry]:
     """The run-level entries of a report/summary.json. The one place that knows its layout:
     `flipped`/`raw` (mean, p95, max over batches) for AUC attacks, `accuracy` (mean over batches,
     or `pooled` over rows) for accuracy attacks, and, when present, `spread` across random
@@ -88,18 +90,18 @@ def leak_entries(summary: dict[str, Any]) -> list[LeakEntry]:
     not applied (`premise`) or is a diagnostic, `count_error` for count attacks, and a run-level
     attack's further figures (FIGURES)."""
     entries = []
-    for e in summary.get("leak", []):
-        if e.get("scope") != "run":
+    for e in summary.leak:
+        if e.scope != "run":
             continue
         flipped, raw, accuracy = (e.get(k) or {} for k in ("flipped", "raw", "accuracy"))
         metric = e.get("metric") or ("auc" if flipped else "accuracy")
         if metric in RECONSTRUCTION_METRICS:
             accuracy = e.get(metric) or {}
-        elif "integrity" in e:  # a backdoor's success rate, a robustness attack's accuracy drop
+        elif e.get("integrity") is not None:  # a backdoor's success rate, a robustness attack's accuracy drop
             accuracy = {"mean": (e.get("integrity") or {}).get("value")}
         pooled = (e.get("pooled") or {}).get("accuracy", accuracy.get("pooled", e.get("pooled_accuracy")))
         entries.append(LeakEntry(
-            attack=e["attack"], party=int(e["party_id"]), layer=e["layer"], metric=metric,
+            attack=e.attack, party=e.party_id, layer=e.layer, metric=metric,
             side_knowledge=e.get("side_knowledge", ""),
             attack_type=FAMILIES.get(e.get("family") or "", e.get("attack_type")) or (
                 "feature reconstruction" if metric in RECONSTRUCTION_METRICS
@@ -115,11 +117,11 @@ def leak_entries(summary: dict[str, Any]) -> list[LeakEntry]:
     return entries
 
 
-def _batch_stats(entry: dict[str, Any], metric: str) -> dict[str, float | None]:
+def _batch_stats(entry: LeakSummaryEntry, metric: str) -> dict[str, float | None]:
     stats = entry.get(BATCH_STATS.get(metric, metric)) or {}
     return {"batch_mean": number(stats.get("mean")), "batch_p95": number(stats.get("p95"))}
 
 
-def _figures(entry: dict[str, Any]) -> dict[str, float | None]:
+def _figures(entry: LeakSummaryEntry) -> dict[str, float | None]:
     return {name: number(value) for key, read in FIGURES.items() if isinstance(entry.get(key), dict)
-            for name, value in read(entry[key]).items()}
+            for name, value in read(entry.get(key)).items()}

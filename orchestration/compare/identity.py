@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestration.sweep.index import read_index
 from orchestration.sweep.points import SEED
+from splitleak.artifacts.paths import SweepDir
+from splitleak.artifacts.sweep import read_index_rows
 from splitleak.config import ExperimentConfig
 
 NOT_THE_EXPERIMENT = ("seed", "name", "output_dir", "torch_threads")
@@ -38,11 +39,10 @@ class SweepPoint:
 def finished_points(sweep_dir: Path) -> list[tuple[Path, SweepPoint]]:
     """The run directory and index row of every finished point of a sweep."""
     where = str(sweep_dir.resolve())
-    return [(sweep_dir / row["run_dir"],
-             SweepPoint(where, row["setting"], row["variant"],
-                        json.loads(row["axes"]) if row["axes"] is not None else None,
-                        {k: v for k, v in json.loads(row["overrides"] or "{}").items() if k != SEED}))
-            for row in read_index(sweep_dir) if row["status"] == "done"]
+    return [(SweepDir(sweep_dir).point(row.run_dir).root,
+             SweepPoint(where, row.setting, row.variant, row.axes_dict(),
+                        {k: v for k, v in row.overrides_dict().items() if k != SEED}))
+            for row in read_index_rows(sweep_dir) if row.status == "done"]
 
 
 @dataclass(frozen=True)

@@ -4,18 +4,18 @@ sweep directory's index says are finished."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from orchestration.compare.entries import LeakEntry, leak_entries, number
 from orchestration.compare.identity import SweepPoint, finished_points
-from orchestration.sweep.index import INDEX_FILE
+from splitleak.artifacts.metrics import read_metrics
+from splitleak.artifacts.outcome import read_outcome
+from splitleak.artifacts.paths import CONFIG_FILE, SWEEP_INDEX_FILE, RunDir, is_run_dir, is_sweep_dir
+from splitleak.artifacts.summary import read_leak_summary
 from splitleak.config import ConfigError, ExperimentConfig, load_config
-from splitleak.metrics_log import read_metrics
 from splitleak.pace import ms_per_step, utility_curve
-from splitleak.rundir import RunDir
 
 
 def utility_metric(num_classes: int) -> str:
@@ -57,11 +57,10 @@ class RunResult:
 def read_run(root: Path, point: SweepPoint | None = None) -> RunResult:
     """Raises ValueError saying what is missing when the run cannot be compared."""
     run = RunDir(root)
-    summary_path = run.report / "summary.json"
-    for needed, why in ((run.config, "config.toml"), (run.metrics, "label_party/metrics.jsonl"),
-                        (summary_path, "report/summary.json (run `attacker analyze` on it)")):
+    for needed, why in ((run.config, ""), (run.metrics, ""),
+                        (run.leak_summary, " (run `attacker analyze` on it)")):
         if not needed.exists():
-            raise ValueError(f"{root}: no {why}")
+            raise ValueError(f"{root}: no {needed.relative_to(root)}{why}")
     try:
         config = load_config(run.config)
     except ConfigError as err:
@@ -69,8 +68,8 @@ def read_run(root: Path, point: SweepPoint | None = None) -> RunResult:
     records = list(read_metrics(run.metrics))
     evals = [r for r in records if r.get("type") == "eval"]
     plan = next((r for r in records if r.get("type") == "plan"), {})
-    summary = json.loads(summary_path.read_text())
-    num_classes = int(summary.get("num_classes") or plan.get("num_classes") or 2)
+    summary = read_leak_summary(run)
+    num_classes = int(summary.num_classes or plan.get("num_classes") or 2)
     metric = utility_metric(num_classes)
     return RunResult(root, config, point, num_classes, evals[-1] if evals else {},
                      leak_entries(summary), ms_per_step(records),
@@ -79,10 +78,7 @@ def read_run(root: Path, point: SweepPoint | None = None) -> RunResult:
 
 def _bytes_per_step(run: RunDir, records: list[dict[str, Any]]) -> float | None:
     """Bytes the label party sent and received per step, evaluation passes included."""
-    try:
-        outcome = json.loads(run.outcome.read_text())
-    except (OSError, ValueError):
-        return None
+    outcome = read_outcome(run)
     steps = sum(1 for r in records if r.get("type") == "train")
     sent, received = outcome.get("bytes_sent"), outcome.get("bytes_received")
     if not steps or not isinstance(sent, int) or not isinstance(received, int):
@@ -96,16 +92,15 @@ def find_runs(paths: list[Path]) -> tuple[list[RunResult], list[str]]:
     ValueError when a path is none of these."""
     found: list[tuple[Path, SweepPoint | None]] = []
     for path in paths:
-        if (path / INDEX_FILE).exists():
+        if is_sweep_dir(path):
             found += finished_points(path)
-        elif (path / "config.toml").exists():
+        elif is_run_dir(path):
             found.append((path, None))
-        elif path.is_dir() and any((child / "config.toml").exists() for child in path.iterdir()):
-            found += [(child, None) for child in sorted(path.iterdir())
-                      if (child / "config.toml").exists()]
+        elif path.is_dir() and any(is_run_dir(child) for child in path.iterdir()):
+            found += [(child, None) for child in sorted(path.iterdir()) if is_run_dir(child)]
         else:
-            raise ValueError(f"{path}: not a sweep directory (no {INDEX_FILE}), a run directory "
-                             "(no config.toml) or a directory of run directories")
+            raise ValueError(f"{path}: not a sweep directory (no {SWEEP_INDEX_FILE}), a run "
+                             f"directory (no {CONFIG_FILE}) or a directory of run directories")
     runs, warnings = [], []
     for root, point in found:
         try:

@@ -19,6 +19,7 @@ from orchestration.compare.entries import FAMILIES
 from orchestration.compare.markdown import CLIPPED, LEAK_LABELS, UTILITY_LABELS, ci, md_table, num
 from orchestration.compare.table import Comparison, Setting
 from orchestration.compare.trends import Trend, trends
+from splitleak.artifacts.paths import CompareDir
 from splitleak.fileio import write_atomically
 
 log = logging.getLogger("compare")
@@ -30,8 +31,9 @@ def _slug(text: str) -> str:
 
 def write_tables(comparison: Comparison, out: Path) -> None:
     table = pa.Table.from_pylist(comparison.rows)
-    write_atomically(out / "table.parquet", lambda tmp: pq.write_table(table, tmp))
-    write_atomically(out / "table.csv", lambda tmp: pa_csv.write_csv(table, tmp))
+    written = CompareDir(out)
+    write_atomically(written.table_parquet, lambda tmp: pq.write_table(table, tmp))
+    write_atomically(written.table_csv, lambda tmp: pa_csv.write_csv(table, tmp))
 
 
 def _speed_md(comparison: Comparison) -> list[str]:
@@ -212,5 +214,6 @@ def write_report(comparison: Comparison, out: Path, sources: list[Path]) -> Path
     lines += ["## Warnings", "", *(f"- {w}" for w in warnings or ["none"]), "",
               *_settings_md(comparison.settings)]
     text = "\n".join(lines) + "\n"
-    write_atomically(out / "report.md", lambda tmp: tmp.write_text(text))
-    return out / "report.md"
+    report = CompareDir(out).report
+    write_atomically(report, lambda tmp: tmp.write_text(text))
+    return report

@@ -15,10 +15,12 @@ from rich.console import Console
 
 from orchestration.commands import validate
 from orchestration.sweep.engine import Engine, EngineError
-from orchestration.sweep.index import SweepIndex, SweepIndexError
+from orchestration.sweep.index import SweepIndex
 from orchestration.sweep.points import Point, resolve
 from orchestration.sweep.runner import SweepOutcome, run_points
 from orchestration.sweep.spec import SweepError, SweepFile, base_path, load_sweep
+from splitleak.artifacts.paths import SweepDir
+from splitleak.artifacts.sweep import SweepIndexError
 from splitleak.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, BadInput
 from splitleak.config import ConfigError, ExperimentConfig, load_config
 
@@ -112,7 +114,7 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> SweepRun:
     except SweepIndexError as err:
         raise BadInput(str(err)) from None
     sweep_dir.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(args.file, sweep_dir / "sweep.toml")
+    shutil.copyfile(args.file, SweepDir(sweep_dir).sweep_file)
     console.print(f"sweep [bold]{sweep.sweep.name}[/]: {len(points)} points in {sweep_dir} "
                   f"({engine.name} engine, {engine.jobs} at a time)")
     previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)

@@ -9,33 +9,24 @@ by its config hash.
 
 from __future__ import annotations
 
-import json
 import shutil
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
-from orchestration.sweep.index import RESULT_FILE
 from orchestration.sweep.points import Point
-from splitleak.fileio import write_atomically
-from splitleak.placement import cores
-from splitleak.rundir import RunDir, write_config
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.rundir import write_config
 
-Status = Literal["done", "failed", "interrupted"]
+# read_result and write_result: the engines' names for a point's result file
+from splitleak.artifacts.sweep import PointResult
+from splitleak.artifacts.sweep import read_result as read_result
+from splitleak.artifacts.sweep import write_result as write_result
+from splitleak.placement import cores
 
 
 class EngineError(ValueError):
     """The engine cannot run these points as asked (e.g. --spread on too few nodes)."""
-
-
-@dataclass(frozen=True)
-class PointResult:
-    status: Status
-    seconds: float  # wall time of the point as its engine saw it (start-up and analysis included)
-    message: str | None = None  # why it failed
-    nodes: dict[str, Any] | None = None  # where each role ran (engines that place roles)
 
 
 class Listener(Protocol):
@@ -75,15 +66,3 @@ def prepare_run_dir(point: Point) -> RunDir:
     run.root.mkdir(parents=True)
     write_config(point.config, run)
     return run
-
-
-def write_result(run_dir: Path, result: PointResult) -> None:
-    text = json.dumps(asdict(result), indent=2)
-    write_atomically(run_dir / RESULT_FILE, lambda tmp: tmp.write_text(text))
-
-
-def read_result(run_dir: Path) -> PointResult | None:
-    try:
-        return PointResult(**json.loads((run_dir / RESULT_FILE).read_text()))
-    except (OSError, ValueError, TypeError):
-        return None

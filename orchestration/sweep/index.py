@@ -10,60 +10,25 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
 from orchestration.sweep.points import Point
-from splitleak.fileio import write_atomically
-
-INDEX_FILE = "sweep.parquet"
-RESULT_FILE = "sweep_point.json"  # a point's outcome, in its run directory
-
-# pending: not started; running: started by an engine (left over if the driver was killed);
-# done: trained and analysed; failed: the run or its analysis failed (message says why);
-# interrupted: stopped by Ctrl-C. Only `done` (and `failed`, unless retried) is skipped on a re-run.
-STATUSES = ("pending", "running", "done", "failed", "interrupted")
-
-# overrides: every override of the base (JSON, path -> value, in the order applied); axes: the
-# axis values that tell the point's setting apart (JSON, path as the sweep file wrote it ->
-# value, the seed left out): what the comparison reads back as the setting's identity.
-SCHEMA = pa.schema([
-    ("point", pa.int32()), ("hash", pa.string()), ("label", pa.string()),
-    ("setting", pa.string()), ("variant", pa.string()), ("seed", pa.int64()),
-    ("overrides", pa.string()), ("axes", pa.string()), ("status", pa.string()),
-    ("run_dir", pa.string()), ("seconds", pa.float64()), ("message", pa.string()),
-    ("engine", pa.string()), ("nodes", pa.string()), ("updated", pa.string()),
-])
-ADDED_LATER = ("axes",)  # columns an index written by an earlier version lacks (read as null)
-
-
-class SweepIndexError(ValueError):
-    """An index file that cannot be read; the message names the file."""
+from splitleak.artifacts.paths import RunDir, SweepDir
+from splitleak.artifacts.sweep import (
+    STATUSES,
+    read_index_rows,
+    write_index_rows,
+)
 
 
 def read_index(sweep_dir: Path) -> list[dict[str, Any]]:
-    path = sweep_dir / INDEX_FILE
-    if not path.exists():
-        return []
-    try:
-        # One open file: the writer replaces the index by a rename, and a path read may take
-        # the size of one version and the bytes of the next (pyarrow stats, then reopens).
-        with path.open("rb") as source:
-            table = pq.read_table(pa.BufferReader(source.read()))
-    except (pa.ArrowInvalid, OSError) as err:
-        raise SweepIndexError(f"{path} is not a readable sweep index ({err}); move it away to start "
-                          "the sweep's bookkeeping afresh (finished run directories are kept)") from None
-    missing = sorted(set(SCHEMA.names) - set(table.column_names) - set(ADDED_LATER))
-    if missing:
-        raise SweepIndexError(f"{path} lacks the columns {missing}: not a sweep index of this version")
-    return [{**dict.fromkeys(ADDED_LATER), **row} for row in table.to_pylist()]
+    """The index's rows as dicts ([] when the sweep has none; splitleak.artifacts.sweep)."""
+    return [row.model_dump() for row in read_index_rows(sweep_dir)]
 
 
 class SweepIndex:
     """The rows of the current sweep's points, by config hash; thread-safe."""
 
     def __init__(self, sweep_dir: Path, points: Sequence[Point], engine: str) -> None:
-        self.path = sweep_dir / INDEX_FILE
+        self.path = SweepDir(sweep_dir).index
         self.engine = engine
         self._lock = threading.Lock()
         previous = {row["hash"]: row for row in read_index(sweep_dir)}
@@ -82,9 +47,8 @@ class SweepIndex:
 
     def finished(self, point: Point) -> bool:
         """Done and its outputs still there (a deleted run directory runs again)."""
-        row = self.rows[point.hash]
-        return row["status"] == "done" and (point.run_dir / "report").is_dir() and (
-            point.run_dir / "summary.json").exists()
+        row, run = self.rows[point.hash], RunDir(point.run_dir)
+        return row["status"] == "done" and run.report.is_dir() and run.summary.exists()
 
     def todo(self, points: Sequence[Point], retry_failed: bool) -> list[Point]:
         return [p for p in points if not self.finished(p)
@@ -106,9 +70,7 @@ class SweepIndex:
             self._write()
 
     def _write(self) -> None:
-        rows = sorted(self.rows.values(), key=lambda r: r["point"])
-        table = pa.Table.from_pylist(rows, schema=SCHEMA)
-        write_atomically(self.path, lambda tmp: pq.write_table(table, tmp))
+        write_index_rows(self.path.parent, sorted(self.rows.values(), key=lambda r: r["point"]))
 
     def counts(self) -> dict[str, int]:
         with self._lock:

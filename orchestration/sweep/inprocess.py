@@ -18,12 +18,13 @@ from collections.abc import Iterator, Sequence
 
 from rich.console import Console
 
-from orchestration.sweep.engine import Listener, PointResult, prepare_run_dir, write_result
+from orchestration.sweep.engine import Listener, prepare_run_dir
 from orchestration.sweep.local import POINT_LOG, LocalEngine
 from orchestration.sweep.points import Point
 from orchestration.sweep.worker import run_point
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.sweep import PointResult, write_result
 from splitleak.cli_common import LOG_FORMAT
-from splitleak.rundir import RunDir
 
 
 class InProcessEngine(LocalEngine):

@@ -9,18 +9,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from orchestration.processes import Child, spawn, stop_all
-from orchestration.progress import MetricsTail
 from orchestration.sweep.engine import (
     Engine,
     Listener,
     PointResult,
     default_jobs,
     prepare_run_dir,
-    read_result,
 )
 from orchestration.sweep.points import Point
+from splitleak.artifacts.metrics import MetricsTail
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.sweep import read_result
 from splitleak.placement import CORES_ENV, cores
-from splitleak.rundir import RunDir
 
 POINT_LOG = "sweep_point.log"  # the worker's output, in the point's logs/
 

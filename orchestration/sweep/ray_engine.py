@@ -45,7 +45,7 @@ from orchestration.sweep.engine import (
 from orchestration.sweep.points import Point
 from orchestration.sweep.roles import RoleHost, receive
 from splitleak import tls
-from splitleak.rundir import RunDir
+from splitleak.rundir import RunDir, read_outcome
 
 # A point that fits the cluster waits at most this long for other jobs to free its CPUs.
 PLACEMENT_TIMEOUT_S = 600.0
@@ -227,7 +227,7 @@ class RayEngine(Engine):
             phases.mark("analysis")
         else:
             result = PointResult("failed", time.monotonic() - started, message, nodes)
-        (run.root / "ray.json").write_text(json.dumps(
+        run.ray.write_text(json.dumps(
             {"strategy": strategy, "nodes": nodes, "seconds": phases.seconds}, indent=2))
         listener.finished(point, result)
         return result
@@ -332,10 +332,9 @@ class RayEngine(Engine):
         """None when training succeeded, else the reason, naming the party (outcome.json first)."""
         if all(status[r]["code"] == 0 for r in essential):
             return None
-        if run.outcome.exists():
-            outcome = json.loads(run.outcome.read_text())
-            if outcome.get("status") == "failed":
-                return f"{outcome['message']} [{outcome['code']}]"
+        outcome = read_outcome(run)
+        if outcome.get("status") == "failed":
+            return f"{outcome['message']} [{outcome['code']}]"
         for role in essential:
             if status[role]["code"] != 0:
                 return status[role]["error"] or f"{role} did not finish"

@@ -12,7 +12,6 @@ of the other points and makes stopping a point one signal.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import signal
 import sys
@@ -26,11 +25,12 @@ from rich.console import Console
 
 from orchestration.commands import analysable, analyse_run
 from orchestration.run import RunFailed, RunOutcome, run_distributed
-from orchestration.sweep.engine import PointResult, write_result
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.summary import read_training_summary
+from splitleak.artifacts.sweep import PointResult, write_result
 from splitleak.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, end_process, setup_logging
 from splitleak.config import load_config
 from splitleak.lifeline import follow_parent
-from splitleak.rundir import RunDir
 
 log = logging.getLogger("sweep")
 
@@ -41,9 +41,9 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 
 def _outcome_of_finished_run(run: RunDir) -> RunOutcome:
     """What an engine that trained the run elsewhere recorded in summary.json."""
-    summary = json.loads(run.summary.read_text())
-    return RunOutcome(run, summary["mode"], summary["seconds"], summary["train_steps"],
-                      summary["final_eval"], summary.get("training_seconds", 0.0))
+    summary = read_training_summary(run)
+    return RunOutcome(run, summary.mode, summary.seconds, summary.train_steps,
+                      summary.final_eval, summary.training_seconds)
 
 
 def run_point(run: RunDir, analysis_only: bool = False, in_process: bool = False,

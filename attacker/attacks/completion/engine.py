@@ -24,12 +24,12 @@ from attacker.attacks.completion.mixmatch import (
     sharpen,
     shift_images,
 )
+from splitleak.artifacts.paths import RunDir
 from splitleak.config import ExperimentConfig
 from splitleak.datasets import build_dataset
 from splitleak.inputs import PartyInputs, load_party_inputs
 from splitleak.models import Bottom, build_bottom
 from splitleak.partition import passive_columns
-from splitleak.rundir import RunDir
 from splitleak.seeding import derive_seed, generator, rng
 
 EVAL_CHUNK = 1024

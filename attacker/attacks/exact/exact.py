@@ -148,7 +148,7 @@ class ExactAttack(RunAttack):
         numeric_by_id, categorical_by_id = _own_features(run.labels, own)
         top: torch.nn.Module | None = None
         truth_labels, truth_codes, found = [], [], []
-        for batch in GradientLog(run.attacker / "gradients").batches(party):
+        for batch in GradientLog(run.gradients).batches(party):
             if batch.step not in snapshots or "activation" not in batch.tensors:
                 continue
             step, state = read_snapshot(snapshots[batch.step])

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from attacker.attacks.base import AttackParams, RunAttack, RunContext, RunResult
-from splitleak.metrics_log import read_metrics
+from splitleak.artifacts.metrics import read_metrics
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,6 @@ the input protection the victims trained with."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +12,9 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.records import read_protection
 from splitleak.markdown import fmt, md_table
-from splitleak.rundir import RunDir
 
 GRID_FILE = "reconstruction_party{party}.png"
 
@@ -140,12 +140,12 @@ def protection_md(run: RunDir, config: dict[str, Any]) -> list[str]:
              "generator ignores its noise, every protected image gets the same pattern).", ""]
     rows, missing = [], []
     for k in parties:
-        path = run.protection(int(k))
-        try:
-            f = json.loads(path.read_text())
-        except (OSError, ValueError):
-            missing.append(f"- party {k}: no readable {path.name} (the party did not finish protecting)")
+        written = read_protection(run, int(k))
+        if written is None:
+            missing.append(f"- party {k}: no readable {run.protection(int(k)).name} (the party did "
+                           "not finish protecting)")
             continue
+        f = written.as_dict()
         var, spread, losses = f["window_variance"], f["pixel_spread"], f["final_losses"]
         rows.append([str(k), str(f["rows"]), f"{fmt(var['real'])} / {fmt(var['generated'])} / "
                      f"{fmt(var['mixed'])}", f"{fmt(spread['real'])} / {fmt(spread['generated'])}",

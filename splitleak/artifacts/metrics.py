@@ -1,4 +1,5 @@
-"""Append-only JSON-lines metrics, one record per line, flushed as written."""
+"""label_party/metrics.jsonl: append-only JSON lines, one record per line, flushed as written;
+read whole, or followed as it grows."""
 
 from __future__ import annotations
 
@@ -67,3 +68,28 @@ def read_metrics(path: Path) -> Iterator[dict[str, Any]]:
         for line in f:
             if line.endswith("\n"):
                 yield json.loads(line)
+
+
+class MetricsTail:
+    """Reads the complete lines appended to a JSON-lines file since the last call (a file cut
+    back, as a resumed run's is, is read again from its start)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._offset = 0
+        self._partial = b""
+
+    def read_new(self) -> list[dict[str, Any]]:
+        try:
+            with self.path.open("rb") as f:
+                if os.fstat(f.fileno()).st_size < self._offset:
+                    self._offset, self._partial = 0, b""
+                f.seek(self._offset)
+                chunk = f.read()
+        except FileNotFoundError:
+            return []
+        self._offset += len(chunk)
+        data = self._partial + chunk
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        return [json.loads(line) for line in lines if line.strip()]

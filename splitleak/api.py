@@ -1,0 +1,120 @@
+"""The public Python API for notebooks: open a run or a sweep directory and get what it wrote
+as typed artifacts and pandas DataFrames (needs pandas: `pip install splitleak[notebook]`).
+
+    >>> sweep = open_sweep("runs/sweeps/tiny")
+    >>> sweep.points        # one row per point: its axes, seed, status and outcome
+    >>> sweep.comparison    # `splitleak compare`'s table
+    >>> run = sweep.runs()[0]
+    >>> run.leaks           # the per-batch leak rows of `attacker analyze`
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow.parquet as pq
+
+from splitleak.artifacts.metrics import read_metrics
+from splitleak.artifacts.outcome import Outcome, read_outcome_model
+from splitleak.artifacts.paths import CompareDir, RunDir, SweepDir, is_run_dir, is_sweep_dir
+from splitleak.artifacts.summary import LeakSummary, read_leak_summary
+from splitleak.artifacts.sweep import read_index_rows
+from splitleak.config import ExperimentConfig, load_config
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run directory, read lazily: each property reads its file on first use."""
+
+    dir: RunDir
+
+    @property
+    def root(self) -> Path:
+        return self.dir.root
+
+    @cached_property
+    def config(self) -> ExperimentConfig:
+        return load_config(self.dir.config)
+
+    @cached_property
+    def outcome(self) -> Outcome | None:
+        """How the run ended (None while it runs, or if it was killed before concluding)."""
+        return read_outcome_model(self.dir)
+
+    @cached_property
+    def summary(self) -> LeakSummary:
+        """The run-level leak entries (report/summary.json; `attacker analyze` writes it)."""
+        return read_leak_summary(self.dir)
+
+    @cached_property
+    def metrics(self) -> pd.DataFrame:
+        """The label party's records (plan, train, eval), one row each; nested diagnostics
+        (a defense's) flattened to dotted columns."""
+        import pandas as pd
+
+        return pd.json_normalize(list(read_metrics(self.dir.metrics)))
+
+    @cached_property
+    def leaks(self) -> pd.DataFrame:
+        """The per-batch leak rows (one per party, layer, attack, step and draw)."""
+        return pq.read_table(self.dir.leak).to_pandas()
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A sweep directory: its index, its points' runs and its comparison."""
+
+    dir: SweepDir
+
+    @property
+    def root(self) -> Path:
+        return self.dir.root
+
+    @cached_property
+    def points(self) -> pd.DataFrame:
+        """One row per point: index, label, setting, variant, each axis (a column named by its
+        config path), seed, status, seconds, message, run directory, and the label party's
+        outcome status."""
+        import pandas as pd
+
+        rows = []
+        for row in read_index_rows(self.root):
+            outcome = read_outcome_model(self.dir.point(row.run_dir))
+            rows.append({"point": row.point, "label": row.label, "setting": row.setting,
+                         "variant": row.variant, **(row.axes_dict() or {}), "seed": row.seed,
+                         "status": row.status, "seconds": row.seconds, "message": row.message,
+                         "run_dir": row.run_dir,
+                         "outcome": outcome.status if outcome is not None else None})
+        return pd.DataFrame(rows)
+
+    @cached_property
+    def comparison(self) -> pd.DataFrame:
+        """`splitleak compare`'s table (one row per setting and attack), as it wrote it."""
+        return pq.read_table(CompareDir(self.dir.compare).table_parquet).to_pandas()
+
+    def runs(self, status: str | None = "done") -> list[Run]:
+        """The points' runs in point order (`status`: only those with it; None: every point)."""
+        return [Run(self.dir.point(row.run_dir)) for row in read_index_rows(self.root)
+                if status is None or row.status == status]
+
+
+def open_run(path: str | Path) -> Run:
+    """The run directory at `path` (ValueError when it is none)."""
+    root = Path(path)
+    if not is_run_dir(root):
+        raise ValueError(f"{root} is not a run directory (it has no {RunDir(root).config.name})")
+    return Run(RunDir(root))
+
+
+def open_sweep(path: str | Path) -> Sweep:
+    """The sweep directory at `path` (ValueError when it is none)."""
+    root = Path(path)
+    if not is_sweep_dir(root):
+        raise ValueError(f"{root} is not a sweep directory (it has no {SweepDir(root).index.name})")
+    return Sweep(SweepDir(root))

@@ -1,0 +1,39 @@
+"""What every typed artifact shares: fields beyond the declared ones kept in the order written,
+read by their name in the file, and written back as the same indented JSON, atomically."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from splitleak.fileio import write_atomically
+
+
+class Artifact(BaseModel):
+    """A file's declared fields (typed), and the others it holds riding along as written."""
+
+    model_config = ConfigDict(extra="allow")
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """A field by its name in the file (declared or not); `default` when the file lacks it."""
+        return self.as_dict().get(key, default)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The file's content as a dict (the fields it had, in its order)."""
+        return self.model_dump(exclude_unset=True)
+
+
+def _finite_or_null(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def write_model(path: Path, model: BaseModel, default: Any = _finite_or_null) -> None:
+    """The fields that were set, in the order written (the bytes of the dict the model holds)."""
+    text = json.dumps(model.model_dump(exclude_unset=True), indent=2, default=default)
+    write_atomically(path, lambda tmp: tmp.write_text(text))

@@ -1,0 +1,83 @@
+"""report/summary.json (the run-level leak entries of `attacker analyze`) and summary.json (how
+the run trained): their models, writers and readers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from splitleak.artifacts.artifact import Artifact, write_model
+from splitleak.artifacts.paths import RunDir
+
+# 1: the first versioned layout (files written before have none and read as version 0).
+SCHEMA_VERSION = 1
+
+
+class LeakSummaryEntry(Artifact):
+    """One (parties, layer, attack) over the run (scope "run") or an epoch: its identity here;
+    the statistics of its metric (`flipped`, `raw`, `accuracy`, `pooled`, `count_error`,
+    `spread`, `threshold_accuracy`, a run attack's figures, ...) ride along as further fields."""
+
+    party_id: int
+    parties: list[int] | None = None
+    layer: str
+    attack: str
+    name: str | None = None
+    scope: str
+    epoch: int | None = None
+    side_knowledge: str | None = None
+    threat: str | None = None
+    metric: str | None = None
+    seed: int | None = None
+    draws: int | None = None
+    batches: int | None = None
+    skipped: int | None = None
+    degenerate: int | None = None
+
+
+class LeakSummary(Artifact):
+    """report/summary.json."""
+
+    schema_version: int = 0
+    run_id: str | None = None
+    seed: int | None = None
+    num_classes: int | None = None
+    draws: int | None = None
+    threat: dict[str, Any] | None = None
+    partial: dict[str, Any] | None = None
+    warnings: list[str] = []
+    leak: list[LeakSummaryEntry] = []
+    above_bound: list[dict[str, Any]] = []
+
+    @classmethod
+    def of(cls, summary: dict[str, Any]) -> LeakSummary:
+        """The summary `attacker analyze` built, stamped with this schema version."""
+        return cls.model_validate({"schema_version": SCHEMA_VERSION, **summary})
+
+
+def write_leak_summary(run: RunDir, summary: LeakSummary) -> None:
+    write_model(run.leak_summary, summary)
+
+
+def read_leak_summary(run: RunDir) -> LeakSummary:
+    return LeakSummary.model_validate_json(run.leak_summary.read_bytes())
+
+
+class TrainingSummary(Artifact):
+    """summary.json: how the run trained (written by the orchestrator, or the engine that
+    trained it); `startup` and the roles' devices ride along when the launch was timed."""
+
+    run_id: str
+    mode: str
+    seconds: float
+    train_steps: int
+    training_seconds: float = 0.0
+    steps_per_second: float | None = None
+    final_eval: dict[str, Any] | None = None
+
+
+def write_training_summary(run: RunDir, summary: TrainingSummary) -> None:
+    write_model(run.summary, summary, default=None)
+
+
+def read_training_summary(run: RunDir) -> TrainingSummary:
+    return TrainingSummary.model_validate_json(run.summary.read_bytes())
