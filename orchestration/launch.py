@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from splitleak.artifacts.paths import RunDir
     from splitleak.config import ExperimentConfig
-    from splitleak.rundir import RunDir
 
 LABEL_PARTY, SIDECAR, PASSIVE_PARTY, RELAY = "label_party", "attacker", "passive_party", "relay"
 

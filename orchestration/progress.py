@@ -7,9 +7,6 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-# where orchestration.sweep.roles finds it
-from splitleak.artifacts.metrics import MetricsTail as MetricsTail
-
 
 class RunProgress:
     """epoch/step, loss and the latest test metric, as a rich progress bar."""

@@ -15,8 +15,8 @@ from orchestration.launch import (
     start_order,
     topology_of,
 )
+from splitleak.artifacts.paths import RunDir
 from splitleak.config import parse_config
-from splitleak.rundir import RunDir
 from tests.conftest import small_config
 
 REPO = Path(__file__).resolve().parent.parent

@@ -269,9 +269,8 @@ def test_refused_streams_leave_nothing_behind(tmp_path: Path) -> None:
 def test_a_conv_bottoms_first_layer_gradient_keeps_its_channels(tmp_path: Path) -> None:
     """At 801813a the sidecar expected a CNN party's first-layer gradient flat ([256]) while
     the party records it per channel ([8, 8, 4]), and refused every record of the run."""
-    from attacker.sidecar.servicer import PASSIVE
-
     from attacker.sidecar.server import record_shapes
+    from attacker.sidecar.servicer import PASSIVE
 
     cfg = parse_config(small_config(
         tmp_path, dataset={"name": "digits", "test_fraction": 0.2},

@@ -45,7 +45,8 @@ from orchestration.sweep.engine import (
 from orchestration.sweep.points import Point
 from orchestration.sweep.roles import RoleHost, receive
 from splitleak import tls
-from splitleak.rundir import RunDir, read_outcome
+from splitleak.artifacts.outcome import read_outcome
+from splitleak.artifacts.paths import RunDir
 
 # A point that fits the cluster waits at most this long for other jobs to free its CPUs.
 PLACEMENT_TIMEOUT_S = 600.0

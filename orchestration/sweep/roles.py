@@ -20,13 +20,13 @@ from typing import Any
 
 from orchestration.launch import LABEL_PARTY, PASSIVE_PARTY, Role
 from orchestration.launch import SIDECAR as ATTACKER
-from orchestration.progress import MetricsTail
 from splitleak import tls
+from splitleak.artifacts.metrics import MetricsTail
+from splitleak.artifacts.paths import RunDir
 from splitleak.cli_common import LOG_FORMAT
 from splitleak.config import parse_config
 from splitleak.fileio import write_atomically
 from splitleak.placement import THREADS_ENV
-from splitleak.rundir import RunDir
 from splitleak.transport import run_async
 
 CHUNK_BYTES = 4 * 1024 * 1024  # streamed files travel in pieces this size
