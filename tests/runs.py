@@ -125,6 +125,18 @@ def assert_same_run(a: RunDir, b: RunDir, parties: int) -> None:
     assert outcome_a["objective"] == outcome_b["objective"]
 
 
+def reference_run(data: dict[str, Any]) -> RunDir:
+    """Train `data`'s experiment in-process into a fresh run directory (the reference)."""
+    from orchestration.reference import run_reference
+    from splitleak.artifacts.rundir import create_run_dir
+    from splitleak.config import parse_config
+
+    cfg = parse_config(data)
+    run = create_run_dir(cfg)
+    run_reference(cfg, run)
+    return run
+
+
 def distributed_and_reference(tmp_path: Path, data: dict[str, Any]) -> tuple[RunDir, RunDir]:
     """The config `data` trained by `splitleak run` (every party its own process) and by the
     in-process reference; their run directories."""

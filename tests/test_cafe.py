@@ -14,10 +14,10 @@ from torch import nn
 from attacker.analysis.analyze import analyze
 from attacker.attacks.reconstruction.cafe import first_linear, psnr, total_variation
 from splitleak.artifacts.paths import RunDir
-from splitleak.config import parse_config
 from splitleak.models import Bottom
 from splitleak.white_box import read_snapshot_batch, snapshot_files
 from tests.conftest import small_config
+from tests.runs import reference_run
 
 
 def test_psnr_and_total_variation_by_hand() -> None:
@@ -60,23 +60,13 @@ def _cafe_config(tmp_path: Path, **overrides: object) -> dict:
     return data
 
 
-def _recorded(data: dict) -> RunDir:
-    from orchestration.reference import run_reference
-    from splitleak.artifacts.rundir import create_run_dir
-
-    cfg = parse_config(data)
-    run = create_run_dir(cfg)
-    run_reference(cfg, run)
-    return run
-
-
 def _cafe(run: RunDir) -> dict:
     return next(e for e in analyze(run.root, [("cafe", {"passes": 6})])["leak"]
                 if e["name"] == "cafe")
 
 
 def test_the_victim_records_its_bottom_gradients_and_batch(tmp_path: Path) -> None:
-    run = _recorded(_cafe_config(tmp_path, training={"batch_size": 20, "epochs": 1,
+    run = reference_run(_cafe_config(tmp_path, training={"batch_size": 20, "epochs": 1,
                                                      "eval_interval": 0}))
     files = snapshot_files(run.bottom_white_box(1))
     assert list(files) == list(range(len(files))) and len(files) == 11  # ⌈216 / 20⌉ steps
@@ -90,18 +80,18 @@ def test_the_victim_records_its_bottom_gradients_and_batch(tmp_path: Path) -> No
 def test_cafe_premise_is_the_victims_shared_gradients(tmp_path: Path) -> None:
     data = _cafe_config(tmp_path, training={"batch_size": 20, "epochs": 1, "eval_interval": 0})
     data["threat"]["receiver"] = {"victims": [1], "white_box": False, "back_mapping": True}
-    entry = next(e for e in analyze(_recorded(data).root, [("cafe", {})])["leak"]
+    entry = next(e for e in analyze(reference_run(data).root, [("cafe", {})])["leak"]
                  if e["name"] == "cafe")
     assert entry["skipped"] == 1 and "holds none" in entry["error"]
     assert entry["family"] == "feature_reconstruction"
 
 
 def test_cafe_rebuilds_the_images_and_fails_on_protected_ones(tmp_path: Path) -> None:
-    plain = _cafe(_recorded(_cafe_config(tmp_path)))["reconstruction"]
+    plain = _cafe(reference_run(_cafe_config(tmp_path)))["reconstruction"]
     assert plain["ssim"] > plain["prior"]["ssim"] + 0.2 and plain["mse"] < plain["prior"]["mse"]
     assert plain["psnr"] > plain["psnr_prior"] + 1.0 and plain["rows_seen"] == 216
     assert plain["gradient_match_last"] < plain["gradient_match_first"]
-    protected = _cafe(_recorded(_cafe_config(tmp_path, protection={
+    protected = _cafe(reference_run(_cafe_config(tmp_path, protection={
         "name": "antigan", "parties": [1],
         "params": {"steps": 30, "pretrain_epochs": 1, "batch_size": 32, "mix": 0.1}})))
     rebuilt = protected["reconstruction"]  # it rebuilds what the victim trained on: 90 % noise

@@ -14,10 +14,10 @@ from attacker.analysis.analyze import analyze
 from attacker.attacks.completion.engine import PartyView
 from attacker.attacks.reconstruction.grn import GrnParams, TrainedModel, _own_features, train_grn
 from splitleak.artifacts.paths import RunDir
-from splitleak.config import parse_config
 from splitleak.inputs import PartyInputs
 from splitleak.models import Bottom, InputSpec, TopModel
 from tests.conftest import small_config
+from tests.runs import reference_run
 
 
 def _linear_model(rows: int = 600) -> tuple[TrainedModel, torch.Tensor]:
@@ -70,16 +70,6 @@ def _grn_config(tmp_path: Path, **overrides: object) -> dict:
     return data
 
 
-def _recorded(data: dict) -> RunDir:
-    from orchestration.reference import run_reference
-    from splitleak.artifacts.rundir import create_run_dir
-
-    cfg = parse_config(data)
-    run = create_run_dir(cfg)
-    run_reference(cfg, run)
-    return run
-
-
 def _grn_entry(run: RunDir) -> dict:
     summary = analyze(run.root, [("grn", {"batch_size": 64, "epochs": 30})])
     return next(e for e in summary["leak"] if e["name"] == "grn")
@@ -88,19 +78,19 @@ def _grn_entry(run: RunDir) -> dict:
 def test_grn_premise_is_the_attackers_own_features(tmp_path: Path) -> None:
     data = _grn_config(tmp_path, features={"passive": [[2, 5]]}, training={
         "batch_size": 128, "epochs": 1, "eval_interval": 0})
-    entry = _grn_entry(_recorded(data))
+    entry = _grn_entry(reference_run(data))
     assert entry["skipped"] == 1 and "reconstruction" not in entry
     assert "holds none (features.label_party)" in entry["error"]
     assert entry["family"] == "feature_reconstruction" and entry["ap"]["value"] is None
 
 
 def test_grn_beats_the_prior_without_a_defense_and_fails_under_mid(tmp_path: Path) -> None:
-    plain = _grn_entry(_recorded(_grn_config(tmp_path)))
+    plain = _grn_entry(reference_run(_grn_config(tmp_path)))
     r = plain["reconstruction"]
     assert plain["vflair"] == "GRN" and r["metric"] == "ssim" and r["rows"] > 300
     assert r["ssim"] > r["prior"]["ssim"] + 0.1  # SSIM is the headline for images
     assert plain["ap"]["value"] == pytest.approx(max(0.0, 1 - r["mse_range"]))
-    mid = _grn_entry(_recorded(_grn_config(tmp_path, objective={"name": "mid", "lambda": 1.0})))
+    mid = _grn_entry(reference_run(_grn_config(tmp_path, objective={"name": "mid", "lambda": 1.0})))
     defended = mid["reconstruction"]
     assert defended["ssim"] < defended["prior"]["ssim"] + 0.05  # nothing past the prior
     assert defended["mse"] > defended["prior"]["mse"]

@@ -25,6 +25,7 @@ from splitleak.integrity import variant_rows
 from splitleak.models import Bottom, InputSpec
 from splitleak.validation import check_core
 from tests.conftest import small_config
+from tests.runs import reference_run
 
 ALL_THREE = {"backdoor": {"target_class": 0, "known_targets": 100, "poison_fraction": 0.05,
                           "trigger_value": 100.0},
@@ -159,22 +160,12 @@ def test_missing_features_accuracy_by_hand() -> None:
 # --- runs ----------------------------------------------------------------------------------
 
 
-def _recorded(data: dict) -> RunDir:
-    from orchestration.reference import run_reference
-    from splitleak.artifacts.rundir import create_run_dir
-
-    cfg = parse_config(data)
-    run = create_run_dir(cfg)
-    run_reference(cfg, run)
-    return run
-
-
 def _integrity(run: RunDir) -> dict[str, dict]:
     return {e["name"]: e for e in analyze(run.root)["leak"] if e["layer"] == "output"}
 
 
 def test_the_attacks_succeed_without_a_defense_and_fail_under_mid(tmp_path: Path) -> None:
-    plain = _integrity(_recorded(_config(tmp_path)))
+    plain = _integrity(reference_run(_config(tmp_path)))
     backdoor, noisy, missing = (plain[n]["integrity"] for n in
                                 ("replacement_backdoor", "noisy_samples", "missing_features"))
     assert plain["replacement_backdoor"]["family"] == "targeted_backdoor"
@@ -185,13 +176,13 @@ def test_the_attacks_succeed_without_a_defense_and_fail_under_mid(tmp_path: Path
     assert plain["replacement_backdoor"]["ap"]["value"] == backdoor["value"]
     assert plain["noisy_samples"]["ap"]["value"] == max(0.0, noisy["value"])
     assert missing["rows"] == 90 and missing["evaluations"] == 20
-    defended = _integrity(_recorded(_config(tmp_path, objective={"name": "mid", "lambda": 1.0})))
+    defended = _integrity(reference_run(_config(tmp_path, objective={"name": "mid", "lambda": 1.0})))
     assert defended["replacement_backdoor"]["integrity"]["asr_non_target"] < 0.1
     assert defended["noisy_samples"]["integrity"]["paired_drop"] < 0.05
 
 
 def test_the_premise_is_the_declared_attack(tmp_path: Path) -> None:
-    run = _recorded(_config(tmp_path, {"missing_features": {"missing_rate": 0.25}},
+    run = reference_run(_config(tmp_path, {"missing_features": {"missing_rate": 0.25}},
                             training={"batch_size": 64, "epochs": 1, "eval_interval": 0}))
     summary = analyze(run.root, [("replacement_backdoor", {}), ("missing_features", {})])
     entries = {e["name"]: e for e in summary["leak"]}

@@ -15,11 +15,11 @@ from attacker.attacks.completion.engine import PartyView
 from attacker.attacks.reconstruction.back_mapping import BackMappingParams, back_map
 from attacker.attacks.reconstruction.base import Victim, grid_rows, image_scores, ssim_window, tabular_scores
 from attacker.attacks.reconstruction.inversion import InversionParams, invert, total_variation
-from splitleak.artifacts.paths import RunDir
 from splitleak.config import ConfigError, parse_config
 from splitleak.inputs import PartyInputs
 from splitleak.models import Bottom, InputSpec
 from tests.conftest import small_config
+from tests.runs import reference_run
 
 
 def test_total_variation_by_hand() -> None:
@@ -124,22 +124,12 @@ def test_the_threat_model_states_what_reconstruction_needs(tmp_path: Path) -> No
     assert cfg.received_parties == [1] and cfg.tapped_parties == [2] and cfg.sidecar_needed
 
 
-def _recorded_run(tmp_path: Path, data: dict) -> RunDir:
-    from orchestration.reference import run_reference
-    from splitleak.artifacts.rundir import create_run_dir
-
-    cfg = parse_config(data)
-    run = create_run_dir(cfg)
-    run_reference(cfg, run)
-    return run
-
-
 def test_both_attacks_rebuild_images_better_than_the_prior(tmp_path: Path) -> None:
     """digits halves (8x4) through a conv cut: both attacks beat the mean-image prior on SSIM and
     MSE; the report has the section and the grid; a second analysis gives the same numbers."""
     from attacker.report.report import write_report
 
-    run = _recorded_run(tmp_path, _receiver_config(tmp_path))
+    run = reference_run(_receiver_config(tmp_path))
     summary = analyze(run.root)
     entries = {e["attack"]: e for e in summary["leak"] if e["layer"] == "input"}
     assert set(entries) == {"inversion", "back_mapping"}
@@ -162,7 +152,7 @@ def test_tabular_features_are_scored_per_column(tmp_path: Path) -> None:
     data = small_config(tmp_path, training={"epochs": 3, "eval_interval": 0},
                         threat={"parties": {"1": {}}, "receiver": {"victims": [1],
                                                                    "auxiliary_fraction": 0.3}})
-    run = _recorded_run(tmp_path, data)
+    run = reference_run(data)
     summary = analyze(run.root, [("back_mapping", {"auxiliary_fraction": 0.3, "steps": 1500})])
     entry = next(e for e in summary["leak"] if e["layer"] == "input" and e["party_id"] == 1)
     r = entry["reconstruction"]
