@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import NoReturn
 
 from label_party.server import serve
-from label_party.validate import check_chain
 from splitleak.addresses import AddressError
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.rundir import create_run_dir, write_config
@@ -17,20 +16,17 @@ from splitleak.cli_common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
     BadInput,
-    config_or_exit,
+    checked_config_or_exit,
     end_process,
     setup_logging,
     tls_dir_or_exit,
-    warn_config,
     writable_or_exit,
 )
-from splitleak.config import ConfigError, ExperimentConfig
+from splitleak.config import ExperimentConfig
 from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
-from splitleak.placement import check_devices
 from splitleak.tls import LABEL_PARTY
 from splitleak.transport import run_async
-from splitleak.validation import check_core
 
 log = logging.getLogger("label_party")
 
@@ -54,15 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging("label-party", args.verbose)
     if args.config is None and args.resume is None:
         raise BadInput("label-party serve: give --config FILE (or --resume RUN_DIR)")
-    cfg = config_or_exit(args.config or RunDir(args.resume).config)
+    cfg = checked_config_or_exit(args.config or RunDir(args.resume).config)
     tls_dir = tls_dir_or_exit(cfg, args.tls_dir, LABEL_PARTY)
-    try:
-        schema = check_core(cfg)
-        check_devices(cfg)
-        check_chain(cfg)
-    except ConfigError as err:
-        raise BadInput(str(err)) from None
-    warn_config(cfg, schema)
     manifest: Manifest | None = None
     if args.resume is not None:
         run = RunDir(args.resume)

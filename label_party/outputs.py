@@ -8,7 +8,7 @@ import pyarrow.parquet as pq
 
 from label_party.setup import LabelPartyData
 from label_party.trainer import LabelPartyTrainer
-from splitleak.anchors import CleanAnchorWriter, anchor_parties
+from splitleak.anchors import CleanAnchorWriter
 from splitleak.artifacts.paths import RunDir
 from splitleak.checkpoint import save_torch
 from splitleak.config import ExperimentConfig
@@ -23,7 +23,7 @@ def write_labels(run: RunDir, data: LabelPartyData, cfg: ExperimentConfig) -> No
     ids = np.concatenate([data.train_ids, data.test_ids])
     split = np.array(["train"] * data.train_ids.size + ["test"] * data.test_ids.size)
     columns = {"sample_id": ids, "label": data.labels[ids], "split": split}
-    if cfg.threat.white_box_parties and data.own_inputs is not None:
+    if cfg.artifacts.white_box_snapshots and data.own_inputs is not None:
         own = own_columns(cfg, data.schema)
         numeric = data.own_inputs.numeric.numpy()[ids]
         categorical = data.own_inputs.categorical.numpy()[ids]
@@ -35,13 +35,12 @@ def write_labels(run: RunDir, data: LabelPartyData, cfg: ExperimentConfig) -> No
 
 def snapshot_writer(run: RunDir, cfg: ExperimentConfig) -> SnapshotWriter | None:
     """The white-box snapshots' writer when the threat model has a white-box attacker."""
-    return SnapshotWriter(run.white_box, cfg.threat) if cfg.threat.white_box_parties else None
+    return SnapshotWriter(run.white_box, cfg.threat) if cfg.artifacts.white_box_snapshots else None
 
 
-def clean_anchor_writer(run: RunDir, cfg: ExperimentConfig,
-                        num_classes: int) -> CleanAnchorWriter | None:
-    """The clean-anchor artifact's writer when the run's analysis needs it (splitleak.anchors)."""
-    parties = anchor_parties(cfg, num_classes)
+def clean_anchor_writer(run: RunDir, cfg: ExperimentConfig) -> CleanAnchorWriter | None:
+    """The clean-anchor artifact's writer when the resolved config names parties for it."""
+    parties = cfg.artifacts.clean_anchors
     return CleanAnchorWriter(run.clean_anchors, cfg, parties) if parties else None
 
 

@@ -52,6 +52,7 @@ from splitleak.tap import TapError
 from splitleak.timing import mark_startup, note
 from splitleak.tls import LABEL_PARTY
 from splitleak.transport import bind, create_server
+from splitleak.validation import resolved
 
 log = logging.getLogger("label_party")
 SERVICE_NAME = "splitleak.v1.LabelParty"
@@ -110,6 +111,7 @@ async def start(cfg: ExperimentConfig, run: RunDir, listen: str, tls_dir: Path |
                 resuming: bool = False, manifest: Manifest | None = None,
                 attacker: str | None = None) -> Serving:
     """Load the labels, write them, and start serving the run's session."""
+    cfg = resolved(cfg)  # a CLI's config already is; one built in code is validated here
     device = prepare_role(cfg, LABEL)
     log.info("loading data (%s); computing on %s with %d thread(s)…", cfg.dataset.name, device,
              torch.get_num_threads())
@@ -203,7 +205,7 @@ class LabelPartyRun:
         if self.writer.records == 0:
             self.writer.write(plan_record(data, len(session.party_ids), cfg.run.seed))
         exchange: NetworkExchange | None = None
-        anchors = clean_anchor_writer(self.run, cfg, data.num_classes)
+        anchors = clean_anchor_writer(self.run, cfg)
         snapshots = snapshot_writer(self.run, cfg)
         try:
             await session.wait_for_parties()

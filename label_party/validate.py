@@ -1,4 +1,5 @@
-"""Check the configured defense chain before anything starts; errors name the chain entry."""
+"""Check the configured objective and defense chain before anything starts; errors name the chain
+entry. The label party's plug-in group (splitleak.plugins)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from pydantic import ValidationError
 from label_party.defenses import DEFENSES, build_defense
 from label_party.objectives import OBJECTIVES
 from splitleak.config import ConfigError, ExperimentConfig, plugin_param_errors
+from splitleak.datasets import Schema
+from splitleak.plugins import Artifact
 from splitleak.registry import UnknownPluginError
 
 
@@ -39,3 +42,18 @@ def class_gradients_error(cfg: ExperimentConfig) -> str:
     return (f"defense {', '.join(needing)} needs the per-class gradients of the objective, and "
             f"objective {cfg.objective.name!r} has none (its loss is not a supervised loss "
             f"on labels); allowed objectives: {', '.join(allowed)}")
+
+
+class ChainPlugins:
+    """The label party's plug-in group: its objectives and gradient defenses."""
+
+    name = "objective and defense chain"
+
+    def check(self, cfg: ExperimentConfig, schema: Schema) -> None:
+        check_chain(cfg)
+
+    def artifacts(self, cfg: ExperimentConfig, schema: Schema) -> frozenset[Artifact]:
+        return frozenset()
+
+
+PLUGINS = ChainPlugins()

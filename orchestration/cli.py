@@ -148,11 +148,11 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"wrote ca.pem and {', '.join(names)} (.pem/.key) to {args.directory}")
         return 0
     if args.command == "validate":
-        from orchestration.commands import load_checked
+        from splitleak.cli_common import checked_config_or_exit
 
         # every value of the data files read too; warnings (allowed, but probably a mistake)
         # are logged
-        load_checked(args.config, read_values=True)
+        checked_config_or_exit(args.config, read_values=True)
         console.print("config is valid")
         return 0
     if args.command == "soak":

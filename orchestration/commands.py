@@ -3,69 +3,20 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from pydantic import ValidationError
 from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from label_party.validate import check_chain
 from orchestration.progress import RunProgress, format_eval
 from orchestration.run import RunFailed, RunOutcome, run_distributed
-from passive_party.protection import check_protection
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.rundir import RunInUse, create_run_dir
 from splitleak.checkpoint import CheckpointError, latest, resume_point
-from splitleak.cli_common import (
-    BadInput,
-    config_or_exit,
-    warn_config,
-)
-from splitleak.config import ConfigError, ExperimentConfig, PluginSpec, plugin_param_errors
+from splitleak.cli_common import BadInput, checked_config_or_exit
+from splitleak.config import ExperimentConfig, PluginSpec
 from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
-from splitleak.placement import check_devices
-from splitleak.registry import UnknownPluginError
-from splitleak.validation import check_core, check_data_values
-
-
-def validate(cfg: ExperimentConfig, read_values: bool = False) -> list[str]:
-    """Everything that can be checked before a process starts; ConfigError names the field.
-    `read_values`: also parse every value of the data files (`splitleak validate`; a run's
-    parties do it anyway while loading). Returns warnings: allowed, but probably a mistake."""
-    schema = check_core(cfg)
-    check_devices(cfg)
-    check_chain(cfg)
-    check_protection(cfg)
-    check_attacks(cfg)
-    if read_values:
-        check_data_values(cfg)
-    return warn_config(cfg, schema)
-
-
-def check_attacks(cfg: ExperimentConfig) -> None:
-    """The attacks the config asks the analysis for exist and accept their parameters."""
-    from attacker.attacks import build_attack
-
-    for i, spec in enumerate(cfg.attacker.attacks):
-        try:
-            build_attack(spec.name, spec.params)
-        except UnknownPluginError as err:
-            raise ConfigError(f"attacker.attacks[{i}].name: {err}") from None
-        except ValidationError as err:
-            raise ConfigError(plugin_param_errors(f"attacker.attacks[{i}]", err)) from None
-        except (TypeError, ValueError) as err:
-            raise ConfigError(f"attacker.attacks[{i}] ({spec.name}): {err}") from None
-
-
-def load_checked(path: str | Path | None, read_values: bool = False) -> ExperimentConfig:
-    cfg = config_or_exit(path)
-    try:
-        validate(cfg, read_values)
-    except ConfigError as err:
-        raise BadInput(f"invalid config {path or '(built-in default)'}: {err}") from None
-    return cfg
 
 
 def default_variants(cfg: ExperimentConfig) -> list[tuple[str, ExperimentConfig]]:
@@ -80,7 +31,7 @@ def default_variants(cfg: ExperimentConfig) -> list[tuple[str, ExperimentConfig]
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
     if args.resume is not None:
         return resume_run(args, console)
-    cfg = load_checked(args.config)
+    cfg = checked_config_or_exit(args.config)
     if args.output_dir is not None:
         cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"output_dir": args.output_dir})})
     variants = default_variants(cfg) if args.config is None and not args.single else [
@@ -110,7 +61,7 @@ def resume_run(args: argparse.Namespace, console: Console) -> int:
         raise BadInput("--resume continues a distributed run; --in-process cannot resume")
     if not run.config.is_file():
         raise BadInput(f"--resume: {run.root} is not a run directory (it has no config.toml)")
-    cfg = load_checked(args.config or run.config)
+    cfg = checked_config_or_exit(args.config or run.config)
     try:
         manifest = resume_point(run.root, cfg)
     except CheckpointError as err:

@@ -138,12 +138,12 @@ def select_delta(cfg: ExperimentConfig, *, deltas: Sequence[float] = DELTAS, fra
         raise ConfigError(f"every Δ must be in [0, 0.5], got {list(deltas)}")
     if repeats < 1:
         raise ConfigError(f"repeats must be at least 1, got {repeats}")
-    from orchestration.commands import validate
     from orchestration.sweep.index import SweepIndex
     from orchestration.sweep.local import LocalEngine
     from orchestration.sweep.points import resolve
     from orchestration.sweep.runner import run_points
     from orchestration.sweep.spec import SweepError, parse_sweep
+    from splitleak.validation import resolved
 
     seeds = [derive_seed(cfg.run.seed, "gafm_select", "run", r) % 2**31 for r in range(repeats)]
     sweep = parse_sweep({"sweep": {"name": "gafm_select", "seeds": seeds, "subset": fraction},
@@ -152,7 +152,7 @@ def select_delta(cfg: ExperimentConfig, *, deltas: Sequence[float] = DELTAS, fra
     with tempfile.TemporaryDirectory(prefix="gafm-select-") as scratch:
         sweep_dir = Path(output_dir if output_dir is not None else scratch) / sweep.sweep.name
         try:
-            points = resolve(sweep, _sweep_base(cfg, attacks), sweep_dir, check=validate)
+            points = resolve(sweep, _sweep_base(cfg, attacks), sweep_dir, check=resolved)
         except SweepError as err:
             raise ConfigError(str(err)) from None
         index = SweepIndex(sweep_dir, points, engine.name)
@@ -185,9 +185,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_cli(args: argparse.Namespace) -> int:
-    from orchestration.commands import validate
     from orchestration.sweep.command import build_engine
     from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, config_or_exit
+    from splitleak.validation import validate
 
     cfg = config_or_exit(args.config)
     try:

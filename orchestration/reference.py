@@ -35,6 +35,7 @@ from splitleak.integrity import variant_rows
 from splitleak.partition import passive_columns
 from splitleak.placement import ATTACKER, LABEL, role_device, role_threads, roles
 from splitleak.timing import StepTimer
+from splitleak.validation import resolved
 from splitleak.white_box import SnapshotWriter, cafe_victim
 
 
@@ -115,6 +116,7 @@ def run_reference(cfg: ExperimentConfig, run: RunDir,
                   on_record: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Train the whole split model in this process; writes the same files as a distributed run.
     `on_record` sees each metrics record as it is written (a sweep's progress)."""
+    cfg = resolved(cfg)
     threads = {role: role_threads(cfg, role) for role in roles(cfg) if role != ATTACKER}
     torch.set_num_threads(threads[LABEL])
     label_device = role_device(cfg, LABEL)
@@ -138,7 +140,7 @@ def run_reference(cfg: ExperimentConfig, run: RunDir,
     store = GradientStore(run.gradients, run.root.name) if observe else None
     receive = set(cfg.received_parties)
     received = GradientStore(run.attacker / "received", run.root.name) if receive else None
-    anchors = clean_anchor_writer(run, cfg, data.num_classes)
+    anchors = clean_anchor_writer(run, cfg)
     trainer = LabelPartyTrainer(cfg, data.labels, data.num_classes,
                                 {k: b.embedding_shape for k, b in bottoms.items()}, data.own_inputs,
                                 data.train_ids, anchors, snapshot_writer(run, cfg), label_device)

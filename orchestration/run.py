@@ -215,16 +215,22 @@ def _failure(children: list[Child], run: RunDir) -> RunFailed | None:
 
 
 def _record_failure(run: RunDir, failure: RunFailed) -> None:
-    """When a process failed before the label party could conclude (e.g. a passive party
-    refused its data file before joining, and the label party was then stopped), its outcome
-    says "failed", naming that process, not "interrupted" (or nothing at all)."""
+    """The outcome says "failed", naming the process, when one failed before the label party
+    could conclude (e.g. a passive party refused its data file before joining, and the label
+    party was then stopped: not "interrupted", or nothing at all), and also when the label party
+    finished ("ok") but a role it needs failed after (e.g. a sidecar that stalled once the last
+    step was sent): that run's logs are incomplete, and `--resume` completes them from the last
+    checkpoint."""
     outcome = read_outcome(run)
-    if failure.culprit is None or outcome.get("status") in ("failed", "ok"):
+    status = outcome.get("status")
+    if status == "failed" or (status != "ok" and failure.culprit is None):
         return
-    party = failure.culprit.removeprefix("passive party ")
+    party = (failure.culprit or "").removeprefix("passive party ")
     outcome.update(status="failed", code="UNAVAILABLE", message=str(failure),
                    culprit=failure.culprit, party=int(party) if party.isdigit() else None,
                    recorded_by="orchestrator")
+    if status == "ok":
+        outcome["trained"] = "the label party finished every step; a role failed after"
     try:
         write_outcome(run, outcome)
     except OSError:

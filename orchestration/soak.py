@@ -44,6 +44,7 @@ from splitleak.v1 import attacker_pb2 as apb
 from splitleak.v1 import split_learning_pb2 as pb
 from splitleak.v1 import split_learning_pb2_grpc as pb_grpc
 from splitleak.v1 import tensor_pb2
+from splitleak.validation import resolved
 from splitleak.wire import add_service
 
 # A status that means the service failed, not the peer: never allowed as an answer.
@@ -238,7 +239,7 @@ class SessionRig:
     an admitted Train stream ends its run, so each case gets a run of its own."""
 
     def __init__(self, cfg: ExperimentConfig, workdir: Path) -> None:
-        self.cfg = cfg
+        self.cfg = cfg = resolved(cfg)
         self.data = load_label_party_data(cfg)
         self.run = RunDir(workdir)
         self.bottom = load_bottom(cfg, 1)

@@ -17,8 +17,9 @@ from passive_party.bottom_trainer import BottomTrainer
 from passive_party.protections import Protection, build_protection
 from splitleak.artifacts.paths import RunDir
 from splitleak.config import ConfigError, ExperimentConfig, plugin_param_errors
-from splitleak.datasets import train_test_ids
+from splitleak.datasets import Schema, train_test_ids
 from splitleak.fileio import write_atomically
+from splitleak.plugins import Artifact
 from splitleak.registry import UnknownPluginError
 from splitleak.seeding import derive_seed
 
@@ -36,10 +37,38 @@ def configured_protection(cfg: ExperimentConfig) -> Protection:
 
 
 def check_protection(cfg: ExperimentConfig) -> None:
-    """A registered protection with parameters it accepts (the config already requires a CNN,
-    hence an image dataset); ConfigError."""
-    if cfg.protection.name != "none":
-        configured_protection(cfg)
+    """[protection] names a registered protection, with parameters it accepts, for parties that
+    hold images through a CNN bottom; ConfigError naming the field."""
+    p = cfg.protection
+    if p.name == "none":
+        if p.parties or p.params:
+            raise ConfigError("protection.parties / params are set but protection.name = 'none' "
+                              "(e.g. name = 'antigan')")
+        return
+    configured_protection(cfg)
+    if len(set(p.parties)) != len(p.parties):
+        raise ConfigError(f"protection.parties = {p.parties} names a party twice")
+    if not p.parties:
+        raise ConfigError(f"protection.name = '{p.name}' needs protection.parties: the passive "
+                          "parties that protect their images")
+    if cfg.model.kind != "cnn":
+        raise ConfigError(f"protection.name = '{p.name}' needs model.kind = 'cnn': its feature "
+                          f"extractor is the party's first conv block (got '{cfg.model.kind}')")
+
+
+class ProtectionPlugins:
+    """The passive party's plug-in group (splitleak.plugins): its input protections."""
+
+    name = "protection"
+
+    def check(self, cfg: ExperimentConfig, schema: Schema) -> None:
+        check_protection(cfg)
+
+    def artifacts(self, cfg: ExperimentConfig, schema: Schema) -> frozenset[Artifact]:
+        return frozenset()
+
+
+PLUGINS = ProtectionPlugins()
 
 
 def first_conv_block(model: nn.Module) -> nn.Sequential:

@@ -1,5 +1,6 @@
 """Clean anchors: the pre-defense cut gradients of a few positives per batch, an evaluation-only
-artifact the label party writes for the cosine oracle (Li et al. §3.3), never sent on the wire.
+artifact the label party writes for the attacks that declare they need it (the cosine oracle, Li
+et al. §3.3), never sent on the wire; `evaluation.clean_anchors` names the parties.
 
 Per train step and tapped party the label party draws R = threat.draws positives of the batch
 (seeded, with replacement: each draw is one independent pick of "one random positive") and
@@ -19,23 +20,8 @@ import pyarrow as pa
 from splitleak.config import ExperimentConfig
 from splitleak.seeding import rng
 
-# Attacks whose side knowledge is a clean anchor (attacker plug-ins declare `needs_clean_anchors`;
-# a conformance test keeps the two in step, since the core must not import the attacker).
-CLEAN_ANCHOR_ATTACKS = frozenset({"cosine_oracle"})
-
 SCHEMA_FIELDS = [("party_id", pa.int32()), ("epoch", pa.int32()), ("step", pa.int64()),
                  ("draw", pa.int32()), ("sample_id", pa.int64())]
-
-
-def anchor_parties(cfg: ExperimentConfig, num_classes: int) -> list[int]:
-    """The tapped parties whose clean anchors this run writes: binary runs whose analysis
-    includes an attack that needs them (the default attack set does)."""
-    if num_classes != 2:
-        return []
-    named = {spec.name for spec in cfg.attacker.attacks}
-    if named and not named & CLEAN_ANCHOR_ATTACKS:
-        return []
-    return cfg.tapped_parties
 
 
 def draw_anchor_rows(labels: np.ndarray, seed: int, party_id: int, step: int,

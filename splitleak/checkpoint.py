@@ -227,8 +227,14 @@ WHERE_IT_LIVES = ("run.output_dir",)
 
 
 def config_conflicts(reference: dict[str, Any], cfg: ExperimentConfig) -> list[str]:
-    """What `cfg` changes against the config a run was started (and checkpointed) with."""
-    return [change for change in differences(reference, cfg.model_dump(mode="json"))
+    """What `cfg` changes against the config a run was started (and checkpointed) with. Both
+    are compared resolved; a run from before [evaluation] existed is compared without it."""
+    from splitleak.validation import resolved
+
+    current = resolved(cfg).model_dump(mode="json")
+    if "evaluation" not in reference:
+        current.pop("evaluation")
+    return [change for change in differences(reference, current)
             if change.split(":", 1)[0] not in WHERE_IT_LIVES]
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import NoReturn
 
 from splitleak.config import ConfigError, ExperimentConfig, load_config
-from splitleak.datasets import Schema
 from splitleak.fileio import check_writable, describe_os_error
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -116,11 +115,21 @@ def writable_or_exit(directory: Path) -> None:
         raise BadInput(f"the run directory is not writable: {describe_os_error(err)}") from None
 
 
-def warn_config(cfg: ExperimentConfig, schema: Schema) -> list[str]:
-    """Log what is allowed but probably a mistake (e.g. passive parties sharing columns)."""
-    from splitleak.validation import overlap_warnings
+def checked_config_or_exit(path: str | Path | None, read_values: bool = False) -> ExperimentConfig:
+    """The config at `path` (or the built-in default) through the one validation, resolved, its
+    warnings logged; BadInput naming the field. Every CLI loads its config this way."""
+    from splitleak.validation import validate
 
-    warnings = overlap_warnings(cfg, schema)
+    cfg = config_or_exit(path)
+    try:
+        checked = validate(cfg, read_values)
+    except ConfigError as err:
+        raise BadInput(f"invalid config {path or '(built-in default)'}: {err}") from None
+    log_warnings(checked.warnings)
+    return checked.cfg
+
+
+def log_warnings(warnings: list[str]) -> None:
+    """Log what validation found allowed but probably a mistake (e.g. parties sharing columns)."""
     for warning in warnings:
         logging.getLogger("splitleak").warning("%s", warning)
-    return warnings

@@ -300,6 +300,24 @@ class ProtectionConfig(_Frozen):
                 f"{', '.join(map(str, self.parties))}" + (f" ({args})" if args else ""))
 
 
+class EvaluationConfig(_Frozen):
+    """Evaluation-only artifacts the run writes beside training, never sent on the wire. Left
+    out, validation resolves each from the attacks and the threat model, and the run
+    directory's config.toml records what it resolved."""
+
+    # tapped parties whose clean anchors the label party writes (the cosine oracle's side
+    # knowledge); may be given, as a subset of the tapped parties ([] writes none)
+    clean_anchors: list[PositiveInt] | None = None
+    # white-box parties whose label-party model snapshots are written (threat.parties.K.white_box)
+    white_box_snapshots: list[PositiveInt] | None = None
+    # passive parties whose activations the label party's tap records (threat.receiver.victims)
+    received_activations: list[PositiveInt] | None = None
+
+    @property
+    def resolved(self) -> bool:
+        return None not in (self.clean_anchors, self.white_box_snapshots, self.received_activations)
+
+
 class ExperimentConfig(_Frozen):
     run: RunConfig = RunConfig()
     dataset: DatasetConfig
@@ -314,6 +332,7 @@ class ExperimentConfig(_Frozen):
     network: NetworkConfig = NetworkConfig()  # emulated latency / bandwidth between parties
     threat: ThreatConfig = ThreatConfig()  # who attacks, what they know and do (DESIGN.md §1)
     protection: ProtectionConfig = ProtectionConfig()  # input-side protection (Anti-GAN)
+    evaluation: EvaluationConfig = EvaluationConfig()  # evaluation-only artifacts (resolved)
 
     @model_validator(mode="after")
     def _parties(self) -> ExperimentConfig:
@@ -336,58 +355,19 @@ class ExperimentConfig(_Frozen):
                     f"threat.parties.{k}.optimizer = 'malicious' is Fu et al.'s malicious SGD: party "
                     f"{k} trains with '{name}'; set training.optimizers.\"{k}\" = {{ name = \"sgd\", "
                     "lr = 0.1, momentum = 0.9 } (its lr, momentum and weight decay are used)")
-        if self.threat.white_box_parties:
-            self._check_white_box()
         if self.threat.receiver.victims:
             self._check_receiver()
-        self._check_protection()
+        self._check_protection_parties()
         if self.model.kind == "wide_deep" and self.features.label_party is None:
             raise ValueError("model.kind = 'wide_deep' puts the wide part on the label party: "
                              "give it features (features.label_party = [start, stop])")
         return self
 
-    def _check_white_box(self) -> None:
-        """EXACT's set-up (ALGORITHMS.md §2.10): two parties, the plain objective, a label party
-        with its own (private) features, and the activations the attacker sent on record."""
-        k = self.threat.white_box_parties[0]
-        needs = [
-            (self.topology.passive_parties == 1, "topology.passive_parties = 1 (Qiu et al.'s two-"
-             "party split: with more, the gradient also depends on activations the attacker "
-             "never sees)"),
-            (self.features.label_party is not None, "features.label_party = [start, stop) (the "
-             "private features EXACT reconstructs live there)"),
-            (self.objective.name == "cross_entropy", f"objective = 'cross_entropy' (got "
-             f"'{self.objective.name}'; defend with the gradient chain, e.g. dp_gaussian)"),
-            (self.model.kind != "cnn", "model.kind = 'mlp' or 'wide_deep' (categorical private "
-             "features)"),
-            (self.attacker.enabled and self.attacker.record_activation,
-             "attacker.enabled = true and attacker.record_activation = true (EXACT needs the "
-             "activation the party sent next to the gradient it received)"),
-        ]
-        missing = [what for ok, what in needs if not ok]
-        if missing:
-            raise ValueError(f"threat.parties.{k}.white_box = true (EXACT) needs "
-                             + "; ".join(missing))
-
-    def _check_protection(self) -> None:
-        p = self.protection
-        strangers = sorted(set(p.parties) - set(range(1, self.topology.passive_parties + 1)))
+    def _check_protection_parties(self) -> None:
+        strangers = sorted(set(self.protection.parties) - set(range(1, self.topology.passive_parties + 1)))
         if strangers:
             raise ValueError(f"protection.parties names {strangers}; this run has passive parties "
                              f"1..{self.topology.passive_parties}")
-        if p.name == "none":
-            if p.parties or p.params:
-                raise ValueError("protection.parties / params are set but protection.name = "
-                                 "'none' (e.g. name = 'antigan')")
-            return
-        if len(set(p.parties)) != len(p.parties):
-            raise ValueError(f"protection.parties = {p.parties} names a party twice")
-        if not p.parties:
-            raise ValueError(f"protection.name = '{p.name}' needs protection.parties: the passive "
-                             "parties that protect their images")
-        if self.model.kind != "cnn":
-            raise ValueError(f"protection.name = '{p.name}' needs model.kind = 'cnn': its feature "
-                             f"extractor is the party's first conv block (got '{self.model.kind}')")
 
     def _check_receiver(self) -> None:
         """Feature reconstruction (ALGORITHMS.md §2.11) reads the activations the label party's
@@ -429,6 +409,15 @@ class ExperimentConfig(_Frozen):
         return sorted(self.threat.receiver.victims) if self.attacker.enabled else []
 
     @property
+    def artifacts(self) -> EvaluationConfig:
+        """The evaluation artifacts this run writes, as validation resolved them; ConfigError for
+        a config that did not go through validation (splitleak.validation.validate)."""
+        if not self.evaluation.resolved:
+            raise ConfigError("the config's [evaluation] artifacts are unresolved: a role's config "
+                              "goes through splitleak.validation.validate first")
+        return self.evaluation
+
+    @property
     def sidecar_needed(self) -> bool:
         return bool(self.tapped_parties or self.received_parties)
 
@@ -442,7 +431,10 @@ class ExperimentConfig(_Frozen):
 
     @property
     def hash(self) -> str:
-        canonical = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        """The experiment's identity. [evaluation] is left out: it follows from the rest (or
+        picks which evaluation-only files to write), so resolving it keeps the hash."""
+        data = self.model_dump(mode="json", exclude={"evaluation"})
+        canonical = json.dumps(data, sort_keys=True)
         return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 

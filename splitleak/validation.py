@@ -1,24 +1,83 @@
-"""Checks of the shared parts of a config against the dataset, before any process starts."""
+"""Validation, composed once and used by every CLI: the core's checks of the config against the
+dataset, every plug-in group's checks, and the resolution of the run's evaluation artifacts."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from itertools import combinations
 
 import torch
 from pydantic import ValidationError
 from torch import nn
 
-from splitleak.config import ConfigError, ExperimentConfig, plugin_param_errors
+from splitleak.config import ConfigError, EvaluationConfig, ExperimentConfig, plugin_param_errors
 from splitleak.datasets import DATASETS, DatasetError, Schema, build_dataset
 from splitleak.integrity import check_integrity
 from splitleak.models import InputSpec, build_bottom, build_top, input_spec
 from splitleak.partition import label_party_columns, passive_columns
+from splitleak.placement import check_devices
+from splitleak.plugins import Artifact, plugin_groups
 from splitleak.registry import UnknownPluginError
 from splitleak.white_box import own_columns
 
 # Protobuf framing and the small fields of a message, on top of its tensors' bytes.
 MESSAGE_OVERHEAD = 16 << 10
+
+
+@dataclass(frozen=True)
+class Validated:
+    """A config every role can run: its evaluation artifacts resolved, the dataset's schema, and
+    what is allowed but probably a mistake."""
+
+    cfg: ExperimentConfig
+    schema: Schema
+    warnings: list[str]
+
+
+def validate(cfg: ExperimentConfig, read_values: bool = False) -> Validated:
+    """Everything that can be checked before a process starts; ConfigError names the field.
+    `read_values`: also parse every value of the data files (`splitleak validate`; a run's
+    parties do it anyway while loading)."""
+    schema = check_core(cfg)
+    check_devices(cfg)
+    needs: set[Artifact] = set()
+    for group in plugin_groups():
+        group.check(cfg, schema)
+        needs |= group.artifacts(cfg, schema)
+    if read_values:
+        check_data_values(cfg)
+    resolved = cfg.model_copy(update={"evaluation": resolve_evaluation(cfg, needs)})
+    return Validated(resolved, schema, overlap_warnings(cfg, schema))
+
+
+def resolved(cfg: ExperimentConfig) -> ExperimentConfig:
+    """`cfg` itself when validation already resolved it, else validated now (a config built in
+    code, e.g. a sweep's point or a test's)."""
+    return cfg if cfg.evaluation.resolved else validate(cfg).cfg
+
+
+def resolve_evaluation(cfg: ExperimentConfig, needs: set[Artifact]) -> EvaluationConfig:
+    """[evaluation] with every field filled: what the plug-ins need and the threat model
+    implies. A given clean_anchors must name tapped parties; the other two follow the threat
+    model and may only repeat it (a run directory's config.toml does)."""
+    given = cfg.evaluation
+    tapped = cfg.tapped_parties
+    anchors = tapped if "clean_anchors" in needs else []
+    if given.clean_anchors is not None:
+        strangers = sorted(set(given.clean_anchors) - set(tapped))
+        if strangers:
+            raise ConfigError(f"evaluation.clean_anchors names {strangers}, which are not tapped; "
+                              f"allowed: a subset of the tapped parties {tapped}")
+        anchors = sorted(set(given.clean_anchors))
+    implied = {"white_box_snapshots": cfg.threat.white_box_parties,
+               "received_activations": cfg.received_parties}
+    for name, value in implied.items():
+        stated = getattr(given, name)
+        if stated is not None and sorted(stated) != value:
+            raise ConfigError(f"evaluation.{name} = {stated} disagrees with the threat model, "
+                              f"which implies {value}; leave it out (it is resolved)")
+    return EvaluationConfig(clean_anchors=anchors, **implied)
 
 
 def check_core(cfg: ExperimentConfig) -> Schema:

@@ -3,6 +3,7 @@ analysis using the clean (pre-defense) gradient, equal to the received one only 
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -11,12 +12,14 @@ import pytest
 from attacker.analysis.analyze import analyze
 from attacker.analysis.leak import evaluate_batch
 from attacker.attacks import build_attack
+from attacker.attacks.checks import needed_artifacts
 from attacker.sidecar.store import GradientLog
 from orchestration.reference import run_reference
-from splitleak.anchors import CleanAnchorWriter, anchor_parties, draw_anchor_rows, read_clean_anchors
+from splitleak.anchors import CleanAnchorWriter, draw_anchor_rows, read_clean_anchors
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.rundir import create_run_dir
-from splitleak.config import parse_config
+from splitleak.config import ConfigError, parse_config
+from splitleak.validation import validate
 from tests.conftest import small_config
 
 
@@ -30,15 +33,33 @@ def test_draw_picks_positives_with_replacement_and_is_seeded() -> None:
     assert draw_anchor_rows(np.zeros(4), 3, 1, 7, 5).size == 0
 
 
-def test_anchor_parties_follow_the_declared_attacks(tmp_path: Path) -> None:
+def _anchor_parties(tmp_path: Path, **sections: object) -> list[int] | None:
+    return validate(parse_config(small_config(tmp_path, **sections))).cfg.evaluation.clean_anchors
+
+
+def test_the_resolved_config_names_the_anchor_parties_the_declared_attacks_need(tmp_path: Path) -> None:
+    assert _anchor_parties(tmp_path) == [1]  # the default attacks include the cosine oracle
+    assert _anchor_parties(tmp_path, attacker={"attacks": ["norm"]}) == []
+    assert _anchor_parties(tmp_path, attacker={"attacks": ["norm", "cosine_oracle"]}) == [1]
+    assert _anchor_parties(tmp_path, attacker={"enabled": False}) == []
+    assert _anchor_parties(tmp_path, evaluation={"clean_anchors": []}) == []  # given: kept
     cfg = parse_config(small_config(tmp_path))
-    assert anchor_parties(cfg, 2) == [1]  # the default attacks include the cosine oracle
-    assert anchor_parties(cfg, 10) == []  # multi-class: no score attack runs
-    named = parse_config(small_config(tmp_path, attacker={"attacks": ["norm"]}))
-    assert anchor_parties(named, 2) == []
-    oracle = parse_config(small_config(tmp_path, attacker={"attacks": ["norm", "cosine_oracle"]}))
-    assert anchor_parties(oracle, 2) == [1]
-    assert anchor_parties(parse_config(small_config(tmp_path, attacker={"enabled": False})), 2) == []
+    assert needed_artifacts(cfg, 2) == {"clean_anchors"}
+    assert needed_artifacts(cfg, 10) == set()  # multi-class: no score attack runs
+
+
+def test_the_evaluation_section_is_resolved_once_and_checked(tmp_path: Path) -> None:
+    cfg = parse_config(small_config(tmp_path))
+    with pytest.raises(ConfigError, match="unresolved"):
+        cfg.artifacts  # noqa: B018  (a role never runs an unresolved config)
+    resolved = validate(cfg).cfg
+    assert resolved.artifacts.white_box_snapshots == [] == resolved.artifacts.received_activations
+    assert validate(resolved).cfg == resolved  # a run directory's config.toml resolves to itself
+    assert cfg.hash == resolved.hash == parse_config(tomllib.loads(resolved.to_toml())).hash
+    with pytest.raises(ConfigError, match=r"evaluation.clean_anchors names \[2\], which are not tapped"):
+        validate(parse_config(small_config(tmp_path, evaluation={"clean_anchors": [2]})))
+    with pytest.raises(ConfigError, match="evaluation.white_box_snapshots = \\[1\\] disagrees"):
+        validate(parse_config(small_config(tmp_path, evaluation={"white_box_snapshots": [1]})))
 
 
 def test_artifact_round_trips_and_survives_a_torn_tail(tmp_path: Path) -> None:

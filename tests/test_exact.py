@@ -22,7 +22,7 @@ from splitleak.config import ConfigError, ModelConfig, parse_config
 from splitleak.models import InputSpec, build_top
 from splitleak.threat import ThreatConfig
 from splitleak.v1 import split_learning_pb2 as pb
-from splitleak.validation import check_core
+from splitleak.validation import check_core, validate
 from splitleak.white_box import (
     OwnColumns,
     SnapshotWriter,
@@ -102,7 +102,7 @@ def _exact_config(tmp_path: Path, **overrides: object) -> dict:
 def test_the_threat_model_states_what_exact_needs(tmp_path: Path) -> None:
     bad = _exact_config(tmp_path, attacker={"record_activation": False})
     with pytest.raises(ConfigError, match="record_activation = true"):
-        parse_config(bad)
+        validate(parse_config(bad))
     with pytest.raises(ValueError, match="white_box = true needs curious = true"):
         ThreatConfig.model_validate({"parties": {"1": {"white_box": True, "curious": False}}})
     unknown = _exact_config(tmp_path)

@@ -140,3 +140,32 @@ def test_a_full_disk_is_resource_exhausted_and_the_log_stays_readable(small_disk
         steps += pa.ipc.open_stream(shard).read_all().column("step").unique().to_pylist()
     assert steps == list(range(len(steps))) and 0 < len(steps) < 200
     assert os.path.getsize(shards[-1]) > 0
+
+
+def test_a_role_failing_after_the_label_party_finished_fails_the_run_and_leaves_it_resumable(
+        tmp_path: Path) -> None:
+    # The label party wrote "ok", then a sidecar stalled and the party tapping it failed: the
+    # run's gradient log is short of its last steps, so the run failed and --resume completes it.
+    from types import SimpleNamespace
+
+    from orchestration.run import RunFailed, _record_failure
+    from splitleak.artifacts.outcome import read_outcome, write_outcome
+    from splitleak.artifacts.rundir import create_run_dir
+    from splitleak.checkpoint import CheckpointError, resume_point
+    from splitleak.validation import resolved
+
+    cfg = resolved(parse_config(small_config(tmp_path)))
+    run = create_run_dir(cfg)
+    write_outcome(run, {"status": "ok", "train_steps": 12, "seconds": 1.0})
+    with pytest.raises(CheckpointError, match="there is nothing to resume"):
+        resume_point(run.root, cfg)
+    party = SimpleNamespace(name="passive party 1", returncode=1)
+    _record_failure(run, RunFailed("passive party 1 exited with code 1: attacker sidecar at "
+                                   "127.0.0.1:1: DEADLINE_EXCEEDED", party))  # type: ignore[arg-type]
+    outcome = read_outcome(run)
+    assert outcome["status"] == "failed" and outcome["culprit"] == "passive party 1"
+    assert outcome["party"] == 1 and outcome["train_steps"] == 12
+    assert "a role failed after" in outcome["trained"]
+    assert resume_point(run.root, cfg) is None  # no checkpoint in this directory: from step 0
+    _record_failure(run, RunFailed("the sidecar again", None))  # the first failure stays
+    assert read_outcome(run)["message"].startswith("passive party 1 exited")

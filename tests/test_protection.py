@@ -20,6 +20,7 @@ from passive_party.protections.antigan import (
     window_variances,
 )
 from splitleak.config import ConfigError, parse_config
+from splitleak.validation import validate
 from tests.conftest import small_config
 
 FAST = {"steps": 30, "pretrain_epochs": 1, "batch_size": 32}  # a few seconds, not a real GAN
@@ -110,14 +111,14 @@ def _protected(tmp_path: Path, **protection: object) -> dict:
 ])
 def test_the_config_says_what_is_wrong(tmp_path: Path, change: dict, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
-        parse_config(_protected(tmp_path, **change))
+        validate(parse_config(_protected(tmp_path, **change)))
 
 
 def test_a_protection_needs_a_cnn(tmp_path: Path) -> None:
     data = _protected(tmp_path)
     data["model"] = {"kind": "mlp", "layers": [16], "cut_layer": 1}
     with pytest.raises(ConfigError, match="needs model.kind = 'cnn'"):
-        parse_config(data)
+        validate(parse_config(data))
 
 
 @pytest.mark.parametrize(("change", "message"), [
@@ -126,7 +127,7 @@ def test_a_protection_needs_a_cnn(tmp_path: Path) -> None:
     ({"params": {"windows": 4}}, r"protection.params.windows"),
 ])
 def test_validation_checks_the_plugin(tmp_path: Path, change: dict, message: str) -> None:
-    from orchestration.commands import validate
+    from splitleak.validation import validate
 
     cfg = parse_config(_protected(tmp_path, **change))
     with pytest.raises(ConfigError, match=message):

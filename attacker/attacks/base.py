@@ -113,6 +113,12 @@ class AttackPlugin(ABC):
     def __init__(self, params: AttackParams) -> None:
         self.params = params
 
+    @classmethod
+    def check_config(cls, cfg: ExperimentConfig) -> None:
+        """The attack's own rules for a config it would run on; ConfigError naming the field.
+        None by default: most attacks run on any config or skip a run with a reason."""
+        return None
+
     @property
     def label(self) -> str:
         """Name plus parameters, as shown in tables (e.g. `hint_distance(k=3)`)."""

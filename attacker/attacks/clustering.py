@@ -23,7 +23,6 @@ from typing import Literal
 
 import numpy as np
 from pydantic import Field
-from scipy.optimize import linear_sum_assignment
 from threadpoolctl import ThreadpoolController
 
 from attacker.attacks._batch import as_rows, distances, no_rows_excluded, not_applicable, unit_rows
@@ -108,7 +107,8 @@ class ClusteringAttack(Attack):
             return AttackResult(-to_centre, no_rows_excluded(n_rows),
                                 decisions=(clusters == minority).astype(np.int64))
         # Rows = true classes, columns = clusters; the assignment maximises matched rows.
-        from sklearn.metrics import confusion_matrix
+        from scipy.optimize import linear_sum_assignment  # imported here: every role's validation
+        from sklearn.metrics import confusion_matrix  # imports this module, few use it
 
         agreement = confusion_matrix(side.class_labels_oracle(), clusters, labels=np.arange(k))
         classes, matched = linear_sum_assignment(agreement, maximize=True)

@@ -73,7 +73,7 @@ def _digest(data: dict[str, Any]) -> str:
 
 
 def _experiment(cfg: ExperimentConfig) -> dict[str, Any]:
-    data = cfg.model_dump(mode="json")
+    data = cfg.model_dump(mode="json", exclude={"evaluation"})  # resolved, not chosen
     for key in NOT_THE_EXPERIMENT:
         data["run"].pop(key, None)
     return data

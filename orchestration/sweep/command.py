@@ -13,7 +13,6 @@ from types import FrameType
 
 from rich.console import Console
 
-from orchestration.commands import validate
 from orchestration.sweep.engine import Engine, EngineError
 from orchestration.sweep.index import SweepIndex
 from orchestration.sweep.points import Point, resolve
@@ -23,6 +22,7 @@ from splitleak.artifacts.paths import SweepDir
 from splitleak.artifacts.sweep import SweepIndexError
 from splitleak.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, BadInput
 from splitleak.config import ConfigError, ExperimentConfig, load_config
+from splitleak.validation import resolved
 
 
 def build_engine(args: argparse.Namespace) -> Engine:
@@ -76,7 +76,7 @@ def sweep_points(sweep: SweepFile, source: Path | None, sweep_dir: Path,
     """Every point, validated like `splitleak validate`; BadInput names the field."""
     try:
         base = base or load_config(base_path(sweep, source))
-        return resolve(sweep, base, sweep_dir, check=validate)
+        return resolve(sweep, base, sweep_dir, check=resolved)
     except ConfigError as err:
         raise BadInput(f"sweep.base: {err}") from None
     except SweepError as err:

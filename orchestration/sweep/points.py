@@ -73,7 +73,7 @@ def _applied(data: dict[str, Any], overrides: list[Override], where: str) -> dic
 
 
 def resolve(sweep: SweepFile, base: ExperimentConfig, sweep_dir: Path,
-            check: Callable[[ExperimentConfig], None] | None = None) -> list[Point]:
+            check: Callable[[ExperimentConfig], ExperimentConfig] | None = None) -> list[Point]:
     """Every point, in order: variants (or the base alone), each crossed with the sweep-wide
     axes, its own axes and the seeds. `check` validates a point's config beyond the schema
     (e.g. against its dataset); a bad point raises SweepError naming it and the field."""
@@ -106,13 +106,13 @@ def resolve(sweep: SweepFile, base: ExperimentConfig, sweep_dir: Path,
 
 def _point(index: int, variant: str, combo: list[Override], overrides: list[Override],
            data: dict[str, Any], sweep_dir: Path,
-           check: Callable[[ExperimentConfig], None] | None) -> Point:
+           check: Callable[[ExperimentConfig], ExperimentConfig] | None) -> Point:
     shown = ", ".join(f"{p}={_show(v)}" for p, v in combo)
     where = f"point {index} (variant {variant!r}{'; ' + shown if shown else ''})"
     try:
         cfg = parse_config(data, where)
-        if check is not None:
-            check(cfg)
+        if check is not None:  # validated, and resolved as the point's run directory records it
+            cfg = check(cfg)
     except ConfigError as err:
         text = str(err)
         raise SweepError(text if text.startswith("invalid config") else

@@ -29,6 +29,8 @@ def create_run_dir(cfg: ExperimentConfig, base: Path | None = None, suffix: str 
 
 
 def write_config(cfg: ExperimentConfig, run: RunDir) -> None:
+    """config.toml: the config (resolved, as every CLI and sweep point passes it), with its hash,
+    seed and versions."""
     header = (f"# resolved config; hash {cfg.hash}; seed {cfg.run.seed}\n"
               f"# python {platform.python_version()}, torch {torch.__version__}, "
               f"grpcio {grpc.__version__}\n")

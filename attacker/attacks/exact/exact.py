@@ -22,6 +22,7 @@ from attacker.attacks.base import (
     RunResult,
 )
 from attacker.sidecar.store import GradientLog
+from splitleak.config import ConfigError, ExperimentConfig
 from splitleak.datasets import build_dataset
 from splitleak.models import build_top, input_spec
 from splitleak.partition import label_party_columns
@@ -129,6 +130,32 @@ class ExactAttack(RunAttack):
                       "step, the activation it sent, the label party's non-private columns")
     Params = ExactParams
     params: ExactParams
+
+    @classmethod
+    def check_config(cls, cfg: ExperimentConfig) -> None:
+        """Qiu et al.'s set-up (ALGORITHMS.md §2.10), wherever a party is white-box: two parties,
+        the plain objective, a label party with its own (private) features, and the activations
+        the attacker sent on record."""
+        if not cfg.threat.white_box_parties:
+            return
+        needs = [
+            (cfg.topology.passive_parties == 1, "topology.passive_parties = 1 (Qiu et al.'s two-"
+             "party split: with more, the gradient also depends on activations the attacker "
+             "never sees)"),
+            (cfg.features.label_party is not None, "features.label_party = [start, stop) (the "
+             "private features EXACT reconstructs live there)"),
+            (cfg.objective.name == "cross_entropy", f"objective = 'cross_entropy' (got "
+             f"'{cfg.objective.name}'; defend with the gradient chain, e.g. dp_gaussian)"),
+            (cfg.model.kind != "cnn", "model.kind = 'mlp' or 'wide_deep' (categorical private "
+             "features)"),
+            (cfg.attacker.enabled and cfg.attacker.record_activation,
+             "attacker.enabled = true and attacker.record_activation = true (EXACT needs the "
+             "activation the party sent next to the gradient it received)"),
+        ]
+        missing = [what for ok, what in needs if not ok]
+        if missing:
+            raise ConfigError(f"threat.parties.{cfg.threat.white_box_parties[0]}.white_box = true "
+                              "(EXACT) needs " + "; ".join(missing))
 
     def run(self, context: RunContext) -> RunResult:
         cfg, run = context.cfg, context.run

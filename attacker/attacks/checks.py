@@ -1,0 +1,53 @@
+"""The attacker's plug-in group (splitleak.plugins): the configured attacks exist and accept their
+parameters, every attack's own config rules hold, and the artifacts the attacks read."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+from attacker.attacks import ATTACKS, DEFAULT_ATTACKS, build_attack
+from splitleak.config import ConfigError, ExperimentConfig, plugin_param_errors
+from splitleak.datasets import Schema
+from splitleak.plugins import Artifact
+from splitleak.registry import UnknownPluginError
+
+
+def check_attacks(cfg: ExperimentConfig) -> None:
+    """The attacks [attacker] asks the analysis for exist and accept their parameters, and every
+    registered attack's own rules hold (a run-level attack such as EXACT applies where the
+    threat model sets up its premise, named or not)."""
+    for i, spec in enumerate(cfg.attacker.attacks):
+        try:
+            build_attack(spec.name, spec.params)
+        except UnknownPluginError as err:
+            raise ConfigError(f"attacker.attacks[{i}].name: {err}") from None
+        except ValidationError as err:
+            raise ConfigError(plugin_param_errors(f"attacker.attacks[{i}]", err)) from None
+        except (TypeError, ValueError) as err:
+            raise ConfigError(f"attacker.attacks[{i}] ({spec.name}): {err}") from None
+    for name in ATTACKS.names():
+        ATTACKS.get(name).check_config(cfg)
+
+
+def needed_artifacts(cfg: ExperimentConfig, num_classes: int) -> frozenset[Artifact]:
+    """Clean anchors when a binary run's analysis includes an attack that declares it reads them
+    (the default attack set does)."""
+    if num_classes != 2 or not cfg.tapped_parties:
+        return frozenset()
+    names = [spec.name for spec in cfg.attacker.attacks] or [name for name, _ in DEFAULT_ATTACKS]
+    if any(ATTACKS.get(name).needs_clean_anchors for name in names):
+        return frozenset({"clean_anchors"})
+    return frozenset()
+
+
+class AttackPlugins:
+    name = "attacks"
+
+    def check(self, cfg: ExperimentConfig, schema: Schema) -> None:
+        check_attacks(cfg)
+
+    def artifacts(self, cfg: ExperimentConfig, schema: Schema) -> frozenset[Artifact]:
+        return needed_artifacts(cfg, schema.num_classes)
+
+
+PLUGINS = AttackPlugins()

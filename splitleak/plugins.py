@@ -1,0 +1,50 @@
+"""Plug-in groups: the registries each role owns, found through entry points and checked as one.
+
+The core names no plug-in. Each role declares a `PluginGroup` under the `splitleak.plugins`
+entry-point group (pyproject.toml): it checks the config sections its plug-ins read, and says
+which evaluation-only artifacts its configured plug-ins need the run to write. A package of
+one's own can add a group the same way.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib.metadata import entry_points
+from typing import TYPE_CHECKING, Literal, Protocol
+
+if TYPE_CHECKING:
+    from splitleak.config import ExperimentConfig
+    from splitleak.datasets import Schema
+
+ENTRY_POINTS = "splitleak.plugins"
+
+# Evaluation-only artifacts a plug-in may need the label party to write (never on the wire).
+Artifact = Literal["clean_anchors"]
+
+
+class PluginGroup(Protocol):
+    """One role's plug-ins as validation sees them."""
+
+    name: str  # the config sections it owns, in words (e.g. "objective and defense chain")
+
+    def check(self, cfg: ExperimentConfig, schema: Schema) -> None:
+        """ConfigError naming the field when the group's plug-ins cannot run this config."""
+
+    def artifacts(self, cfg: ExperimentConfig, schema: Schema) -> frozenset[Artifact]:
+        """The evaluation artifacts this config's plug-ins of the group read."""
+
+
+class PluginsMissing(RuntimeError):
+    """The installed package's metadata lists no plug-in group (an install from before they
+    existed, or a copy run without installing)."""
+
+
+@functools.cache
+def plugin_groups() -> tuple[PluginGroup, ...]:
+    """Every registered group, loaded once per process, in name order."""
+    found = sorted(entry_points(group=ENTRY_POINTS), key=lambda ep: ep.name)
+    if not found:
+        raise PluginsMissing(f"no '{ENTRY_POINTS}' entry points are installed: install the "
+                             "package (make setup, or pip install -e .) so that its plug-in "
+                             "groups are registered")
+    return tuple(ep.load() for ep in found)
