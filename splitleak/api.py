@@ -22,6 +22,7 @@ from splitleak.artifacts.outcome import Outcome, read_outcome_model
 from splitleak.artifacts.paths import CompareDir, RunDir, SweepDir, is_run_dir, is_sweep_dir
 from splitleak.artifacts.summary import LeakSummary, read_leak_summary
 from splitleak.artifacts.sweep import read_index_rows
+from splitleak.artifacts.timing import read_timing_model
 from splitleak.config import ExperimentConfig, load_config
 
 if TYPE_CHECKING:
@@ -64,6 +65,23 @@ class Run:
     def leaks(self) -> pd.DataFrame:
         """The per-batch leak rows (one per party, layer, attack, step and draw)."""
         return pq.read_table(self.dir.leak).to_pandas()
+
+    @cached_property
+    def timing(self) -> pd.DataFrame:
+        """Where each role's time went: one row per (role, span) of the timing.json files the
+        roles wrote (label party, each passive party, the sidecar), with seconds, count and ms
+        per train step; a role that wrote none has no rows."""
+        import pandas as pd
+
+        files = {"label party": self.dir.label_timing, "attacker": self.dir.attacker_timing}
+        files |= {f"passive party {k}": self.dir.passive_timing(k)
+                  for k in range(1, self.config.topology.passive_parties + 1)}
+        rows = []
+        for role, path in files.items():
+            timing = read_timing_model(path)
+            for name, span in (timing.spans if timing is not None else {}).items():
+                rows.append({"role": role, "span": name, **span.model_dump()})
+        return pd.DataFrame(rows, columns=["role", "span", "seconds", "count", "ms_per_step"])
 
 
 @dataclass(frozen=True)

@@ -52,3 +52,26 @@ def test_a_directory_that_is_neither_says_so(tmp_path: Path) -> None:
         open_run(tmp_path)
     with pytest.raises(ValueError, match="not a sweep directory"):
         open_sweep(tmp_path)
+
+
+def test_a_runs_timing_has_one_row_per_role_and_span(tmp_path: Path) -> None:
+    from splitleak.artifacts.paths import RunDir
+    from splitleak.artifacts.rundir import write_config
+    from splitleak.artifacts.timing import Span, Timing, write_timing
+    from splitleak.config import parse_config
+    from tests.conftest import small_config
+
+    run = RunDir(tmp_path / "run")
+    run.root.mkdir()
+    write_config(parse_config(small_config(tmp_path)), run)
+    write_timing(run.label_timing, Timing(train_steps=10, spans={
+        "compute": Span(seconds=0.5, count=10, ms_per_step=50.0),
+        "wait": Span(seconds=0.2, count=10, ms_per_step=20.0)}))
+    write_timing(run.passive_timing(2), Timing(train_steps=10, spans={
+        "forward": Span(seconds=0.1, count=10, ms_per_step=10.0)}))
+    timing = open_run(run.root).timing  # party 1 and the sidecar wrote none: no rows
+    assert timing.to_dict("records") == [
+        {"role": "label party", "span": "compute", "seconds": 0.5, "count": 10, "ms_per_step": 50.0},
+        {"role": "label party", "span": "wait", "seconds": 0.2, "count": 10, "ms_per_step": 20.0},
+        {"role": "passive party 2", "span": "forward", "seconds": 0.1, "count": 10,
+         "ms_per_step": 10.0}]
