@@ -83,7 +83,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             refuse_symlinks(Path(out), RunDir(out).attacker)
         except LinkedRunDir as err:
             raise BadInput(f"attacker serve --resume: {err}") from None
-    cfg = checked_config_or_exit(args.config) if args.config else None
+    cfg = checked_config_or_exit(args.config, role_log=log) if args.config else None
     observe = set(args.party or (cfg.threat.curious if cfg else [1]))
     receive = set(args.receive or (cfg.received_parties if cfg else []))
     topology = cfg.topology if cfg else TopologyConfig(tls=args.tls_dir is not None)

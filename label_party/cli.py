@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging("label-party", args.verbose)
     if args.config is None and args.resume is None:
         raise BadInput("label-party serve: give --config FILE (or --resume RUN_DIR)")
-    cfg = checked_config_or_exit(args.config or RunDir(args.resume).config)
+    cfg = checked_config_or_exit(args.config or RunDir(args.resume).config, role_log=log)
     tls_dir = tls_dir_or_exit(cfg, args.tls_dir, LABEL_PARTY)
     manifest: Manifest | None = None
     if args.resume is not None:

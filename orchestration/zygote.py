@@ -44,7 +44,7 @@ SOCKET_ENV = "SPLITLEAK_ZYGOTE"
 PRELOAD = ("torch", "torch._dynamo", "numpy", "grpc", "grpc.aio", "uvloop", "pydantic",
            "cryptography.x509", "label_party.cli", "passive_party.cli", "attacker.cli",
            "attacker.sidecar.server", "orchestration.cli", "orchestration.commands",
-           "orchestration.sweep.worker", "orchestration.relay")
+           "orchestration.sweep.worker", "orchestration.relay", "splitleak.validation")
 # Imported while the zygote waits for requests, one module between two of them: what roles need
 # later in a run (the first evaluation, the summary, the analysis), kept off the first fork.
 LATER = ("sklearn.metrics", "sklearn.datasets", "pyarrow.parquet", "pandas", "dp_accounting",
@@ -70,6 +70,8 @@ def serve(path: str) -> None:
     for name in PRELOAD:
         with contextlib.suppress(ImportError):
             importlib.import_module(name)
+    with contextlib.suppress(Exception):  # every role's validation runs every plug-in group's
+        importlib.import_module("splitleak.plugins").plugin_groups()
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)

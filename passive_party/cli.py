@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     setup_logging(f"passive-party-{args.party_id}", args.verbose)
-    cfg = checked_config_or_exit(args.config)
+    cfg = checked_config_or_exit(args.config, role_log=log)
     tls_dir = tls_dir_or_exit(cfg, args.tls_dir, passive_identity(args.party_id))
     run = RunDir(args.resume or args.run_dir)
     if args.resume is not None:  # its checkpoints are written anew: never through a link

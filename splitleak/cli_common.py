@@ -115,16 +115,22 @@ def writable_or_exit(directory: Path) -> None:
         raise BadInput(f"the run directory is not writable: {describe_os_error(err)}") from None
 
 
-def checked_config_or_exit(path: str | Path | None, read_values: bool = False) -> ExperimentConfig:
+def checked_config_or_exit(path: str | Path | None, read_values: bool = False,
+                           role_log: logging.Logger | None = None) -> ExperimentConfig:
     """The config at `path` (or the built-in default) through the one validation, resolved, its
-    warnings logged; BadInput naming the field. Every CLI loads its config this way."""
+    warnings logged; exit 2 naming the field. Every CLI loads its config this way; a role
+    (`role_log`) says why in one log line, like the rest of its log."""
     from splitleak.validation import validate
 
     cfg = config_or_exit(path)
     try:
         checked = validate(cfg, read_values)
     except ConfigError as err:
-        raise BadInput(f"invalid config {path or '(built-in default)'}: {err}") from None
+        message = f"invalid config {path or '(built-in default)'}: {err}"
+        if role_log is None:
+            raise BadInput(message) from None
+        role_log.error("%s", message)
+        raise SystemExit(EXIT_BAD_INPUT) from None
     log_warnings(checked.warnings)
     return checked.cfg
 
