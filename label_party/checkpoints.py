@@ -13,13 +13,12 @@ from label_party.schedule import Batch, Phase
 from label_party.session import SessionError
 from label_party.trainer import LabelPartyTrainer
 from splitleak.artifacts.metrics import MetricsWriter
-from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.paths import RunDir, checkpoint_party_file
 from splitleak.checkpoint import (
     LABEL_PARTY_FILE,
     Manifest,
     Position,
     load_state,
-    party_file_name,
     prune,
     rng_state,
     save_state,
@@ -87,7 +86,7 @@ class RunCheckpoints:
 
     def _write(self, position: Position, acks: dict[int, Any], reason: str) -> Manifest:
         directory = step_dir(self.run.root, position)
-        files = {party_file_name(k): ack.sha256 for k, ack in sorted(acks.items())}
+        files = {checkpoint_party_file(k): ack.sha256 for k, ack in sorted(acks.items())}
         files[LABEL_PARTY_FILE] = save_state(directory / LABEL_PARTY_FILE, {
             "trainer": self.trainer.state_dict(), "rng": rng_state()})
         manifest = Manifest(

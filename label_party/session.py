@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 import grpc
 
 from label_party.setup import LabelPartyData
-from splitleak.checkpoint import Manifest, party_file_name
+from splitleak.artifacts.paths import checkpoint_party_file
+from splitleak.checkpoint import Manifest
 from splitleak.config import PROTOCOL_VERSION, ExperimentConfig
 from splitleak.tls import passive_identity
 from splitleak.v1 import split_learning_pb2 as pb
@@ -204,7 +205,7 @@ class Session:
             step_deadline_seconds=self.cfg.topology.step_deadline_s,
             resumed=self.resumed, resume_step=at.step if at else 0,
             resume_batches=at.batches if at else 0,
-            resume_sha256=at.files.get(party_file_name(k), "") if at else "",
+            resume_sha256=at.files.get(checkpoint_party_file(k), "") if at else "",
             checkpoint_every=self.cfg.training.checkpoint_every)
 
     def _check_known(self, k: int) -> None:

@@ -17,12 +17,11 @@ from passive_party.bottom_trainer import BottomTrainer
 from passive_party.integrity import party_integrity
 from passive_party.protection import protect_party, write_figures
 from splitleak.addresses import AddressError, resolve
-from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.paths import RunDir, checkpoint_party_file
 from splitleak.checkpoint import (
     CheckpointError,
     Position,
     load_state,
-    party_file_name,
     prune_own,
     rng_state,
     save_state,
@@ -148,7 +147,7 @@ def _restore(bottom: BottomTrainer, run: RunDir, plan: pb.TrainingPlan, resuming
         raise PartyError(f"the label party resumes run {plan.run_id} at step {plan.resume_step}: "
                          "start this party with --resume RUN_DIR (the run directory holding its "
                          "checkpoints)")
-    path = step_dir(run.root, Position(plan.resume_step, plan.resume_batches)) / party_file_name(
+    path = step_dir(run.root, Position(plan.resume_step, plan.resume_batches)) / checkpoint_party_file(
         bottom.party_id)
     if bottom.snapshots is not None:  # the steps after the checkpoint are redone
         bottom.snapshots.keep_before(plan.resume_step)
@@ -305,7 +304,7 @@ class StepLoop:
                              "run directory to write it to")
         recorded = await self.tap.sync(request.step) if self.tap is not None else 0
         position = Position(request.step, request.batches)
-        name = party_file_name(self.bottom.party_id)
+        name = checkpoint_party_file(self.bottom.party_id)
         path = step_dir(self.run_dir.root, position) / name
         state = {"bottom": self.bottom.state_dict(), "rng": rng_state(), "step": request.step}
         sha256 = save_state(path, state)

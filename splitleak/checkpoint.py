@@ -12,27 +12,28 @@ writes no file: its checkpoint is the record count at that step, in the manifest
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import shutil
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from splitleak.artifacts.manifest import FORMAT as FORMAT
+from splitleak.artifacts.manifest import Manifest as Manifest
+from splitleak.artifacts.manifest import ManifestError
+from splitleak.artifacts.manifest import Position as Position
+from splitleak.artifacts.manifest import read_manifest as read_manifest_file
+from splitleak.artifacts.manifest import write_manifest as write_manifest_file
 from splitleak.artifacts.outcome import read_outcome_model
+from splitleak.artifacts.paths import CHECKPOINT_FOLDER, RunDir
+from splitleak.artifacts.paths import CHECKPOINT_LABEL_PARTY as LABEL_PARTY_FILE
 from splitleak.artifacts.paths import CHECKPOINT_MANIFEST as MANIFEST
-from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.rundir import LinkedRunDir, refuse_symlinks
 from splitleak.config import ConfigError, ExperimentConfig, differences, load_config
 from splitleak.fileio import sha256_file, write_atomically
 
-LABEL_PARTY_FILE = "label_party.pt"
 KEEP = 2  # complete checkpoints kept on disk: the newest, and the one before in case it is torn
-FORMAT = 1
-_STEP_DIR = re.compile(r"step-(\d+)-batch-(\d+)")
 log = logging.getLogger("splitleak")
 
 
@@ -40,38 +41,8 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be used: missing, incomplete, altered, or of another run."""
 
 
-@dataclass(frozen=True)
-class Position:
-    """Where a run stands in its seeded batch schedule."""
-
-    step: int  # train steps completed
-    batches: int  # schedule batches (train and eval) completed
-
-
-@dataclass(frozen=True)
-class Manifest:
-    step: int
-    batches: int
-    metrics_records: int  # lines of label_party/metrics.jsonl at this position
-    run_id: str
-    config_hash: str
-    config: dict[str, Any]  # the resolved config, to name what a resume would change
-    files: dict[str, str]  # file name in the step directory -> SHA-256
-    recorded: dict[str, int] = field(default_factory=dict)  # observed party -> log records
-    reason: str = "periodic"  # periodic | interrupted | failed
-    format: int = FORMAT
-
-    @property
-    def position(self) -> Position:
-        return Position(self.step, self.batches)
-
-
 def step_dir(run_root: Path, position: Position) -> Path:
-    return RunDir(run_root).checkpoints / f"step-{position.step:08d}-batch-{position.batches:08d}"
-
-
-def party_file_name(party_id: int) -> str:
-    return f"passive_party_{party_id}.pt"
+    return RunDir(run_root).checkpoint(position.step, position.batches)
 
 
 def save_torch(path: Path, state: dict[str, Any]) -> None:
@@ -109,20 +80,14 @@ def load_state(path: Path, sha256: str | None = None) -> dict[str, Any]:
 
 
 def write_manifest(run_root: Path, manifest: Manifest) -> Path:
-    path = step_dir(run_root, manifest.position) / MANIFEST
-    text = json.dumps(asdict(manifest), indent=1, sort_keys=True)
-    write_atomically(path, lambda tmp: tmp.write_text(text))
-    return path
+    return write_manifest_file(RunDir(run_root), manifest)
 
 
 def read_manifest(path: Path) -> Manifest:
     try:
-        data = json.loads(path.read_text())
-        if data.get("format") != FORMAT:
-            raise CheckpointError(f"{path}: unsupported checkpoint format {data.get('format')}")
-        return Manifest(**data)
-    except (OSError, ValueError, TypeError) as err:
-        raise CheckpointError(f"{path} is not a readable checkpoint manifest: {err}") from None
+        return read_manifest_file(path)
+    except ManifestError as err:
+        raise CheckpointError(str(err)) from None
 
 
 def _step_dirs(run_root: Path) -> list[tuple[Position, Path]]:
@@ -131,7 +96,7 @@ def _step_dirs(run_root: Path) -> list[tuple[Position, Path]]:
     if not base.is_dir():
         return []
     found = [(Position(int(m.group(1)), int(m.group(2))), p) for p in base.iterdir()
-             if p.is_dir() and (m := _STEP_DIR.fullmatch(p.name))]
+             if p.is_dir() and (m := CHECKPOINT_FOLDER.fullmatch(p.name))]
     return sorted(found, key=lambda item: item[0].batches)
 
 

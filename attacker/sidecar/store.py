@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import logging
 import os
 import time
@@ -22,12 +21,20 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from splitleak.artifacts.gradient_index import (
+    GradientLogIndex,
+    LogIndexError,
+    PartyLog,
+    Shard,
+    read_index,
+    write_index_text,
+)
+from splitleak.artifacts.paths import GRADIENT_LOG_INDEX
 from splitleak.fileio import NO_SPACE, write_atomically
 
 log = logging.getLogger("attacker")
-INDEX = "index.json"
+INDEX = GRADIENT_LOG_INDEX
 LOCK = ".writer.lock"  # held by the process writing the log
-FORMAT = 1
 _SUFFIX = ".arrows"  # Arrow IPC streaming format
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
@@ -213,8 +220,11 @@ class GradientStore:
         self.write_index()
 
     def _reopen(self) -> None:
-        index = json.loads((self.root / INDEX).read_text()) if (self.root / INDEX).exists() else {}
-        shapes = {int(k): v["shapes"] for k, v in index.get("parties", {}).items()}
+        try:
+            index = read_index(self.root / INDEX) if (self.root / INDEX).exists() else None
+        except LogIndexError:
+            index = None  # the shards are scanned anyway; their schema gives the shapes
+        shapes = {int(k): v.shapes for k, v in index.parties.items()} if index else {}
         for directory in sorted(self.root.glob("party_*")):
             party = int(directory.name.split("_", 1)[1])
             writer = None
@@ -324,9 +334,9 @@ class GradientStore:
         self.write_index()
 
     def write_index(self) -> None:
-        index = {"format": FORMAT, "run_id": self.run_id, "parties": {
-            str(k): {"shapes": w.shapes, "shards": w.shards} for k, w in self.parties.items()}}
-        text = json.dumps(index, indent=1)
+        text = write_index_text(GradientLogIndex(run_id=self.run_id, parties={
+            str(k): PartyLog(shapes=w.shapes, shards=[Shard(**s) for s in w.shards])
+            for k, w in self.parties.items()}))
         try:
             write_atomically(self.root / INDEX, lambda tmp: tmp.write_text(text))
         except OSError as err:  # the index is a convenience: readers also scan the shards
@@ -381,24 +391,22 @@ class GradientLog:
         if not index_path.exists():
             raise FileNotFoundError(f"no gradient log at {root} (missing {INDEX})")
         try:
-            self.index = json.loads(index_path.read_text())
-        except ValueError as err:
-            raise LogFormatError(f"{index_path} is not a gradient log index: {err}") from None
-        if not isinstance(self.index, dict) or self.index.get("format") != FORMAT:
-            raise LogFormatError(f"{index_path}: not a gradient log index of format {FORMAT}")
+            self.index = read_index(index_path)
+        except LogIndexError as err:
+            raise LogFormatError(str(err)) from None
         self.warnings: list[str] = []
 
     @property
     def run_id(self) -> str:
-        return str(self.index.get("run_id", ""))
+        return self.index.run_id
 
     def parties(self) -> list[int]:
         on_disk = {int(p.name.split("_", 1)[1]) for p in self.root.glob("party_*") if p.is_dir()}
-        return sorted(on_disk | {int(k) for k in self.index["parties"]})
+        return sorted(on_disk | {int(k) for k in self.index.parties})
 
     def shapes(self, party_id: int) -> dict[str, list[int]]:
-        entry = self.index["parties"].get(str(party_id))
-        return dict(entry["shapes"]) if entry else {}
+        entry = self.index.parties.get(str(party_id))
+        return dict(entry.shapes) if entry else {}
 
     def _shards(self, party_id: int) -> list[Path]:
         # Shards written after the last index update are found on disk, in order.

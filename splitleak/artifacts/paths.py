@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -9,10 +10,18 @@ CONFIG_FILE = "config.toml"
 TIMING_FILE = "timing.json"
 CHECKPOINTS = "checkpoints"
 CHECKPOINT_MANIFEST = "manifest.json"  # in each checkpoint's folder (splitleak.checkpoint)
+CHECKPOINT_LABEL_PARTY = "label_party.pt"  # the label party's state, in each checkpoint's folder
+CHECKPOINT_FOLDER = re.compile(r"step-(\d+)-batch-(\d+)")  # RunDir.checkpoint's names
+GRADIENT_LOG_INDEX = "index.json"  # in the gradient log's folder (attacker/gradients/)
 SWEEP_INDEX_FILE = "sweep.parquet"
 SWEEP_FILE = "sweep.toml"
 POINT_RESULT_FILE = "sweep_point.json"  # a sweep point's result, in its run directory
 COMPARE_DIR = "compare"
+
+
+def checkpoint_party_file(party_id: int) -> str:
+    """A passive party's state file in a checkpoint's folder."""
+    return f"passive_party_{party_id}.pt"
 
 
 @dataclass(frozen=True)
@@ -117,6 +126,10 @@ class RunDir:
     @property
     def checkpoints(self) -> Path:
         return self.root / CHECKPOINTS
+
+    def checkpoint(self, step: int, batches: int) -> Path:
+        """The folder of the checkpoint after `step` train steps and `batches` schedule batches."""
+        return self.checkpoints / f"step-{step:08d}-batch-{batches:08d}"
 
     @property
     def attacker(self) -> Path:
