@@ -12,6 +12,7 @@ from label_party.exchange import NetworkExchange
 from label_party.schedule import Batch, Phase
 from label_party.session import SessionError
 from label_party.trainer import LabelPartyTrainer
+from splitleak.artifacts.manifest import write_manifest
 from splitleak.artifacts.metrics import MetricsWriter
 from splitleak.artifacts.paths import RunDir, checkpoint_party_file
 from splitleak.checkpoint import (
@@ -24,7 +25,6 @@ from splitleak.checkpoint import (
     save_state,
     set_rng_state,
     step_dir,
-    write_manifest,
 )
 from splitleak.config import ExperimentConfig
 
@@ -95,7 +95,7 @@ class RunCheckpoints:
             config=self.cfg.model_dump(mode="json"), files=files,
             recorded={str(k): int(ack.recorded) for k, ack in sorted(acks.items())
                       if ack.recorded}, reason=reason)
-        write_manifest(self.run.root, manifest)
+        write_manifest(self.run, manifest)
         prune(self.run.root)
         return manifest
 

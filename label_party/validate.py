@@ -8,8 +8,7 @@ from pydantic import ValidationError
 from label_party.defenses import DEFENSES, build_defense
 from label_party.objectives import OBJECTIVES
 from splitleak.config import ConfigError, ExperimentConfig, plugin_param_errors
-from splitleak.datasets import Schema
-from splitleak.plugins import Artifact
+from splitleak.plugins import PluginGroup
 from splitleak.registry import UnknownPluginError
 
 
@@ -44,16 +43,4 @@ def class_gradients_error(cfg: ExperimentConfig) -> str:
             f"on labels); allowed objectives: {', '.join(allowed)}")
 
 
-class ChainPlugins:
-    """The label party's plug-in group: its objectives and gradient defenses."""
-
-    name = "objective and defense chain"
-
-    def check(self, cfg: ExperimentConfig, schema: Schema) -> None:
-        check_chain(cfg)
-
-    def artifacts(self, cfg: ExperimentConfig, schema: Schema) -> frozenset[Artifact]:
-        return frozenset()
-
-
-PLUGINS = ChainPlugins()
+PLUGINS = PluginGroup("objective and defense chain", lambda cfg, schema: check_chain(cfg))

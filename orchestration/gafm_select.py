@@ -143,7 +143,7 @@ def select_delta(cfg: ExperimentConfig, *, deltas: Sequence[float] = DELTAS, fra
     from orchestration.sweep.points import resolve
     from orchestration.sweep.runner import run_points
     from orchestration.sweep.spec import SweepError, parse_sweep
-    from splitleak.validation import resolved
+    from splitleak.validation import validated
 
     seeds = [derive_seed(cfg.run.seed, "gafm_select", "run", r) % 2**31 for r in range(repeats)]
     sweep = parse_sweep({"sweep": {"name": "gafm_select", "seeds": seeds, "subset": fraction},
@@ -152,7 +152,7 @@ def select_delta(cfg: ExperimentConfig, *, deltas: Sequence[float] = DELTAS, fra
     with tempfile.TemporaryDirectory(prefix="gafm-select-") as scratch:
         sweep_dir = Path(output_dir if output_dir is not None else scratch) / sweep.sweep.name
         try:
-            points = resolve(sweep, _sweep_base(cfg, attacks), sweep_dir, check=resolved)
+            points = resolve(sweep, _sweep_base(cfg, attacks), sweep_dir, check=validated)
         except SweepError as err:
             raise ConfigError(str(err)) from None
         index = SweepIndex(sweep_dir, points, engine.name)

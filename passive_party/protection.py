@@ -17,9 +17,9 @@ from passive_party.bottom_trainer import BottomTrainer
 from passive_party.protections import Protection, build_protection
 from splitleak.artifacts.paths import RunDir
 from splitleak.config import ConfigError, ExperimentConfig, plugin_param_errors
-from splitleak.datasets import Schema, train_test_ids
+from splitleak.datasets import train_test_ids
 from splitleak.fileio import write_atomically
-from splitleak.plugins import Artifact
+from splitleak.plugins import PluginGroup
 from splitleak.registry import UnknownPluginError
 from splitleak.seeding import derive_seed
 
@@ -56,19 +56,7 @@ def check_protection(cfg: ExperimentConfig) -> None:
                           f"extractor is the party's first conv block (got '{cfg.model.kind}')")
 
 
-class ProtectionPlugins:
-    """The passive party's plug-in group (splitleak.plugins): its input protections."""
-
-    name = "protection"
-
-    def check(self, cfg: ExperimentConfig, schema: Schema) -> None:
-        check_protection(cfg)
-
-    def artifacts(self, cfg: ExperimentConfig, schema: Schema) -> frozenset[Artifact]:
-        return frozenset()
-
-
-PLUGINS = ProtectionPlugins()
+PLUGINS = PluginGroup("protection", lambda cfg, schema: check_protection(cfg))
 
 
 def first_conv_block(model: nn.Module) -> nn.Sequential:

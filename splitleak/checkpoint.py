@@ -19,12 +19,10 @@ from typing import Any
 
 import torch
 
-from splitleak.artifacts.manifest import FORMAT as FORMAT
 from splitleak.artifacts.manifest import Manifest as Manifest
 from splitleak.artifacts.manifest import ManifestError
 from splitleak.artifacts.manifest import Position as Position
 from splitleak.artifacts.manifest import read_manifest as read_manifest_file
-from splitleak.artifacts.manifest import write_manifest as write_manifest_file
 from splitleak.artifacts.outcome import read_outcome_model
 from splitleak.artifacts.paths import CHECKPOINT_FOLDER, RunDir
 from splitleak.artifacts.paths import CHECKPOINT_LABEL_PARTY as LABEL_PARTY_FILE
@@ -77,10 +75,6 @@ def load_state(path: Path, sha256: str | None = None) -> dict[str, Any]:
         return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # noqa: BLE001 - any unreadable file is the same problem for a user
         raise CheckpointError(f"checkpoint file {path} cannot be read: {err}") from None
-
-
-def write_manifest(run_root: Path, manifest: Manifest) -> Path:
-    return write_manifest_file(RunDir(run_root), manifest)
 
 
 def read_manifest(path: Path) -> Manifest:

@@ -9,8 +9,10 @@ one's own can add a group the same way.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from splitleak.config import ExperimentConfig
@@ -22,16 +24,19 @@ ENTRY_POINTS = "splitleak.plugins"
 Artifact = Literal["clean_anchors"]
 
 
-class PluginGroup(Protocol):
+def _none(cfg: ExperimentConfig, schema: Schema) -> frozenset[Artifact]:
+    return frozenset()
+
+
+@dataclass(frozen=True)
+class PluginGroup:
     """One role's plug-ins as validation sees them."""
 
     name: str  # the config sections it owns, in words (e.g. "objective and defense chain")
-
-    def check(self, cfg: ExperimentConfig, schema: Schema) -> None:
-        """ConfigError naming the field when the group's plug-ins cannot run this config."""
-
-    def artifacts(self, cfg: ExperimentConfig, schema: Schema) -> frozenset[Artifact]:
-        """The evaluation artifacts this config's plug-ins of the group read."""
+    # ConfigError naming the field when the group's plug-ins cannot run this config
+    check: Callable[[ExperimentConfig, Schema], None]
+    # the evaluation artifacts this config's plug-ins of the group read
+    artifacts: Callable[[ExperimentConfig, Schema], frozenset[Artifact]] = _none
 
 
 class PluginsMissing(RuntimeError):

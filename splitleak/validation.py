@@ -27,11 +27,10 @@ MESSAGE_OVERHEAD = 16 << 10
 
 @dataclass(frozen=True)
 class Validated:
-    """A config every role can run: its evaluation artifacts resolved, the dataset's schema, and
-    what is allowed but probably a mistake."""
+    """A config every role can run (its evaluation artifacts resolved), and what is allowed but
+    probably a mistake."""
 
     cfg: ExperimentConfig
-    schema: Schema
     warnings: list[str]
 
 
@@ -48,13 +47,18 @@ def validate(cfg: ExperimentConfig, read_values: bool = False) -> Validated:
     if read_values:
         check_data_values(cfg)
     resolved = cfg.model_copy(update={"evaluation": resolve_evaluation(cfg, needs)})
-    return Validated(resolved, schema, overlap_warnings(cfg, schema))
+    return Validated(resolved, overlap_warnings(cfg, schema))
+
+
+def validated(cfg: ExperimentConfig) -> ExperimentConfig:
+    """The config validate() resolves (a sweep's point: every one is checked)."""
+    return validate(cfg).cfg
 
 
 def resolved(cfg: ExperimentConfig) -> ExperimentConfig:
-    """`cfg` itself when validation already resolved it, else validated now (a config built in
-    code, e.g. a sweep's point or a test's)."""
-    return cfg if cfg.evaluation.resolved else validate(cfg).cfg
+    """`cfg` itself when a CLI's validation already resolved it, else validated now (a config
+    built in code, e.g. a test's)."""
+    return cfg if cfg.evaluation.resolved else validated(cfg)
 
 
 def resolve_evaluation(cfg: ExperimentConfig, needs: set[Artifact]) -> EvaluationConfig:
@@ -82,7 +86,8 @@ def resolve_evaluation(cfg: ExperimentConfig, needs: set[Artifact]) -> Evaluatio
 
 def check_core(cfg: ExperimentConfig) -> Schema:
     """Dataset name and params, column ranges, loss, models and message sizes; returns the
-    dataset's schema."""
+    dataset's layout (its schema without a row count where counting costs a pass over the data:
+    nothing checked here depends on it, and every role validates at start)."""
     try:
         cls = DATASETS.get(cfg.dataset.name)
     except UnknownPluginError as err:
@@ -92,7 +97,7 @@ def check_core(cfg: ExperimentConfig) -> Schema:
     except ValidationError as err:
         raise ConfigError(plugin_param_errors("dataset.params", err)) from None
     try:
-        schema = cls(params).schema()
+        schema = cls(params).layout()
     except DatasetError as err:
         raise ConfigError(f"dataset: {err}") from None
     columns = passive_columns(cfg, schema)

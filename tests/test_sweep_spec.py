@@ -15,7 +15,7 @@ from orchestration.sweep.spec import SweepError, parse_sweep
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.rundir import write_config as write_run_config
 from splitleak.config import load_config, parse_config
-from splitleak.validation import resolved
+from splitleak.validation import validated
 from tests.conftest import small_config, write_config
 
 BASE = {"run": {"seed": 0}, "defense": [{"name": "marvell", "s": 1.0}],
@@ -80,7 +80,7 @@ def test_points_cross_variants_axes_and_seeds(tmp_path: Path) -> None:
         variant=[{"name": "none"},
                  {"name": "marvell", "set": {"defense": [{"name": "marvell"}]},
                   "axes": {"defense.0.s": [0.25, 4.0]}}]))
-    points = resolve(sweep, base, tmp_path / "sweeps" / "s", check=resolved)
+    points = resolve(sweep, base, tmp_path / "sweeps" / "s", check=validated)
     assert len(points) == 2 * 2 + 2 * 2 * 2  # (none + marvell x 2 s) x 2 batch sizes x 2 seeds
     assert [p.index for p in points] == list(range(len(points)))
     assert len({p.hash for p in points}) == len(points)
@@ -106,10 +106,10 @@ def test_a_bad_point_names_itself_and_the_field(tmp_path: Path) -> None:
                                             "axes": {"defense.0.s": [1.0, -1.0]}}]))
     with pytest.raises(SweepError, match=r"point 1 \(variant 'm'; defense.0.s=-1.0\).*s: Input should "
                                          "be greater than 0"):
-        resolve(bad_axis, base, tmp_path, check=resolved)
+        resolve(bad_axis, base, tmp_path, check=validated)
     schema = parse_sweep(_sweep(set={"training.batch_size": 0}))
     with pytest.raises(SweepError, match="training.batch_size"):
-        resolve(schema, base, tmp_path, check=resolved)
+        resolve(schema, base, tmp_path, check=validated)
     missing = parse_sweep(_sweep(axes={"defense.0.s": [1.0]}))
     with pytest.raises(SweepError, match="'defense.0.s': defense has 0 entries"):
         resolve(missing, base, tmp_path)

@@ -7,8 +7,7 @@ from pydantic import ValidationError
 
 from attacker.attacks import ATTACKS, DEFAULT_ATTACKS, build_attack
 from splitleak.config import ConfigError, ExperimentConfig, plugin_param_errors
-from splitleak.datasets import Schema
-from splitleak.plugins import Artifact
+from splitleak.plugins import Artifact, PluginGroup
 from splitleak.registry import UnknownPluginError
 
 
@@ -40,14 +39,5 @@ def needed_artifacts(cfg: ExperimentConfig, num_classes: int) -> frozenset[Artif
     return frozenset()
 
 
-class AttackPlugins:
-    name = "attacks"
-
-    def check(self, cfg: ExperimentConfig, schema: Schema) -> None:
-        check_attacks(cfg)
-
-    def artifacts(self, cfg: ExperimentConfig, schema: Schema) -> frozenset[Artifact]:
-        return needed_artifacts(cfg, schema.num_classes)
-
-
-PLUGINS = AttackPlugins()
+PLUGINS = PluginGroup("attacks", lambda cfg, schema: check_attacks(cfg),
+                      lambda cfg, schema: needed_artifacts(cfg, schema.num_classes))

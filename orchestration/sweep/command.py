@@ -22,7 +22,7 @@ from splitleak.artifacts.paths import SweepDir
 from splitleak.artifacts.sweep import SweepIndexError
 from splitleak.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, BadInput
 from splitleak.config import ConfigError, ExperimentConfig, load_config
-from splitleak.validation import resolved
+from splitleak.validation import validated
 
 
 def build_engine(args: argparse.Namespace) -> Engine:
@@ -76,7 +76,7 @@ def sweep_points(sweep: SweepFile, source: Path | None, sweep_dir: Path,
     """Every point, validated like `splitleak validate`; BadInput names the field."""
     try:
         base = base or load_config(base_path(sweep, source))
-        return resolve(sweep, base, sweep_dir, check=resolved)
+        return resolve(sweep, base, sweep_dir, check=validated)
     except ConfigError as err:
         raise BadInput(f"sweep.base: {err}") from None
     except SweepError as err:

@@ -62,11 +62,12 @@ def read_manifest(path: Path) -> Manifest:
     """ManifestError naming the file when it cannot be read or has another format."""
     try:
         data = json.loads(path.read_bytes())
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            found = data.get("format") if isinstance(data, dict) else None
-            raise ManifestError(f"{path}: unsupported checkpoint format {found}")
+    except (OSError, ValueError) as err:
+        raise ManifestError(f"{path} is not a readable checkpoint manifest: {err}") from None
+    found = data.get("format") if isinstance(data, dict) else None
+    if found != FORMAT:
+        raise ManifestError(f"{path}: unsupported checkpoint format {found}")
+    try:
         return Manifest.model_validate(data)
-    except (OSError, ValueError, ValidationError) as err:
-        if isinstance(err, ManifestError):
-            raise
+    except ValidationError as err:
         raise ManifestError(f"{path} is not a readable checkpoint manifest: {err}") from None
