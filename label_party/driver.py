@@ -19,9 +19,11 @@ class Exchange(Protocol):
     """How activations and cut gradients travel between the label party and the parties."""
 
     async def exchange(self, gradients: dict[int, torch.Tensor] | None, gradient_batch: Batch | None,
-                       next_batch: Batch) -> dict[int, torch.Tensor]:
+                       next_batch: Batch, meanwhile: Callable[[], object] | None = None,
+                       ) -> dict[int, torch.Tensor]:
         """Deliver the previous train batch's gradients (if any) with the next batch's ids;
-        return every party's activation for `next_batch`."""
+        return every party's activation for `next_batch`. `meanwhile`: the label party's own
+        work to run once the messages are on their way, while the parties compute."""
 
     async def finish(self, gradients: dict[int, torch.Tensor] | None,
                      gradient_batch: Batch | None) -> None:
@@ -70,8 +72,11 @@ async def drive(trainer: LabelPartyTrainer, batches: Iterable[Batch], exchange: 
     """Run the schedule: one exchange per batch, gradients piggy-backed on the next batch.
 
     A boundary is a train batch or the first batch of an evaluation pass; a checkpoint is only
-    taken there, so it never holds half an evaluation. `timer`: train steps' time split into
-    `exchange` (sending, waiting for the parties, decoding) and `compute` (the label's step)."""
+    taken there, so it never holds half an evaluation. A train step's update of the label
+    party's own parameters runs during the next exchange, once its gradients are on their way
+    (the trainer applies it first wherever the parameters are read). `timer`: train steps'
+    time split into `exchange` (sending, the pending update, waiting for the parties,
+    decoding) and `compute` (the label's step up to its cut gradients)."""
     timer = timer or StepTimer()
     progress = progress or Progress()
     started = time.monotonic()
@@ -91,7 +96,7 @@ async def drive(trainer: LabelPartyTrainer, batches: Iterable[Batch], exchange: 
         progress.batch = batch
         train = batch.phase is Phase.TRAIN
         with timer.span("exchange", timed(train, batch.step)):
-            activations = await exchange.exchange(pending, pending_batch, batch)
+            activations = await exchange.exchange(pending, pending_batch, batch, trainer.update)
         if train:
             progress.intact = False
             with timer.span("compute", timed(train, batch.step)):

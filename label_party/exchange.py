@@ -44,6 +44,9 @@ class NetworkExchange:
         # counted while the label party waits for the parties' answers, not before it sends.
         self._uncounted: list[tuple[str, Any]] = []
         self.timer = StepTimer()  # the driver's too: encode/decode of train steps
+        # The parties by when their last answers arrived, the last first: the slowest party's
+        # message is handed to gRPC first, so the step's longest path starts first.
+        self._slowest_first: list[int] = []
 
     def _send(self, gradients: dict[int, torch.Tensor] | None, gradient_batch: Batch | None,
               next_batch: Batch | None, checkpoint: Position | None = None) -> None:
@@ -58,7 +61,9 @@ class NetworkExchange:
             nxt = pb.Batch(phase=int(next_batch.phase), epoch=next_batch.epoch,
                            step=next_batch.step, sample_ids=encode_ids(next_batch.sample_ids),
                            variant=next_batch.variant)
-        for k, stream in self.session.streams.items():
+        streams = self.session.streams
+        for k in [*self._slowest_first, *(k for k in streams if k not in self._slowest_first)]:
+            stream = streams[k]
             msg = pb.LabelPartyMessage(next_batch=nxt, done=next_batch is None and checkpoint is None)
             if gradients is not None and gradient_batch is not None:
                 msg.cut_gradient.CopyFrom(encode_tensor(gradients[k].to(self.wire), sparse=self.sparse))
@@ -90,9 +95,13 @@ class NetworkExchange:
         self._uncounted.clear()
 
     async def exchange(self, gradients: dict[int, torch.Tensor] | None,
-                       gradient_batch: Batch | None, next_batch: Batch) -> dict[int, torch.Tensor]:
+                       gradient_batch: Batch | None, next_batch: Batch,
+                       meanwhile: Callable[[], object] | None = None) -> dict[int, torch.Tensor]:
         self._send(gradients, gradient_batch, next_batch)
         await asyncio.sleep(0)  # the streams hand the messages to gRPC first
+        if meanwhile is not None:  # the parties compute meanwhile: off the step's critical path
+            with self.timer.span("update", timed(next_batch.phase is Phase.TRAIN, next_batch.step)):
+                meanwhile()
         self._count()
         during = f"{next_batch.phase.name} step {next_batch.step}"
         activations = await self._collect(f"activation for {during}",
@@ -156,6 +165,7 @@ class NetworkExchange:
                         waiting[asyncio.ensure_future(streams[k].inbound.get())] = k
                     else:
                         answers[k] = answer
+            self._slowest_first = list(reversed(answers))
         finally:
             for task in waiting:
                 task.cancel()

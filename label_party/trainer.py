@@ -80,6 +80,7 @@ class LabelPartyTrainer:
         self._eval: list[tuple[str, np.ndarray, torch.Tensor, torch.Tensor]] = []
         self.anchors = anchors  # evaluation-only: clean gradients of a few positives per batch
         self.snapshots = snapshots  # evaluation-only: the model a white-box attacker knows
+        self._update_pending = False  # the last train step's own update is not applied yet
 
     def _own(self, sample_ids: np.ndarray) -> tuple[torch.Tensor | None, torch.Tensor | None]:
         if self.own_inputs is None:
@@ -89,18 +90,28 @@ class LabelPartyTrainer:
     def _ids(self, sample_ids: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(sample_ids).to(self.device, non_blocking=True)
 
+    def update(self) -> None:
+        """Apply the last train step's update of the label party's own parameters, if it is
+        still pending. The driver runs it once that step's gradients are on their way (while
+        the parties compute); everything that reads the parameters runs it first."""
+        if self._update_pending:
+            self._update_pending = False
+            self.objective.update()
+
     def train_step(self, batch: Batch,
                    activations: dict[int, torch.Tensor]) -> tuple[dict[int, torch.Tensor], dict]:
-        """The objective's update; returns each party's (defended) cut gradient, on this
-        party's device (activations may come from any)."""
+        """Each party's (defended) cut gradient, on this party's device (activations may come
+        from any); the objective's own update is left pending (see `update`)."""
+        self.update()
         acts = [activations[k].to(self.device, non_blocking=True).detach().requires_grad_(True)
                 for k in self.party_ids]
         y = self.labels[self._ids(batch.sample_ids)]
         if self.snapshots is not None:  # the parameters this step's gradient is computed with
             self.snapshots.record(batch.epoch, batch.step,
                                   self.objective.top)  # type: ignore[attr-defined]
-        result = self.objective.train_step(acts, self._own(batch.sample_ids), batch.sample_ids, y,
-                                           class_gradients=self.class_gradients)
+        result = self.objective.cut_gradients(acts, self._own(batch.sample_ids), batch.sample_ids,
+                                              y, class_gradients=self.class_gradients)
+        self._update_pending = True
         if not math.isfinite(result.loss) or not all(bool(torch.isfinite(g).all())
                                                      for g in result.gradients):
             raise non_finite_step(batch.step, result.loss, activations)
@@ -128,6 +139,7 @@ class LabelPartyTrainer:
     def eval_step(self, batch: Batch, activations: dict[int, torch.Tensor]) -> dict | None:
         """Accumulate predictions; at the pass's last batch return the metrics of each split it
         scored (`test_*`, and `train_*` when the pass covered the train rows)."""
+        self.update()
         logits = self.objective.predict([activations[k].to(self.device) for k in self.party_ids],
                                         self._own(batch.sample_ids))
         self._eval.append((batch.split, batch.sample_ids, logits.float().cpu(),
@@ -183,18 +195,22 @@ class LabelPartyTrainer:
         return {k: chain.summary() for k, chain in self.chains.items()}
 
     def objective_summary(self) -> dict[str, Any]:
+        self.update()
         return {"name": self.objective.name, **self.objective.summary()}
 
     def model_state(self) -> dict[str, Any]:
         """What top.pt holds: the objective's models and optimizers."""
+        self.update()
         return self.objective.state_dict()
 
     def state_dict(self) -> dict[str, Any]:
         """Everything a checkpoint needs: the objective and each party's defense chain."""
+        self.update()
         return {"objective": self.objective.state_dict(),
                 "defenses": {str(k): chain.state_dict() for k, chain in self.chains.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        self._update_pending = False  # the state replaces whatever was pending
         self.objective.load_state_dict(state["objective"])
         for k, chain in self.chains.items():
             chain.load_state_dict(state["defenses"][str(k)])

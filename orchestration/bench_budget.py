@@ -16,6 +16,7 @@ COMPONENTS = (
     ("step", "train step"),
     ("label_compute", "label compute"),
     ("label_codec", "label encode+decode"),
+    ("label_update", "label update, while parties compute"),
     ("label_waiting", "label waits for parties"),
     ("passive_compute", "party compute"),
     ("passive_codec", "party encode+decode"),
@@ -56,17 +57,19 @@ def step_budget(run: RunDir, parties: int, steps_per_s: float) -> dict[str, floa
         return figures.get("user_ms_per_step", 0.0) + figures.get("system_ms_per_step", 0.0)
 
     codec = label.get("encode", 0.0) + label.get("decode", 0.0)
-    waiting = label.get("exchange", 0.0) - codec
+    update = label.get("update", 0.0)
+    waiting = label.get("exchange", 0.0) - codec - update
     return {
         "step": 1e3 / steps_per_s,
         "label_compute": label.get("compute", 0.0),
         "label_codec": codec,
+        "label_update": update,
         "label_waiting": waiting,
         "passive_compute": busiest.get("backward", 0.0) + busiest.get("forward", 0.0),
         "passive_codec": busiest.get("encode", 0.0) + busiest.get("decode", 0.0),
         "passive_tap": tap,  # the busiest tapped party, slowest or not
         "passive_handoff": busiest.get("write", 0.0),
-        "transport": waiting - max(busy, 0.0),
+        "transport": waiting + update - max(busy, update, 0.0),
         "passive_waiting": busiest.get("wait", 0.0),
         "cpu_label": cpu_ms(cpu["label"]),
         "cpu_parties": sum(cpu_ms(cpu[k]) for k in range(1, parties + 1)),

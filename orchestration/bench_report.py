@@ -67,9 +67,10 @@ def summarise_rounds(rounds: list[dict[str, Any]], parties: list[int],
 
 def critical_ratio(budget: dict[str, float]) -> float:
     """A step's time over its critical path: the label party's compute and codec, then the
-    slowest party's (they cannot overlap: each waits for the other's result)."""
-    path = (budget["label_compute"] + budget["label_codec"] + budget["passive_compute"]
-            + budget["passive_codec"])
+    slowest party's (they cannot overlap: each waits for the other's result), or the label
+    party's own update where that is longer (it runs while the parties compute)."""
+    party = budget["passive_compute"] + budget["passive_codec"]
+    path = budget["label_compute"] + budget["label_codec"] + max(party, budget.get("label_update", 0.0))
     return budget["step"] / path if path > 0 else float("nan")
 
 

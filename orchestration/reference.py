@@ -75,7 +75,10 @@ class LocalExchange:
                 self.store.append(k, batch.epoch, batch.step, batch.sample_ids, tensors)
 
     async def exchange(self, gradients: dict[int, torch.Tensor] | None,
-                       gradient_batch: Batch | None, next_batch: Batch) -> dict[int, torch.Tensor]:
+                       gradient_batch: Batch | None, next_batch: Batch,
+                       meanwhile: Callable[[], object] | None = None) -> dict[int, torch.Tensor]:
+        if meanwhile is not None:  # the label party's own update, as it runs while parties compute
+            meanwhile()
         self._backward(gradients, gradient_batch)
         train = next_batch.phase is Phase.TRAIN
         activations = {}

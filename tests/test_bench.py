@@ -14,7 +14,7 @@ from rich.console import Console
 from orchestration import bench_rounds
 from orchestration.bench import bench_config
 from orchestration.bench_budget import COMPONENTS, step_budget
-from orchestration.bench_report import print_bench, ratio_pairs, summarise_rounds
+from orchestration.bench_report import critical_ratio, print_bench, ratio_pairs, summarise_rounds
 from orchestration.bench_rounds import (
     busy_rounds,
     cpu_clock,
@@ -223,6 +223,7 @@ def test_step_budget_takes_the_busiest_party_and_leaves_transport_as_the_rest(tm
         label.add("exchange", 0.020)
         label.add("encode", 0.0005)
         label.add("decode", 0.0005)
+        label.add("update", 0.002)  # inside the exchange, while the parties compute
     run.label_party.mkdir(parents=True)
     label.write(run.label_party / TIMING_FILE, per="compute")
     _timing(run.passive_party(1), 10, backward=6.0, decode=0.2, encode=0.2, tap=2.0, wait=15.0,
@@ -238,11 +239,15 @@ def test_step_budget_takes_the_busiest_party_and_leaves_transport_as_the_rest(tm
     assert budget["step"] == pytest.approx(40.0)
     assert budget["label_compute"] == pytest.approx(12.0)
     assert budget["label_codec"] == pytest.approx(1.0)
-    assert budget["label_waiting"] == pytest.approx(19.0)
+    assert budget["label_waiting"] == pytest.approx(17.0)
+    assert budget["label_update"] == pytest.approx(2.0)
     assert budget["passive_compute"] == pytest.approx(9.0)  # party 2: busier without `write`
     assert budget["passive_tap"] == pytest.approx(2.0)  # the tapped party's, slowest or not
     assert budget["transport"] == pytest.approx(19.0 - 9.5)  # its tap runs after it answered
     assert budget["passive_waiting"] == pytest.approx(14.0)
+    # the path: label compute and codec, then the slower of the party and the label's update
+    assert critical_ratio(budget) == pytest.approx(40.0 / (12.0 + 1.0 + 9.5))
+    assert critical_ratio({**budget, "label_update": 11.0}) == pytest.approx(40.0 / 24.0)
     (run.label_party / TIMING_FILE).unlink()
     with pytest.raises(ValueError, match="wrote no timing"):
         step_budget(run, 2, steps_per_s=25.0)

@@ -64,7 +64,7 @@ def test_distributed_equals_reference(tmp_path: Path, parties: int, overrides: d
                            torch.load(ref.bottom_model(k))["model"])
     assert outcome.final_eval is not None and outcome.final_eval["test_auc"] > 0.9
     timed_steps = outcome.train_steps - WARMUP_STEPS  # every role times its steps past warm-up
-    for role, spans in [(dist.label_party, {"compute", "exchange", "encode", "decode"}),
+    for role, spans in [(dist.label_party, {"compute", "exchange", "encode", "decode", "update"}),
                         *((dist.passive_party(k), {"backward", "forward", "encode", "decode",
                                                     "wait", "write"})
                           for k in range(1, parties + 1))]:

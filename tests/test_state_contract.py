@@ -148,3 +148,47 @@ def test_trainer_and_bottom_continue_exactly(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="party 1's, not party 2's"):
         bottoms2[2].load_state_dict(bottoms[1].state_dict())
     assert np.isfinite(r1["loss"])
+
+
+def test_the_label_party_update_is_applied_before_anything_reads_it(tmp_path: Path) -> None:
+    """A train step leaves the label party's own update pending (the driver runs it while the
+    parties compute); the next step, an evaluation and a checkpoint apply it first, so every
+    number is the one of updating at once."""
+    from label_party.schedule import schedule
+
+    cfg = parse_config(small_config(tmp_path))
+    data = load_label_party_data(cfg)
+    bottoms = {k: load_bottom(cfg, k) for k in (1, 2)}
+    shapes = {k: b.embedding_shape for k, b in bottoms.items()}
+    eager, deferred = (LabelPartyTrainer(cfg, data.labels, data.num_classes, shapes, None,
+                                         data.train_ids) for _ in range(2))
+    batches = list(schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed))
+    train = [b for b in batches if b.phase.name == "TRAIN"][:4]
+    evaluation = next(b for b in batches if b.phase.name == "EVAL")
+    top = deferred.objective.top  # type: ignore[attr-defined]
+    for b in train:
+        acts = {k: bottom.forward(b.sample_ids, True).detach() for k, bottom in bottoms.items()}
+        g1, r1 = eager.train_step(b, acts)
+        eager.update()
+        deferred.update()  # the previous step's, as the driver runs it during the exchange
+        before = [p.detach().clone() for p in top.parameters()]
+        g2, r2 = deferred.train_step(b, acts)
+        assert all(torch.equal(p, q) for p, q in zip(before, top.parameters(), strict=True)), (
+            "the update ran before the gradients were sent")
+        assert r1 == r2 and all(torch.equal(g1[k], g2[k]) for k in g1)
+    acts = {k: bottom.forward(evaluation.sample_ids, False) for k, bottom in bottoms.items()}
+    views = [acts[1], acts[2]], (None, None)
+    assert not torch.equal(eager.objective.predict(*views), deferred.objective.predict(*views))
+    deferred.eval_step(evaluation, acts)  # applies the pending update first
+    assert torch.equal(eager.objective.predict(*views), deferred.objective.predict(*views))
+    for b, read in zip(train[:2], ("state_dict", "model_state"), strict=True):
+        acts = {k: bottom.forward(b.sample_ids, True).detach() for k, bottom in bottoms.items()}
+        eager.train_step(b, acts)
+        eager.update()
+        deferred.train_step(b, acts)
+        got = getattr(deferred, read)()  # a checkpoint, top.pt: the pending update first
+        want = getattr(eager, read)()
+        if read == "state_dict":
+            got, want = got["objective"], want["objective"]
+        for name, value in want["top"].items():
+            assert torch.equal(value, got["top"][name]), f"{read}: {name}"

@@ -60,13 +60,28 @@ class Objective(ABC):
         self.params = params
         self.setup = setup
 
-    @abstractmethod
     def train_step(self, activations: list[torch.Tensor], own: Own, sample_ids: np.ndarray,
                    labels: torch.Tensor, class_gradients: bool = False) -> StepResult:
-        """One update. `activations` are leaf tensors that require grad; `labels` are the true
-        labels of the batch (an objective may replace them, e.g. label DP). With
-        `class_gradients` (only asked of objectives that support them), also the per-class
-        gradients at the parameters before this step's update."""
+        """One whole update: `cut_gradients`, then `update`."""
+        result = self.cut_gradients(activations, own, sample_ids, labels, class_gradients)
+        self.update()
+        return result
+
+    @abstractmethod
+    def cut_gradients(self, activations: list[torch.Tensor], own: Own, sample_ids: np.ndarray,
+                      labels: torch.Tensor, class_gradients: bool = False) -> StepResult:
+        """One step's cut gradients. `activations` are leaf tensors that require grad;
+        `labels` are the true labels of the batch (an objective may replace them, e.g. label
+        DP). With `class_gradients` (only asked of objectives that support them), also the
+        per-class gradients at the parameters before this step's update.
+
+        The update of the objective's own parameters may be left to `update`: the label party
+        runs it once the gradients are on their way, while the parties compute, and before
+        anything else reads those parameters (LabelPartyTrainer sees to that)."""
+
+    def update(self) -> None:
+        """The parameter update `cut_gradients` left pending (the optimizer's step), if any."""
+        return None
 
     @abstractmethod
     def predict(self, activations: list[torch.Tensor], own: Own) -> torch.Tensor:

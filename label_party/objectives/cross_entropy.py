@@ -73,8 +73,8 @@ class CrossEntropy(Objective):
         """A term added to the supervised loss, and its per-step metrics (none here)."""
         return None, {}
 
-    def train_step(self, activations: list[torch.Tensor], own: Own, sample_ids: np.ndarray,
-                   labels: torch.Tensor, class_gradients: bool = False) -> StepResult:
+    def cut_gradients(self, activations: list[torch.Tensor], own: Own, sample_ids: np.ndarray,
+                      labels: torch.Tensor, class_gradients: bool = False) -> StepResult:
         if self.optimizer is not None:
             self.optimizer.zero_grad(set_to_none=True)
         logits = self.logits(activations, own, training=True)
@@ -86,9 +86,12 @@ class CrossEntropy(Objective):
         per_class = (per_class_gradients(logits, activations, self.class_targets(len(labels)),
                                          self.loss_kind) if class_gradients else None)
         loss.backward()
+        return StepResult(float(loss.detach()), [a.grad for a in activations], metrics, per_class)
+
+    def update(self) -> None:
+        """The optimizer's step on the gradients `cut_gradients` left in the parameters."""
         if self.optimizer is not None:
             self.optimizer.step()
-        return StepResult(float(loss.detach()), [a.grad for a in activations], metrics, per_class)
 
     def predict(self, activations: list[torch.Tensor], own: Own) -> torch.Tensor:
         return self.logits(activations, own, training=False)

@@ -199,8 +199,10 @@ class GAFM(Objective):
             p.grad = g
         self.generator_optimizer.step()
 
-    def train_step(self, activations: list[torch.Tensor], own: Own, sample_ids: np.ndarray,
-                   labels: torch.Tensor, class_gradients: bool = False) -> StepResult:
+    def cut_gradients(self, activations: list[torch.Tensor], own: Own, sample_ids: np.ndarray,
+                      labels: torch.Tensor, class_gradients: bool = False) -> StepResult:
+        """G and D are updated first: the cut gradients are computed with the updated ones,
+        so nothing is left for `update`."""
         self.generator.train()
         self.critic.train()
         aggregated = self.aggregate(activations)
