@@ -17,7 +17,7 @@ import torch
 from rich.console import Console
 
 from orchestration.bench_budget import step_budget
-from orchestration.bench_report import print_bench, summarise_rounds
+from orchestration.bench_report import PLAINTEXT, print_bench, summarise_rounds
 from orchestration.bench_rounds import default_busy_load, interleave
 from orchestration.reference import run_reference
 from orchestration.run import run_distributed
@@ -83,12 +83,13 @@ SETUPS = ("ctr", "cifar-resnet18")
 
 
 def bench_config(steps: int, sidecar: bool = False, parties: int = 2, setup: str = "ctr",
-                 device: str = "cpu", threads: int | str = "auto") -> ExperimentConfig:
+                 device: str = "cpu", threads: int | str = "auto", tls: bool = True) -> ExperimentConfig:
     """`steps` train steps and one evaluation at the end of a set-up; the sidecar records only
     if asked. "ctr": the default (synthetic CTR, batch 1024, cut width 128); "cifar-resnet18":
     Fu et al.'s CIFAR-10 split (ResNet-18 bottoms on 3×32×16 image strips of seeded random
     images, their 4-layer top, batch 32, momentum SGD), the label party holding no features.
-    `parties`: that many passive parties, the columns split evenly (each keeping its width)."""
+    `parties`: that many passive parties, the columns split evenly (each keeping its width).
+    `tls`: False for plaintext channels (the default, like a run's, is mutual TLS)."""
     data = load_config(None).model_dump()
     if setup == "cifar-resnet18":
         batch = 32
@@ -106,7 +107,7 @@ def bench_config(steps: int, sidecar: bool = False, parties: int = 2, setup: str
     data["run"].update(name="bench", device=device, torch_threads=threads)
     data["training"].update(max_steps=steps, eval_interval=0)
     data["attacker"]["enabled"] = sidecar
-    data["topology"]["passive_parties"] = parties
+    data["topology"].update(passive_parties=parties, tls=tls)
     data["features"] = {"ratios": [1.0] * parties,
                         **({"label_party": data["features"]["label_party"]} if setup == "ctr" else {})}
     return ExperimentConfig.model_validate(data)
@@ -201,6 +202,8 @@ def bench_variants(args: argparse.Namespace, base: Path,
                                                          config(threads=threads), False),
                 "distributed": variant("distributed", cfg, True),
                 "distributed+sidecar": variant("distributed+sidecar", config(sidecar=True), True)}
+    if args.plaintext:
+        variants[PLAINTEXT] = variant(PLAINTEXT, config(tls=False), True)
     for n in args.parties or []:
         scaled = config(parties=n)
         variants[f"in-process N={n}"] = variant(f"in-process N={n}, 1 thread",
@@ -235,7 +238,7 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
     busy_load = args.busy_load if args.busy_load is not None else default_busy_load()
     parties = sorted(set(args.parties or []))
     args.parties = parties
-    scaled = "".join(f", N={n}" for n in parties)
+    scaled = (", plaintext" if args.plaintext else "") + "".join(f", N={n}" for n in parties)
     console.print(f"splitleak bench ({args.setup} on {args.device}): {rounds_wanted} interleaved "
                   f"round(s) of in-process (1 thread and as many threads as the distributed run "
                   f"has), distributed, distributed+sidecar{scaled}")

@@ -11,6 +11,7 @@ from rich.table import Table
 from orchestration.bench_budget import COMPONENTS, LEGEND, median_budget
 from orchestration.bench_rounds import BUSY_OTHER_CORES, busy_rounds, describe, per_round_ratios, spread
 
+PLAINTEXT = "distributed, plaintext"  # the variant `--plaintext` adds: no TLS on the channels
 SETUP_TITLES = {"ctr": "default set-up (synthetic CTR, batch 1024, cut width 128)",
                 "cifar-resnet18": "Fu et al.'s CIFAR-10 split (ResNet-18 bottoms, batch 32, "
                                   "seeded random images)"}
@@ -32,6 +33,8 @@ def ratio_pairs(parties: list[int], names: list[str] | None = None) -> dict[str,
         if "N=" not in name:
             pairs[f"distributed / in-process ({threads})"] = ("distributed", name)
     pairs["with sidecar / without"] = ("distributed+sidecar", "distributed")
+    if PLAINTEXT in names:
+        pairs["with TLS / plaintext"] = ("distributed", PLAINTEXT)
     for n in parties:
         pairs[f"distributed / in-process (1 thread), N={n}"] = (f"distributed N={n}",
                                                                 f"in-process N={n}")

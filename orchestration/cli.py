@@ -44,6 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--setup", default="ctr", choices=("ctr", "cifar-resnet18"),
                    help="ctr: the default set-up (synthetic CTR, batch 1024); cifar-resnet18: "
                         "Fu et al.'s CIFAR-10 split with ResNet-18 bottoms, batch 32 (a GPU's)")
+    b.add_argument("--plaintext", action="store_true",
+                   help="also measure the distributed run without TLS: what mutual TLS costs a "
+                        "step")
     b.add_argument("--busy-load", type=float, metavar="LOAD",
                    help="warn about rounds whose 1-minute load average is above LOAD "
                         "(default: half the cores)")

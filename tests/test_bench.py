@@ -14,7 +14,13 @@ from rich.console import Console
 from orchestration import bench_rounds
 from orchestration.bench import bench_config
 from orchestration.bench_budget import COMPONENTS, step_budget
-from orchestration.bench_report import critical_ratio, print_bench, ratio_pairs, summarise_rounds
+from orchestration.bench_report import (
+    PLAINTEXT,
+    critical_ratio,
+    print_bench,
+    ratio_pairs,
+    summarise_rounds,
+)
 from orchestration.bench_rounds import (
     busy_rounds,
     cpu_clock,
@@ -131,6 +137,8 @@ def test_summary_json_keeps_every_round_and_names_every_ratio():
     assert result["ratios"]["distributed N=4 / N=2"]["median"] == pytest.approx(12 / 21)
     assert result["steps_per_s"]["distributed"]["min"] == 18.0
     assert result["budget_ms"]["distributed"]["step"] == 52.0  # median over rounds
+    assert "with TLS / plaintext" not in ratio_pairs([], names)  # only where it was measured
+    assert ratio_pairs([], [*names, PLAINTEXT])["with TLS / plaintext"] == ("distributed", PLAINTEXT)
     assert set(result["budget_ms"]) == {"distributed", "distributed+sidecar", "distributed N=2",
                                         "distributed N=4"}
     assert result["busy_rounds"] == [3, 4]  # load above 0.5 at its end
@@ -285,14 +293,15 @@ def test_bad_bench_arguments_exit_2_naming_what_is_allowed(argv, says, capsys):
 def test_quick_bench_runs_one_round_and_writes_its_json(tmp_path):
     out = tmp_path / "bench.json"
     done = subprocess.run([sys.executable, "-m", "orchestration", "bench", "--quick", "--steps",
-                           "12", "--json", str(out)], capture_output=True, text=True,
+                           "12", "--plaintext", "--json", str(out)], capture_output=True, text=True,
                           timeout=scaled(600), env={**os.environ, "COLUMNS": "200"})
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
     assert len(result["rounds"]) == 1
     threads = result["threads"]  # the distributed run's threads in all: 1 a process here
     assert set(result["rounds"][0]["variants"]) == {"in-process", f"in-process {threads} threads",
-                                                   "distributed", "distributed+sidecar"}
+                                                   "distributed", "distributed+sidecar", PLAINTEXT}
+    assert result["ratios"]["with TLS / plaintext"]["median"] > 0
     budget = result["budget_ms"]["distributed"]
     assert budget["label_compute"] > 0 and budget["passive_compute"] > 0
     assert result["ratios"]["distributed / in-process (1 thread)"]["n"] == 1
