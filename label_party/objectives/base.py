@@ -75,12 +75,13 @@ class Objective(ABC):
         DP). With `class_gradients` (only asked of objectives that support them), also the
         per-class gradients at the parameters before this step's update.
 
-        The update of the objective's own parameters may be left to `update`: the label party
-        runs it once the gradients are on their way, while the parties compute, and before
-        anything else reads those parameters (LabelPartyTrainer sees to that)."""
+        The backward pass to the objective's own parameters and their update may be left to
+        `update`: the label party runs it once the gradients are on their way, while the
+        parties compute, and before anything else reads those parameters (LabelPartyTrainer
+        sees to that)."""
 
     def update(self) -> None:
-        """The parameter update `cut_gradients` left pending (the optimizer's step), if any."""
+        """What `cut_gradients` left pending (the parameters' gradients, the optimizer's step)."""
         return None
 
     @abstractmethod
