@@ -47,7 +47,7 @@ from splitleak.config import ExperimentConfig
 from splitleak.fileio import describe_os_error, write_atomically
 from splitleak.integrity import variant_rows
 from splitleak.lifeline import orphaned
-from splitleak.placement import LABEL, memory_facts, prepare_role
+from splitleak.placement import LABEL, label_core_free, memory_facts, prepare_role
 from splitleak.tap import TapError
 from splitleak.timing import mark_startup, note
 from splitleak.tls import LABEL_PARTY
@@ -212,6 +212,8 @@ class LabelPartyRun:
             trainer = await compute(LabelPartyTrainer, cfg, data.labels, data.num_classes,
                                     session.embedding_shapes(), data.own_inputs, data.train_ids,
                                     anchors, snapshots, self.device)
+            trainer.objective.split_backward = label_core_free(cfg)
+            note(split_backward=trainer.objective.split_backward)
             if session.resume is not None:
                 await compute(restore, trainer, self.run, session.resume)
             resumed_at = session.resume.step if session.resume else 0

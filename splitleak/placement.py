@@ -118,6 +118,16 @@ def role_threads(cfg: ExperimentConfig, role: str, available: int | None = None)
     return max(1, threads[role])
 
 
+def label_core_free(cfg: ExperimentConfig) -> bool:
+    """Whether the label party has a core of its own while the parties compute: a core for
+    every process of the run (label party, passive parties, sidecar). Then it runs the backward
+    pass to its own parameters there, after sending the cut gradients (`split_backward`);
+    on fewer cores that pass would take a core from a party (2 cores, N = 2: no faster,
+    docs/measurements/2026-11-26-label-update-2core.md)."""
+    processes = 1 + cfg.topology.passive_parties + (1 if cfg.sidecar_needed else 0)
+    return cores() >= processes
+
+
 def prepare_role(cfg: ExperimentConfig, role: str) -> torch.device:
     """Threads and device of this process, for `role`; returns the device."""
     torch.set_num_threads(role_threads(cfg, role))

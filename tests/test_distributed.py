@@ -180,3 +180,23 @@ def test_ctrl_c_stops_every_process(tmp_path: Path) -> None:
     assert proc.returncode == 130, out
     time.sleep(0.5)
     assert not [name for name, pid in pids.items() if _alive(pid)]
+
+
+def test_a_label_party_with_cores_to_spare_splits_its_backward_and_the_numbers_stay(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a core for every process (SPLITLEAK_CORES says 8 here), the label party runs the
+    backward pass to its own parameters after sending the cut gradients; the in-process
+    reference never does. Same losses and models, bit for bit."""
+    monkeypatch.setenv("SPLITLEAK_CORES", "8")
+    cfg = parse_config(small_config(tmp_path, training={"max_steps": 12}))
+    dist = create_run_dir(cfg, tmp_path / "dist")
+    ref = create_run_dir(cfg, tmp_path / "ref")
+    run_distributed(cfg, dist)
+    run_reference(cfg, ref)
+    assert json.loads((dist.label_party / TIMING_FILE).read_text())["split_backward"] is True
+    assert [r["loss"] for r in _records(dist, "train")] == [r["loss"] for r in _records(ref, "train")]
+    for name, value in torch.load(ref.top_model)["top"].items():
+        assert torch.equal(value, torch.load(dist.top_model)["top"][name]), name
+    for k in (1, 2):
+        for name, value in torch.load(ref.bottom_model(k))["model"].items():
+            assert torch.equal(value, torch.load(dist.bottom_model(k))["model"][name]), (k, name)

@@ -150,10 +150,13 @@ def test_trainer_and_bottom_continue_exactly(tmp_path: Path) -> None:
     assert np.isfinite(r1["loss"])
 
 
-def test_the_label_party_update_is_applied_before_anything_reads_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("split", [False, True], ids=["one-pass", "split-backward"])
+def test_the_label_party_update_is_applied_before_anything_reads_it(tmp_path: Path,
+                                                                   split: bool) -> None:
     """A train step leaves the label party's own update pending (the driver runs it while the
     parties compute); the next step, an evaluation and a checkpoint apply it first, so every
-    number is the one of updating at once."""
+    number is the one of updating at once, also where the backward pass to the parameters
+    waits for the update too (split_backward)."""
     from label_party.schedule import schedule
 
     cfg = parse_config(small_config(tmp_path))
@@ -165,6 +168,7 @@ def test_the_label_party_update_is_applied_before_anything_reads_it(tmp_path: Pa
     batches = list(schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed))
     train = [b for b in batches if b.phase.name == "TRAIN"][:4]
     evaluation = next(b for b in batches if b.phase.name == "EVAL")
+    deferred.objective.split_backward = split
     top = deferred.objective.top  # type: ignore[attr-defined]
     for b in train:
         acts = {k: bottom.forward(b.sample_ids, True).detach() for k, bottom in bottoms.items()}
@@ -192,3 +196,36 @@ def test_the_label_party_update_is_applied_before_anything_reads_it(tmp_path: Pa
             got, want = got["objective"], want["objective"]
         for name, value in want["top"].items():
             assert torch.equal(value, got["top"][name]), f"{read}: {name}"
+
+
+@pytest.mark.parametrize("name", sorted(OBJECTIVE_PARAMS))
+def test_a_split_backward_gives_every_objective_the_same_numbers(name: str, tmp_path: Path) -> None:
+    """The backward pass to the activations first and to the parameters with the update is
+    the same operations as one pass: losses, gradients, predictions and states bit for bit."""
+    _, setup = objective_case(name, tmp_path)
+    one, split = (build_objective(name, OBJECTIVE_PARAMS[name], setup) for _ in range(2))
+    split.split_backward = True
+    for step in range(4):
+        asked = one.supports_class_gradients
+        a = one.train_step(*batch(setup, seed=step), class_gradients=asked)
+        b = split.train_step(*batch(setup, seed=step), class_gradients=asked)
+        assert a.loss == b.loss and a.metrics == b.metrics, f"{name}: step {step}"
+        assert all(torch.equal(x, y) for x, y in zip(a.gradients, b.gradients, strict=True))
+        assert (a.class_gradients is None) == (b.class_gradients is None)
+        for x, y in zip(a.class_gradients or [], b.class_gradients or [], strict=True):
+            assert torch.equal(x, y)
+    acts, own, _, _ = batch(setup, seed=9)
+    detached = [x.detach() for x in acts]
+    assert torch.equal(one.predict(detached, own), split.predict(detached, own))
+    assert same(one.state_dict(), split.state_dict()), f"{name}: the states differ"
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equal bit for bit, through nested dicts and lists of tensors and numbers."""
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    if isinstance(a, list | tuple):
+        return type(a) is type(b) and len(a) == len(b) and all(map(same, a, b))
+    return a == b

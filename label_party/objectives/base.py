@@ -54,6 +54,10 @@ class Objective(ABC):
     Params: ClassVar[type[ObjectiveParams]] = ObjectiveParams
     # True: train_step(..., class_gradients=True) fills StepResult.class_gradients.
     supports_class_gradients: ClassVar[bool] = False
+    # Set by the label party: cut_gradients may leave the backward pass to the objective's own
+    # parameters to `update` (worth it where the label party has a core of its own to run it on
+    # while the parties compute; it repeats the part of the pass between them and the loss).
+    split_backward: bool = False
 
     def __init__(self, params: ObjectiveParams, setup: ObjectiveSetup) -> None:
         type(self).check(setup.cfg)  # the same check `splitleak validate` runs before start

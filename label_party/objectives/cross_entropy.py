@@ -43,7 +43,8 @@ class CrossEntropy(Objective):
         # top = "none" with no own features leaves the label party nothing to train.
         params = list(self.top.parameters())
         self.optimizer = make_optimizer(params, cfg.optimizer_for("label")) if params else None
-        self._loss: torch.Tensor | None = None  # the step's loss, its graph kept for `update`
+        self._stepping = False  # cut_gradients ran, update has not
+        self._loss: torch.Tensor | None = None  # split backward: the loss, its graph kept
 
     def rows(self, sample_ids: np.ndarray) -> torch.Tensor:
         """These sample ids as an index on the label party's device."""
@@ -76,9 +77,9 @@ class CrossEntropy(Objective):
 
     def cut_gradients(self, activations: list[torch.Tensor], own: Own, sample_ids: np.ndarray,
                       labels: torch.Tensor, class_gradients: bool = False) -> StepResult:
-        """The backward pass to the activations only; the parameters' gradients (the wide part's
-        embeddings included, which no activation depends on) are left to `update`, off the
-        step's critical path. The same operations as one backward pass, so the same numbers."""
+        """With `split_backward`, the backward pass to the activations only: the parameters'
+        gradients (the wide part's embeddings too, which no activation depends on) are left to
+        `update`. The same operations as one backward pass, so the same numbers."""
         logits = self.logits(activations, own, training=True)
         loss = supervised_loss(logits, self.targets(sample_ids, labels), self.loss_kind)
         penalty, metrics = self.penalty(activations, labels)
@@ -87,19 +88,28 @@ class CrossEntropy(Objective):
             loss = loss + penalty
         per_class = (per_class_gradients(logits, activations, self.class_targets(len(labels)),
                                          self.loss_kind) if class_gradients else None)
-        keep = self.optimizer is not None
-        gradients = torch.autograd.grad(loss, activations, retain_graph=keep)
-        self._loss = loss if keep else None
-        return StepResult(float(loss.detach()), list(gradients), metrics, per_class)
+        if self.split_backward and self.optimizer is not None:
+            gradients = list(torch.autograd.grad(loss, activations, retain_graph=True))
+            self._loss = loss
+        else:
+            if self.optimizer is not None:
+                self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            gradients = [a.grad for a in activations]
+        self._stepping = self.optimizer is not None
+        return StepResult(float(loss.detach()), gradients, metrics, per_class)
 
     def update(self) -> None:
-        """The parameters' gradients of the last step's loss, then the optimizer's step."""
-        if self.optimizer is None or self._loss is None:
+        """The parameters' gradients of the last step's loss if `cut_gradients` left them,
+        then the optimizer's step."""
+        if not self._stepping or self.optimizer is None:
             return
-        loss, self._loss = self._loss, None
-        self.optimizer.zero_grad(set_to_none=True)
-        loss.backward(inputs=[p for group in self.optimizer.param_groups for p in group["params"]
-                              if p.requires_grad])
+        self._stepping = False
+        if self._loss is not None:
+            loss, self._loss = self._loss, None
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward(inputs=[p for group in self.optimizer.param_groups
+                                  for p in group["params"] if p.requires_grad])
         self.optimizer.step()
 
     def predict(self, activations: list[torch.Tensor], own: Own) -> torch.Tensor:
@@ -115,7 +125,7 @@ class CrossEntropy(Objective):
 
 def load_top_state(objective: CrossEntropy, state: dict[str, Any]) -> None:
     """Restore what CrossEntropy.state_dict saved: the top model and its optimizer."""
-    objective._loss = None  # an update still pending belongs to the state replaced
+    objective._stepping, objective._loss = False, None  # a pending update: the state replaced
     objective.top.load_state_dict(state["top"])
     if objective.optimizer is not None:
         objective.optimizer.load_state_dict(state["optimizer"])
