@@ -211,8 +211,7 @@ class LabelPartyRun:
             await session.wait_for_parties()
             trainer = await compute(LabelPartyTrainer, cfg, data.labels, data.num_classes,
                                     session.embedding_shapes(), data.own_inputs, data.train_ids,
-                                    anchors, snapshots, self.device)
-            trainer.objective.split_backward = label_core_free(cfg)
+                                    anchors, snapshots, self.device, label_core_free(cfg))
             note(split_backward=trainer.objective.split_backward)
             if session.resume is not None:
                 await compute(restore, trainer, self.run, session.resume)

@@ -55,7 +55,7 @@ class LabelPartyTrainer:
                  train_ids: np.ndarray | None = None,
                  anchors: CleanAnchorWriter | None = None,
                  snapshots: SnapshotWriter | None = None,
-                 device: torch.device | str = "cpu") -> None:
+                 device: torch.device | str = "cpu", split_backward: bool = False) -> None:
         self.cfg = cfg
         self.device = torch.device(device)
         self.num_classes = num_classes
@@ -71,6 +71,8 @@ class LabelPartyTrainer:
             activation_shapes=[activation_shapes[k] for k in self.party_ids],
             own_inputs=own_inputs, seed=cfg.run.seed, device=self.device)
         self.objective = build_objective(cfg.objective.name, cfg.objective.params, setup)
+        # the backward pass to the objective's parameters after sending (Objective.split_backward)
+        self.objective.split_backward = split_backward
         specs = [(spec.name, spec.params) for spec in cfg.defense]
         self.chains = {k: DefenseChain(specs, cfg.run.seed) for k in self.party_ids}
         # Per-class gradients cost K extra backward products: only when the chain reads them.

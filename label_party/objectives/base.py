@@ -85,7 +85,8 @@ class Objective(ABC):
         sees to that)."""
 
     def update(self) -> None:
-        """What `cut_gradients` left pending (the parameters' gradients, the optimizer's step)."""
+        """What `cut_gradients` left pending (the parameters' gradients, the optimizer's step);
+        called once after each cut_gradients."""
         return None
 
     @abstractmethod

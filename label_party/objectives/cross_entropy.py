@@ -43,7 +43,6 @@ class CrossEntropy(Objective):
         # top = "none" with no own features leaves the label party nothing to train.
         params = list(self.top.parameters())
         self.optimizer = make_optimizer(params, cfg.optimizer_for("label")) if params else None
-        self._stepping = False  # cut_gradients ran, update has not
         self._loss: torch.Tensor | None = None  # split backward: the loss, its graph kept
 
     def rows(self, sample_ids: np.ndarray) -> torch.Tensor:
@@ -96,15 +95,13 @@ class CrossEntropy(Objective):
                 self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             gradients = [a.grad for a in activations]
-        self._stepping = self.optimizer is not None
         return StepResult(float(loss.detach()), gradients, metrics, per_class)
 
     def update(self) -> None:
         """The parameters' gradients of the last step's loss if `cut_gradients` left them,
-        then the optimizer's step."""
-        if not self._stepping or self.optimizer is None:
+        then the optimizer's step (once per cut_gradients)."""
+        if self.optimizer is None:
             return
-        self._stepping = False
         if self._loss is not None:
             loss, self._loss = self._loss, None
             self.optimizer.zero_grad(set_to_none=True)
@@ -125,7 +122,7 @@ class CrossEntropy(Objective):
 
 def load_top_state(objective: CrossEntropy, state: dict[str, Any]) -> None:
     """Restore what CrossEntropy.state_dict saved: the top model and its optimizer."""
-    objective._stepping, objective._loss = False, None  # a pending update: the state replaced
+    objective._loss = None  # a pending update belongs to the state replaced
     objective.top.load_state_dict(state["top"])
     if objective.optimizer is not None:
         objective.optimizer.load_state_dict(state["optimizer"])

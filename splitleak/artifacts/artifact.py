@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from splitleak.fileio import write_atomically
 
@@ -37,3 +37,23 @@ def write_model(path: Path, model: BaseModel, default: Any = _finite_or_null) ->
     """The fields that were set, in the order written (the bytes of the dict the model holds)."""
     text = json.dumps(model.model_dump(exclude_unset=True), indent=2, default=default)
     write_atomically(path, lambda tmp: tmp.write_text(text))
+
+
+Model = TypeVar("Model", bound=BaseModel)
+
+
+def read_versioned(path: Path, model: type[Model], version: int, error: type[Exception],
+                   what: str) -> Model:
+    """`model` from the JSON file at `path`, whose "format" must be `version`; `error` naming
+    the file (`what` it should be) when it is not. OSError as raised."""
+    try:
+        data = json.loads(path.read_bytes())
+    except ValueError as err:
+        raise error(f"{path} is not a readable {what}: {err}") from None
+    found = data.get("format") if isinstance(data, dict) else None
+    if found != version:
+        raise error(f"{path}: a {what} of format {found}; this version reads format {version}")
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise error(f"{path} is not a readable {what}: {err}") from None

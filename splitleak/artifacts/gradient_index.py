@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
+
+from splitleak.artifacts.artifact import read_versioned
 
 FORMAT = 1  # the log's layout; a reader refuses another
 
@@ -40,14 +42,4 @@ def write_index_text(index: GradientLogIndex) -> str:
 
 def read_index(path: Path) -> GradientLogIndex:
     """LogIndexError naming the file when it is not an index of this format; OSError as raised."""
-    text = path.read_bytes()
-    try:
-        data = json.loads(text)
-    except ValueError as err:
-        raise LogIndexError(f"{path} is not a gradient log index: {err}") from None
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise LogIndexError(f"{path}: not a gradient log index of format {FORMAT}")
-    try:
-        return GradientLogIndex.model_validate(data)
-    except ValidationError as err:
-        raise LogIndexError(f"{path} is not a gradient log index: {err}") from None
+    return read_versioned(path, GradientLogIndex, FORMAT, LogIndexError, "gradient log index")

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict
 
+from splitleak.artifacts.artifact import read_versioned
 from splitleak.artifacts.paths import CHECKPOINT_MANIFEST, RunDir
 from splitleak.fileio import write_atomically
 
@@ -61,13 +62,6 @@ def write_manifest(run: RunDir, manifest: Manifest) -> Path:
 def read_manifest(path: Path) -> Manifest:
     """ManifestError naming the file when it cannot be read or has another format."""
     try:
-        data = json.loads(path.read_bytes())
-    except (OSError, ValueError) as err:
-        raise ManifestError(f"{path} is not a readable checkpoint manifest: {err}") from None
-    found = data.get("format") if isinstance(data, dict) else None
-    if found != FORMAT:
-        raise ManifestError(f"{path}: unsupported checkpoint format {found}")
-    try:
-        return Manifest.model_validate(data)
-    except ValidationError as err:
+        return read_versioned(path, Manifest, FORMAT, ManifestError, "checkpoint manifest")
+    except OSError as err:
         raise ManifestError(f"{path} is not a readable checkpoint manifest: {err}") from None
