@@ -17,7 +17,13 @@ import torch
 from rich.console import Console
 
 from orchestration.bench_budget import step_budget
-from orchestration.bench_report import PLAINTEXT, print_bench, summarise_rounds
+from orchestration.bench_report import (
+    GRAPHED,
+    GRAPHED_IN_PROCESS,
+    PLAINTEXT,
+    print_bench,
+    summarise_rounds,
+)
 from orchestration.bench_rounds import default_busy_load, interleave
 from orchestration.reference import run_reference
 from orchestration.run import run_distributed
@@ -29,7 +35,7 @@ from splitleak.artifacts.summary import read_training_summary
 from splitleak.artifacts.timing import read_timing_file
 from splitleak.cli_common import BadInput
 from splitleak.config import ConfigError, ExperimentConfig, load_config
-from splitleak.placement import ATTACKER, check_devices, role_threads, roles
+from splitleak.placement import ATTACKER, check_devices, resolve_device, role_threads, roles
 
 
 class ByteCountingRelay:
@@ -83,13 +89,15 @@ SETUPS = ("ctr", "cifar-resnet18")
 
 
 def bench_config(steps: int, sidecar: bool = False, parties: int = 2, setup: str = "ctr",
-                 device: str = "cpu", threads: int | str = "auto", tls: bool = True) -> ExperimentConfig:
+                 device: str = "cpu", threads: int | str = "auto", tls: bool = True,
+                 cuda_graphs: bool = False) -> ExperimentConfig:
     """`steps` train steps and one evaluation at the end of a set-up; the sidecar records only
     if asked. "ctr": the default (synthetic CTR, batch 1024, cut width 128); "cifar-resnet18":
     Fu et al.'s CIFAR-10 split (ResNet-18 bottoms on 3×32×16 image strips of seeded random
     images, their 4-layer top, batch 32, momentum SGD), the label party holding no features.
     `parties`: that many passive parties, the columns split evenly (each keeping its width).
-    `tls`: False for plaintext channels (the default, like a run's, is mutual TLS)."""
+    `tls`: False for plaintext channels (the default, like a run's, is mutual TLS);
+    `cuda_graphs`: the parties replay their train steps as CUDA graphs (run.cuda_graphs)."""
     data = load_config(None).model_dump()
     if setup == "cifar-resnet18":
         batch = 32
@@ -104,7 +112,7 @@ def bench_config(steps: int, sidecar: bool = False, parties: int = 2, setup: str
         data["attacker"]["record_first_layer"] = False
     elif setup != "ctr":
         raise ValueError(f"bench set-up {setup!r}; allowed: {', '.join(SETUPS)}")
-    data["run"].update(name="bench", device=device, torch_threads=threads)
+    data["run"].update(name="bench", device=device, torch_threads=threads, cuda_graphs=cuda_graphs)
     data["training"].update(max_steps=steps, eval_interval=0)
     data["attacker"]["enabled"] = sidecar
     data["topology"].update(passive_parties=parties, tls=tls)
@@ -204,6 +212,10 @@ def bench_variants(args: argparse.Namespace, base: Path,
                 "distributed+sidecar": variant("distributed+sidecar", config(sidecar=True), True)}
     if args.plaintext:
         variants[PLAINTEXT] = variant(PLAINTEXT, config(tls=False), True)
+    if args.cuda_graphs:
+        variants[GRAPHED_IN_PROCESS] = variant("in-process, 1 thread, CUDA graphs",
+                                               config(threads=1, cuda_graphs=True), False)
+        variants[GRAPHED] = variant(GRAPHED, config(cuda_graphs=True), True)
     for n in args.parties or []:
         scaled = config(parties=n)
         variants[f"in-process N={n}"] = variant(f"in-process N={n}, 1 thread",
@@ -234,11 +246,17 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
         check_devices(bench_config(args.steps, setup=args.setup, device=args.device))
     except ConfigError as err:
         raise BadInput(f"splitleak bench --device {args.device}: {err}") from None
+    if args.cuda_graphs and resolve_device(args.device).type != "cuda":
+        raise BadInput(f"splitleak bench --cuda-graphs: the parties would compute on "
+                       f"{resolve_device(args.device)}; CUDA graphs need a CUDA device "
+                       "(--device cuda)")
     rounds_wanted = 1 if args.quick else args.rounds
     busy_load = args.busy_load if args.busy_load is not None else default_busy_load()
     parties = sorted(set(args.parties or []))
     args.parties = parties
-    scaled = (", plaintext" if args.plaintext else "") + "".join(f", N={n}" for n in parties)
+    scaled = ((", plaintext" if args.plaintext else "")
+              + (", in-process and distributed with CUDA graphs" if args.cuda_graphs else "")
+              + "".join(f", N={n}" for n in parties))
     console.print(f"splitleak bench ({args.setup} on {args.device}): {rounds_wanted} interleaved "
                   f"round(s) of in-process (1 thread and as many threads as the distributed run "
                   f"has), distributed, distributed+sidecar{scaled}")

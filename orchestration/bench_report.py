@@ -12,6 +12,9 @@ from orchestration.bench_budget import COMPONENTS, LEGEND, median_budget
 from orchestration.bench_rounds import BUSY_OTHER_CORES, busy_rounds, describe, per_round_ratios, spread
 
 PLAINTEXT = "distributed, plaintext"  # the variant `--plaintext` adds: no TLS on the channels
+# The variants `--cuda-graphs` adds: each party's train step replayed as CUDA graphs
+GRAPHED = "distributed, CUDA graphs"
+GRAPHED_IN_PROCESS = "in-process, CUDA graphs"
 SETUP_TITLES = {"ctr": "default set-up (synthetic CTR, batch 1024, cut width 128)",
                 "cifar-resnet18": "Fu et al.'s CIFAR-10 split (ResNet-18 bottoms, batch 32, "
                                   "seeded random images)"}
@@ -35,6 +38,10 @@ def ratio_pairs(parties: list[int], names: list[str] | None = None) -> dict[str,
     pairs["with sidecar / without"] = ("distributed+sidecar", "distributed")
     if PLAINTEXT in names:
         pairs["with TLS / plaintext"] = ("distributed", PLAINTEXT)
+    if GRAPHED in names:
+        pairs["CUDA graphs / eager, distributed"] = (GRAPHED, "distributed")
+        pairs["CUDA graphs / eager, in-process (1 thread)"] = (GRAPHED_IN_PROCESS, "in-process")
+        pairs["distributed / in-process, both CUDA graphs"] = (GRAPHED, GRAPHED_IN_PROCESS)
     for n in parties:
         pairs[f"distributed / in-process (1 thread), N={n}"] = (f"distributed N={n}",
                                                                 f"in-process N={n}")

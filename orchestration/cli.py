@@ -47,6 +47,9 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--plaintext", action="store_true",
                    help="also measure the distributed run without TLS: what mutual TLS costs a "
                         "step")
+    b.add_argument("--cuda-graphs", action="store_true",
+                   help="also measure in-process and distributed with every party's train step "
+                        "replayed as CUDA graphs (run.cuda_graphs; a GPU's)")
     b.add_argument("--busy-load", type=float, metavar="LOAD",
                    help="warn about rounds whose 1-minute load average is above LOAD "
                         "(default: half the cores)")

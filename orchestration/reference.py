@@ -34,7 +34,7 @@ from splitleak.inputs import load_party_inputs
 from splitleak.integrity import variant_rows
 from splitleak.partition import passive_columns
 from splitleak.placement import ATTACKER, LABEL, role_device, role_threads, roles
-from splitleak.timing import StepTimer
+from splitleak.timing import StepTimer, note
 from splitleak.validation import resolved
 from splitleak.white_box import SnapshotWriter, cafe_victim
 
@@ -161,6 +161,7 @@ def run_reference(cfg: ExperimentConfig, run: RunDir,
                              received, receive, threads)
     timer = StepTimer()
     asyncio.run(drive(trainer, batches, exchange, write, timer=timer))
+    note(cuda_graphs={str(k): b.cuda_graphs for k, b in bottoms.items()})
     timer.write(run.label_timing, per="compute")
     writer.close()
     if anchors is not None:

@@ -14,6 +14,7 @@ from passive_party.integrity import PartyIntegrity
 from passive_party.malicious_optimizer import MaliciousSGD
 from splitleak.checkpoint import save_torch
 from splitleak.config import ExperimentConfig
+from splitleak.cuda_graphs import GraphedTrainStep, ineligible
 from splitleak.inputs import PartyInputs
 from splitleak.models import build_bottom
 from splitleak.optim import make_optimizer
@@ -65,6 +66,13 @@ class BottomTrainer:
         with torch.no_grad():  # eval: batch norm's running statistics stay untouched
             numeric, categorical = self.inputs.rows(torch.zeros(1, dtype=torch.int64))
             self.embedding_shape = tuple(self.model.eval()(numeric, categorical).shape[1:])
+        # run.cuda_graphs: the train step as two graph replays (None: eager, `graphs_off` says why)
+        self.graphs: GraphedTrainStep | None = None
+        self.graphs_off = ineligible(self.model, self.device, capture_first_layer,
+                                     integrity is not None) if cfg.run.cuda_graphs else "not asked"
+        if self.graphs_off is None:
+            self.graphs = GraphedTrainStep(self.model, cfg.training.batch_size,
+                                           cfg.training.precision == "bf16")
 
     def _keep_first_output(self, module: nn.Module, args: object, output: torch.Tensor) -> None:
         if output.requires_grad:
@@ -85,6 +93,10 @@ class BottomTrainer:
         if not train:
             with torch.no_grad(), self.autocast():
                 return self.model(numeric, categorical).float()
+        if self.graphs is not None:  # the graph's output is overwritten by its next replay
+            self._activation = self.graphs(numeric, categorical)
+            settle(self.device)
+            return self._activation.detach().clone()
         with self.autocast():
             self._activation = self.model(numeric, categorical).float()
         settle(self.device)
@@ -152,6 +164,15 @@ class BottomTrainer:
         grads = {f"grad.{name}": p.grad if p.grad is not None else torch.zeros_like(p)
                  for name, p in self.model.named_parameters()}
         self.snapshots.record(epoch, step, self.model, {**grads, "cut_gradient": received}, ids)
+
+    @property
+    def cuda_graphs(self) -> str:
+        """How the train steps ran, for timing.json: "graphs", or "eager: " and why."""
+        if self.graphs is None:
+            return f"eager: {self.graphs_off}"
+        if self.graphs.failure is not None:
+            return f"eager: {self.graphs.failure}"
+        return "graphs" if self.graphs.replays else "eager: no train batch of the run's batch size"
 
     @property
     def pending_shape(self) -> tuple[int, ...] | None:

@@ -123,7 +123,7 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
         steps = StepLoop(bottom, tap, plan.run_id, run, cfg.wire)
         await steps.run(call)
     bottom.save(run.bottom_model(party_id))
-    note(**memory_facts(bottom.device))
+    note(**memory_facts(bottom.device), cuda_graphs=bottom.cuda_graphs)
     steps.timer.write(run.passive_timing(party_id), per="forward")
     if tap is not None:
         report = await tap.close()

@@ -1,12 +1,15 @@
 """The GPU check: everything a GPU machine must show, in one go, with its figures.
 
-    python3 scripts/gpu_check.py OUT_DIR [--part gpu|cpu|all] [--anchor PATH] [--quick]
+    python3 scripts/gpu_check.py OUT_DIR [--part gpu|graphs|cpu|all] [--anchor PATH] [--quick]
 
 `scripts/gpu_check.sh` runs it on a bare GPU machine (the machine's own torch, the project's
 other dependencies from carried wheels). Part `gpu`: the `gpu` tests; the plain single-process
 loop of Fu et al.'s CIFAR-10 split (`--anchor`, when given) in the same call; one epoch of
 that split on 50,000 random-pixel CIFAR records, distributed and in-process; a deterministic
-distributed run; model completion on the GPU; `splitleak bench --device cuda`. Part `cpu`:
+distributed run; model completion on the GPU; `splitleak bench --device cuda`. Part `graphs`:
+run.cuda_graphs (each party's train step replayed as CUDA graphs) in one call with the plain
+loop: its `gpu` tests, one epoch distributed and in-process, `splitleak bench --cuda-graphs`
+(eager and graphed variants side by side). Part `cpu`:
 `splitleak bench` on the machine's cores at N = 2 and 8. Every section has its own time
 limit; what a section found is written to OUT_DIR/gpu_check.json as it ends, and a failed
 section does not stop the next. `--quick` shrinks every size (a dry run of the script)."""
@@ -121,40 +124,75 @@ def trained(cfg_path: Path, distributed: bool) -> dict[str, Any]:
                 ("label", run.label_timing), ("party1", run.passive_timing(1))) if p.exists()}}
 
 
-def gpu_part(check: Check, out: Path, quick: bool, anchor: Path | None) -> None:
+def environment(check: Check) -> None:
     import torch
 
     check.section("environment", lambda: {
         "torch": torch.__version__, "cuda": torch.version.cuda,
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
         "cores": len(os.sched_getaffinity(0)), "python": sys.version.split()[0]})
-    check.section("gpu tests", lambda: run_command(
+
+
+def gpu_tests(check: Check, out: Path, select: str | None = None) -> None:
+    check.section("gpu tests" + (f" ({select})" if select else ""), lambda: run_command(
         [sys.executable, "-m", "pytest", "tests/test_gpu.py", "-q", "-p", "no:cacheprovider",
-         "-o", "addopts=-ra"], 300, out / "gpu_tests.log"))
+         "-o", "addopts=-ra", *(["-k", select] if select else [])], 300, out / "gpu_tests.log"))
+
+
+def plain_loop(check: Check, out: Path, anchor: Path | None) -> None:
     if anchor is not None and anchor.exists():
         check.section("plain single-process loop (anchor)", lambda: run_command(
             [sys.executable, str(anchor), str(out / "anchor.json")], 180, out / "anchor.log")
             | {"runs": json.loads((out / "anchor.json").read_text())["runs"]})
-    data = write_random_cifar(Path("/tmp/splitleak-gpu-check/cifar-10-batches-bin"),
-                              1_000 if quick else 10_000)
-    work = Path("/tmp/splitleak-gpu-check/configs")
-    work.mkdir(parents=True, exist_ok=True)
-    example = ROOT / "examples" / "gpu" / "cifar10-resnet18.toml"
-    epoch = {"epochs": 1, **({"max_steps": 20} if quick else {})}
-    runs = {"run": {"output_dir": "/tmp/splitleak-gpu-check/runs"}}
-    fast = config_file(example, work / "epoch.toml", dataset={"params": {"path": str(data)}},
-                       training=epoch, **runs)
+
+
+class Setups:
+    """The config files of the check, on random-pixel records in CIFAR-10's layout."""
+
+    def __init__(self, quick: bool) -> None:
+        self.quick = quick
+        self.data = write_random_cifar(Path("/tmp/splitleak-gpu-check/cifar-10-batches-bin"),
+                                       1_000 if quick else 10_000)
+        self.work = Path("/tmp/splitleak-gpu-check/configs")
+        self.work.mkdir(parents=True, exist_ok=True)
+
+    def epoch(self, name: str, **run: Any) -> Path:
+        """examples/gpu/cifar10-resnet18.toml for one epoch (20 steps when quick)."""
+        return config_file(ROOT / "examples" / "gpu" / "cifar10-resnet18.toml",
+                           self.work / f"{name}.toml", dataset={"params": {"path": str(self.data)}},
+                           training={"epochs": 1, **({"max_steps": 20} if self.quick else {})},
+                           run={"output_dir": "/tmp/splitleak-gpu-check/runs", **run})
+
+    def steps(self, source: Path, name: str, steps: int, **run: Any) -> Path:
+        return config_file(source, self.work / f"{name}.toml",
+                           dataset={"params": {"path": str(self.data)}},
+                           training={"epochs": 1, "max_steps": 20 if self.quick else steps},
+                           run={"output_dir": "/tmp/splitleak-gpu-check/runs", **run})
+
+
+def bench_gpu(check: Check, out: Path, quick: bool, name: str, *extra: str) -> None:
+    check.section(name, lambda: run_command(
+        [sys.executable, "-m", "orchestration", "bench", "--device", "cuda", "--setup",
+         "cifar-resnet18", "--rounds", "1" if quick else "2", "--steps", "30" if quick else "150",
+         *extra, "--json", str(out / f"{name.replace(' ', '_')}.json")], 500,
+        out / f"{name.replace(' ', '_')}.log"))
+
+
+def gpu_part(check: Check, out: Path, quick: bool, anchor: Path | None) -> None:
+    import torch
+
+    environment(check)
+    gpu_tests(check, out)
+    plain_loop(check, out, anchor)
+    setups = Setups(quick)
+    fast = setups.epoch("epoch")
     check.section("one epoch, distributed", lambda: trained(fast, True))
     check.section("one epoch, in-process", lambda: trained(fast, False))
-    exact = config_file(example, work / "deterministic.toml",
-                        dataset={"params": {"path": str(data)}},
-                        training={"epochs": 1, "max_steps": 20 if quick else 400},
-                        run={"output_dir": "/tmp/splitleak-gpu-check/runs", "deterministic": True})
+    example = ROOT / "examples" / "gpu" / "cifar10-resnet18.toml"
+    exact = setups.steps(example, "deterministic", 400, deterministic=True)
     check.section("400 steps, distributed, deterministic", lambda: trained(exact, True))
-    paper = config_file(ROOT / "examples" / "threat" / "cifar10" / "paper" / "cifar10-none.toml",
-                        work / "paper.toml", dataset={"params": {"path": str(data)}},
-                        training={"epochs": 1, "max_steps": 20 if quick else 300},
-                        run={"output_dir": "/tmp/splitleak-gpu-check/runs", "deterministic": False})
+    paper = setups.steps(ROOT / "examples" / "threat" / "cifar10" / "paper" / "cifar10-none.toml",
+                         "paper", 300, deterministic=False)
 
     def completion() -> dict[str, Any]:
         from attacker.analysis.analyze import analyze
@@ -170,10 +208,20 @@ def gpu_part(check: Check, out: Path, quick: bool, anchor: Path | None) -> None:
                 "completion": entry.get("completion"), "training": run}
 
     check.section("model completion on the GPU", completion)
-    check.section("bench --device cuda", lambda: run_command(
-        [sys.executable, "-m", "orchestration", "bench", "--device", "cuda", "--setup",
-         "cifar-resnet18", "--rounds", "1" if quick else "2", "--steps", "30" if quick else "150",
-         "--json", str(out / "bench_gpu.json")], 400, out / "bench_gpu.log"))
+    bench_gpu(check, out, quick, "bench gpu")
+
+
+def graphs_part(check: Check, out: Path, quick: bool, anchor: Path | None) -> None:
+    """run.cuda_graphs against eager and the plain loop, in one call: its `gpu` tests, one
+    epoch with graphs distributed and in-process, the bench with its graph variants."""
+    environment(check)
+    gpu_tests(check, out, "cuda_graphs")
+    plain_loop(check, out, anchor)
+    setups = Setups(quick)
+    graphed = setups.epoch("epoch-graphs", cuda_graphs=True)
+    check.section("one epoch, distributed, CUDA graphs", lambda: trained(graphed, True))
+    check.section("one epoch, in-process, CUDA graphs", lambda: trained(graphed, False))
+    bench_gpu(check, out, quick, "bench gpu graphs", "--cuda-graphs")
 
 
 def cpu_part(check: Check, out: Path, quick: bool) -> None:
@@ -187,7 +235,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("out", type=Path)
-    parser.add_argument("--part", choices=("gpu", "cpu", "all"), default="all")
+    parser.add_argument("--part", choices=("gpu", "graphs", "cpu", "all"), default="all")
     parser.add_argument("--anchor", type=Path, help="the plain single-process loop's script")
     parser.add_argument("--quick", action="store_true", help="every size shrunk: a dry run")
     args = parser.parse_args()
@@ -195,6 +243,8 @@ def main() -> int:
     check = Check(args.out)
     if args.part in ("gpu", "all"):
         gpu_part(check, args.out, args.quick, args.anchor)
+    if args.part in ("graphs", "all"):
+        graphs_part(check, args.out, args.quick, args.anchor if args.part == "graphs" else None)
     if args.part in ("cpu", "all"):
         cpu_part(check, args.out, args.quick)
     print("\n=== summary")

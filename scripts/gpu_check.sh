@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The GPU check on a bare GPU machine that reaches no package registry, in one go:
-#   scripts/gpu_check.sh OUT_DIR [gpu|cpu|all] [extra args of scripts/gpu_check.py]
+#   scripts/gpu_check.sh OUT_DIR [gpu|graphs|cpu|all] [extra args of scripts/gpu_check.py]
 # It uses the machine's own torch. The project's other dependencies come as wheels in .whl/
 # (for that machine's Python; docs/gpu.md says which and how to fetch them), installed into
 # /tmp/site; the project itself runs from this checkout (PYTHONPATH). The plain single-process
 # loop it compares against is taken from .device/gpu_anchor.py when that file is there.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-out=${1:?usage: scripts/gpu_check.sh OUT_DIR [gpu|cpu|all] [args]}
+out=${1:?usage: scripts/gpu_check.sh OUT_DIR [gpu|graphs|cpu|all] [args]}
 part=${2:-all}
 shift $(( $# >= 2 ? 2 : 1 ))
 mkdir -p "$out"

@@ -70,6 +70,9 @@ class RunConfig(_Frozen):
     device: str = Field("auto", pattern=DEVICE)
     devices: dict[str, Annotated[str, Field(pattern=DEVICE)]] = {}
     deterministic: bool = True  # torch's deterministic algorithms (GPU: slower, reproducible)
+    # On CUDA, each passive party replays its train step's forward and backward as two CUDA
+    # graphs instead of launching every kernel (splitleak.cuda_graphs); no effect on the CPU.
+    cuda_graphs: bool = False
 
     _plain_name = field_validator("name")(plain_directory_name)
 

@@ -97,7 +97,7 @@ class SnapshotWriter:
         if not self.threat.snapshot_step(step):
             return
         state = {**model.state_dict(), **(extra or {})}
-        values = [t.detach().to(torch.float32).reshape(-1).numpy() for t in state.values()]
+        values = [t.detach().to("cpu", torch.float32).reshape(-1).numpy() for t in state.values()]
         metadata = {"epoch": str(epoch), "step": str(step)}
         if sample_ids is not None:
             metadata["sample_ids"] = json.dumps(np.asarray(sample_ids).tolist())

@@ -15,6 +15,8 @@ from orchestration import bench_rounds
 from orchestration.bench import bench_config
 from orchestration.bench_budget import COMPONENTS, step_budget
 from orchestration.bench_report import (
+    GRAPHED,
+    GRAPHED_IN_PROCESS,
     PLAINTEXT,
     critical_ratio,
     print_bench,
@@ -139,6 +141,11 @@ def test_summary_json_keeps_every_round_and_names_every_ratio():
     assert result["budget_ms"]["distributed"]["step"] == 52.0  # median over rounds
     assert "with TLS / plaintext" not in ratio_pairs([], names)  # only where it was measured
     assert ratio_pairs([], [*names, PLAINTEXT])["with TLS / plaintext"] == ("distributed", PLAINTEXT)
+    graphed = ratio_pairs([], [*names, GRAPHED, GRAPHED_IN_PROCESS])
+    assert graphed["CUDA graphs / eager, distributed"] == (GRAPHED, "distributed")
+    assert graphed["CUDA graphs / eager, in-process (1 thread)"] == (GRAPHED_IN_PROCESS, "in-process")
+    assert graphed["distributed / in-process, both CUDA graphs"] == (GRAPHED, GRAPHED_IN_PROCESS)
+    assert not any("CUDA graphs" in name for name in ratio_pairs([], names))
     assert set(result["budget_ms"]) == {"distributed", "distributed+sidecar", "distributed N=2",
                                         "distributed N=4"}
     assert result["busy_rounds"] == [3, 4]  # load above 0.5 at its end

@@ -20,6 +20,7 @@ from label_party.objectives import build_objective
 from orchestration.reference import run_reference
 from orchestration.run import run_distributed
 from splitleak.artifacts.metrics import read_metrics
+from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.rundir import create_run_dir
 from splitleak.config import parse_config
 from splitleak.inputs import PartyInputs
@@ -102,26 +103,82 @@ def _trained(run_dir) -> list[dict]:
     return [{k: v for k, v in r.items() if k != "wall"} for r in read_metrics(run_dir.metrics)]
 
 
-def test_resnet_run_on_cuda_is_the_same_distributed_and_in_process(tmp_path: Path) -> None:
-    cfg = parse_config(_resnet_digits(tmp_path, deterministic=True))
+def _same_both_ways(data: dict) -> tuple[RunDir, RunDir]:
+    """The distributed run and its in-process reference, which it equals bit for bit
+    (deterministic mode)."""
+    cfg = parse_config(data)
     distributed, in_process = create_run_dir(cfg), create_run_dir(cfg, suffix="-ref")
     run_distributed(cfg, distributed)
     run_reference(cfg, in_process)
-    assert _trained(distributed) == _trained(in_process)  # bit for bit: deterministic mode
+    assert _trained(distributed) == _trained(in_process)
+    return distributed, in_process
+
+
+def test_resnet_run_on_cuda_is_the_same_distributed_and_in_process(tmp_path: Path) -> None:
+    distributed, _ = _same_both_ways(_resnet_digits(tmp_path, deterministic=True))
     summary = json.loads(distributed.summary.read_text())
     assert set(summary["devices"].values()) == {"cuda:0" if CUDA.type == "cuda" else "cpu"}
     label = json.loads((distributed.label_party / "timing.json").read_text())
     assert CUDA.type != "cuda" or label["gpu_max_allocated_mib"] > 0
 
 
-def test_bf16_run_on_cuda_trains(tmp_path: Path) -> None:
-    data = _resnet_digits(tmp_path, deterministic=False)
+def _graphed_digits(tmp_path: Path, cuda_graphs: bool) -> dict:
+    """A whole epoch (its last batch shorter: that one runs eagerly), nothing hooked."""
+    data = _resnet_digits(tmp_path, deterministic=True, cuda_graphs=cuda_graphs)
+    del data["training"]["max_steps"]
+    data["training"]["eval_interval"] = 20
+    data["attacker"] = {"enabled": True, "record_first_layer": False}
+    return data
+
+
+def test_cuda_graphs_run_is_the_same_distributed_and_in_process(tmp_path: Path) -> None:
+    distributed, in_process = _same_both_ways(_graphed_digits(tmp_path, cuda_graphs=True))
+    ran = "graphs" if CUDA.type == "cuda" else f"eager: the party computes on {CUDA}, not on CUDA"
+    for k in (1, 2):
+        party = json.loads((distributed.passive_party(k) / "timing.json").read_text())
+        assert party["cuda_graphs"] == ran
+    label = json.loads((in_process.label_party / "timing.json").read_text())
+    assert label["cuda_graphs"] == {"1": ran, "2": ran}
+
+
+def test_cuda_graphs_train_as_the_eager_steps_do(tmp_path: Path) -> None:
+    losses = {}
+    for graphs in (False, True):
+        cfg = parse_config(_graphed_digits(tmp_path / str(graphs), cuda_graphs=graphs))
+        run = create_run_dir(cfg)
+        run_reference(cfg, run)
+        losses[graphs] = [r["loss"] for r in read_metrics(run.metrics) if r["type"] == "train"]
+    assert len(losses[True]) == len(losses[False]) > 40
+    assert np.allclose(losses[True], losses[False], rtol=TOLERANCE, atol=1e-5)
+
+
+@pytest.mark.parametrize("cuda_graphs", [False, True])
+def test_bf16_run_on_cuda_trains(tmp_path: Path, cuda_graphs: bool) -> None:
+    data = _resnet_digits(tmp_path, deterministic=False, cuda_graphs=cuda_graphs)
     data["training"]["precision"] = "bf16"
+    data["attacker"]["record_first_layer"] = False  # a hooked layer would keep a party eager
     cfg = parse_config(data)
     run = create_run_dir(cfg)
     run_reference(cfg, run)
     losses = [r["loss"] for r in read_metrics(run.metrics) if r["type"] == "train"]
     assert len(losses) == 12 and all(np.isfinite(losses))
+    ran = json.loads(run.label_timing.read_text())["cuda_graphs"]
+    assert set(ran.values()) == {"graphs" if cuda_graphs and CUDA.type == "cuda" else ran["1"]}
+    assert cuda_graphs or ran["1"] == "eager: not asked"
+
+
+def test_white_box_snapshots_record_a_model_on_cuda(tmp_path: Path) -> None:
+    """CAFE's and EXACT's snapshots of a model (and its gradients) that lives on the device."""
+    from splitleak.threat import ThreatConfig
+    from splitleak.white_box import SnapshotWriter, read_snapshot, snapshot_files
+
+    threat = ThreatConfig.model_validate({"parties": {"1": {"white_box": True}},
+                                          "white_box": {"every": 1, "max_snapshots": 1}})
+    model = torch.nn.Linear(3, 2).to(CUDA)
+    SnapshotWriter(tmp_path / "wb", threat).record(0, 0, model, {"g": torch.ones(2, device=CUDA)})
+    step, state = read_snapshot(snapshot_files(tmp_path / "wb")[0])
+    assert step == 0 and torch.equal(state["weight"], model.weight.detach().cpu())
+    assert torch.equal(state["g"], torch.ones(2))
 
 
 def test_model_completion_and_anti_gan_run_on_cuda(tmp_path: Path) -> None:

@@ -21,7 +21,9 @@ from splitleak.artifacts.paths import SweepDir
 from splitleak.artifacts.sweep import read_index_rows
 from splitleak.config import ExperimentConfig
 
-NOT_THE_EXPERIMENT = ("seed", "name", "output_dir", "torch_threads")
+# How a run was executed, not what it trains: its seeds are one setting, whatever the threads
+# or whether the parties replayed CUDA graphs.
+NOT_THE_EXPERIMENT = ("seed", "name", "output_dir", "torch_threads", "cuda_graphs")
 NO_DEFENSE = "no defense"
 
 
