@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import shutil
 import tempfile
 import threading
@@ -17,6 +18,7 @@ import torch
 from rich.console import Console
 
 from orchestration.bench_budget import step_budget
+from orchestration.bench_floor import round_trip_ms
 from orchestration.bench_report import (
     GRAPHED,
     GRAPHED_IN_PROCESS,
@@ -34,6 +36,7 @@ from splitleak.artifacts.rundir import create_run_dir
 from splitleak.artifacts.summary import read_training_summary
 from splitleak.artifacts.timing import read_timing_file
 from splitleak.cli_common import BadInput
+from splitleak.codec import WIRE_FLOATS
 from splitleak.config import ConfigError, ExperimentConfig, load_config
 from splitleak.placement import ATTACKER, check_devices, resolve_device, role_threads, roles
 
@@ -91,7 +94,8 @@ SETUPS = ("ctr", "cifar-resnet18")
 def bench_config(steps: int, sidecar: bool = False, parties: int = 2, setup: str = "ctr",
                  device: str = "cpu", threads: int | str = "auto", tls: bool = True,
                  cuda_graphs: bool = False) -> ExperimentConfig:
-    """`steps` train steps and one evaluation at the end of a set-up; the sidecar records only
+    """`steps` train steps, all in the first epoch, and one evaluation at the end of a set-up
+    (the default's data grows where `steps` would not fit its epoch); the sidecar records only
     if asked. "ctr": the default (synthetic CTR, batch 1024, cut width 128); "cifar-resnet18":
     Fu et al.'s CIFAR-10 split (ResNet-18 bottoms on 3×32×16 image strips of seeded random
     images, their 4-layer top, batch 32, momentum SGD), the label party holding no features.
@@ -110,7 +114,13 @@ def bench_config(steps: int, sidecar: bool = False, parties: int = 2, setup: str
         data["training"].update(batch_size=batch,
                                 optimizer={"name": "sgd", "lr": 0.1, "momentum": 0.9})
         data["attacker"]["record_first_layer"] = False
-    elif setup != "ctr":
+    elif setup == "ctr":
+        # every measured step in the first epoch: an evaluation pass (and the label party's
+        # first import of scikit-learn) between train steps would count as their time
+        train_share = 1.0 - data["dataset"]["test_fraction"]
+        rows = math.ceil(data["training"]["batch_size"] * (steps + 1) / train_share)
+        data["dataset"]["params"]["rows"] = max(data["dataset"]["params"]["rows"], rows)
+    else:
         raise ValueError(f"bench set-up {setup!r}; allowed: {', '.join(SETUPS)}")
     data["run"].update(name="bench", device=device, torch_threads=threads, cuda_graphs=cuda_graphs)
     data["training"].update(max_steps=steps, eval_interval=0)
@@ -143,6 +153,12 @@ def raw_tensor_bytes(run: RunDir, outcome: dict[str, Any]) -> int:
             elif r["type"] == "eval":
                 total += r["test_rows"] * (width * 4 + 8)
     return total
+
+
+def step_message_bytes(cfg: ExperimentConfig, run: RunDir) -> int:
+    """Bytes of the widest party's train activation (and of its cut gradient) on the wire."""
+    width = max(math.prod(shape) for shape in read_outcome(run)["embedding_shapes"].values())
+    return cfg.training.batch_size * width * WIRE_FLOATS[cfg.wire.dtype].itemsize
 
 
 def _wire_figures(cfg: ExperimentConfig, base: Path) -> dict[str, float]:
@@ -195,6 +211,8 @@ def bench_variants(args: argparse.Namespace, base: Path,
                 figures["first_step_s"] = summary.get("time_to_first_step_s")
                 figures["startup_s"] = summary.get("startup_s")
                 figures["gpu_mib"] = gpu_memory(run, config.topology.passive_parties)
+                figures["budget"]["wire_floor"] = round_trip_ms(step_message_bytes(config, run),
+                                                                config.topology.tls)
             shutil.rmtree(run.root, ignore_errors=True)  # rounds x variants runs add up
             return figures
         return measure

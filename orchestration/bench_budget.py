@@ -23,6 +23,7 @@ COMPONENTS = (
     ("passive_tap", "tapped party: tap, after answering"),
     ("passive_handoff", "party hands answer to gRPC"),
     ("transport", "transport+scheduling"),
+    ("wire_floor", "gRPC round trip of a party's bytes, alone"),
     ("passive_waiting", "party waits for label"),
     ("cpu_label", "CPU: label party"),
     ("cpu_parties", "CPU: passive parties, together"),
@@ -32,7 +33,10 @@ COMPONENTS = (
 LEGEND = ("party = the slowest passive party; transport+scheduling = label waits for parties "
           "- party busy (compute, encode+decode): gRPC, TLS, sockets, executor hand-offs and "
           "time the parties wait for a core; CPU = user + system time of each process per train "
-          "step (getrusage, every thread), on a machine shared by all of them")
+          "step (getrusage, every thread), on a machine shared by all of them; gRPC round trip "
+          "alone = the widest party's activation and cut gradient bytes echoed between two "
+          "fresh processes over the run's channel options and TLS, nothing else running (median "
+          "of 200, measured after each run): the part of transport+scheduling that is the wire")
 
 
 def step_budget(run: RunDir, parties: int, steps_per_s: float) -> dict[str, float]:

@@ -67,20 +67,27 @@ def summarise_rounds(rounds: list[dict[str, Any]], parties: list[int],
     distributed = [n for n in names if "budget" in rounds[0]["variants"][n]]
     critical = {name: spread([critical_ratio(r["variants"][name]["budget"]) for r in rounds])
                 for name in distributed}
+    floored = {name: spread([critical_ratio(r["variants"][name]["budget"], wire=True)
+                             for r in rounds])
+               for name in distributed if "wire_floor" in rounds[0]["variants"][name]["budget"]}
     first_step = {name: spread(values) for name in distributed
                   if (values := [r["variants"][name].get("first_step_s") for r in rounds])
                   and None not in values}
     return {"rounds": rounds, "steps_per_s": steps_per_s, "ratios": ratios, "budget_ms": budgets,
-            "step_over_critical_path": critical, "first_step_s": first_step,
+            "step_over_critical_path": critical, "step_over_path_and_wire": floored,
+            "first_step_s": first_step,
             "busy_load": busy_load, "busy_rounds": busy_rounds(rounds, busy_load)}
 
 
-def critical_ratio(budget: dict[str, float]) -> float:
+def critical_ratio(budget: dict[str, float], wire: bool = False) -> float:
     """A step's time over its critical path: the label party's compute and codec, then the
     slowest party's (they cannot overlap: each waits for the other's result), or the label
-    party's own update where that is longer (it runs while the parties compute)."""
+    party's own update where that is longer (it runs while the parties compute). `wire`: the
+    path plus one gRPC round trip of a party's bytes alone (the wire's own floor)."""
     party = budget["passive_compute"] + budget["passive_codec"]
     path = budget["label_compute"] + budget["label_codec"] + max(party, budget.get("label_update", 0.0))
+    if wire:
+        path += budget["wire_floor"]
     return budget["step"] / path if path > 0 else float("nan")
 
 
@@ -100,6 +107,8 @@ def print_bench(result: dict[str, Any], console: Console) -> None:
                       f"[bold]{escape(describe(s))}")
     for name, s in result.get("step_over_critical_path", {}).items():
         table.add_row(f"{name}: step / critical path (aim <= 1.1)", escape(describe(s)))
+    for name, s in result.get("step_over_path_and_wire", {}).items():
+        table.add_row(f"{name}: step / (critical path + gRPC round trip alone)", escape(describe(s)))
     for name, s in result.get("first_step_s", {}).items():
         table.add_row(f"{name}: time to first train step, s", escape(describe(s, 2)))
     for name, held in result.get("gpu_mib", {}).items():

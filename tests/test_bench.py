@@ -12,8 +12,9 @@ import pytest
 from rich.console import Console
 
 from orchestration import bench_rounds
-from orchestration.bench import bench_config
+from orchestration.bench import bench_config, step_message_bytes
 from orchestration.bench_budget import COMPONENTS, step_budget
+from orchestration.bench_floor import round_trip_ms
 from orchestration.bench_report import (
     GRAPHED,
     GRAPHED_IN_PROCESS,
@@ -34,10 +35,12 @@ from orchestration.bench_rounds import (
 )
 from orchestration.cli import main
 from orchestration.reference import run_reference
+from splitleak.artifacts.outcome import write_outcome
 from splitleak.artifacts.paths import TIMING_FILE, RunDir
 from splitleak.artifacts.rundir import create_run_dir
 from splitleak.artifacts.timing import read_cpu, read_timing
 from splitleak.config import parse_config
+from splitleak.datasets.split import train_test_ids
 from splitleak.timing import WARMUP_STEPS, CpuWindow, StepTimer, timed, write_cpu
 from tests.conftest import scaled, small_config
 
@@ -131,6 +134,8 @@ def test_summary_json_keeps_every_round_and_names_every_ratio():
     assert result["ratios"]["distributed / in-process (3 threads)"]["median"] == pytest.approx(20 / 30)
     # a step over its critical path (label compute + codec, then the slowest party's): 4 ms
     assert result["step_over_critical_path"]["distributed"]["median"] == pytest.approx(52.0 / 4)
+    # ... and over that path plus the gRPC round trip alone (1 ms in every fake budget)
+    assert result["step_over_path_and_wire"]["distributed"]["median"] == pytest.approx(52.0 / 5)
     assert result["first_step_s"]["distributed"]["median"] == pytest.approx(1.2)
     assert "distributed N=2" not in result["first_step_s"]  # not measured there
     ratio = result["ratios"]["distributed / in-process (1 thread)"]
@@ -285,6 +290,17 @@ def test_bench_config_scales_parties_at_the_same_cut_width():
     assert bench_config(30, sidecar=True).attacker.enabled
 
 
+
+@pytest.mark.parametrize("steps", [10, 60, 200, 1000])
+def test_every_measured_step_is_in_the_first_epoch(steps):
+    """No evaluation pass between measured train steps: the default set-up's data grows."""
+    cfg = bench_config(steps)
+    train, _ = train_test_ids(cfg.dataset.params["rows"], cfg.dataset.test_fraction, cfg.run.seed)
+    assert len(train) // cfg.training.batch_size > steps
+    assert cfg.dataset.params["rows"] == max(100_000, cfg.dataset.params["rows"])
+    assert steps > 60 or cfg.dataset.params["rows"] == 100_000  # the default set-up where it fits
+
+
 @pytest.mark.parametrize("argv, says", [
     (["--rounds", "0"], "outside 1.."), (["--parties", "0"], "outside 1..64"),
     (["--parties", "65"], "outside 1..64"), (["--steps", "x"], "not an integer"),
@@ -314,5 +330,27 @@ def test_quick_bench_runs_one_round_and_writes_its_json(tmp_path):
     assert result["ratios"]["distributed / in-process (1 thread)"]["n"] == 1
     assert result["first_step_s"]["distributed"]["median"] > 0
     assert result["step_over_critical_path"]["distributed"]["median"] > 1
+    # the path plus the wire's floor (an echo over TLS; plaintext for the plaintext run)
+    assert 0 < budget["wire_floor"] < budget["step"]
+    assert result["budget_ms"][PLAINTEXT]["wire_floor"] > 0
+    assert (result["step_over_path_and_wire"]["distributed"]["median"]
+            < result["step_over_critical_path"]["distributed"]["median"])
     assert "distributed / in-process (1 thread), per round" in done.stdout
+    assert "gRPC round trip of a party's bytes, alone" in done.stdout
     assert "distributed: time to first train step, s" in done.stdout
+
+
+def test_the_wire_floor_is_a_round_trip_to_an_echo_process_over_tls_and_plaintext():
+    """A child process echoes the bytes over the run's channel options, with mutual TLS or
+    without; the floor is the median round trip (ms), measured, so above zero and finite."""
+    for use_tls in (True, False):
+        ms = round_trip_ms(64 * 1024, use_tls, count=20)
+        assert 0.0 < ms < 5_000.0
+
+
+def test_the_wire_floor_carries_the_widest_party_s_train_bytes(tmp_path):
+    cfg = bench_config(30, parties=2)
+    run = RunDir(tmp_path)
+    run.label_party.mkdir(parents=True)
+    write_outcome(run, {"status": "ok", "embedding_shapes": {"1": [128], "2": [64]}})
+    assert step_message_bytes(cfg, run) == 1024 * 128 * 4
