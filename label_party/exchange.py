@@ -48,13 +48,14 @@ class NetworkExchange:
         # message is handed to gRPC first, so the step's longest path starts first.
         self._slowest_first: list[int] = []
 
-    async def _send(self, gradients: dict[int, torch.Tensor] | None,
-                    gradient_batch: Batch | None, next_batch: Batch | None,
-                    checkpoint: Position | None = None) -> None:
-        """Each party's message, the slowest party's first, each handed to gRPC (a turn of
-        the event loop) before the next is encoded: the step's longest path starts first."""
+    def _send(self, gradients: dict[int, torch.Tensor] | None, gradient_batch: Batch | None,
+              next_batch: Batch | None, checkpoint: Position | None = None) -> None:
         train = next_batch is not None and next_batch.phase is Phase.TRAIN
-        on = train and timed(train, next_batch.step)
+        with self.timer.span("encode", train and timed(train, next_batch.step)):
+            self._queue(gradients, gradient_batch, next_batch, checkpoint)
+
+    def _queue(self, gradients: dict[int, torch.Tensor] | None, gradient_batch: Batch | None,
+               next_batch: Batch | None, checkpoint: Position | None) -> None:
         nxt = None
         if next_batch is not None:
             nxt = pb.Batch(phase=int(next_batch.phase), epoch=next_batch.epoch,
@@ -62,26 +63,20 @@ class NetworkExchange:
                            variant=next_batch.variant)
         streams = self.session.streams
         for k in [*self._slowest_first, *(k for k in streams if k not in self._slowest_first)]:
-            with self.timer.span("encode", on):
-                msg = self._message(k, nxt, gradients, gradient_batch, checkpoint)
+            stream = streams[k]
+            msg = pb.LabelPartyMessage(next_batch=nxt, done=next_batch is None and checkpoint is None)
+            if gradients is not None and gradient_batch is not None:
+                msg.cut_gradient.CopyFrom(encode_tensor(gradients[k].to(self.wire), sparse=self.sparse))
+                msg.gradient_step = gradient_batch.step
+                msg.gradient_epoch = gradient_batch.epoch
+            if checkpoint is not None:
+                msg.checkpoint.step = checkpoint.step
+                msg.checkpoint.batches = checkpoint.batches
             self._uncounted.append(("sent", msg))
             if msg.done:
-                streams[k].outbound.put_nowait(msg)
+                stream.outbound.put_nowait(msg)
             else:
-                streams[k].ask(msg)
-            await asyncio.sleep(0)  # the stream hands it to gRPC
-
-    def _message(self, k: int, nxt: pb.Batch | None, gradients: dict[int, torch.Tensor] | None,
-                 gradient_batch: Batch | None, checkpoint: Position | None) -> pb.LabelPartyMessage:
-        msg = pb.LabelPartyMessage(next_batch=nxt, done=nxt is None and checkpoint is None)
-        if gradients is not None and gradient_batch is not None:
-            msg.cut_gradient.CopyFrom(encode_tensor(gradients[k].to(self.wire), sparse=self.sparse))
-            msg.gradient_step = gradient_batch.step
-            msg.gradient_epoch = gradient_batch.epoch
-        if checkpoint is not None:
-            msg.checkpoint.step = checkpoint.step
-            msg.checkpoint.batches = checkpoint.batches
-        return msg
+                stream.ask(msg)
 
     @property
     def bytes_sent(self) -> int:
@@ -102,7 +97,8 @@ class NetworkExchange:
     async def exchange(self, gradients: dict[int, torch.Tensor] | None,
                        gradient_batch: Batch | None, next_batch: Batch,
                        meanwhile: Callable[[], object] | None = None) -> dict[int, torch.Tensor]:
-        await self._send(gradients, gradient_batch, next_batch)
+        self._send(gradients, gradient_batch, next_batch)
+        await asyncio.sleep(0)  # the streams hand the messages to gRPC first
         if meanwhile is not None:  # the parties compute meanwhile: off the step's critical path
             with self.timer.span("update", timed(next_batch.phase is Phase.TRAIN, next_batch.step)):
                 meanwhile()
@@ -123,7 +119,7 @@ class NetworkExchange:
         """Deliver the pending gradients with a checkpoint request; every party's ack.
         `late_answers`: an activation asked before the request may still arrive first (a
         checkpoint after a failure); it is skipped."""
-        await self._send(gradients, gradient_batch, None, position)
+        self._send(gradients, gradient_batch, None, position)
         during = f"the checkpoint at step {position.step}"
         return await self._collect(f"acknowledgement of {during}",
                                    lambda k, m: self._ack(k, m, position, during, late_answers),
@@ -131,7 +127,7 @@ class NetworkExchange:
 
     async def finish(self, gradients: dict[int, torch.Tensor] | None,
                      gradient_batch: Batch | None) -> None:
-        await self._send(gradients, gradient_batch, None)
+        self._send(gradients, gradient_batch, None)
         for stream in self.session.streams.values():
             stream.outbound.put_nowait(None)
 
