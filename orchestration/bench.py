@@ -264,10 +264,10 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
         check_devices(bench_config(args.steps, setup=args.setup, device=args.device))
     except ConfigError as err:
         raise BadInput(f"splitleak bench --device {args.device}: {err}") from None
-    if args.cuda_graphs and resolve_device(args.device).type != "cuda":
-        raise BadInput(f"splitleak bench --cuda-graphs: the parties would compute on "
-                       f"{resolve_device(args.device)}; CUDA graphs need a CUDA device "
-                       "(--device cuda)")
+    device = resolve_device(args.device)
+    if args.cuda_graphs and device.type != "cuda":
+        raise BadInput(f"splitleak bench --cuda-graphs: the parties would compute on {device}; "
+                       "CUDA graphs need a CUDA device (--device cuda)")
     rounds_wanted = 1 if args.quick else args.rounds
     busy_load = args.busy_load if args.busy_load is not None else default_busy_load()
     parties = sorted(set(args.parties or []))

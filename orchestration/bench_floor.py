@@ -22,6 +22,7 @@ import grpc
 
 from splitleak import tls
 from splitleak.config import TopologyConfig
+from splitleak.fileio import write_atomically
 from splitleak.transport import bind, create_channel, create_server, run_async
 
 METHOD = "/splitleak.bench.Echo/Chat"
@@ -51,9 +52,7 @@ async def _serve(port_file: Path, tls_dir: Path | None) -> None:
     server.add_generic_rpc_handlers((_Echo(),))
     port = bind(server, "127.0.0.1:0", tls_dir, SERVER)
     await server.start()
-    written = port_file.with_suffix(".tmp")
-    written.write_text(str(port))
-    written.replace(port_file)  # whole, or not there yet
+    write_atomically(port_file, lambda tmp: tmp.write_text(str(port)))  # whole, or not there
     await server.wait_for_termination()
 
 

@@ -69,7 +69,7 @@ def summarise_rounds(rounds: list[dict[str, Any]], parties: list[int],
                 for name in distributed}
     floored = {name: spread([critical_ratio(r["variants"][name]["budget"], wire=True)
                              for r in rounds])
-               for name in distributed if "wire_floor" in rounds[0]["variants"][name]["budget"]}
+               for name in distributed}
     first_step = {name: spread(values) for name in distributed
                   if (values := [r["variants"][name].get("first_step_s") for r in rounds])
                   and None not in values}

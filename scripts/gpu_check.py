@@ -156,17 +156,12 @@ class Setups:
         self.work = Path("/tmp/splitleak-gpu-check/configs")
         self.work.mkdir(parents=True, exist_ok=True)
 
-    def epoch(self, name: str, **run: Any) -> Path:
-        """examples/gpu/cifar10-resnet18.toml for one epoch (20 steps when quick)."""
-        return config_file(ROOT / "examples" / "gpu" / "cifar10-resnet18.toml",
-                           self.work / f"{name}.toml", dataset={"params": {"path": str(self.data)}},
-                           training={"epochs": 1, **({"max_steps": 20} if self.quick else {})},
-                           run={"output_dir": "/tmp/splitleak-gpu-check/runs", **run})
-
-    def steps(self, source: Path, name: str, steps: int, **run: Any) -> Path:
+    def config(self, source: Path, name: str, steps: int | None = None, **run: Any) -> Path:
+        """`source` on these records for one epoch, or `steps` train steps (20 when quick)."""
+        limit = 20 if self.quick else steps
         return config_file(source, self.work / f"{name}.toml",
                            dataset={"params": {"path": str(self.data)}},
-                           training={"epochs": 1, "max_steps": 20 if self.quick else steps},
+                           training={"epochs": 1, **({"max_steps": limit} if limit else {})},
                            run={"output_dir": "/tmp/splitleak-gpu-check/runs", **run})
 
 
@@ -185,13 +180,13 @@ def gpu_part(check: Check, out: Path, quick: bool, anchor: Path | None) -> None:
     gpu_tests(check, out)
     plain_loop(check, out, anchor)
     setups = Setups(quick)
-    fast = setups.epoch("epoch")
+    example = ROOT / "examples" / "gpu" / "cifar10-resnet18.toml"
+    fast = setups.config(example, "epoch")
     check.section("one epoch, distributed", lambda: trained(fast, True))
     check.section("one epoch, in-process", lambda: trained(fast, False))
-    example = ROOT / "examples" / "gpu" / "cifar10-resnet18.toml"
-    exact = setups.steps(example, "deterministic", 400, deterministic=True)
+    exact = setups.config(example, "deterministic", 400, deterministic=True)
     check.section("400 steps, distributed, deterministic", lambda: trained(exact, True))
-    paper = setups.steps(ROOT / "examples" / "threat" / "cifar10" / "paper" / "cifar10-none.toml",
+    paper = setups.config(ROOT / "examples" / "threat" / "cifar10" / "paper" / "cifar10-none.toml",
                          "paper", 300, deterministic=False)
 
     def completion() -> dict[str, Any]:
@@ -218,7 +213,8 @@ def graphs_part(check: Check, out: Path, quick: bool, anchor: Path | None) -> No
     gpu_tests(check, out, "cuda_graphs")
     plain_loop(check, out, anchor)
     setups = Setups(quick)
-    graphed = setups.epoch("epoch-graphs", cuda_graphs=True)
+    graphed = setups.config(ROOT / "examples" / "gpu" / "cifar10-resnet18.toml", "epoch-graphs",
+                            cuda_graphs=True)
     check.section("one epoch, distributed, CUDA graphs", lambda: trained(graphed, True))
     check.section("one epoch, in-process, CUDA graphs", lambda: trained(graphed, False))
     bench_gpu(check, out, quick, "bench gpu graphs", "--cuda-graphs")
