@@ -34,7 +34,10 @@ class PartyInputs:
     def rows(self, sample_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The rows of these sample ids (any device: they are moved to this one's)."""
         ids = sample_ids.to(self.device, non_blocking=True)
-        return self.numeric[ids], self.categorical[ids]
+        if ids.dim() != 1:
+            return self.numeric[ids], self.categorical[ids]
+        # the same rows as indexing, at a quarter of its time on the CPU
+        return self.numeric.index_select(0, ids), self.categorical.index_select(0, ids)
 
     def to(self, device: torch.device | str) -> PartyInputs:
         """The same rows held on `device` (kept once there: a party's batches never travel)."""
