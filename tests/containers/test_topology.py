@@ -141,8 +141,10 @@ def test_stopped_passive_party_fails_the_run_by_name(topology: Topology, tmp_pat
     topology.env["SPLITLEAK_CONFIG"] = str(config)
     original = config.read_text()
     process = topology.start("up", "--no-build", "--exit-code-from", "report", "report")
+    started = time.monotonic()
     try:
         _wait_for_training(topology, process, min_steps=20, timeout=RUN_TIMEOUT_S)
+        training_after = time.monotonic() - started
         written_config = (topology.run_dir / "config.toml").read_text()
         stopped_at = time.monotonic()
         victim = topology.container("passive-party-2")
@@ -157,15 +159,19 @@ def test_stopped_passive_party_fails_the_run_by_name(topology: Topology, tmp_pat
             time.sleep(0.2)
         label_ended_after = time.monotonic() - stopped_at
         code = process.wait(RUN_TIMEOUT_S)
+        compose_ended_after = time.monotonic() - stopped_at
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
 
     assert code != 0, f"compose exited 0 although a party was stopped:\n{topology.output()}"
-    print(f"docker stop took {stop_took:.1f} s (passive-party-2 exit "
-          f"{topology.state('passive-party-2')['ExitCode']}); the label party ended "
-          f"{label_ended_after:.1f} s after the stop began; compose exited {code}")
+    print(f"20 train steps {training_after:.1f} s after `up`; docker stop took {stop_took:.1f} s "
+          f"(passive-party-2 exit {topology.state('passive-party-2')['ExitCode']}); the label "
+          f"party ended {label_ended_after:.1f} s and compose {compose_ended_after:.1f} s after "
+          f"the stop began; compose exited {code}")
+    if compose_ended_after > label_ended_after + 30:  # seen twice in CI with Compose v2: why
+        print(f"compose ended late; its output:\n{topology.output()[-6000:]}")
     assert label_ended_after <= deadline + 20, label_ended_after
     assert topology.state("label-party")["ExitCode"] == 1
     run_dir = topology.run_dir
