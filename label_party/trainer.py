@@ -10,6 +10,7 @@ import torch
 
 from label_party.defenses import DefenseChain
 from label_party.objectives import ObjectiveSetup, build_objective, supervised_loss
+from label_party.objectives.base import Own
 from label_party.schedule import Batch
 from label_party.validate import class_gradients_error
 from splitleak.anchors import CleanAnchorWriter
@@ -91,16 +92,15 @@ class LabelPartyTrainer:
         self.snapshots = snapshots  # evaluation-only: the model a white-box attacker knows
         self._update_pending = False  # the last train step's own update is not applied yet
 
-    def _own(self, sample_ids: np.ndarray) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-        if self.own_inputs is None:
-            return None, None
-        return self.own_inputs.rows(self._ids(sample_ids))
+    def _batch(self, sample_ids: np.ndarray) -> tuple[torch.Tensor, Own]:
+        """The batch's labels and own feature rows, the ids moved to this party's device once
+        (index_select: the rows indexing gives, at a quarter of its time on the CPU)."""
+        ids = self._ids(sample_ids)
+        own = self.own_inputs.rows(ids) if self.own_inputs is not None else (None, None)
+        return self.labels.index_select(0, ids), own
 
     def _ids(self, sample_ids: np.ndarray) -> torch.Tensor:
         return torch.from_numpy(sample_ids).to(self.device, non_blocking=True)
-
-    def _labels(self, sample_ids: np.ndarray) -> torch.Tensor:
-        return self.labels.index_select(0, self._ids(sample_ids))  # indexing, 4x faster
 
     def update(self) -> None:
         """Apply the last train step's update of the label party's own parameters, if it is
@@ -117,11 +117,11 @@ class LabelPartyTrainer:
         self.update()
         acts = [activations[k].to(self.device, non_blocking=True).detach().requires_grad_(True)
                 for k in self.party_ids]
-        y = self._labels(batch.sample_ids)
+        y, own = self._batch(batch.sample_ids)
         if self.snapshots is not None:  # the parameters this step's gradient is computed with
             self.snapshots.record(batch.epoch, batch.step,
                                   self.objective.top)  # type: ignore[attr-defined]
-        result = self.objective.cut_gradients(acts, self._own(batch.sample_ids), batch.sample_ids,
+        result = self.objective.cut_gradients(acts, own, batch.sample_ids,
                                               y, class_gradients=self.class_gradients)
         self._update_pending = True
         if not math.isfinite(result.loss) or not all(all_finite(g) for g in result.gradients):
@@ -151,10 +151,10 @@ class LabelPartyTrainer:
         """Accumulate predictions; at the pass's last batch return the metrics of each split it
         scored (`test_*`, and `train_*` when the pass covered the train rows)."""
         self.update()
+        y, own = self._batch(batch.sample_ids)
         logits = self.objective.predict([activations[k].to(self.device) for k in self.party_ids],
-                                        self._own(batch.sample_ids))
-        self._eval.append((batch.split, batch.sample_ids, logits.float().cpu(),
-                           self._labels(batch.sample_ids).cpu()))
+                                        own)
+        self._eval.append((batch.split, batch.sample_ids, logits.float().cpu(), y.cpu()))
         if not batch.last_of_eval:
             return None
         record: dict[str, Any] = {"type": "eval", "epoch": batch.epoch, "step": batch.step}

@@ -32,6 +32,7 @@ import numpy as np
 import tomli_w
 
 ROOT = Path(__file__).resolve().parent.parent
+GPU_EXAMPLE = ROOT / "examples" / "gpu" / "cifar10-resnet18.toml"  # Fu et al.'s split, batch 32
 sys.path.insert(0, str(ROOT))
 
 RECORD = 1 + 3 * 32 * 32  # CIFAR-10's binary layout: the label byte, then the pixels
@@ -180,11 +181,10 @@ def gpu_part(check: Check, out: Path, quick: bool, anchor: Path | None) -> None:
     gpu_tests(check, out)
     plain_loop(check, out, anchor)
     setups = Setups(quick)
-    example = ROOT / "examples" / "gpu" / "cifar10-resnet18.toml"
-    fast = setups.config(example, "epoch")
+    fast = setups.config(GPU_EXAMPLE, "epoch")
     check.section("one epoch, distributed", lambda: trained(fast, True))
     check.section("one epoch, in-process", lambda: trained(fast, False))
-    exact = setups.config(example, "deterministic", 400, deterministic=True)
+    exact = setups.config(GPU_EXAMPLE, "deterministic", 400, deterministic=True)
     check.section("400 steps, distributed, deterministic", lambda: trained(exact, True))
     paper = setups.config(ROOT / "examples" / "threat" / "cifar10" / "paper" / "cifar10-none.toml",
                          "paper", 300, deterministic=False)
@@ -213,8 +213,7 @@ def graphs_part(check: Check, out: Path, quick: bool, anchor: Path | None) -> No
     gpu_tests(check, out, "cuda_graphs")
     plain_loop(check, out, anchor)
     setups = Setups(quick)
-    graphed = setups.config(ROOT / "examples" / "gpu" / "cifar10-resnet18.toml", "epoch-graphs",
-                            cuda_graphs=True)
+    graphed = setups.config(GPU_EXAMPLE, "epoch-graphs", cuda_graphs=True)
     check.section("one epoch, distributed, CUDA graphs", lambda: trained(graphed, True))
     check.section("one epoch, in-process, CUDA graphs", lambda: trained(graphed, False))
     bench_gpu(check, out, quick, "bench gpu graphs", "--cuda-graphs")
