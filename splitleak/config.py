@@ -489,6 +489,18 @@ def parse_config(data: dict[str, Any], source: str = "<dict>") -> ExperimentConf
         raise ConfigError(format_validation_error(err, source)) from None
 
 
+def read_toml_text(path: Path, what: str, error: type[Exception]) -> str:
+    """A TOML file's text; `error` (naming `what` and the reason) if it cannot be read or is not
+    UTF-8, as TOML requires."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        raise error(f"invalid {what} {path}: not UTF-8 text (byte {err.object[err.start]:#04x} at "
+                    f"offset {err.start}); a TOML file is UTF-8") from None
+    except OSError as err:
+        raise error(f"cannot read {what} {path}: {err.strerror or err}") from None
+
+
 def load_config(path: str | Path | None = None) -> ExperimentConfig:
     """Read and validate an experiment file; None gives the built-in default."""
     if path is None:
@@ -496,9 +508,11 @@ def load_config(path: str | Path | None = None) -> ExperimentConfig:
         source = "(built-in default)"
     else:
         p = Path(path)
+        if p.is_dir():
+            raise ConfigError(f"{p} is a directory; give the path of a config TOML file")
         if not p.is_file():
             raise ConfigError(f"config file not found: {p}")
-        text = p.read_text()
+        text = read_toml_text(p, "config", ConfigError)
         source = str(p)
     try:
         data = tomllib.loads(text)

@@ -66,6 +66,12 @@ def test_missing_file_and_bad_toml(tmp_path) -> None:
     bad.write_text("[run\nseed = 1")
     with pytest.raises(ConfigError, match="not valid TOML"):
         load_config(bad)
+    latin = tmp_path / "latin.toml"
+    latin.write_bytes(b"[run]\nname = 'caf\xe9'\n")  # Latin-1, not UTF-8
+    with pytest.raises(ConfigError, match=r"latin.toml: not UTF-8 text \(byte 0xe9 at offset 17\)"):
+        load_config(latin)
+    with pytest.raises(ConfigError, match="is a directory; give the path of a config TOML file"):
+        load_config(tmp_path)
 
 
 @pytest.mark.parametrize(("override", "message"), [

@@ -160,3 +160,7 @@ def test_cli_refuses_bad_sweeps_with_exit_2(tmp_path: Path, capsys: pytest.Captu
     with pytest.raises(SystemExit) as exit_info:
         main(["sweep", str(tmp_path / "broken.toml")])
     assert exit_info.value.code == 2 and "not valid TOML" in capsys.readouterr().err
+    (tmp_path / "binary.toml").write_bytes(b"\xff\xfe[sweep]\n")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", str(tmp_path / "binary.toml")])
+    assert exit_info.value.code == 2 and "not UTF-8 text (byte 0xff" in capsys.readouterr().err

@@ -41,6 +41,7 @@ from splitleak.config import (
     DIRECTORY_NAME_MAX,
     format_validation_error,
     plain_directory_name,
+    read_toml_text,
 )
 
 
@@ -126,10 +127,12 @@ def parse_sweep(data: dict[str, Any], source: str = "<dict>") -> SweepFile:
 
 def load_sweep(path: str | Path) -> SweepFile:
     p = Path(path)
+    if p.is_dir():
+        raise SweepError(f"{p} is a directory; give the path of a sweep TOML file")
     if not p.is_file():
         raise SweepError(f"sweep file not found: {p}")
     try:
-        data = tomllib.loads(p.read_text())
+        data = tomllib.loads(read_toml_text(p, "sweep file", SweepError))
     except tomllib.TOMLDecodeError as err:
         raise SweepError(f"invalid sweep file {p}: not valid TOML: {err}") from None
     return parse_sweep(data, str(p))
