@@ -490,10 +490,10 @@ def parse_config(data: dict[str, Any], source: str = "<dict>") -> ExperimentConf
 
 
 def read_toml_text(path: Path, what: str, error: type[Exception]) -> str:
-    """A TOML file's text; `error` (naming `what` and the reason) if it cannot be read or is not
-    UTF-8, as TOML requires."""
+    """A TOML file's text (a leading byte-order mark, as some editors write, dropped); `error`
+    (naming `what` and the reason) if it cannot be read or is not UTF-8, as TOML requires."""
     try:
-        return path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as err:
         raise error(f"invalid {what} {path}: not UTF-8 text (byte {err.object[err.start]:#04x} at "
                     f"offset {err.start}); a TOML file is UTF-8") from None
