@@ -39,8 +39,8 @@ from attacker.attacks.base import RunFacts
 from attacker.attacks.integrity.base import IntegrityAttack
 from attacker.sidecar.store import GradientLog, LoggedBatch, repair_log
 from splitleak.anchors import BatchAnchors, read_clean_anchors
-from splitleak.artifacts.metrics import read_metrics
-from splitleak.artifacts.outcome import read_outcome
+from splitleak.artifacts.metrics import MetricsError, read_metrics
+from splitleak.artifacts.outcome import OutcomeError, read_outcome_or_refuse
 from splitleak.artifacts.paths import RunDir
 from splitleak.config import ConfigError, load_config
 from splitleak.fileio import write_atomically
@@ -149,9 +149,29 @@ def _labels_by_id(run: RunDir) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def _run_config(run: RunDir) -> dict[str, Any]:
     try:
-        return tomllib.loads(run.config.read_text()) if run.config.exists() else {}
+        config = tomllib.loads(run.config.read_text()) if run.config.exists() else {}
     except (OSError, ValueError) as err:
         raise AnalysisInputError(f"{run.config} is not a readable experiment config: {err}") from None
+    if run.config.exists() and not config:
+        raise AnalysisInputError(f"{run.config} is empty: the analysis needs the experiment the run "
+                                 "trained (its seed and [threat]), as the run wrote it")
+    return config
+
+
+def _records(run: RunDir) -> list[dict[str, Any]]:
+    """The run's metrics records ([] when it wrote none); AnalysisInputError naming the line."""
+    try:
+        return list(read_metrics(run.metrics)) if run.metrics.exists() else []
+    except MetricsError as err:
+        raise AnalysisInputError(str(err)) from None
+
+
+def _outcome(run: RunDir) -> dict[str, Any]:
+    """How the run ended ({} when it has no outcome.json); AnalysisInputError when unreadable."""
+    try:
+        return read_outcome_or_refuse(run)
+    except OutcomeError as err:
+        raise AnalysisInputError(str(err)) from None
 
 
 def _config_warnings(config: dict[str, Any]) -> list[str]:
@@ -182,11 +202,11 @@ def check_run_dir(run: RunDir) -> None:
 
 def partial_run(run: RunDir) -> dict[str, Any] | None:
     """How far a run that did not finish got (None for a finished run)."""
-    outcome = read_outcome(run) or {
+    outcome = _outcome(run) or {
         "status": f"unknown (no {run.outcome.relative_to(run.root)}: still running, or killed)"}
     if outcome.get("status") == "ok":
         return None
-    records = list(read_metrics(run.metrics)) if run.metrics.exists() else []
+    records = _records(run)
     plan = next((r for r in records if r.get("type") == "plan"), {})
     steps = sum(1 for r in records if r.get("type") == "train")
     return {"status": outcome.get("status"), "step": outcome.get("step"),
@@ -296,6 +316,7 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
     repaired = repair_log(run.gradients)
     analysis = Analysis(run, attacks, hints, seed, draws)
     analysis.device = device
+    records, partial = _records(run), partial_run(run)  # refused now, before the long part
     analysis.warnings += repaired
     per_batch, sample, run_id = _gradient_attacks(analysis)
     run_entries = _run_attacks(analysis)
@@ -315,8 +336,7 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
             "their anchor is the received (defended) gradient")
     threat = {key: analysis.threat.describe([int(k) for k in key.split("+")])
               for key in {r["parties"] for r in per_batch}}
-    bounds = marvell_bounds(list(read_metrics(run.metrics))) if run.metrics.exists() else {}
-    partial = partial_run(run)
+    bounds = marvell_bounds(records)
     if partial is not None:
         analysis.warnings.insert(0, f"partial run ({partial['status']}"
                                     f"{'' if partial['step'] is None else ' at step ' + str(partial['step'])}"

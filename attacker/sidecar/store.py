@@ -364,6 +364,9 @@ def repair_log(root: Path) -> list[str]:
                     "not repaired"]
         done = []
         for shard in sorted(root.glob(f"party_*/shard-*{_SUFFIX}")):
+            if not shard.is_file():
+                raise LogFormatError(f"cannot read {shard}: not a regular file (a shard is an Arrow "
+                                     "stream file)")
             prefix = _prefix(shard)
             if _cut(shard, prefix):
                 done.append(f"{shard}: cut back to its {prefix.records} complete record(s) (the "
@@ -394,6 +397,8 @@ class GradientLog:
             self.index = read_index(index_path)
         except LogIndexError as err:
             raise LogFormatError(str(err)) from None
+        except OSError as err:
+            raise LogFormatError(f"cannot read {index_path}: {err.strerror or err}") from None
         self.warnings: list[str] = []
 
     @property
@@ -401,7 +406,7 @@ class GradientLog:
         return self.index.run_id
 
     def parties(self) -> list[int]:
-        on_disk = {int(p.name.split("_", 1)[1]) for p in self.root.glob("party_*") if p.is_dir()}
+        on_disk = {_party_of(p) for p in self.root.glob("party_*") if p.is_dir()}
         return sorted(on_disk | {int(k) for k in self.index.parties})
 
     def shapes(self, party_id: int) -> dict[str, list[int]]:
@@ -413,8 +418,20 @@ class GradientLog:
         return sorted((self.root / f"party_{party_id}").glob(f"shard-*{_SUFFIX}"))
 
     def batches(self, party_id: int) -> Iterator[LoggedBatch]:
+        self._warn_missing(party_id)
         for shard in self._shards(party_id):
             yield from self._read_shard(party_id, shard)
+
+    def _warn_missing(self, party_id: int) -> None:
+        """A warning for each shard the index lists that is not on disk (deleted or moved)."""
+        entry = self.index.parties.get(str(party_id))
+        for shard in entry.shards if entry else []:
+            if not (self.root / shard.file).exists():
+                message = (f"{self.root / shard.file}: listed by {INDEX} ({shard.records} record(s)) "
+                           "but missing; analysing the shards that are there")
+                if message not in self.warnings:
+                    log.warning(message)
+                    self.warnings.append(message)
 
     def _read_shard(self, party_id: int, shard: Path) -> Iterator[LoggedBatch]:
         complete = 0
@@ -433,6 +450,15 @@ class GradientLog:
                        f"(the sidecar stopped mid-write?): {err}; analysing the complete ones")
             log.warning(message)
             self.warnings.append(message)
+
+
+def _party_of(directory: Path) -> int:
+    """The party id of a log's party_<k> folder; LogFormatError for another name."""
+    suffix = directory.name.split("_", 1)[1]
+    if not (suffix.isascii() and suffix.isdigit()):
+        raise LogFormatError(f"{directory}: a gradient log's folders are party_<k> with k a whole "
+                             f"number, not {directory.name!r}")
+    return int(suffix)
 
 
 def _logged(party_id: int, batch: pa.RecordBatch) -> LoggedBatch:

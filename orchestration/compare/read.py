@@ -11,7 +11,7 @@ from typing import Any
 from orchestration.compare.entries import LeakEntry, leak_entries, number
 from orchestration.compare.identity import SweepPoint, finished_points
 from splitleak.artifacts.metrics import read_metrics
-from splitleak.artifacts.outcome import read_outcome
+from splitleak.artifacts.outcome import read_outcome_or_refuse
 from splitleak.artifacts.paths import CONFIG_FILE, SWEEP_INDEX_FILE, RunDir, is_run_dir, is_sweep_dir
 from splitleak.artifacts.summary import read_leak_summary
 from splitleak.config import ConfigError, ExperimentConfig, load_config
@@ -55,12 +55,16 @@ class RunResult:
 
 
 def read_run(root: Path, point: SweepPoint | None = None) -> RunResult:
-    """Raises ValueError saying what is missing when the run cannot be compared."""
+    """Raises ValueError saying what is missing or unreadable (naming the file) when the run
+    cannot be compared."""
     run = RunDir(root)
     for needed, why in ((run.config, ""), (run.metrics, ""),
                         (run.leak_summary, " (run `attacker analyze` on it)")):
         if not needed.exists():
             raise ValueError(f"{root}: no {needed.relative_to(root)}{why}")
+    if _is_empty(run.config):
+        raise ValueError(f"{run.config} is empty: the comparison needs the experiment the run "
+                         "trained, as the run wrote it")
     try:
         config = load_config(run.config)
     except ConfigError as err:
@@ -76,9 +80,17 @@ def read_run(root: Path, point: SweepPoint | None = None) -> RunResult:
                      tuple(utility_curve(records, metric)), _bytes_per_step(run, records))
 
 
+def _is_empty(path: Path) -> bool:
+    """A file that holds nothing but white space (False when unreadable: load_config says why)."""
+    try:
+        return not path.read_bytes().strip()
+    except OSError:
+        return False
+
+
 def _bytes_per_step(run: RunDir, records: list[dict[str, Any]]) -> float | None:
     """Bytes the label party sent and received per step, evaluation passes included."""
-    outcome = read_outcome(run)
+    outcome = read_outcome_or_refuse(run)
     steps = sum(1 for r in records if r.get("type") == "train")
     sent, received = outcome.get("bytes_sent"), outcome.get("bytes_received")
     if not steps or not isinstance(sent, int) or not isinstance(received, int):
@@ -88,14 +100,17 @@ def _bytes_per_step(run: RunDir, records: list[dict[str, Any]]) -> float | None:
 
 def find_runs(paths: list[Path]) -> tuple[list[RunResult], list[str]]:
     """Runs under each path (a sweep directory: its finished points; a run directory; or a
-    directory of run directories) and a warning for each one that cannot be compared.
-    ValueError when a path is none of these."""
+    directory of run directories) and a warning for each one found inside a directory that
+    cannot be compared. ValueError when a path is none of these, or a run directory given
+    itself cannot be compared (the user named it: bad input, never skipped)."""
     found: list[tuple[Path, SweepPoint | None]] = []
+    named: set[Path] = set()
     for path in paths:
         if is_sweep_dir(path):
             found += finished_points(path)
         elif is_run_dir(path):
             found.append((path, None))
+            named.add(path)
         elif path.is_dir() and any(is_run_dir(child) for child in path.iterdir()):
             found += [(child, None) for child in sorted(path.iterdir()) if is_run_dir(child)]
         else:
@@ -106,5 +121,7 @@ def find_runs(paths: list[Path]) -> tuple[list[RunResult], list[str]]:
         try:
             runs.append(read_run(root, point))
         except ValueError as err:
+            if root in named:
+                raise
             warnings.append(f"skipped: {err}")
     return runs, warnings

@@ -40,6 +40,29 @@ def write_model(path: Path, model: BaseModel, default: Any = _finite_or_null) ->
 
 
 Model = TypeVar("Model", bound=BaseModel)
+SHOWN = 60  # characters of a bad value quoted in a message
+
+
+def first_error(err: ValidationError) -> str:
+    """Pydantic's first error in a few words: the field, what is wrong, the value found."""
+    first = err.errors()[0]
+    where = ".".join(str(part) for part in first["loc"])
+    got = first.get("input")
+    quoted = "" if isinstance(got, dict | list) or first["type"] in ("missing", "json_invalid") \
+        else f" (got {repr(got)[:SHOWN]})"
+    more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
+    return f"{f'field {where}: ' if where else ''}{first['msg']}{quoted}{more}"
+
+
+def read_model(path: Path, model: type[Model], error: type[Exception], what: str) -> Model:
+    """`model` from the JSON file at `path`; `error` naming the file, the first bad field and
+    what is wrong when it cannot be read or is not `what`."""
+    try:
+        return model.model_validate_json(path.read_bytes())
+    except OSError as err:
+        raise error(f"cannot read {path}: {err.strerror or err}") from None
+    except ValidationError as err:
+        raise error(f"{path} is not a readable {what}: {first_error(err)}") from None
 
 
 def read_versioned(path: Path, model: type[Model], version: int, error: type[Exception],
@@ -56,4 +79,4 @@ def read_versioned(path: Path, model: type[Model], version: int, error: type[Exc
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        raise error(f"{path} is not a readable {what}: {err}") from None
+        raise error(f"{path} is not a readable {what}: {first_error(err)}") from None

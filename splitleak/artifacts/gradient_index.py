@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 
 from splitleak.artifacts.artifact import read_versioned
 
@@ -33,6 +33,14 @@ class GradientLogIndex(BaseModel):
     format: int = FORMAT
     run_id: str = ""
     parties: dict[str, PartyLog] = {}  # by party id
+
+    @field_validator("parties")
+    @classmethod
+    def _party_ids(cls, parties: dict[str, PartyLog]) -> dict[str, PartyLog]:
+        bad = next((key for key in parties if not (key.isascii() and key.isdigit())), None)
+        if bad is not None:
+            raise ValueError(f"party ids are whole numbers such as \"1\", not {bad!r}")
+        return parties
 
 
 def write_index_text(index: GradientLogIndex) -> str:

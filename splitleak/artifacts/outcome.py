@@ -8,8 +8,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from splitleak.artifacts.artifact import Artifact, write_model
+from splitleak.artifacts.artifact import Artifact, read_model, write_model
 from splitleak.artifacts.paths import RunDir
+
+
+class OutcomeError(ValueError):
+    """An outcome.json that is there but cannot be read; the message names the file and why."""
 
 
 class Outcome(Artifact):
@@ -36,3 +40,12 @@ def read_outcome_model(run: RunDir) -> Outcome | None:
         return Outcome.model_validate_json(run.outcome.read_bytes())
     except (OSError, ValidationError):
         return None
+
+
+def read_outcome_or_refuse(run: RunDir) -> dict[str, Any]:
+    """The outcome, or {} when there is none (yet); OutcomeError naming the file and why when
+    it is there but cannot be read (a directory, not JSON, no "status")."""
+    if not run.outcome.exists():
+        return {}
+    return read_model(run.outcome, Outcome, OutcomeError,
+                      'outcome (a JSON object with a "status" such as "ok" or "failed")').as_dict()

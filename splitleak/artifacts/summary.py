@@ -5,8 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from splitleak.artifacts.artifact import Artifact, write_model
+from splitleak.artifacts.artifact import Artifact, read_model, write_model
 from splitleak.artifacts.paths import RunDir
+
+
+class SummaryError(ValueError):
+    """A summary file that cannot be read; the message names the file and the first bad field."""
+
 
 # 1: the first versioned layout (files written before have none and read as version 0).
 SCHEMA_VERSION = 1
@@ -59,7 +64,9 @@ def write_leak_summary(run: RunDir, summary: LeakSummary) -> None:
 
 
 def read_leak_summary(run: RunDir) -> LeakSummary:
-    return LeakSummary.model_validate_json(run.leak_summary.read_bytes())
+    """SummaryError naming the file and the first bad field when it is not a leak summary."""
+    return read_model(run.leak_summary, LeakSummary, SummaryError,
+                      "leak summary (the JSON object `attacker analyze` writes)")
 
 
 class TrainingSummary(Artifact):
@@ -80,4 +87,6 @@ def write_training_summary(run: RunDir, summary: TrainingSummary) -> None:
 
 
 def read_training_summary(run: RunDir) -> TrainingSummary:
-    return TrainingSummary.model_validate_json(run.summary.read_bytes())
+    """SummaryError naming the file and the first bad field when it is not a training summary."""
+    return read_model(run.summary, TrainingSummary, SummaryError,
+                      "training summary (the JSON object a finished run writes)")

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from pydantic.dataclasses import dataclass
 
+from splitleak.artifacts.artifact import first_error
 from splitleak.artifacts.paths import RunDir, SweepDir
 from splitleak.fileio import write_atomically
 
@@ -81,7 +82,17 @@ def read_index_rows(sweep_dir: Path) -> list[SweepIndexRow]:
     missing = sorted(set(SCHEMA.names) - set(table.column_names) - set(ADDED_LATER))
     if missing:
         raise SweepIndexError(f"{path} lacks the columns {missing}: not a sweep index of this version")
-    return [SweepIndexRow.model_validate(row) for row in table.to_pylist()]
+    return [_index_row(path, number, row) for number, row in enumerate(table.to_pylist())]
+
+
+def _index_row(path: Path, number: int, row: dict[str, Any]) -> SweepIndexRow:
+    """Row `number` (from 0) of the index; SweepIndexError naming the file, row and field."""
+    try:
+        return SweepIndexRow.model_validate(row)
+    except ValidationError as err:
+        raise SweepIndexError(f"{path} row {number}: {first_error(err)}; move the index away to "
+                              "start the sweep's bookkeeping afresh (finished run directories "
+                              "are kept)") from None
 
 
 def write_index_rows(sweep_dir: Path, rows: list[dict[str, Any]]) -> None:

@@ -1,0 +1,183 @@
+"""A run directory's artifacts that cannot be read, given to `attacker analyze` and `splitleak
+compare`: exit 2 with one message naming the file (and line or field) and what is wrong, never
+a traceback, never a silent result; a torn last metrics line (a crash mid-write) stays skipped."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from attacker.cli import main as attacker_main
+from orchestration.cli import main as splitleak_main
+from splitleak.artifacts.sweep import SCHEMA, SweepIndexError, read_index_rows
+from tests.conftest import small_config
+from tests.test_cli_refusals import exit_code_and_text
+
+METRICS = "label_party/metrics.jsonl"
+INDEX = "attacker/gradients/index.json"
+SHARD = "attacker/gradients/party_1/shard-000000.arrows"
+OUTCOME = "label_party/outcome.json"
+SUMMARY = "report/summary.json"
+
+
+@pytest.fixture(scope="module")
+def analysed_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny in-process run (3 train steps), analysed with its report: what both commands read."""
+    from attacker.analysis.analyze import analyze
+    from attacker.analysis.summary import write_summary
+    from attacker.report.report import write_report
+    from tests.runs import reference_run
+
+    root = tmp_path_factory.mktemp("analysed")
+    run = reference_run(small_config(root, training={"epochs": 1, "max_steps": 3}))
+    summary = analyze(run.root)
+    write_report(run, summary)
+    write_summary(run, summary)
+    return run.root
+
+
+def _metrics_line(run: Path, number: int, text: str) -> None:
+    lines = (run / METRICS).read_text().splitlines(keepends=True)
+    lines[number - 1] = text
+    (run / METRICS).write_text("".join(lines))
+
+
+def _index_party(run: Path, key: str) -> None:
+    index = json.loads((run / INDEX).read_text())
+    index["parties"] = {key: next(iter(index["parties"].values()))}
+    (run / INDEX).write_text(json.dumps(index))
+
+
+def _replace(run: Path, relative: str, content: bytes | None) -> None:
+    """`relative` holding `content`, or a directory in its place (None)."""
+    path = run / relative
+    path.unlink()
+    if content is None:
+        path.mkdir()
+    else:
+        path.write_bytes(content)
+
+
+CORRUPTIONS = {
+    "metrics a directory": lambda r: _replace(r, METRICS, None),
+    "metrics binary": lambda r: _replace(r, METRICS, b"\xff\xfe\x00garbage{{"),
+    "metrics a list": lambda r: _metrics_line(r, 2, "[1,2]\n"),
+    "metrics a string loss": lambda r: _metrics_line(
+        r, 2, json.dumps({"type": "train", "epoch": 0, "step": 0, "loss": "abc"}) + "\n"),
+    "metrics a bad last line": lambda r: _metrics_line(r, len((r / METRICS).read_text().splitlines()),
+                                                       '{"type":"eval"\n'),
+    "outcome garbage": lambda r: _replace(r, OUTCOME, b"\xff\xfegarbage{{"),
+    "outcome a directory": lambda r: _replace(r, OUTCOME, None),
+    "config empty": lambda r: _replace(r, "config.toml", b""),
+}
+NEEDLES = {
+    "metrics a directory": ("metrics.jsonl", "cannot read"),
+    "metrics binary": ("metrics.jsonl line 1", "JSON record"),
+    "metrics a list": ("metrics.jsonl line 2", "JSON object"),
+    "metrics a string loss": ("metrics.jsonl line 2", "'loss' must be a number"),
+    "metrics a bad last line": ("metrics.jsonl line ", "not a JSON record"),
+    "outcome garbage": ("outcome.json", "not a readable outcome"),
+    "outcome a directory": ("outcome.json", "cannot read"),
+    "config empty": ("config.toml", "is empty"),
+    "index party abc": ("index.json", "party ids are whole numbers"),
+    "index a directory": ("index.json", "cannot read"),
+    "shard a directory": ("shard-000000.arrows", "cannot read"),
+    "summary a directory": ("summary.json", "cannot read"),
+    "summary empty": ("summary.json", "not a readable leak summary"),
+    "summary null": ("summary.json", "not a readable leak summary"),
+    "summary a list": ("summary.json", "not a readable leak summary"),
+    "summary wrong types": ("summary.json", "field num_classes"),
+    "metrics missing": ("metrics.jsonl", "no label_party"),
+}
+ANALYZE_ONLY = {
+    "index party abc": lambda r: _index_party(r, "abc"),
+    "index a directory": lambda r: _replace(r, INDEX, None),
+    "shard a directory": lambda r: _replace(r, SHARD, None),
+}
+COMPARE_ONLY = {
+    "summary a directory": lambda r: _replace(r, SUMMARY, None),
+    "summary empty": lambda r: _replace(r, SUMMARY, b""),
+    "summary null": lambda r: _replace(r, SUMMARY, b"null"),
+    "summary a list": lambda r: _replace(r, SUMMARY, b"[]"),
+    "summary wrong types": lambda r: _replace(r, SUMMARY, b'{"num_classes": "x", "leak": []}'),
+    "metrics missing": lambda r: (r / METRICS).unlink(),
+}
+
+
+def _copy(analysed_run: Path, tmp_path: Path, corruption: str) -> Path:
+    run = tmp_path / "run"
+    shutil.copytree(analysed_run, run)
+    {**CORRUPTIONS, **ANALYZE_ONLY, **COMPARE_ONLY}[corruption](run)
+    return run
+
+
+def _assert_refused(code: int, text: str, corruption: str) -> None:
+    assert code == 2, text
+    assert "Traceback" not in text, text
+    for needle in NEEDLES[corruption]:
+        assert needle in text, text
+
+
+@pytest.mark.parametrize("corruption", [*CORRUPTIONS, *ANALYZE_ONLY])
+def test_analyze_refuses_an_unreadable_artifact_naming_it(
+        analysed_run: Path, tmp_path: Path, corruption: str, capsys: pytest.CaptureFixture) -> None:
+    run = _copy(analysed_run, tmp_path, corruption)
+    code, text = exit_code_and_text(attacker_main, ["analyze", str(run)], capsys)
+    _assert_refused(code, text, corruption)
+    assert "cannot write" not in text, text
+
+
+@pytest.mark.parametrize("corruption", [*CORRUPTIONS, *COMPARE_ONLY])
+def test_compare_refuses_a_named_run_it_cannot_read(
+        analysed_run: Path, tmp_path: Path, corruption: str, capsys: pytest.CaptureFixture) -> None:
+    run = _copy(analysed_run, tmp_path, corruption)
+    code, text = exit_code_and_text(
+        splitleak_main, ["compare", str(run), "--output-dir", str(tmp_path / "compare")], capsys)
+    _assert_refused(code, text, corruption)
+    assert len(text.strip().splitlines()) == 1, text
+
+
+def test_compare_reads_the_good_run_and_skips_a_bad_one_inside_a_directory(
+        analysed_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    runs = tmp_path / "runs"
+    shutil.copytree(analysed_run, runs / "good")
+    shutil.copytree(analysed_run, runs / "bad")
+    _replace(runs / "bad", SUMMARY, b"null")
+    code, text = exit_code_and_text(
+        splitleak_main, ["compare", str(runs), "--output-dir", str(tmp_path / "compare")], capsys)
+    assert code == 0, text
+    assert "skipped:" in text and "bad/report/summary.json" in text.replace("\n", ""), text
+
+
+def test_a_missing_shard_is_warned_of_by_name(analysed_run: Path, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(analysed_run, run)
+    (run / SHARD).unlink()
+    code, text = exit_code_and_text(attacker_main, ["analyze", str(run)], capsys)
+    assert code == 0, text
+    assert "shard-000000.arrows" in text and "missing" in text, text
+
+
+def test_a_torn_last_metrics_line_is_still_skipped(analysed_run: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(analysed_run, run)
+    with (run / METRICS).open("a") as f:
+        f.write('{"type":"train","epoch":0,"st')  # a crash mid-write: no newline
+    code, text = exit_code_and_text(attacker_main, ["analyze", str(run)], capsys)
+    assert code == 0, text
+
+
+def test_a_sweep_index_of_null_rows_names_the_file_row_and_field(tmp_path: Path) -> None:
+    rows = [{name: None for name in SCHEMA.names}]
+    pq.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), tmp_path / "sweep.parquet")
+    with pytest.raises(SweepIndexError) as refused:
+        read_index_rows(tmp_path)
+    message = str(refused.value)
+    assert "sweep.parquet row 0: field point" in message and "\n" not in message, message
