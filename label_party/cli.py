@@ -8,7 +8,13 @@ from pathlib import Path
 from typing import NoReturn
 
 from label_party.server import serve
-from splitleak.addresses import AddressError
+from splitleak.addresses import (
+    AddressError,
+    AddressFileError,
+    check_address,
+    check_address_file,
+    check_peer,
+)
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.rundir import create_run_dir, write_config
 from splitleak.checkpoint import CheckpointError, Manifest, resume_point
@@ -26,7 +32,7 @@ from splitleak.config import ExperimentConfig
 from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
 from splitleak.tls import LABEL_PARTY
-from splitleak.transport import run_async
+from splitleak.transport import ListenError, run_async
 
 log = logging.getLogger("label_party")
 
@@ -50,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging("label-party", args.verbose)
     if args.config is None and args.resume is None:
         raise BadInput("label-party serve: give --config FILE (or --resume RUN_DIR)")
+    check_addresses(args)
     cfg = checked_config_or_exit(args.config or RunDir(args.resume).config, role_log=log)
     tls_dir = tls_dir_or_exit(cfg, args.tls_dir, LABEL_PARTY)
     manifest: Manifest | None = None
@@ -66,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_async(serve(cfg, run, args.listen or cfg.topology.label_party_address,
                                args.port_file, tls_dir, args.resume is not None, manifest,
                                args.attacker))
+    except (ListenError, AddressFileError) as err:
+        raise BadInput(f"label party: {err}") from None
     except OSError as err:
         raise BadInput(f"label party: {describe_os_error(err)}") from None
     except CheckpointError as err:
@@ -77,6 +86,18 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_FAILED
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+
+
+def check_addresses(args: argparse.Namespace) -> None:
+    """Exit 2 naming the option when --listen, --attacker or --port-file cannot be used."""
+    try:
+        if args.listen is not None:
+            check_address(args.listen, "--listen")
+        if args.attacker is not None:
+            check_peer(args.attacker, "--attacker")
+        check_address_file(args.port_file, "--port-file")
+    except ValueError as err:
+        raise BadInput(f"label-party serve: {err}") from None
 
 
 def prepare_run_dir(cfg: ExperimentConfig, run_dir: Path | None) -> RunDir:

@@ -257,9 +257,6 @@ def gpu_memory(run: RunDir, parties: int) -> dict[str, float]:
 def run_bench(args: argparse.Namespace, console: Console) -> int:
     from label_party.defenses.bench_marvell import SHAPES, time_marvell
 
-    if args.json is not None and not args.json.parent.is_dir():
-        raise BadInput(f"splitleak bench: --json {args.json}: directory {args.json.parent} does "
-                       "not exist")
     try:
         check_devices(bench_config(args.steps, setup=args.setup, device=args.device))
     except ConfigError as err:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
 from rich.console import Console
 
+from splitleak.arguments import MAX_PARTIES, device, float_in, host_port, int_in, seed, writable_file
 from splitleak.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, end_process, setup_logging
+
+MAX_CERT_DAYS = 36_500  # a certificate's validity: 100 years ends well inside X.509's dates
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -29,17 +31,17 @@ def main(argv: list[str] | None = None) -> int:
     v = sub.add_parser("validate", help="check an experiment file and exit (2 if invalid)")
     v.add_argument("config", nargs="?")
     b = sub.add_parser("bench", help="distributed vs in-process throughput, wire overhead")
-    b.add_argument("--steps", type=_at_least(10), default=60, help="train steps per measured run")
-    b.add_argument("--rounds", type=_at_least(1), default=5,
+    b.add_argument("--steps", type=int_in(10, 1_000_000), default=60, help="train steps per measured run")
+    b.add_argument("--rounds", type=int_in(1, 1_000_000), default=5,
                    help="interleaved rounds (every variant once per round); default 5")
     b.add_argument("--quick", action="store_true", help="one round: a smoke run, no spread")
-    b.add_argument("--parties", type=_at_least(1, 64), nargs="+", metavar="N",
+    b.add_argument("--parties", type=int_in(1, MAX_PARTIES), nargs="+", metavar="N",
                    help="also measure distributed vs in-process with N passive parties "
                         "(e.g. 2 4 8), each keeping the cut width 128")
-    b.add_argument("--threads", type=_at_least(1, 1024), metavar="T",
+    b.add_argument("--threads", type=int_in(1, 1024), metavar="T",
                    help="the in-process baseline's threads besides 1 (default: as many as the "
                         "distributed run's processes have in all)")
-    b.add_argument("--device", default="cpu", metavar="DEVICE",
+    b.add_argument("--device", type=device, default="cpu", metavar="DEVICE",
                    help="where every role computes: cpu (default), cuda, cuda:K, auto")
     b.add_argument("--setup", default="ctr", choices=("ctr", "cifar-resnet18"),
                    help="ctr: the default set-up (synthetic CTR, batch 1024); cifar-resnet18: "
@@ -50,24 +52,27 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--cuda-graphs", action="store_true",
                    help="also measure in-process and distributed with every party's train step "
                         "replayed as CUDA graphs (run.cuda_graphs; a GPU's)")
-    b.add_argument("--busy-load", type=float, metavar="LOAD",
+    b.add_argument("--busy-load", type=float_in(0.0), metavar="LOAD",
                    help="warn about rounds whose 1-minute load average is above LOAD "
                         "(default: half the cores)")
-    b.add_argument("--json", type=Path, metavar="FILE",
+    b.add_argument("--json", type=writable_file, metavar="FILE",
                    help="write every round and the summary here (default: print it)")
     k = sub.add_parser("soak", help="hostile messages against every RPC of live services, then a "
                        "long many-party run: crashes, hangs, status codes, RSS growth")
-    k.add_argument("--messages", type=int, default=10_000, help="hostile cases per RPC")
-    k.add_argument("--parties", type=int, default=8, help="passive parties of the long run")
-    k.add_argument("--steps", type=int, default=10_000, help="train steps of the long run")
-    k.add_argument("--seed", type=int, default=0)
+    k.add_argument("--messages", type=int_in(1, 10_000_000), default=10_000,
+                   help="hostile cases per RPC")
+    k.add_argument("--parties", type=int_in(1, MAX_PARTIES), default=8,
+                   help="passive parties of the long run")
+    k.add_argument("--steps", type=int_in(1, 10_000_000), default=10_000,
+                   help="train steps of the long run")
+    k.add_argument("--seed", type=seed, default=0)
     k.add_argument("--skip-fuzz", action="store_true")
     k.add_argument("--skip-run", action="store_true")
     y = sub.add_parser("relay", help="a shaping TCP relay: emulated latency, jitter and "
                        "bandwidth in front of a label party (what [network] starts per party)")
-    y.add_argument("--to", required=True, metavar="HOST:PORT",
+    y.add_argument("--to", type=host_port(at_file=True), required=True, metavar="HOST:PORT",
                    help="the label party (or @FILE: the address its process writes)")
-    y.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT (port 0: any free)")
+    y.add_argument("--listen", type=host_port(0), default="127.0.0.1:0", help="HOST:PORT (port 0: any free)")
     y.add_argument("--latency-ms", type=float, help="one-way latency (default 0)")
     y.add_argument("--jitter-ms", type=float, help="std of the one-way latency (default 0)")
     y.add_argument("--bandwidth-mbit", type=float, help="per direction (default: unlimited)")
@@ -78,9 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     y.add_argument("--party-id", type=int, help="with --config: the passive party behind this relay")
     y.add_argument("--port-file", type=Path, help="write the bound HOST:PORT here")
     h = sub.add_parser("health", help="probe a party's gRPC health service (exit 0 if SERVING)")
-    h.add_argument("address", help="HOST:PORT")
+    h.add_argument("address", type=host_port(), help="HOST:PORT")
     h.add_argument("--service", default="", help="service name (default: the whole server)")
-    h.add_argument("--timeout", type=float, default=5.0)
+    h.add_argument("--timeout", type=float_in(0.0, 3600.0, low_open=True), default=5.0,
+                   help="seconds (default 5)")
     h.add_argument("--tls-dir", type=Path, help="probe over mutual TLS with these identities")
     h.add_argument("--identity", default="attacker", help="client identity for --tls-dir")
     from orchestration.sweep.arguments import add_arguments as sweep_arguments
@@ -102,7 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     c = sub.add_parser("certs", help="make a CA and one TLS identity per party (mutual TLS)")
     c.add_argument("directory", type=Path)
     c.add_argument("--parties", type=int, required=True, help="number of passive parties")
-    c.add_argument("--days", type=int, default=30, help="validity")
+    c.add_argument("--days", type=int, default=30, help=f"validity, 1..{MAX_CERT_DAYS}")
+    c.add_argument("--force", action="store_true",
+                   help="replace the CA and identities already in DIRECTORY")
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["gafm-select"]:  # its own parser, options and all
         from orchestration.gafm_select import main as gafm_select
@@ -136,23 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         print(message)
         return 0 if ok else EXIT_FAILED
     if args.command == "certs":
-        from splitleak import tls
-        from splitleak.cli_common import BadInput
-        from splitleak.config import TopologyConfig
-        from splitleak.fileio import describe_os_error
-
-        limit = TopologyConfig.model_fields["passive_parties"].metadata
-        most = next(m.le for m in limit if hasattr(m, "le"))
-        if not 1 <= args.parties <= most or args.days < 1:
-            raise BadInput(f"splitleak certs: --parties must be 1..{most} and --days at least 1 "
-                           f"(got --parties {args.parties}, --days {args.days})")
-        names = tls.identities(args.parties)
-        try:
-            tls.generate(args.directory, names, args.days)
-        except OSError as err:
-            raise BadInput(f"splitleak certs: {describe_os_error(err)}") from None
-        console.print(f"wrote ca.pem and {', '.join(names)} (.pem/.key) to {args.directory}")
-        return 0
+        return _certs(args, console)
     if args.command == "validate":
         from splitleak.cli_common import checked_config_or_exit
 
@@ -180,17 +172,35 @@ def _starts_parties(args: argparse.Namespace) -> bool:
     return args.command in ("bench", "soak")
 
 
-def _at_least(low: int, high: int = 1_000_000) -> Callable[[str], int]:
-    """An argparse type: an integer in [low, high] (else exit 2 naming what is allowed)."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{value} is outside {low}..{high}")
-        return value
-    return parse
+def _certs(args: argparse.Namespace, console: Console) -> int:
+    """`splitleak certs`: a CA and one identity per party, never over existing ones unasked."""
+    from splitleak import tls
+    from splitleak.cli_common import BadInput
+    from splitleak.fileio import describe_os_error
+
+    if not 1 <= args.parties <= MAX_PARTIES or not 1 <= args.days <= MAX_CERT_DAYS:
+        raise BadInput(f"splitleak certs: --parties must be 1..{MAX_PARTIES} and --days "
+                       f"1..{MAX_CERT_DAYS} (got --parties {args.parties}, --days {args.days})")
+    names = tls.identities(args.parties)
+    _refuse_overwrite(args.directory, names, args.force)
+    try:
+        tls.generate(args.directory, names, args.days)
+    except OSError as err:
+        raise BadInput(f"splitleak certs: {describe_os_error(err)}") from None
+    console.print(f"wrote ca.pem and {', '.join(names)} (.pem/.key) to {args.directory}")
+    return 0
+
+
+def _refuse_overwrite(directory: Path, names: list[str], force: bool) -> None:
+    """Exit 2 naming the first CA or identity file already there, unless --force."""
+    from splitleak.cli_common import BadInput
+
+    files = [directory / "ca.pem", *(directory / f"{n}{s}" for n in names for s in (".pem", ".key"))]
+    there = next((f for f in files if f.exists() or f.is_symlink()), None)
+    if there is not None and not force:
+        raise BadInput(f"splitleak certs: {there} already exists; give --force to replace the CA "
+                       "and every identity (parties holding the old ones can no longer connect), "
+                       "or choose another directory")
 
 
 def _sweep_or_compare(args: argparse.Namespace, console: Console) -> int:

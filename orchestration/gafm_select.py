@@ -38,6 +38,7 @@ import numpy as np
 from rich.console import Console
 
 from orchestration.sweep.arguments import add_engine_arguments
+from splitleak.arguments import float_in, int_in, writable_dir, writable_file
 from splitleak.config import ConfigError, ExperimentConfig
 from splitleak.seeding import derive_seed
 
@@ -171,16 +172,17 @@ def select_delta(cfg: ExperimentConfig, *, deltas: Sequence[float] = DELTAS, fra
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="experiment TOML with objective.name = 'gafm'")
-    parser.add_argument("--deltas", type=float, nargs="+", default=list(DELTAS),
+    parser.add_argument("--deltas", type=float_in(0.0, 0.5), nargs="+", default=list(DELTAS),
                         help="candidate Δ values (default: %(default)s)")
-    parser.add_argument("--fraction", type=float, default=0.1,
+    parser.add_argument("--fraction", type=float_in(0.0, 1.0, low_open=True), default=0.1,
                         help="share of the train (and test) rows per subset (default: 0.1)")
-    parser.add_argument("--repeats", type=int, default=5, help="random subsets (default: 5)")
+    parser.add_argument("--repeats", type=int_in(1, 1000), default=5,
+                        help="random subsets (default: 5)")
     parser.add_argument("--attacks", nargs="+", default=["norm"], choices=sorted(ATTACK_SPECS),
                         help="attacks whose leak AUCs are averaged (default: norm)")
-    parser.add_argument("--output-dir", type=Path, help="keep the trial run directories here (and "
+    parser.add_argument("--output-dir", type=writable_dir, help="keep the trial run directories here (and "
                         "resume an interrupted selection from them)")
-    parser.add_argument("--json", type=Path, help="also write the selection as JSON here")
+    parser.add_argument("--json", type=writable_file, help="also write the selection as JSON here")
     add_engine_arguments(parser)
 
 

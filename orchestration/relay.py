@@ -16,23 +16,21 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from pydantic import ValidationError
 
-from splitleak.addresses import AddressError, resolve_now
-from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, setup_logging
-from splitleak.config import (
-    ADDRESS,
-    ConfigError,
-    NetworkConfig,
-    format_validation_error,
-    load_config,
-    port_in_range,
+from splitleak.addresses import (
+    AddressError,
+    check_address,
+    check_address_file,
+    check_peer,
+    resolve_now,
 )
+from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, setup_logging
+from splitleak.config import ConfigError, NetworkConfig, format_validation_error, load_config
 from splitleak.fileio import write_atomically
 from splitleak.transport import run_async
 from splitleak.wire import RefusalLog
@@ -195,19 +193,17 @@ def cmd_relay(args: argparse.Namespace) -> int:
     except (ValueError, ConfigError) as err:
         log.error("relay: %s", err)
         return EXIT_BAD_INPUT
-    try:  # the label party may still be starting
-        args.to = resolve_now(args.to, "label party", TO_DEADLINE)
-    except AddressError as err:
+    try:
+        check_address(args.listen, "--listen")
+        check_peer(args.to, "--to")
+        check_address_file(args.port_file, "--port-file")
+        args.to = check_peer(resolve_now(args.to, "label party", TO_DEADLINE), "--to")
+    except AddressError as err:  # the label party may still be starting: it did not in time
         log.error("relay: %s", err)
         return EXIT_FAILED
-    for option, address in (("--to", args.to), ("--listen", args.listen)):
-        try:
-            if not re.match(ADDRESS, address):
-                raise ValueError(f"{address!r} is not HOST:PORT (e.g. 127.0.0.1:50051)")
-            port_in_range(address)
-        except ValueError as err:
-            log.error("relay: %s %s", option, err)
-            return EXIT_BAD_INPUT
+    except ValueError as err:
+        log.error("relay: %s", err)
+        return EXIT_BAD_INPUT
     try:
         run_async(Relay(args.to, network, seed).serve(args.listen, args.port_file))
     except OSError as err:

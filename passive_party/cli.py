@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from passive_party.client import PartyError, run_party
+from splitleak.addresses import AddressFileError, check_peer
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.rundir import LinkedRunDir, refuse_symlinks
 from splitleak.cli_common import (
@@ -50,6 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     setup_logging(f"passive-party-{args.party_id}", args.verbose)
     cfg = checked_config_or_exit(args.config, role_log=log)
+    check_arguments(args, cfg.topology.passive_parties)
     tls_dir = tls_dir_or_exit(cfg, args.tls_dir, passive_identity(args.party_id))
     run = RunDir(args.resume or args.run_dir)
     if args.resume is not None:  # its checkpoints are written anew: never through a link
@@ -61,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         run_async(run_party(cfg, args.party_id, args.label_party, run, attacker=args.attacker,
                             tls_dir=tls_dir, resuming=args.resume is not None))
+    except AddressFileError as err:
+        raise BadInput(f"passive-party run: {err}") from None
     except (PartyError, TapError) as err:
         log.error("passive party %d: %s", args.party_id, err)
         return EXIT_FAILED
@@ -73,6 +77,22 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     return 0
+
+
+def check_arguments(args: argparse.Namespace, parties: int) -> None:
+    """Exit 2 naming the option when --party-id, an address or --resume cannot be used."""
+    if not 1 <= args.party_id <= parties:
+        raise BadInput(f"passive-party run: --party-id must be 1..{parties} (the config's "
+                       f"topology.passive_parties), got {args.party_id}")
+    try:
+        check_peer(args.label_party, "--label-party")
+        if args.attacker is not None:
+            check_peer(args.attacker, "--attacker")
+    except ValueError as err:
+        raise BadInput(f"passive-party run: {err}") from None
+    if args.resume is not None and not args.resume.is_dir():
+        raise BadInput(f"passive-party run: --resume {args.resume} is not a directory (give the "
+                       "run directory holding this party's checkpoints)")
 
 
 def entry() -> NoReturn:

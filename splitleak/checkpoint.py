@@ -113,10 +113,10 @@ def check_files(run_root: Path, manifest: Manifest) -> str | None:
     directory = step_dir(run_root, manifest.position)
     for name, sha256 in sorted(manifest.files.items()):
         path = directory / name
-        if not path.is_file() and name != LABEL_PARTY_FILE:
+        if not path.exists() and name != LABEL_PARTY_FILE:
             continue
         if not path.is_file():
-            return f"{path} is missing"
+            return f"{path} is {'not a regular file' if path.exists() else 'missing'}"
         if sha256_file(path) != sha256:
             return f"{path} does not match the manifest's SHA-256 (torn or changed since it was written)"
     return None
@@ -124,17 +124,24 @@ def check_files(run_root: Path, manifest: Manifest) -> str | None:
 
 def resumable(run_root: Path) -> Manifest | None:
     """The newest complete checkpoint whose files are whole (None: there is none, resume at
-    step 0); an older one when the newest is torn (the reason two are kept). CheckpointError
-    when there are checkpoints but none is whole."""
+    step 0); an older one when the newest is torn or its manifest unreadable (the reason two
+    are kept). CheckpointError when there are checkpoints but none is whole."""
     unusable = []
-    for manifest in reversed(complete_manifests(run_root)):
-        problem = check_files(run_root, manifest)
+    for position, directory in reversed(_step_dirs(run_root)):
+        if not (directory / MANIFEST).exists():
+            continue  # incomplete: a kill came before its manifest was written
+        try:
+            manifest = read_manifest(directory / MANIFEST)
+        except CheckpointError as err:
+            problem: str | None = str(err)
+        else:
+            problem = check_files(run_root, manifest)
         if problem is None:
             if unusable:
                 log.warning("resuming from the checkpoint of step %d: %s", manifest.step,
                             "; ".join(unusable))
             return manifest
-        unusable.append(f"the checkpoint of step {manifest.step} is unusable: {problem}")
+        unusable.append(f"the checkpoint of step {position.step} is unusable: {problem}")
     if unusable:
         raise CheckpointError("; ".join(unusable) + " (remove the checkpoints directory to "
                               "start the run again from step 0)")

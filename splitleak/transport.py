@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, TypeVar
@@ -54,17 +56,38 @@ def create_server(topology: TopologyConfig, compression: str = "none") -> grpc.a
     return grpc.aio.server(options=server_options(topology), compression=COMPRESSION[compression])
 
 
+class ListenError(OSError):
+    """This process cannot listen on its address; the message names the address and why."""
+
+
 def bind(server: grpc.aio.Server, address: str, tls_dir: Path | None = None,
          identity: str = "") -> int:
     """Listen on `address` (port 0 = any free port), with mutual TLS as `identity` when
     `tls_dir` is given; returns the bound port."""
-    if tls_dir is not None:
-        port = server.add_secure_port(address, tls.server_credentials(tls_dir, identity))
-    else:
-        port = server.add_insecure_port(address)
+    credentials = tls.server_credentials(tls_dir, identity) if tls_dir is not None else None
+    try:
+        port = (server.add_secure_port(address, credentials) if credentials is not None
+                else server.add_insecure_port(address))
+    except RuntimeError:  # grpc's "Failed to bind to address", without the reason
+        port = 0
     if port == 0:
-        raise OSError(f"could not listen on {address}")
+        raise ListenError(f"cannot listen on {address}: {why_not_listening(address)}")
     return port
+
+
+def why_not_listening(address: str) -> str:
+    """The operating system's reason a server cannot listen on `address` (gRPC gives none)."""
+    host, _, port = address.rpartition(":")
+    try:
+        socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        with socket.create_server((host, int(port))):
+            return "gRPC could not bind it"
+    except socket.gaierror as err:  # e.g. name or service not known
+        return err.strerror or str(err)
+    except OSError as err:  # e.g. address already in use, cannot assign requested address
+        return os.strerror(err.errno) if err.errno else str(err)
+    except (ValueError, OverflowError):
+        return "it is not HOST:PORT with a port in 0..65535"
 
 
 def create_channel(address: str, topology: TopologyConfig, tls_dir: Path | None = None,

@@ -13,6 +13,8 @@ from threadpoolctl import threadpool_limits
 
 from attacker.analysis.leak import attack_rng, evaluate_batch
 from attacker.attacks import DEFAULT_ATTACKS, build_attack
+from attacker.bench import MAX_BATCH, MAX_DIM, MAX_ROWS
+from splitleak.arguments import float_in, int_in, seed
 
 
 def synthetic_batch(
@@ -28,12 +30,13 @@ def synthetic_batch(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--dim", type=int, default=128)
-    parser.add_argument("--batch-size", type=int, default=1024)
-    parser.add_argument("--positive-rate", type=float, default=0.25)
-    parser.add_argument("--threads", type=int, default=1, help="BLAS threads (1 = one core)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--rows", type=int_in(1, MAX_ROWS), default=1_000_000)
+    parser.add_argument("--dim", type=int_in(1, MAX_DIM), default=128)
+    parser.add_argument("--batch-size", type=int_in(1, MAX_BATCH), default=1024)
+    parser.add_argument("--positive-rate", type=float_in(0.0, 1.0), default=0.25)
+    parser.add_argument("--threads", type=int_in(1, 1024), default=1,
+                        help="BLAS threads (1 = one core)")
+    parser.add_argument("--seed", type=seed, default=0)
     args = parser.parse_args(argv)
 
     attacks = [build_attack(name, params) for name, params in DEFAULT_ATTACKS]

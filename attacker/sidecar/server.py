@@ -11,13 +11,15 @@ from pathlib import Path
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from attacker.sidecar.servicer import LABEL, PASSIVE, AttackerServicer, Key, add_sidecar, who
-from attacker.sidecar.store import GradientStore
+from attacker.sidecar.store import INDEX, GradientStore
+from splitleak.addresses import check_address, check_address_file
+from splitleak.artifacts.gradient_index import LogIndexError, read_index
 from splitleak.artifacts.paths import RunDir
 from splitleak.config import ExperimentConfig, TopologyConfig
 from splitleak.fileio import write_atomically
 from splitleak.timing import mark_startup, write_cpu
 from splitleak.tls import ATTACKER
-from splitleak.transport import bind, create_server
+from splitleak.transport import ListenError, bind, create_server
 
 log = logging.getLogger("attacker")
 SERVICE_NAME = "splitleak.v1.AttackerSidecar"
@@ -49,6 +51,7 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
     it receives from those parties) is done; `resume` continues the logs already in `out`
     (each tap cuts its log back to the resumed step first); `shapes` (record_shapes) fixes
     every record's shape from the config (without it, each party's first record does)."""
+    check_arguments(out, listen, port_file, resume)
     gradients = RunDir(out).gradients
     store = GradientStore(gradients, run_id, resume=resume)
     received = (GradientStore(RunDir(out).attacker / "received", run_id, resume=resume)
@@ -59,7 +62,10 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
     add_sidecar(server, servicer, topology.max_message_mb)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = bind(server, listen, tls_dir, ATTACKER)
+    try:
+        port = bind(server, listen, tls_dir, ATTACKER)
+    except ListenError as err:
+        raise ServeError(str(err)) from None
     await server.start()
     mark_startup("serving")
     for name in ("", SERVICE_NAME):
@@ -100,6 +106,40 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
         log.info("every observed party closed its stream (%s); log at %s",
                  "; ".join(_held(servicer, key) for key in sorted(servicer.expected)), gradients)
     return 1 if missing else 0
+
+
+class ServeError(ValueError):
+    """The sidecar cannot serve as asked (its address, its port file, the log to resume)."""
+
+
+def check_arguments(out: Path, listen: str, port_file: Path | None, resume: bool) -> None:
+    """ServeError (exit 2) naming what is wrong when the sidecar could not serve as asked."""
+    try:
+        check_address(listen, "--listen")
+        check_address_file(port_file, "--port-file")
+    except ValueError as err:
+        raise ServeError(str(err)) from None
+    if resume:
+        check_resumable(RunDir(out))
+
+
+def check_resumable(run: RunDir) -> None:
+    """ServeError unless `run` is a run directory whose gradient logs' indexes can be read."""
+    indexes = [run.gradients / INDEX, run.attacker / "received" / INDEX]
+    if not run.config.is_file() and not any(i.exists() for i in indexes):
+        raise ServeError(f"--resume {run.root} is not a run directory (it has neither "
+                          f"{run.config.name} nor a gradient log to continue)")
+    for index in filter(Path.exists, indexes):
+        try:
+            read_index(index)
+        except LogIndexError as err:
+            problem = str(err)
+        except OSError as err:
+            problem = f"{index} cannot be read: {err.strerror}"
+        else:
+            continue
+        raise ServeError(f"--resume: {problem}; a resume does not overwrite it: restore it, "
+                          "or remove it to have the log's shards scanned instead")
 
 
 def _held(servicer: AttackerServicer, key: Key) -> str:

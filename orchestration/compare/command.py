@@ -12,10 +12,11 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from orchestration.compare.markdown import UTILITY_LABELS
-from orchestration.compare.read import find_runs
+from orchestration.compare.read import RunResult, find_runs
 from orchestration.compare.report import write_report
 from orchestration.compare.table import Comparison, compare
 from orchestration.compare.verdict import MAX_UTILITY_COST
+from splitleak.arguments import output_dir_problem
 from splitleak.artifacts.paths import COMPARE_DIR, SweepDir, is_sweep_dir
 from splitleak.artifacts.sweep import SweepIndexError
 from splitleak.cli_common import EXIT_FAILED, BadInput
@@ -34,6 +35,8 @@ def compare_and_print(paths: list[Path], out: Path, console: Console, layer: str
     if not runs:
         console.print("[bold red]nothing to compare:[/] no finished, analysed run")
         return None
+    if party is not None:
+        _check_party(runs, party)
     seen = len(warnings)
     comparison = compare(runs, layer, party, leak_stat, warnings, target, dcs_ap, max_utility_cost)
     report = write_report(comparison, out, paths)
@@ -48,6 +51,14 @@ def compare_and_print(paths: list[Path], out: Path, console: Console, layer: str
         console.print(speed_table(comparison))
     console.print(f"trade-off report: {report}")
     return comparison
+
+
+def _check_party(runs: list[RunResult], party: int) -> None:
+    """Exit 2 when no run has a leak measured at passive party `party` (--party)."""
+    observed = sorted({e.party for run in runs for e in run.leak})
+    if party not in observed:
+        raise BadInput(f"--party {party}: the compared runs measured a leak at passive parties "
+                       f"{observed or 'none'}; give one of those")
 
 
 def _fitted(title: str, caption: str, headers: list[str], body: list[list[str]],
@@ -166,6 +177,8 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
         raise BadInput(f"no such directory: {', '.join(missing)}")
     single_sweep = len(args.paths) == 1 and is_sweep_dir(args.paths[0])
     out = args.output_dir or (SweepDir(args.paths[0]).compare if single_sweep else Path(COMPARE_DIR))
+    if (problem := output_dir_problem(out)) is not None:
+        raise BadInput(f"cannot write the report to {out}: {problem}")
     comparison = compare_and_print(args.paths, out, console, args.layer, args.party, args.leak_stat,
                                    args.target_utility, args.dcs_ap, args.max_utility_cost)
     return 0 if comparison is not None else EXIT_FAILED

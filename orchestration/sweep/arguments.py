@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from splitleak.arguments import ray_address, writable_dir
+
 ENGINES = ("local", "inprocess", "ray")
 
 
@@ -18,12 +20,13 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jobs", type=int, help="points at a time (default local and inprocess: "
                         "the cores this process may use; ray: what the cluster's CPUs hold); "
                         "inprocess --jobs 1 runs them one after another in this process")
-    parser.add_argument("--address", help="ray: the cluster, HOST:PORT (default: RAY_ADDRESS, "
-                        "else a Ray instance started on this machine)")
+    parser.add_argument("--address", type=ray_address,
+                        help="ray: the cluster, HOST:PORT, ray://HOST:PORT or auto (default: "
+                        "RAY_ADDRESS, else a Ray instance started on this machine)")
     parser.add_argument("--spread", action="store_true",
                         help="ray: STRICT_SPREAD, every role of a point on a different node "
                         "(default PACK)")
-    parser.add_argument("--shared-dir", type=Path,
+    parser.add_argument("--shared-dir", type=writable_dir,
                         help="ray: an output directory every node mounts at this same path; roles "
                         "write run directories there (default: streamed back to this machine)")
 
@@ -33,6 +36,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_engine_arguments(parser)
     parser.add_argument("--retry-failed", action="store_true",
                         help="run the points that failed before again (default: keep their failure)")
-    parser.add_argument("--output-dir", type=Path, help="override sweep.output_dir")
+    parser.add_argument("--output-dir", type=writable_dir, help="override sweep.output_dir")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--no-compare", action="store_true", help="do not write compare/ afterwards")

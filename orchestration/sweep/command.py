@@ -18,6 +18,7 @@ from orchestration.sweep.index import SweepIndex
 from orchestration.sweep.points import Point, resolve
 from orchestration.sweep.runner import SweepOutcome, run_points
 from orchestration.sweep.spec import SweepError, SweepFile, base_path, load_sweep
+from splitleak.arguments import output_dir_problem
 from splitleak.artifacts.paths import SweepDir
 from splitleak.artifacts.sweep import SweepIndexError
 from splitleak.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, BadInput
@@ -106,6 +107,8 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> SweepRun:
     output_dir = args.shared_dir or args.output_dir or sweep.sweep.output_dir
     sweep_dir = Path(output_dir).resolve() / sweep.sweep.name if args.shared_dir else (
         Path(output_dir) / sweep.sweep.name)
+    if (problem := output_dir_problem(sweep_dir)) is not None:
+        raise BadInput(f"cannot write the sweep directory {sweep_dir}: {problem}")
     points = sweep_points(sweep, args.file, sweep_dir)
     check_ports(points, engine)
     check_network(points, engine)

@@ -1,0 +1,219 @@
+"""Bad command-line arguments exit 2 naming the option and what is allowed, before any work
+runs: seeds, counts, bounds, devices, addresses, output paths (never a traceback, never
+silently accepted)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from attacker.bench.attacks import main as attacker_bench_attacks_main
+from attacker.cli import main as attacker_main
+from orchestration.cli import main as splitleak_main
+from orchestration.gafm_select import main as gafm_select_main
+from tests.conftest import small_config, tiny_sweep_file, write_config
+from tests.test_cli_refusals import exit_code_and_text
+from tests.test_compare import fake_run, leak_entry
+
+Main = Callable[[list[str]], int]
+
+
+def assert_refused(main: Main, argv: list[str], needle: str, capsys: pytest.CaptureFixture) -> None:
+    code, text = exit_code_and_text(main, argv, capsys)
+    assert code == 2, text
+    assert needle in text and "Traceback" not in text, text
+
+
+@pytest.fixture
+def paths(tmp_path: Path) -> dict[str, str]:
+    """A file, a directory, and paths below a file and under /proc."""
+    (tmp_path / "file.txt").write_text("")
+    (tmp_path / "dir").mkdir()
+    return {"file": str(tmp_path / "file.txt"), "dir": str(tmp_path / "dir"),
+            "below_file": str(tmp_path / "file.txt" / "x"), "proc": "/proc/splitleak-x",
+            "run": str(tmp_path / "run")}
+
+
+ANALYZE = [
+    (["--seed", "99999999999999999999999"], "argument --seed: 99999999999999999999999 is outside 0.."),
+    (["--seed", "-1"], "argument --seed: -1 is outside 0.."),
+    (["--draws", "1000000000"], "argument --draws: 1000000000 is outside 1..1000"),
+    (["--hints", "100000"], "argument --hints: expected positive integers up to 1000"),
+    (["--device", "bogus"], "argument --device: 'bogus' is not a device; allowed: auto, cpu"),
+    (["--device", "cuda:99"], "--device = 'cuda:99', but this machine has"),
+]
+
+
+@pytest.mark.parametrize(("args", "needle"), ANALYZE)
+def test_analyze_refuses_bad_options(paths: dict[str, str], args: list[str], needle: str,
+                                     capsys: pytest.CaptureFixture) -> None:
+    assert_refused(attacker_main, ["analyze", paths["run"], *args], needle, capsys)
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--output-dir", "{file}"], "argument --output-dir: {file} is not a directory"),
+    (["--output-dir", "{below_file}"], "{file} is not a directory"),
+    (["--output-dir", "{proc}"], "argument --output-dir: {proc}: cannot create a directory in /proc"),
+    (["--party", "0"], "argument --party: 0 is outside 1..64"),
+    (["--party", "-1"], "argument --party: -1 is outside 1..64"),
+    (["--party", "99"], "argument --party: 99 is outside 1..64"),
+    (["--max-utility-cost", "-1"], "argument --max-utility-cost: '-1' is not a finite number [0, 1]"),
+    (["--max-utility-cost", "nan"], "argument --max-utility-cost: 'nan' is not a finite number"),
+    (["--target-utility", "nan"], "argument --target-utility: 'nan' is not a finite number [0, 1]"),
+])
+def test_compare_refuses_bad_options(paths: dict[str, str], args: list[str], needle: str,
+                                     capsys: pytest.CaptureFixture) -> None:
+    argv = ["compare", paths["dir"], *(a.format(**paths) for a in args)]
+    assert_refused(splitleak_main, argv, needle.format(**paths), capsys)
+
+
+def test_compare_names_a_party_the_runs_do_not_have(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture) -> None:
+    fake_run(tmp_path / "runs" / "a", small_config(tmp_path), 0.9, [leak_entry("norm", 0.8, 0.9)])
+    argv = ["compare", str(tmp_path / "runs"), "--party", "2", "--output-dir", str(tmp_path / "out")]
+    assert_refused(splitleak_main, argv, "--party 2: the compared runs measured a leak at passive "
+                   "parties [1]", capsys)
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--output-dir", "{file}"], "argument --output-dir: {file} is not a directory"),
+    (["--engine", "ray", "--address", "notanaddr"], "argument --address: 'notanaddr' is not HOST:PORT"),
+    (["--engine", "ray", "--address", "h:99999"],
+     "port 99999 of 'h:99999' is not a TCP port to connect to (1..65535)"),
+    (["--engine", "ray", "--shared-dir", "{below_file}"], "argument --shared-dir"),
+])
+def test_sweep_refuses_bad_options(tmp_path: Path, paths: dict[str, str], args: list[str],
+                                   needle: str, capsys: pytest.CaptureFixture) -> None:
+    argv = ["sweep", str(tiny_sweep_file(tmp_path)), "--engine", "inprocess", "--jobs", "1",
+            *(a.format(**paths) for a in args)]
+    assert_refused(splitleak_main, argv, needle.format(**paths), capsys)
+    assert not (tmp_path / "sweeps").exists()
+
+
+def test_sweep_refuses_an_output_dir_from_its_file_that_is_a_file(
+        tmp_path: Path, paths: dict[str, str], capsys: pytest.CaptureFixture) -> None:
+    sweep = tiny_sweep_file(tmp_path)
+    text = sweep.read_text().replace(str(tmp_path / "sweeps"), paths["file"])
+    sweep.write_text(text)
+    argv = ["sweep", str(sweep), "--engine", "inprocess", "--jobs", "1"]
+    assert_refused(splitleak_main, argv, f"cannot write the sweep directory {paths['file']}/tiny: "
+                   f"{paths['file']} is not a directory", capsys)
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--device", "bogus"], "argument --device: 'bogus' is not a device; allowed: auto, cpu"),
+    (["--json", "{dir}"], "argument --json: {dir} is a directory; give a file name"),
+    (["--json", "{below_file}"], "argument --json: {below_file}: {file} is not a directory"),
+    (["--busy-load", "-1"], "argument --busy-load: '-1' is not a finite number >= 0"),
+    (["--busy-load", "nan"], "argument --busy-load: 'nan' is not a finite number >= 0"),
+])
+def test_bench_refuses_bad_options(paths: dict[str, str], args: list[str], needle: str,
+                                   capsys: pytest.CaptureFixture) -> None:
+    argv = ["bench", "--steps", "10", "--quick", *(a.format(**paths) for a in args)]
+    assert_refused(splitleak_main, argv, needle.format(**paths), capsys)
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--json", "{dir}"], "argument --json: {dir} is a directory"),
+    (["--output-dir", "{file}"], "argument --output-dir: {file} is not a directory"),
+    (["--fraction", "0"], "argument --fraction: '0' is not a finite number (0, 1]"),
+    (["--deltas", "0.7"], "argument --deltas: '0.7' is not a finite number [0, 0.5]"),
+    (["--repeats", "0"], "argument --repeats: 0 is outside 1..1000"),
+    (["--engine", "ray", "--address", "x"], "argument --address: 'x' is not HOST:PORT"),
+])
+def test_gafm_select_refuses_bad_options(tmp_path: Path, paths: dict[str, str], args: list[str],
+                                         needle: str, capsys: pytest.CaptureFixture) -> None:
+    config = write_config(tmp_path, small_config(tmp_path, objective={"name": "gafm"}))
+    argv = [str(config), *(a.format(**paths) for a in args)]
+    assert_refused(gafm_select_main, argv, needle.format(**paths), capsys)
+    assert_refused(splitleak_main, ["gafm-select", *argv], needle.format(**paths), capsys)
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--parties", "0", "--skip-fuzz", "--steps", "5"], "argument --parties: 0 is outside 1..64"),
+    (["--parties", "-1", "--skip-fuzz"], "argument --parties: -1 is outside 1..64"),
+    (["--steps", "0"], "argument --steps: 0 is outside 1.."),
+    (["--steps", "-5"], "argument --steps: -5 is outside 1.."),
+    (["--seed", "-1", "--messages", "1", "--skip-run"], "argument --seed: -1 is outside 0.."),
+    (["--messages", "0"], "argument --messages: 0 is outside 1.."),
+    (["--messages", "-1"], "argument --messages: -1 is outside 1.."),
+])
+def test_soak_refuses_bad_options(args: list[str], needle: str, capsys: pytest.CaptureFixture) -> None:
+    assert_refused(splitleak_main, ["soak", *args], needle, capsys)
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--rows", "0"], "argument --rows: 0 is outside 1..10000000"),
+    (["--rows", "-1"], "argument --rows: -1 is outside 1.."),
+    (["--rows", "99999999999999"], "argument --rows: 99999999999999 is outside 1..10000000"),
+    (["--dim", "-3"], "argument --dim: -3 is outside 1.."),
+    (["--dim", "0"], "argument --dim: 0 is outside 1.."),
+    (["--batch-size", "0"], "argument --batch-size: 0 is outside 1.."),
+    (["--batch-size", "-1"], "argument --batch-size: -1 is outside 1.."),
+    (["--exact", "--rows", "64", "--batch-size", "0"], "argument --batch-size: 0 is outside 1.."),
+    (["--exact", "--rows", "0"], "argument --rows: 0 is outside 1.."),
+])
+def test_attacker_bench_refuses_bad_sizes(args: list[str], needle: str,
+                                          capsys: pytest.CaptureFixture) -> None:
+    assert_refused(attacker_main, ["bench", *args], needle, capsys)
+    if "--exact" not in args:
+        assert_refused(attacker_bench_attacks_main, args, needle, capsys)
+
+
+def test_certs_refuses_days_past_what_a_certificate_holds(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    argv = ["certs", str(tmp_path / "c"), "--parties", "2", "--days", "99999999"]
+    assert_refused(splitleak_main, argv, "--days 1..36500 (got --parties 2, --days 99999999)", capsys)
+    assert not (tmp_path / "c").exists()
+
+
+def test_certs_never_overwrites_a_ca_unless_forced(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture) -> None:
+    argv = ["certs", str(tmp_path / "c"), "--parties", "1"]
+    assert exit_code_and_text(splitleak_main, argv, capsys)[0] == 0
+    before = {p.name: p.read_bytes() for p in (tmp_path / "c").iterdir()}
+    assert_refused(splitleak_main, argv, f"{tmp_path / 'c' / 'ca.pem'} already exists; give --force",
+                   capsys)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "c").iterdir()} == before
+    assert exit_code_and_text(splitleak_main, [*argv, "--force"], capsys)[0] == 0
+    assert (tmp_path / "c" / "ca.pem").read_bytes() != before["ca.pem"]
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["health", "127.0.0.1:99999"],
+     "argument address: port 99999 of '127.0.0.1:99999' is not a TCP port to connect to (1..65535)"),
+    (["health", "127.0.0.1:-1"], "argument address: '127.0.0.1:-1' is not HOST:PORT"),
+    (["health", "127.0.0.1"], "argument address: '127.0.0.1' is not HOST:PORT"),
+    (["health", "127.0.0.1:0"], "port 0 of '127.0.0.1:0' is not a TCP port to connect to (1..65535)"),
+    (["health", "127.0.0.1:1", "--timeout", "-1"], "argument --timeout: '-1' is not a finite number (0,"),
+    (["health", "127.0.0.1:1", "--timeout", "nan"], "argument --timeout: 'nan' is not a finite number"),
+    (["health", "127.0.0.1:1", "--timeout", "inf"], "argument --timeout: 'inf' is not a finite number"),
+    (["relay", "--to", "127.0.0.1:0"],
+     "argument --to: port 0 of '127.0.0.1:0' is not a TCP port to connect to (1..65535)"),
+    (["relay", "--to", "nohost"], "argument --to: 'nohost' is not HOST:PORT (e.g. 127.0.0.1:50051) or @FILE"),
+    (["relay", "--to", "@f", "--listen", "h:70000"],
+     "argument --listen: port 70000 of 'h:70000' is not a TCP port to listen on (0..65535)"),
+])
+def test_addresses_and_timeouts_are_checked(argv: list[str], needle: str,
+                                            capsys: pytest.CaptureFixture) -> None:
+    assert_refused(splitleak_main, argv, needle, capsys)
+
+
+@pytest.mark.parametrize(("args", "with_config", "needle"), [
+    (["--party", "0"], False, "argument --party: 0 is outside 1..64"),
+    (["--receive", "-2"], False, "argument --receive: -2 is outside 1..64"),
+    (["--party", "9"], True, "attacker serve --party 9: the config has passive parties 1..2"),
+    (["--receive", "9"], True, "attacker serve --receive 9: the config has passive parties 1..2"),
+    (["--listen", "127.0.0.1:99999"], False,
+     "argument --listen: port 99999 of '127.0.0.1:99999' is not a TCP port to listen on (0..65535)"),
+])
+def test_attacker_serve_refuses_parties_and_ports_out_of_range(
+        tmp_path: Path, args: list[str], with_config: bool, needle: str,
+        capsys: pytest.CaptureFixture) -> None:
+    config = ["--config", str(write_config(tmp_path, small_config(tmp_path)))] if with_config else []
+    argv = ["serve", "--listen", "127.0.0.1:0", "--out", str(tmp_path / "run"), *config, *args]
+    assert_refused(attacker_main, argv, needle, capsys)
+    assert not (tmp_path / "run").exists()
