@@ -69,7 +69,7 @@ def _hints(text: str) -> list[int]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from attacker.sidecar.server import ServeError, record_shapes, serve
+    from attacker.sidecar.server import ServeError, check_arguments, record_shapes, serve
     from attacker.sidecar.store import RecordError
 
     if args.out is None and args.resume is None:
@@ -80,6 +80,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
             refuse_symlinks(Path(out), RunDir(out).attacker)
         except LinkedRunDir as err:
             raise BadInput(f"attacker serve --resume: {err}") from None
+    try:  # before anything is created in `out`
+        check_arguments(Path(out), args.listen, args.port_file, args.resume is not None)
+    except ServeError as err:
+        raise BadInput(f"attacker serve: {err}") from None
     cfg = checked_config_or_exit(args.config, role_log=log) if args.config else None
     if cfg is not None:
         _check_parties(args, cfg.topology.passive_parties)
