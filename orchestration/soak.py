@@ -386,11 +386,12 @@ def fuzz_services(messages: int, seed: int, workdir: Path, console: Console) -> 
     label = spawn("label party", ["label_party", "serve", "--config", str(run.config), "--run-dir",
                                   str(run.root), "--port-file", str(workdir / "label.address"),
                                   "--listen", "127.0.0.1:0"], run.logs / "label_party.log")
-    # Observing parties 1 and 9 (never spoken for): a clean stream of party 1 does not end
-    # the sidecar's run, as it would not while a real run's other observed party goes on.
+    # Observing party 1's tap and what the label party receives from party 1 (a stream no
+    # case completes cleanly): a clean stream of party 1's tap does not end the sidecar's run,
+    # as it would not while a real run's other stream goes on.
     sidecar = spawn("attacker sidecar", ["attacker", "serve", "--listen", "127.0.0.1:0", "--out",
                                          str(workdir / "sidecar"), "--config", str(run.config),
-                                         "--party", "1", "--party", "9", "--run-id", "r1",
+                                         "--party", "1", "--receive", "1", "--run-id", "r1",
                                          "--port-file", str(workdir / "sidecar.address")],
                     run.logs / "attacker.log")
     children = [label, sidecar]

@@ -13,9 +13,11 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from splitleak.config import ADDRESS, DEVICE, TopologyConfig
+from splitleak.config import DEVICE, TopologyConfig
 
 SEED_LIMIT = 2**63  # seeds are in [0, 2**63), as in the config's run.seed
+# HOST:PORT, HOST a name, an IPv4 address or a bracketed IPv6 one ([::] listens on every interface)
+HOST_PORT = r"^(\[[0-9A-Fa-f:.]+\]|[^\s:\[\]]+):\d{1,5}$"
 
 
 def config_bound(model: type[BaseModel], field: str) -> int:
@@ -75,7 +77,7 @@ def host_port(lowest: int = 1, at_file: bool = False) -> Callable[[str], str]:
     def parse(text: str) -> str:
         if at_file and len(text) > 1 and text.startswith("@"):
             return text
-        if not re.match(ADDRESS, text):
+        if not re.match(HOST_PORT, text):
             raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT (e.g. 127.0.0.1:50051)"
                                              + (" or @FILE" if at_file else ""))
         port = int(text.rsplit(":", 1)[1])

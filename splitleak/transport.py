@@ -78,9 +78,11 @@ def bind(server: grpc.aio.Server, address: str, tls_dir: Path | None = None,
 def why_not_listening(address: str) -> str:
     """The operating system's reason a server cannot listen on `address` (gRPC gives none)."""
     host, _, port = address.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")  # [::1] -> ::1
     try:
         socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        with socket.create_server((host, int(port))):
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.create_server((host, int(port)), family=family):
             return "gRPC could not bind it"
     except socket.gaierror as err:  # e.g. name or service not known
         return err.strerror or str(err)

@@ -13,6 +13,7 @@ from attacker.bench.attacks import main as attacker_bench_attacks_main
 from attacker.cli import main as attacker_main
 from orchestration.cli import main as splitleak_main
 from orchestration.gafm_select import main as gafm_select_main
+from splitleak.arguments import host_port
 from tests.conftest import small_config, tiny_sweep_file, write_config
 from tests.test_cli_refusals import exit_code_and_text
 from tests.test_compare import fake_run, leak_entry
@@ -217,3 +218,8 @@ def test_attacker_serve_refuses_parties_and_ports_out_of_range(
     argv = ["serve", "--listen", "127.0.0.1:0", "--out", str(tmp_path / "run"), *config, *args]
     assert_refused(attacker_main, argv, needle, capsys)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("address", ["label-party:50051", "0.0.0.0:0", "[::]:50051", "[::1]:1"])
+def test_addresses_a_server_listens_on_are_still_accepted(address: str) -> None:
+    assert host_port(0)(address) == address  # names, IPv4 and bracketed IPv6 (every interface)
