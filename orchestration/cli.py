@@ -138,8 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in ("sweep", "compare"):
         return _sweep_or_compare(args, console)
     if args.command == "health":
+        from splitleak.cli_common import tls_dir_or_exit
         from splitleak.health import probe
 
+        tls_dir_or_exit(None, args.tls_dir, args.identity)  # an incomplete identity: exit 2
         ok, message = probe(args.address, args.service, args.timeout, args.tls_dir, args.identity)
         print(message)
         return 0 if ok else EXIT_FAILED
