@@ -24,7 +24,6 @@ from pydantic import ValidationError
 
 from splitleak.addresses import (
     AddressError,
-    check_address,
     check_address_file,
     check_peer,
     resolve_now,
@@ -193,9 +192,7 @@ def cmd_relay(args: argparse.Namespace) -> int:
     except (ValueError, ConfigError) as err:
         log.error("relay: %s", err)
         return EXIT_BAD_INPUT
-    try:
-        check_address(args.listen, "--listen")
-        check_peer(args.to, "--to")
+    try:  # --listen and --to are HOST:PORT (or @FILE) by their argparse types
         check_address_file(args.port_file, "--port-file")
         args.to = check_peer(resolve_now(args.to, "label party", TO_DEADLINE), "--to")
     except AddressError as err:  # the label party may still be starting: it did not in time

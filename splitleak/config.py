@@ -518,6 +518,9 @@ def load_config(path: str | Path | None = None) -> ExperimentConfig:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
         raise ConfigError(f"invalid config {source}: not valid TOML: {err}") from None
+    if not data:
+        raise ConfigError(f"invalid config {source}: it is empty (it holds no setting); an "
+                          "experiment names at least its [dataset] and [features]")
     if "sweep" in data and "variant" in data:
         raise ConfigError(f"{source} is a sweep file (it has [sweep] and [[variant]]), not an "
                           f"experiment: run it with `splitleak sweep {source}`")

@@ -10,16 +10,19 @@ import socket
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from rich.console import Console
 
 from attacker.cli import main as attacker_main
+from attacker.sidecar.store import GradientStore
 from label_party.cli import main as label_party_main
 from orchestration import commands, relay
 from orchestration.cli import main as splitleak_main
 from passive_party.cli import main as passive_party_main
 from splitleak import tls
 from splitleak.addresses import AddressError, resolve_now
+from splitleak.artifacts.gradient_index import read_index
 from splitleak.artifacts.manifest import Manifest, write_manifest
 from splitleak.artifacts.paths import RunDir
 from splitleak.checkpoint import CheckpointError, resumable
@@ -263,14 +266,14 @@ def test_sidecar_resume_refuses_a_directory_that_is_no_run(tmp_path: Path,
     assert list((tmp_path / "empty").iterdir()) == []  # nothing made in it
 
 
-def test_sidecar_resume_refuses_an_unreadable_index_and_keeps_it(tmp_path: Path, config: Path,
-                                                                 capsys: pytest.CaptureFixture) -> None:
-    run = RunDir(tmp_path / "run")
-    run.gradients.mkdir(parents=True)
-    run.config.write_text(config.read_text())
-    index = run.gradients / "index.json"
-    index.write_text("")
-    code, text = run_main(attacker_main, ["serve", "--listen", "127.0.0.1:0", "--resume",
-                                          str(run.root)], capsys)
-    assert code == 2 and str(index) in text, text
-    assert index.read_text() == ""
+def test_a_resumed_log_with_an_unreadable_index_says_so_and_writes_it_from_the_shards(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    store = GradientStore(tmp_path / "gradients", "r1")
+    store.append(1, 0, 0, np.arange(4), {"cut_gradient": np.ones((4, 3), np.float32)})
+    store.close()
+    index = tmp_path / "gradients" / "index.json"
+    index.write_text("")  # the shards are the log; the index only lists them
+    resumed = GradientStore(tmp_path / "gradients", "r1", resume=True)
+    assert str(index) in caplog.text and "written anew from the log's shards" in caplog.text
+    assert resumed.counts(1) == (1, 4)
+    assert read_index(index).parties["1"].shards[0].records == 1

@@ -72,6 +72,9 @@ def test_missing_file_and_bad_toml(tmp_path) -> None:
         load_config(latin)
     with pytest.raises(ConfigError, match="is a directory; give the path of a config TOML file"):
         load_config(tmp_path)
+    (tmp_path / "empty.toml").write_text("# only a comment\n")
+    with pytest.raises(ConfigError, match=r"empty.toml: it is empty \(it holds no setting\)"):
+        load_config(tmp_path / "empty.toml")
     plain = write_config(tmp_path, small_config(tmp_path))
     marked = tmp_path / "bom.toml"  # a byte-order mark first, as some Windows editors save
     marked.write_bytes(b"\xef\xbb\xbf" + plain.read_bytes())

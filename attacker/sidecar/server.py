@@ -13,7 +13,6 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from attacker.sidecar.servicer import LABEL, PASSIVE, AttackerServicer, Key, add_sidecar, who
 from attacker.sidecar.store import INDEX, GradientStore
 from splitleak.addresses import check_address, check_address_file
-from splitleak.artifacts.gradient_index import LogIndexError, read_index
 from splitleak.artifacts.paths import RunDir
 from splitleak.config import ExperimentConfig, TopologyConfig
 from splitleak.fileio import write_atomically
@@ -51,7 +50,6 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
     it receives from those parties) is done; `resume` continues the logs already in `out`
     (each tap cuts its log back to the resumed step first); `shapes` (record_shapes) fixes
     every record's shape from the config (without it, each party's first record does)."""
-    check_arguments(out, listen, port_file, resume)
     gradients = RunDir(out).gradients
     store = GradientStore(gradients, run_id, resume=resume)
     received = (GradientStore(RunDir(out).attacker / "received", run_id, resume=resume)
@@ -124,22 +122,11 @@ def check_arguments(out: Path, listen: str, port_file: Path | None, resume: bool
 
 
 def check_resumable(run: RunDir) -> None:
-    """ServeError unless `run` is a run directory whose gradient logs' indexes can be read."""
-    indexes = [run.gradients / INDEX, run.attacker / "received" / INDEX]
-    if not run.config.is_file() and not any(i.exists() for i in indexes):
+    """ServeError unless `run` is a run directory or holds a gradient log to continue."""
+    logs = [run.gradients / INDEX, run.attacker / "received" / INDEX]
+    if not run.config.is_file() and not any(i.exists() for i in logs):
         raise ServeError(f"--resume {run.root} is not a run directory (it has neither "
-                          f"{run.config.name} nor a gradient log to continue)")
-    for index in filter(Path.exists, indexes):
-        try:
-            read_index(index)
-        except LogIndexError as err:
-            problem = str(err)
-        except OSError as err:
-            problem = f"{index} cannot be read: {err.strerror}"
-        else:
-            continue
-        raise ServeError(f"--resume: {problem}; a resume does not overwrite it: restore it, "
-                          "or remove it to have the log's shards scanned instead")
+                         f"{run.config.name} nor a gradient log to continue)")
 
 
 def _held(servicer: AttackerServicer, key: Key) -> str:

@@ -222,8 +222,9 @@ class GradientStore:
     def _reopen(self) -> None:
         try:
             index = read_index(self.root / INDEX) if (self.root / INDEX).exists() else None
-        except LogIndexError:
-            index = None  # the shards are scanned anyway; their schema gives the shapes
+        except LogIndexError as err:  # the shards are scanned anyway; their schema gives the shapes
+            log.warning("%s; it is written anew from the log's shards", err)
+            index = None
         shapes = {int(k): v.shapes for k, v in index.parties.items()} if index else {}
         for directory in sorted(self.root.glob("party_*")):
             party = int(directory.name.split("_", 1)[1])

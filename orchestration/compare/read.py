@@ -62,9 +62,6 @@ def read_run(root: Path, point: SweepPoint | None = None) -> RunResult:
                         (run.leak_summary, " (run `attacker analyze` on it)")):
         if not needed.exists():
             raise ValueError(f"{root}: no {needed.relative_to(root)}{why}")
-    if _is_empty(run.config):
-        raise ValueError(f"{run.config} is empty: the comparison needs the experiment the run "
-                         "trained, as the run wrote it")
     try:
         config = load_config(run.config)
     except ConfigError as err:
@@ -78,14 +75,6 @@ def read_run(root: Path, point: SweepPoint | None = None) -> RunResult:
     return RunResult(root, config, point, num_classes, evals[-1] if evals else {},
                      leak_entries(summary), ms_per_step(records),
                      tuple(utility_curve(records, metric)), _bytes_per_step(run, records))
-
-
-def _is_empty(path: Path) -> bool:
-    """A file that holds nothing but white space (False when unreadable: load_config says why)."""
-    try:
-        return not path.read_bytes().strip()
-    except OSError:
-        return False
 
 
 def _bytes_per_step(run: RunDir, records: list[dict[str, Any]]) -> float | None:
