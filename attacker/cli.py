@@ -14,6 +14,7 @@ from attacker.bench import MAX_BATCH, MAX_DIM, MAX_ROWS
 from splitleak.arguments import MAX_PARTIES, config_bound, device, host_port, int_in, seed
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.rundir import LinkedRunDir, refuse_symlinks
+from splitleak.artifacts.summary import describe_analysed_with
 from splitleak.cli_common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -171,6 +172,12 @@ def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
     print_leak_table(console, summary)
     for warning in summary["warnings"]:
         console.print(f"[yellow]warning:[/] {warning}")
+    if summary.get("analysed_with"):
+        console.print(f"note: these results, analysed with "
+                      f"{describe_analysed_with(summary['analysed_with'])}, replace the run's own "
+                      f"in {run.report} and {run.leak.parent} (what `splitleak compare` reads); "
+                      f"`attacker analyze {args.run_dir}` without these options analyses it as "
+                      "its config says again")
     return 0
 
 

@@ -43,7 +43,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         print_summary(console, outcome)
         summary = None
         if analysable(variant):
-            summary = analyse_run(variant, outcome, console, leak_table=not side_by_side)
+            summary = analyse_run(outcome, console, leak_table=not side_by_side)
         compared.append((label, summary, outcome))
     if side_by_side and all(summary for _, summary, _ in compared):
         from attacker.report.report import comparison_table, utility
@@ -71,7 +71,7 @@ def resume_run(args: argparse.Namespace, console: Console) -> int:
     outcome = _distributed(cfg, run, args, console, resume=True)
     print_summary(console, outcome)
     if analysable(cfg):
-        analyse_run(cfg, outcome, console)
+        analyse_run(outcome, console)
     return 0
 
 
@@ -125,7 +125,7 @@ def analysable(cfg: ExperimentConfig) -> bool:
         p.labelled_per_class or p.integrity for p in cfg.threat.parties.values()))
 
 
-def analyse_run(cfg: ExperimentConfig, outcome: RunOutcome, console: Console,
+def analyse_run(outcome: RunOutcome, console: Console,
                 leak_table: bool = True) -> dict:
     """The attacker's offline analysis of a finished run, and its report (and, unless told
     otherwise, its leak table in the terminal)."""
@@ -133,8 +133,7 @@ def analyse_run(cfg: ExperimentConfig, outcome: RunOutcome, console: Console,
     from attacker.analysis.summary import write_summary
     from attacker.report.report import print_leak_table, write_report
 
-    specs = [(a.name, a.params) for a in cfg.attacker.attacks] or None
-    summary = analyze(outcome.run.root, specs)
+    summary = analyze(outcome.run.root)  # the attacks its config lists, else the defaults
     write_report(outcome.run, summary)
     write_summary(outcome.run, summary)
     if leak_table:

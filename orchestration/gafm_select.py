@@ -221,7 +221,7 @@ def run_cli(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gafm-select", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="splitleak gafm-select", description=__doc__.split("\n\n")[0])
     add_arguments(parser)
     return run_cli(parser.parse_args(argv))
 

@@ -315,7 +315,7 @@ class Tally:
     rpc: str
     counts: Counter = field(default_factory=Counter)
     seconds: float = 0.0
-    rss: list[float] = field(default_factory=list)  # the service's RSS (MiB) at each quarter
+    rss: list[tuple[int, float]] = field(default_factory=list)  # (% of the cases, MiB) at each quarter
 
     @property
     def messages(self) -> int:
@@ -365,13 +365,14 @@ def _wait_for(path: Path, child: Child, timeout: float = 120) -> str:
 async def _fuzz(address: str, tally: Tally, payloads: Iterator[Any], send: Callable[..., Any],
                 timeout: float, pid: int, cases: int) -> None:
     started = time.monotonic()
-    quarter = max(1, cases // 4)
-    tally.rss.append(rss_mb(pid) or 0.0)
+    # the case after which each quarter is done (fewer than 4 cases: the last quarter each ends)
+    quarters = {max(1, round(k * cases / 4)): 25 * k for k in range(1, 5)}
+    tally.rss.append((0, rss_mb(pid) or 0.0))
     async with grpc.aio.insecure_channel(address) as channel:
         for i, payload in enumerate(payloads, 1):
             tally.counts[await send(channel, payload, timeout)] += 1
-            if i % quarter == 0:
-                tally.rss.append(rss_mb(pid) or 0.0)
+            if i in quarters:
+                tally.rss.append((quarters[i], rss_mb(pid) or 0.0))
     tally.seconds = time.monotonic() - started
 
 
@@ -516,8 +517,10 @@ def print_report(console: Console, fuzz: dict[str, Any] | None, run: dict[str, A
         for tally in fuzz["tallies"].values():
             codes = ", ".join(f"{code} {n}" for code, n in tally.counts.most_common())
             console.print(f"{tally.rpc}: {codes}", soft_wrap=True)
-            console.print(f"  service RSS at 0, 25, 50, 75, 100 % of the cases (MiB): "
-                          f"{', '.join(f'{mb:.0f}' for mb in tally.rss)}", soft_wrap=True)
+            if tally.rss:  # a live service's (not the admitted Train's, in this process)
+                console.print("  service RSS (MiB) after " + ", ".join(
+                    f"{percent} %: {mb:.0f}" for percent, mb in tally.rss) + " of the cases",
+                    soft_wrap=True)
         for name, (before, after) in fuzz["memory"].items():
             console.print(f"{name}: RSS {before:.0f} MiB -> {after:.0f} MiB "
                           f"({after - before:+.1f} MiB)" if before and after else f"{name}: gone")

@@ -27,7 +27,7 @@ def test_the_documented_example_runs_on_a_sweep(inprocess_sweep: tuple[Path, str
     blocks = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
     assert len(blocks) == 3
     names: dict[str, object] = {}
-    exec(compile("".join(blocks).replace('"runs/sweeps/tiny"', repr(str(sweep_dir))),  # noqa: S102
+    exec(compile("".join(blocks).replace('"sweeps/tiny"', repr(str(sweep_dir))),  # noqa: S102
                  str(DOC), "exec"), names)
     points, comparison, leaks = names["points"], names["comparison"], names["leaks"]
     assert list(points["setting"]) == ["none", "marvell, defense.0.s=4.0"]  # type: ignore[index]

@@ -59,5 +59,7 @@ def test_example_sweep_is_valid(path: Path, tmp_path: Path) -> None:
     points = sweep_points(sweep, path, tmp_path / sweep.sweep.name)
     if path.name in REPRODUCTIONS:  # a paper's comparison: every setting, several seeds
         assert len(points) >= 27 and len({p.setting for p in points}) >= 4
+    elif path.name == "tiny.toml":  # docs/api.md's worked example: the smallest comparison
+        assert [p.setting for p in points] == ["none", "marvell, defense.0.s=4.0"]
     else:  # a measuring sweep (speedup, wan): small, but points to run side by side
         assert len(points) >= 4 and len({p.setting for p in points}) >= 2

@@ -50,3 +50,22 @@ def test_a_gradient_log_index_reads_back_and_refuses_another_format(tmp_path: Pa
         read_index(path)
     with pytest.raises(FileNotFoundError):  # the sidecar's reopen checks the file exists first
         read_index(tmp_path / "missing.json")
+
+
+def test_a_summary_is_strict_json_with_null_where_a_figure_is_not_a_number(tmp_path: Path) -> None:
+    """An attack whose premise failed has no AUC: the file says null, not NaN (which JSON has
+    not, and other languages' parsers refuse), and reads back equal to what was written."""
+    from splitleak.artifacts.summary import LeakSummary, read_leak_summary, write_leak_summary
+
+    run = RunDir(tmp_path)
+    run.report.mkdir()
+    entry = {"party_id": 1, "layer": "first", "attack": "norm", "scope": "run",
+             "flipped": {"mean": float("nan"), "p95": float("inf")}, "n": 0}
+    write_leak_summary(run, LeakSummary.of({"leak": [entry], "warnings": []}))
+
+    def refuse(constant: str) -> None:
+        raise AssertionError(f"{constant} in {run.leak_summary}")
+
+    text = run.leak_summary.read_text()
+    assert json.loads(text, parse_constant=refuse)["leak"][0]["flipped"] == {"mean": None, "p95": None}
+    assert read_leak_summary(run) == read_leak_summary(run)

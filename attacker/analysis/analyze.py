@@ -35,14 +35,14 @@ from attacker.attacks import (
     RunContext,
     build_attack,
 )
-from attacker.attacks.base import RunFacts
+from attacker.attacks.base import RunFacts, label_without_defaults
 from attacker.attacks.integrity.base import IntegrityAttack
 from attacker.sidecar.store import GradientLog, LoggedBatch, repair_log
 from splitleak.anchors import BatchAnchors, read_clean_anchors
 from splitleak.artifacts.metrics import MetricsError, read_metrics
 from splitleak.artifacts.outcome import OutcomeError, read_outcome_or_refuse
 from splitleak.artifacts.paths import RunDir
-from splitleak.config import ConfigError, load_config
+from splitleak.config import AttackerConfig, ConfigError, load_config
 from splitleak.fileio import write_atomically
 from splitleak.placement import ATTACKER, requested_device, resolve_device
 from splitleak.threat import DEFAULT_HINTS, ThreatConfig
@@ -186,6 +186,15 @@ def _config_warnings(config: dict[str, Any]) -> list[str]:
         return []
 
 
+def _configured_attacks(config: dict[str, Any]) -> list[tuple[str, dict]] | None:
+    """The run's own `attacker.attacks` (None: every default attack for its task)."""
+    try:
+        listed = AttackerConfig.model_validate(config.get("attacker") or {}).attacks
+    except ValidationError as err:
+        raise AnalysisInputError(f"the run's config has an invalid [attacker] table: {err}") from None
+    return [(spec.name, spec.params) for spec in listed] or None
+
+
 def _seed_of(config: dict[str, Any], run: RunDir) -> int:
     try:
         return int(config.get("run", {}).get("seed", 0))
@@ -245,7 +254,8 @@ class Analysis:
         self.hints = list(hints) if hints is not None else None
         self.labels, self.train_ids, self.test_ids = _labels_by_id(run)
         self.num_classes = max(int(self.labels.max()) + 1 if self.labels.size else 2, 2)
-        self.specs = attacks
+        self.configured = _configured_attacks(config)
+        self.specs = attacks if attacks is not None else self.configured
         self.warnings: list[str] = _config_warnings(config)  # what validate warned of, too
         self.anchors: dict[tuple[int, int], BatchAnchors] = {}
         self.anchor_fallbacks: dict[tuple[str, str], int] = defaultdict(int)  # (attack, layer)
@@ -342,12 +352,30 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
                                     f"{'' if partial['step'] is None else ' at step ' + str(partial['step'])}"
                                     f"): {partial['train_steps_done']} of {partial['train_steps_planned']} "
                                     "train steps were done; this analyses what was recorded")
-    return {"run_id": run_id or run.root.name, "seed": analysis.run_seed,
-            "num_classes": analysis.num_classes, "draws": analysis.draws,
-            "threat": analysis.threat.model_dump(mode="json"),
-            "partial": partial, "warnings": analysis.warnings,
-            "leak": [with_family(e) for e in summarise_leak(per_batch, threat) + run_entries],
-            "above_bound": above_bound(per_batch, bounds)}
+    summary = {"run_id": run_id or run.root.name, "seed": analysis.run_seed,
+               "num_classes": analysis.num_classes, "draws": analysis.draws,
+               "threat": analysis.threat.model_dump(mode="json"),
+               "partial": partial, "warnings": analysis.warnings,
+               "leak": [with_family(e) for e in summarise_leak(per_batch, threat) + run_entries],
+               "above_bound": above_bound(per_batch, bounds)}
+    overrides = analysed_with(attacks, analysis.configured, hints, seed, draws)
+    return {**summary, "analysed_with": overrides} if overrides else summary
+
+
+def _labels(specs: list[tuple[str, dict]] | None) -> list[str] | None:
+    return None if specs is None else [label_without_defaults(build_attack(n, p)) for n, p in specs]
+
+
+def analysed_with(attacks: list[tuple[str, dict]] | None,
+                  configured: list[tuple[str, dict]] | None, hints: Iterable[int] | None,
+                  seed: int | None, draws: int | None) -> dict[str, Any]:
+    """What an `analyze` call set in place of the run's own config and threat model (the
+    summary records it, so `splitleak compare` can tell runs analysed alike from runs that
+    were not); {} for none."""
+    chosen = _labels(attacks)
+    given = {"attacks": chosen if chosen != _labels(configured) else None,
+             "hints": None if hints is None else list(hints), "seed": seed, "draws": draws}
+    return {key: value for key, value in given.items() if value is not None}
 
 
 def _gradient_attacks(analysis: Analysis) -> tuple[list[dict[str, Any]] | None, _RowSample, str]:

@@ -3,12 +3,14 @@ attacks whose premise failed, and the attack performance a DCS needs but a summa
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from orchestration.compare import dcs as capability
 from orchestration.compare.read import RunResult
 from orchestration.compare.stats import PROBABILITY, over_seeds
+from splitleak.artifacts.summary import describe_analysed_with
 
 if TYPE_CHECKING:
     from orchestration.compare.table import Setting
@@ -48,6 +50,19 @@ def not_applied(runs: list[RunResult], party: int | None, layer: str) -> dict[st
             if entry.party == party and entry.layer == layer:
                 reasons[entry.attack].add(entry.premise)
     return {a: next(iter(r)) for a, r in reasons.items() if None not in r and len(r) == 1}
+
+
+def analysed_apart(runs: list[RunResult]) -> list[str]:
+    """Runs `attacker analyze` was told to analyse otherwise than their configs say (other
+    attacks, side knowledge, seed or draws) beside runs analysed another way: their figures
+    differ by more than their settings."""
+    ways = {json.dumps(run.analysed_with, sort_keys=True) for run in runs}
+    if len(ways) < 2:
+        return []
+    return [f"{run.root.name}: re-analysed with {describe_analysed_with(run.analysed_with)}, "
+            "unlike other runs compared here, so its figures differ from theirs by more than its setting; "
+            f"`attacker analyze {run.root}` analyses it as its config says"
+            for run in runs if run.analysed_with]
 
 
 def missing_ap(rows: list[dict[str, Any]], dcs_ap: str) -> list[str]:

@@ -35,6 +35,7 @@ class RunResult:
     ms_per_step: float | None = None  # median train step (metrics.jsonl's clock)
     curve: tuple[tuple[float, float], ...] = ()  # (seconds, utility) of each evaluation
     bytes_per_step: float | None = None  # both directions at the label party (outcome.json)
+    analysed_with: dict[str, Any] | None = None  # `attacker analyze`'s options, where it had any
 
     @property
     def seed(self) -> int:
@@ -74,7 +75,8 @@ def read_run(root: Path, point: SweepPoint | None = None) -> RunResult:
     metric = utility_metric(num_classes)
     return RunResult(root, config, point, num_classes, evals[-1] if evals else {},
                      leak_entries(summary), ms_per_step(records),
-                     tuple(utility_curve(records, metric)), _bytes_per_step(run, records))
+                     tuple(utility_curve(records, metric)), _bytes_per_step(run, records),
+                     summary.analysed_with)
 
 
 def _bytes_per_step(run: RunDir, records: list[dict[str, Any]]) -> float | None:

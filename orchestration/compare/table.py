@@ -140,6 +140,7 @@ def compare(runs: list[RunResult], layer: str = "cut", party: int | None = None,
             target: float | None = None, dcs_ap: str = "vflair",
             max_utility_cost: float = MAX_UTILITY_COST) -> Comparison:
     warnings = warnings if warnings is not None else []
+    warnings += checks.analysed_apart(runs)
     settings = settings_of(runs, warnings)
     party = party if party is not None else observed_party(settings, layer)
     rows: list[dict[str, Any]] = []

@@ -16,6 +16,7 @@ class Verdict:
     max_cost: float
     best: dict[str, Any] | None  # the chosen setting's row; None: no setting has a utility cost
     baseline: dict[str, Any] | None  # the no-defense row it is measured against
+    unmeasured: tuple[str, ...] = ()  # compared settings whose summaries lack the attack
 
     @property
     def defended(self) -> bool:
@@ -25,6 +26,12 @@ class Verdict:
 
     def sentence(self) -> str:
         """One line, under a heading that states the budget."""
+        if not self.unmeasured:
+            return self._choice()
+        return (f"{self._choice()} (not measured for {', '.join(self.unmeasured)}: "
+                "their summaries lack this attack)")
+
+    def _choice(self) -> str:
         if self.best is None:
             return (f"{self.attack}: no verdict, no setting has a paired run without a defense "
                     "(no utility cost to hold it to)")
@@ -42,6 +49,7 @@ def verdicts(rows: list[dict[str, Any]], attacks: list[str], max_cost: float) ->
     utility drop is at most `max_cost` (no defense: 0), the lowest seed-mean leak, ties to the
     higher utility."""
     out = []
+    settings = list(dict.fromkeys(r["setting"] for r in rows))
     for attack in attacks:
         group = [r for r in rows if r["attack"] == attack]
         if not group or group[0]["diagnostic"] or not group[0]["ranked"]:
@@ -52,5 +60,7 @@ def verdicts(rows: list[dict[str, Any]], attacks: list[str], max_cost: float) ->
         baseline = None
         if best is not None:
             baseline = next((r for r in group if r["setting"] == best["baseline"]), None)
-        out.append(Verdict(attack, max_cost, best, baseline))
+        measured = {r["setting"] for r in group}
+        unmeasured = tuple(s for s in settings if s not in measured)
+        out.append(Verdict(attack, max_cost, best, baseline, unmeasured))
     return out

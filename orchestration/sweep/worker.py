@@ -63,7 +63,7 @@ def run_point(run: RunDir, analysis_only: bool = False, in_process: bool = False
         else:
             outcome = run_distributed(cfg, run)
         if analysable(cfg):
-            analyse_run(cfg, outcome, console or Console(file=sys.stdout, width=120))
+            analyse_run(outcome, console or Console(file=sys.stdout, width=120))
     except RunFailed as err:
         return PointResult("failed", time.monotonic() - started, str(err))
     except KeyboardInterrupt:

@@ -27,15 +27,23 @@ class Artifact(BaseModel):
         return self.model_dump(exclude_unset=True)
 
 
-def _finite_or_null(value: Any) -> Any:
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+def finite_or_null(value: Any) -> Any:
+    """`value` with every NaN and infinity in it as None (JSON's null: strict JSON has no NaN,
+    which `json.dumps` would otherwise write and other languages' parsers refuse)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_or_null(item) for item in value]
+    return value
 
 
-def write_model(path: Path, model: BaseModel, default: Any = _finite_or_null) -> None:
-    """The fields that were set, in the order written (the bytes of the dict the model holds)."""
-    text = json.dumps(model.model_dump(exclude_unset=True), indent=2, default=default)
+def write_model(path: Path, model: BaseModel, default: Any = None) -> None:
+    """The fields that were set, in the order written (the bytes of the dict the model holds),
+    as strict JSON: a figure that is not a number is null."""
+    text = json.dumps(finite_or_null(model.model_dump(exclude_unset=True)), indent=2,
+                      default=default, allow_nan=False)
     write_atomically(path, lambda tmp: tmp.write_text(text))
 
 

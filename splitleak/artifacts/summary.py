@@ -52,11 +52,20 @@ class LeakSummary(Artifact):
     warnings: list[str] = []
     leak: list[LeakSummaryEntry] = []
     above_bound: list[dict[str, Any]] = []
+    # what `attacker analyze` was told in place of the run's config (attacks, hints, seed,
+    # draws); absent when it analysed the run as its config says
+    analysed_with: dict[str, Any] | None = None
 
     @classmethod
     def of(cls, summary: dict[str, Any]) -> LeakSummary:
         """The summary `attacker analyze` built, stamped with this schema version."""
         return cls.model_validate({"schema_version": SCHEMA_VERSION, **summary})
+
+
+def describe_analysed_with(overrides: dict[str, Any]) -> str:
+    """A summary's `analysed_with` in words, e.g. "attacks norm, clustering(scope=epoch); seed 3"."""
+    return "; ".join(f"{key} {', '.join(map(str, value)) if isinstance(value, list) else value}"
+                     for key, value in overrides.items())
 
 
 def write_leak_summary(run: RunDir, summary: LeakSummary) -> None:

@@ -1,0 +1,59 @@
+"""A run analysed again with other options: its summary records them, `attacker analyze` says
+its results were replaced, and `splitleak compare` warns and names the settings an attack lacks."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import shutil
+from pathlib import Path
+
+from attacker.cli import main as attacker_main
+from orchestration.compare.read import find_runs
+from orchestration.compare.table import compare
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.summary import read_leak_summary
+
+
+def analyse(*args: str) -> tuple[int, str]:
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        code = attacker_main(["analyze", *args])
+    return code, " ".join(printed.getvalue().split())
+
+
+def test_a_run_analysed_with_other_attacks_is_named_in_the_comparison(
+        inprocess_sweep: tuple[Path, str], tmp_path: Path) -> None:
+    sweep_dir, _ = inprocess_sweep
+    runs, _ = find_runs([sweep_dir])
+    copies = {run.label: tmp_path / run.root.name for run in runs}
+    for run in runs:
+        shutil.copytree(run.root, copies[run.label])
+    marvell = copies["marvell, defense.0.s=4.0"]
+
+    code, out = analyse(str(marvell), "--attacks", "clustering:scope=epoch")
+    assert code == 0, out
+    summary = read_leak_summary(RunDir(marvell))
+    assert summary.analysed_with == {"attacks": ["clustering(scope=epoch)"]}
+    assert {e.attack for e in summary.leak} == {"clustering(scope=epoch)"}
+    assert "these results, analysed with attacks clustering(scope=epoch), replace the run's own" in out
+
+    found, _ = find_runs(list(copies.values()))
+    comparison = compare(found)
+    assert any(w.startswith(f"{marvell.name}: re-analysed with attacks clustering(scope=epoch)")
+               for w in comparison.warnings), comparison.warnings
+    (norm,) = [v for v in comparison.verdicts() if v.attack == "norm"]
+    assert norm.unmeasured == ("marvell s=4",)  # outside its sweep: named by its config
+    assert "(not measured for marvell s=4: their summaries lack this attack)" in norm.sentence()
+
+    # analysed as its config says again ([attacker] attacks = ["norm"], not every default)
+    code, out = analyse(str(marvell))
+    assert code == 0 and "replace the run's own" not in out
+    again = read_leak_summary(RunDir(marvell))
+    assert again.analysed_with is None and {e.attack for e in again.leak} == {"norm"}
+    assert again.model_dump_json() == read_leak_summary(
+        RunDir(next(r.root for r in runs if r.root.name == marvell.name))).model_dump_json()
+    found, _ = find_runs(list(copies.values()))
+    comparison = compare(found)
+    assert not [w for w in comparison.warnings if "re-analysed" in w]
+    assert all(not v.unmeasured for v in comparison.verdicts())
