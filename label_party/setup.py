@@ -8,7 +8,14 @@ import numpy as np
 
 from label_party.schedule import Plan, make_plan
 from splitleak.config import ExperimentConfig
-from splitleak.datasets import Dataset, Schema, build_dataset, subset_ids, train_test_ids
+from splitleak.datasets import (
+    Dataset,
+    DatasetError,
+    Schema,
+    build_dataset,
+    subset_ids,
+    train_test_ids,
+)
 from splitleak.inputs import PartyInputs, load_party_inputs
 from splitleak.partition import label_party_columns
 from splitleak.seeding import rng
@@ -35,8 +42,23 @@ def load_label_party_data(cfg: ExperimentConfig, dataset: Dataset | None = None)
     own = load_party_inputs(cfg, dataset, columns) if columns else None
     train_ids, test_ids = train_test_ids(schema.num_rows, cfg.dataset.test_fraction, cfg.run.seed)
     train_ids, test_ids = _subset(cfg, train_ids, test_ids)
-    return LabelPartyData(schema, dataset.labels(), own, train_ids, test_ids,
+    labels = dataset.labels()
+    if schema.num_classes == 2:
+        _check_test_classes(cfg, labels[test_ids])
+    return LabelPartyData(schema, labels, own, train_ids, test_ids,
                           make_plan(cfg, train_ids.size))
+
+
+def _check_test_classes(cfg: ExperimentConfig, test_labels: np.ndarray) -> None:
+    """A binary task's utility is its test AUC, which needs both classes among the test rows."""
+    present = np.unique(test_labels)
+    if present.size < 2:
+        given = f"dataset.test_fraction = {cfg.dataset.test_fraction}" + (
+            f" and dataset.subset.fraction = {cfg.dataset.subset.fraction} leave"
+            if cfg.dataset.subset is not None else " leaves")
+        raise DatasetError(f"{given} {test_labels.size} test row(s), all of class "
+                           f"{int(present[0])}: the test AUC needs both classes; give a larger "
+                           "test_fraction")
 
 
 def _subset(cfg: ExperimentConfig, train_ids: np.ndarray,

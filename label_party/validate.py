@@ -12,12 +12,13 @@ from splitleak.plugins import PluginGroup
 from splitleak.registry import UnknownPluginError
 
 
-def check_chain(cfg: ExperimentConfig) -> None:
-    """The objective and every defense of the chain exist and accept their parameters."""
+def check_chain(cfg: ExperimentConfig, num_classes: int | None = None) -> None:
+    """The objective and every defense of the chain exist and accept their parameters (and the
+    dataset's `num_classes`, where known)."""
     try:
         cls = OBJECTIVES.get(cfg.objective.name)
         cls.Params.model_validate(cfg.objective.params)
-        cls.check(cfg)  # objective-specific needs (e.g. kdk: features.label_party)
+        cls.check(cfg, num_classes)  # objective-specific needs (e.g. kdk: features.label_party)
     except UnknownPluginError as err:
         raise ConfigError(f"objective.name: {err}") from None
     except ValidationError as err:
@@ -43,4 +44,5 @@ def class_gradients_error(cfg: ExperimentConfig) -> str:
             f"on labels); allowed objectives: {', '.join(allowed)}")
 
 
-PLUGINS = PluginGroup("objective and defense chain", lambda cfg, schema: check_chain(cfg))
+PLUGINS = PluginGroup("objective and defense chain",
+                      lambda cfg, schema: check_chain(cfg, schema.num_classes))

@@ -10,10 +10,11 @@ from rich.table import Table
 
 from orchestration.progress import RunProgress, format_eval
 from orchestration.run import RunFailed, RunOutcome, run_distributed
+from splitleak.artifacts.outcome import read_outcome
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.rundir import RunInUse, create_run_dir
 from splitleak.checkpoint import CheckpointError, latest, resume_point
-from splitleak.cli_common import BadInput, checked_config_or_exit
+from splitleak.cli_common import EXIT_FAILED, BadInput, checked_config_or_exit
 from splitleak.config import ExperimentConfig, PluginSpec
 from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
@@ -65,7 +66,11 @@ def resume_run(args: argparse.Namespace, console: Console) -> int:
     try:
         manifest = resume_point(run.root, cfg)
     except CheckpointError as err:
-        raise BadInput(f"--resume: {err}") from None
+        unanalysed = (read_outcome(run).get("status") == "ok" and analysable(cfg)
+                      and not run.leak_summary.exists())  # stopped between training and analysis
+        raise BadInput(f"--resume: {err}" + (
+            f"; its analysis is missing: `attacker analyze {run.root}` writes it"
+            if unanalysed else "")) from None
     at = f"step {manifest.step} ({manifest.reason} checkpoint)" if manifest else "step 0 (no checkpoint)"
     console.print(f"[bold]{cfg.run.name}[/]: resuming {run.root} at {at}")
     outcome = _distributed(cfg, run, args, console, resume=True)
@@ -84,10 +89,14 @@ def train_one(cfg: ExperimentConfig, args: argparse.Namespace, console: Console,
         raise BadInput(f"cannot create the run directory: {describe_os_error(err)}") from None
     console.print(f"[bold]{label}[/]: run directory {run.root}")
     if args.in_process:
+        from label_party.trainer import NonFiniteStep
         from orchestration.reference import train_in_process
 
         try:
             return train_in_process(cfg, run)
+        except NonFiniteStep as err:  # the run diverged: a failed run, said in one sentence
+            console.print(f"[bold red]run failed:[/] {err}")
+            raise SystemExit(EXIT_FAILED) from None
         except DatasetError as err:  # a bad value in a data file: bad input, in one sentence
             raise BadInput(f"{label}: DatasetError: {err}") from None
         except OSError as err:  # e.g. a full disk at the final save
@@ -113,6 +122,9 @@ def _distributed(cfg: ExperimentConfig, run: RunDir, args: argparse.Namespace, c
 
 
 def _resume_hint(console: Console, run: RunDir) -> None:
+    if read_outcome(run).get("status") == "ok":  # stopped after training, before its analysis
+        console.print(f"training finished; analyse it with [bold]attacker analyze {run.root}[/]")
+        return
     newest = latest(run.root)
     if newest is not None:
         console.print(f"checkpoint at step {newest.step}: finish the run with "

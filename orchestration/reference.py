@@ -19,7 +19,7 @@ from label_party.outputs import (
 )
 from label_party.schedule import Batch, Phase, schedule
 from label_party.setup import load_label_party_data, plan_record
-from label_party.trainer import LabelPartyTrainer
+from label_party.trainer import LabelPartyTrainer, NonFiniteStep
 from orchestration.run import RunOutcome, collect_outcome
 from passive_party.bottom_trainer import BottomTrainer
 from passive_party.integrity import party_integrity
@@ -111,7 +111,12 @@ def train_in_process(cfg: ExperimentConfig, run: RunDir,
     """`splitleak run --in-process`: the reference run, then summary.json as a distributed run
     leaves it."""
     started = time.monotonic()
-    run_reference(cfg, run, on_record)
+    try:
+        run_reference(cfg, run, on_record)
+    except NonFiniteStep as err:  # the run diverged: outcome.json says so, as a distributed one's
+        write_outcome(run, {"status": "failed", "code": "INVALID_ARGUMENT", "message": str(err),
+                            "party": err.party_id, "seconds": time.monotonic() - started})
+        raise
     return collect_outcome(run, "in-process", time.monotonic() - started)
 
 

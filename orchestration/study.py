@@ -17,5 +17,5 @@ def run_study(args: argparse.Namespace, console: Console) -> int:
     sweep = cmd_sweep(args, console)
     if sweep.sweep_dir is not None and sweep.done and not args.no_compare:
         compare_and_print([sweep.sweep_dir], SweepDir(sweep.sweep_dir).compare, console,
-                          leak_stat=sweep.leak_stat)
+                          leak_stat=sweep.leak_stat, layer_asked=False)
     return sweep.code

@@ -221,7 +221,12 @@ def _child(request: dict[str, Any], sockets: list[socket.socket], ready: int) ->
 def _run_module(module: str, args: list[str]) -> int:
     """`python -m module args`: its exit status, as the interpreter would give it."""
     import runpy
+    import warnings
 
+    # The zygote imported the module already (that is its point): runpy's warning that it
+    # finds it in sys.modules would open every child's log.
+    warnings.filterwarnings("ignore", message=r".* found in sys\.modules after import of package",
+                            category=RuntimeWarning)
     sys.argv = [module, *args]
     try:
         runpy.run_module(module, run_name="__main__", alter_sys=True)

@@ -11,7 +11,6 @@ from typing import Annotated, Any, Literal
 
 import tomli_w
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     PositiveFloat,
@@ -21,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from splitleak.settings import MAX_BATCH, MAX_EPOCHS, MAX_WIDTH, Settings
 from splitleak.threat import ThreatConfig, migration_message
 
 PROTOCOL_VERSION = 2  # 2: checkpoints and resume in the Train stream and the training plan
@@ -30,8 +30,11 @@ class ConfigError(ValueError):
     """A config that cannot run; the message names the field and what is allowed."""
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+MAX_THREADS = 4096  # torch threads of one process
+MAX_EMBEDDING = 4096  # per categorical field: wider asks gigabytes of a vocabulary's table
+MAX_QUEUE = 65_536  # records in flight to the sidecar
+
+_Frozen = Settings  # every table: unknown keys refused, values as written, finite
 
 
 # A run's directory is `<run.name>[-suffix]-<time>-<hash>` (32 characters after the name, a
@@ -64,7 +67,7 @@ class RunConfig(_Frozen):
     output_dir: Path = Path("runs")
     # Intra-op threads per party process; "auto": the cores shared among the run's processes
     # by their part of a step's compute (splitleak.placement), every core in process.
-    torch_threads: PositiveInt | Literal["auto"] = "auto"
+    torch_threads: int | Literal["auto"] = "auto"
     # Where every role computes: "auto" (CUDA where torch sees a GPU, else the CPU), "cpu",
     # "cuda" or "cuda:K"; `devices` overrides it per role: "label", "1".."N", "attacker".
     device: str = Field("auto", pattern=DEVICE)
@@ -75,6 +78,13 @@ class RunConfig(_Frozen):
     cuda_graphs: bool = False
 
     _plain_name = field_validator("name")(plain_directory_name)
+
+    @field_validator("torch_threads")
+    @classmethod
+    def _threads(cls, value: int | str) -> int | str:
+        if value != "auto" and not 0 < int(value) <= MAX_THREADS:
+            raise ValueError(f"{value} threads; allowed: 'auto' or 1..{MAX_THREADS}")
+        return value
 
 
 class SubsetConfig(_Frozen):
@@ -119,11 +129,11 @@ class FeatureConfig(_Frozen):
 class ModelConfig(_Frozen):
     kind: Literal["mlp", "wide_deep", "cnn", "resnet"] = "mlp"
     # mlp/wide_deep: deep widths; cnn: fc widths after the convs; resnet: the top's fc widths
-    layers: list[PositiveInt] = [64, 64]
+    layers: list[Annotated[int, Field(gt=0, le=MAX_WIDTH)]] = [64, 64]
     depth: Literal[18, 34] = 18  # resnet: torchvision's ResNet-18 or -34 (CIFAR stem)
-    channels: list[PositiveInt] = [16, 32]  # cnn: one conv block per entry
+    channels: list[Annotated[int, Field(gt=0, le=MAX_WIDTH)]] = [16, 32]  # cnn: one conv block per entry
     cut_layer: PositiveInt = 1  # layers on the passive side (cnn: conv blocks, then fc layers)
-    embedding_dim: PositiveInt = 4  # per categorical field, deep part
+    embedding_dim: int = Field(4, gt=0, le=MAX_EMBEDDING)  # per categorical field, deep part
     top: Literal["mlp", "none"] = "mlp"  # none: logits = sum of the parties' outputs
     aggregation: Literal["concat", "sum", "mean"] = "concat"
 
@@ -155,13 +165,20 @@ class ModelConfig(_Frozen):
 class OptimizerConfig(_Frozen):
     name: Literal["adam", "sgd", "adagrad"] = "adam"
     lr: PositiveFloat = 1e-3
-    momentum: float = Field(0.0, ge=0.0, lt=1.0)
+    momentum: float = Field(0.0, ge=0.0, lt=1.0)  # SGD's only
     weight_decay: float = Field(0.0, ge=0.0)
+
+    @model_validator(mode="after")
+    def _momentum_is_sgds(self) -> OptimizerConfig:
+        if self.momentum and self.name != "sgd":
+            raise ValueError(f"momentum = {self.momentum} is SGD's; {self.name} takes none "
+                             "(allowed: name = \"sgd\" with momentum, or no momentum)")
+        return self
 
 
 class TrainingConfig(_Frozen):
-    batch_size: PositiveInt = 256
-    epochs: PositiveInt = 1
+    batch_size: int = Field(256, gt=0, le=MAX_BATCH)
+    epochs: int = Field(1, gt=0, le=MAX_EPOCHS)
     eval_interval: int = Field(0, ge=0)  # train steps between evaluations; 0 = each epoch end
     max_steps: PositiveInt | None = None  # stop after this many train steps (smoke runs, bench)
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16: the models run under autocast
@@ -196,6 +213,16 @@ class TopologyConfig(_Frozen):
     tls: bool = True  # mutual TLS, one identity per party; false: plaintext (trusted network only)
 
     _port = field_validator("label_party_address")(port_in_range)
+
+
+def plugin_list(value: Any, how: str) -> Any:
+    """A list of plug-ins as written: names or tables (`{"name": ...}` each); a single table
+    (TOML's [defense] where [[defense]] was meant) is refused, saying `how` to write a list."""
+    if isinstance(value, dict):
+        raise ValueError(f"a list is expected, not one table; write {how}")
+    if isinstance(value, str):
+        raise ValueError(f"a list is expected, not the text {value!r}; write {how}")
+    return [{"name": v} if isinstance(v, str) else v for v in value]
 
 
 class PluginSpec(_Frozen):
@@ -264,7 +291,7 @@ class AttackerConfig(_Frozen):
     enabled: bool = True
     record_first_layer: bool = True  # also the gradient at the party's first layer
     record_activation: bool = False  # also the activation the party sent
-    queue_size: PositiveInt = 64  # records in flight before the tap applies backpressure
+    queue_size: int = Field(64, gt=0, le=MAX_QUEUE)  # records in flight before the tap applies backpressure
     on_sidecar_failure: Literal["fail", "continue"] = "fail"  # continue: record the gap
     attacks: list[PluginSpec] = []  # empty: every default attack for the run's task
 
@@ -280,7 +307,7 @@ class AttackerConfig(_Frozen):
     @field_validator("attacks", mode="before")
     @classmethod
     def _names(cls, value: Any) -> Any:
-        return [{"name": v} if isinstance(v, str) else v for v in value]
+        return plugin_list(value, 'attacks = ["norm", ...] or [[attacker.attacks]] tables')
 
 
 class ProtectionConfig(_Frozen):
@@ -388,7 +415,7 @@ class ExperimentConfig(_Frozen):
     @field_validator("defense", mode="before")
     @classmethod
     def _chain(cls, value: Any) -> Any:
-        return [{"name": v} if isinstance(v, str) else v for v in value]
+        return plugin_list(value, "one [[defense]] table per defense (double brackets)")
 
     def loss_for(self, num_classes: int) -> str:
         """The loss this run trains with: 'bce' (one logit) or 'ce' (one logit per class)."""

@@ -5,8 +5,6 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     NonNegativeInt,
     PositiveFloat,
@@ -14,11 +12,12 @@ from pydantic import (
     model_validator,
 )
 
+from splitleak.settings import Settings
+
 DEFAULT_HINTS = (1, 3, 5)
 
 
-class _Frozen(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+_Frozen = Settings  # every table: unknown keys refused, values as written, finite
 
 
 class ReplacementBackdoor(_Frozen):

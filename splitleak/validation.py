@@ -4,6 +4,7 @@ dataset, every plug-in group's checks, and the resolution of the run's evaluatio
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from itertools import combinations
 
@@ -47,7 +48,7 @@ def validate(cfg: ExperimentConfig, read_values: bool = False) -> Validated:
     if read_values:
         check_data_values(cfg)
     resolved = cfg.model_copy(update={"evaluation": resolve_evaluation(cfg, needs)})
-    return Validated(resolved, overlap_warnings(cfg, schema))
+    return Validated(resolved, overlap_warnings(cfg, schema) + ignored_warnings(cfg))
 
 
 def validated(cfg: ExperimentConfig) -> ExperimentConfig:
@@ -123,14 +124,67 @@ def check_models(cfg: ExperimentConfig, schema: Schema, columns: dict[int, tuple
                  own: tuple[int, int] | None) -> None:
     """Build every party's model once on a zero row: shapes that cannot fit fail here, and so
     do messages that could not cross the wire within topology.max_message_mb."""
+    width = cfg.output_width(schema.num_classes)
     try:
+        with torch.device("meta"):  # sizes only: nothing allocated
+            weights = sum(_bytes(build_bottom(cfg.model, input_spec(schema, cols), width, seed=0))
+                          for cols in columns.values())
+        _check_fits(weights)
         bottoms = {k: bottom_shapes(cfg, schema, cols) for k, cols in columns.items()}
         shapes = [shape for shape, _ in bottoms.values()]
-        build_top(cfg.model, shapes, input_spec(schema, own) if own else None,
-                  cfg.output_width(schema.num_classes), seed=0)
-    except (ValueError, RuntimeError) as err:
-        raise ConfigError(f"model: {err}") from None
+        own_spec = input_spec(schema, own) if own else None
+        with torch.device("meta"):
+            weights += _bytes(build_top(cfg.model, shapes, own_spec, width, seed=0))
+        _check_fits(weights)
+        build_top(cfg.model, shapes, own_spec, width, seed=0)
+    except (ValueError, RuntimeError, MemoryError) as err:
+        raise ConfigError(f"model: {_allocation(err) or err}") from None
     check_message_sizes(cfg, bottoms)
+
+
+# Training holds each weight four times: the weight, its gradient and Adam's two moments.
+TRAINING_COPIES = 4
+
+
+def _bytes(model: nn.Module) -> int:
+    return sum(p.numel() * p.element_size() for p in model.parameters())
+
+
+def _check_fits(weights: int) -> None:
+    """ConfigError when training the run's models (every party on this machine) needs more
+    memory than the machine has available."""
+    available = available_memory()
+    needed = TRAINING_COPIES * weights
+    if available is not None and needed > available:
+        raise ConfigError(f"its weights take {weights / 2**30:.1f} GiB, about "
+                          f"{needed / 2**30:.1f} GiB to train (with gradients and optimizer "
+                          f"state), and this machine has {available / 2**30:.1f} GiB available; "
+                          "give smaller model.layers, model.channels or model.embedding_dim")
+
+
+def available_memory() -> int | None:
+    """Bytes of memory available to new work (Linux's MemAvailable); None where unknown."""
+    try:
+        with open("/proc/meminfo") as info:
+            for line in info:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+_ASKED = re.compile(r"tried to allocate (\d+) bytes")
+
+
+def _allocation(err: BaseException) -> str | None:
+    """torch's allocator failure in one sentence (None for any other error)."""
+    asked = _ASKED.search(str(err))
+    if asked is None and not isinstance(err, MemoryError):
+        return None
+    size = f" ({int(asked.group(1)) / 2**30:.1f} GiB for one tensor)" if asked else ""
+    return (f"its weights do not fit in this machine's memory{size}; give smaller "
+            "model.layers, model.channels or model.embedding_dim")
 
 
 def bottom_shapes(cfg: ExperimentConfig, schema: Schema,
@@ -176,6 +230,22 @@ def check_message_sizes(cfg: ExperimentConfig, bottoms: dict[int, tuple[tuple[in
                 f"topology.max_message_mb = {cfg.topology.max_message_mb}: passive party {k}'s "
                 f"{what} for a batch of {rows} rows takes {size / (1 << 20):.1f} MiB; raise "
                 f"max_message_mb to at least {needed} or lower training.batch_size")
+
+
+def ignored_warnings(cfg: ExperimentConfig) -> list[str]:
+    """Settings the run will not use, as written (allowed, but probably not what was meant)."""
+    warnings = []
+    if not cfg.attacker.enabled and cfg.attacker.attacks:
+        warnings.append("attacker.attacks is not used: attacker.enabled = false (no sidecar "
+                        "records and nothing is analysed)")
+    batch = cfg.training.batch_size
+    for party, threat in sorted(cfg.threat.parties.items()):
+        over = [k for k in threat.hints if k >= batch]
+        if over:
+            warnings.append(f"threat.parties.{party}.hints: {over} known positives per batch of "
+                            f"{batch} rows (training.batch_size) leave no row to infer: the hint "
+                            "attacks will skip every batch")
+    return warnings
 
 
 def overlap_warnings(cfg: ExperimentConfig, schema: Schema | None = None) -> list[str]:

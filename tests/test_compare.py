@@ -200,18 +200,17 @@ def test_compare_says_what_it_cannot_compute(runs_dir: Path, tmp_path: Path) -> 
 
 def test_compare_names_the_layers_the_runs_have(runs_dir: Path, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture) -> None:
-    """The runs have a cut-layer leak only: asked for the bottom (model completion), compare
-    prints no empty table but says which layer there is."""
+    """The runs have a cut-layer leak only: a sweep's own comparison at the bottom layer (model
+    completion) says which layer there is and writes nothing."""
     from rich.console import Console
 
     from orchestration.compare.command import compare_and_print
 
     comparison = compare_and_print([runs_dir], tmp_path / "out", Console(width=100),
-                                   layer="bottom")
-    assert comparison is not None and comparison.rows == []
-    out = capsys.readouterr().out
-    assert "no leak at the bottom layer in these runs; they have cut (--layer)" in out
-    assert "trade-off (mean" not in out and (tmp_path / "out" / "report.md").exists()
+                                   layer="bottom", layer_asked=False)
+    assert comparison is None and not (tmp_path / "out").exists()
+    out = " ".join(capsys.readouterr().out.split())
+    assert "no comparison at the bottom layer: the compared runs measured a leak at cut" in out
 
 
 def test_report_files(runs_dir: Path, tmp_path: Path) -> None:
@@ -240,9 +239,18 @@ def test_compare_reads_a_sweep_index(tmp_path: Path, capsys: pytest.CaptureFixtu
     index.mark(points[1], "failed", 1.0, "boom")
     runs, warnings = find_runs([tmp_path / "s"])
     assert [r.root for r in runs] == [points[0].run_dir] and runs[0].label == "t"
+    assert warnings == [f"{tmp_path / 's'}: 1 of 2 points are not done (1 failed); this "
+                        "comparison covers the 1 done"]
     assert main(["compare", str(tmp_path / "s")]) == 0
     assert (tmp_path / "s" / "compare" / "report.md").exists()
-    assert "trade-off report" in capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())
+    assert "trade-off report" in out and "1 of 2 points are not done (1 failed)" in out
+    # the sweep and one of its points: the run once, as the sweep names it, and no traceback
+    runs, warnings = find_runs([tmp_path / "s", points[0].run_dir])
+    assert [r.label for r in runs] == ["t"] and any("given twice" in w for w in warnings)
+    assert main(["compare", str(points[0].run_dir), str(tmp_path / "s"),
+                 "--output-dir", str(tmp_path / "both")]) == 0
+    capsys.readouterr()
     with pytest.raises(SystemExit) as exit_info:
         main(["compare", str(tmp_path / "missing")])
     assert exit_info.value.code == 2
@@ -357,3 +365,57 @@ def test_count_attacks_are_shown_with_their_change_but_not_ranked(tmp_path: Path
     assert "**Not ranked**: a count error falls as the attacker learns more; its attack" in text
     assert "| count error [CI] | batch mean / p95 |" in text
     assert not (tmp_path / "out" / "leak_vs_utility_batch_label_counts.png").exists()
+
+
+def test_a_layer_the_runs_lack_is_refused_before_anything_is_written(
+        runs_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    out = tmp_path / "report"
+    assert main(["compare", str(runs_dir), "--output-dir", str(out)]) == 0
+    before = {f.name: f.read_bytes() for f in out.iterdir()}
+    with pytest.raises(SystemExit) as exit_info:
+        main(["compare", str(runs_dir), "--output-dir", str(out), "--layer", "input"])
+    assert exit_info.value.code == 2
+    assert "--layer input: the compared runs measured a leak at cut; give one of those" in \
+        " ".join(capsys.readouterr().err.split())
+    assert {f.name: f.read_bytes() for f in out.iterdir()} == before
+
+
+def test_runs_of_different_tasks_are_named(tmp_path: Path) -> None:
+    binary = small_config(tmp_path, run={"seed": 0, "name": "bc"})
+    digits = small_config(tmp_path, run={"seed": 0, "name": "dg"}, dataset={"name": "digits"},
+                          features={"passive": [[0, 4], [4, 8]]})
+    fake_run(tmp_path / "runs" / "bc", binary, 0.95, [leak_entry("norm", 0.8, 0.9)])
+    fake_run(tmp_path / "runs" / "dg", digits, 0.85, [leak_entry("norm", 0.7, 0.8)], num_classes=10)
+    runs, _ = find_runs([tmp_path / "runs"])
+    warnings = compare(runs).warnings
+    assert ("these runs are of different tasks (test accuracy for digits; test AUC for "
+            "breast_cancer): their utilities are not on one scale") in warnings, warnings
+
+
+def test_an_attack_some_seeds_lack_is_named_and_the_utility_is_every_seeds(runs_dir: Path) -> None:
+    summary = runs_dir / "marvell_4-1" / "report" / "summary.json"
+    summary.write_text(json.dumps({"num_classes": 2, "leak": [leak_entry("other", 0.6, 0.7)]}))
+    runs, _ = find_runs([runs_dir])
+    comparison = compare(runs)
+    row = next(r for r in comparison.rows if r["setting"] == "marvell s=4" and r["attack"] == "norm")
+    assert row["n_seeds"] == 2 and row["utility_mean"] == pytest.approx(0.91)  # all three seeds
+    assert ("marvell s=4: norm is measured in 2 of its 3 seeds' runs; its summaries lack it in "
+            "marvell_4-1 (seed 1)") in comparison.warnings, comparison.warnings
+
+
+def test_an_interrupted_report_leaves_the_previous_one_whole(
+        runs_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from orchestration.compare import report as report_module
+
+    runs, _ = find_runs([runs_dir])
+    out = tmp_path / "compare"
+    write_report(compare(runs), out, [runs_dir])
+    before = {f.name: f.read_bytes() for f in out.iterdir()}
+
+    def interrupted(*args: Any) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(report_module, "_draw", interrupted)  # after the tables were written
+    with pytest.raises(KeyboardInterrupt):
+        write_report(compare(runs, leak_stat="flipped_mean"), out, [runs_dir])
+    assert {f.name: f.read_bytes() for f in out.iterdir()} == before

@@ -164,3 +164,32 @@ def test_cli_refuses_bad_sweeps_with_exit_2(tmp_path: Path, capsys: pytest.Captu
     with pytest.raises(SystemExit) as exit_info:
         main(["sweep", str(tmp_path / "binary.toml")])
     assert exit_info.value.code == 2 and "not UTF-8 text (byte 0xff" in capsys.readouterr().err
+
+
+def test_a_sweep_directory_in_use_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A second `splitleak sweep` into a directory a first one is sweeping would re-create
+    the first's run directories under it: refused, naming the holder."""
+    import os
+
+    from splitleak.artifacts.paths import SweepDir
+    from splitleak.artifacts.rundir import holding
+    from tests.conftest import tiny_sweep_file
+
+    sweep_file = tiny_sweep_file(tmp_path)
+    sweep_dir = tmp_path / "sweeps" / "tiny"
+    sweep_dir.mkdir(parents=True)
+    with holding(SweepDir(sweep_dir).lock, sweep_dir, "sweeping it again"):
+        with pytest.raises(SystemExit) as stop:
+            main(["sweep", str(sweep_file), "--engine", "inprocess", "--no-progress"])
+    assert stop.value.code == 2
+    assert (f"{sweep_dir} is in use by another splitleak process (pid {os.getpid()}): let it "
+            "end, or stop it, before sweeping it again") in " ".join(capsys.readouterr().err.split())
+    assert not any(p.is_dir() and not p.name.startswith(".") for p in sweep_dir.iterdir())
+
+
+def test_set_run_seed_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(SweepError, match=r"\[set\] sets run.seed, which every point's seed "
+                                         r"replaces; give the seeds as sweep.seeds"):
+        parse_sweep({"sweep": {"name": "s"}, "set": {"run.seed": 5}})
+    with pytest.raises(SweepError, match=r"variant 'a' set sets run.seed"):
+        parse_sweep({"sweep": {"name": "s"}, "variant": [{"name": "a", "set": {"run": {"seed": 5}}}]})

@@ -12,6 +12,7 @@ from pydantic import Field
 from attacker.attacks._batch import as_rows, distances, unscored
 from attacker.attacks.base import Attack, AttackParams, AttackResult, SideKnowledge
 from attacker.attacks.thresholds import NEARER_POSITIVE_CENTER
+from splitleak.settings import MAX_BATCH
 
 CENTERS_SIDE_KNOWLEDGE = (
     "centers=oracle: every label of the batch (upper bound, as GAFM evaluates); "
@@ -22,7 +23,7 @@ CENTERS_SIDE_KNOWLEDGE = (
 
 class CenterParams(AttackParams):
     centers: Literal["oracle", "hint"] = "oracle"
-    hints: int = Field(5, ge=1, description="known labels wanted per class (hint centers)")
+    hints: int = Field(5, ge=1, le=MAX_BATCH, description="known labels wanted per class (hint centers)")
 
 
 def reveal_labels(

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict
 
 from attacker.attacks.thresholds import MIN_MAX_HALF, ThresholdRule
 from splitleak.registry import Registry
+from splitleak.settings import Settings
 
 if TYPE_CHECKING:
     from splitleak.artifacts.paths import RunDir
@@ -26,10 +26,8 @@ FAMILIES: dict[str, str] = {"label_inference": "LI", "feature_reconstruction": "
                             "targeted_backdoor": "TB", "non_targeted": "NTB"}
 
 
-class AttackParams(BaseModel):
+class AttackParams(Settings):
     """Base of every attack's parameter model."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class SideKnowledge:

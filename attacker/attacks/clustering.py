@@ -36,6 +36,7 @@ from attacker.attacks.base import (
     label_without_defaults,
 )
 from attacker.attacks.thresholds import ThresholdRule
+from splitleak.settings import MAX_RESTARTS
 
 
 def _unused(scores: np.ndarray) -> np.ndarray:
@@ -49,7 +50,8 @@ SMALLER_CLUSTER = ThresholdRule("positive where in the smaller k-means cluster, 
 class ClusteringParams(AttackParams):
     scope: Literal["batch", "epoch"] = "batch"  # cluster each batch, or each epoch's rows at once
     normalize: bool = True  # unit-length rows (cosine-like clusters), as SecretFlow
-    n_init: int = Field(1, ge=1)  # k-means restarts (k-means++ starts), the best inertia kept
+    # k-means restarts (k-means++ starts), the best inertia kept
+    n_init: int = Field(1, ge=1, le=MAX_RESTARTS)
 
 
 @cache

@@ -7,10 +7,11 @@ from pydantic import Field
 
 from attacker.attacks._batch import as_rows, distances, unscored
 from attacker.attacks.base import ATTACKS, Attack, AttackParams, AttackResult, SideKnowledge
+from splitleak.settings import MAX_BATCH
 
 
 class HintParams(AttackParams):
-    k: int = Field(1, ge=1, description="known positives (hints) per batch")
+    k: int = Field(1, ge=1, le=MAX_BATCH, description="known positives (hints) per batch")
 
 
 @ATTACKS.register("hint_distance")

@@ -98,7 +98,7 @@ def threat_tag(entry: dict[str, Any]) -> str:
 
 
 def _spread_cell(entry: dict[str, Any], stat: str = "p95") -> str:
-    spread = (entry.get("spread") or {}).get("flipped", {}).get(stat)
+    spread = ((entry.get("spread") or {}).get("flipped") or {}).get(stat)  # None: every batch skipped
     return f"±{spread['std']:.3f}" if spread and spread.get("std") is not None and math.isfinite(
         spread["std"]) else ""
 

@@ -7,15 +7,13 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
-from pydantic import BaseModel, ConfigDict
 
 from splitleak.registry import Registry
+from splitleak.settings import Settings
 
 
-class DefenseParams(BaseModel):
+class DefenseParams(Settings):
     """Base of every defense's parameter model (validated from the config's chain entry)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 @dataclass

@@ -9,10 +9,11 @@ from pydantic import Field
 
 from label_party.defenses.base import DEFENSES, Defense, DefenseContext, DefenseParams
 from label_party.defenses.rows import compute_dtype, is_empty
+from splitleak.settings import MAX_WIDTH
 
 
 class DiscreteSgdParams(DefenseParams):
-    bins: int = Field(ge=2)  # N sub-intervals of [μ − 2σ, μ + 2σ] (Fu et al.: 6, 12, 18, 24)
+    bins: int = Field(ge=2, le=MAX_WIDTH)  # N sub-intervals of [μ − 2σ, μ + 2σ] (Fu et al.: 6, 12, 18, 24)
 
 
 @DEFENSES.register("discrete_sgd")

@@ -11,6 +11,7 @@ from pydantic import Field
 from label_party.defenses.base import DEFENSES, Defense, DefenseContext, DefenseParams
 from label_party.defenses.marvell_solver import MarvellSolution, solve, sumkl_excess
 from label_party.defenses.rows import as_rows, compute_dtype, is_empty, restore
+from splitleak.settings import MAX_ITERATIONS, MAX_RESTARTS
 
 _BLOCK_VALUES = 1 << 16  # float64 values per block (512 KiB: stays in cache)
 
@@ -20,9 +21,9 @@ class MarvellParams(DefenseParams):
     uv_choice: Literal["uv", "same", "zero"] = "uv"  # per-class u, v | both (u+v)/2 | both 0
     dynamic: bool = False  # multiply P by 1.5 until sumKL ≤ (2 − 4·target_error)²
     target_error: float = Field(default=0.2, ge=0.0, lt=0.5)  # detection-error lower bound
-    dynamic_max_rounds: int = Field(default=60, ge=1)  # cap on the ×1.5 rounds
+    dynamic_max_rounds: int = Field(default=60, ge=1, le=MAX_RESTARTS)  # cap on the ×1.5 rounds
     tol: float = Field(default=1e-7, gt=0.0)  # solver: relative sumKL improvement per sweep
-    max_iter: int = Field(default=200, ge=1)  # solver: SMO sweeps
+    max_iter: int = Field(default=200, ge=1, le=MAX_ITERATIONS)  # solver: SMO sweeps
 
 
 def auc_bound(sumkl: float) -> float:

@@ -8,18 +8,16 @@ from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from pydantic import BaseModel, ConfigDict
 from torch.nn import functional as F
 
 from splitleak.config import ExperimentConfig
 from splitleak.inputs import PartyInputs
 from splitleak.registry import Registry
+from splitleak.settings import Settings
 
 
-class ObjectiveParams(BaseModel):
+class ObjectiveParams(Settings):
     """Base of every objective's parameter model (validated from the config's `objective`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 @dataclass(frozen=True)
@@ -94,9 +92,10 @@ class Objective(ABC):
         """Logits for evaluation: [B, 1] (binary, BCE) or [B, K]."""
 
     @classmethod
-    def check(cls, cfg: ExperimentConfig) -> None:
-        """Config requirements beyond the parameters (features, model, loss), checked before
-        any process starts; raise `splitleak.config.ConfigError` naming the field."""
+    def check(cls, cfg: ExperimentConfig, num_classes: int | None = None) -> None:
+        """Config requirements beyond the parameters (features, model, loss, the dataset's
+        `num_classes` where known), checked before any process starts; raise
+        `splitleak.config.ConfigError` naming the field."""
         return None
 
     def state_dict(self) -> dict[str, Any]:

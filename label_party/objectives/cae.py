@@ -34,13 +34,14 @@ from typing import Any
 
 import numpy as np
 import torch
-from pydantic import ConfigDict, Field, PositiveFloat, PositiveInt
+from pydantic import ConfigDict, Field, PositiveFloat
 from torch import nn
 from torch.nn import functional as F
 
 from label_party.objectives.base import OBJECTIVES, ObjectiveParams, ObjectiveSetup, Own
 from label_party.objectives.cross_entropy import CrossEntropy, load_top_state
 from splitleak.seeding import derive_seed, generator
+from splitleak.settings import MAX_BATCH, MAX_EPOCHS, MAX_ROWS, MAX_WIDTH
 
 
 class CAEParams(ObjectiveParams):
@@ -49,10 +50,10 @@ class CAEParams(ObjectiveParams):
     confusion: float = Field(alias="lambda", ge=0.0)  # λ: weight of the soft labels' entropy
     reconstruction_weight: PositiveFloat = 10.0  # w_rec
     confusion_weight: float = Field(1.0, ge=0.0)  # w_conf
-    hidden: PositiveInt | None = None  # None: 6K + 2
-    epochs: PositiveInt = 30
-    rows: PositiveInt = 30000  # random training vectors
-    batch_size: PositiveInt = 128
+    hidden: int | None = Field(None, gt=0, le=MAX_WIDTH)  # None: 6K + 2
+    epochs: int = Field(30, gt=0, le=MAX_EPOCHS)
+    rows: int = Field(30000, gt=0, le=MAX_ROWS)  # random training vectors
+    batch_size: int = Field(128, gt=0, le=MAX_BATCH)
     lr: PositiveFloat = 5e-4
     temperature: PositiveFloat = 0.025  # T of the sharpened training vectors
 

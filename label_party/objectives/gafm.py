@@ -40,7 +40,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from pydantic import Field, PositiveFloat, PositiveInt
+from pydantic import Field, PositiveFloat
 from torch import nn
 from torch.nn import functional as F
 
@@ -54,6 +54,7 @@ from label_party.objectives.base import (
 )
 from splitleak.config import ConfigError, ExperimentConfig
 from splitleak.seeding import derive_seed, generator
+from splitleak.settings import MAX_RESTARTS, MAX_WIDTH
 
 # The paper's per-dataset (σ, Δ, γ) (Table D.1).
 PRESETS: dict[str, tuple[float, float, float]] = {
@@ -74,11 +75,11 @@ class GAFMParams(ObjectiveParams):
     gamma: float | None = Field(None, gt=0.0)  # weight of the normalised GAN gradient
     clip: PositiveFloat = 0.1  # critic weight clipping c
     aggregation: Literal["sum", "mean"] = "sum"  # F: how f(X) combines the parties' outputs
-    generator_hidden: PositiveInt = 32
-    critic_hidden: PositiveInt = 32
+    generator_hidden: int = Field(32, gt=0, le=MAX_WIDTH)
+    critic_hidden: int = Field(32, gt=0, le=MAX_WIDTH)
     generator_lr: PositiveFloat | None = None  # None: the label party's configured lr
     critic_lr: PositiveFloat | None = None  # None: the label party's configured lr
-    critic_steps: PositiveInt = 1  # critic updates per step (Algorithm A.1: 1)
+    critic_steps: int = Field(1, gt=0, le=MAX_RESTARTS)  # critic updates per step (Algorithm A.1: 1)
     # "train": predict with the orientation of Ŷ the training batches favour (see module doc);
     # "as_is": always logit(Ŷ).
     orientation: Literal["train", "as_is"] = "train"
@@ -90,6 +91,11 @@ class GAFMParams(ObjectiveParams):
         sigma, delta, gamma = (v if v is not None else b
                                for v, b in zip((self.sigma, self.delta, self.gamma), base, strict=True))
         return float(sigma), float(delta), float(gamma)
+
+
+def not_binary(dataset: str, num_classes: int) -> str:
+    return (f"objective gafm is binary; {dataset} has {num_classes} classes (allowed: a "
+            "two-class dataset)")
 
 
 def check_setup(cfg: ExperimentConfig) -> None:
@@ -139,15 +145,16 @@ class GAFM(Objective):
     params: GAFMParams
 
     @classmethod
-    def check(cls, cfg: ExperimentConfig) -> None:
+    def check(cls, cfg: ExperimentConfig, num_classes: int | None = None) -> None:
         check_setup(cfg)
+        if num_classes is not None and num_classes != 2:
+            raise ConfigError(not_binary(cfg.dataset.name, num_classes))
 
     def __init__(self, params: GAFMParams, setup: ObjectiveSetup) -> None:
         super().__init__(params, setup)
         cfg = setup.cfg
         if setup.num_classes != 2:
-            raise ConfigError(f"objective gafm is binary; {cfg.dataset.name} has "
-                              f"{setup.num_classes} classes")
+            raise ConfigError(not_binary(cfg.dataset.name, setup.num_classes))
         shapes = set(setup.activation_shapes)
         if len(shapes) != 1:
             raise ConfigError(f"objective gafm sums the parties' outputs: they must have one shape, "

@@ -29,15 +29,21 @@ from splitleak.inputs import PartyInputs
 from splitleak.models import build_bottom
 from splitleak.optim import make_optimizer
 from splitleak.seeding import derive_seed, generator
+from splitleak.settings import MAX_EPOCHS
 
 
 class KDkParams(ObjectiveParams):
     k: int = Field(3, ge=2)  # classes sharing the label mass (paper: 3; Criteo 2)
     epsilon: float = Field(0.45, gt=0.0, lt=1.0)  # mass moved off the true class (paper: 0.45)
-    teacher_epochs: PositiveInt = 20  # reference: 20
+    teacher_epochs: int = Field(20, gt=0, le=MAX_EPOCHS)  # reference: 20
     teacher_optimizer: Literal["adam", "sgd", "adagrad"] = "adam"  # reference: Adam
     teacher_lr: PositiveFloat = 1e-4  # reference: 1e-4
     teacher_batch_size: PositiveInt | None = None  # None: training.batch_size
+
+
+def too_many_classes(k: int, num_classes: int, dataset: str) -> str:
+    return (f"objective.k = {k} exceeds the {num_classes} classes of {dataset}; allowed: "
+            f"1..{num_classes}")
 
 
 def check_setup(cfg: ExperimentConfig) -> None:
@@ -117,8 +123,11 @@ class KDk(CrossEntropy):
     params: KDkParams
 
     @classmethod
-    def check(cls, cfg: ExperimentConfig) -> None:
+    def check(cls, cfg: ExperimentConfig, num_classes: int | None = None) -> None:
         check_setup(cfg)
+        k = cls.Params.model_validate(cfg.objective.params).k
+        if num_classes is not None and k > num_classes:
+            raise ConfigError(too_many_classes(k, num_classes, cfg.dataset.name))
 
     def __init__(self, params: KDkParams, setup: ObjectiveSetup) -> None:
         if setup.own_inputs is None:
@@ -127,8 +136,7 @@ class KDk(CrossEntropy):
         super().__init__(params, setup)
         k_classes = setup.num_classes
         if params.k > k_classes:
-            raise ConfigError(f"objective.k = {params.k} exceeds the {k_classes} classes of "
-                              f"{setup.cfg.dataset.name}")
+            raise ConfigError(too_many_classes(params.k, k_classes, setup.cfg.dataset.name))
         train = np.asarray(setup.train_ids, dtype=np.int64)
         labels = np.asarray(setup.labels, dtype=np.int64)
         teacher, self.teacher_losses = train_teacher(setup.cfg, setup.own_inputs, labels, train,

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from pydantic import ConfigDict, Field, PositiveFloat, PositiveInt
+from pydantic import ConfigDict, Field, PositiveFloat
 from torch import nn
 
 from label_party.objectives.base import OBJECTIVES, ObjectiveParams, ObjectiveSetup, Own
@@ -34,14 +34,15 @@ from label_party.objectives.penalised import PartyPenalty
 from splitleak.models import Bottleneck
 from splitleak.optim import make_optimizer
 from splitleak.seeding import derive_seed, generator
+from splitleak.settings import MAX_WIDTH
 
 
 class MIDParams(ObjectiveParams):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
     weight: float = Field(alias="lambda", ge=0.0)  # λ (VFLAIR: 0, 1e-4, 1e-2, 1e-1, 1)
-    width: PositiveInt | None = None  # w: bottleneck width; None = the activation width d
-    hidden: PositiveInt | None = None  # decoder hidden width; None = 5w
+    width: int | None = Field(None, gt=0, le=MAX_WIDTH)  # w: bottleneck width; None = the activation width d
+    hidden: int | None = Field(None, gt=0, le=MAX_WIDTH)  # decoder hidden width; None = 5w
     shift: float = 0.5  # σ = softplus(s − shift)
     lr: PositiveFloat | None = None  # None: the label party's optimizer as configured
 

@@ -52,6 +52,19 @@ def not_applied(runs: list[RunResult], party: int | None, layer: str) -> dict[st
     return {a: next(iter(r)) for a, r in reasons.items() if None not in r and len(r) == 1}
 
 
+def mixed_tasks(runs: list[RunResult]) -> list[str]:
+    """Runs whose utilities are different metrics (a binary task's AUC beside a multi-class
+    task's accuracy): not one scale."""
+    by_metric: dict[str, set[str]] = defaultdict(set)
+    for run in runs:
+        by_metric[run.utility_metric].add(run.config.dataset.name)
+    if len(by_metric) < 2:
+        return []
+    parts = "; ".join(f"{UTILITY_WORDS.get(m, m)} for {', '.join(sorted(d))}"
+                      for m, d in sorted(by_metric.items()))
+    return [f"these runs are of different tasks ({parts}): their utilities are not on one scale"]
+
+
 def analysed_apart(runs: list[RunResult]) -> list[str]:
     """Runs `attacker analyze` was told to analyse otherwise than their configs say (other
     attacks, side knowledge, seed or draws) beside runs analysed another way: their figures
@@ -63,6 +76,22 @@ def analysed_apart(runs: list[RunResult]) -> list[str]:
             "unlike other runs compared here, so its figures differ from theirs by more than its setting; "
             f"`attacker analyze {run.root}` analyses it as its config says"
             for run in runs if run.analysed_with]
+
+
+def some_seeds(rows: list[dict[str, Any]], settings: list[Setting]) -> list[str]:
+    """Attacks measured in only some of a setting's runs (one re-analysed with other attacks):
+    their figures are over fewer seeds than the setting's utility."""
+    runs = {s.label: s.runs for s in settings}
+    out = []
+    for row in rows:
+        seeds = set(json.loads(row["seeds"]))
+        lacking = sorted(set(runs[row["setting"]]) - seeds)
+        if lacking:
+            names = ", ".join(runs[row["setting"]][s].root.name for s in lacking)
+            out.append(f"{row['setting']}: {row['attack']} is measured in {len(seeds)} of its "
+                       f"{len(runs[row['setting']])} seeds' runs; its summaries lack it in "
+                       f"{names} (seed {', '.join(map(str, lacking))})")
+    return out
 
 
 def missing_ap(rows: list[dict[str, Any]], dcs_ap: str) -> list[str]:

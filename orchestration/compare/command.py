@@ -25,7 +25,11 @@ from splitleak.cli_common import EXIT_FAILED, BadInput
 def compare_and_print(paths: list[Path], out: Path, console: Console, layer: str = "cut",
                       party: int | None = None, leak_stat: str = "flipped_p95",
                       target: float | None = None, dcs_ap: str = "vflair",
-                      max_utility_cost: float = MAX_UTILITY_COST) -> Comparison | None:
+                      max_utility_cost: float = MAX_UTILITY_COST,
+                      layer_asked: bool = True) -> Comparison | None:
+    """Compare the runs under `paths` and write the report to `out`. A `layer` no run has a
+    leak at is refused (exit 2) when it was asked for, and only said (nothing written) when
+    it is a sweep's own comparison at the default layer."""
     try:
         runs, warnings = find_runs(paths)
     except (ValueError, SweepIndexError) as err:
@@ -37,16 +41,22 @@ def compare_and_print(paths: list[Path], out: Path, console: Console, layer: str
         return None
     if party is not None:
         _check_party(runs, party)
+    measured = sorted({e.layer for run in runs for e in run.leak})
+    if layer not in measured:
+        why = (f"the compared runs measured a leak at {', '.join(measured) or 'no layer'}")
+        if layer_asked:
+            raise BadInput(f"--layer {layer}: {why}; give one of those")
+        console.print(f"[yellow]no comparison at the {layer} layer:[/] {why} (`splitleak "
+                      f"compare {' '.join(map(str, paths))} --layer LAYER`)")
+        return None
     seen = len(warnings)
     comparison = compare(runs, layer, party, leak_stat, warnings, target, dcs_ap, max_utility_cost)
     report = write_report(comparison, out, paths)
-    if comparison.rows:
-        console.print(summary_table(comparison, console.width))
-        if comparison.verdicts():
-            console.print(verdict_lines(comparison))
-    else:  # nothing at this layer: say why here (otherwise the warnings are in report.md)
-        for warning in warnings[seen:]:
-            console.print(f"[yellow]{escape(warning)}[/]")
+    console.print(summary_table(comparison, console.width))
+    if comparison.verdicts():
+        console.print(verdict_lines(comparison))
+    for warning in warnings[seen:]:  # the report has them too
+        console.print(f"[yellow]warning:[/] {escape(warning)}")
     if comparison.about_speed():  # the settings differ in [network] / [wire]: how fast too
         console.print(speed_table(comparison))
     console.print(f"trade-off report: {report}")
@@ -89,7 +99,8 @@ def summary_table(comparison: Comparison, width: int = 80) -> Group:
     the whole table)."""
     rows = comparison.rows
     attacks = comparison.attacks()
-    utility = UTILITY_LABELS.get(rows[0]["utility_metric"], "utility") if rows else "utility"
+    metrics = {r["utility_metric"] for r in rows}
+    utility = UTILITY_LABELS.get(metrics.pop(), "utility") if len(metrics) == 1 else "utility"
     seeds = {len(s.runs) for s in comparison.settings}
     first_cells, leak_cells = [], []
     for setting in comparison.settings:

@@ -4,6 +4,7 @@ sweep directory's index says are finished."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from splitleak.artifacts.metrics import read_metrics
 from splitleak.artifacts.outcome import read_outcome_or_refuse
 from splitleak.artifacts.paths import CONFIG_FILE, SWEEP_INDEX_FILE, RunDir, is_run_dir, is_sweep_dir
 from splitleak.artifacts.summary import read_leak_summary
+from splitleak.artifacts.sweep import read_index_rows
 from splitleak.config import ConfigError, ExperimentConfig, load_config
 from splitleak.pace import ms_per_step, utility_curve
 
@@ -89,6 +91,33 @@ def _bytes_per_step(run: RunDir, records: list[dict[str, Any]]) -> float | None:
     return (sent + received) / steps
 
 
+def not_done(sweep_dir: Path) -> list[str]:
+    """A warning when some of a sweep's points are not done (pending, interrupted, failed):
+    the comparison covers the done ones only."""
+    statuses = Counter(row.status for row in read_index_rows(sweep_dir))
+    done = statuses.pop("done", 0)
+    if not statuses:
+        return []
+    what = ", ".join(f"{n} {status}" for status, n in sorted(statuses.items()))
+    return [f"{sweep_dir}: {sum(statuses.values())} of {done + sum(statuses.values())} points are "
+            f"not done ({what}); this comparison covers the {done} done"]
+
+
+def _once(found: list[tuple[Path, SweepPoint | None]],
+          warnings: list[str]) -> list[tuple[Path, SweepPoint | None]]:
+    """Each run once, however often it was named (a sweep and one of its points; a run twice),
+    as its sweep names it where one does."""
+    kept: dict[Path, tuple[Path, SweepPoint | None]] = {}
+    for root, point in found:
+        key = root.resolve()
+        if key in kept:
+            warnings.append(f"{root}: given twice (also as {kept[key][0]}); compared once")
+            if kept[key][1] is not None or point is None:
+                continue
+        kept[key] = (root, point)
+    return list(kept.values())
+
+
 def find_runs(paths: list[Path]) -> tuple[list[RunResult], list[str]]:
     """Runs under each path (a sweep directory: its finished points; a run directory; or a
     directory of run directories) and a warning for each one found inside a directory that
@@ -96,9 +125,11 @@ def find_runs(paths: list[Path]) -> tuple[list[RunResult], list[str]]:
     itself cannot be compared (the user named it: bad input, never skipped)."""
     found: list[tuple[Path, SweepPoint | None]] = []
     named: set[Path] = set()
+    warnings: list[str] = []
     for path in paths:
         if is_sweep_dir(path):
             found += finished_points(path)
+            warnings += not_done(path)
         elif is_run_dir(path):
             found.append((path, None))
             named.add(path)
@@ -107,8 +138,8 @@ def find_runs(paths: list[Path]) -> tuple[list[RunResult], list[str]]:
         else:
             raise ValueError(f"{path}: not a sweep directory (no {SWEEP_INDEX_FILE}), a run "
                              f"directory (no {CONFIG_FILE}) or a directory of run directories")
-    runs, warnings = [], []
-    for root, point in found:
+    runs = []
+    for root, point in _once(found, warnings):
         try:
             runs.append(read_run(root, point))
         except ValueError as err:

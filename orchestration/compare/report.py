@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
+import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -178,18 +180,32 @@ def _settings_md(settings: list[Setting]) -> list[str]:
     told = [p for p in paths if len({json.dumps(o.get(p), sort_keys=True) for o in given}) > 1]
     body = [[s.label, s.family, json.dumps(s.strengths) if s.strengths else "–",
              ", ".join(map(str, sorted(s.runs))), ", ".join(r.root.name for r in s.runs.values())]
-            + ([", ".join(f"`{p} = {json.dumps(s.overrides[p])}`" for p in told if p in s.overrides)
-                or "–"] if given else [])
+            + ([", ".join(f"`{p} = {json.dumps(s.overrides[p])}`" for p in told
+                          if p in (s.overrides or {})) or "–"] if given else [])
             for s in settings]
     return ["## Settings", "", *md_table(["setting", "family", "strengths", "seeds", "run directories",
                                            *(["overrides that differ"] if given else [])], body)]
 
 
 def write_report(comparison: Comparison, out: Path, sources: list[Path]) -> Path:
-    """Everything under `out`; returns the path of report.md."""
+    """Everything under `out`; returns the path of report.md. The files are written aside
+    first and then moved in, report.md last: an interruption leaves the earlier report whole
+    (or the new one), never tables of one with the plots and report of the other."""
     out.mkdir(parents=True, exist_ok=True)
-    for stale in [*out.glob("leak_vs_utility_*.png"), *out.glob("strength_*.png")]:
-        stale.unlink()
+    with tempfile.TemporaryDirectory(dir=out, prefix=".writing-") as tmp:
+        staged = Path(tmp)
+        _write(comparison, staged, sources)
+        written = {f.name for f in staged.iterdir()}
+        for stale in [*out.glob("leak_vs_utility_*.png"), *out.glob("strength_*.png")]:
+            if stale.name not in written:
+                stale.unlink()
+        report = CompareDir(out).report
+        for name in sorted(written - {report.name}) + [report.name]:
+            os.replace(staged / name, out / name)
+    return report
+
+
+def _write(comparison: Comparison, out: Path, sources: list[Path]) -> None:
     write_tables(comparison, out)
     warnings = list(comparison.warnings)
     found = trends(comparison.rows)
@@ -213,7 +229,4 @@ def write_report(comparison: Comparison, out: Path, sources: list[Path]) -> Path
     lines += _trend_md(found, family_figures)
     lines += ["## Warnings", "", *(f"- {w}" for w in warnings or ["none"]), "",
               *_settings_md(comparison.settings)]
-    text = "\n".join(lines) + "\n"
-    report = CompareDir(out).report
-    write_atomically(report, lambda tmp: tmp.write_text(text))
-    return report
+    CompareDir(out).report.write_text("\n".join(lines) + "\n")

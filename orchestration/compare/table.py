@@ -140,7 +140,7 @@ def compare(runs: list[RunResult], layer: str = "cut", party: int | None = None,
             target: float | None = None, dcs_ap: str = "vflair",
             max_utility_cost: float = MAX_UTILITY_COST) -> Comparison:
     warnings = warnings if warnings is not None else []
-    warnings += checks.analysed_apart(runs)
+    warnings += checks.analysed_apart(runs) + checks.mixed_tasks(runs)
     settings = settings_of(runs, warnings)
     party = party if party is not None else observed_party(settings, layer)
     rows: list[dict[str, Any]] = []
@@ -155,6 +155,7 @@ def compare(runs: list[RunResult], layer: str = "cut", party: int | None = None,
     warnings += [f"{attack}: not scored, its premise fails in these runs: {why}"
                  for attack, why in not_applied.items()]
     warnings += checks.missing_ap(rows, dcs_ap)
+    warnings += checks.some_seeds(rows, settings)
     _mark_frontier(rows)
     _add_type_scores(rows, settings)
     capability = [r for where in CAPABILITY_LAYERS for setting in settings
@@ -230,7 +231,7 @@ def _setting_rows(setting: Setting, party: int | None, layer: str, leak_stat: st
             "utility_metric": first.utility_metric, "headline": headline(sample.metric, leak_stat),
             "diagnostic": sample.diagnostic, "ranked": sample.metric not in UNRANKED,
             "threshold_rule": sample.threshold_rule, "dcs_ap": dcs_ap}
-        row |= _columns("utility", [utility[s] for s in entries], True, PROBABILITY)
+        row |= _columns("utility", list(utility.values()), True, PROBABILITY)  # every seed's
         row |= _columns("utility_drop", drops, False, (-1.0, 1.0))
         row |= _columns("relative_drop", relative, False, (-math.inf, 1.0))
         for stat in LEAK_STATS:

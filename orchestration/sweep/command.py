@@ -7,6 +7,7 @@ import argparse
 import shutil
 import signal
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -20,6 +21,7 @@ from orchestration.sweep.runner import SweepOutcome, run_points
 from orchestration.sweep.spec import SweepError, SweepFile, base_path, load_sweep
 from splitleak.arguments import output_dir_problem
 from splitleak.artifacts.paths import SweepDir
+from splitleak.artifacts.rundir import RunInUse, holding
 from splitleak.artifacts.sweep import SweepIndexError
 from splitleak.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, BadInput
 from splitleak.config import ConfigError, ExperimentConfig, load_config
@@ -112,11 +114,21 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> SweepRun:
     points = sweep_points(sweep, args.file, sweep_dir)
     check_ports(points, engine)
     check_network(points, engine)
+    sweep_dir.mkdir(parents=True, exist_ok=True)
+    with ExitStack() as held:
+        try:  # one sweep at a time in a directory: a second would re-create the first's runs
+            held.enter_context(holding(SweepDir(sweep_dir).lock, sweep_dir, "sweeping it again"))
+        except RunInUse as err:
+            raise BadInput(str(err)) from None
+        return _sweep(args, console, sweep, engine, sweep_dir, points)
+
+
+def _sweep(args: argparse.Namespace, console: Console, sweep: SweepFile, engine: Engine,
+           sweep_dir: Path, points: list[Point]) -> SweepRun:
     try:
         index = SweepIndex(sweep_dir, points, engine.name)
     except SweepIndexError as err:
         raise BadInput(str(err)) from None
-    sweep_dir.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(args.file, SweepDir(sweep_dir).sweep_file)
     console.print(f"sweep [bold]{sweep.sweep.name}[/]: {len(points)} points in {sweep_dir} "
                   f"({engine.name} engine, {engine.jobs} at a time)")

@@ -84,7 +84,7 @@ class LocalEngine(Engine):
         seconds = time.monotonic() - job.started
         result = read_result(job.point.run_dir)
         if result is None:  # the worker died before it could say why
-            reason = job.child.last_error() or job.child.log_tail(5) or "no log"
-            return PointResult("failed", seconds, f"point worker exited with code "
-                                                  f"{job.child.returncode}: {reason}")
+            reason = job.child.last_error() or job.child.log_tail(5)
+            return PointResult("failed", seconds, f"point worker {job.child.how_it_ended()}"
+                                                  + (f": {reason}" if reason else ""))
         return PointResult(result.status, seconds, result.message, result.nodes)

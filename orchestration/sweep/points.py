@@ -95,7 +95,8 @@ def resolve(sweep: SweepFile, base: ExperimentConfig, sweep_dir: Path,
                 extra = [("dataset.subset", {"fraction": sweep.sweep.subset})]
                 point_data = _applied(point_data, extra, "sweep.subset:")
             point = _point(len(points), variant.name, combo, [*sweep.set.items(), *own, *combo, *extra],
-                           point_data, sweep_dir, check)
+                           point_data, sweep_dir, check,
+                           f"variant {variant.name!r}" if sweep.variant else "the base config")
             if point.hash in seen:
                 raise SweepError(f"points {seen[point.hash]!r} and {point.label!r} are the same "
                                  f"experiment (config hash {point.hash}); drop one")
@@ -106,9 +107,9 @@ def resolve(sweep: SweepFile, base: ExperimentConfig, sweep_dir: Path,
 
 def _point(index: int, variant: str, combo: list[Override], overrides: list[Override],
            data: dict[str, Any], sweep_dir: Path,
-           check: Callable[[ExperimentConfig], ExperimentConfig] | None) -> Point:
+           check: Callable[[ExperimentConfig], ExperimentConfig] | None, named: str) -> Point:
     shown = ", ".join(f"{p}={_show(v)}" for p, v in combo)
-    where = f"point {index} (variant {variant!r}{'; ' + shown if shown else ''})"
+    where = f"point {index} ({named}{'; ' + shown if shown else ''})"
     try:
         cfg = parse_config(data, where)
         if check is not None:  # validated, and resolved as the point's run directory records it

@@ -27,8 +27,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     NonNegativeInt,
     ValidationError,
@@ -43,14 +41,14 @@ from splitleak.config import (
     plain_directory_name,
     read_toml_text,
 )
+from splitleak.settings import Settings
 
 
 class SweepError(ValueError):
     """A sweep file that cannot run; the message names the field and what is allowed."""
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+_Strict = Settings  # unknown keys refused, values as written, finite
 
 
 Axes = dict[str, list[Any]]
@@ -115,6 +113,11 @@ class SweepFile(_Strict):
             (f"variant {v.name!r} axes", v.axes) for v in self.variant] if "run.seed" in axes]
         if self.sweep.seeds is not None and seeded:
             raise ValueError(f"sweep.seeds and {seeded[0]} both set run.seed; keep one")
+        for where, values in [("[set]", self.set)] + [(f"variant {v.name!r} set", v.set)
+                                                       for v in self.variant]:
+            if "run.seed" in values or "seed" in (values.get("run") or {}):
+                raise ValueError(f"{where} sets run.seed, which every point's seed replaces; give "
+                                 "the seeds as sweep.seeds = [...] (or a run.seed axis)")
         return self
 
 

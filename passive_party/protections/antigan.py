@@ -14,6 +14,7 @@ from torch.nn import functional as F
 
 from passive_party.protections.base import PROTECTIONS, Protected, Protection, ProtectionParams
 from splitleak.seeding import derive_seed, generator
+from splitleak.settings import MAX_BATCH, MAX_WIDTH
 
 
 class AntiGanParams(ProtectionParams):
@@ -22,11 +23,11 @@ class AntiGanParams(ProtectionParams):
 
     lambda_obf: float = Field(250.0, ge=0, description="λ: weight of the obfuscation loss")
     expected_variance: float = Field(0.5, gt=0, description="v_e: the window variance aimed at")
-    window: int = Field(4, ge=2, description="s: side of the square windows of the obfuscation loss")
+    window: int = Field(4, ge=2, le=64, description="s: side of the square windows of the obfuscation loss")
     mix: float = Field(0.5, gt=0, lt=1, description="μ: the real image's share of its mixture")
-    latent_dim: int = Field(32, ge=1, description="size of the generator's noise z")
+    latent_dim: int = Field(32, ge=1, le=MAX_WIDTH, description="size of the generator's noise z")
     steps: int = Field(1500, ge=1, le=1_000_000, description="GAN training steps")
-    batch_size: int = Field(64, ge=1, description="real (and generated) images per GAN step")
+    batch_size: int = Field(64, ge=1, le=MAX_BATCH, description="real (and generated) images per GAN step")
     lr: float = Field(1e-4, gt=0, description="Adam learning rate of G and D (betas 0.5, 0.999)")
     pretrain_epochs: int = Field(3, ge=0, le=1000, description="epochs pre-training the first "
                                  "conv block")

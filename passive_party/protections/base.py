@@ -8,16 +8,14 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-from pydantic import BaseModel, ConfigDict
 from torch import nn
 
 from splitleak.registry import Registry
+from splitleak.settings import Settings
 
 
-class ProtectionParams(BaseModel):
+class ProtectionParams(Settings):
     """Base of every protection's parameter model (the config's `[protection] params`)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 @dataclass(frozen=True)

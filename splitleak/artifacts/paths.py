@@ -203,6 +203,11 @@ class SweepDir:
     def compare(self) -> Path:
         return self.root / COMPARE_DIR
 
+    @property
+    def lock(self) -> Path:
+        """Held by the `splitleak sweep` process running the sweep (an advisory lock)."""
+        return self.root / "sweep.lock"
+
     def point(self, run_dir: str) -> RunDir:
         """A point's run directory, by the name the index gives it."""
         return RunDir(self.root / run_dir)

@@ -66,7 +66,8 @@ def refuse_symlinks(root: Path, *targets: Path) -> None:
 
 
 class RunInUse(Exception):
-    """Another process holds the run directory (a run or a resume of it is under way)."""
+    """Another process holds the run (or sweep) directory: a run, a resume or a sweep of it is
+    under way."""
 
 
 @contextmanager
@@ -74,14 +75,22 @@ def exclusive(run: RunDir) -> Iterator[None]:
     """Hold the run directory for this process: an advisory lock on `run.lock`, released when
     the process ends however it ends, so a second run or resume of the same directory is
     refused instead of its parties joining the first one's label party."""
-    fd = os.open(run.lock, os.O_RDWR | os.O_CREAT, 0o644)
+    with holding(run.lock, run.root, "running or resuming it again"):
+        yield
+
+
+@contextmanager
+def holding(lock: Path, root: Path, doing: str) -> Iterator[None]:
+    """An advisory lock on `lock` (holding the directory `root`) for this process; RunInUse,
+    naming the holder's pid, when another process holds it."""
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
         os.close(fd)
-        raise RunInUse(f"{run.root} is in use by another splitleak process (pid {holder}): let it "
-                       "end, or stop it, before running or resuming it again") from None
+        raise RunInUse(f"{root} is in use by another splitleak process (pid {holder}): let it "
+                       f"end, or stop it, before {doing}") from None
     try:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())

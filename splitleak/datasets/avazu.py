@@ -13,6 +13,7 @@ from pydantic import Field
 
 from splitleak.datasets.base import (
     DATASETS,
+    DataPath,
     Dataset,
     DatasetError,
     DatasetParams,
@@ -29,7 +30,7 @@ LABELS = {"0": 0, "1": 1}
 
 
 class AvazuParams(DatasetParams):
-    path: str
+    path: DataPath
     max_rows: int | None = Field(None, ge=1)
     vocab_size: int = Field(100_000, ge=2, le=2**31 - 1)
 

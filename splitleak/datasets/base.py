@@ -4,22 +4,30 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AfterValidator, ValidationError
 
 from splitleak.registry import Registry
+from splitleak.settings import Settings
 
 
 class DatasetError(ValueError):
     """A dataset file is missing or malformed, or its parameters are wrong."""
 
 
-class DatasetParams(BaseModel):
-    """Base of every dataset's parameter model (validated from the config's `dataset.params`)."""
+def _named(path: str) -> str:
+    if not path.strip():
+        raise ValueError("it is empty; give the path of the data file")
+    return path
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+
+DataPath = Annotated[str, AfterValidator(_named)]  # a data file's path, as the user gave it
+
+
+class DatasetParams(Settings):
+    """Base of every dataset's parameter model (validated from the config's `dataset.params`)."""
 
 
 @dataclass(frozen=True)

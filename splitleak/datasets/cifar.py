@@ -9,7 +9,15 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from splitleak.datasets.base import DATASETS, Dataset, DatasetError, DatasetParams, FeatureSlice, Schema
+from splitleak.datasets.base import (
+    DATASETS,
+    DataPath,
+    Dataset,
+    DatasetError,
+    DatasetParams,
+    FeatureSlice,
+    Schema,
+)
 from splitleak.datasets.tabular import image_slice
 
 SIDE, CHANNELS = 32, 3
@@ -17,7 +25,7 @@ PIXEL_BYTES = CHANNELS * SIDE * SIDE  # 1,024 red, then green, then blue, each r
 
 
 class CifarParams(DatasetParams):
-    path: str  # a .bin file, or the folder the binary archive unpacks to
+    path: DataPath  # a .bin file, or the folder the binary archive unpacks to
     max_rows: int | None = Field(None, ge=2)  # only the first rows, in file order
 
 

@@ -12,6 +12,7 @@ from pydantic import Field
 
 from splitleak.datasets.base import (
     DATASETS,
+    DataPath,
     Dataset,
     DatasetError,
     DatasetParams,
@@ -45,7 +46,7 @@ def signed_log1p(values: np.ndarray) -> np.ndarray:
 
 
 class CriteoParams(DatasetParams):
-    path: str
+    path: DataPath
     max_rows: int | None = Field(None, ge=1)
     vocab_size: int = Field(100_000, ge=2, le=2**31 - 1)
 

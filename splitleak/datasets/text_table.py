@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from splitleak.datasets.base import Dataset, DatasetParams, FeatureSlice, Schema
+from splitleak.datasets.base import DataPath, Dataset, DatasetParams, FeatureSlice, Schema
 from splitleak.datasets.delimited import (
     DelimitedFile,
     TextFormat,
@@ -20,7 +20,7 @@ from splitleak.datasets.tabular import check_columns, field_ranges, make_slice, 
 
 
 class PathParams(DatasetParams):
-    path: str
+    path: DataPath
 
 
 class TextTable(Dataset):

@@ -20,21 +20,23 @@ from attacker.attacks.completion.engine import (
 )
 from splitleak.placement import ATTACKER, role_threads
 from splitleak.seeding import derive_seed, rng
+from splitleak.settings import MAX_BATCH, MAX_ITERATIONS, MAX_ROWS
 
 
 class CompletionParams(AttackParams):
-    labelled_per_class: int = Field(4, ge=1, description="labelled train rows per class (Fu: 4)")
-    steps: int = Field(2000, ge=1, description="optimizer steps of each training")
-    batch_size: int = Field(16, ge=1, description="labelled (and unlabelled) rows per step (Fu: 16)")
+    labelled_per_class: int = Field(4, ge=1, le=MAX_ROWS, description="labelled train rows per class (Fu: 4)")
+    steps: int = Field(2000, ge=1, le=MAX_ITERATIONS, description="optimizer steps of each training")
+    batch_size: int = Field(16, ge=1, le=MAX_BATCH,
+                            description="labelled (and unlabelled) rows per step (Fu: 16)")
     lr: float = Field(2e-3, gt=0, description="Adam learning rate (Fu: 2e-3)")
-    augmentations: int = Field(2, ge=1, description="K augmented views per unlabelled row")
+    augmentations: int = Field(2, ge=1, le=64, description="K augmented views per unlabelled row")
     temperature: float = Field(0.8, gt=0, le=1, description="sharpening T")
     alpha: float = Field(0.75, gt=0, description="MixUp Beta(α, α)")
     lambda_u: float = Field(50.0, ge=0, description="unlabelled loss weight")
     rampup: float = Field(1.0, gt=0, le=1, description="fraction of the steps λ_u ramps up over")
     ema_decay: float = Field(0.999, ge=0, lt=1, description="EMA of the weights (the model kept)")
     weight_decay: float = Field(0.02, ge=0, description="MixMatch's per-step θ·(1 − wd·lr)")
-    head_layers: int = Field(1, ge=1, description="(BatchNorm, ReLU, Linear) blocks (Fu: 1)")
+    head_layers: int = Field(1, ge=1, le=64, description="(BatchNorm, ReLU, Linear) blocks (Fu: 1)")
     fine_tune_bottom: bool = Field(True, description="train the bottom too (Fu: images yes)")
     max_shift: float = Field(0.075, ge=0, lt=0.5, description="images: random translation up to "
                              "this fraction of the height, in whole pixels (28 px: 2; 8 px: none)")
@@ -96,6 +98,10 @@ class ModelCompletionAttack(RunAttack):
         labelled, labels = context.labelled_examples(self.params.labelled_per_class,
                                                      rng(seed, "labelled"))
         unlabelled = np.setdiff1d(context.train_ids, labelled)
+        if unlabelled.size == 0:
+            raise ValueError(f"labelled_per_class = {self.params.labelled_per_class} labels every "
+                             f"one of the {context.train_ids.size} train rows: no row is left to "
+                             "infer; give fewer labelled rows per class")
         settings = self.settings()
 
         def train(use_views: list, with_unlabelled: bool) -> dict[str, Any]:

@@ -17,12 +17,14 @@ from attacker.attacks.completion.engine import PartyView, load_parties
 from attacker.attacks.reconstruction.base import FeatureReconstruction, Rebuilt
 from splitleak.models import Bottom
 from splitleak.seeding import generator, rng
+from splitleak.settings import MAX_EPOCHS
 from splitleak.white_box import read_snapshot_batch, snapshot_files
 
 
 class CafeParams(AttackParams):
-    passes: int = Field(20, ge=1, description="times the recorded steps are replayed, in order (the "
-                        "original runs 20,000 iterations against a model that barely trains)")
+    passes: int = Field(20, ge=1, le=MAX_EPOCHS,
+                        description="times the recorded steps are replayed, in order (the original "
+                        "runs 20,000 iterations against a model that barely trains)")
     lr_first: float = Field(5e-3, gt=0, description="SGD step of the dummy first-layer output "
                             "gradients (step I; the original's)")
     lr_second: float = Field(1e-2, gt=0, description="Adam rate of the dummy first-layer inputs "

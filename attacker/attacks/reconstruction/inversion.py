@@ -13,11 +13,13 @@ from attacker.attacks.reconstruction.base import (
     Victim,
     soft_forward,
 )
+from splitleak.settings import MAX_ITERATIONS
 
 
 class InversionParams(ReconstructionParams):
-    steps: int = Field(400, ge=1, description="Adam steps from the fixed start (every row at 0, "
-                       "the train mean of the standardised features)")
+    steps: int = Field(400, ge=1, le=MAX_ITERATIONS,
+                       description="Adam steps from the fixed start (every row at 0, the train "
+                       "mean of the standardised features)")
     lr: float = Field(0.05, gt=0, description="Adam learning rate")
     tv: float = Field(0.05, ge=0, description="λ of the total-variation prior (images)")
 

@@ -1,0 +1,81 @@
+"""The base of every settings table a user writes (config, threat model, plug-in parameters,
+sweep file): unknown keys refused, values taken as written, finite numbers only.
+
+Pydantic's lax mode would read `tls = "false"` as False, `torch_threads = "4"` as 4 and
+`batch_size = true` as 1, and accepts inf and nan for a float: each a mistake that trains
+something other than what the user meant (an infinite learning rate diverges at the first
+step). TOML has booleans, integers and floats of its own, so a field that holds only those
+(and perhaps a few named words, such as "auto") refuses other text, a boolean refuses a number
+and a number a boolean; every float must be finite.
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+
+_PLAIN = (bool, int, float, type(None))
+
+
+def _plain(annotation: Any) -> tuple[set[type], set[Any]] | None:
+    """The plain types (bool, int, float, None) and literal words a field holds; None when it
+    holds anything else (text, lists, tables)."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _plain(get_args(annotation)[0])
+    if origin is Literal:
+        return set(), set(get_args(annotation))
+    if origin is Union or origin is types.UnionType:
+        kinds: set[type] = set()
+        words: set[Any] = set()
+        for member in get_args(annotation):
+            found = _plain(member)
+            if found is None:
+                return None
+            kinds |= found[0]
+            words |= found[1]
+        return kinds, words
+    return ({annotation}, set()) if annotation in _PLAIN else None
+
+
+def _wrong(value: Any, kinds: set[type], words: set[Any]) -> str | None:
+    """Why `value` is not one of `kinds` as written (None when it is, or for pydantic to say)."""
+    flag = kinds - {type(None)} == {bool}
+    numbers = bool(kinds & {int, float})
+    choices = "".join(f" or {w!r}" for w in sorted(words, key=str))
+    if isinstance(value, str) and value not in words and (flag or numbers):
+        return (f"{value!r} is text; give " + ("true or false" if flag else "a number") + choices
+                + (" (TOML: true, not \"true\")" if flag else " (TOML: 4 or 0.5, not \"4\")"))
+    if isinstance(value, bool) and numbers and bool not in kinds:
+        return f"{value} is a boolean; give a number{choices}"
+    if isinstance(value, int | float) and not isinstance(value, bool) and flag:
+        return f"{value} is a number; give true or false{choices}"
+    return None
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _as_written(cls, value: Any, info: ValidationInfo) -> Any:
+        field = cls.model_fields.get(info.field_name or "")
+        plain = _plain(field.annotation) if field is not None else None
+        if plain is not None and value is not None:
+            why = _wrong(value, *plain)
+            if why is not None:
+                raise ValueError(why)
+        return value
+
+
+# Upper bounds of counts a user sets (a plug-in's iterations, widths, batch sizes): far above
+# any published set-up, low enough that a typo (an extra zero or three) is refused rather than
+# running for days or asking for more memory than a machine has.
+MAX_ITERATIONS = 1_000_000  # optimizer steps, solver sweeps
+MAX_EPOCHS = 10_000  # passes over data
+MAX_RESTARTS = 1_000  # k-means restarts, rounds
+MAX_WIDTH = 65_536  # hidden layers, latent sizes, bins
+MAX_BATCH = 1 << 20  # rows per batch
+MAX_ROWS = 100_000_000  # rows drawn or known

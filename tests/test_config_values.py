@@ -1,0 +1,118 @@
+"""What a config says is what runs: values as written (no text for numbers, no numbers for
+booleans), finite floats, bounded counts, lists written as lists, each plug-in's premise and a
+model's memory checked by validate, and settings the run would not use named."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from splitleak.config import ConfigError, parse_config
+from splitleak.validation import validate
+from tests.conftest import small_config, write_config
+from tests.test_cli_refusals import exit_code_and_text
+
+
+def refusal(tmp_path: Path, **override: Any) -> str:
+    with pytest.raises(ConfigError) as err:
+        validate(parse_config(small_config(tmp_path, **override)))
+    return " ".join(str(err.value).split())
+
+
+@pytest.mark.parametrize(("override", "message"), [
+    ({"topology": {"tls": "false"}}, "topology.tls: Value error, 'false' is text; give true or false"),
+    ({"run": {"torch_threads": "4"}},
+     "run.torch_threads: Value error, '4' is text; give a number or 'auto'"),
+    ({"training": {"batch_size": True}},
+     "training.batch_size: Value error, True is a boolean; give a number"),
+    ({"run": {"deterministic": 1}}, "run.deterministic: Value error, 1 is a number; give true or false"),
+    ({"training": {"optimizer": {"name": "adam", "lr": math.inf}}},
+     "training.optimizer.lr: Input should be a finite number"),
+    ({"features": {"ratios": [math.inf, 1]}}, "features.ratios.0: Input should be a finite number"),
+    ({"defense": [{"name": "laplace", "b": math.inf}]}, "defense[0].b: Input should be a finite number"),
+    ({"objective": {"name": "mid", "shift": math.nan}}, "objective.shift: Input should be a finite number"),
+    ({"threat": {"parties": {"1": {"backdoor": {"trigger_value": math.nan}}}}},
+     "trigger_value: Input should be a finite number"),
+    ({"run": {"torch_threads": 10**18}},
+     f"run.torch_threads: Value error, {10**18} threads; allowed: 'auto' or 1..4096"),
+    ({"model": {"kind": "mlp", "layers": [16, 8], "cut_layer": 1, "embedding_dim": 100_000}},
+     "model.embedding_dim: Input should be less than or equal to 4096"),
+    ({"attacker": {"attacks": [{"name": "clustering", "n_init": 10**18}]}},
+     "n_init: Input should be less than or equal to 1000"),
+    ({"defense": {"name": "laplace", "b": 0.1}},
+     "defense: Value error, a list is expected, not one table; write one [[defense]] table"),
+    ({"attacker": {"attacks": {"name": "norm"}}},
+     "attacker.attacks: Value error, a list is expected, not one table"),
+    ({"training": {"optimizer": {"name": "adam", "momentum": 0.9}}},
+     "momentum = 0.9 is SGD's; adam takes none"),
+    ({"dataset": {"name": "spambase", "params": {"path": ""}}, "features": {"ratios": [1, 1]}},
+     "dataset.params.path: Value error, it is empty; give the path of the data file"),
+    ({"dataset": {"name": "wine"}, "features": {"passive": [[0, 6], [6, 13]]},
+      "objective": {"name": "gafm"}, "model": {"kind": "mlp", "layers": [16, 8], "cut_layer": 2,
+                                               "top": "none", "aggregation": "sum"}},
+     "objective gafm is binary; wine has 3 classes"),
+    ({"dataset": {"name": "digits_binary"}, "features": {"passive": [[2, 5], [5, 8]],
+                                                          "label_party": [0, 2]},
+      "objective": {"name": "kdk", "k": 3}}, "objective.k = 3 exceeds the 2 classes of digits_binary"),
+    ({"model": {"kind": "mlp", "layers": [60_000, 60_000, 60_000], "cut_layer": 1}},
+     "model: its weights take"),
+])
+def test_validate_refuses_naming_the_field(tmp_path: Path, override: dict[str, Any],
+                                           message: str) -> None:
+    assert message in refusal(tmp_path, **override)
+
+
+def test_values_as_written_still_pass(tmp_path: Path) -> None:
+    """An integer for a float, a listed word ("auto"), a bounded count at its bound."""
+    cfg = parse_config(small_config(tmp_path, run={"torch_threads": 4096},
+                                    training={"optimizer": {"name": "sgd", "lr": 1, "momentum": 0.5}},
+                                    attacker={"attacks": [{"name": "clustering", "n_init": 1000}]}))
+    assert cfg.training.optimizer.lr == 1.0 and cfg.run.torch_threads == 4096
+
+
+def test_settings_the_run_would_not_use_are_warned_of(tmp_path: Path) -> None:
+    validated = validate(parse_config(small_config(
+        tmp_path, attacker={"enabled": False, "attacks": ["norm"]},
+        threat={"parties": {"1": {"hints": [1, 64]}}})))
+    assert any("attacker.attacks is not used: attacker.enabled = false" in w
+               for w in validated.warnings), validated.warnings
+    assert any("threat.parties.1.hints: [64] known positives per batch of 64 rows" in w
+               for w in validated.warnings), validated.warnings
+
+
+def run_in_process(tmp_path: Path, capsys: pytest.CaptureFixture, **override: Any) -> tuple[int, str]:
+    from orchestration.cli import main
+
+    override["training"] = {"epochs": 1, **override.get("training", {})}
+    path = write_config(tmp_path, small_config(tmp_path, **override))
+    code, text = exit_code_and_text(main, ["run", "--in-process", "--no-progress", str(path)], capsys)
+    return code, " ".join(text.split())
+
+
+def test_an_attack_that_skips_every_batch_is_reported_as_skipped(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    code, text = run_in_process(tmp_path, capsys, attacker={"attacks": [{"name": "hint_distance",
+                                                                          "k": 64}]})
+    assert code == 0, text
+    assert "Traceback" not in text and "hint_distance(k=64)" in text
+    (report,) = (tmp_path / "runs").glob("*/report/report.md")
+    assert "hint_distance(k=64)" in report.read_text()
+
+
+def test_a_run_that_diverges_in_process_fails_in_one_sentence(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    code, text = run_in_process(tmp_path, capsys, training={"optimizer": {"lr": 1e18}})
+    assert code == 1 and "Traceback" not in text, text
+    assert "run failed: the loss of train step" in text or "run failed: train step" in text, text
+    (outcome,) = (tmp_path / "runs").glob("*/label_party/outcome.json")
+    assert '"status": "failed"' in outcome.read_text()
+
+
+def test_a_test_split_of_one_class_is_refused(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture) -> None:
+    code, text = run_in_process(tmp_path, capsys, dataset={"test_fraction": 0.001})
+    assert code == 2, text
+    assert "dataset.test_fraction = 0.001 leaves 1 test row(s), all of class" in text
