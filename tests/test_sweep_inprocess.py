@@ -46,8 +46,9 @@ class Recorder:
     """A listener that keeps what the engine told it and marks the index as a sweep does;
     Ctrl-C when a record matches `interrupt_at`."""
 
-    def __init__(self, index: SweepIndex, interrupt_at: dict[str, Any]) -> None:
-        self.index, self.interrupt_at = index, interrupt_at
+    def __init__(self, index: SweepIndex, interrupt_at: dict[str, Any],
+                 raising: type[KeyboardInterrupt] = KeyboardInterrupt) -> None:
+        self.index, self.interrupt_at, self.raising = index, interrupt_at, raising
         self.calls: list[tuple[str, str, Any]] = []
 
     def started(self, point: Point) -> None:
@@ -57,7 +58,7 @@ class Recorder:
     def record(self, point: Point, record: dict[str, Any]) -> None:
         self.calls.append(("record", point.label, record["type"]))
         if self.interrupt_at.items() <= record.items():
-            raise KeyboardInterrupt
+            raise self.raising
 
     def finished(self, point: Point, result: PointResult) -> None:
         self.calls.append(("finished", point.label, result.status))
@@ -76,6 +77,17 @@ def test_records_reach_the_progress_and_ctrl_c_stops_the_sweep(tmp_path: Path) -
                               ("finished", label, "interrupted")]
     assert [r["status"] for r in read_index(index.path.parent)] == ["interrupted", "pending"]
     assert read_result(points[0].run_dir).status == "interrupted"
+
+
+def test_sigterm_stops_the_sweep_saying_so(tmp_path: Path) -> None:
+    from orchestration.sweep.engine import Terminated
+
+    points = tiny_points(tmp_path, "terminated")
+    index = SweepIndex(points[0].run_dir.parent, points, "inprocess")
+    recorder = Recorder(index, interrupt_at={"type": "train", "step": 1}, raising=Terminated)
+    with pytest.raises(Terminated):
+        InProcessEngine(jobs=1).run(points, recorder)
+    assert read_result(points[0].run_dir).message == "stopped by SIGTERM"
 
 
 def _same_numbers(a: Path, b: Path) -> None:

@@ -14,7 +14,7 @@ from types import FrameType
 
 from rich.console import Console
 
-from orchestration.sweep.engine import Engine, EngineError
+from orchestration.sweep.engine import Engine, EngineError, Terminated, stopped_by
 from orchestration.sweep.index import SweepIndex
 from orchestration.sweep.points import Point, resolve
 from orchestration.sweep.runner import SweepOutcome, run_points
@@ -86,8 +86,11 @@ def sweep_points(sweep: SweepFile, source: Path | None, sweep_dir: Path,
         raise BadInput(str(err)) from None
 
 
+EXIT_TERMINATED = 128 + signal.SIGTERM  # 143, as a shell reports a process SIGTERM ended
+
+
 def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise KeyboardInterrupt
+    raise Terminated
 
 
 @dataclass(frozen=True)
@@ -138,11 +141,11 @@ def _sweep(args: argparse.Namespace, console: Console, sweep: SweepFile, engine:
                              show_progress=not args.no_progress)
     except EngineError as err:
         raise BadInput(f"--engine {engine.name}: {err}") from None
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
         counts = index.counts()
-        console.print(f"[bold red]interrupted[/]: every running point was stopped; index "
+        console.print(f"[bold red]{stopped_by(err)}[/]: every running point was stopped; index "
                       f"{index.path}: {_counts(counts)}. Run the same command again to resume.")
-        return SweepRun(EXIT_INTERRUPTED)
+        return SweepRun(EXIT_TERMINATED if isinstance(err, Terminated) else EXIT_INTERRUPTED)
     finally:  # the points ran (in this process too, with --engine inprocess --jobs 1)
         signal.signal(signal.SIGTERM, previous)
     _print_outcome(console, outcome, index)

@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 
 from rich.console import Console
 
-from orchestration.sweep.engine import Listener, prepare_run_dir
+from orchestration.sweep.engine import Listener, prepare_run_dir, stopped_by
 from orchestration.sweep.local import POINT_LOG, LocalEngine
 from orchestration.sweep.points import Point
 from orchestration.sweep.worker import run_point
@@ -48,8 +48,8 @@ class InProcessEngine(LocalEngine):
             with _point_log(run) as console:
                 result = run_point(run, in_process=True, console=console,
                                    on_record=lambda record: listener.record(point, record))
-        except KeyboardInterrupt:
-            result = PointResult("interrupted", time.monotonic() - started, "stopped by Ctrl-C")
+        except KeyboardInterrupt as err:
+            result = PointResult("interrupted", time.monotonic() - started, stopped_by(err))
         result = PointResult(result.status, time.monotonic() - started, result.message)
         if point.run_dir.is_dir():
             write_result(point.run_dir, result)

@@ -15,6 +15,7 @@ from orchestration.sweep.engine import (
     PointResult,
     default_jobs,
     prepare_run_dir,
+    stopped_by,
 )
 from orchestration.sweep.points import Point
 from splitleak.artifacts.metrics import MetricsTail
@@ -62,11 +63,11 @@ class LocalEngine(Engine):
                         results[key] = self._result(job)
                         listener.finished(job.point, results[key])
                 time.sleep(self.poll)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as err:
             stop_all([job.child for job in running.values()], grace=self.stop_grace)
             for key, job in running.items():
                 results[key] = PointResult("interrupted", time.monotonic() - job.started,
-                                           "stopped by Ctrl-C")
+                                           stopped_by(err))
                 listener.finished(job.point, results[key])
             raise
         return results
