@@ -101,3 +101,20 @@ def test_role_files_stream_back_in_chunks(tmp_path: Path, monkeypatch: pytest.Mo
     with pytest.raises(RoleError, match="outside the run directory"):
         receive(tmp_path / "driver" / "abc123", iter([("../../escape", 0, b"x")]))
     assert not (tmp_path / "escape").exists()
+
+
+def test_a_point_left_out_and_given_again_keeps_its_finished_run(tmp_path: Path) -> None:
+    """A value taken off an axis drops its points from the index; put back, their finished
+    run directories (result.json done, report, summary) count as done, not as runs to redo."""
+    from splitleak.artifacts.sweep import PointResult, write_result
+
+    points = _points(tmp_path, [0, 1])
+    index = SweepIndex(tmp_path / "s", points, "local")
+    _finish(points[1])
+    write_result(points[1].run_dir, PointResult("done", 4.0, None))
+    index.mark(points[1], "done", 4.0)
+    SweepIndex(tmp_path / "s", points[:1], "local").write()  # seed 1 left out
+    assert [r["seed"] for r in read_index(tmp_path / "s")] == [0]
+    again = SweepIndex(tmp_path / "s", points, "local")  # and given again
+    assert again.todo(points, retry_failed=False) == points[:1]
+    assert again.rows[points[1].hash]["seconds"] == 4.0

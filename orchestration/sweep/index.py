@@ -15,6 +15,7 @@ from splitleak.artifacts.paths import RunDir, SweepDir
 from splitleak.artifacts.sweep import (
     STATUSES,
     read_index_rows,
+    read_result,
     write_index_rows,
 )
 
@@ -43,6 +44,10 @@ class SweepIndex:
             if old is not None:  # resume by hash: keep what happened to this experiment
                 row.update({k: old[k] for k in ("status", "seconds", "message", "engine", "nodes",
                                                 "updated")})
+            elif (kept := read_result(point.run_dir)) is not None and kept.status == "done":
+                # a point the sweep file left out for a while and has again: its run is there
+                row.update(status="done", seconds=kept.seconds, message=kept.message,
+                           nodes=json.dumps(kept.nodes) if kept.nodes else None)
             self.rows[point.hash] = row
 
     def finished(self, point: Point) -> bool:
