@@ -134,7 +134,7 @@ def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
     from attacker.analysis.analyze import AnalysisInputError, analyze
     from attacker.analysis.summary import write_summary
     from attacker.attacks import build_attack
-    from attacker.report.report import print_leak_table, write_report
+    from attacker.report.report import print_leak_table, print_warnings, write_report
     from attacker.sidecar.store import LogFormatError
 
     _check_device(args.device)
@@ -170,8 +170,7 @@ def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
     except OSError as err:
         raise BadInput(f"cannot write the report of {args.run_dir}: {describe_os_error(err)}") from None
     print_leak_table(console, summary)
-    for warning in summary["warnings"]:
-        console.print(f"[yellow]warning:[/] {warning}")
+    print_warnings(console, summary)
     if summary.get("analysed_with"):
         console.print(f"note: these results, analysed with "
                       f"{describe_analysed_with(summary['analysed_with'])}, replace the run's own "

@@ -30,6 +30,10 @@ def check_chain(cfg: ExperimentConfig, num_classes: int | None = None) -> None:
             raise ConfigError(f"defense[{i}].name: {err}") from None
         except ValidationError as err:
             raise ConfigError(f"{spec.name}: {plugin_param_errors(f'defense[{i}]', err)}") from None
+        if DEFENSES.get(spec.name).binary_only and num_classes not in (None, 2):
+            raise ConfigError(f"defense[{i}]: {spec.name} is defined for two classes; "
+                              f"{cfg.dataset.name} has {num_classes} (allowed: a two-class "
+                              "dataset, or another defense)")
     if (any(DEFENSES.get(spec.name).needs_class_gradients for spec in cfg.defense)
             and not cls.supports_class_gradients):
         raise ConfigError(class_gradients_error(cfg))

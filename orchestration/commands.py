@@ -143,13 +143,14 @@ def analyse_run(outcome: RunOutcome, console: Console,
     otherwise, its leak table in the terminal)."""
     from attacker.analysis.analyze import analyze
     from attacker.analysis.summary import write_summary
-    from attacker.report.report import print_leak_table, write_report
+    from attacker.report.report import print_leak_table, print_warnings, write_report
 
     summary = analyze(outcome.run.root)  # the attacks its config lists, else the defaults
     write_report(outcome.run, summary)
     write_summary(outcome.run, summary)
     if leak_table:
         print_leak_table(console, summary)
+    print_warnings(console, summary)
     console.print(f"report: {outcome.run.report_md}")
     return summary
 

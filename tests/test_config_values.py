@@ -59,6 +59,9 @@ def refusal(tmp_path: Path, **override: Any) -> str:
       "objective": {"name": "kdk", "k": 3}}, "objective.k = 3 exceeds the 2 classes of digits_binary"),
     ({"model": {"kind": "mlp", "layers": [60_000, 60_000, 60_000], "cut_layer": 1}},
      "model: its weights take"),
+    ({"dataset": {"name": "wine"}, "features": {"passive": [[0, 6], [6, 13]]},
+      "defense": [{"name": "marvell", "s": 4.0}]},
+     "defense[0]: marvell is defined for two classes; wine has 3"),
 ])
 def test_validate_refuses_naming_the_field(tmp_path: Path, override: dict[str, Any],
                                            message: str) -> None:
@@ -116,3 +119,21 @@ def test_a_test_split_of_one_class_is_refused(tmp_path: Path,
     code, text = run_in_process(tmp_path, capsys, dataset={"test_fraction": 0.001})
     assert code == 2, text
     assert "dataset.test_fraction = 0.001 leaves 1 test row(s), all of class" in text
+
+
+def test_attacks_asked_for_that_rank_two_classes_are_named_on_a_multi_class_run() -> None:
+    from attacker.analysis.analyze import _not_for_classes
+
+    assert _not_for_classes([("norm", {}), ("direct_label", {}), ("hint_inner", {"k": 3})], 10) == [
+        "norm, hint_inner(k=3): rank two classes, and this run has 10: not run"]
+    assert _not_for_classes([("norm", {})], 2) == [] and _not_for_classes(None, 10) == []
+
+
+def test_warnings_print_brackets_as_text() -> None:
+    from rich.console import Console
+
+    from attacker.report.report import print_warnings
+
+    console = Console(record=True, width=200)
+    print_warnings(console, {"warnings": ["declared white_box = true in [threat.parties.K]"]})
+    assert "declared white_box = true in [threat.parties.K]" in console.export_text()

@@ -178,12 +178,13 @@ def _config_warnings(config: dict[str, Any]) -> list[str]:
     """What is allowed in the run's config but probably a mistake (the warnings `splitleak
     validate` and the parties log), for the report: e.g. parties sharing columns."""
     from splitleak.config import ConfigError, parse_config
-    from splitleak.validation import overlap_warnings
+    from splitleak.validation import ignored_warnings, overlap_warnings
 
     try:
-        return overlap_warnings(parse_config(config, "the run's config"))
+        cfg = parse_config(config, "the run's config")
     except ConfigError:
         return []
+    return overlap_warnings(cfg) + ignored_warnings(cfg)
 
 
 def _configured_attacks(config: dict[str, Any]) -> list[tuple[str, dict]] | None:
@@ -327,7 +328,7 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
     analysis = Analysis(run, attacks, hints, seed, draws)
     analysis.device = device
     records, partial = _records(run), partial_run(run)  # refused now, before the long part
-    analysis.warnings += repaired
+    analysis.warnings += repaired + _not_for_classes(attacks, analysis.num_classes)
     per_batch, sample, run_id = _gradient_attacks(analysis)
     run_entries = _run_attacks(analysis)
     if per_batch is None and not run_entries:
@@ -442,6 +443,15 @@ def _evaluate(analysis: Analysis, unit: Attacker, batch: LoggedBatch, layer: str
         result = evaluate_batch(attack, grads, y, rng, anchor, analysis.num_classes)
         rows.append(_row(unit, layer, batch.epoch, batch.step, attack, result, draw, source))
     return rows
+
+
+def _not_for_classes(attacks: list[tuple[str, dict]] | None, num_classes: int) -> list[str]:
+    """A warning naming the attacks asked for that rank two classes, on a multi-class run."""
+    built = [build_attack(name, params) for name, params in attacks or []]
+    binary = [label_without_defaults(a) for a in built
+              if isinstance(a, Attack) and a.metric_kind(num_classes) == "score" and num_classes > 2]
+    return [f"{', '.join(binary)}: rank two classes, and this run has {num_classes}: not run"] \
+        if binary else []
 
 
 def _applies(attack: Attack, layer: str, num_classes: int) -> bool:

@@ -144,9 +144,9 @@ def leak_table(summary: dict[str, Any], title: str = "label leakage") -> Table:
     table = Table(title=f"{title} (seed {summary.get('seed', '?')})", box=box.SIMPLE_HEAD, show_edge=False,
                   collapse_padding=True,
                   caption=f"per-batch {FLIPPED} over the run; p95 = 95th percentile, Li et al.'s headline "
-                          "(label attacks: accuracy pooled over rows; count attacks: count error, "
-                          f"0 = exact). ± = std of p95 over {draws or 'R'} draws of random side "
-                          f"knowledge. {TAG_LEGEND}. Max, full threat model: report.md")
+                          "(label attacks: not a p95 but the accuracy pooled over rows; count attacks: "
+                          f"the mean count error, 0 = exact). ± = std of p95 over {draws or 'R'} draws "
+                          f"of random side knowledge. {TAG_LEGEND}. Max, full threat model: report.md")
     width = max((len(e["attack"]) for e in entries), default=6)
     table.add_column("attack", no_wrap=True, min_width=width)
     for column in ("p95", "mean", "±", "skipped"):
@@ -197,6 +197,12 @@ def _top_cell(split: dict[str, Any]) -> str:
     """Top-1, and top-5 in brackets when the task has ten or more classes."""
     top5 = split.get("top5")
     return _fmt(split["top1"]) + (f" ({_fmt(top5)})" if top5 is not None else "")
+
+
+def print_warnings(console: Console, summary: dict[str, Any]) -> None:
+    """The analysis's warnings, as written (brackets in them are text, not markup)."""
+    for warning in summary["warnings"]:
+        console.print(f"[yellow]warning:[/] {escape(warning)}")
 
 
 def print_leak_table(console: Console, summary: dict[str, Any]) -> None:
@@ -406,7 +412,8 @@ def _headline_md(summary: dict[str, Any], records: list[dict[str, Any]],
              and e["layer"] == "cut" and len(e.get("parties") or [party]) == 1}
     threat = next(iter(entry.values())).get("threat") or "not recorded"
     lines = ["## Headline", "", f"Party {party} ({threat}), cut layer, seed {summary.get('seed')}: p95 over "
-             f"batches of the {FLIPPED} ({OTHER_METRICS}; label accuracy pooled over rows); ± = its "
+             f"batches of the {FLIPPED} ({OTHER_METRICS}; label attacks: the accuracy pooled over "
+             "rows; count attacks: the mean count error); ± = its "
              "standard deviation over the draws of random side knowledge.", ""]
     utility_ = {k: v for k, v in _utility(records).items() if k != "train steps"} if records else {}
     if utility_:

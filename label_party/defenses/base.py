@@ -39,6 +39,7 @@ class Defense(ABC):
     Params: ClassVar[type[DefenseParams]] = DefenseParams
     # True: the trainer computes ctx.class_gradients for the chain (K extra backward products).
     needs_class_gradients: ClassVar[bool] = False
+    binary_only: ClassVar[bool] = False  # True: defined for two classes (validate refuses more)
 
     def __init__(self, params: DefenseParams) -> None:
         self.params = params

@@ -65,6 +65,7 @@ class Marvell(Defense):
     """
 
     name = "marvell"
+    binary_only = True
     Params = MarvellParams
     params: MarvellParams
 

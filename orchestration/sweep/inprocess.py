@@ -43,19 +43,22 @@ class InProcessEngine(LocalEngine):
         """One point in this process; Ctrl-C marks it interrupted and propagates."""
         started = time.monotonic()
         listener.started(point)
+        stop: KeyboardInterrupt | None = None
         try:
             run = prepare_run_dir(point)
             with _point_log(run) as console:
                 result = run_point(run, in_process=True, console=console,
-                                   on_record=lambda record: listener.record(point, record))
-        except KeyboardInterrupt as err:
+                                   on_record=lambda record: listener.record(point, record),
+                                   propagate_stop=True)
+        except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (sweep.engine.Terminated)
+            stop = err
             result = PointResult("interrupted", time.monotonic() - started, stopped_by(err))
         result = PointResult(result.status, time.monotonic() - started, result.message)
         if point.run_dir.is_dir():
             write_result(point.run_dir, result)
         listener.finished(point, result)
         if result.status == "interrupted":
-            raise KeyboardInterrupt
+            raise stop or KeyboardInterrupt()
         return result
 
 

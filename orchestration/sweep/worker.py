@@ -48,9 +48,12 @@ def _outcome_of_finished_run(run: RunDir) -> RunOutcome:
 
 def run_point(run: RunDir, analysis_only: bool = False, in_process: bool = False,
               console: Console | None = None,
-              on_record: Callable[[dict[str, Any]], None] | None = None) -> PointResult:
+              on_record: Callable[[dict[str, Any]], None] | None = None,
+              propagate_stop: bool = False) -> PointResult:
     """Train (unless `analysis_only`) and analyse the point in `run`; `in_process`: trained by
-    the in-process reference, `on_record` seeing its metrics records as they are written."""
+    the in-process reference, `on_record` seeing its metrics records as they are written.
+    Ctrl-C (or the sweep's SIGTERM) gives an interrupted result, or with `propagate_stop`
+    (the sweep's own process) goes on up to the sweep."""
     started = time.monotonic()
     cfg = load_config(run.config)
     try:
@@ -67,6 +70,8 @@ def run_point(run: RunDir, analysis_only: bool = False, in_process: bool = False
     except RunFailed as err:
         return PointResult("failed", time.monotonic() - started, str(err))
     except KeyboardInterrupt:
+        if propagate_stop:
+            raise
         return PointResult("interrupted", time.monotonic() - started, "stopped by the sweep")
     except Exception as err:  # noqa: BLE001 - the sweep records why and goes on with other points
         log.exception("point failed")
