@@ -125,17 +125,20 @@ def check_models(cfg: ExperimentConfig, schema: Schema, columns: dict[int, tuple
     """Build every party's model once on a zero row: shapes that cannot fit fail here, and so
     do messages that could not cross the wire within topology.max_message_mb."""
     width = cfg.output_width(schema.num_classes)
+    sized = _wide(cfg)  # sized on the meta device first (its first use costs a second of imports)
     try:
-        with torch.device("meta"):  # sizes only: nothing allocated
-            weights = sum(_bytes(build_bottom(cfg.model, input_spec(schema, cols), width, seed=0))
-                          for cols in columns.values())
-        _check_fits(weights)
+        if sized:
+            with torch.device("meta"):  # sizes only: nothing allocated
+                weights = sum(_bytes(build_bottom(cfg.model, input_spec(schema, cols), width, seed=0))
+                              for cols in columns.values())
+            _check_fits(weights)
         bottoms = {k: bottom_shapes(cfg, schema, cols) for k, cols in columns.items()}
         shapes = [shape for shape, _ in bottoms.values()]
         own_spec = input_spec(schema, own) if own else None
-        with torch.device("meta"):
-            weights += _bytes(build_top(cfg.model, shapes, own_spec, width, seed=0))
-        _check_fits(weights)
+        if sized:
+            with torch.device("meta"):
+                weights += _bytes(build_top(cfg.model, shapes, own_spec, width, seed=0))
+            _check_fits(weights)
         build_top(cfg.model, shapes, own_spec, width, seed=0)
     except (ValueError, RuntimeError, MemoryError) as err:
         raise ConfigError(f"model: {_allocation(err) or err}") from None
@@ -144,6 +147,14 @@ def check_models(cfg: ExperimentConfig, schema: Schema, columns: dict[int, tuple
 
 # Training holds each weight four times: the weight, its gradient and Adam's two moments.
 TRAINING_COPIES = 4
+# Below these no model of the built-in kinds comes near a machine's memory: not sized first.
+SMALL_WIDTH, SMALL_EMBEDDING = 4096, 256
+
+
+def _wide(cfg: ExperimentConfig) -> bool:
+    """Layers or embeddings wide enough that the models are sized before they are built."""
+    widest = max([*cfg.model.layers, *cfg.model.channels], default=0)
+    return widest > SMALL_WIDTH or cfg.model.embedding_dim > SMALL_EMBEDDING
 
 
 def _bytes(model: nn.Module) -> int:
