@@ -34,9 +34,6 @@ MAX_THREADS = 4096  # torch threads of one process
 MAX_EMBEDDING = 4096  # per categorical field: wider asks gigabytes of a vocabulary's table
 MAX_QUEUE = 65_536  # records in flight to the sidecar
 
-_Frozen = Settings  # every table: unknown keys refused, values as written, finite
-
-
 # A run's directory is `<run.name>[-suffix]-<time>-<hash>` (32 characters after the name, a
 # suffix such as "-relayed"), a sweep's is `<sweep.name>`: each must stay one plain directory
 # name within the 255 bytes a file system allows.
@@ -61,7 +58,7 @@ ColumnRange = tuple[int, int]
 DEVICE = r"^(auto|cpu|cuda(:[0-9]{1,2})?)$"
 
 
-class RunConfig(_Frozen):
+class RunConfig(Settings):
     name: str = Field("experiment", pattern=DIRECTORY_NAME, max_length=RUN_NAME_MAX)
     seed: int = Field(0, ge=0, lt=2**63)
     output_dir: Path = Path("runs")
@@ -87,7 +84,7 @@ class RunConfig(_Frozen):
         return value
 
 
-class SubsetConfig(_Frozen):
+class SubsetConfig(Settings):
     """Train on a seeded random fraction of the split's train rows (and of its test rows):
     quick selection sweeps such as GAFM's Δ selection on random 10 % subsets."""
 
@@ -95,7 +92,7 @@ class SubsetConfig(_Frozen):
     seed: int | None = Field(None, ge=0, lt=2**63)  # None: the run seed
 
 
-class DatasetConfig(_Frozen):
+class DatasetConfig(Settings):
     name: str
     params: dict[str, Any] = {}
     test_fraction: float = Field(0.2, gt=0.0, lt=1.0)
@@ -108,7 +105,7 @@ class DatasetConfig(_Frozen):
         return {"fraction": value} if number else value
 
 
-class FeatureConfig(_Frozen):
+class FeatureConfig(Settings):
     """Which columns each party holds: explicit half-open ranges, or ratios over all columns."""
 
     passive: list[ColumnRange] | None = None
@@ -126,7 +123,7 @@ class FeatureConfig(_Frozen):
         return self
 
 
-class ModelConfig(_Frozen):
+class ModelConfig(Settings):
     kind: Literal["mlp", "wide_deep", "cnn", "resnet"] = "mlp"
     # mlp/wide_deep: deep widths; cnn: fc widths after the convs; resnet: the top's fc widths
     layers: list[Annotated[int, Field(gt=0, le=MAX_WIDTH)]] = [64, 64]
@@ -162,7 +159,7 @@ class ModelConfig(_Frozen):
         return self
 
 
-class OptimizerConfig(_Frozen):
+class OptimizerConfig(Settings):
     name: Literal["adam", "sgd", "adagrad"] = "adam"
     lr: PositiveFloat = 1e-3
     momentum: float = Field(0.0, ge=0.0, lt=1.0)  # SGD's only
@@ -176,7 +173,7 @@ class OptimizerConfig(_Frozen):
         return self
 
 
-class TrainingConfig(_Frozen):
+class TrainingConfig(Settings):
     batch_size: int = Field(256, gt=0, le=MAX_BATCH)
     epochs: int = Field(1, gt=0, le=MAX_EPOCHS)
     eval_interval: int = Field(0, ge=0)  # train steps between evaluations; 0 = each epoch end
@@ -204,7 +201,7 @@ def port_in_range(address: str) -> str:
     return address
 
 
-class TopologyConfig(_Frozen):
+class TopologyConfig(Settings):
     passive_parties: int = Field(2, ge=1, le=64)
     label_party_address: str = Field("127.0.0.1:0", pattern=ADDRESS)
     step_deadline_s: PositiveFloat = 60.0
@@ -225,7 +222,7 @@ def plugin_list(value: Any, how: str) -> Any:
     return [{"name": v} if isinstance(v, str) else v for v in value]
 
 
-class PluginSpec(_Frozen):
+class PluginSpec(Settings):
     """A plug-in by registry name plus its parameters (validated by the plug-in's own model)."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
@@ -239,7 +236,7 @@ class PluginSpec(_Frozen):
 MIN_BANDWIDTH_MBIT = 0.01
 
 
-class NetworkConfig(_Frozen):
+class NetworkConfig(Settings):
     """An emulated wide-area link between each passive party and the label party: `splitleak
     run` puts a shaping relay (orchestration/relay.py) on each party's connection when set."""
 
@@ -268,7 +265,7 @@ class NetworkConfig(_Frozen):
         return ", ".join(parts)
 
 
-class WireConfig(_Frozen):
+class WireConfig(Settings):
     """How cut-layer tensors travel between the parties (DESIGN.md §3). Anything but float32 is
     a lossy compression, and so a defense too: the tap records what the passive party received."""
 
@@ -285,7 +282,7 @@ class WireConfig(_Frozen):
                          + ([self.compression] if self.compression != "none" else []))
 
 
-class AttackerConfig(_Frozen):
+class AttackerConfig(Settings):
     """The sidecar and the offline analysis: what is recorded and which attacks run."""
 
     enabled: bool = True
@@ -310,7 +307,7 @@ class AttackerConfig(_Frozen):
         return plugin_list(value, 'attacks = ["norm", ...] or [[attacker.attacks]] tables')
 
 
-class ProtectionConfig(_Frozen):
+class ProtectionConfig(Settings):
     """Input-side protection: passive parties that transform their own images before training
     (ALGORITHMS.md §5, Anti-GAN); absent: none."""
 
@@ -330,7 +327,7 @@ class ProtectionConfig(_Frozen):
                 f"{', '.join(map(str, self.parties))}" + (f" ({args})" if args else ""))
 
 
-class EvaluationConfig(_Frozen):
+class EvaluationConfig(Settings):
     """Evaluation-only artifacts the run writes beside training, never sent on the wire. Left
     out, validation resolves each from the attacks and the threat model, and the run
     directory's config.toml records what it resolved."""
@@ -348,7 +345,7 @@ class EvaluationConfig(_Frozen):
         return None not in (self.clean_anchors, self.white_box_snapshots, self.received_activations)
 
 
-class ExperimentConfig(_Frozen):
+class ExperimentConfig(Settings):
     run: RunConfig = RunConfig()
     dataset: DatasetConfig
     features: FeatureConfig

@@ -17,10 +17,7 @@ from splitleak.settings import Settings
 DEFAULT_HINTS = (1, 3, 5)
 
 
-_Frozen = Settings  # every table: unknown keys refused, values as written, finite
-
-
-class ReplacementBackdoor(_Frozen):
+class ReplacementBackdoor(Settings):
     """Label replacement backdoor (VFLAIR's LRB, ALGORITHMS.md §2.16): in every train batch the
     party sends, for each target-class row it knows, the activation of a triggered row instead,
     and backpropagates that row's gradient into the triggered row too; at inference it triggers
@@ -33,7 +30,7 @@ class ReplacementBackdoor(_Frozen):
     trigger_value: float | None = None  # the trigger's value; None: its train features' maximum
 
 
-class NoisySamples(_Frozen):
+class NoisySamples(Settings):
     """Noisy-sample attack at inference (VFLAIR's NSB): the party adds N(0, (λ·range)²) noise to
     its features of a fraction of the test rows, clipped to their range."""
 
@@ -41,14 +38,14 @@ class NoisySamples(_Frozen):
     noise_rate: float = Field(0.01, gt=0, lt=1)  # test rows it sends noisy (VFLAIR: 1 %)
 
 
-class MissingFeatures(_Frozen):
+class MissingFeatures(Settings):
     """Missing features (VFLAIR's MF): the party's output is zero for a fraction of the rows."""
 
     missing_rate: float = Field(0.25, gt=0, lt=1)  # rows of each batch, and of the test rows
     during_training: bool = True  # VFLAIR zeroes the rows of every train batch too
 
 
-class ThreatParty(_Frozen):
+class ThreatParty(Settings):
     """One adversarial passive party: its tap, its deviation from the protocol, its side knowledge."""
 
     curious: bool = True  # its received gradients are tapped to the attacker sidecar
@@ -108,7 +105,7 @@ class ThreatParty(_Frozen):
         return {variant: settings for variant, settings in found.items() if settings is not None}
 
 
-class WhiteBoxConfig(_Frozen):
+class WhiteBoxConfig(Settings):
     """What a white-box attacker sees and EXACT enumerates (ALGORITHMS.md §2.10)."""
 
     # Categorical columns of features.label_party that EXACT reconstructs, by schema name; the
@@ -118,7 +115,7 @@ class WhiteBoxConfig(_Frozen):
     max_snapshots: PositiveInt = Field(200, le=100_000)  # bounds the artifact: steps < every * this
 
 
-class ReceiverThreat(_Frozen):
+class ReceiverThreat(Settings):
     """The label party as an attacker on the activations it receives: it reconstructs the
     victims' input features (ALGORITHMS.md §2.11), e.g. to evaluate an input protection."""
 
@@ -166,7 +163,7 @@ def _default_parties() -> dict[str, ThreatParty]:
     return {"1": ThreatParty()}
 
 
-class ThreatConfig(_Frozen):
+class ThreatConfig(Settings):
     """Absent from a file: passive party 1 is curious and honest (the sidecar taps it)."""
 
     draws: PositiveInt = Field(5, le=1000)  # R repetitions of random side knowledge per batch

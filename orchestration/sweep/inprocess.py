@@ -57,8 +57,8 @@ class InProcessEngine(LocalEngine):
         if point.run_dir.is_dir():
             write_result(point.run_dir, result)
         listener.finished(point, result)
-        if result.status == "interrupted":
-            raise stop or KeyboardInterrupt()
+        if stop is not None:
+            raise stop
         return result
 
 

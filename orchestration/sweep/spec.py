@@ -48,9 +48,6 @@ class SweepError(ValueError):
     """A sweep file that cannot run; the message names the field and what is allowed."""
 
 
-_Strict = Settings  # unknown keys refused, values as written, finite
-
-
 Axes = dict[str, list[Any]]
 
 
@@ -62,7 +59,7 @@ def _check_axes(axes: Axes, where: str) -> None:
             raise ValueError(f"{where} {path!r} repeats a value: {values}")
 
 
-class SweepSection(_Strict):
+class SweepSection(Settings):
     name: str = Field(pattern=DIRECTORY_NAME, max_length=DIRECTORY_NAME_MAX)
     base: str | None = None  # experiment file relative to the sweep file; None: built-in default
     output_dir: Path = Path("sweeps")
@@ -80,7 +77,7 @@ class SweepSection(_Strict):
         return self
 
 
-class VariantSpec(_Strict):
+class VariantSpec(Settings):
     name: str = Field(min_length=1)
     set: dict[str, Any] = {}
     axes: Axes = {}
@@ -91,7 +88,7 @@ class VariantSpec(_Strict):
         return self
 
 
-class SweepFile(_Strict):
+class SweepFile(Settings):
     sweep: SweepSection
     set: dict[str, Any] = {}
     axes: Axes = {}
