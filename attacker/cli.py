@@ -206,7 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--attacks", nargs="+", metavar="NAME[:K=V,...]",
                    help="attacks to run (default: every attack for the run's task)")
     a.add_argument("--hints", type=_hints,
-                   help="k values of the hint attacks, e.g. 1,3,5 (default: the threat model's)")
+                   help="k values of the hint attacks hint_distance and hint_inner, e.g. 1,3,5 "
+                   "(default: the threat model's); the class-center attacks take theirs as a "
+                   "parameter: --attacks mean:centers=hint,hints=3")
     a.add_argument("--seed", type=seed, help="side-knowledge seed of every attacker (default: the "
                    "threat model's, else the run's seed)")
     a.add_argument("--draws", type=int_in(1, config_bound(ThreatConfig, "draws")),

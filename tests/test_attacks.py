@@ -180,6 +180,61 @@ def test_mean_and_median_oracle_centers() -> None:
     assert not mean.exclude.any() and not median.exclude.any()
 
 
+def test_leave_one_out_centers_leave_the_scored_row_out_of_its_class() -> None:
+    # Class 0 rows 0, 1, 5, 6; class 1 rows 10, 11, 30. Row 5 without itself: class-0 mean
+    # 7/3 and median 1; class 1 is whole (mean 17, median 11).
+    gradients = np.array([[0.0], [1.0], [5.0], [6.0], [10.0], [11.0], [30.0]], dtype=np.float32)
+    labels = np.array([0, 0, 0, 0, 1, 1, 1])
+    mean = build_attack("mean", {"centers": "oracle_loo"})(gradients, SideKnowledge(labels, None))
+    median = build_attack("median", {"centers": "oracle_loo"})(gradients, SideKnowledge(labels, None))
+    assert mean.values[2] == pytest.approx(abs(5 - 7 / 3) - abs(5 - 17))
+    assert median.values[2] == pytest.approx(abs(5 - 1) - abs(5 - 11))
+    assert median.values[4] == pytest.approx(abs(10 - 3) - abs(10 - 20.5))  # class 1 without 10
+    assert not mean.exclude.any() and not median.exclude.any()
+
+
+@pytest.mark.parametrize("name", ["mean", "median"])
+@pytest.mark.parametrize("n_rows", [5, 8, 65])
+def test_leave_one_out_centers_equal_centers_recomputed_without_each_row(name: str, n_rows: int) -> None:
+    rng = np.random.default_rng(n_rows)
+    gradients = rng.normal(size=(n_rows, 6)).astype(np.float32)
+    gradients[:, 0] = np.round(gradients[:, 0])  # ties in a coordinate
+    labels = np.array([0, 1, 0, 1, *rng.integers(0, 2, n_rows - 4)])
+    center = {"mean": lambda r: r.mean(axis=0), "median": lambda r: np.median(r, axis=0)}[name]
+    rows = gradients.astype(np.float64)
+    expected = []
+    for i in range(n_rows):
+        others = np.arange(n_rows) != i
+        c0, c1 = center(rows[others & (labels == 0)]), center(rows[others & (labels == 1)])
+        expected.append(np.linalg.norm(rows[i] - c0) - np.linalg.norm(rows[i] - c1))
+    result = build_attack(name, {"centers": "oracle_loo"})(gradients, SideKnowledge(labels, None))
+    np.testing.assert_allclose(result.values, expected, rtol=0, atol=1e-12)
+
+
+def test_oracle_centers_see_the_scored_label_and_leave_one_out_does_not() -> None:
+    """On pure noise a row's own gradient in its class's center ranks it: the oracle variant is
+    an upper bound far above chance; leave-one-out is at chance."""
+    rng = np.random.default_rng(0)
+    auc: dict[str, list[float]] = {"oracle": [], "oracle_loo": []}
+    for _ in range(20):  # mean AUC over 20 batches of 256: chance is 0.5 ± 0.01
+        gradients, labels = rng.normal(size=(256, 64)), rng.integers(0, 2, 256)
+        for centers, values in auc.items():
+            values.append(roc_auc_score(labels, build_attack("mean", {"centers": centers})(
+                gradients, SideKnowledge(labels, None)).values))
+    assert np.mean(auc["oracle"]) > 0.7 and abs(np.mean(auc["oracle_loo"]) - 0.5) < 0.04
+    assert build_attack("mean", {"centers": "oracle"}).sees_scored_label
+    assert not build_attack("mean", {"centers": "oracle_loo"}).sees_scored_label
+    assert not build_attack("median", {"centers": "hint"}).sees_scored_label
+    assert build_attack("median", {"centers": "oracle_loo"}).label == "median(centers=oracle_loo)"
+
+
+def test_leave_one_out_needs_two_rows_of_each_class() -> None:
+    gradients = np.arange(10, dtype=np.float32).reshape(5, 2)
+    labels = np.array([0, 0, 0, 0, 1])  # one positive: its class has no center without it
+    result = build_attack("mean", {"centers": "oracle_loo"})(gradients, SideKnowledge(labels, None))
+    assert result.exclude.all()
+
+
 @pytest.mark.parametrize("name", ["mean", "median"])
 def test_hint_centers_reveal_both_classes_and_exclude_them(name: str) -> None:
     gradients, labels = separable_batch(n_pos=20, n_neg=380)

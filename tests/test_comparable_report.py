@@ -197,7 +197,7 @@ def test_fine_tuned_completion_leads_and_frozen_is_a_diagnostic(tmp_path: Path) 
 @pytest.mark.parametrize("width", [80, 60])
 def test_the_terminal_table_fits_when_piped(tmp_path: Path, width: int) -> None:
     attacks = [build_attack(n, p).label for n, p in default_attacks(2)]
-    assert len(attacks) == 14
+    assert len(attacks) == 16
     runs, _ = find_runs([_sweep(tmp_path, LI, attacks)])
     comparison = compare(runs)
     out = io.StringIO()
@@ -211,11 +211,11 @@ def test_the_terminal_table_fits_when_piped(tmp_path: Path, width: int) -> None:
         assert f"A{i} = {attack}" in flat, attack  # every legend entry
         assert any(line.split()[:1] == ["setting"] and f"A{i}" in line.split()
                    for line in text.splitlines()), i  # every attack column
-    assert flat.count("0.650*") == 14  # marvell's leak in every attack's column
+    assert flat.count("0.650*") == 16  # marvell's leak in every attack's column
     verdicts = io.StringIO()
     Console(file=verdicts, width=width).print(verdict_lines(comparison))
     assert max(map(len, verdicts.getvalue().splitlines())) <= width
-    assert " ".join(verdicts.getvalue().split()).count(": marvell s=4, leak 0.650") == 14
+    assert " ".join(verdicts.getvalue().split()).count(": marvell s=4, leak 0.650") == 16
 
 
 def test_compare_on_li_tradeoffs_sweep_prints_vflairs_dcs_and_the_verdicts(

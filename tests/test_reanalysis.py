@@ -57,3 +57,21 @@ def test_a_run_analysed_with_other_attacks_is_named_in_the_comparison(
     comparison = compare(found)
     assert not [w for w in comparison.warnings if "re-analysed" in w]
     assert all(not v.unmeasured for v in comparison.verdicts())
+
+
+def test_the_summary_marks_attacks_outside_marvells_bound(
+        inprocess_sweep: tuple[Path, str], tmp_path: Path) -> None:
+    """A Marvell run analysed with both oracle-center variants: the one whose centers hold the
+    scored row is marked and kept out of the above-bound check; leave-one-out is compared."""
+    sweep_dir, _ = inprocess_sweep
+    (run,) = [r for r in find_runs([sweep_dir])[0] if r.label == "marvell, defense.0.s=4.0"]
+    copy = tmp_path / run.root.name
+    shutil.copytree(run.root, copy)
+    code, out = analyse(str(copy), "--attacks", "mean:centers=oracle", "mean:centers=oracle_loo")
+    assert code == 0, out
+    summary = read_leak_summary(RunDir(copy))
+    marked = {e.attack: e.sees_scored_label for e in summary.leak if e.scope == "run"}
+    assert marked == {"mean(centers=oracle)": True, "mean(centers=oracle_loo)": False}
+    assert all(a["attack"] != "mean(centers=oracle)" for a in summary.above_bound)
+    report = (RunDir(copy).report / "report.md").read_text()
+    assert "Not compared: mean(centers=oracle), whose score of a row reads that row's own label" in report

@@ -262,6 +262,7 @@ class Analysis:
         self.anchor_fallbacks: dict[tuple[str, str], int] = defaultdict(int)  # (attack, layer)
         self.top_model, self.perturbed = _set_up(config)
         self.device: str | None = None  # the run-level attacks' device (None: the run's own)
+        self.sees_scored_label: set[str] = set()  # labels of attacks no gradient-only bound covers
 
     def facts(self, unit: Attacker) -> RunFacts:
         return RunFacts(self.top_model, self.perturbed, colluding=len(unit.parties) > 1)
@@ -357,10 +358,16 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
                "num_classes": analysis.num_classes, "draws": analysis.draws,
                "threat": analysis.threat.model_dump(mode="json"),
                "partial": partial, "warnings": analysis.warnings,
-               "leak": [with_family(e) for e in summarise_leak(per_batch, threat) + run_entries],
-               "above_bound": above_bound(per_batch, bounds)}
+               "leak": [_marked(with_family(e), analysis.sees_scored_label)
+                        for e in summarise_leak(per_batch, threat) + run_entries],
+               "above_bound": above_bound(per_batch, bounds, analysis.sees_scored_label)}
     overrides = analysed_with(attacks, analysis.configured, hints, seed, draws)
     return {**summary, "analysed_with": overrides} if overrides else summary
+
+
+def _marked(entry: dict[str, Any], sees_scored_label: set[str]) -> dict[str, Any]:
+    """The entry, flagged when its attack's score of a row uses that row's own label."""
+    return {**entry, "sees_scored_label": True} if entry["attack"] in sees_scored_label else entry
 
 
 def _labels(specs: list[tuple[str, dict]] | None) -> list[str] | None:
@@ -396,6 +403,7 @@ def _gradient_attacks(analysis: Analysis) -> tuple[list[dict[str, Any]] | None, 
     per_batch: list[dict[str, Any]] = []
     for unit in analysis.units(set(log.parties())):
         built = analysis.batch_attacks(unit)
+        analysis.sees_scored_label |= {a.label for a in built if a.sees_scored_label}
         facts = analysis.facts(unit)
         epoch_attacks = [a for a in built if a.per_epoch]
         pool = _EpochPool()

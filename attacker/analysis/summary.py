@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Collection
 from typing import Any
 
 import numpy as np
@@ -202,13 +203,16 @@ def marvell_bounds(records: list[dict[str, Any]]) -> dict[int, dict[int, float]]
     return dict(found)
 
 
-def above_bound(per_batch: list[dict[str, Any]], bounds: dict[int, dict[int, float]]) -> list[dict]:
+def above_bound(per_batch: list[dict[str, Any]], bounds: dict[int, dict[int, float]],
+                exempt: Collection[str] = ()) -> list[dict]:
     """Per (party, attack) at the cut layer: batches whose leak AUC (flip-corrected, mean over
-    draws) exceeds Marvell's Theorem-1 bound logged for that batch, and by how much."""
+    draws) exceeds Marvell's Theorem-1 bound logged for that batch, and by how much. `exempt`:
+    attacks the bound does not cover (their score of a row reads the row's own label)."""
     values: dict[tuple[int, str, int], list[float]] = defaultdict(list)
     for r in per_batch:
         party = r["party_id"]
         if (r["layer"] == "cut" and r["metric"] == "auc" and r["skip_reason"] is None
+                and r["attack"] not in exempt
                 and parties_key(r) == str(party) and r["step"] in bounds.get(party, {})):
             values[(party, r["attack"], r["step"])].append(r["auc_flipped"])
     compared: dict[tuple[int, str], list[float]] = defaultdict(list)

@@ -49,8 +49,10 @@ DEFAULT_ATTACKS: list[tuple[str, dict[str, Any]]] = [
     *[("hint_distance", {"k": k}) for k in (1, 3, 5)],
     *[("hint_inner", {"k": k}) for k in (1, 3, 5)],
     ("mean", {"centers": "oracle"}),
+    ("mean", {"centers": "oracle_loo"}),
     ("mean", {"centers": "hint"}),
     ("median", {"centers": "oracle"}),
+    ("median", {"centers": "oracle_loo"}),
     ("median", {"centers": "hint"}),
     ("clustering", {}),
 ]

@@ -15,14 +15,16 @@ from attacker.attacks.thresholds import NEARER_POSITIVE_CENTER
 from splitleak.settings import MAX_BATCH
 
 CENTERS_SIDE_KNOWLEDGE = (
-    "centers=oracle: every label of the batch (upper bound, as GAFM evaluates); "
+    "centers=oracle: every label of the batch, the scored row's own included (upper bound, as "
+    "GAFM evaluates); centers=oracle_loo: every label but the scored row's (its own gradient is "
+    "left out of its class's center); "
     "centers=hint: labels of random rows revealed in rounds of 2*hints until each class has "
     ">= hints or about half the batch is revealed (revealed rows excluded)"
 )
 
 
 class CenterParams(AttackParams):
-    centers: Literal["oracle", "hint"] = "oracle"
+    centers: Literal["oracle", "oracle_loo", "hint"] = "oracle"
     hints: int = Field(5, ge=1, le=MAX_BATCH, description="known labels wanted per class (hint centers)")
 
 
@@ -49,7 +51,8 @@ def reveal_labels(
 
 
 class CenterAttack(Attack):
-    """r(g) = ||g - c0|| - ||g - c1||, with class centers c0, c1 from oracle or revealed labels."""
+    """r(g) = ||g - c0|| - ||g - c1||, with class centers c0, c1 from oracle or revealed labels
+    (oracle_loo: the center of the scored row's own class is taken without that row)."""
 
     side_knowledge = CENTERS_SIDE_KNOWLEDGE
     Params = CenterParams
@@ -61,19 +64,30 @@ class CenterAttack(Attack):
     def center(rows: np.ndarray) -> np.ndarray:
         """The center of one class's rows (float64 [d])."""
 
+    @staticmethod
+    @abstractmethod
+    def centers_without_each(rows: np.ndarray) -> np.ndarray:
+        """Row i: the center of the class's rows without row i (float64 [n, d], n >= 2)."""
+
+    @property
+    def sees_scored_label(self) -> bool:
+        return self.params.centers == "oracle"  # the row's own gradient is in its class's center
+
     @property
     def randomised(self) -> bool:
         return self.params.centers == "hint"
 
     @property
     def label(self) -> str:
-        if self.params.centers == "oracle":  # `hints` plays no part in the oracle variant
-            return f"{self.name}(centers=oracle)"
+        if self.params.centers != "hint":  # `hints` plays no part in the oracle variants
+            return f"{self.name}(centers={self.params.centers})"
         return super().label
 
     def __call__(self, gradients: np.ndarray, side: SideKnowledge) -> AttackResult:
         rows = as_rows(gradients)
         n_rows = rows.shape[0]
+        if self.params.centers == "oracle_loo":
+            return self._leave_one_out(rows, np.asarray(side.class_labels_oracle()) == 1)
         exclude = np.zeros(n_rows, dtype=bool)
         if self.params.centers == "oracle":
             known, labels = np.arange(n_rows), np.asarray(side.class_labels_oracle())
@@ -88,3 +102,14 @@ class CenterAttack(Attack):
         )
         to_center = distances(rows, centers)
         return AttackResult(to_center[:, 0] - to_center[:, 1], exclude)
+
+    def _leave_one_out(self, rows: np.ndarray, positive: np.ndarray) -> AttackResult:
+        """Each row against its own class's center without it and the other class's center."""
+        if min(np.count_nonzero(positive), np.count_nonzero(~positive)) < 2:
+            return unscored(rows.shape[0])  # a lone row of a class has no center to leave
+        to_center = np.empty((rows.shape[0], 2))
+        for cls, members in enumerate((~positive, positive)):
+            own, other = rows[members], rows[~members]
+            to_center[members, cls] = np.linalg.norm(own - self.centers_without_each(own), axis=1)
+            to_center[~members, cls] = np.linalg.norm(other - self.center(own), axis=1)
+        return AttackResult(to_center[:, 0] - to_center[:, 1], np.zeros(rows.shape[0], dtype=bool))

@@ -182,6 +182,12 @@ class Attack(AttackPlugin):
         """True: attacked once per epoch, on all of the epoch's rows at once."""
         return False
 
+    @property
+    def sees_scored_label(self) -> bool:
+        """True: a row's score reads that row's own label (an upper-bound variant), so no bound
+        on what a gradient alone reveals, such as Marvell's Theorem 1, applies to it."""
+        return False
+
     @abstractmethod
     def __call__(self, gradients: np.ndarray, side: SideKnowledge) -> AttackResult:
         """`gradients` is float32 [B, d] (multi-dimensional cut layers flattened). A label

@@ -16,3 +16,7 @@ class MeanAttack(CenterAttack):
     @staticmethod
     def center(rows: np.ndarray) -> np.ndarray:
         return rows.mean(axis=0)
+
+    @staticmethod
+    def centers_without_each(rows: np.ndarray) -> np.ndarray:
+        return (rows.sum(axis=0) - rows) / (rows.shape[0] - 1)

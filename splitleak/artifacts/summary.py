@@ -37,6 +37,9 @@ class LeakSummaryEntry(Artifact):
     batches: int | None = None
     skipped: int | None = None
     degenerate: int | None = None
+    # a row's score read that row's own label (oracle class centers): an upper bound, outside
+    # Marvell's Theorem-1 bound
+    sees_scored_label: bool = False
 
 
 class LeakSummary(Artifact):
