@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from label_party.defenses import DefenseChain
+from label_party.defenses import DefenseChain, chain_summaries
 from label_party.objectives import ObjectiveSetup, build_objective, supervised_loss
 from label_party.objectives.base import Own
 from label_party.schedule import Batch
@@ -203,7 +203,7 @@ class LabelPartyTrainer:
         return record
 
     def defense_summary(self) -> dict[int, Any]:
-        return {k: chain.summary() for k, chain in self.chains.items()}
+        return chain_summaries(self.chains)
 
     def objective_summary(self) -> dict[str, Any]:
         self.update()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -11,14 +12,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 from scipy.optimize import minimize, minimize_scalar
+from sklearn.metrics import roc_auc_score
 
-from label_party.defenses import DEFENSES, DefenseChain, DefenseContext, build_defense
+from attacker.report.report import _defense_md
+from label_party.defenses import DEFENSES, DefenseChain, DefenseContext, build_defense, chain_summaries
 from label_party.defenses.bench_marvell import time_marvell
 from label_party.defenses.chain import defense_generator
 from label_party.defenses.dp_gaussian import EPSILON_COVERS
 from label_party.defenses.marvell import auc_bound
 from label_party.defenses.marvell_solver import objective, solve
 from label_party.defenses.sparsify import kept_count
+from splitleak.artifacts.artifact import finite_or_null
 from splitleak.registry import UnknownPluginError
 
 # One valid parameter set per registered defense; the conformance tests run all of them.
@@ -156,6 +160,16 @@ def test_bad_params_are_refused() -> None:
         ("ppdl", {"theta_u": 0.5, "unknown": 1}),
         ("grad_perturb", {"epsilon": 0.0}),
         ("grad_perturb", {}),
+        # scales whose noise overflows float32 or is inf/NaN (they failed deep in the step)
+        ("iso", {"t": 1e300}),
+        ("marvell", {"s": 1e300}),
+        ("laplace", {"b": 1e300}),
+        ("perp", {"upper": 1e300}),
+        ("grad_perturb", {"epsilon": 1e-300}),
+        ("dp_gaussian", {"clip": 1e30, "noise_multiplier": 1e30}),
+        ("ppdl", {"theta_u": 0.5, "epsilon": 1e-300}),
+        # perp only adds noise orthogonal to a row: it cannot bring a row below ‖g_max‖
+        ("perp", {"lower": 0.0, "upper": 0.5}),
     ]:
         with pytest.raises(ValidationError):
             build_defense(name, params)
@@ -317,6 +331,45 @@ def test_dp_gaussian_epsilon_is_finite_and_falls_with_sigma() -> None:
     silent = build_defense("dp_gaussian", {"clip": 1.0, "noise_multiplier": 0.0})
     silent(gradient, context(labels))
     assert silent.summary()["epsilon"] == math.inf
+
+
+def test_dp_gaussian_composes_epsilon_over_every_partys_rows() -> None:
+    """Each party has its own instance, and one example's label shapes the row every party
+    receives: ε for one party alone composes over its epochs, ε for all of them over every
+    party's releases (2 parties x 3 epochs = 6 Gaussian releases, as dp_accounting gives)."""
+    import dp_accounting
+
+    gradient, labels = two_class_batch(32, (8,))
+    chains = {k: DefenseChain([("dp_gaussian", {"clip": 1.0, "noise_multiplier": 2.0})], seed=0)
+              for k in (1, 2)}
+    for epoch in range(3):
+        for party, chain in chains.items():
+            chain.apply(gradient, labels, party_id=party, epoch=epoch, step=epoch, num_classes=2)
+
+    def epsilon(releases: int) -> float:
+        accountant = dp_accounting.rdp.RdpAccountant()
+        accountant.compose(dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(1.0), releases))
+        return accountant.get_epsilon(1e-5)
+
+    summaries = chain_summaries(chains)
+    for party in (1, 2):
+        (entry,) = summaries[party]["parties"][str(party)]
+        assert entry["epsilon"] == pytest.approx(epsilon(3))
+        assert entry["epsilon_all_parties"] == pytest.approx(epsilon(6))
+        assert entry["parties_composed"] == 2
+    alone = chain_summaries({1: chains[1]})[1]["parties"]["1"][0]
+    assert "epsilon_all_parties" not in alone  # one passive party: nothing to compose
+
+
+def test_defense_figures_keep_their_significant_digits_in_the_report() -> None:
+    gradient, labels = two_class_batch(32, (8,))
+    chains = {1: DefenseChain([("dp_gaussian", {"clip": 1.0, "noise_multiplier": 0.0})], seed=0)}
+    chains[1].apply(gradient, labels, party_id=1, epoch=0, step=0, num_classes=2)
+    outcome = json.loads(json.dumps(finite_or_null({"defenses": chain_summaries(chains)})))
+    (row,) = [line for line in _defense_md({"defense": [{"name": "dp_gaussian"}]}, outcome)
+              if "| dp_gaussian |" in line]
+    assert "delta=1e-05" in row and "epsilon=n/a" in row  # not delta=0.0000
+    assert "epsilon_note=infinite: noise_multiplier = 0 adds no noise" in row
 
 
 # --------------------------------------------------------------------------- Marvell solver
@@ -488,6 +541,26 @@ def test_marvell_noise_has_the_solved_covariance() -> None:
     assert diag["marvell.P"] == pytest.approx(2.0 * diag["marvell.g"])
     assert diag["marvell.sumkl_after"] < diag["marvell.sumkl_before"]
     assert diag["marvell.auc_bound"] == pytest.approx(auc_bound(diag["marvell.sumkl_after"]))
+
+
+@pytest.mark.parametrize("uv_choice", ["uv", "same", "zero"])
+def test_marvells_logged_bound_is_under_the_batchs_fitted_model(uv_choice: str) -> None:
+    """With uv_choice same / zero the solver optimises another model (u = v); the bound logged
+    is that of the sumKL the noise reaches under the batch's own u, v, and the norm attack's
+    AUC on the defended batch stays below it."""
+    gen = torch.Generator().manual_seed(0)
+    labels = (torch.rand(512, generator=gen) < 0.5).long()
+    spread = torch.where(labels == 1, 0.2, 1.0).unsqueeze(1)  # the classes differ in spread
+    gradient = torch.randn(512, 16, generator=gen) * spread + 0.05 * labels.unsqueeze(1)
+    out, ctx, defense = run("marvell", gradient, labels, s=4.0, uv_choice=uv_choice)
+    diag = ctx.diagnostics
+    assert diag["marvell.auc_bound"] == pytest.approx(auc_bound(diag["marvell.sumkl_after_empirical"]))
+    if uv_choice == "uv":
+        assert diag["marvell.sumkl_after"] == pytest.approx(diag["marvell.sumkl_after_empirical"])
+    norms = out.double().norm(dim=1).numpy()
+    auc = roc_auc_score(labels.numpy(), norms)
+    assert max(auc, 1 - auc) <= diag["marvell.auc_bound"] + 1e-9
+    assert defense.summary()["mean_sumkl_after"] == pytest.approx(diag["marvell.sumkl_after_empirical"])
 
 
 @pytest.mark.parametrize("labels", [[0] * 6, [1] * 6, []])

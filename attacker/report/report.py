@@ -37,6 +37,7 @@ from splitleak.artifacts.outcome import read_outcome
 from splitleak.artifacts.paths import RunDir
 from splitleak.config import NetworkConfig, WireConfig
 from splitleak.fileio import write_atomically
+from splitleak.markdown import figure
 from splitleak.markdown import fmt as _fmt
 from splitleak.markdown import md_table as _md_table
 from splitleak.pace import ms_per_step
@@ -458,8 +459,7 @@ def _objective_md(config: dict[str, Any], outcome: dict[str, Any]) -> list[str]:
     figures = {k: v for k, v in outcome.get("objective", {}).items() if k != "name"}
     if figures:
         lines += ["Run-level summary (label_party/outcome.json):", "",
-                  *_md_table(["figure", "value"], [[k, _fmt(v, 4) if isinstance(v, float) else str(v)]
-                                                   for k, v in figures.items()])]
+                  *_md_table(["figure", "value"], [[k, figure(v)] for k, v in figures.items()])]
     return lines
 
 
@@ -475,7 +475,7 @@ def _defense_md(config: dict[str, Any], outcome: dict[str, Any]) -> list[str]:
     for party, chain_summary in sorted(outcome.get("defenses", {}).items()):
         for instances in chain_summary.get("parties", {}).values():
             for d in instances:
-                values = ", ".join(f"{k}={_fmt(v, 4)}" for k, v in d.items() if k not in ("position", "name"))
+                values = ", ".join(f"{k}={figure(v)}" for k, v in d.items() if k not in ("position", "name"))
                 rows.append([party, str(d.get("position")), d.get("name", "?"), values,
                              str(chain_summary.get("seed", "?"))])
     if not rows:

@@ -14,6 +14,6 @@ from label_party.defenses import (  # noqa: F401  (each module registers its def
     sparsify,
 )
 from label_party.defenses.base import DEFENSES, Defense, DefenseContext, build_defense
-from label_party.defenses.chain import DefenseChain
+from label_party.defenses.chain import DefenseChain, chain_summaries
 
-__all__ = ["DEFENSES", "Defense", "DefenseChain", "DefenseContext", "build_defense"]
+__all__ = ["DEFENSES", "Defense", "DefenseChain", "DefenseContext", "build_defense", "chain_summaries"]

@@ -52,6 +52,13 @@ class Defense(ABC):
         """Run-level figures for the report (e.g. ε of a DP defense, pass-through counts)."""
         return {}
 
+    @classmethod
+    def joint_summary(cls, instances: list[Defense]) -> dict[str, Any]:
+        """Run-level figures over every passive party's instance together (each party has its
+        own), e.g. a privacy budget composed over all the rows one example's label reaches;
+        {} for none. Every party's entry of the defense carries them."""
+        return {}
+
     def state_dict(self) -> dict[str, Any]:
         """What a stateful defense carries from batch to batch (tensors, numbers, lists and
         dicts only), for checkpoints; a stateless one has nothing."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -107,6 +108,23 @@ class DefenseChain:
                 for party_id, defenses in sorted(self._parties.items())
             },
         }
+
+
+def chain_summaries(chains: Mapping[int, DefenseChain]) -> dict[int, dict[str, Any]]:
+    """Every party's chain summary; a defense whose figures compose over the parties (one
+    example's label reaches every party's gradient) adds the joint ones to each party's entry."""
+    summaries = {k: chain.summary() for k, chain in chains.items()}
+    by_position: dict[int, list[Defense]] = defaultdict(list)
+    for chain in chains.values():
+        for defenses in chain._parties.values():
+            for position, defense in enumerate(defenses):
+                by_position[position].append(defense)
+    for position, instances in by_position.items():
+        joint = type(instances[0]).joint_summary(instances)
+        for summary in summaries.values() if joint else ():
+            for entries in summary["parties"].values():
+                entries[position].update(joint)
+    return summaries
 
 
 def _name_and_params(spec: Any) -> tuple[str, Mapping[str, Any]]:

@@ -10,18 +10,25 @@ from pydantic import Field, model_validator
 
 from label_party.defenses.base import DEFENSES, Defense, DefenseContext, DefenseParams
 from label_party.defenses.rows import as_rows, compute_dtype, is_empty, restore, row_norms
+from splitleak.settings import MAX_SCALE
 
 EPSILON_COVERS = (
-    "per-example label DP of the cut-gradient rows alone: the Gaussian mechanism on one "
-    "example's clipped row, L2 sensitivity 2C (changing the label may move the row anywhere in "
-    "the C-ball), i.e. noise multiplier σ/2, composed (RDP accountant) once per epoch seen, as "
-    "each row is released once per epoch; no amplification by sampling, since the passive "
-    "party knows which sample ids are in each batch. It does not cover what leaks through "
-    "the label party's model parameters (trained on clean labels) into later gradients."
+    "per-example label DP of the cut-gradient rows one passive party receives, alone: the "
+    "Gaussian mechanism on one example's clipped row, L2 sensitivity 2C (changing the label "
+    "may move the row anywhere in the C-ball), i.e. noise multiplier σ/2, composed (RDP "
+    "accountant) once per epoch seen, as each row is released once per epoch; no "
+    "amplification by sampling, since the passive party knows which sample ids are in each "
+    "batch. It does not cover what leaks through the label party's model parameters (trained "
+    "on clean labels) into later gradients."
 )
 ADAPTIVE_CAVEAT = (
     " With adaptive clipping C = 0.5 × the batch's median row norm is itself data-dependent "
     "and not privatised, so this ε is nominal."
+)
+ALL_PARTIES_COVERS = (
+    "ε over every passive party's rows of an example together (its label shapes the row each "
+    "party receives, once per epoch): what all passive parties colluding learn; `epsilon` is "
+    "what one party alone learns."
 )
 AMPLIFIED_CAVEAT = (
     "RDP of the Poisson-subsampled Gaussian (rate q = sampling_rate, multiplier σ/2) composed "
@@ -31,9 +38,9 @@ AMPLIFIED_CAVEAT = (
 
 
 class DpGaussianParams(DefenseParams):
-    clip: float | None = Field(default=None, gt=0.0)  # fixed clipping norm C
+    clip: float | None = Field(default=None, gt=0.0, le=MAX_SCALE)  # fixed clipping norm C
     adaptive: bool = False  # C = 0.5 × median row norm of each batch ("half the gradient norm")
-    noise_multiplier: float = Field(ge=0.0)  # σ: noise std = σ·C per coordinate
+    noise_multiplier: float = Field(ge=0.0, le=MAX_SCALE)  # σ: noise std = σ·C per coordinate
     delta: float = Field(default=1e-5, gt=0.0, lt=1.0)
     sampling_rate: float | None = Field(default=None, gt=0.0, le=1.0)  # batch_size / train rows
 
@@ -87,6 +94,16 @@ class DpGaussian(Defense):
         """ε at δ of the per-row mechanism over the epochs seen (see EPSILON_COVERS)."""
         return _rdp_epsilon(self.params.noise_multiplier, len(self._epochs), self.params.delta)
 
+    @classmethod
+    def joint_summary(cls, instances: list[Defense]) -> dict[str, Any]:
+        if len(instances) < 2:
+            return {}
+        released = sum(len(d._epochs) for d in instances if isinstance(d, DpGaussian))
+        params = instances[0].params
+        assert isinstance(params, DpGaussianParams)
+        return {"epsilon_all_parties": _rdp_epsilon(params.noise_multiplier, released, params.delta),
+                "parties_composed": len(instances), "epsilon_all_parties_covers": ALL_PARTIES_COVERS}
+
     def summary(self) -> dict[str, Any]:
         report: dict[str, Any] = {
             "epsilon": self.epsilon(),
@@ -97,6 +114,8 @@ class DpGaussian(Defense):
             "steps_seen": self._steps,
             "epsilon_covers": EPSILON_COVERS + (ADAPTIVE_CAVEAT if self.params.adaptive else ""),
         }
+        if self.params.noise_multiplier == 0.0:
+            report["epsilon_note"] = "infinite: noise_multiplier = 0 adds no noise (clipping only)"
         if self.params.sampling_rate is not None:
             report["epsilon_if_poisson_sampled"] = _rdp_epsilon(
                 self.params.noise_multiplier,

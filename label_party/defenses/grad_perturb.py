@@ -10,10 +10,11 @@ from pydantic import Field
 from label_party.defenses.base import DEFENSES, Defense, DefenseContext, DefenseParams
 from label_party.defenses.laplace import laplace_noise
 from label_party.defenses.rows import as_rows, compute_dtype, is_empty, restore, row_norms
+from splitleak.settings import MIN_EPSILON
 
 
 class GradPerturbParams(DefenseParams):
-    epsilon: float = Field(gt=0.0)  # label-DP ε of the mechanism; Laplace scale 2/ε
+    epsilon: float = Field(ge=MIN_EPSILON)  # label-DP ε of the mechanism; Laplace scale 2/ε
 
 
 @DEFENSES.register("grad_perturb")

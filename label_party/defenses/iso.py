@@ -7,10 +7,12 @@ from pydantic import Field
 
 from label_party.defenses.base import DEFENSES, Defense, DefenseContext, DefenseParams
 from label_party.defenses.rows import as_rows, compute_dtype, is_empty, restore, row_norms
+from splitleak.settings import MAX_SCALE
 
 
 class IsoParams(DefenseParams):
-    t: float = Field(ge=0.0)  # noise variance per coordinate = t·‖g_max‖²/d (reference ratio = √t)
+    # noise variance per coordinate = t·‖g_max‖²/d (reference ratio = √t)
+    t: float = Field(ge=0.0, le=MAX_SCALE)
 
 
 @DEFENSES.register("iso")

@@ -7,10 +7,11 @@ from pydantic import Field
 
 from label_party.defenses.base import DEFENSES, Defense, DefenseContext, DefenseParams
 from label_party.defenses.rows import compute_dtype, is_empty
+from splitleak.settings import MAX_SCALE
 
 
 class LaplaceParams(DefenseParams):
-    b: float = Field(gt=0.0)  # Laplace scale (Fu et al.: 1e-4 … 1e-1)
+    b: float = Field(gt=0.0, le=MAX_SCALE)  # Laplace scale (Fu et al.: 1e-4 … 1e-1)
 
 
 def laplace_noise(

@@ -11,13 +11,13 @@ from pydantic import Field
 from label_party.defenses.base import DEFENSES, Defense, DefenseContext, DefenseParams
 from label_party.defenses.marvell_solver import MarvellSolution, solve, sumkl_excess
 from label_party.defenses.rows import as_rows, compute_dtype, is_empty, restore
-from splitleak.settings import MAX_ITERATIONS, MAX_RESTARTS
+from splitleak.settings import MAX_ITERATIONS, MAX_RESTARTS, MAX_SCALE
 
 _BLOCK_VALUES = 1 << 16  # float64 values per block (512 KiB: stays in cache)
 
 
 class MarvellParams(DefenseParams):
-    s: float = Field(gt=0.0)  # power scale: P = s·‖Δg‖² (paper: 0.1, 0.25, 1, 4)
+    s: float = Field(gt=0.0, le=MAX_SCALE)  # power scale: P = s·‖Δg‖² (paper: 0.1, 0.25, 1, 4)
     uv_choice: Literal["uv", "same", "zero"] = "uv"  # per-class u, v | both (u+v)/2 | both 0
     dynamic: bool = False  # multiply P by 1.5 until sumKL ≤ (2 − 4·target_error)²
     target_error: float = Field(default=0.2, ge=0.0, lt=0.5)  # detection-error lower bound
@@ -108,8 +108,12 @@ class Marvell(Defense):
         sumkl_after_empirical = 0.5 * sumkl_excess(
             (solution.lam10, solution.lam20, solution.lam11, solution.lam21), u, v, dim, g
         )
-        self._sumkl_after_total += solution.sumkl
-        bound = auc_bound(solution.sumkl)
+        # The bound holds for the Gaussian model fitted to the batch (its u, v): with
+        # uv_choice "same"/"zero" the solver's own sumKL is of another model (u = v), so the
+        # bound comes from the sumKL the same noise reaches under the fitted one.
+        achieved = solution.sumkl if self.params.uv_choice == "uv" else sumkl_after_empirical
+        self._sumkl_after_total += achieved
+        bound = auc_bound(achieved)
         self._worst_auc_bound = max(self._worst_auc_bound, bound)
         ctx.diagnostics.update(
             {

@@ -7,11 +7,12 @@ from pydantic import Field, model_validator
 
 from label_party.defenses.base import DEFENSES, Defense, DefenseContext, DefenseParams
 from label_party.defenses.rows import as_rows, compute_dtype, is_empty, restore, row_norms
+from splitleak.settings import MAX_SCALE
 
 
 class PerpParams(DefenseParams):
-    lower: float = Field(default=1.0, ge=0.0)  # target norm ≥ lower·‖g_max‖
-    upper: float = Field(default=10.0, ge=0.0)  # target norm ≤ upper·‖g_max‖
+    lower: float = Field(default=1.0, ge=1.0)  # target norm ≥ lower·‖g_max‖ (≥ every row's)
+    upper: float = Field(default=10.0, ge=1.0, le=MAX_SCALE)  # target norm ≤ upper·‖g_max‖
 
     @model_validator(mode="after")
     def _ordered(self) -> PerpParams:

@@ -9,13 +9,14 @@ from label_party.defenses.base import DEFENSES, Defense, DefenseContext, Defense
 from label_party.defenses.laplace import laplace_noise
 from label_party.defenses.rows import as_rows, compute_dtype, is_empty, restore
 from label_party.defenses.sparsify import kept_count
+from splitleak.settings import MAX_SCALE, MIN_EPSILON
 
 
 class PpdlParams(DefenseParams):
     theta_u: float = Field(gt=0.0, le=1.0)  # fraction of each row's coordinates shared
-    epsilon: float = Field(default=1.8, gt=0.0)
-    sensitivity: float = Field(default=1.0, gt=0.0)
-    gamma: float = Field(default=0.001, gt=0.0)  # shared values are clipped to [−γ, γ]
+    epsilon: float = Field(default=1.8, ge=MIN_EPSILON)
+    sensitivity: float = Field(default=1.0, gt=0.0, le=MAX_SCALE)
+    gamma: float = Field(default=0.001, gt=0.0, le=MAX_SCALE)  # shared values are clipped to [−γ, γ]
     tau: float = Field(default=1e-4, ge=0.0)  # shared values with |v| < τ are zeroed
 
 
