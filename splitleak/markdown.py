@@ -22,3 +22,12 @@ def figure(value: Any) -> str:
 def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     return [*lines, *("| " + " | ".join(row) + " |" for row in rows), ""]
+
+
+def threats_by_party(entries: list[dict[str, Any]], who: str = "party") -> str:
+    """"party 1: curious; party 2: malicious" from the entries' threats, each party once ("-"
+    when none is recorded); one party: its threat alone."""
+    threats = {e["party_id"]: e.get("threat") or "-" for e in entries}
+    if len(threats) == 1:
+        return next(iter(threats.values()))
+    return "; ".join(f"{who} {k}: {v}" for k, v in sorted(threats.items()))

@@ -202,3 +202,15 @@ def test_over_the_wire_equals_the_reference(tmp_path: Path) -> None:
     assert_same_run(distributed, reference, parties=1)
     assert _integrity(distributed).keys() == {"replacement_backdoor", "noisy_samples",
                                               "missing_features"}
+
+
+def test_report_md_names_every_attacking_partys_threat() -> None:
+    from attacker.attacks.integrity.report import integrity_md
+
+    summary = {"leak": [{"scope": "run", "layer": "output", "party_id": k, "attack": attack,
+                         "threat": threat, "error": "stopped"}
+                        for k, attack, threat in ((1, "noisy_samples", "malicious, noisy"),
+                                                  (2, "missing_features", "malicious, missing"))]}
+    text = " ".join(integrity_md(summary))
+    assert "(threat: party 1: malicious, noisy; party 2: malicious, missing)" in text
+    assert "- noisy_samples, party 1: stopped" in text and "- missing_features, party 2: stopped" in text

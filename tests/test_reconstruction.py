@@ -189,3 +189,19 @@ def test_mse_on_range_scaled_features_by_hand() -> None:
     table = tabular_scores(numeric, numeric + np.array([1.0, 10.0]), np.zeros((2, 0)),
                            np.zeros((2, 0)), ["a", "b"])
     assert table["mse_range"] == pytest.approx(((1 / 2) ** 2 + (10 / 20) ** 2) / 2)
+
+
+def test_report_md_names_every_victims_threat_and_has_no_empty_column() -> None:
+    from attacker.attacks.reconstruction.report import reconstruction_md
+
+    figures = {"metric": "r2", "value": 0.41, "mse": 0.6, "r2": {"mean radius": 0.5}, "accuracy": {},
+               "rows": 100, "auxiliary_rows": 30, "cpu_seconds": 2.0, "prior": {"value": 0.0}}
+    summary = {"leak": [{"scope": "run", "layer": "input", "party_id": k, "attack": "back_mapping",
+                         "name": "back_mapping", "threat": threat, "reconstruction": figures}
+                        for k, threat in ((1, "honest victim"), (2, "curious victim"))]}
+    lines = reconstruction_md(summary)
+    assert "Threat: victim 1: honest victim; victim 2: curious victim." in lines[2]
+    table = [line for line in lines if line.startswith("|")]
+    assert table and all("|  |" not in line and "| |" not in line for line in table)
+    assert table[0].startswith("| victim | attack | headline | prior | MSE | per feature")
+    assert table[2].startswith("| 1 | back_mapping | r2 0.410 | 0.000 | 0.600 | mean radius 0.500 | 100 |")

@@ -274,3 +274,25 @@ def test_side_knowledge_tag(label: str, tag: str) -> None:
     sentence = {build_attack(n, p).label: build_attack(n, p).side_knowledge
                 for n, p in [*DEFAULT_ATTACKS, *DEFAULT_MULTICLASS_ATTACKS]}[label]
     assert side_knowledge_tag(label, sentence) == tag
+
+
+def test_the_reports_own_warnings_reach_the_summary(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A leak above Marvell's bound and a plot that failed are warned of in summary.json and the
+    terminal too, not only in report.md; what the inputs lack stays in report.md."""
+    from attacker.analysis.summary import write_summary
+    from attacker.report import plots
+    from splitleak.artifacts.summary import read_leak_summary
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("no backend")
+
+    monkeypatch.setattr(plots, "training_curves", broken)
+    run, summary = make_run(tmp_path / "run", row_sample=False)
+    write_report(run, summary)
+    write_report(run, summary)  # written again: each warning once
+    write_summary(run, summary)
+    warnings = read_leak_summary(run).warnings
+    assert sum("exceeds Marvell's Theorem-1 bound" in w for w in warnings) == 1
+    assert warnings.count("plot training.png failed: RuntimeError: no backend") == 1
+    assert not any("rows.parquet" in w for w in warnings)
+    assert "no norm or cosine histograms" in (run.report / "report.md").read_text()

@@ -551,6 +551,18 @@ def _unit_batches(log: GradientLog, parties: tuple[int, ...],
                         "logged for every member (or with different sample ids) were left out")
 
 
+def _below_prior(figures: dict[str, Any]) -> str | None:
+    """"SSIM 0.10 < 0.16" where a reconstruction's headline (or CAFE's PSNR) is below its
+    prior's, every one of them higher-is-better; None when none is."""
+    prior = figures.get("prior") or {}
+    key = "ssim" if figures.get("metric") == "ssim" else "value"
+    pairs = [(figures.get("metric", "value"), figures.get(key), prior.get(key)),
+             ("PSNR", figures.get("psnr"), figures.get("psnr_prior"))]
+    below = [f"{name} {mine:.3g} < {theirs:.3g}" for name, mine, theirs in pairs
+             if isinstance(mine, float) and isinstance(theirs, float) and mine < theirs]
+    return "; ".join(below) or None
+
+
 def _run_attacks(analysis: Analysis) -> list[dict[str, Any]]:
     """Run-level attacks (model completion) once per attacker; a failure becomes a warning."""
     entries = []
@@ -593,6 +605,13 @@ def _run_attacks(analysis: Analysis) -> list[dict[str, Any]]:
             if attack.receiver:
                 entries.append({**entry, "metric": result.metric, "reconstruction": result.figures,
                                 result.metric: {"mean": value, "p95": value, "max": value, "n": 1}})
+                below = _below_prior(result.figures)
+                if below:
+                    analysis.warnings.append(
+                        f"{attack.label}, victim {unit.key}: the reconstruction scores below the "
+                        f"prior, a constant guess ({below}): the attack did not fit the data here "
+                        "(too few steps, too large a step size, or too little signal), so its "
+                        "figure is no measure of the leak")
                 continue
             entries.append({**entry, "accuracy": {"mean": value, "p95": value, "max": value, "n": 1},
                             "pooled": {"accuracy": value, "correct": result.correct,

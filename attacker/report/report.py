@@ -304,9 +304,10 @@ class _Inputs:
                    pq.read_table(rows) if rows.exists() else None)
 
 
-def _draw_plots(run: RunDir, summary: dict[str, Any], inputs: _Inputs,
-                notes: list[str]) -> list[tuple[str, str]]:
-    """Every plot the inputs allow, as (caption, file name); what is missing goes to `notes`."""
+def _draw_plots(run: RunDir, summary: dict[str, Any], inputs: _Inputs, notes: list[str],
+                failures: list[str]) -> list[tuple[str, str]]:
+    """Every plot the inputs allow, as (caption, file name); what is missing goes to `notes`,
+    a plot that failed to `failures`."""
     from attacker.report import plots  # matplotlib only when a report is written
 
     figures: list[tuple[str, str]] = []
@@ -317,7 +318,7 @@ def _draw_plots(run: RunDir, summary: dict[str, Any], inputs: _Inputs,
             figures.append((caption, name))
         except Exception as err:  # noqa: BLE001 - a broken plot must not lose the rest of the report
             log.exception("plot %s failed", name)
-            notes.append(f"plot {name} failed: {type(err).__name__}: {err}")
+            failures.append(f"plot {name} failed: {type(err).__name__}: {err}")
 
     entries = _run_entries(summary)
     bounds = _bounds(inputs.records)
@@ -357,16 +358,22 @@ def _draw_plots(run: RunDir, summary: dict[str, Any], inputs: _Inputs,
 
 
 def write_report(run: RunDir, summary: dict[str, Any]) -> None:
-    """Write report/report.md and its PNG plots; a missing input skips a part and says so there."""
+    """Write report/report.md and its PNG plots; a missing input skips a part and says so there.
+    What it warns of beyond the analysis (a leak above Marvell's bound, a plot that failed) is
+    added to summary["warnings"], so summary.json and the terminal carry it too; what the
+    inputs lack (no first-layer log, no rows sample) is said in report.md only."""
     run.report.mkdir(parents=True, exist_ok=True)
     for pattern in PLOT_FILES:  # a plot this report cannot redraw must not outlive it
         for stale in run.report.glob(pattern):
             stale.unlink()
     inputs = _Inputs.read(run)
     notes: list[str] = []
-    figures = _draw_plots(run, summary, inputs, notes)
+    failures: list[str] = []
+    figures = _draw_plots(run, summary, inputs, notes, failures)
     bounds = _bounds(inputs.records)
-    warnings = [*above_bound_notes(summary), *summary.get("warnings", []), *notes]
+    summary["warnings"] = list(dict.fromkeys(
+        [*above_bound_notes(summary), *summary.get("warnings", []), *failures]))
+    warnings = [*summary["warnings"], *notes]
     lines = [*_title_md(run, summary, inputs), *threat_md(summary),
              *_headline_md(summary, inputs.records, bounds), *completion_md(summary),
              *exact_md(summary), *reconstruction_md(summary), *integrity_md(summary),

@@ -9,7 +9,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from splitleak.markdown import fmt, md_table
+from splitleak.markdown import fmt, md_table, threats_by_party
 
 HEADER = ["party", "attack", "family", "headline", "VFLAIR AP", "test acc.", "rows", "evaluations"]
 
@@ -55,7 +55,7 @@ def integrity_md(summary: dict[str, Any]) -> list[str]:
     if not entries:
         return []
     lines = ["## Integrity attacks", "",
-             "A malicious passive party deviates (threat: " + (entries[0].get("threat") or "-") +
+             "A malicious passive party deviates (threat: " + threats_by_party(entries) +
              "). Every evaluation pass also scores the attack's test rows under it; the table "
              "gives the final pass. Replacement backdoor (LRB): share of the triggered rows "
              "predicted as the target class (VFLAIR's backdoor accuracy, which counts the rows "

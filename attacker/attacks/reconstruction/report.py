@@ -14,7 +14,7 @@ from rich.table import Table
 
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.records import read_protection
-from splitleak.markdown import fmt, md_table
+from splitleak.markdown import fmt, md_table, threats_by_party
 
 GRID_FILE = "reconstruction_party{party}.png"
 
@@ -76,6 +76,10 @@ CONSOLE = {"victim": "party", "SSIM (class-cond.)": "SSIM", "prior SSIM": "prior
            "per feature (R² / accuracy)": "per feature"}  # short headers: 80 columns
 
 
+def _without_diagnostic(cells: list[str]) -> list[str]:
+    return cells[:DIAGNOSTIC] + cells[DIAGNOSTIC + 1:]
+
+
 def reconstruction_table(summary: dict[str, Any]) -> Table | None:
     rows = _rows(summary)
     if not rows:
@@ -91,7 +95,7 @@ def reconstruction_table(summary: dict[str, Any]) -> Table | None:
         table.add_column(CONSOLE.get(column, column), justify="left" if wide else "right",
                          no_wrap=column == "attack")
     for row in rows:
-        table.add_row(*map(escape, row[:DIAGNOSTIC] + row[DIAGNOSTIC + 1:]))
+        table.add_row(*map(escape, _without_diagnostic(row)))
     return table
 
 
@@ -100,8 +104,7 @@ def reconstruction_md(summary: dict[str, Any]) -> list[str]:
     if not entries:
         return []
     failed = [f"- {e['attack']}, victim {e['party_id']}: {e['error']}" for e in entries if "error" in e]
-    first = next((e for e in entries if "reconstruction" in e), None)
-    threat = first["threat"] if first else entries[0].get("threat", "")
+    threat = threats_by_party(entries, "victim")
     names = dict.fromkeys(e["name"] for e in entries if "name" in e)
     lines = ["## Feature reconstruction", "",
              f"Threat: {threat}. " + " ".join(HOW[n] for n in names if n in HOW) +
@@ -114,9 +117,11 @@ def reconstruction_md(summary: dict[str, Any]) -> list[str]:
              "before), which a paper's SSIM cannot be set beside. Prior: every row rebuilt as the "
              "mean of the attacker's auxiliary rows (inversion, back-mapping) or of the train rows "
              "(GRN, CAFE): what a constant guess achieves.", ""]
-    rows = _rows(summary, ap=True)
+    rows, header = _rows(summary, ap=True), _header(summary, ap=True)
+    if header[DIAGNOSTIC] == "":  # tables of features: no standardised-SSIM diagnostic
+        rows, header = [_without_diagnostic(r) for r in rows], _without_diagnostic(header)
     if rows:
-        lines += md_table(_header(summary, ap=True), rows)
+        lines += md_table(header, rows)
     lines += [f"\nCAFE's own metric (victim {e['party_id']}): PSNR {fmt(r['psnr'], 2)} dB, prior "
               f"{fmt(r['psnr_prior'], 2)} dB ({r['iterations']} iterations over {r['snapshots']} "
               f"recorded steps, gradient match {fmt(r['gradient_match_first'])} → "
