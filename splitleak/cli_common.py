@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import signal
 import sys
 import threading
 import traceback
@@ -55,6 +56,10 @@ def end_process(main: Callable[[], int | None]) -> NoReturn:
         code = EXIT_FAILED
     try:
         threading._shutdown()  # type: ignore[attr-defined]
+        # A second Ctrl-C would stop a handler half-way (a zygote left running, "Exception
+        # ignored in atexit callback"); each is bounded (e.g. the zygote's 10 s), so finish them.
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
         atexit._run_exitfuncs()
         logging.shutdown()
     finally:
