@@ -11,7 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from attacker.analysis.analyze import _below_prior, analyze
+from attacker.analysis.analyze import analyze
+from attacker.analysis.run_level import below_prior
 from attacker.attacks.reconstruction.cafe import first_linear, psnr, total_variation
 from splitleak.artifacts.paths import RunDir
 from splitleak.models import Bottom
@@ -64,18 +65,18 @@ def _cafe(run: RunDir) -> dict:
     summary = analyze(run.root, [("cafe", {"passes": 6})])
     entry = next(e for e in summary["leak"] if e["name"] == "cafe")
     below = [w for w in summary["warnings"] if "scores below the prior" in w]
-    assert bool(below) == (_below_prior(entry["reconstruction"]) is not None), below
+    assert bool(below) == (below_prior(entry["reconstruction"]) is not None), below
     return entry
 
 
 def test_a_reconstruction_below_its_prior_is_named() -> None:
     """CAFE on a table can end far from the data (R² -10): the analysis warns when any headline
     (or CAFE's PSNR) is below the constant guess's."""
-    assert _below_prior({"metric": "r2", "value": -10.0, "prior": {"value": 0.0},
+    assert below_prior({"metric": "r2", "value": -10.0, "prior": {"value": 0.0},
                          "psnr": 9.0, "psnr_prior": 12.5}) == "r2 -10 < 0; PSNR 9 < 12.5"
-    assert _below_prior({"metric": "ssim", "ssim": 0.6, "prior": {"ssim": 0.16},
+    assert below_prior({"metric": "ssim", "ssim": 0.6, "prior": {"ssim": 0.16},
                          "psnr": 20.0, "psnr_prior": 12.0}) is None
-    assert _below_prior({"metric": "ssim", "ssim": 0.1, "prior": {"ssim": 0.16}}) == "ssim 0.1 < 0.16"
+    assert below_prior({"metric": "ssim", "ssim": 0.1, "prior": {"ssim": 0.16}}) == "ssim 0.1 < 0.16"
 
 
 def test_the_victim_records_its_bottom_gradients_and_batch(tmp_path: Path) -> None:

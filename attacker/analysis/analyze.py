@@ -3,7 +3,6 @@ batch (R draws of random side knowledge), run-level attacks once per attacker, s
 
 from __future__ import annotations
 
-import tomllib
 from collections import defaultdict, deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -13,9 +12,22 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from pydantic import ValidationError
 
+from attacker.analysis.inputs import (
+    AnalysisInputError,
+    check_run_dir,
+    config_warnings,
+    configured_attacks,
+    partial_run,
+    read_labels,
+    read_records,
+    read_run_config,
+    seed_of,
+    set_up,
+    threat_of,
+)
 from attacker.analysis.leak import BatchLeak, attack_rng, evaluate_batch, premise_failed
+from attacker.analysis.run_level import INTEGRITY_ATTACKS, run_level_entries
 from attacker.analysis.summary import (
     above_bound,
     headline,
@@ -30,22 +42,15 @@ from attacker.attacks import (
     DEFAULT_MULTICLASS_ATTACKS,
     Attack,
     AttackPlugin,
-    AttackRefused,
     RunAttack,
-    RunContext,
     build_attack,
 )
 from attacker.attacks.base import RunFacts, label_without_defaults
-from attacker.attacks.integrity.base import IntegrityAttack
 from attacker.sidecar.store import GradientLog, LoggedBatch, repair_log
 from splitleak.anchors import BatchAnchors, read_clean_anchors
-from splitleak.artifacts.metrics import MetricsError, read_metrics
-from splitleak.artifacts.outcome import OutcomeError, read_outcome_or_refuse
 from splitleak.artifacts.paths import RunDir
-from splitleak.config import AttackerConfig, ConfigError, load_config
 from splitleak.fileio import write_atomically
-from splitleak.placement import ATTACKER, requested_device, resolve_device
-from splitleak.threat import DEFAULT_HINTS, ThreatConfig
+from splitleak.threat import DEFAULT_HINTS
 
 LAYERS = {"cut_gradient": "cut", "first_layer_gradient": "first", "activation": "activation"}
 SAMPLED_BATCHES = 5  # early and late batches whose per-row figures feed the plots
@@ -119,148 +124,26 @@ class _RowSample:
         return pa.Table.from_pylist(rows) if rows else pa.table({})
 
 
-class AnalysisInputError(ValueError):
-    """The directory is not an analysable run (missing, not a run, unreadable inputs)."""
-
-
-def _labels_by_id(run: RunDir) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(label by sample id, train ids, test ids) from the label party's evaluation export."""
-    if not run.labels.exists():
-        raise FileNotFoundError(f"no label export at {run.labels}: the label party writes it "
-                                "when training starts (did the run start?)")
-    try:
-        names = pq.read_schema(run.labels).names
-        table = pq.read_table(run.labels,
-                              columns=[c for c in ("sample_id", "label", "split") if c in names])
-        ids = table.column("sample_id").to_numpy()
-        labels = table.column("label").to_numpy()
-    except (pa.ArrowException, OSError, KeyError) as err:
-        raise AnalysisInputError(f"{run.labels} is not a readable label export: {err}") from None
-    if ids.size == 0:
-        raise AnalysisInputError(f"{run.labels} holds no labels")
-    if ids.min() < 0 or labels.min() < 0:
-        raise AnalysisInputError(f"{run.labels} holds negative sample ids or labels")
-    lookup = np.full(int(ids.max()) + 1, -1, dtype=np.int64)
-    lookup[ids] = labels
-    split = (table.column("split").to_numpy(zero_copy_only=False) if "split" in names
-             else np.full(ids.size, "train"))
-    return lookup, np.sort(ids[split == "train"]), np.sort(ids[split == "test"])
-
-
-def _run_config(run: RunDir) -> dict[str, Any]:
-    try:
-        config = tomllib.loads(run.config.read_text()) if run.config.exists() else {}
-    except (OSError, ValueError) as err:
-        raise AnalysisInputError(f"{run.config} is not a readable experiment config: {err}") from None
-    if run.config.exists() and not config:
-        raise AnalysisInputError(f"{run.config} is empty: the analysis needs the experiment the run "
-                                 "trained (its seed and [threat]), as the run wrote it")
-    return config
-
-
-def _records(run: RunDir) -> list[dict[str, Any]]:
-    """The run's metrics records ([] when it wrote none); AnalysisInputError naming the line."""
-    try:
-        return list(read_metrics(run.metrics)) if run.metrics.exists() else []
-    except MetricsError as err:
-        raise AnalysisInputError(str(err)) from None
-
-
-def _outcome(run: RunDir) -> dict[str, Any]:
-    """How the run ended ({} when it has no outcome.json); AnalysisInputError when unreadable."""
-    try:
-        return read_outcome_or_refuse(run)
-    except OutcomeError as err:
-        raise AnalysisInputError(str(err)) from None
-
-
-def _config_warnings(config: dict[str, Any]) -> list[str]:
-    """What is allowed in the run's config but probably a mistake (the warnings `splitleak
-    validate` and the parties log), for the report: e.g. parties sharing columns."""
-    from splitleak.config import ConfigError, parse_config
-    from splitleak.validation import ignored_warnings, overlap_warnings
-
-    try:
-        cfg = parse_config(config, "the run's config")
-    except ConfigError:
-        return []
-    return overlap_warnings(cfg) + ignored_warnings(cfg)
-
-
-def _configured_attacks(config: dict[str, Any]) -> list[tuple[str, dict]] | None:
-    """The run's own `attacker.attacks` (None: every default attack for its task)."""
-    try:
-        listed = AttackerConfig.model_validate(config.get("attacker") or {}).attacks
-    except ValidationError as err:
-        raise AnalysisInputError(f"the run's config has an invalid [attacker] table: {err}") from None
-    return [(spec.name, spec.params) for spec in listed] or None
-
-
-def _seed_of(config: dict[str, Any], run: RunDir) -> int:
-    try:
-        return int(config.get("run", {}).get("seed", 0))
-    except (ValueError, TypeError, AttributeError) as err:
-        raise AnalysisInputError(f"{run.config}: run.seed is not an integer: {err}") from None
-
-
-def check_run_dir(run: RunDir) -> None:
-    if not run.root.is_dir():
-        raise AnalysisInputError(f"{run.root} does not exist or is not a directory")
-    if not run.config.is_file():
-        raise AnalysisInputError(f"{run.root} is not a run directory (it has no {run.config.name})")
-
-
-def partial_run(run: RunDir) -> dict[str, Any] | None:
-    """How far a run that did not finish got (None for a finished run)."""
-    outcome = _outcome(run) or {
-        "status": f"unknown (no {run.outcome.relative_to(run.root)}: still running, or killed)"}
-    if outcome.get("status") == "ok":
-        return None
-    records = _records(run)
-    plan = next((r for r in records if r.get("type") == "plan"), {})
-    steps = sum(1 for r in records if r.get("type") == "train")
-    return {"status": outcome.get("status"), "step": outcome.get("step"),
-            "message": outcome.get("message"), "train_steps_done": steps,
-            "train_steps_planned": plan.get("total_train_steps")}
-
-
-def _threat_of(config: dict[str, Any], run: RunDir) -> ThreatConfig:
-    """The run's threat model; a file from before `[threat]` reads as the default (party 1)."""
-    try:
-        return ThreatConfig.model_validate(config.get("threat") or {})
-    except ValidationError as err:
-        raise AnalysisInputError(f"{run.config}: invalid [threat] section: {err}") from None
-
-
-def _set_up(config: dict[str, Any]) -> tuple[bool, bool]:
-    """(the label party has a top model, the received gradients differ from the clean ones):
-    a defense chain other than no_noise, or a wire narrower than float32, changes them."""
-    model, wire = config.get("model") or {}, config.get("wire") or {}
-    chain = [d.get("name") for d in config.get("defense") or [] if isinstance(d, dict)]
-    perturbed = any(name != "no_noise" for name in chain) or wire.get("dtype", "float32") != "float32"
-    return model.get("top", "mlp") != "none", perturbed
-
-
 class Analysis:
     """Everything one `analyze` call needs, read once."""
 
     def __init__(self, run: RunDir, attacks: list[tuple[str, dict]] | None, hints: Iterable[int] | None,
                  seed: int | None, draws: int | None) -> None:
         self.run = run
-        config = _run_config(run)
-        self.threat = _threat_of(config, run)
-        self.run_seed = _seed_of(config, run) if seed is None else seed
+        config = read_run_config(run)
+        self.threat = threat_of(config, run)
+        self.run_seed = seed_of(config, run) if seed is None else seed
         self.seed_override = seed
         self.draws = draws or self.threat.draws
         self.hints = list(hints) if hints is not None else None
-        self.labels, self.train_ids, self.test_ids = _labels_by_id(run)
+        self.labels, self.train_ids, self.test_ids = read_labels(run)
         self.num_classes = max(int(self.labels.max()) + 1 if self.labels.size else 2, 2)
-        self.configured = _configured_attacks(config)
+        self.configured = configured_attacks(config)
         self.specs = attacks if attacks is not None else self.configured
-        self.warnings: list[str] = _config_warnings(config)  # what validate warned of, too
+        self.warnings: list[str] = config_warnings(config)  # what validate warned of, too
         self.anchors: dict[tuple[int, int], BatchAnchors] = {}
         self.anchor_fallbacks: dict[tuple[str, str], int] = defaultdict(int)  # (attack, layer)
-        self.top_model, self.perturbed = _set_up(config)
+        self.top_model, self.perturbed = set_up(config)
         self.device: str | None = None  # the run-level attacks' device (None: the run's own)
         self.sees_scored_label: set[str] = set()  # labels of attacks no gradient-only bound covers
 
@@ -328,10 +211,10 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
     repaired = repair_log(run.gradients)
     analysis = Analysis(run, attacks, hints, seed, draws)
     analysis.device = device
-    records, partial = _records(run), partial_run(run)  # refused now, before the long part
+    records, partial = read_records(run), partial_run(run)  # refused now, before the long part
     analysis.warnings += repaired + _not_for_classes(attacks, analysis.num_classes)
     per_batch, sample, run_id = _gradient_attacks(analysis)
-    run_entries = _run_attacks(analysis)
+    run_entries = run_level_entries(analysis)
     if per_batch is None and not run_entries:
         raise FileNotFoundError(f"no gradient log at {run.gradients} and no run-level "
                                 "attack in the threat model: nothing to analyse")
@@ -550,80 +433,6 @@ def _unit_batches(log: GradientLog, parties: tuple[int, ...],
         warnings.append(f"colluding parties {'+'.join(map(str, parties))}: {unmatched} step(s) not "
                         "logged for every member (or with different sample ids) were left out")
 
-
-def _below_prior(figures: dict[str, Any]) -> str | None:
-    """"SSIM 0.10 < 0.16" where a reconstruction's headline (or CAFE's PSNR) is below its
-    prior's, every one of them higher-is-better; None when none is."""
-    prior = figures.get("prior") or {}
-    key = "ssim" if figures.get("metric") == "ssim" else "value"
-    pairs = [(figures.get("metric", "value"), figures.get(key), prior.get(key)),
-             ("PSNR", figures.get("psnr"), figures.get("psnr_prior"))]
-    below = [f"{name} {mine:.3g} < {theirs:.3g}" for name, mine, theirs in pairs
-             if isinstance(mine, float) and isinstance(theirs, float) and mine < theirs]
-    return "; ".join(below) or None
-
-
-def _run_attacks(analysis: Analysis) -> list[dict[str, Any]]:
-    """Run-level attacks (model completion) once per attacker; a failure becomes a warning."""
-    entries = []
-    cfg = None
-    for unit in analysis.run_units():
-        for attack in analysis.run_attacks(unit):
-            if cfg is None:
-                try:
-                    cfg = load_config(analysis.run.config)
-                except ConfigError as err:
-                    analysis.warnings.append(f"{attack.label}: cannot read the run's config: {err}")
-                    return entries
-            field = "--device" if analysis.device else "run.devices.attacker"
-            device = resolve_device(analysis.device or requested_device(cfg, ATTACKER), field)
-            context = RunContext(analysis.run, cfg, unit.parties, unit.seed, analysis.train_ids,
-                                 analysis.test_ids, analysis.labels, device=device)
-            threat = (f"{analysis.threat.receiver.describe()}; victim: party {unit.key}"
-                      if attack.receiver else analysis.threat.describe(list(unit.parties)))
-            entry = {"party_id": unit.parties[0], "parties": list(unit.parties),
-                     "layer": "input" if attack.receiver else "bottom",
-                     "attack": attack.label, "name": attack.name, "scope": "run", "epoch": None,
-                     "side_knowledge": attack.side_knowledge, "threat": threat, "metric": "accuracy",
-                     "seed": unit.seed, "draws": 1, "batches": 1, "skipped": 0, "degenerate": 0}
-            if attack.diagnostic is not None:
-                entry["diagnostic"] = attack.diagnostic
-            try:
-                result = attack.run(context)
-            except AttackRefused as err:
-                raise AnalysisInputError(str(err)) from None
-            except ValueError as err:
-                analysis.warnings.append(f"{attack.label}, parties {unit.key}: {err}")
-                entries.append({**entry, "skipped": 1, "error": str(err)})
-                continue
-            value = result.accuracy
-            if isinstance(attack, IntegrityAttack):
-                entries.append({**entry, "layer": "output", "metric": result.metric,
-                                "integrity": result.figures,
-                                result.metric: {"mean": value, "p95": value, "max": value, "n": 1}})
-                continue
-            if attack.receiver:
-                entries.append({**entry, "metric": result.metric, "reconstruction": result.figures,
-                                result.metric: {"mean": value, "p95": value, "max": value, "n": 1}})
-                below = _below_prior(result.figures)
-                if below:
-                    analysis.warnings.append(
-                        f"{attack.label}, victim {unit.key}: the reconstruction scores below the "
-                        f"prior, a constant guess ({below}): the attack did not fit the data here "
-                        "(too few steps, too large a step size, or too little signal), so its "
-                        "figure is no measure of the leak")
-                continue
-            entries.append({**entry, "accuracy": {"mean": value, "p95": value, "max": value, "n": 1},
-                            "pooled": {"accuracy": value, "correct": result.correct,
-                                       "rows": result.rows, "no_prediction": 0},
-                            _FIGURES_KEY.get(attack.name, "completion"): result.figures})
-    return entries
-
-
-_FIGURES_KEY = {"exact": "exact"}  # where a run attack's figures go in its summary entry
-# The attack scoring each integrity variant (splitleak.integrity.VARIANTS).
-INTEGRITY_ATTACKS = {"backdoor": "replacement_backdoor", "noisy": "noisy_samples",
-                     "missing": "missing_features"}
 
 LEAK_SCHEMA = pa.schema([
     ("party_id", pa.int32()), ("layer", pa.string()), ("epoch", pa.int32()), ("step", pa.int64()),
