@@ -134,7 +134,8 @@ def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
     from attacker.analysis.analyze import AnalysisInputError, analyze
     from attacker.analysis.summary import write_summary
     from attacker.attacks import build_attack
-    from attacker.report.report import print_leak_table, print_warnings, write_report
+    from attacker.report.report import write_report
+    from attacker.report.terminal import print_leak_table, print_warnings
     from attacker.sidecar.store import LogFormatError
 
     _check_device(args.device)

@@ -47,7 +47,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
             summary = analyse_run(outcome, console, leak_table=not side_by_side)
         compared.append((label, summary, outcome))
     if side_by_side and all(summary for _, summary, _ in compared):
-        from attacker.report.report import comparison_table, utility
+        from attacker.report.report import utility
+        from attacker.report.terminal import comparison_table
 
         console.print(comparison_table([(label, summary, utility(outcome.run))
                                         for label, summary, outcome in compared]))
@@ -143,7 +144,8 @@ def analyse_run(outcome: RunOutcome, console: Console,
     otherwise, its leak table in the terminal)."""
     from attacker.analysis.analyze import analyze
     from attacker.analysis.summary import write_summary
-    from attacker.report.report import print_leak_table, print_warnings, write_report
+    from attacker.report.report import write_report
+    from attacker.report.terminal import print_leak_table, print_warnings
 
     summary = analyze(outcome.run.root)  # the attacks its config lists, else the defaults
     write_report(outcome.run, summary)

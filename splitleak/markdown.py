@@ -12,7 +12,7 @@ def fmt(value: Any, digits: int = 3) -> str:
     return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
 
-def figure(value: Any) -> str:
+def fmt_figure(value: Any) -> str:
     """A run-level figure with its significant digits kept (δ = 1e-05, not 0.0000)."""
     if isinstance(value, float) and math.isfinite(value) and value != 0.0 and not 1e-3 <= abs(value) < 1e5:
         return f"{value:.4g}"

@@ -18,7 +18,7 @@ from attacker.attacks import build_attack
 from attacker.attacks.base import RunFacts
 from attacker.attacks.exact.exact import Candidates, _scores, reconstruct, settle_ties
 from attacker.attacks.reconstruction.base import image_scores
-from attacker.report.report import leak_table
+from attacker.report.terminal import leak_table
 from attacker.sidecar.store import GradientStore
 from splitleak.artifacts.paths import RunDir
 from splitleak.config import ModelConfig

@@ -132,7 +132,7 @@ def test_attacks_asked_for_that_rank_two_classes_are_named_on_a_multi_class_run(
 def test_warnings_print_brackets_as_text() -> None:
     from rich.console import Console
 
-    from attacker.report.report import print_warnings
+    from attacker.report.terminal import print_warnings
 
     console = Console(record=True, width=200)
     print_warnings(console, {"warnings": ["declared white_box = true in [threat.parties.K]"]})

@@ -278,7 +278,7 @@ def test_the_report_shows_exact_and_no_empty_leak_table() -> None:
     from rich.console import Console
 
     from attacker.attacks.exact.report import exact_md
-    from attacker.report.report import print_leak_table
+    from attacker.report.terminal import print_leak_table
 
     entry = {"party_id": 1, "parties": [1], "layer": "bottom", "scope": "run", "attack": "exact",
              "side_knowledge": "white box", "pooled": {"accuracy": 0.9, "rows": 10},

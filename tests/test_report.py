@@ -16,13 +16,9 @@ from attacker.analysis.analyze import LEAK_SCHEMA, summarise_leak
 from attacker.analysis.leak import METRIC_OF_KIND
 from attacker.analysis.summary import above_bound, marvell_bounds
 from attacker.attacks import DEFAULT_ATTACKS, DEFAULT_MULTICLASS_ATTACKS, build_attack
-from attacker.report.report import (
-    comparison_table,
-    print_leak_table,
-    side_knowledge_tag,
-    utility,
-    write_report,
-)
+from attacker.report.cells import side_knowledge_tag
+from attacker.report.report import utility, write_report
+from attacker.report.terminal import comparison_table, print_leak_table
 from splitleak.artifacts.paths import RunDir
 from splitleak.threat import ThreatConfig
 
