@@ -16,7 +16,7 @@ from splitleak.addresses import (
     check_peer,
 )
 from splitleak.artifacts.paths import RunDir
-from splitleak.artifacts.rundir import create_run_dir, write_config
+from splitleak.artifacts.rundir import RunInUse, create_run_dir, serving, write_config
 from splitleak.checkpoint import CheckpointError, Manifest, resume_point
 from splitleak.cli_common import (
     EXIT_FAILED,
@@ -70,9 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         run = prepare_run_dir(cfg, args.run_dir)
     try:
-        return run_async(serve(cfg, run, args.listen or cfg.topology.label_party_address,
-                               args.port_file, tls_dir, args.resume is not None, manifest,
-                               args.attacker))
+        with serving(run):
+            return run_async(serve(cfg, run, args.listen or cfg.topology.label_party_address,
+                                   args.port_file, tls_dir, args.resume is not None, manifest,
+                                   args.attacker))
+    except RunInUse as err:
+        raise BadInput(f"label party: {err}") from None
     except (ListenError, AddressFileError) as err:
         raise BadInput(f"label party: {err}") from None
     except OSError as err:
@@ -107,6 +110,11 @@ def prepare_run_dir(cfg: ExperimentConfig, run_dir: Path | None) -> RunDir:
             return create_run_dir(cfg)
         run = RunDir(run_dir)
         writable_or_exit(run.root)
+        trained = next((f for f in (run.outcome, run.metrics) if f.exists() and f.stat().st_size), None)
+        if trained is not None:
+            raise BadInput(f"label party: {run.root} already holds a run (it has "
+                           f"{trained.relative_to(run.root)}): continue it with --resume "
+                           f"{run.root}, or give a new --run-dir")
         if not run.config.exists():
             write_config(cfg, run)
         return run

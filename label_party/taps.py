@@ -58,7 +58,7 @@ class ReceivedTaps:
         reports = {}
         for k, tap in self.taps.items():
             try:
-                reports[k] = await tap.close()
+                reports[k] = (await tap.close()).as_dict()
             except TapError as err:
                 reports[k] = {"error": str(err)}
                 log.error("the label party's tap of party %d: %s", k, err)

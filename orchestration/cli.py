@@ -129,12 +129,14 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     if args.command == "run":
         from orchestration.commands import cmd_run
+        from orchestration.stopping import EXIT_TERMINATED, Terminated, sigterm_interrupts, stopped_by
 
         try:
-            return cmd_run(args, console)
-        except KeyboardInterrupt:
-            console.print("[bold red]interrupted[/]: every party was stopped")
-            return EXIT_INTERRUPTED
+            with sigterm_interrupts():  # SIGTERM as Ctrl-C: the parties checkpoint, then stop
+                return cmd_run(args, console)
+        except KeyboardInterrupt as err:
+            console.print(f"[bold red]{stopped_by(err)}[/]: every party was stopped")
+            return EXIT_TERMINATED if isinstance(err, Terminated) else EXIT_INTERRUPTED
     if args.command in ("sweep", "compare"):
         return _sweep_or_compare(args, console)
     if args.command == "health":

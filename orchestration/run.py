@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestration.launch import address_files, launch_plan
+from orchestration.launch import RELAY, address_files, launch_plan
 from orchestration.processes import Child, spawn, stop_all, stop_one
 from orchestration.progress import RunProgress
 from splitleak import tls
@@ -191,19 +191,22 @@ def _failure(children: list[Child], run: RunDir) -> RunFailed | None:
     # A process a signal killed (one this orchestrator did not send) is the cause: the others
     # fail because it is gone, often within the same poll (an exit the zygote reports can come
     # a few milliseconds after the death that caused it).
-    failed = sorted((c for c in children if c.essential and c.failed_on_its_own),
+    # A relay is not essential (its party's failure fails the run), but its death is the cause.
+    failed = sorted((c for c in children if (c.essential or c.name.startswith(RELAY))
+                     and c.failed_on_its_own),
                     key=lambda c: ((c.returncode or 0) >= 0, c.exited_at or float("inf"),
                                    c is children[0]))
+    killed = next((c for c in failed if (c.returncode or 0) < 0), None)
     named = next((c for c in children[1:] if concluded and c.name == outcome.get("culprit")), None)
-    if named is not None and not named.failed_on_its_own:
+    if named is not None and not named.failed_on_its_own and killed is None:
         # e.g. a stalled party, stopped only at the end: the parties the label party then sent
         # away exited first, but it is the one that broke the run
         return RunFailed(concluded)
     if not failed:
         return RunFailed(concluded or "a party did not finish; see the logs in " + str(run.logs))
     label = children[0]
-    first = named or (label if label in failed and label.returncode == EXIT_BAD_INPUT
-                      else failed[0])
+    first = killed or named or (label if label in failed and label.returncode == EXIT_BAD_INPUT
+                                else failed[0])
     if first is label and concluded:  # the label party itself: its outcome says it best
         return RunFailed(concluded, first)
     reason = first.last_error()

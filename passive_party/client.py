@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from pathlib import Path
@@ -18,6 +17,7 @@ from passive_party.integrity import party_integrity
 from passive_party.protection import protect_party, write_figures
 from splitleak.addresses import AddressError, resolve
 from splitleak.artifacts.paths import RunDir, checkpoint_party_file
+from splitleak.artifacts.records import write_tap_report
 from splitleak.checkpoint import (
     CheckpointError,
     Position,
@@ -31,7 +31,7 @@ from splitleak.checkpoint import (
 from splitleak.codec import WIRE_FLOATS, CodecError, decode_ids, decode_tensor, encode_tensor
 from splitleak.config import PROTOCOL_VERSION, ConfigError, ExperimentConfig, WireConfig
 from splitleak.datasets import build_dataset
-from splitleak.fileio import describe_os_error, write_atomically
+from splitleak.fileio import describe_os_error
 from splitleak.inputs import load_party_inputs
 from splitleak.integrity import VARIANTS
 from splitleak.partition import passive_columns
@@ -127,12 +127,10 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
     steps.timer.write(run.passive_timing(party_id), per="forward")
     if tap is not None:
         report = await tap.close()
-        write_atomically(run.tap(party_id),
-                         lambda tmp: tmp.write_text(json.dumps(report, indent=2)))
-        if report["gap_records"]:
+        write_tap_report(run, party_id, report)
+        if report.gap_records:
             log.warning("party %d: %d gradient record(s) were not recorded (from step %s): %s",
-                        party_id, report["gap_records"], report["gap_first_step"],
-                        report["error"])
+                        party_id, report.gap_records, report.gap_first_step, report.error)
 
 
 def identity_name(party_id: int) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import grpc
 
+from splitleak.artifacts.records import TapReport
 from splitleak.config import AttackerConfig, TopologyConfig
 from splitleak.tls import ATTACKER
 from splitleak.transport import create_channel
@@ -154,7 +155,7 @@ class Tap:
         if not queued:
             self._gap(record)
 
-    async def close(self) -> dict:
+    async def close(self) -> TapReport:
         """Finish the stream and wait for the sidecar's acknowledgement."""
         if self.error is None:
             try:
@@ -173,6 +174,6 @@ class Tap:
         await self.channel.close()
         if self.error is not None and self.mode == "fail":
             raise TapError(self.error)
-        return {"sent": self.sent, "acknowledged": self.summary.records if self.summary else 0,
-                "gap_records": self.gap_records, "gap_first_step": self.gap_first_step,
-                "error": self.error}
+        return TapReport(sent=self.sent, acknowledged=self.summary.records if self.summary else 0,
+                         gap_records=self.gap_records, gap_first_step=self.gap_first_step,
+                         error=self.error)

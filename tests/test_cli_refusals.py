@@ -283,3 +283,28 @@ def test_malformed_data_ends_in_one_sentence_never_an_abort(tmp_path: Path) -> N
             assert "Traceback" not in result.stderr and f"{name}.txt, line" in result.stderr
             error = next(line for line in result.stderr.splitlines() if f"{name}.txt, line" in line)
             assert re.match(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ passive-party-1 ERROR ", error), error
+
+
+def test_label_party_refuses_a_run_directory_that_holds_a_run_or_is_served(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """`label-party serve --run-dir` on a finished run overwrote its outcome, and two label
+    parties on one directory interleaved their steps and deleted each other's checkpoints."""
+    from splitleak.artifacts.paths import RunDir
+    from splitleak.artifacts.rundir import serving
+
+    config = write_config(tmp_path, small_config(tmp_path))
+    run = RunDir(tmp_path / "run")
+    run.label_party.mkdir(parents=True)
+    run.outcome.write_text('{"status": "ok"}\n')
+    argv = ["serve", "--config", str(config), "--run-dir", str(run.root), "--listen", "127.0.0.1:0"]
+    code, text = exit_code_and_text(label_party_main, argv, capsys)
+    assert code == 2 and "already holds a run (it has label_party/outcome.json)" in text, text
+    assert f"--resume {run.root}" in text
+    assert run.outcome.read_text() == '{"status": "ok"}\n'  # left as it was
+
+    served = RunDir(tmp_path / "served")
+    argv[4] = str(served.root)
+    with serving(served):  # another label party holds it
+        code, text = exit_code_and_text(label_party_main, argv, capsys)
+    assert code == 2 and "is in use by another splitleak process" in text, text
+    assert "serving it with another label party" in " ".join(text.split())

@@ -156,3 +156,24 @@ def test_a_stalled_party_named_by_the_label_party_leads_the_message(tmp_path: Pa
     failure = _failure(children, run)
     assert str(failure).startswith("passive party 1 sent no activation"), failure
     assert "passive party 2" not in str(failure)
+
+
+def test_a_killed_relay_is_named_not_the_party_behind_it(tmp_path: Path) -> None:
+    """[network]: a relay SIGKILLed cuts its party off; the label party concludes that party
+    broke the run, and the party exits 1, but the cause is the relay."""
+    from orchestration.processes import Child
+    from orchestration.run import _failure
+
+    run = RunDir(tmp_path)
+    run.label_party.mkdir(parents=True)
+    run.outcome.write_text('{"status": "failed", "message": "passive party 2 closed its stream", '
+                           '"code": "UNAVAILABLE", "culprit": "passive party 2"}')
+    log = tmp_path / "x.log"
+    children = [Child("label party", _Ended(1), log), Child("passive party 1", _Ended(0), log),
+                Child("passive party 2", _Ended(1), log),
+                Child("relay 2", _Ended(-9), log, essential=False, serves=True)]
+    failure = _failure(children, run)
+    assert failure is not None and failure.culprit == "relay 2"
+    assert str(failure).startswith("relay 2 was killed by SIGKILL")
+    children[3] = Child("relay 2", _Ended(None), log, essential=False, serves=True)  # alive
+    assert _failure(children, run).culprit == "passive party 2"

@@ -20,6 +20,7 @@ from orchestration.run import run_distributed
 from splitleak.artifacts.metrics import read_metrics
 from splitleak.artifacts.paths import TIMING_FILE, RunDir
 from splitleak.artifacts.rundir import create_run_dir
+from splitleak.checkpoint import latest
 from splitleak.config import parse_config
 from splitleak.timing import WARMUP_STEPS
 from tests.conftest import small_config, write_config
@@ -170,14 +171,23 @@ def test_failing_party_stops_every_process_and_names_it(tmp_path: Path) -> None:
     assert not [name for name, pid in pids.items() if _alive(pid)]
 
 
-def test_ctrl_c_stops_every_process(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("stop", "code", "words"), [(signal.SIGINT, 130, "stopped by Ctrl-C"),
+                                                     (signal.SIGTERM, 143, "stopped by SIGTERM")])
+def test_ctrl_c_or_sigterm_checkpoints_and_stops_every_process(
+        tmp_path: Path, stop: signal.Signals, code: int, words: str) -> None:
+    """SIGTERM (e.g. `timeout`) is Ctrl-C: the label party checkpoints every party at the step
+    it stops at; before, every process got it at once and a party was blamed."""
     proc = _cli(["run", str(_slow_config(tmp_path)), "--no-progress"])
     run = _run_dir(tmp_path / "runs")
     pids = json.loads((run / "pids.json").read_text())
     _wait_for_step(run, 2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(stop)
     out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 130, out
+    assert proc.returncode == code, out
+    assert f"{words}: every party was stopped" in out and "resume" in out
+    outcome = json.loads(RunDir(run).outcome.read_text())
+    assert outcome["status"] == "interrupted" and "meanwhile" not in outcome.get("message", ""), outcome
+    assert latest(run) is not None and latest(run).reason == "interrupted"
     time.sleep(0.5)
     assert not [name for name, pid in pids.items() if _alive(pid)]
 

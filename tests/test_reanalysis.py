@@ -75,3 +75,25 @@ def test_the_summary_marks_attacks_outside_marvells_bound(
     assert all(a["attack"] != "mean(centers=oracle)" for a in summary.above_bound)
     report = (RunDir(copy).report / "report.md").read_text()
     assert "Not compared: mean(centers=oracle), whose score of a row reads that row's own label" in report
+
+
+def test_a_recording_gap_the_run_went_on_with_is_warned_of(
+        inprocess_sweep: tuple[Path, str], tmp_path: Path) -> None:
+    """attacker.on_sidecar_failure = "continue": the sidecar died at step 607 and the run went
+    on; the analysis of what was recorded says its figures cover only part of the run."""
+    import json
+
+    sweep_dir, _ = inprocess_sweep
+    run = find_runs([sweep_dir])[0][0]
+    copy = tmp_path / run.root.name
+    shutil.copytree(run.root, copy)
+    tap = RunDir(copy).tap(1)
+    tap.parent.mkdir(exist_ok=True)
+    tap.write_text(json.dumps({"sent": 2400, "acknowledged": 607, "gap_records": 1793,
+                               "gap_first_step": 607, "error": "attacker sidecar stopped answering"}))
+    code, out = analyse(str(copy))
+    assert code == 0, out
+    warning = ("party 1: the sidecar did not record 1793 of its gradient records, from step 607 "
+               "on (attacker sidecar stopped answering)")
+    assert any(w.startswith(warning) for w in read_leak_summary(RunDir(copy)).warnings)
+    assert warning in out

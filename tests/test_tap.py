@@ -55,12 +55,12 @@ def test_every_record_is_counted_once_when_the_sidecar_fails(queue_size: int, ac
         return await tap.close(), sidecar
 
     report, sidecar = asyncio.run(run())
-    assert report["error"] and "UNAVAILABLE" in report["error"]
+    assert report.error and "UNAVAILABLE" in report.error
     # What the reader took before the failure was sent (and lost in transit); what it took after
     # is a gap, like everything still queued.
-    assert report["sent"] >= accept and sidecar.taken[:report["sent"]] == list(range(report["sent"]))
-    assert report["sent"] + report["gap_records"] == 20
-    assert report["gap_first_step"] == report["sent"]
+    assert report.sent >= accept and sidecar.taken[:report.sent] == list(range(report.sent))
+    assert report.sent + report.gap_records == 20
+    assert report.gap_first_step == report.sent
 
 
 class StalledSidecar:
@@ -86,8 +86,8 @@ def test_a_stalled_sidecar_turns_the_queue_into_a_gap(mode: str) -> None:
             asyncio.run(run())
         return
     report = asyncio.run(run())
-    assert "stalled" in report["error"]
-    assert (report["sent"], report["gap_records"], report["gap_first_step"]) == (0, 6, 0)
+    assert "stalled" in report.error
+    assert (report.sent, report.gap_records, report.gap_first_step) == (0, 6, 0)
 
 
 # --- where the passive party taps: after answering, except before a checkpoint or the end -----

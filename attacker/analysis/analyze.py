@@ -22,6 +22,7 @@ from attacker.analysis.inputs import (
     read_labels,
     read_records,
     read_run_config,
+    recording_gaps,
     seed_of,
     set_up,
     threat_of,
@@ -213,6 +214,7 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
     analysis.device = device
     records, partial = read_records(run), partial_run(run)  # refused now, before the long part
     analysis.warnings += repaired + _not_for_classes(attacks, analysis.num_classes)
+    analysis.warnings += recording_gaps(run)
     per_batch, sample, run_id = _gradient_attacks(analysis)
     run_entries = run_level_entries(analysis)
     if per_batch is None and not run_entries:

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from splitleak.artifacts.metrics import MetricsError, read_metrics
 from splitleak.artifacts.outcome import OutcomeError, read_outcome_or_refuse
 from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.records import read_tap_reports
 from splitleak.config import AttackerConfig
 from splitleak.threat import ThreatConfig
 
@@ -138,3 +139,13 @@ def set_up(config: dict[str, Any]) -> tuple[bool, bool]:
     chain = [d.get("name") for d in config.get("defense") or [] if isinstance(d, dict)]
     perturbed = any(name != "no_noise" for name in chain) or wire.get("dtype", "float32") != "float32"
     return model.get("top", "mlp") != "none", perturbed
+
+
+def recording_gaps(run: RunDir) -> list[str]:
+    """A warning per tapped party whose sidecar missed records and the run went on
+    (attacker.on_sidecar_failure = "continue"), from the party's tap.json."""
+    return [f"party {k}: the sidecar did not record {tap.gap_records} of its gradient records, "
+            f"from step {tap.gap_first_step} on ({tap.error}); the run went on "
+            f'(attacker.on_sidecar_failure = "continue"), so the leak figures of party {k} cover '
+            "only the batches recorded"
+            for k, tap in read_tap_reports(run).items() if tap.gap_records]

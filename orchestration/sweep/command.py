@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import signal
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 
 from rich.console import Console
 
-from orchestration.sweep.engine import Engine, EngineError, Terminated, stopped_by
+from orchestration.stopping import EXIT_TERMINATED, Terminated, sigterm_interrupts, stopped_by
+from orchestration.sweep.engine import Engine, EngineError
 from orchestration.sweep.index import SweepIndex
 from orchestration.sweep.points import Point, resolve
 from orchestration.sweep.runner import SweepOutcome, run_points
@@ -86,13 +85,6 @@ def sweep_points(sweep: SweepFile, source: Path | None, sweep_dir: Path,
         raise BadInput(str(err)) from None
 
 
-EXIT_TERMINATED = 128 + signal.SIGTERM  # 143, as a shell reports a process SIGTERM ended
-
-
-def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise Terminated
-
-
 @dataclass(frozen=True)
 class SweepRun:
     """What a sweep command ended with: its exit code, and where a comparison would look."""
@@ -135,10 +127,10 @@ def _sweep(args: argparse.Namespace, console: Console, sweep: SweepFile, engine:
     shutil.copyfile(args.file, SweepDir(sweep_dir).sweep_file)
     console.print(f"sweep [bold]{sweep.sweep.name}[/]: {len(points)} points in {sweep_dir} "
                   f"({engine.name} engine, {engine.jobs} at a time)")
-    previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
-    try:
-        outcome = run_points(points, index, engine, retry_failed=args.retry_failed, console=console,
-                             show_progress=not args.no_progress)
+    try:  # the points run in this process too, with --engine inprocess --jobs 1
+        with sigterm_interrupts():
+            outcome = run_points(points, index, engine, retry_failed=args.retry_failed,
+                                 console=console, show_progress=not args.no_progress)
     except EngineError as err:
         raise BadInput(f"--engine {engine.name}: {err}") from None
     except KeyboardInterrupt as err:
@@ -146,8 +138,6 @@ def _sweep(args: argparse.Namespace, console: Console, sweep: SweepFile, engine:
         console.print(f"[bold red]{stopped_by(err)}[/]: every running point was stopped; index "
                       f"{index.path}: {_counts(counts)}. Run the same command again to resume.")
         return SweepRun(EXIT_TERMINATED if isinstance(err, Terminated) else EXIT_INTERRUPTED)
-    finally:  # the points ran (in this process too, with --engine inprocess --jobs 1)
-        signal.signal(signal.SIGTERM, previous)
     _print_outcome(console, outcome, index)
     return SweepRun(EXIT_FAILED if outcome.counts.get("failed") else 0, sweep_dir,
                     sweep.sweep.leak_stat, outcome.counts.get("done", 0))

@@ -25,15 +25,6 @@ from splitleak.artifacts.sweep import write_result as write_result
 from splitleak.placement import cores
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM to the sweep: every running point is stopped as on Ctrl-C."""
-
-
-def stopped_by(err: BaseException) -> str:
-    """An interrupted point's message: what stopped the sweep."""
-    return "stopped by SIGTERM" if isinstance(err, Terminated) else "stopped by Ctrl-C"
-
-
 class EngineError(ValueError):
     """The engine cannot run these points as asked (e.g. --spread on too few nodes)."""
 

@@ -18,7 +18,8 @@ from collections.abc import Iterator, Sequence
 
 from rich.console import Console
 
-from orchestration.sweep.engine import Listener, prepare_run_dir, stopped_by
+from orchestration.stopping import stopped_by
+from orchestration.sweep.engine import Listener, prepare_run_dir
 from orchestration.sweep.local import POINT_LOG, LocalEngine
 from orchestration.sweep.points import Point
 from orchestration.sweep.worker import run_point

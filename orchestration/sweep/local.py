@@ -9,13 +9,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from orchestration.processes import Child, spawn, stop_all
+from orchestration.stopping import stopped_by
 from orchestration.sweep.engine import (
     Engine,
     Listener,
     PointResult,
     default_jobs,
     prepare_run_dir,
-    stopped_by,
 )
 from orchestration.sweep.points import Point
 from splitleak.artifacts.metrics import MetricsTail

@@ -69,6 +69,11 @@ class RunDir:
     def passive_party(self, party_id: int) -> Path:
         return self.root / f"passive_party_{party_id}"
 
+    def passive_party_ids(self) -> list[int]:
+        """The passive parties that have a folder here, in order."""
+        found = (p.name.removeprefix("passive_party_") for p in self.root.glob("passive_party_*"))
+        return sorted(int(k) for k in found if k.isdigit())
+
     def passive_timing(self, party_id: int) -> Path:
         return self.passive_party(party_id) / TIMING_FILE
 
@@ -122,6 +127,11 @@ class RunDir:
     @property
     def lock(self) -> Path:
         return self.root / "run.lock"
+
+    @property
+    def serving_lock(self) -> Path:
+        """Held by the label party serving the run (beside the orchestrator's run.lock)."""
+        return self.label_party / "serve.lock"
 
     @property
     def checkpoints(self) -> Path:

@@ -1,5 +1,6 @@
 """The run directory's smaller records: which process is which role (pids.json, the
-orchestrator's) and what a protecting party did to its images (protection.json, the report's)."""
+orchestrator's), what a protecting party did to its images (protection.json, the report's) and
+what a tapped party's sidecar recorded (tap.json, the analysis')."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import json
 
 from pydantic import TypeAdapter, ValidationError
 
-from splitleak.artifacts.artifact import Artifact
+from splitleak.artifacts.artifact import Artifact, write_model
 from splitleak.artifacts.paths import RunDir
 from splitleak.fileio import write_atomically
 
@@ -41,3 +42,29 @@ def read_protection(run: RunDir, party_id: int) -> Protection | None:
         return Protection.model_validate_json(run.protection(party_id).read_bytes())
     except (OSError, ValidationError):
         return None
+
+
+class TapReport(Artifact):
+    """passive_party_<k>/tap.json: the records the party's tap sent and the sidecar acknowledged,
+    and the gap it left when the run went on without it (attacker.on_sidecar_failure)."""
+
+    sent: int
+    acknowledged: int
+    gap_records: int
+    gap_first_step: int | None = None
+    error: str | None = None
+
+
+def write_tap_report(run: RunDir, party_id: int, report: TapReport) -> None:
+    write_model(run.tap(party_id), report)
+
+
+def read_tap_reports(run: RunDir) -> dict[int, TapReport]:
+    """Party -> its tap report, for every party that wrote a readable one."""
+    reports = {}
+    for k in run.passive_party_ids():
+        try:
+            reports[k] = TapReport.model_validate_json(run.tap(k).read_bytes())
+        except (OSError, ValidationError):
+            continue
+    return reports

@@ -80,6 +80,15 @@ def exclusive(run: RunDir) -> Iterator[None]:
 
 
 @contextmanager
+def serving(run: RunDir) -> Iterator[None]:
+    """Hold the run directory for this label party: a second label party serving it (by hand,
+    with the same --run-dir) would interleave its steps and delete the first one's checkpoints."""
+    run.label_party.mkdir(parents=True, exist_ok=True)
+    with holding(run.serving_lock, run.root, "serving it with another label party"):
+        yield
+
+
+@contextmanager
 def holding(lock: Path, root: Path, doing: str) -> Iterator[None]:
     """An advisory lock on `lock` (holding the directory `root`) for this process; RunInUse,
     naming the holder's pid, when another process holds it."""
