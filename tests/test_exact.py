@@ -141,6 +141,16 @@ def test_the_cap_refuses_naming_the_sizes() -> None:
         attack.check_size(own, Candidates.enumerate([4, 5], (0, 1), 2))
 
 
+def test_validate_refuses_an_enumeration_above_the_cap_before_training(tmp_path: Path) -> None:
+    """The cap was only checked by the analysis, after the whole run had trained."""
+    data = _exact_config(tmp_path)
+    data["attacker"]["attacks"] = [{"name": "exact", "max_combinations": 10}]
+    with pytest.raises(ConfigError, match=r"4 \(C22\) x 4 \(C23\) x 2 labels = 32 .* max_combinations = 10"):
+        validate(parse_config(data))
+    data["attacker"]["attacks"] = [{"name": "exact", "max_combinations": 32}]
+    validate(parse_config(data))
+
+
 @pytest.mark.slow
 def test_exact_over_real_processes_and_nothing_white_box_crosses_the_wire(tmp_path: Path) -> None:
     """Two real runs (separate processes, gRPC) that differ only in the white-box declaration:

@@ -156,6 +156,16 @@ class ExactAttack(RunAttack):
         if missing:
             raise ConfigError(f"threat.parties.{cfg.threat.white_box_parties[0]}.white_box = true "
                               "(EXACT) needs " + "; ".join(missing))
+        # The enumeration's size is known now: refused here, not after training.
+        listed = next((spec.params for spec in cfg.attacker.attacks if spec.name == cls.name), {})
+        try:
+            attack = cls(cls.Params.model_validate(listed))
+            schema = build_dataset(cfg.dataset.name, cfg.dataset.params).layout()
+            own = own_columns(cfg, schema)
+            attack.check_size(own, Candidates.enumerate(own.private_cardinalities, own.private,
+                                                        schema.num_classes))
+        except AttackRefused as err:
+            raise ConfigError(str(err)) from None
 
     def run(self, context: RunContext) -> RunResult:
         cfg, run = context.cfg, context.run
@@ -206,8 +216,9 @@ class ExactAttack(RunAttack):
             raise AttackRefused(
                 f"exact: {factors} x {candidates.labels} labels = {candidates.count:,} candidate "
                 f"gradients per example exceeds max_combinations = {self.params.max_combinations:,}; "
-                "name fewer threat.white_box.private_features or raise the cap "
-                "(--attacks 'exact:max_combinations=N')")
+                "name fewer threat.white_box.private_features or raise the cap (attacker.attacks = "
+                "[{ name = \"exact\", max_combinations = N }], or --attacks "
+                "'exact:max_combinations=N' to attacker analyze)")
 
 
 def _own_features(labels_path: Any, own: OwnColumns) -> tuple[torch.Tensor, torch.Tensor]:
