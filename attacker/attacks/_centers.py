@@ -66,8 +66,9 @@ class CenterAttack(Attack):
 
     @staticmethod
     @abstractmethod
-    def centers_without_each(rows: np.ndarray) -> np.ndarray:
-        """Row i: the center of the class's rows without row i (float64 [n, d], n >= 2)."""
+    def centers_without_each(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the center of the class's rows, as `center` gives it; row i: their center without
+        row i) for n >= 2 rows: float64 [d] and [n, d]."""
 
     @property
     def sees_scored_label(self) -> bool:
@@ -109,7 +110,7 @@ class CenterAttack(Attack):
             return unscored(rows.shape[0])  # a lone row of a class has no center to leave
         to_center = np.empty((rows.shape[0], 2))
         for cls, members in enumerate((~positive, positive)):
-            own, other = rows[members], rows[~members]
-            to_center[members, cls] = np.linalg.norm(own - self.centers_without_each(own), axis=1)
-            to_center[~members, cls] = np.linalg.norm(other - self.center(own), axis=1)
+            whole, without_each = self.centers_without_each(rows[members])
+            to_center[members, cls] = np.linalg.norm(rows[members] - without_each, axis=1)
+            to_center[~members, cls] = np.linalg.norm(rows[~members] - whole, axis=1)
         return AttackResult(to_center[:, 0] - to_center[:, 1], np.zeros(rows.shape[0], dtype=bool))

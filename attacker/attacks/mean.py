@@ -18,5 +18,5 @@ class MeanAttack(CenterAttack):
         return rows.mean(axis=0)
 
     @staticmethod
-    def centers_without_each(rows: np.ndarray) -> np.ndarray:
-        return (rows.sum(axis=0) - rows) / (rows.shape[0] - 1)
+    def centers_without_each(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return rows.mean(axis=0), (rows.sum(axis=0) - rows) / (rows.shape[0] - 1)

@@ -19,20 +19,17 @@ class MedianAttack(CenterAttack):
         return np.median(np.ascontiguousarray(rows.T), axis=1)
 
     @staticmethod
-    def centers_without_each(rows: np.ndarray) -> np.ndarray:
-        # Per coordinate, sort once: without the value of rank r, the remaining m = n - 1
-        # values' k-th smallest is the sorted column's k-th if k < r, else its (k+1)-th.
+    def centers_without_each(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # Without row i, n - 1 values are left, and their median depends only on where row i
+        # sits against the middle order statistics of all n (a copy of a tied value leaves the
+        # same values whichever copy goes): one selection per coordinate, no sort.
         n = rows.shape[0]
-        order = np.argsort(rows, axis=0, kind="stable")
-        ordered = np.take_along_axis(rows, order, axis=0)
-        rank = np.empty_like(order)
-        np.put_along_axis(rank, order, np.arange(n)[:, None], axis=0)
-        columns = np.arange(rows.shape[1])[None]
-
-        def kth(k: int) -> np.ndarray:  # [n, d]: the k-th smallest of each column without row i
-            return ordered[np.where(k < rank, k, k + 1), columns]
-
-        m = n - 1
-        if m % 2:
-            return kth(m // 2)
-        return (kth(m // 2 - 1) + kth(m // 2)) / 2
+        columns = np.ascontiguousarray(rows.T)  # selections along contiguous memory
+        if n % 2 == 0:  # n - 1 odd: the median is the middle value left
+            middle = [n // 2 - 1, n // 2]
+            lower, upper = np.partition(columns, middle, axis=1)[:, middle].T
+            return (lower + upper) / 2, np.where(rows <= lower, upper, lower)
+        middle = [n // 2 - 1, n // 2, n // 2 + 1]  # n - 1 even: the mean of the two middle left
+        below, center, above = np.partition(columns, middle, axis=1)[:, middle].T
+        return center, np.where(rows < center, (center + above) / 2,
+                                np.where(rows > center, (below + center) / 2, (below + above) / 2))
