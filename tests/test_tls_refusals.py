@@ -1,0 +1,86 @@
+"""TLS identities that cannot serve are refused at start, naming the file; a refused handshake
+is named by its actual reason (another role, an expired certificate, a plaintext peer) at once."""
+
+from __future__ import annotations
+
+import datetime as dt
+import shutil
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from splitleak import tls
+from splitleak.cli_common import EXIT_BAD_INPUT, BadInput, tls_dir_or_exit
+from tests.conftest import scaled
+
+
+def _generate_at(directory: Path, days_ago: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Identities made `days_ago` days ago, valid for 30 days from then."""
+    then = dt.datetime.now(dt.UTC) - dt.timedelta(days=days_ago)
+
+    class Then(dt.datetime):
+        @classmethod
+        def now(cls, tz: dt.tzinfo | None = None) -> dt.datetime:  # type: ignore[override]
+            return then
+
+    with monkeypatch.context() as patch:
+        patch.setattr(tls, "dt", types.SimpleNamespace(datetime=Then, timedelta=dt.timedelta,
+                                                       UTC=dt.UTC))
+        tls.generate(directory, tls.identities(1))
+
+
+@pytest.fixture
+def certs(tmp_path: Path) -> Path:
+    directory = tmp_path / "certs"
+    tls.generate(directory, tls.identities(1))
+    return directory
+
+
+@pytest.mark.parametrize(("damaged", "said"), [
+    ("label-party.key", "label-party.key is not a PEM private key"),
+    ("label-party.pem", "label-party.pem is not a PEM certificate"),
+    ("ca.pem", "ca.pem is not a PEM certificate"),
+])
+def test_an_unparsable_identity_file_is_named(certs: Path, damaged: str, said: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    (certs / damaged).write_bytes(b"garbage\n")
+    with pytest.raises(BadInput):
+        tls_dir_or_exit(None, certs, tls.LABEL_PARTY)
+    message = capsys.readouterr().err
+    assert said in message and "splitleak certs" in message, message
+
+
+def test_a_key_of_another_identity_is_named(certs: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    shutil.copy(certs / "attacker.key", certs / "label-party.key")
+    with pytest.raises(BadInput):
+        tls_dir_or_exit(None, certs, tls.LABEL_PARTY)
+    message = capsys.readouterr().err
+    assert "label-party.key is not the private key of the certificate" in message, message
+
+
+@pytest.mark.parametrize(("days_ago", "said"), [(40, "expired on"),
+                                                (-5, "is not valid before")])
+def test_an_identity_outside_its_validity_window_is_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        days_ago: int, said: str) -> None:
+    _generate_at(tmp_path / "certs", days_ago, monkeypatch)
+    with pytest.raises(BadInput):
+        tls_dir_or_exit(None, tmp_path / "certs", tls.passive_identity(1))
+    message = capsys.readouterr().err
+    assert f"ca.pem {said}" in message and "UTC" in message, message
+    assert "splitleak certs" in message, message
+
+
+def test_the_sidecar_refuses_a_garbage_certificate_at_once(certs: Path, tmp_path: Path) -> None:
+    """It said 'cannot listen on ...: gRPC could not bind it' for a free port."""
+    (certs / "attacker.pem").write_text("junk\n")
+    result = subprocess.run([sys.executable, "-m", "attacker", "serve", "--listen", "127.0.0.1:0",
+                             "--out", str(tmp_path / "out"), "--tls-dir", str(certs)],
+                            capture_output=True, text=True, timeout=scaled(60))
+    assert result.returncode == EXIT_BAD_INPUT, result.stderr
+    assert "attacker.pem is not a PEM certificate" in result.stderr, result.stderr
+    assert "cannot listen" not in result.stderr and "Traceback" not in result.stderr
