@@ -39,7 +39,13 @@ from splitleak.placement import memory_facts, prepare_role
 from splitleak.tap import SIDECAR, Tap, TapError
 from splitleak.timing import StepTimer, mark_startup, note, timed
 from splitleak.tls import LABEL_PARTY, passive_identity
-from splitleak.transport import PARTY_ID_KEY, SESSION_KEY, create_channel, tls_refusal
+from splitleak.transport import (
+    PARTY_ID_KEY,
+    SESSION_KEY,
+    create_channel,
+    refused_server,
+    tls_refusal,
+)
 from splitleak.v1 import attacker_pb2 as apb
 from splitleak.v1 import split_learning_pb2 as pb
 from splitleak.v1 import split_learning_pb2_grpc as pb_grpc
@@ -106,7 +112,7 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
                               server_identity=LABEL_PARTY,
                               compression=cfg.wire.compression) as channel:
         stub = pb_grpc.LabelPartyStub(channel)
-        plan = await _join(stub, cfg, bottom)
+        plan = await _join(stub, cfg, bottom, address)
         mark_startup("joined")
         log.info("party %d joined run %s: %d train steps%s", party_id, plan.run_id,
                  plan.total_train_steps,
@@ -159,8 +165,8 @@ def _restore(bottom: BottomTrainer, run: RunDir, plan: pb.TrainingPlan, resuming
     set_rng_state(state["rng"])
 
 
-async def _join(stub: pb_grpc.LabelPartyStub, cfg: ExperimentConfig,
-                bottom: BottomTrainer) -> pb.TrainingPlan:
+async def _join(stub: pb_grpc.LabelPartyStub, cfg: ExperimentConfig, bottom: BottomTrainer,
+                address: str) -> pb.TrainingPlan:
     request = pb.JoinRequest(protocol_version=PROTOCOL_VERSION, party_id=bottom.party_id,
                              embedding_shape=bottom.embedding_shape, config_hash=cfg.hash,
                              num_rows=bottom.inputs.num_rows)
@@ -174,9 +180,8 @@ async def _join(stub: pb_grpc.LabelPartyStub, cfg: ExperimentConfig,
         except grpc.aio.AioRpcError as err:
             refusal = tls_refusal(err)
             if refusal is not None:
-                raise PartyError(f"the server at the label party's address is not this run's label "
-                                 f"party: its TLS certificate was refused ({refusal}); check "
-                                 "--label-party and that every party has this run's ca.pem") from None
+                raise PartyError(refused_server(refusal, "label party", address,
+                                                "--label-party")) from None
             if err.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() + JOIN_RETRY > end:
                 raise PartyError(_describe(err, "joining")) from None
         await asyncio.sleep(JOIN_RETRY)

@@ -3,10 +3,12 @@ is named by its actual reason (another role, an expired certificate, a plaintext
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import shutil
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -14,7 +16,9 @@ import pytest
 
 from splitleak import tls
 from splitleak.cli_common import EXIT_BAD_INPUT, BadInput, tls_dir_or_exit
-from tests.conftest import scaled
+from splitleak.config import TopologyConfig, parse_config
+from splitleak.transport import bind, create_server
+from tests.conftest import scaled, small_config
 
 
 def _generate_at(directory: Path, days_ago: int, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -84,3 +88,52 @@ def test_the_sidecar_refuses_a_garbage_certificate_at_once(certs: Path, tmp_path
     assert result.returncode == EXIT_BAD_INPUT, result.stderr
     assert "attacker.pem is not a PEM certificate" in result.stderr, result.stderr
     assert "cannot listen" not in result.stderr and "Traceback" not in result.stderr
+
+
+async def _serving(certs: Path | None, identity: str) -> tuple[object, str]:
+    server = create_server(TopologyConfig())
+    from grpc_health.v1 import health, health_pb2_grpc
+
+    health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
+    port = bind(server, "127.0.0.1:0", certs, identity)
+    await server.start()
+    return server, f"127.0.0.1:{port}"
+
+
+def _party_against(tmp_path: Path, certs: Path, server_certs: Path | None) -> tuple[float, str]:
+    from passive_party.client import PartyError, run_party
+    from splitleak.artifacts.paths import RunDir
+
+    cfg = parse_config(small_config(tmp_path, features={"passive": [[0, 30]]},
+                                    topology={"passive_parties": 1, "tls": True,
+                                              "join_deadline_s": 60}))
+
+    async def go() -> tuple[float, str]:
+        server, address = await _serving(server_certs, tls.LABEL_PARTY)
+        started = time.monotonic()
+        try:
+            with pytest.raises(PartyError) as err:
+                await run_party(cfg, 1, address, RunDir(tmp_path / "run"), tls_dir=certs)
+            return time.monotonic() - started, str(err.value)
+        finally:
+            await server.stop(0)  # type: ignore[attr-defined]
+
+    return asyncio.run(go())
+
+
+def test_an_expired_label_party_certificate_is_named_as_expired(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It said 'not this run's label party'. Both sides' own start checks are bypassed to
+    reach the handshake: the label party would refuse to start with it."""
+    _generate_at(tmp_path / "certs", 40, monkeypatch)
+    monkeypatch.setattr(tls, "check", lambda *args: None)
+    seconds, message = _party_against(tmp_path, tmp_path / "certs", tmp_path / "certs")
+    assert seconds < scaled(15), (seconds, message)
+    assert "presents a TLS certificate outside its validity window" in message, message
+    assert "certificate has expired" in message and "not this run's" not in message, message
+
+
+def test_a_plaintext_label_party_is_named_as_plaintext(tmp_path: Path, certs: Path) -> None:
+    seconds, message = _party_against(tmp_path, certs, None)
+    assert seconds < scaled(15), (seconds, message)
+    assert "speaks plaintext, this party was started with TLS" in message, message
