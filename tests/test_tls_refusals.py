@@ -16,7 +16,8 @@ import pytest
 
 from splitleak import tls
 from splitleak.cli_common import EXIT_BAD_INPUT, BadInput, tls_dir_or_exit
-from splitleak.config import TopologyConfig, parse_config
+from splitleak.config import AttackerConfig, TopologyConfig, parse_config
+from splitleak.tap import Tap, TapError
 from splitleak.transport import bind, create_server
 from tests.conftest import scaled, small_config
 
@@ -98,6 +99,28 @@ async def _serving(certs: Path | None, identity: str) -> tuple[object, str]:
     port = bind(server, "127.0.0.1:0", certs, identity)
     await server.start()
     return server, f"127.0.0.1:{port}"
+
+
+def test_a_tap_dialling_another_role_fails_at_once(certs: Path) -> None:
+    """The label party's address given as the sidecar's: it waited the join deadline, then
+    said 'not reachable'."""
+    async def go() -> tuple[float, str]:
+        server, address = await _serving(certs, tls.LABEL_PARTY)
+        tap = Tap(address, AttackerConfig(), TopologyConfig(join_deadline_s=60), certs,
+                  tls.passive_identity(1))
+        started = time.monotonic()
+        try:
+            with pytest.raises(TapError) as err:
+                await tap.start("run", 1)
+            return time.monotonic() - started, str(err.value)
+        finally:
+            await tap.channel.close()
+            await server.stop(0)  # type: ignore[attr-defined]
+
+    seconds, message = asyncio.run(go())
+    assert seconds < scaled(15), (seconds, message)
+    assert "is not this run's attacker sidecar" in message, message
+    assert "--attacker" in message, message
 
 
 def _party_against(tmp_path: Path, certs: Path, server_certs: Path | None) -> tuple[float, str]:
