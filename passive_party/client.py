@@ -40,9 +40,12 @@ from splitleak.tap import SIDECAR, Tap, TapError
 from splitleak.timing import StepTimer, mark_startup, note, timed
 from splitleak.tls import LABEL_PARTY, passive_identity
 from splitleak.transport import (
+    CLOSED_IN_A_ROW,
     PARTY_ID_KEY,
     SESSION_KEY,
+    closed_unanswered,
     create_channel,
+    plaintext_against_tls,
     refused_server,
     tls_refusal,
 )
@@ -174,6 +177,7 @@ async def _join(stub: pb_grpc.LabelPartyStub, cfg: ExperimentConfig, bottom: Bot
     # until the join deadline. A TLS handshake it refused cannot get better by waiting (not
     # waiting for the channel to be ready is what lets it show at once).
     end = time.monotonic() + cfg.topology.join_deadline_s
+    closed = 0  # attempts in a row whose connection closed unanswered
     while True:
         try:
             return await stub.Join(request, timeout=max(0.001, end - time.monotonic()))
@@ -182,6 +186,9 @@ async def _join(stub: pb_grpc.LabelPartyStub, cfg: ExperimentConfig, bottom: Bot
             if refusal is not None:
                 raise PartyError(refused_server(refusal, "label party", address,
                                                 "--label-party")) from None
+            closed = closed + 1 if closed_unanswered(err) else 0
+            if not cfg.topology.tls and closed >= CLOSED_IN_A_ROW:
+                raise PartyError(plaintext_against_tls("label party", address)) from None
             if err.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() + JOIN_RETRY > end:
                 raise PartyError(_describe(err, "joining")) from None
         await asyncio.sleep(JOIN_RETRY)

@@ -123,6 +123,23 @@ def tls_refusal(err: grpc.aio.AioRpcError) -> str | None:
     return details.rsplit("last error: ", 1)[-1]
 
 
+# A plaintext client's connection closed before any gRPC reply, this many attempts in a row:
+# what a TLS server does with a client that never starts a handshake (a server that stopped
+# would refuse the connections instead).
+CLOSED_IN_A_ROW = 3
+
+
+def closed_unanswered(err: grpc.aio.AioRpcError) -> bool:
+    """The server accepted the connection and closed it without a gRPC reply."""
+    return (err.code() == grpc.StatusCode.UNAVAILABLE
+            and "socket closed" in (err.details() or "").lower())
+
+
+def plaintext_against_tls(role: str, address: str) -> str:
+    return (f"the {role} at {address} closes every plaintext connection: it speaks TLS, this "
+            "party was started without it; give every party the same topology.tls")
+
+
 def refused_server(refusal: str, role: str, address: str, flag: str) -> str:
     """One sentence for a TLS handshake (`tls_refusal`) that refused the server at `address`,
     dialled as this run's `role` (given by `flag`): its actual reason when gRPC's words show it."""

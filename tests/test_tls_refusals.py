@@ -123,12 +123,13 @@ def test_a_tap_dialling_another_role_fails_at_once(certs: Path) -> None:
     assert "--attacker" in message, message
 
 
-def _party_against(tmp_path: Path, certs: Path, server_certs: Path | None) -> tuple[float, str]:
+def _party_against(tmp_path: Path, certs: Path | None,
+                   server_certs: Path | None) -> tuple[float, str]:
     from passive_party.client import PartyError, run_party
     from splitleak.artifacts.paths import RunDir
 
     cfg = parse_config(small_config(tmp_path, features={"passive": [[0, 30]]},
-                                    topology={"passive_parties": 1, "tls": True,
+                                    topology={"passive_parties": 1, "tls": certs is not None,
                                               "join_deadline_s": 60}))
 
     async def go() -> tuple[float, str]:
@@ -160,3 +161,11 @@ def test_a_plaintext_label_party_is_named_as_plaintext(tmp_path: Path, certs: Pa
     seconds, message = _party_against(tmp_path, certs, None)
     assert seconds < scaled(15), (seconds, message)
     assert "speaks plaintext, this party was started with TLS" in message, message
+
+
+def test_a_plaintext_party_names_a_tls_label_party(tmp_path: Path, certs: Path) -> None:
+    """It waited its join deadline, then said UNAVAILABLE: ... Socket closed."""
+    seconds, message = _party_against(tmp_path, None, certs)
+    assert seconds < scaled(15), (seconds, message)
+    assert "closes every plaintext connection: it speaks TLS, this party was started without it" \
+        in message, message
