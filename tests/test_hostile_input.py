@@ -270,6 +270,21 @@ def test_message_over_twice_the_limit_still_names_the_limit(tmp_path: Path) -> N
     assert "over 2 MiB, twice topology.max_message_mb = 1" in outcome["message"], outcome
 
 
+def test_a_party_that_ends_its_stream_is_said_to_have_exited_first(tmp_path: Path) -> None:
+    """What every passive party's death looks like: the end named the size cut-off alone."""
+    cfg = one_party(tmp_path, max_message_mb=1)
+
+    async def leave(party: ScriptedParty) -> None:
+        await party.call.read()
+        await party.call.done_writing()
+
+    _, outcome = asyncio.run(scripted_run(cfg, tmp_path / "run", leave))
+    message = outcome["message"]
+    assert outcome["status"] == "failed" and outcome["party"] == 1, outcome
+    assert "ended its stream, most likely because it exited or lost its connection" in message
+    assert message.index("exited") < message.index("over 2 MiB"), message
+
+
 def test_an_impostor_label_party_is_named_at_once(tmp_path: Path) -> None:
     """A server at the label party's address presenting another role's certificate: the
     passive party says so within seconds (it waited for its join deadline, then said
