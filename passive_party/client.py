@@ -6,8 +6,9 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import grpc
 import numpy as np
@@ -56,6 +57,7 @@ from splitleak.v1 import tensor_pb2
 from splitleak.white_box import SnapshotWriter, cafe_victim
 
 log = logging.getLogger("passive_party")
+T = TypeVar("T")
 JOIN_RETRY = 0.2  # s between two attempts to join a label party that does not answer yet
 
 
@@ -229,6 +231,7 @@ class StepLoop:
         self.timer = StepTimer()
 
     async def run(self, call: Any) -> None:
+        ended = EndStatus(call)
         try:
             while True:
                 began = time.perf_counter()
@@ -250,7 +253,7 @@ class StepLoop:
                 else:
                     answer = await self._answer(message.next_batch)
                 with self.timer.span("write", train):
-                    await _write(call, answer)
+                    await _write(call, answer, ended)
                 if tap is not None:  # off the step's critical path: the label party computes
                     await self._tap(tap)
             code = await call.code()
@@ -325,13 +328,48 @@ class StepLoop:
                                                            recorded=recorded))
 
 
-async def _write(call: Any, message: pb.PartyMessage) -> None:
+# What gRPC reports of a write that failed because the label party ended the call meanwhile:
+# a stand-in status that replaces the label party's own (received just before).
+_WRITE_CUT_OFF = "Internal error from Core"
+
+
+def _settled(step: Coroutine[Any, Any, T]) -> T | None:
+    """The value of a coroutine that returns without waiting (a finished call's code or
+    details), taken synchronously; None if it would wait."""
+    try:
+        step.send(None)
+    except StopIteration as done:
+        return done.value
+    step.close()
+    return None
+
+
+class EndStatus:
+    """The status the label party ended a Train call with, kept as it arrives: a write in
+    flight then fails, and gRPC replaces that status with its stand-in (_WRITE_CUT_OFF)."""
+
+    def __init__(self, call: Any) -> None:
+        self.said: str | None = None
+        call.add_done_callback(self._arrived)
+
+    def _arrived(self, call: Any) -> None:
+        code, details = _settled(call.code()), _settled(call.details())
+        if code is not None and details is not None:
+            self.said = f"{code.name}: {details}"
+
+
+async def _write(call: Any, message: pb.PartyMessage, ended: EndStatus) -> None:
     """Write, or say why the label party ended the call meanwhile (its real status)."""
     try:
         await call.write(message)
+        return
     except asyncio.InvalidStateError:
-        raise PartyError(f"the label party ended the stream with {(await call.code()).name}: "
-                         f"{await call.details()}") from None
+        pass
+    except grpc.aio.AioRpcError as err:
+        if err.code() != grpc.StatusCode.INTERNAL or err.details() != _WRITE_CUT_OFF:
+            raise
+    said = ended.said or f"{(await call.code()).name}: {await call.details()}"
+    raise PartyError(f"the label party ended the stream with {said}")
 
 
 async def _report(call: Any, component: str, message: str) -> None:
