@@ -67,7 +67,7 @@ async def _pump(requests: AsyncIterator[pb.PartyMessage | Malformed], stream: Pa
     mark how the stream ended. A message between the limit and twice it is refused here,
     naming the limit; gRPC cuts a stream off at twice the limit (bounding what a peer can make
     this process hold), and the servicer then sees the same end as a party that died, so the
-    end names both."""
+    end names both, the likelier (the party exited) first."""
     try:
         async for message in requests:
             refusal = stream.admit(message)
@@ -80,5 +80,8 @@ async def _pump(requests: AsyncIterator[pb.PartyMessage | Malformed], stream: Pa
     except Exception as err:  # noqa: BLE001 - any transport failure ends this party
         stream.gone(PartyGone(f"lost its connection ({type(err).__name__}: {err})"))
         return
-    stream.gone(PartyGone(f"closed its stream or had it cut off (gRPC cuts off a message over "
-                          f"{2 * limit_mb} MiB, twice topology.max_message_mb = {limit_mb})"))
+    # gRPC shows both ends alike (nothing in the call tells them apart): the likelier first.
+    stream.gone(PartyGone(f"ended its stream, most likely because it exited or lost its "
+                          f"connection (a message over {2 * limit_mb} MiB, twice "
+                          f"topology.max_message_mb = {limit_mb}, which gRPC cuts off, would "
+                          "end it the same way)"))

@@ -42,6 +42,10 @@ FLIGHT = 64  # chunks queued per direction: 4 MiB, over the bandwidth-delay prod
 MAX_CONNECTIONS = 4
 
 
+class PortFileError(Exception):
+    """The relay listens but cannot write the address file its peers would read."""
+
+
 @dataclass
 class Link:
     """One direction's schedule: when each chunk written now arrives at the other end."""
@@ -145,7 +149,13 @@ class Relay:
                  self.host, self.port, n.one_way_latency_ms, n.jitter_ms,
                  f"{n.bandwidth_mbit:g} Mbit/s" if n.bandwidth_mbit else "unlimited")
         if port_file is not None:
-            write_atomically(port_file, lambda tmp: tmp.write_text(bound))
+            try:
+                write_atomically(port_file, lambda tmp: tmp.write_text(bound))
+            except OSError as err:  # listening worked: say what did not
+                server.close()
+                raise PortFileError(f"cannot write --port-file {port_file}: "
+                                    f"{err.strerror or err} (listening on {bound} worked; "
+                                    "give a file in a writable directory)") from None
         async with server:
             await server.serve_forever()
 
@@ -203,6 +213,9 @@ def cmd_relay(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     try:
         run_async(Relay(args.to, network, seed).serve(args.listen, args.port_file))
+    except PortFileError as err:
+        log.error("relay: %s", err)
+        return EXIT_BAD_INPUT
     except OSError as err:
         log.error("relay: cannot listen on %s: %s", args.listen, err)
         return EXIT_BAD_INPUT

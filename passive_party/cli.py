@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import signal
 from pathlib import Path
 from typing import NoReturn
 
@@ -60,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         except LinkedRunDir as err:
             raise BadInput(f"passive-party run --resume: {err}") from None
     writable_or_exit(run.root)
+    _say_when_terminated(args.party_id)
     try:
         run_async(run_party(cfg, args.party_id, args.label_party, run, attacker=args.attacker,
                             tls_dir=tls_dir, resuming=args.resume is not None))
@@ -77,6 +80,17 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     return 0
+
+
+def _say_when_terminated(party_id: int) -> None:
+    """Log one line on SIGTERM, then die of it as before (its status says SIGTERM): without it
+    the party's log ended mid-run with no word of why."""
+    def stopped(signum: int, frame: object) -> None:
+        log.warning("passive party %d: stopped by SIGTERM", party_id)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, stopped)
 
 
 def check_arguments(args: argparse.Namespace, parties: int) -> None:

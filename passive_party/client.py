@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import grpc
 import numpy as np
@@ -39,7 +40,16 @@ from splitleak.placement import memory_facts, prepare_role
 from splitleak.tap import SIDECAR, Tap, TapError
 from splitleak.timing import StepTimer, mark_startup, note, timed
 from splitleak.tls import LABEL_PARTY, passive_identity
-from splitleak.transport import PARTY_ID_KEY, SESSION_KEY, create_channel, tls_refusal
+from splitleak.transport import (
+    CLOSED_IN_A_ROW,
+    PARTY_ID_KEY,
+    SESSION_KEY,
+    closed_unanswered,
+    create_channel,
+    plaintext_against_tls,
+    refused_server,
+    tls_refusal,
+)
 from splitleak.v1 import attacker_pb2 as apb
 from splitleak.v1 import split_learning_pb2 as pb
 from splitleak.v1 import split_learning_pb2_grpc as pb_grpc
@@ -47,6 +57,7 @@ from splitleak.v1 import tensor_pb2
 from splitleak.white_box import SnapshotWriter, cafe_victim
 
 log = logging.getLogger("passive_party")
+T = TypeVar("T")
 JOIN_RETRY = 0.2  # s between two attempts to join a label party that does not answer yet
 
 
@@ -106,7 +117,7 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
                               server_identity=LABEL_PARTY,
                               compression=cfg.wire.compression) as channel:
         stub = pb_grpc.LabelPartyStub(channel)
-        plan = await _join(stub, cfg, bottom)
+        plan = await _join(stub, cfg, bottom, address)
         mark_startup("joined")
         log.info("party %d joined run %s: %d train steps%s", party_id, plan.run_id,
                  plan.total_train_steps,
@@ -157,8 +168,8 @@ def _restore(bottom: BottomTrainer, run: RunDir, plan: pb.TrainingPlan, resuming
     set_rng_state(state["rng"])
 
 
-async def _join(stub: pb_grpc.LabelPartyStub, cfg: ExperimentConfig,
-                bottom: BottomTrainer) -> pb.TrainingPlan:
+async def _join(stub: pb_grpc.LabelPartyStub, cfg: ExperimentConfig, bottom: BottomTrainer,
+                address: str) -> pb.TrainingPlan:
     request = pb.JoinRequest(protocol_version=PROTOCOL_VERSION, party_id=bottom.party_id,
                              embedding_shape=bottom.embedding_shape, config_hash=cfg.hash,
                              num_rows=bottom.inputs.num_rows)
@@ -166,15 +177,18 @@ async def _join(stub: pb_grpc.LabelPartyStub, cfg: ExperimentConfig,
     # until the join deadline. A TLS handshake it refused cannot get better by waiting (not
     # waiting for the channel to be ready is what lets it show at once).
     end = time.monotonic() + cfg.topology.join_deadline_s
+    closed = 0  # attempts in a row whose connection closed unanswered
     while True:
         try:
             return await stub.Join(request, timeout=max(0.001, end - time.monotonic()))
         except grpc.aio.AioRpcError as err:
             refusal = tls_refusal(err)
             if refusal is not None:
-                raise PartyError(f"the server at the label party's address is not this run's label "
-                                 f"party: its TLS certificate was refused ({refusal}); check "
-                                 "--label-party and that every party has this run's ca.pem") from None
+                raise PartyError(refused_server(refusal, "label party", address,
+                                                "--label-party")) from None
+            closed = closed + 1 if closed_unanswered(err) else 0
+            if not cfg.topology.tls and closed >= CLOSED_IN_A_ROW:
+                raise PartyError(plaintext_against_tls("label party", address)) from None
             if err.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() + JOIN_RETRY > end:
                 raise PartyError(_describe(err, "joining")) from None
         await asyncio.sleep(JOIN_RETRY)
@@ -215,6 +229,7 @@ class StepLoop:
         self.timer = StepTimer()
 
     async def run(self, call: Any) -> None:
+        ended = EndStatus(call)
         try:
             while True:
                 began = time.perf_counter()
@@ -236,7 +251,7 @@ class StepLoop:
                 else:
                     answer = await self._answer(message.next_batch)
                 with self.timer.span("write", train):
-                    await _write(call, answer)
+                    await _write(call, answer, ended)
                 if tap is not None:  # off the step's critical path: the label party computes
                     await self._tap(tap)
             code = await call.code()
@@ -311,13 +326,48 @@ class StepLoop:
                                                            recorded=recorded))
 
 
-async def _write(call: Any, message: pb.PartyMessage) -> None:
+# What gRPC reports of a write that failed because the label party ended the call meanwhile:
+# a stand-in status that replaces the label party's own (received just before).
+_WRITE_CUT_OFF = "Internal error from Core"
+
+
+def _settled(step: Coroutine[Any, Any, T]) -> T | None:
+    """The value of a coroutine that returns without waiting (a finished call's code or
+    details), taken synchronously; None if it would wait."""
+    try:
+        step.send(None)
+    except StopIteration as done:
+        return done.value
+    step.close()
+    return None
+
+
+class EndStatus:
+    """The status the label party ended a Train call with, kept as it arrives: a write in
+    flight then fails, and gRPC replaces that status with its stand-in (_WRITE_CUT_OFF)."""
+
+    def __init__(self, call: Any) -> None:
+        self.said: str | None = None
+        call.add_done_callback(self._arrived)
+
+    def _arrived(self, call: Any) -> None:
+        code, details = _settled(call.code()), _settled(call.details())
+        if code is not None and details is not None:
+            self.said = f"{code.name}: {details}"
+
+
+async def _write(call: Any, message: pb.PartyMessage, ended: EndStatus) -> None:
     """Write, or say why the label party ended the call meanwhile (its real status)."""
     try:
         await call.write(message)
+        return
     except asyncio.InvalidStateError:
-        raise PartyError(f"the label party ended the stream with {(await call.code()).name}: "
-                         f"{await call.details()}") from None
+        pass
+    except grpc.aio.AioRpcError as err:
+        if err.code() != grpc.StatusCode.INTERNAL or err.details() != _WRITE_CUT_OFF:
+            raise
+    said = ended.said or f"{(await call.code()).name}: {await call.details()}"
+    raise PartyError(f"the label party ended the stream with {said}")
 
 
 async def _report(call: Any, component: str, message: str) -> None:

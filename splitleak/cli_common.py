@@ -102,6 +102,8 @@ def tls_dir_or_exit(cfg: ExperimentConfig | None, tls_dir: Path | None,
     except OSError as err:
         reason = str(err) if err.strerror is None else f"cannot read {err.filename}: {err.strerror}"
         raise BadInput(f"--tls-dir {tls_dir}: {reason}") from None
+    except tls.IdentityError as err:
+        raise BadInput(f"--tls-dir {tls_dir}: {err}") from None
     return tls_dir
 
 

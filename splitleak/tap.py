@@ -5,20 +5,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from splitleak.artifacts.records import TapReport
 from splitleak.config import AttackerConfig, TopologyConfig
 from splitleak.tls import ATTACKER
-from splitleak.transport import create_channel
+from splitleak.transport import create_channel, refused_server, tls_refusal
 from splitleak.v1 import attacker_pb2 as apb
 from splitleak.v1 import attacker_pb2_grpc as apb_grpc
 
 log = logging.getLogger("splitleak.tap")
 SIDECAR = "attacker sidecar"
+_RETRY = 0.2  # seconds between attempts to reach a sidecar that is not listening yet
 
 
 class TapError(RuntimeError):
@@ -61,10 +64,9 @@ class Tap:
         """Connect (within the join deadline), cut the log back to `rewind_to` (a resumed
         run), and open the Record stream."""
         self.run_id, self.party_id = run_id, party_id
-        try:
-            await asyncio.wait_for(self.channel.channel_ready(), self.timeout)
-        except TimeoutError:
-            self._failed(f"{SIDECAR} at {self.address} is not reachable (waited {self.timeout:g} s)")
+        unreachable = await self._reach()
+        if unreachable is not None:
+            self._failed(unreachable)
             return
         if rewind_to is not None:
             kept = await self._sync(apb.SyncRequest.REWIND, rewind_to)
@@ -73,6 +75,28 @@ class Tap:
                          party_id, rewind_to, kept)
         if self.error is None:
             self._call = asyncio.ensure_future(self._stream())
+
+    async def _reach(self) -> str | None:
+        """Why the sidecar cannot be reached within the join deadline, or None once it answers.
+        Until it listens every call fails at once (try again); a TLS handshake that refused it
+        (e.g. another role's certificate at that address) cannot get better by waiting."""
+        health = health_pb2_grpc.HealthStub(self.channel)
+        end = time.monotonic() + self.timeout
+        while True:
+            try:
+                await health.Check(health_pb2.HealthCheckRequest(),
+                                   timeout=max(0.001, end - time.monotonic()))
+                return None
+            except grpc.aio.AioRpcError as err:
+                refusal = tls_refusal(err)
+                if refusal is not None:
+                    return refused_server(refusal, SIDECAR, self.address, "--attacker")
+                if err.code() not in (grpc.StatusCode.UNAVAILABLE,
+                                      grpc.StatusCode.DEADLINE_EXCEEDED):
+                    return None  # it answered (e.g. no health service): the channel is up
+                if time.monotonic() + _RETRY > end:
+                    return f"{SIDECAR} at {self.address} is not reachable (waited {self.timeout:g} s)"
+            await asyncio.sleep(_RETRY)
 
     def _failed(self, error: str) -> None:
         self.error = error

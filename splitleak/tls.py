@@ -22,6 +22,12 @@ ATTACKER = "attacker"
 # way (even its orchestrator killed with SIGKILL) leaves no key behind once its roles started.
 RUN_SCOPED = "RUN-SCOPED"
 _held: dict[tuple[str, bytes], bytes] = {}  # (key file, its certificate) -> the key, in memory
+_REMAKE = "make new ones with `splitleak certs DIR --parties N`"
+
+
+class IdentityError(ValueError):
+    """A TLS file this process cannot serve with: not PEM, a key that is not the certificate's,
+    or a certificate outside its validity window. The message names the file."""
 
 
 def passive_identity(party_id: int) -> str:
@@ -121,10 +127,48 @@ def _read(directory: Path, name: str) -> tuple[bytes, bytes, bytes]:
         raise FileNotFoundError(f"TLS identity {name!r} incomplete; missing: {', '.join(missing)} "
                                 "(make them with `splitleak certs DIR --parties N`)")
     key = held if held is not None else key_file.read_bytes()
+    ca = ca_file.read_bytes()
+    check(ca_file, ca, cert_file, cert, key_file, key)
     if held is None and (directory / RUN_SCOPED).is_file():
         _held[(str(key_file.absolute()), cert)] = key
         key_file.unlink(missing_ok=True)
-    return ca_file.read_bytes(), cert, key
+    return ca, cert, key
+
+
+def _certificates(path: Path, pem: bytes) -> list[x509.Certificate]:
+    try:
+        return x509.load_pem_x509_certificates(pem)
+    except ValueError:
+        raise IdentityError(f"{path} is not a PEM certificate; {_REMAKE}") from None
+
+
+def _in_validity(path: Path, certificate: x509.Certificate, now: dt.datetime) -> None:
+    start, end = certificate.not_valid_before_utc, certificate.not_valid_after_utc
+    if now < start or now > end:
+        state = "expired on" if now > end else "is not valid before"
+        date = end if now > end else start
+        raise IdentityError(f"{path} {state} {date:%Y-%m-%d %H:%M} UTC (valid from "
+                            f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC); {_REMAKE}")
+
+
+def check(ca_file: Path, ca: bytes, cert_file: Path, cert: bytes, key_file: Path,
+          key: bytes) -> None:
+    """Refuse now, naming the file, what gRPC would only refuse later in words of its own
+    (an unparsable file: "could not bind"; an expired certificate: the peer's handshake)."""
+    authorities, chain = _certificates(ca_file, ca), _certificates(cert_file, cert)
+    try:
+        private = serialization.load_pem_private_key(key, password=None)
+    except (ValueError, TypeError):
+        raise IdentityError(f"{key_file} is not a PEM private key without a passphrase; "
+                            f"{_REMAKE}") from None
+    raw = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    if private.public_key().public_bytes(*raw) != chain[0].public_key().public_bytes(*raw):
+        raise IdentityError(f"{key_file} is not the private key of the certificate {cert_file}; "
+                            f"{_REMAKE}")
+    now = dt.datetime.now(dt.UTC)
+    for path, certificates in ((ca_file, authorities), (cert_file, chain)):
+        for certificate in certificates:
+            _in_validity(path, certificate, now)
 
 
 def server_credentials(directory: Path, name: str) -> grpc.ServerCredentials:

@@ -123,6 +123,37 @@ def tls_refusal(err: grpc.aio.AioRpcError) -> str | None:
     return details.rsplit("last error: ", 1)[-1]
 
 
+# A plaintext client's connection closed before any gRPC reply, this many attempts in a row:
+# what a TLS server does with a client that never starts a handshake (a server that stopped
+# would refuse the connections instead).
+CLOSED_IN_A_ROW = 3
+
+
+def closed_unanswered(err: grpc.aio.AioRpcError) -> bool:
+    """The server accepted the connection and closed it without a gRPC reply."""
+    return (err.code() == grpc.StatusCode.UNAVAILABLE
+            and "socket closed" in (err.details() or "").lower())
+
+
+def plaintext_against_tls(role: str, address: str) -> str:
+    return (f"the {role} at {address} closes every plaintext connection: it speaks TLS, this "
+            "party was started without it; give every party the same topology.tls")
+
+
+def refused_server(refusal: str, role: str, address: str, flag: str) -> str:
+    """One sentence for a TLS handshake (`tls_refusal`) that refused the server at `address`,
+    dialled as this run's `role` (given by `flag`): its actual reason when gRPC's words show it."""
+    lower = refusal.lower()
+    if "wrong_version_number" in lower:  # a TLS client hello answered in plaintext
+        return (f"the {role} at {address} speaks plaintext, this party was started with TLS: "
+                "give every party the same topology.tls")
+    if "expired" in lower or "not yet valid" in lower:
+        return (f"the {role} at {address} presents a TLS certificate outside its validity "
+                f"window ({refusal}): make new ones with `splitleak certs DIR --parties N`")
+    return (f"the server at {address} is not this run's {role}: its TLS certificate was "
+            f"refused ({refusal}); check {flag} and that every party has this run's ca.pem")
+
+
 def run_async(main: Coroutine[Any, Any, T]) -> T:
     """Run an entry point's coroutine, on uvloop when it is installed."""
     try:

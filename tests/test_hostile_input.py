@@ -4,6 +4,7 @@ its memory bounded, and blames the right party (issue 13, items 3-5, on the wire
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -133,6 +134,9 @@ class _FinishedCall:
 
     async def details(self) -> str:
         return "run aborted: passive party 2 sent a NaN activation"
+
+    def add_done_callback(self, callback: Callable[[_FinishedCall], None]) -> None:
+        callback(self)  # already ended, as grpc calls it at once
 
     def cancel(self) -> None:
         pass
@@ -268,6 +272,58 @@ def test_message_over_twice_the_limit_still_names_the_limit(tmp_path: Path) -> N
     _, outcome = asyncio.run(scripted_run(cfg, tmp_path / "run", huge))
     assert outcome["status"] == "failed" and outcome["party"] == 1, outcome
     assert "over 2 MiB, twice topology.max_message_mb = 1" in outcome["message"], outcome
+
+
+def test_a_party_that_ends_its_stream_is_said_to_have_exited_first(tmp_path: Path) -> None:
+    """What every passive party's death looks like: the end named the size cut-off alone."""
+    cfg = one_party(tmp_path, max_message_mb=1)
+
+    async def leave(party: ScriptedParty) -> None:
+        await party.call.read()
+        await party.call.done_writing()
+
+    _, outcome = asyncio.run(scripted_run(cfg, tmp_path / "run", leave))
+    message = outcome["message"]
+    assert outcome["status"] == "failed" and outcome["party"] == 1, outcome
+    assert "ended its stream, most likely because it exited or lost its connection" in message
+    assert message.index("exited") < message.index("over 2 MiB"), message
+
+
+def test_a_write_cut_off_by_the_label_party_reports_its_status(tmp_path: Path) -> None:
+    """The label party ends a party's stream (the run aborted) while the party writes: gRPC
+    replaced the label party's status with 'INTERNAL: Internal error from Core'."""
+    from passive_party.client import EndStatus, _write
+
+    class Aborting(pb_grpc.LabelPartyServicer):
+        async def Train(self, requests, context):  # noqa: N802 (gRPC method name)
+            await requests.__anext__()
+            await context.abort(grpc.StatusCode.ABORTED, "run aborted: party 1 failed")
+            yield pb.LabelPartyMessage()  # unreachable: makes this a streaming handler
+
+    async def go() -> set[str]:
+        server = grpc.aio.server()
+        pb_grpc.add_LabelPartyServicer_to_server(Aborting(), server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        activation = encode_tensor(np.zeros((64, 256), np.float32))
+        message = pb.PartyMessage(phase=pb.TRAIN, step=0, activation=activation)
+        said = set()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                for _ in range(20):  # the write is in flight when the status comes, most times
+                    call = pb_grpc.LabelPartyStub(channel).Train()
+                    ended = EndStatus(call)
+                    with pytest.raises(PartyError) as err:
+                        for _ in range(1000):
+                            await _write(call, message, ended)
+                    said.add(str(err.value))
+                    call.cancel()
+        finally:
+            await server.stop(0)
+        return said
+
+    assert asyncio.run(go()) == {
+        "the label party ended the stream with ABORTED: run aborted: party 1 failed"}
 
 
 def test_an_impostor_label_party_is_named_at_once(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from orchestration.relay import Link, Relay, _link, link_seed
+from orchestration.relay import Link, Relay, _link, cmd_relay, link_seed
 from splitleak.artifacts.metrics import read_metrics
 from splitleak.artifacts.paths import RunDir
 from splitleak.config import ConfigError, NetworkConfig, parse_config
@@ -194,3 +194,17 @@ def test_the_relay_carries_a_bounded_number_of_connections() -> None:
 
     carried, closed = asyncio.run(go())
     assert carried == MAX_CONNECTIONS and closed == 10 - MAX_CONNECTIONS
+
+
+def test_an_unwritable_port_file_is_named_not_the_listen_address(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It said 'cannot listen on 127.0.0.1:0: [Errno 30] Read-only file system' though
+    listening worked."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    port_file = blocker / "port"  # under a file: never writable, whoever runs the test
+    args = _relay_args("--port-file", str(port_file))
+    assert cmd_relay(args) == 2
+    message = capsys.readouterr().err
+    assert f"cannot write --port-file {port_file}" in message, message
+    assert "listening on 127.0.0.1:" in message and "cannot listen" not in message, message

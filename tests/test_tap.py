@@ -114,6 +114,9 @@ class _ScriptedCall:
     def cancel(self) -> None:
         pass
 
+    def add_done_callback(self, callback: object) -> None:
+        pass  # never ends before the party does
+
 
 class _LoggingTap:
     record_activation = False

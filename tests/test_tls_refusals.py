@@ -1,0 +1,171 @@
+"""TLS identities that cannot serve are refused at start, naming the file; a refused handshake
+is named by its actual reason (another role, an expired certificate, a plaintext peer) at once."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import shutil
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+from splitleak import tls
+from splitleak.cli_common import EXIT_BAD_INPUT, BadInput, tls_dir_or_exit
+from splitleak.config import AttackerConfig, TopologyConfig, parse_config
+from splitleak.tap import Tap, TapError
+from splitleak.transport import bind, create_server
+from tests.conftest import scaled, small_config
+
+
+def _generate_at(directory: Path, days_ago: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Identities made `days_ago` days ago, valid for 30 days from then."""
+    then = dt.datetime.now(dt.UTC) - dt.timedelta(days=days_ago)
+
+    class Then(dt.datetime):
+        @classmethod
+        def now(cls, tz: dt.tzinfo | None = None) -> dt.datetime:  # type: ignore[override]
+            return then
+
+    with monkeypatch.context() as patch:
+        patch.setattr(tls, "dt", types.SimpleNamespace(datetime=Then, timedelta=dt.timedelta,
+                                                       UTC=dt.UTC))
+        tls.generate(directory, tls.identities(1))
+
+
+@pytest.fixture
+def certs(tmp_path: Path) -> Path:
+    directory = tmp_path / "certs"
+    tls.generate(directory, tls.identities(1))
+    return directory
+
+
+@pytest.mark.parametrize(("damaged", "said"), [
+    ("label-party.key", "label-party.key is not a PEM private key"),
+    ("label-party.pem", "label-party.pem is not a PEM certificate"),
+    ("ca.pem", "ca.pem is not a PEM certificate"),
+])
+def test_an_unparsable_identity_file_is_named(certs: Path, damaged: str, said: str,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    (certs / damaged).write_bytes(b"garbage\n")
+    with pytest.raises(BadInput):
+        tls_dir_or_exit(None, certs, tls.LABEL_PARTY)
+    message = capsys.readouterr().err
+    assert said in message and "splitleak certs" in message, message
+
+
+def test_a_key_of_another_identity_is_named(certs: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    shutil.copy(certs / "attacker.key", certs / "label-party.key")
+    with pytest.raises(BadInput):
+        tls_dir_or_exit(None, certs, tls.LABEL_PARTY)
+    message = capsys.readouterr().err
+    assert "label-party.key is not the private key of the certificate" in message, message
+
+
+@pytest.mark.parametrize(("days_ago", "said"), [(40, "expired on"),
+                                                (-5, "is not valid before")])
+def test_an_identity_outside_its_validity_window_is_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        days_ago: int, said: str) -> None:
+    _generate_at(tmp_path / "certs", days_ago, monkeypatch)
+    with pytest.raises(BadInput):
+        tls_dir_or_exit(None, tmp_path / "certs", tls.passive_identity(1))
+    message = capsys.readouterr().err
+    assert f"ca.pem {said}" in message and "UTC" in message, message
+    assert "splitleak certs" in message, message
+
+
+def test_the_sidecar_refuses_a_garbage_certificate_at_once(certs: Path, tmp_path: Path) -> None:
+    """It said 'cannot listen on ...: gRPC could not bind it' for a free port."""
+    (certs / "attacker.pem").write_text("junk\n")
+    result = subprocess.run([sys.executable, "-m", "attacker", "serve", "--listen", "127.0.0.1:0",
+                             "--out", str(tmp_path / "out"), "--tls-dir", str(certs)],
+                            capture_output=True, text=True, timeout=scaled(60))
+    assert result.returncode == EXIT_BAD_INPUT, result.stderr
+    assert "attacker.pem is not a PEM certificate" in result.stderr, result.stderr
+    assert "cannot listen" not in result.stderr and "Traceback" not in result.stderr
+
+
+async def _serving(certs: Path | None, identity: str) -> tuple[object, str]:
+    server = create_server(TopologyConfig())
+    from grpc_health.v1 import health, health_pb2_grpc
+
+    health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
+    port = bind(server, "127.0.0.1:0", certs, identity)
+    await server.start()
+    return server, f"127.0.0.1:{port}"
+
+
+def test_a_tap_dialling_another_role_fails_at_once(certs: Path) -> None:
+    """The label party's address given as the sidecar's: it waited the join deadline, then
+    said 'not reachable'."""
+    async def go() -> tuple[float, str]:
+        server, address = await _serving(certs, tls.LABEL_PARTY)
+        tap = Tap(address, AttackerConfig(), TopologyConfig(join_deadline_s=60), certs,
+                  tls.passive_identity(1))
+        started = time.monotonic()
+        try:
+            with pytest.raises(TapError) as err:
+                await tap.start("run", 1)
+            return time.monotonic() - started, str(err.value)
+        finally:
+            await tap.channel.close()
+            await server.stop(0)  # type: ignore[attr-defined]
+
+    seconds, message = asyncio.run(go())
+    assert seconds < scaled(15), (seconds, message)
+    assert "is not this run's attacker sidecar" in message, message
+    assert "--attacker" in message, message
+
+
+def _party_against(tmp_path: Path, certs: Path | None,
+                   server_certs: Path | None) -> tuple[float, str]:
+    from passive_party.client import PartyError, run_party
+    from splitleak.artifacts.paths import RunDir
+
+    cfg = parse_config(small_config(tmp_path, features={"passive": [[0, 30]]},
+                                    topology={"passive_parties": 1, "tls": certs is not None,
+                                              "join_deadline_s": 60}))
+
+    async def go() -> tuple[float, str]:
+        server, address = await _serving(server_certs, tls.LABEL_PARTY)
+        started = time.monotonic()
+        try:
+            with pytest.raises(PartyError) as err:
+                await run_party(cfg, 1, address, RunDir(tmp_path / "run"), tls_dir=certs)
+            return time.monotonic() - started, str(err.value)
+        finally:
+            await server.stop(0)  # type: ignore[attr-defined]
+
+    return asyncio.run(go())
+
+
+def test_an_expired_label_party_certificate_is_named_as_expired(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It said 'not this run's label party'. Both sides' own start checks are bypassed to
+    reach the handshake: the label party would refuse to start with it."""
+    _generate_at(tmp_path / "certs", 40, monkeypatch)
+    monkeypatch.setattr(tls, "check", lambda *args: None)
+    seconds, message = _party_against(tmp_path, tmp_path / "certs", tmp_path / "certs")
+    assert seconds < scaled(15), (seconds, message)
+    assert "presents a TLS certificate outside its validity window" in message, message
+    assert "certificate has expired" in message and "not this run's" not in message, message
+
+
+def test_a_plaintext_label_party_is_named_as_plaintext(tmp_path: Path, certs: Path) -> None:
+    seconds, message = _party_against(tmp_path, certs, None)
+    assert seconds < scaled(15), (seconds, message)
+    assert "speaks plaintext, this party was started with TLS" in message, message
+
+
+def test_a_plaintext_party_names_a_tls_label_party(tmp_path: Path, certs: Path) -> None:
+    """It waited its join deadline, then said UNAVAILABLE: ... Socket closed."""
+    seconds, message = _party_against(tmp_path, None, certs)
+    assert seconds < scaled(15), (seconds, message)
+    assert "closes every plaintext connection: it speaks TLS, this party was started without it" \
+        in message, message
