@@ -17,6 +17,7 @@ from rich.console import Console
 from orchestration.sweep.engine import Engine, EngineError, Terminated, stopped_by
 from orchestration.sweep.index import SweepIndex
 from orchestration.sweep.points import Point, resolve
+from orchestration.sweep.ray_failures import bound_connect
 from orchestration.sweep.runner import SweepOutcome, run_points
 from orchestration.sweep.spec import SweepError, SweepFile, base_path, load_sweep
 from splitleak.arguments import output_dir_problem
@@ -45,6 +46,7 @@ def build_engine(args: argparse.Namespace) -> Engine:
         from orchestration.sweep.inprocess import InProcessEngine
 
         return InProcessEngine(args.jobs)
+    bound_connect()  # before Ray is imported
     try:
         from orchestration.sweep.ray_engine import RayEngine
     except ImportError as err:

@@ -43,6 +43,7 @@ from orchestration.sweep.engine import (
     read_result,
 )
 from orchestration.sweep.points import Point
+from orchestration.sweep.ray_failures import CONNECT_TRIES, no_cluster, refused, unreachable
 from orchestration.sweep.roles import RoleHost, receive
 from splitleak import tls
 from splitleak.artifacts.outcome import read_outcome
@@ -118,6 +119,26 @@ def private_auth_token() -> None:
         out.write(secrets.token_hex(32))  # what Ray itself writes: 256 random bits in hex
 
 
+def _init(address: str | None) -> None:
+    """ray.init; at an address, EngineError naming it within about 20 s where no
+    cluster answers or the one there refuses this driver (Ray alone retries for minutes)."""
+    if address is None:
+        ray.init(log_to_driver=False)
+        return
+    if (why := unreachable(address)) is not None:
+        raise EngineError(no_cluster(address, why))
+    tries = "RAY_gcs_server_port_wait_time_s"  # read by ray.init itself, not at import
+    saved = os.environ.get(tries)
+    os.environ.setdefault(tries, str(CONNECT_TRIES))
+    try:
+        ray.init(address=address, log_to_driver=False)
+    except (ConnectionError, RuntimeError, ray.exceptions.RayError) as err:
+        raise EngineError(refused(address, err)) from None
+    finally:
+        if saved is None:
+            os.environ.pop(tries, None)
+
+
 def _plan(point: Point) -> list[Role]:
     """The point's launch plan in start order (the Ray engine runs no relays: check_network)."""
     return start_order(launch_roles(topology_of(point.config)))
@@ -148,7 +169,7 @@ class RayEngine(Engine):
             self.local = self.address is None and not os.environ.get("RAY_ADDRESS")
             if self.local:
                 private_auth_token()
-            ray.init(address=self.address, log_to_driver=False)
+            _init(self.address or os.environ.get("RAY_ADDRESS"))
         nodes = [n for n in ray.nodes() if n["Alive"]]
         usable = [n for n in nodes if n["Resources"].get("CPU", 0) >= self.cpus_per_role]
         widest = max(len(_roles(p)) for p in points)
