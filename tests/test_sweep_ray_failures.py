@@ -1,5 +1,5 @@
 """What `splitleak sweep --engine ray` says, fast and without a cluster, when no Ray cluster
-answers at --address and when the one there refuses the driver."""
+answers at --address, when the one there refuses the driver, and when a role's actor dies."""
 
 from __future__ import annotations
 
@@ -12,11 +12,23 @@ import pytest
 import tomli_w
 
 from orchestration.cli import main
+from orchestration.sweep.ray_failures import died
 from tests.conftest import small_config, write_config
 
 ray = pytest.importorskip("ray", reason="the Ray engine needs the optional extra splitleak[ray]")
 
 TRIES = "RAY_gcs_server_port_wait_time_s"
+# An ActorDiedError's text after `kill -9` of a RoleActor's process (Ray 2.60).
+KILLED = """The actor died unexpectedly before finishing this task.
+\tclass_name: RoleActor
+\tactor_id: 7b05c4bafbe833d78562bf8f01000000
+\tpid: 23687
+\tnamespace: e0b1d8bb-0815-4788-a3d9-a0225c6a4477
+\tip: 192.0.2.2
+The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker \
+exit detail: Worker unexpectedly exits with a connection error code 2. End of file. Some common \
+causes include: (1) the process was killed by the OOM killer due to high memory usage, (2) ray \
+stop --force was called"""
 
 
 @pytest.fixture(autouse=True)
@@ -76,3 +88,13 @@ def test_a_cluster_that_refuses_the_driver_exits_2_in_one_sentence(
             "incorrect); check the address") in " ".join(err.split()), err
     assert "Traceback" not in err
 
+
+def test_a_dead_actor_is_named_as_its_role_with_its_node_pid_and_rays_reason() -> None:
+    where = {"node_id": "0d1a9c74" + "f" * 48, "ip": "192.0.2.2", "pid": 23687}
+    assert died("passive party 1", where, KILLED) == (
+        "passive party 1 (Ray actor on node 0d1a9c74 at 192.0.2.2, pid 23687) died: Worker "
+        "unexpectedly exits with a connection error code 2. End of file")
+    assert died("label party", None, KILLED).startswith(
+        "label party (Ray actor on node at 192.0.2.2, pid 23687) died: Worker unexpectedly")
+    assert died("attacker sidecar", None, "The actor died unexpectedly before finishing this task.") == (
+        "attacker sidecar (Ray actor) died: The actor died unexpectedly before finishing this task")
