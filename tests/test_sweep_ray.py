@@ -5,6 +5,9 @@ equal the local engine's for the same seed; a packed point writes into a shared 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import signal
 import tempfile
 import time
 from pathlib import Path
@@ -41,9 +44,9 @@ def cluster():
         ray.shutdown()
 
 
-def _points(tmp_path: Path, name: str, **overrides) -> list[Point]:
+def _points(tmp_path: Path, name: str, epochs: int = 1, **overrides) -> list[Point]:
     base = parse_config(small_config(
-        tmp_path, training={"epochs": 1}, attacker={"attacks": ["norm", "cosine_majority"]},
+        tmp_path, training={"epochs": epochs}, attacker={"attacks": ["norm", "cosine_majority"]},
         **overrides))
     return resolve(parse_sweep({"sweep": {"name": name, "seeds": [5]}}), base, tmp_path / name)
 
@@ -146,3 +149,52 @@ def test_a_role_that_fails_fails_its_point_with_the_reason(cluster, tmp_path: Pa
     assert row["status"] == "failed"
     assert "label_party ended before serving" in row["message"] and "rows" in row["message"]
     assert json.loads((points[0].run_dir / "ray.json").read_text())["nodes"]["label_party"]
+
+
+class _KillOnFirstStep(RayEngine):
+    """kill -9 of one role's actor process once the point's first train step is recorded."""
+
+    def __init__(self, victim: str, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.victim = victim
+        self.killed: dict = {}
+
+    def _place(self, *args):
+        self.actors = super()._place(*args)
+        return self.actors
+
+    def started(self, point: Point) -> None:
+        pass
+
+    def record(self, point: Point, record: dict) -> None:
+        if record.get("type") == "train" and not self.killed:
+            self.killed = ray.get(self.actors[self.victim].where.remote())
+            os.kill(self.killed["pid"], signal.SIGKILL)
+
+    def finished(self, point: Point, result) -> None:
+        self.result = result
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_role_fails_its_point_naming_it_and_keeps_what_the_others_wrote(
+        cluster, tmp_path: Path) -> None:
+    """It failed with Ray's raw ActorDiedError, and the run directory kept no log nor outcome."""
+    (point,) = _points(tmp_path, "killed", epochs=50, features={"passive": [[0, 30]]},
+                       topology={"passive_parties": 1})
+    engine = _KillOnFirstStep("passive_party_1")
+    scratch = _scratch()
+    engine.run([point], engine)
+    left = _scratch() - scratch  # the survivors cleaned theirs; the dead one could not
+    assert all(p.name.startswith("splitleak-passive_party_1-") for p in left), left
+    for folder in left:
+        shutil.rmtree(folder)
+    where = engine.killed
+    assert engine.result.status == "failed"
+    assert engine.result.message.startswith(
+        f"passive party 1 (Ray actor on node {where['node_id'][:8]} at {where['ip']}, pid "
+        f"{where['pid']}) died: "), engine.result.message
+    assert "\n" not in engine.result.message and "Some common causes" not in engine.result.message
+    for kept in ("logs/label_party.log", "logs/attacker.log", "label_party/metrics.jsonl",
+                 "label_party/outcome.json", "ray.json"):
+        assert (point.run_dir / kept).exists(), kept
+    assert json.loads((point.run_dir / "label_party" / "outcome.json").read_text())["party"] == 1

@@ -16,6 +16,7 @@ from orchestration.stopping import EXIT_TERMINATED, Terminated, sigterm_interrup
 from orchestration.sweep.engine import Engine, EngineError
 from orchestration.sweep.index import SweepIndex
 from orchestration.sweep.points import Point, resolve
+from orchestration.sweep.ray_failures import bound_connect
 from orchestration.sweep.runner import SweepOutcome, run_points
 from orchestration.sweep.spec import SweepError, SweepFile, base_path, load_sweep
 from splitleak.arguments import output_dir_problem
@@ -44,6 +45,7 @@ def build_engine(args: argparse.Namespace) -> Engine:
         from orchestration.sweep.inprocess import InProcessEngine
 
         return InProcessEngine(args.jobs)
+    bound_connect()  # before Ray is imported
     try:
         from orchestration.sweep.ray_engine import RayEngine
     except ImportError as err:

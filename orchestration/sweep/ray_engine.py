@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from ray.exceptions import RayActorError
 from ray.util.placement_group import (
     PlacementGroup,
     placement_group,
@@ -43,6 +44,7 @@ from orchestration.sweep.engine import (
     read_result,
 )
 from orchestration.sweep.points import Point
+from orchestration.sweep.ray_failures import CONNECT_TRIES, died, no_cluster, refused, unreachable
 from orchestration.sweep.roles import RoleHost, receive
 from splitleak import tls
 from splitleak.artifacts.outcome import read_outcome
@@ -118,6 +120,41 @@ def private_auth_token() -> None:
         out.write(secrets.token_hex(32))  # what Ray itself writes: 256 random bits in hex
 
 
+def _init(address: str | None) -> None:
+    """ray.init; at an address, EngineError naming it within about 20 s where no
+    cluster answers or the one there refuses this driver (Ray alone retries for minutes)."""
+    if address is None:
+        ray.init(log_to_driver=False)
+        return
+    if (why := unreachable(address)) is not None:
+        raise EngineError(no_cluster(address, why))
+    tries = "RAY_gcs_server_port_wait_time_s"  # read by ray.init itself, not at import
+    saved = os.environ.get(tries)
+    os.environ.setdefault(tries, str(CONNECT_TRIES))
+    try:
+        ray.init(address=address, log_to_driver=False)
+    except (ConnectionError, RuntimeError, ray.exceptions.RayError) as err:
+        raise EngineError(refused(address, err)) from None
+    finally:
+        if saved is None:
+            os.environ.pop(tries, None)
+
+
+def _names(point: Point) -> dict[str, str]:
+    """Each role's key (passive_party_1) and how messages name it (passive party 1)."""
+    return {role.key: role.name for role in _plan(point)}
+
+
+def _reason(point: Point, err: Exception, actors: dict[str, Any], nodes: dict[str, Any]) -> str:
+    """Why a point failed: the role whose actor died, named, or the role's own error."""
+    if isinstance(err, RayActorError):
+        for role, actor in actors.items():
+            if err.actor_id in (actor._actor_id.hex(), actor._actor_id.binary()):
+                return died(_names(point)[role], nodes.get(role), str(err))
+    cause = getattr(err, "cause", None) or err  # a role's own error, not Ray's wrapper
+    return f"{type(cause).__name__}: {cause}"
+
+
 def _plan(point: Point) -> list[Role]:
     """The point's launch plan in start order (the Ray engine runs no relays: check_network)."""
     return start_order(launch_roles(topology_of(point.config)))
@@ -148,7 +185,7 @@ class RayEngine(Engine):
             self.local = self.address is None and not os.environ.get("RAY_ADDRESS")
             if self.local:
                 private_auth_token()
-            ray.init(address=self.address, log_to_driver=False)
+            _init(self.address or os.environ.get("RAY_ADDRESS"))
         nodes = [n for n in ray.nodes() if n["Alive"]]
         usable = [n for n in nodes if n["Resources"].get("CPU", 0) >= self.cpus_per_role]
         widest = max(len(_roles(p)) for p in points)
@@ -198,30 +235,39 @@ class RayEngine(Engine):
             return result
         group = placement_group([{"CPU": self.cpus_per_role}] * len(roles), strategy=strategy)
         actors: dict[str, Any] = {}
-        nodes: dict[str, Any] | None = None
+        nodes: dict[str, Any] = {}
+        status: dict[str, dict[str, Any]] = {}
+        essential: list[str] = []
+        message: str | None = None
         phases = _Phases()
         try:
-            self._wait(group.ready(), cancel, PLACEMENT_TIMEOUT_S,
-                       f"the cluster did not free {len(roles)} x {self.cpus_per_role:g} CPU for this "
-                       f"point's roles within {PLACEMENT_TIMEOUT_S:g} s (other jobs hold them?)")
-            phases.mark("placement")
-            actors = self._place(point, run, roles, group)
-            nodes = {role: ray.get(actor.where.remote()) for role, actor in actors.items()}
-            phases.mark("actors")
-            status, essential = self._train(point, actors, listener, cancel)
-            phases.mark("training")
-            self._collect(run, actors)
+            try:
+                self._wait(group.ready(), cancel, PLACEMENT_TIMEOUT_S,
+                           f"the cluster did not free {len(roles)} x {self.cpus_per_role:g} CPU for "
+                           f"this point's roles within {PLACEMENT_TIMEOUT_S:g} s (other jobs hold them?)")
+                phases.mark("placement")
+                actors = self._place(point, run, roles, group)
+                nodes = {role: ray.get(actor.where.remote()) for role, actor in actors.items()}
+                phases.mark("actors")
+                status, essential = self._train(point, actors, nodes, listener, cancel)
+                phases.mark("training")
+            except _Cancelled:
+                raise
+            except Exception as err:  # noqa: BLE001 - the point fails, the sweep goes on
+                message = _reason(point, err, actors, nodes)
+            self._collect(run, actors)  # a failed point keeps what its surviving roles wrote
             phases.mark("streaming")
-            message = self._failure(run, status, essential)
+            message = message or self._failure(run, status, essential)
         except _Cancelled:
-            result = PointResult("interrupted", time.monotonic() - started, "stopped by Ctrl-C", nodes)
+            result = PointResult("interrupted", time.monotonic() - started, "stopped by Ctrl-C",
+                                 nodes or None)
             listener.finished(point, result)
             return result
-        except Exception as err:  # noqa: BLE001 - the point fails, the sweep goes on
-            cause = getattr(err, "cause", None) or err  # a role's own error, not Ray's wrapper
-            message = f"{type(cause).__name__}: {cause}"
+        except Exception as err:  # noqa: BLE001 - streaming failed: the point fails
+            message = message or _reason(point, err, actors, nodes)
         finally:
             self._release(actors, group)
+        nodes = nodes or None
         if message is None:
             collect_outcome(run, "ray", time.monotonic() - started)
             result = self._analyse(point, run, started, nodes, cancel)
@@ -278,10 +324,11 @@ class RayEngine(Engine):
             role, config, run.root.name, shared, identities.get(role), self.cpus_per_role)
             for i, role in enumerate(roles)}
 
-    def _train(self, point: Point, actors: dict[str, Any], listener: Listener,
+    def _train(self, point: Point, actors: dict[str, Any], nodes: dict[str, Any], listener: Listener,
                cancel: threading.Event) -> tuple[dict[str, dict[str, Any]], list[str]]:
-        """Start the servers, then the passive parties; follow until every essential role ended.
-        Returns each role's last status and the roles whose failure fails the run."""
+        """Start the servers, then the passive parties; follow until every essential role ended
+        (a role whose actor died has ended, its status saying so in `died`). Returns each role's
+        last status and the roles whose failure fails the run."""
         cfg = point.config
         deadline = cfg.topology.join_deadline_s + 30.0
         plan = _plan(point)
@@ -301,11 +348,19 @@ class RayEngine(Engine):
         essential = [role.key for role in plan if role.essential]
         grace = cfg.topology.step_deadline_s + 10.0
         failed_at: float | None = None
+        status: dict[str, dict[str, Any]] = {}
         while True:
             if cancel.is_set():
                 raise _Cancelled
-            status = dict(zip(actors, ray.get([a.poll.remote() for a in actors.values()], timeout=60),
-                              strict=True))
+            polls = {role: actor.poll.remote() for role, actor in actors.items()
+                     if not status.get(role, {}).get("died")}
+            for role, poll in polls.items():
+                try:
+                    status[role] = ray.get(poll, timeout=60)
+                except RayActorError as err:
+                    message = died(_names(point)[role], nodes.get(role), str(err))
+                    status[role] = {"done": True, "code": 1, "error": message, "died": message,
+                                    "records": []}
             for record in status[LABEL_PARTY]["records"]:
                 listener.record(point, record)
             ended = [r for r in essential if status[r]["done"]]
@@ -321,18 +376,25 @@ class RayEngine(Engine):
         return status, essential
 
     def _collect(self, run: RunDir, actors: dict[str, Any]) -> None:
-        """Stream every role's files into the driver's run directory (not with a shared one)."""
+        """Stream every living role's files into the driver's run directory (not with a shared
+        one); a dead actor's files died with it."""
         if self.shared_dir is not None:
             return
         for actor in actors.values():
-            receive(run.root, (ray.get(ref) for ref in actor.files.options(
-                num_returns="streaming").remote()))
+            try:
+                receive(run.root, (ray.get(ref) for ref in actor.files.options(
+                    num_returns="streaming").remote()))
+            except RayActorError:
+                continue
 
     @staticmethod
     def _failure(run: RunDir, status: dict[str, dict[str, Any]], essential: list[str]) -> str | None:
-        """None when training succeeded, else the reason, naming the party (outcome.json first)."""
+        """None when training succeeded, else the reason, naming the party (a dead actor first,
+        then outcome.json)."""
         if all(status[r]["code"] == 0 for r in essential):
             return None
+        if lost := [status[r]["died"] for r in essential if status[r].get("died")]:
+            return lost[0]
         outcome = read_outcome(run)
         if outcome.get("status") == "failed":
             return f"{outcome['message']} [{outcome['code']}]"

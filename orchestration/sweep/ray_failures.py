@@ -1,0 +1,76 @@
+"""What the Ray engine says when no cluster answers at an address, the one there refuses the
+driver, or a role's actor dies (text and sockets only: Ray itself is imported by
+orchestration.sweep.ray_engine alone)."""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from typing import Any
+
+# Each wait of a connection to a cluster, and how often ray.init tries (Ray's defaults, 5 s
+# and 20 tries, keep a driver waiting minutes where no GCS answers): about 20 s in all.
+CONNECT_TIMEOUT_S = 5
+CONNECT_TRIES = 1
+
+
+def bound_connect() -> None:
+    """Make each try of ray.init to reach a cluster wait CONNECT_TIMEOUT_S, not Ray's 30 s; call
+    it before Ray is imported, which reads this once (a value the user set wins)."""
+    os.environ.setdefault("RAY_py_gcs_connect_timeout_s", str(CONNECT_TIMEOUT_S))
+
+
+def unreachable(address: str) -> str | None:
+    """Why nothing answers at HOST:PORT (None: something listens there, or it is not one)."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or "://" in host or not host:
+        return None
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT_S):
+            return None
+    except TimeoutError:
+        return f"no answer within {CONNECT_TIMEOUT_S} s"
+    except OSError as err:
+        return err.strerror or type(err).__name__
+
+
+def no_cluster(address: str, why: str) -> str:
+    return (f"no Ray cluster answers at --address {address} ({why}); give the GCS address "
+            "(HOST:PORT) of a running cluster, or leave --address out to start one here")
+
+
+def refused(address: str, err: BaseException) -> str:
+    """ray.init failed at a listening address: another token, not a GCS, a cluster that broke."""
+    lines = str(err.__cause__ or err).strip().splitlines() or [type(err).__name__]
+    detail = lines[-1].removeprefix("ray.exceptions.").split(". ", 1)[0].rstrip(".")
+    return (f"the Ray cluster at --address {address} refused this driver or did not answer "
+            f"({detail}); check the address and, for a cluster with token authentication, run with "
+            "RAY_AUTH_MODE=token and its token in ~/.ray/auth_token or RAY_AUTH_TOKEN")
+
+
+def died(role: str, where: dict[str, Any] | None, ray_message: str) -> str:
+    """One sentence naming the role whose actor died, where it ran, and Ray's reason."""
+    where = where or {}
+    pid = where.get("pid") or _field(ray_message, "pid")
+    ip = where.get("ip") or _field(ray_message, "ip")
+    node = " ".join(p for p in (where.get("node_id", "")[:8], f"at {ip}" if ip else "") if p)
+    place = ", ".join(p for p in (f"on node {node}" if node else "", f"pid {pid}" if pid else "") if p)
+    return f"{role} (Ray actor{' ' + place if place else ''}) died: {reason(ray_message)}"
+
+
+def reason(ray_message: str) -> str:
+    """Ray's one-line reason in an ActorDiedError's text (without its list of common causes)."""
+    lines = [line.strip() for line in ray_message.splitlines() if line.strip()]
+    cause = next((line for line in lines[1:] if not line.startswith(tuple(_FIELDS))),
+                 lines[0] if lines else "no reason given")
+    detail = cause.split("Worker exit detail:", 1)[-1]
+    return detail.split(" Some common causes", 1)[0].strip().rstrip(".") or cause
+
+
+_FIELDS = ("class_name:", "actor_id:", "pid:", "name:", "namespace:", "ip:")
+
+
+def _field(ray_message: str, name: str) -> str | None:
+    found = re.search(rf"^\s*{name}: (\S+)\s*$", ray_message, re.MULTILINE)
+    return found.group(1) if found else None

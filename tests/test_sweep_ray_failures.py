@@ -1,0 +1,100 @@
+"""What `splitleak sweep --engine ray` says, fast and without a cluster, when no Ray cluster
+answers at --address, when the one there refuses the driver, and when a role's actor dies."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+
+import pytest
+import tomli_w
+
+from orchestration.cli import main
+from orchestration.sweep.ray_failures import died
+from tests.conftest import small_config, write_config
+
+ray = pytest.importorskip("ray", reason="the Ray engine needs the optional extra splitleak[ray]")
+
+TRIES = "RAY_gcs_server_port_wait_time_s"
+# An ActorDiedError's text after `kill -9` of a RoleActor's process (Ray 2.60).
+KILLED = """The actor died unexpectedly before finishing this task.
+\tclass_name: RoleActor
+\tactor_id: 7b05c4bafbe833d78562bf8f01000000
+\tpid: 23687
+\tnamespace: e0b1d8bb-0815-4788-a3d9-a0225c6a4477
+\tip: 192.0.2.2
+The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker \
+exit detail: Worker unexpectedly exits with a connection error code 2. End of file. Some common \
+causes include: (1) the process was killed by the OOM killer due to high memory usage, (2) ray \
+stop --force was called"""
+
+
+@pytest.fixture(autouse=True)
+def _ray_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the sweep command sets for Ray is undone after each test."""
+    for name in ("RAY_py_gcs_connect_timeout_s", TRIES, "RAY_ADDRESS"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def _sweep_on(tmp_path: Path, address: str) -> int:
+    base = write_config(tmp_path, small_config(tmp_path, training={"epochs": 1}))
+    path = tmp_path / "sweep.toml"
+    path.write_text(tomli_w.dumps({"sweep": {"name": "s", "base": str(base), "seeds": [1],
+                                             "output_dir": str(tmp_path / "sweeps")}}))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", str(path), "--no-progress", "--no-compare", "--engine", "ray",
+              "--address", address])
+    return exit_info.value.code
+
+
+def test_a_dead_address_exits_2_naming_it_at_once(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """Ray alone kept retrying 'Failed to connect to GCS' for minutes."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    started = time.monotonic()
+    assert _sweep_on(tmp_path, f"127.0.0.1:{port}") == 2
+    assert time.monotonic() - started < 15
+    err = capsys.readouterr().err
+    assert f"no Ray cluster answers at --address 127.0.0.1:{port} (" in err, err
+    assert "Traceback" not in err and not ray.is_initialized()
+
+
+def test_a_cluster_that_refuses_the_driver_exits_2_in_one_sentence(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ray.init's ConnectionError (another auth token here) is a sentence, not a traceback, and
+    ray.init tries once, not 20 times."""
+    tries = []
+
+    def refuse(**kwargs: object) -> None:
+        tries.append(os.environ.get(TRIES))
+        cause = RuntimeError("Failed to connect to GCS.\nray.exceptions.AuthenticationError: RPC "
+                             "error: InvalidAuthToken: Authentication token is missing or "
+                             "incorrect. Note: RAY_AUTH_MODE is currently 'disabled'")
+        raise ConnectionError(f"Failed to connect to Ray cluster at {kwargs['address']}") from cause
+
+    monkeypatch.setattr(ray, "init", refuse)
+    with socket.socket() as gcs:  # something listens at the address
+        gcs.bind(("127.0.0.1", 0))
+        gcs.listen()
+        address = f"127.0.0.1:{gcs.getsockname()[1]}"
+        assert _sweep_on(tmp_path, address) == 2
+    err = capsys.readouterr().err
+    assert tries == ["1"] and TRIES not in os.environ
+    assert (f"the Ray cluster at --address {address} refused this driver or did not answer "
+            "(AuthenticationError: RPC error: InvalidAuthToken: Authentication token is missing or "
+            "incorrect); check the address") in " ".join(err.split()), err
+    assert "Traceback" not in err
+
+
+def test_a_dead_actor_is_named_as_its_role_with_its_node_pid_and_rays_reason() -> None:
+    where = {"node_id": "0d1a9c74" + "f" * 48, "ip": "192.0.2.2", "pid": 23687}
+    assert died("passive party 1", where, KILLED) == (
+        "passive party 1 (Ray actor on node 0d1a9c74 at 192.0.2.2, pid 23687) died: Worker "
+        "unexpectedly exits with a connection error code 2. End of file")
+    assert died("label party", None, KILLED).startswith(
+        "label party (Ray actor on node at 192.0.2.2, pid 23687) died: Worker unexpectedly")
+    assert died("attacker sidecar", None, "The actor died unexpectedly before finishing this task.") == (
+        "attacker sidecar (Ray actor) died: The actor died unexpectedly before finishing this task")
