@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import rankdata
@@ -247,6 +248,16 @@ def test_hint_centers_reveal_both_classes_and_exclude_them(name: str) -> None:
     assert np.count_nonzero(revealed == 1) >= 5 and np.count_nonzero(revealed == 0) >= 5
     np.testing.assert_array_equal(result.exclude, side.used)
     assert result.exclude.sum() <= 200 + 10  # about half the batch at most
+
+
+def test_direct_label_reads_a_binary_runs_one_bce_logit() -> None:
+    """A binary run without a top model sends the 1-wide BCE gradient σ(z) - y: negative exactly
+    for the positives. The first-negative-coordinate rule labelled every row 0 (accuracy 0.0)."""
+    z = torch.randn(32, 1, requires_grad=True, generator=torch.Generator().manual_seed(0))
+    labels = torch.arange(32) % 2
+    torch.nn.functional.binary_cross_entropy_with_logits(z[:, 0], labels.float()).backward()
+    result = build_attack("direct_label", {})(z.grad.numpy(), SideKnowledge(labels.numpy(), None))
+    np.testing.assert_array_equal(result.values, labels.numpy())
 
 
 def test_direct_label_recovers_softmax_ce_labels() -> None:

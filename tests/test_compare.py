@@ -419,3 +419,81 @@ def test_an_interrupted_report_leaves_the_previous_one_whole(
     with pytest.raises(KeyboardInterrupt):
         write_report(compare(runs, leak_stat="flipped_mean"), out, [runs_dir])
     assert {f.name: f.read_bytes() for f in out.iterdir()} == before
+
+
+# --- the statistics a probe recomputed by hand -----------------------------------------------
+
+
+def _settings(tmp_path: Path, settings: dict[str, tuple[list, dict[int, float], dict[int, tuple]]],
+              extra: Any = lambda name, seed: []) -> list:
+    """Fake analysed runs: setting name -> (defense chain, utility by seed, (mean, p95) of norm)."""
+    for name, (chain, utility, leak) in settings.items():
+        for seed, u in utility.items():
+            data = small_config(tmp_path, run={"seed": seed, "name": name}, defense=chain)
+            fake_run(tmp_path / "runs" / f"{name}-{seed}", data, u,
+                     [leak_entry("norm", *leak[seed]), *extra(name, seed)])
+    return find_runs([tmp_path / "runs"])[0]
+
+
+MARVELL = [{"name": "marvell", "s": 1.0}]
+
+
+def test_a_utility_cost_of_exactly_the_budget_is_affordable(tmp_path: Path) -> None:
+    """0.95 - 0.94 is 0.010000000000000009 in floats: the verdict said "no defense"."""
+    runs = _settings(tmp_path, {
+        "plain": ([], {0: 0.95, 1: 0.96, 2: 0.97}, {s: (0.9, 0.96) for s in range(3)}),
+        "marvell": (MARVELL, {0: 0.94, 1: 0.95, 2: 0.96}, {s: (0.6, 0.70) for s in range(3)})})
+    (verdict,) = compare(runs, max_utility_cost=0.01).verdicts()
+    assert verdict.best is not None and verdict.best["setting"] == "marvell s=1", verdict.sentence()
+
+
+def test_seeds_the_baseline_lacks_are_warned_of_and_left_out_of_the_dcs_of_means(tmp_path: Path) -> None:
+    runs = _settings(tmp_path, {
+        "plain": ([], {0: 0.95, 1: 0.96}, {0: (0.9, 0.95), 1: (0.92, 0.96)}),
+        "marvell": (MARVELL, {0: 0.94, 1: 0.95, 2: 0.80}, {s: (0.6, 0.65) for s in range(3)})})
+    comparison = compare(runs)
+    row = next(r for r in comparison.rows if r["setting"] == "marvell s=1")
+    assert row["n_seeds"] == 3 and row["utility_drop_mean"] == pytest.approx(0.01)
+    assert any(w.startswith("marvell s=1: its no-defense baseline (no defense) lacks seed 2")
+               for w in comparison.warnings), comparison.warnings
+    # threshold accuracy (the AP) 0.5 on seeds 0 and 1, against the paired baseline's 0.955
+    assert row["dcs_of_means"] == pytest.approx(dcs(0.5, 0.945, 0.955))
+
+
+def test_for_a_count_error_the_worst_seed_is_the_lowest(tmp_path: Path) -> None:
+    """A count error falls as the attacker learns more: worst = the most leak = the lowest."""
+    def counts(name: str, seed: int) -> list[dict[str, Any]]:
+        error = (0.1 if name == "plain" else 0.2) + 0.05 * seed
+        return [{"scope": "run", "party_id": 1, "layer": "cut", "attack": "batch_label_counts",
+                 "metric": "count_error", "count_error": {"mean": error, "p95": 0.5}}]
+
+    runs = _settings(tmp_path, {
+        "plain": ([], {0: 0.95, 1: 0.96, 2: 0.97}, {s: (0.9, 0.96) for s in range(3)}),
+        "marvell": (MARVELL, {0: 0.94, 1: 0.95, 2: 0.96}, {s: (0.6, 0.7) for s in range(3)})}, counts)
+    row = next(r for r in compare(runs).rows
+               if r["setting"] == "marvell s=1" and r["attack"] == "batch_label_counts")
+    assert (row["leak_worst"], row["leak_best"]) == (pytest.approx(0.2), pytest.approx(0.3))
+
+
+def test_the_capability_section_reads_the_party_asked_for(tmp_path: Path) -> None:
+    def at_party_2(name: str, seed: int) -> list[dict[str, Any]]:
+        return [{**leak_entry("norm", 0.99 if name == "plain" else 0.98, 0.99), "party_id": 2}]
+
+    runs = _settings(tmp_path, {
+        "plain": ([], {0: 0.95, 1: 0.96, 2: 0.97}, {s: (0.9, 0.96) for s in range(3)}),
+        "marvell": (MARVELL, {0: 0.94, 1: 0.95, 2: 0.96}, {s: (0.6, 0.7) for s in range(3)})}, at_party_2)
+    comparison = compare(runs, party=2)
+    cut = [r for r in comparison.capability if r["layer"] == "cut"]
+    assert cut and {r["party"] for r in cut} == {2}
+    table = next(r for r in comparison.rows if r["setting"] == "marvell s=1")
+    marvell = next(r for r in cut if r["setting"] == "marvell s=1")
+    assert marvell["c_dcs_mean"] == pytest.approx(table["dcs_mean"])  # one attack: T-DCS = its DCS
+
+
+def test_a_leak_that_does_not_move_with_strength_is_flat(tmp_path: Path) -> None:
+    runs = _settings(tmp_path, {
+        "plain": ([], {0: 0.95, 1: 0.96, 2: 0.97}, {s: (0.9, 0.96) for s in range(3)}),
+        **{f"marvell{s:g}": ([{"name": "marvell", "s": s}], {0: 0.94, 1: 0.95, 2: 0.96},
+                             {seed: (0.6, 0.7) for seed in range(3)}) for s in (1.0, 2.0, 4.0)}})
+    (trend,) = trends(compare(runs).rows)
+    assert trend.direction == "flat"

@@ -94,6 +94,22 @@ def some_seeds(rows: list[dict[str, Any]], settings: list[Setting]) -> list[str]
     return out
 
 
+def unpaired_seeds(settings: list[Setting]) -> list[str]:
+    """Seeds of a defended setting its no-defense baseline lacks: its utility drop and DCS are
+    paired by seed, so they are over fewer seeds than its utility."""
+    out = []
+    for setting in settings:
+        if setting.baseline is None or setting.baseline is setting:
+            continue
+        lacking = sorted(set(setting.runs) - set(setting.baseline.runs))
+        if lacking:
+            out.append(f"{setting.label}: its no-defense baseline ({setting.baseline.label}) lacks "
+                       f"seed {', '.join(map(str, lacking))}, so its utility drop and DCS are over "
+                       f"the {len(setting.runs) - len(lacking)} paired seed(s), its utility over "
+                       f"all {len(setting.runs)}")
+    return out
+
+
 def missing_ap(rows: list[dict[str, Any]], dcs_ap: str) -> list[str]:
     """Attacks measured but without the AP the DCS needs (summaries analysed before the
     threshold accuracy existed)."""

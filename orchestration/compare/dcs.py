@@ -59,10 +59,11 @@ ATTACK_PERFORMANCE: dict[str, dict[str, Callable[[LeakEntry], float | None]]] = 
 AP_WORDS = {
     "vflair": "VFLAIR's attack performance: score attacks by the accuracy of their threshold "
               "rule (mean over every batch; VFLAIR scores one stored batch), label attacks and "
-              "model completion by top-1 accuracy pooled over rows, reconstruction by its headline",
+              "model completion by top-1 accuracy pooled over rows, reconstruction by 1 − MSE on "
+              "[0, 1]-scaled features (VFLAIR's FR)",
     "auc": "splitleak's AUC-based attack performance: score attacks by the mean flip-corrected "
            "leak AUC over batches, label attacks and model completion by top-1 accuracy pooled "
-           "over rows, reconstruction by its headline",
+           "over rows, reconstruction by 1 − MSE on [0, 1]-scaled features",
 }
 
 

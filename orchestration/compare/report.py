@@ -85,7 +85,9 @@ def _dcs_md(comparison: Comparison) -> list[str]:
         if r.get("threshold_rule"):
             rules[r["threshold_rule"]][f"`{r['attack']}`"] = None
     diagnostics = dict.fromkeys(r["attack"] for r in comparison.capability if r["diagnostic"])
+    where = dict.fromkeys(f"party {r['party']} at the {r['layer']} layer" for r in scored)
     return ["## Defense capability (VFLAIR's DCS)", "",
+            f"Measured at {', '.join(where)}.", "",
             "DCS = 1 / (1 + √((1−β)·max(AP−AP*, 0)² + β·max(MP*−MP, 0)²)), β = 0.5, AP* = 0, MP* = the "
             "utility of the same set-up without a defense and the same seed, MP = the utility above; "
             f"AP ({comparison.dcs_ap}, `--dcs-ap`) = {AP_WORDS[comparison.dcs_ap]}. Computed per "
@@ -219,7 +221,8 @@ def _write(comparison: Comparison, out: Path, sources: list[Path]) -> None:
              f"the {LEAK_LABELS[comparison.leak_stat]} (accuracy-type attacks: the accuracy). "
              f"{CLIPPED}.", "",
              "A setting is on the **Pareto frontier** of an attack when no other setting has at least "
-             "its utility and at most its leak (seed means). In a leak-vs-utility plot the frontier is "
+             "its utility and at most its leak and is better in one of them (seed means; identical "
+             "settings both stay on it). In a leak-vs-utility plot the frontier is "
              "the dashed staircase; up and to the left is better; filled markers are on it.", ""]
     for attack in comparison.attacks():
         rows = [r for r in comparison.rows if r["attack"] == attack]

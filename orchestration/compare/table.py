@@ -37,6 +37,7 @@ METRIC_RANGES = {"accuracy": PROBABILITY, "feature_accuracy": PROBABILITY, "ssim
 # Metrics that fall as the attacker learns more: shown with their change against no defense,
 # on no Pareto frontier and with no verdict (both rank leaks that grow); their DCS comes from
 # their attack performance, which grows (a count attack's: 1 − count error, VFLAIR's BLI).
+LEAK_FALLS_AS_IT_RISES = ("count_error",)  # metrics where a higher figure is less leak
 UNRANKED = {"count_error": "a count error falls as the attacker learns more; its attack "
                             "performance, for the DCS, is 1 − count error (VFLAIR's BLI)"}
 
@@ -86,9 +87,11 @@ def settings_of(runs: list[RunResult], warnings: list[str]) -> list[Setting]:
     return list(settings.values())
 
 
-def observed_party(settings: list[Setting], layer: str) -> int | None:
-    parties = [e.party for s in settings for r in s.runs.values() for e in r.leak if e.layer == layer]
-    return min(parties) if parties else None
+def observed_party(settings: list[Setting], layer: str, asked: int | None = None) -> int | None:
+    """The party compared at `layer`: `asked` (--party) where the runs measured it there, else
+    the lowest that was."""
+    parties = {e.party for s in settings for r in s.runs.values() for e in r.leak if e.layer == layer}
+    return asked if asked in parties else min(parties) if parties else None
 
 
 @dataclass
@@ -156,10 +159,11 @@ def compare(runs: list[RunResult], layer: str = "cut", party: int | None = None,
                  for attack, why in not_applied.items()]
     warnings += checks.missing_ap(rows, dcs_ap)
     warnings += checks.some_seeds(rows, settings)
+    warnings += checks.unpaired_seeds(settings)
     _mark_frontier(rows)
     _add_type_scores(rows, settings)
     capability = [r for where in CAPABILITY_LAYERS for setting in settings
-                  for r in _setting_rows(setting, observed_party(settings, where), where,
+                  for r in _setting_rows(setting, observed_party(settings, where, party), where,
                                          leak_stat, dcs_ap)]
     _add_type_scores(capability, settings)
     finals = [r.utility for r in runs if r.utility is not None]
@@ -234,13 +238,17 @@ def _setting_rows(setting: Setting, party: int | None, layer: str, leak_stat: st
         row |= _columns("utility", list(utility.values()), True, PROBABILITY)  # every seed's
         row |= _columns("utility_drop", drops, False, (-1.0, 1.0))
         row |= _columns("relative_drop", relative, False, (-math.inf, 1.0))
+        # worst = the most leak: the highest figure, but the lowest count error
+        less_leak_higher = sample.metric in LEAK_FALLS_AS_IT_RISES
         for stat in LEAK_STATS:
             bounds = leak_range(sample.metric, stat)
-            row |= _columns(f"leak_{stat}", [_stat(e, stat) for e in entries.values()], False, bounds)
-        row |= _columns("leak", [_stat(e, row["headline"]) for e in entries.values()], False,
-                        leak_range(sample.metric, row["headline"]))
+            row |= _columns(f"leak_{stat}", [_stat(e, stat) for e in entries.values()],
+                            less_leak_higher, bounds)
+        row |= _columns("leak", [_stat(e, row["headline"]) for e in entries.values()],
+                        less_leak_higher, leak_range(sample.metric, row["headline"]))
         row |= _columns("leak_change", _changes(setting, attack, party, layer,
-                                                lambda e, stat=row["headline"]: _stat(e, stat)), False)
+                                                lambda e, stat=row["headline"]: _stat(e, stat)),
+                        less_leak_higher)
         row["figures"] = json.dumps(_figures(setting, entries, attack, party, layer))
         row |= _columns("ap", [capability.attack_performance(e, dcs_ap) for e in entries.values()],
                         False, PROBABILITY if sample.metric in ("auc", "accuracy") else UNBOUNDED)
@@ -307,11 +315,14 @@ def _columns(prefix: str, values: list[float | None], higher_is_better: bool,
 
 def _dcs_of_means(setting: Setting, entries: dict[int, LeakEntry],
                   utility: dict[int, float | None], dcs_ap: str) -> float | None:
-    """VFLAIR's aggregation: DCS of the seed means (AP, MP) against the baseline's mean MP."""
-    aps = [capability.attack_performance(e, dcs_ap) for e in entries.values()]
-    mps = [utility[s] for s in entries]
-    stars = [r.utility for r in setting.baseline.runs.values()] if setting.baseline else []
-    if None in aps or None in mps or not stars or None in stars:
+    """VFLAIR's aggregation: DCS of the seed means (AP, MP) against the baseline's mean MP, over
+    the seeds both have (those the per-seed DCS is over)."""
+    base = setting.baseline.runs if setting.baseline else {}
+    paired = [s for s in entries if s in base]  # the seeds the per-seed DCS is over
+    aps = [capability.attack_performance(entries[s], dcs_ap) for s in paired]
+    mps = [utility[s] for s in paired]
+    stars = [base[s].utility for s in paired]
+    if not paired or None in aps or None in mps or None in stars:
         return None
     return capability.dcs(fmean(aps), fmean(mps), fmean(stars))
 

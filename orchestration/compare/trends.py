@@ -21,9 +21,12 @@ class Trend:
 
     @property
     def direction(self) -> str:
-        """"falls" / "rises" when the seed-mean leak is monotone in the parameter, else "mixed"."""
+        """"falls" / "rises" when the seed-mean leak is monotone in the parameter, "flat" when
+        it does not move, else "mixed"."""
         leak = np.array([row["leak_mean"] for _, row in self.levels], dtype=np.float64)
         steps = np.diff(leak)
+        if steps.size and (steps == 0).all():
+            return "flat"
         if steps.size and (steps <= 0).all():
             return "falls"
         if steps.size and (steps >= 0).all():

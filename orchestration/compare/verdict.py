@@ -44,6 +44,10 @@ class Verdict:
                 f"utility cost of {self.best['utility_drop_mean']:.3f}")
 
 
+# A drop of exactly the budget is affordable: 0.95 - 0.94 is 0.010000000000000009 in floats.
+COST_TOLERANCE = 1e-9
+
+
 def verdicts(rows: list[dict[str, Any]], attacks: list[str], max_cost: float) -> list[Verdict]:
     """One per ranked attack that is not a diagnostic: among its frontier settings whose mean paired
     utility drop is at most `max_cost` (no defense: 0), the lowest seed-mean leak, ties to the
@@ -55,7 +59,7 @@ def verdicts(rows: list[dict[str, Any]], attacks: list[str], max_cost: float) ->
         if not group or group[0]["diagnostic"] or not group[0]["ranked"]:
             continue
         affordable = [r for r in group if r["pareto"] and r["utility_drop_mean"] is not None
-                      and r["utility_drop_mean"] <= max_cost]
+                      and r["utility_drop_mean"] <= max_cost + COST_TOLERANCE]
         best = min(affordable, key=lambda r: (r["leak_mean"], -r["utility_mean"]), default=None)
         baseline = None
         if best is not None:
