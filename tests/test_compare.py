@@ -497,3 +497,18 @@ def test_a_leak_that_does_not_move_with_strength_is_flat(tmp_path: Path) -> None
                              {seed: (0.6, 0.7) for seed in range(3)}) for s in (1.0, 2.0, 4.0)}})
     (trend,) = trends(compare(runs).rows)
     assert trend.direction == "flat"
+
+
+def test_a_count_error_that_rises_with_strength_is_a_leak_that_falls(tmp_path: Path) -> None:
+    def counts(name: str, seed: int) -> list[dict[str, Any]]:
+        error = {"plain": 0.05, "marvell1": 0.1, "marvell2": 0.2, "marvell4": 0.3}[name]
+        return [{"scope": "run", "party_id": 1, "layer": "cut", "attack": "batch_label_counts",
+                 "metric": "count_error", "count_error": {"mean": error, "p95": 0.5}}]
+
+    runs = _settings(tmp_path, {
+        "plain": ([], {0: 0.95, 1: 0.96, 2: 0.97}, {s: (0.9, 0.96) for s in range(3)}),
+        **{f"marvell{s:g}": ([{"name": "marvell", "s": s}], {0: 0.94, 1: 0.95, 2: 0.96},
+                             {seed: (0.9 - 0.1 * s, 0.95 - 0.1 * s) for seed in range(3)})
+           for s in (1.0, 2.0, 4.0)}}, counts)
+    found = {t.attack: t.direction for t in trends(compare(runs).rows)}
+    assert found == {"norm": "falls", "batch_label_counts": "falls"}

@@ -132,7 +132,8 @@ def _trend_md(found: list[Trend], figures: dict[str, str]) -> list[str]:
                      num(t.spearman, 2)])
     return ["## Leak vs strength", "",
             "Seed-mean leak (95 % t interval) at each level of a parameter within a defense family; "
-            "direction = whether the mean is monotone in the parameter.", "",
+            "direction = whether the mean leak is monotone in the parameter (count attacks: a count "
+            "error that rises is a leak that falls).", "",
             *md_table(["family", "parameter", "held", "attack", "leak at each level", "direction",
                         "Spearman ρ"], body),
             *(f"![{family}: leak vs strength]({name})\n" for family, name in figures.items())]

@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from orchestration.compare.table import LEAK_FALLS_AS_IT_RISES
+
 
 @dataclass(frozen=True)
 class Trend:
@@ -22,9 +24,10 @@ class Trend:
     @property
     def direction(self) -> str:
         """"falls" / "rises" when the seed-mean leak is monotone in the parameter, "flat" when
-        it does not move, else "mixed"."""
+        it does not move, else "mixed". Of the leak, not the figure: a count error that rises
+        is a leak that falls."""
         leak = np.array([row["leak_mean"] for _, row in self.levels], dtype=np.float64)
-        steps = np.diff(leak)
+        steps = np.diff(leak) * (-1 if self.levels[0][1].get("metric") in LEAK_FALLS_AS_IT_RISES else 1)
         if steps.size and (steps == 0).all():
             return "flat"
         if steps.size and (steps <= 0).all():
