@@ -22,7 +22,7 @@ ATTACKER = "attacker"
 # way (even its orchestrator killed with SIGKILL) leaves no key behind once its roles started.
 RUN_SCOPED = "RUN-SCOPED"
 _held: dict[tuple[str, bytes], bytes] = {}  # (key file, its certificate) -> the key, in memory
-_REMAKE = "make new ones with `splitleak certs DIR --parties N`"
+REMAKE = "make new ones with `splitleak certs DIR --parties N`"
 
 
 class IdentityError(ValueError):
@@ -139,7 +139,7 @@ def _certificates(path: Path, pem: bytes) -> list[x509.Certificate]:
     try:
         return x509.load_pem_x509_certificates(pem)
     except ValueError:
-        raise IdentityError(f"{path} is not a PEM certificate; {_REMAKE}") from None
+        raise IdentityError(f"{path} is not a PEM certificate; {REMAKE}") from None
 
 
 def _in_validity(path: Path, certificate: x509.Certificate, now: dt.datetime) -> None:
@@ -148,7 +148,7 @@ def _in_validity(path: Path, certificate: x509.Certificate, now: dt.datetime) ->
         state = "expired on" if now > end else "is not valid before"
         date = end if now > end else start
         raise IdentityError(f"{path} {state} {date:%Y-%m-%d %H:%M} UTC (valid from "
-                            f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC); {_REMAKE}")
+                            f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC); {REMAKE}")
 
 
 def check(ca_file: Path, ca: bytes, cert_file: Path, cert: bytes, key_file: Path,
@@ -160,11 +160,11 @@ def check(ca_file: Path, ca: bytes, cert_file: Path, cert: bytes, key_file: Path
         private = serialization.load_pem_private_key(key, password=None)
     except (ValueError, TypeError):
         raise IdentityError(f"{key_file} is not a PEM private key without a passphrase; "
-                            f"{_REMAKE}") from None
+                            f"{REMAKE}") from None
     raw = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
     if private.public_key().public_bytes(*raw) != chain[0].public_key().public_bytes(*raw):
         raise IdentityError(f"{key_file} is not the private key of the certificate {cert_file}; "
-                            f"{_REMAKE}")
+                            f"{REMAKE}")
     now = dt.datetime.now(dt.UTC)
     for path, certificates in ((ca_file, authorities), (cert_file, chain)):
         for certificate in certificates:

@@ -149,7 +149,7 @@ def refused_server(refusal: str, role: str, address: str, flag: str) -> str:
                 "give every party the same topology.tls")
     if "expired" in lower or "not yet valid" in lower:
         return (f"the {role} at {address} presents a TLS certificate outside its validity "
-                f"window ({refusal}): make new ones with `splitleak certs DIR --parties N`")
+                f"window ({refusal}): {tls.REMAKE}")
     return (f"the server at {address} is not this run's {role}: its TLS certificate was "
             f"refused ({refusal}); check {flag} and that every party has this run's ca.pem")
 

@@ -42,6 +42,11 @@ class DefenseChain:
         """Some defense of the chain reads ctx.class_gradients (e.g. grad_perturb)."""
         return any(cls.needs_class_gradients for cls, _ in self._specs)
 
+    @property
+    def instances(self) -> dict[int, list[Defense]]:
+        """The instances created so far, by party (a party that sent no batch has none)."""
+        return self._parties
+
     def defenses(self, party_id: int) -> list[Defense]:
         """The instances serving one passive party (created on first use)."""
         if party_id not in self._parties:
@@ -116,7 +121,7 @@ def chain_summaries(chains: Mapping[int, DefenseChain]) -> dict[int, dict[str, A
     summaries = {k: chain.summary() for k, chain in chains.items()}
     by_position: dict[int, list[Defense]] = defaultdict(list)
     for chain in chains.values():
-        for defenses in chain._parties.values():
+        for defenses in chain.instances.values():
             for position, defense in enumerate(defenses):
                 by_position[position].append(defense)
     for position, instances in by_position.items():

@@ -9,8 +9,8 @@ import re
 import socket
 from typing import Any
 
-# Each wait of a connection to a cluster, and how often ray.init tries (Ray's defaults, 5 s
-# and 20 tries, keep a driver waiting minutes where no GCS answers): about 20 s in all.
+# Each wait of a connection to a cluster, and how often ray.init tries: Ray's defaults (30 s a
+# wait, 20 tries) keep a driver waiting minutes where no GCS answers; these, about 20 s in all.
 CONNECT_TIMEOUT_S = 5
 CONNECT_TRIES = 1
 

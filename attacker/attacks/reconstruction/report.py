@@ -51,9 +51,12 @@ TABULAR = ["victim", "attack", "headline", "prior", "MSE", "per feature (R² / a
 DIAGNOSTIC = 6  # the standardised SSIM's column: report.md only
 
 
+def _images(summary: dict[str, Any]) -> bool:
+    return any(e.get("metric") == "ssim" for e in _entries(summary))
+
+
 def _header(summary: dict[str, Any], ap: bool = False) -> list[str]:
-    images = any(e.get("metric") == "ssim" for e in _entries(summary))
-    return (HEADER if images else TABULAR) + (["VFLAIR AP (1 − MSE₀₁)"] if ap else [])
+    return (HEADER if _images(summary) else TABULAR) + (["VFLAIR AP (1 − MSE₀₁)"] if ap else [])
 
 
 HOW = {
@@ -118,7 +121,7 @@ def reconstruction_md(summary: dict[str, Any]) -> list[str]:
              "mean of the attacker's auxiliary rows (inversion, back-mapping) or of the train rows "
              "(GRN, CAFE): what a constant guess achieves.", ""]
     rows, header = _rows(summary, ap=True), _header(summary, ap=True)
-    if header[DIAGNOSTIC] == "":  # tables of features: no standardised-SSIM diagnostic
+    if not _images(summary):  # tables of features: no standardised-SSIM diagnostic
         rows, header = [_without_diagnostic(r) for r in rows], _without_diagnostic(header)
     if rows:
         lines += md_table(header, rows)
