@@ -100,7 +100,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         return run_async(serve(out, args.listen, observe, args.run_id or "", topology,
                                args.port_file, tls_dir, resume=args.resume is not None,
-                               receive=receive, shapes=shapes))
+                               receive=receive, shapes=shapes,
+                               config_hash=cfg.hash if cfg else None))
     except (RecordError, ServeError) as err:
         raise BadInput(f"attacker serve: {err}") from None
     except OSError as err:

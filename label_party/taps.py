@@ -33,7 +33,7 @@ class ReceivedTaps:
 
     def __init__(self, cfg: ExperimentConfig, address: str, tls_dir: Path | None) -> None:
         self.taps = {k: Tap(address, cfg.attacker, cfg.topology, tls_dir, LABEL_PARTY,
-                            observer=apb.LABEL_PARTY)
+                            observer=apb.LABEL_PARTY, config_hash=cfg.hash)
                      for k in cfg.received_parties}
         self.run_id = ""
 

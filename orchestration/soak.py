@@ -406,7 +406,7 @@ def fuzz_services(messages: int, seed: int, workdir: Path, console: Console) -> 
         join = pb.JoinRequest(protocol_version=PROTOCOL_VERSION, party_id=1,
                               embedding_shape=bottom.embedding_shape, config_hash=cfg.hash,
                               num_rows=bottom.inputs.num_rows)
-        record = apb.GradientRecord(run_id="r1", party_id=1, epoch=0, step=0,
+        record = apb.GradientRecord(run_id="r1", party_id=1, epoch=0, step=0, config_hash=cfg.hash,
                                     sample_ids=encode_ids(np.arange(32, dtype=np.int64)),
                                     cut_gradient=encode_tensor(np.ones((32, 16), np.float32)))
         answer = pb.PartyMessage(phase=pb.TRAIN, step=0, activation=encode_tensor(

@@ -112,7 +112,8 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
         log.info("party %d trains with the malicious optimizer: %s", party_id,
                  cfg.threat.describe([party_id]))
     identity = passive_identity(party_id)
-    tap = Tap(attacker, cfg.attacker, cfg.topology, tls_dir, identity) if attacker else None
+    tap = (Tap(attacker, cfg.attacker, cfg.topology, tls_dir, identity, config_hash=cfg.hash)
+           if attacker else None)
     async with create_channel(address, cfg.topology, tls_dir, identity,
                               server_identity=LABEL_PARTY,
                               compression=cfg.wire.compression) as channel:

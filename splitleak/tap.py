@@ -38,8 +38,9 @@ class Tap:
 
     def __init__(self, address: str, attacker: AttackerConfig, topology: TopologyConfig,
                  tls_dir: Path | None = None, identity: str = "",
-                 observer: int = apb.PASSIVE_PARTY) -> None:
+                 observer: int = apb.PASSIVE_PARTY, config_hash: str = "") -> None:
         self.address = address
+        self.config_hash = config_hash  # the experiment's: a sidecar of another one refuses
         self.observer = observer  # which side of the link records (attacker.proto's Observer)
         self.mode = attacker.on_sidecar_failure
         self.record_activation = attacker.record_activation
@@ -116,7 +117,7 @@ class Tap:
                                "miss records in flight")
             return None
         request = apb.SyncRequest(run_id=self.run_id, party_id=self.party_id, step=step, mode=mode,
-                                  observer=self.observer)
+                                  observer=self.observer, config_hash=self.config_hash)
         try:
             reply = await self.stub.Sync(request, timeout=self.stall_timeout)
         except grpc.aio.AioRpcError as err:
@@ -137,6 +138,7 @@ class Tap:
                 self._drain()
                 return
             self.sent += 1  # handed to gRPC; lost in transit if the sidecar dies now
+            record.config_hash = self.config_hash
             yield record
 
     async def _stream(self) -> None:

@@ -34,12 +34,13 @@ RAW = {"request_serializer": None, "response_deserializer": None}  # bytes in, b
 @contextlib.asynccontextmanager
 async def sidecar(root: Path, observe: frozenset[int] = frozenset({1}), run_id: str = "r1",
                   limit_mb: int = 64, resume: bool = False, receive: frozenset[int] = frozenset(),
-                  shapes: dict | None = None) -> AsyncIterator[tuple[str, AttackerServicer]]:
+                  shapes: dict | None = None,
+                  config_hash: str | None = None) -> AsyncIterator[tuple[str, AttackerServicer]]:
     store = GradientStore(RunDir(root).attacker / "gradients", run_id, resume=resume)
     received = (GradientStore(RunDir(root).attacker / "received", run_id, resume=resume)
                 if receive else None)
     servicer = AttackerServicer(store, set(observe), run_id, received=received, receive=set(receive),
-                                shapes=shapes)
+                                shapes=shapes, config_hash=config_hash)
     server = create_server(TopologyConfig(tls=False, max_message_mb=limit_mb))
     add_sidecar(server, servicer, limit_mb)
     port = bind(server, "127.0.0.1:0")

@@ -151,3 +151,38 @@ def test_the_party_taps_a_gradient_after_answering_the_next_batch(tmp_path: Path
     asyncio.run(StepLoop(bottom, _LoggingTap(events), "r").run(call))
     # Step t's record goes out once batch t+1 is answered; the last one before the end.
     assert events == ["answer 0", "answer 1", "tap 0", "answer 2", "tap 1", "tap 2", "done"]
+
+
+def test_a_sidecar_of_another_experiment_refuses_the_tap(tmp_path: Path) -> None:
+    """A sidecar started with another experiment file of the same shapes recorded the run
+    without a word (only --run-id pinned it). The tap now names its config's hash, and a
+    sidecar with a config refuses a stream of another, naming both."""
+    from tests.live import sidecar
+
+    cfg = parse_config(small_config(tmp_path))
+    other = parse_config(small_config(tmp_path, run={"seed": 1}))
+    assert cfg.hash != other.hash
+
+    async def go(sidecar_hash: str, tap_hash: str) -> tuple[Tap, apb.RecordSummary | None]:
+        async with sidecar(tmp_path / f"{sidecar_hash}-{tap_hash}", config_hash=sidecar_hash) as (
+                address, _):
+            tap = Tap(address, AttackerConfig(on_sidecar_failure="continue"),
+                      TopologyConfig(tls=False), config_hash=tap_hash)
+            await tap.start("r1", 1)
+            for step in range(3):
+                await tap.record(apb.GradientRecord(
+                    run_id="r1", party_id=1, epoch=0, step=step,
+                    sample_ids=encode_tensor(np.arange(4)),
+                    cut_gradient=encode_tensor(np.ones((4, 3), np.float32))))
+            await tap.close()
+            return tap, tap.summary
+
+    tap, _ = asyncio.run(go(other.hash, cfg.hash))
+    assert tap.error is not None and "FAILED_PRECONDITION" in tap.error, tap.error
+    assert (f"passive party 1 runs the experiment of config hash '{cfg.hash}', but this sidecar "
+            f"was started with the experiment file of hash '{other.hash}'") in tap.error
+    assert "attacker serve --config" in tap.error
+    tap, _ = asyncio.run(go(other.hash, ""))
+    assert tap.error is not None and "carry no config hash" in tap.error, tap.error
+    tap, summary = asyncio.run(go(cfg.hash, cfg.hash))
+    assert tap.error is None and summary is not None and summary.records == 3

@@ -45,17 +45,20 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
                 topology: TopologyConfig, port_file: Path | None = None,
                 tls_dir: Path | None = None, resume: bool = False,
                 receive: set[int] | None = None,
-                shapes: dict[Key, dict[str, tuple[int, ...]]] | None = None) -> int:
+                shapes: dict[Key, dict[str, tuple[int, ...]]] | None = None,
+                config_hash: str | None = None) -> int:
     """Record until every observed party (and, for `receive`, the label party's tap of what
     it receives from those parties) is done; `resume` continues the logs already in `out`
     (each tap cuts its log back to the resumed step first); `shapes` (record_shapes) fixes
-    every record's shape from the config (without it, each party's first record does)."""
+    every record's shape from the config (without it, each party's first record does);
+    `config_hash` (the config's) is what every stream's records must name."""
     gradients = RunDir(out).gradients
     store = GradientStore(gradients, run_id, resume=resume)
     received = (GradientStore(RunDir(out).attacker / "received", run_id, resume=resume)
                 if receive else None)
     servicer = AttackerServicer(store, observe, run_id or None, tls=tls_dir is not None,
-                                received=received, receive=receive, shapes=shapes)
+                                received=received, receive=receive, shapes=shapes,
+                                config_hash=config_hash)
     server = create_server(topology)
     add_sidecar(server, servicer, topology.max_message_mb)
     health_servicer = health.aio.HealthServicer()

@@ -85,7 +85,8 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
     def __init__(self, store: GradientStore, observe: set[int], run_id: str | None = None,
                  tls: bool = False, received: GradientStore | None = None,
                  receive: set[int] | None = None,
-                 shapes: dict[Key, dict[str, tuple[int, ...]]] | None = None) -> None:
+                 shapes: dict[Key, dict[str, tuple[int, ...]]] | None = None,
+                 config_hash: str | None = None) -> None:
         self.stores = {PASSIVE: store, **({LABEL: received} if received is not None else {})}
         self.tls = tls
         self.observe = observe
@@ -93,6 +94,7 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
         self.expected: set[Key] = {(PASSIVE, k) for k in observe} | {(LABEL, k) for k in self.receive}
         self.run_id = run_id
         self.shapes = shapes  # per stream, each tensor's row shape from the config (if known)
+        self.config_hash = config_hash  # the experiment's (if known): every stream must name it
         self.finished: set[Key] = set()
         self.all_finished = asyncio.Event()
         self.streaming: set[Key] = set()
@@ -126,7 +128,8 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
                     raise RecordError(record.describe(), status=record.code.name)
                 claimed = (record.observer, record.party_id)
                 if key is None:
-                    key = self._admit(record.run_id, claimed, peer_identity(context))
+                    key = self._admit(record.run_id, claimed, peer_identity(context),
+                                      config_hash=record.config_hash)
                     self.streaming.add(key)
                 rows += self._append(record, key)
                 records += 1
@@ -160,7 +163,8 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
         refusal: tuple[grpc.StatusCode, str] | None = None
         try:
             key = self._admit(request.run_id, claimed, peer_identity(context),
-                              streaming_ok=request.mode == pb.SyncRequest.CHECKPOINT)
+                              streaming_ok=request.mode == pb.SyncRequest.CHECKPOINT,
+                              config_hash=request.config_hash)
             store = self.stores[key[0]]
             if request.mode == pb.SyncRequest.CHECKPOINT:
                 await self._wait_for(key, request.step, context.time_remaining())
@@ -194,7 +198,8 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
                               f"arrive within {timeout:g} s (last logged: step "
                               f"{store.last_step(party)})", status="DEADLINE_EXCEEDED") from None
 
-    def _admit(self, run_id: str, key: Key, peer: str | None, streaming_ok: bool = False) -> Key:
+    def _admit(self, run_id: str, key: Key, peer: str | None, streaming_ok: bool = False,
+               config_hash: str = "") -> Key:
         observer, k = key
         if observer not in (PASSIVE, LABEL):
             raise RecordError(f"observer {observer} is not one of PASSIVE_PARTY, LABEL_PARTY")
@@ -216,6 +221,13 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
             raise RecordError(
                 f"record of run {echo(run_id)}, but this sidecar records run "
                 f"{self.run_id!r}", status="FAILED_PRECONDITION")
+        if self.config_hash and config_hash != self.config_hash:
+            named = f"the experiment of config hash {echo(config_hash)}" if config_hash else (
+                "no experiment (its records carry no config hash)")
+            raise RecordError(
+                f"{who(key)} runs {named}, but this sidecar was started with the experiment "
+                f"file of hash {self.config_hash!r}: give `attacker serve --config` the run's "
+                "experiment file", status="FAILED_PRECONDITION")
         if key in self.streaming and not streaming_ok:
             raise RecordError(f"{who(key)} is already streaming its records to this "
                               "sidecar", status="ALREADY_EXISTS")

@@ -62,11 +62,14 @@ class SyncRequest(_message.Message):
     STEP_FIELD_NUMBER: _builtins.int
     MODE_FIELD_NUMBER: _builtins.int
     OBSERVER_FIELD_NUMBER: _builtins.int
+    CONFIG_HASH_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     party_id: _builtins.int
     step: _builtins.int
     mode: Global___SyncRequest.Mode.ValueType
     observer: Global___Observer.ValueType
+    config_hash: _builtins.str
+    """The hash of the sender's experiment file (as in JoinRequest); see GradientRecord."""
     def __init__(
         self,
         *,
@@ -75,10 +78,11 @@ class SyncRequest(_message.Message):
         step: _builtins.int = ...,
         mode: Global___SyncRequest.Mode.ValueType = ...,
         observer: Global___Observer.ValueType = ...,
+        config_hash: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["mode", b"mode", "observer", b"observer", "party_id", b"party_id", "run_id", b"run_id", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_hash", b"config_hash", "mode", b"mode", "observer", b"observer", "party_id", b"party_id", "run_id", b"run_id", "step", b"step"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -99,11 +103,17 @@ class GradientRecord(_message.Message):
     ACTIVATION_FIELD_NUMBER: _builtins.int
     FIRST_LAYER_GRADIENT_FIELD_NUMBER: _builtins.int
     OBSERVER_FIELD_NUMBER: _builtins.int
+    CONFIG_HASH_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     party_id: _builtins.int
     epoch: _builtins.int
     step: _builtins.int
     observer: Global___Observer.ValueType
+    config_hash: _builtins.str
+    """The hash of the sender's experiment file (as in JoinRequest). A sidecar started with a
+    config refuses a stream whose first record names another: it would record another
+    experiment's run (same shapes, other data, model or defenses) without a word.
+    """
     @_builtins.property
     def sample_ids(self) -> _tensor_pb2.Tensor:
         """int64 [B]"""
@@ -134,10 +144,11 @@ class GradientRecord(_message.Message):
         activation: _tensor_pb2.Tensor | None = ...,
         first_layer_gradient: _tensor_pb2.Tensor | None = ...,
         observer: Global___Observer.ValueType = ...,
+        config_hash: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["activation", b"activation", "cut_gradient", b"cut_gradient", "first_layer_gradient", b"first_layer_gradient", "sample_ids", b"sample_ids"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activation", b"activation", "cut_gradient", b"cut_gradient", "epoch", b"epoch", "first_layer_gradient", b"first_layer_gradient", "observer", b"observer", "party_id", b"party_id", "run_id", b"run_id", "sample_ids", b"sample_ids", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activation", b"activation", "config_hash", b"config_hash", "cut_gradient", b"cut_gradient", "epoch", b"epoch", "first_layer_gradient", b"first_layer_gradient", "observer", b"observer", "party_id", b"party_id", "run_id", b"run_id", "sample_ids", b"sample_ids", "step", b"step"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
