@@ -183,3 +183,25 @@ def test_a_resumed_writer_keeps_the_earlier_steps_and_rewrites_the_rest(tmp_path
         # steps 0-2 kept from the first attempt (its scale -1), 3-5 rewritten
         sign = -1.0 if key[1] < 3 else 1.0
         np.testing.assert_array_equal(found[key].gradients, sign * anchors.gradients)
+
+
+def test_a_batch_without_a_positive_is_no_fallback_to_a_received_anchor() -> None:
+    """The README's breast-cancer run warned that '5 batch draw(s) had no clean anchor' under
+    Marvell: its last batch of an epoch held 7 negatives, so the label party drew no anchor, and
+    the analysis counted each draw as falling back to a received row, though nothing did (the
+    batch is skipped as single-class)."""
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from attacker.analysis.analyze import _clean_anchor
+
+    analysis = SimpleNamespace(anchors={}, perturbed=True, anchor_fallbacks=defaultdict(int))
+    unit = SimpleNamespace(parties=(1,))
+    batch = SimpleNamespace(step=47, sample_ids=np.arange(7))
+    attack = build_attack("cosine_oracle", {})
+    assert _clean_anchor(analysis, unit, batch, "cut", attack, 0, np.zeros(7)) == (None, None)
+    assert not analysis.anchor_fallbacks
+    negatives_and_one = np.array([0, 0, 1, 0, 0, 0, 0])
+    assert _clean_anchor(analysis, unit, batch, "cut", attack, 0, negatives_and_one) == (
+        None, "received")
+    assert analysis.anchor_fallbacks == {("cosine_oracle", "cut"): 1}

@@ -332,7 +332,7 @@ def _evaluate(analysis: Analysis, unit: Attacker, batch: LoggedBatch, layer: str
     for draw in range(analysis.draws if attack.randomised else 1):
         stream = f"{layer}:{attack.label}" + (f"#{draw}" if draw else "")  # draw 0: as before draws
         rng = attack_rng(unit.seed, batch.step, unit.rng_party, stream)
-        anchor, source = _clean_anchor(analysis, unit, batch, layer, attack, draw)
+        anchor, source = _clean_anchor(analysis, unit, batch, layer, attack, draw, y)
         result = evaluate_batch(attack, grads, y, rng, anchor, analysis.num_classes)
         rows.append(_row(unit, layer, batch.epoch, batch.step, attack, result, draw, source))
     return rows
@@ -389,11 +389,12 @@ class _EpochPool:
 
 
 def _clean_anchor(analysis: Analysis, unit: Attacker, batch: LoggedBatch, layer: str, attack: Attack,
-                  draw: int) -> tuple[tuple[int, np.ndarray] | None, str | None]:
+                  draw: int, y: np.ndarray) -> tuple[tuple[int, np.ndarray] | None, str | None]:
     """Draw `draw`'s clean anchor of this batch (cut layer, one party), if the run wrote it, and
     where the anchor comes from: "clean", or "received" when the attack falls back to the
-    received row of its positive under a defense (counted per layer for the warning)."""
-    if not attack.needs_clean_anchors:
+    received row of its positive under a defense (counted per layer for the warning). A batch
+    without a positive has no anchor to draw (the label party writes none): nothing falls back."""
+    if not attack.needs_clean_anchors or not np.any(y == 1):
         return None, None
     if layer == "cut" and len(unit.parties) == 1:
         found = analysis.anchors.get((unit.parties[0], batch.step))
