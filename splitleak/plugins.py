@@ -28,6 +28,10 @@ def _none(cfg: ExperimentConfig, schema: Schema) -> frozenset[Artifact]:
     return frozenset()
 
 
+def _no_warnings(cfg: ExperimentConfig, schema: Schema) -> list[str]:
+    return []
+
+
 @dataclass(frozen=True)
 class PluginGroup:
     """One role's plug-ins as validation sees them."""
@@ -37,6 +41,8 @@ class PluginGroup:
     check: Callable[[ExperimentConfig, Schema], None]
     # the evaluation artifacts this config's plug-ins of the group read
     artifacts: Callable[[ExperimentConfig, Schema], frozenset[Artifact]] = _none
+    # settings of the group's plug-ins that run, but probably not as meant (validate's warnings)
+    warnings: Callable[[ExperimentConfig, Schema], list[str]] = _no_warnings
 
 
 class PluginsMissing(RuntimeError):

@@ -42,13 +42,15 @@ def validate(cfg: ExperimentConfig, read_values: bool = False) -> Validated:
     schema = check_core(cfg)
     check_devices(cfg)
     needs: set[Artifact] = set()
+    warnings = overlap_warnings(cfg, schema) + ignored_warnings(cfg)
     for group in plugin_groups():
         group.check(cfg, schema)
         needs |= group.artifacts(cfg, schema)
+        warnings += group.warnings(cfg, schema)
     if read_values:
         check_data_values(cfg)
     resolved = cfg.model_copy(update={"evaluation": resolve_evaluation(cfg, needs)})
-    return Validated(resolved, overlap_warnings(cfg, schema) + ignored_warnings(cfg))
+    return Validated(resolved, warnings)
 
 
 def validated(cfg: ExperimentConfig) -> ExperimentConfig:

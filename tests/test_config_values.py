@@ -137,3 +137,17 @@ def test_warnings_print_brackets_as_text() -> None:
     console = Console(record=True, width=200)
     print_warnings(console, {"warnings": ["declared white_box = true in [threat.parties.K]"]})
     assert "declared white_box = true in [threat.parties.K]" in console.export_text()
+
+
+def test_hint_centers_beyond_half_a_batch_are_warned_of(tmp_path: Path) -> None:
+    """`mean(centers=hint, hints=50)` on batches of 32 ran and was labelled '≥50/class' without a
+    word, though at most 16 labels are revealed per batch; validate now says so."""
+    validated = validate(parse_config(small_config(
+        tmp_path, training={"batch_size": 32},
+        attacker={"attacks": [{"name": "mean", "centers": "hint", "hints": 50},
+                              {"name": "median", "centers": "hint", "hints": 4}, "norm"]})))
+    capped = [w for w in validated.warnings if "reveals at most" in w]
+    assert capped == ["attacker.attacks[0] (mean(centers=hint, hints=50)): 50 known labels of each "
+                      "class need 100 rows, but a batch of 32 rows (training.batch_size) reveals "
+                      "at most 16 (half of it, leaving the rest to measure): its class centers "
+                      "come from those"], validated.warnings

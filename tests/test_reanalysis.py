@@ -97,3 +97,23 @@ def test_a_recording_gap_the_run_went_on_with_is_warned_of(
                "on (attacker sidecar stopped answering)")
     assert any(w.startswith(warning) for w in read_leak_summary(RunDir(copy)).warnings)
     assert warning in out
+
+
+def test_named_hint_attacks_take_the_hint_counts(inprocess_sweep: tuple[Path, str],
+                                                 tmp_path: Path) -> None:
+    """`--attacks hint_inner --hints 3,5` ran k = 1 only while the note said "hints 3, 5" (and a
+    config's `attacks = ["hint_inner"]` ignored its threat model's hints): a named hint attack
+    that gives no k now runs once per hint count, as the default set does; one that names its k
+    keeps it."""
+    from attacker.analysis.analyze import with_hints
+
+    sweep_dir, _ = inprocess_sweep
+    runs, _ = find_runs([sweep_dir])
+    copy = tmp_path / runs[0].root.name
+    shutil.copytree(runs[0].root, copy)
+    code, out = analyse(str(copy), "--attacks", "hint_inner", "--hints", "3,5")
+    assert code == 0, out
+    assert {e.attack for e in read_leak_summary(RunDir(copy)).leak} == {
+        "hint_inner(k=3)", "hint_inner(k=5)"}
+    assert with_hints([("hint_distance", {"k": 2}), ("norm", {}), ("hint_inner", {})], [1, 4]) == [
+        ("hint_distance", {"k": 2}), ("norm", {}), ("hint_inner", {"k": 1}), ("hint_inner", {"k": 4})]

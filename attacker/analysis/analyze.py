@@ -55,6 +55,7 @@ from splitleak.threat import DEFAULT_HINTS
 
 LAYERS = {"cut_gradient": "cut", "first_layer_gradient": "first", "activation": "activation"}
 SAMPLED_BATCHES = 5  # early and late batches whose per-row figures feed the plots
+HINT_ATTACKS = ("hint_distance", "hint_inner")  # k known positives: the threat model's hints
 __all__ = ["LEAK_SCHEMA", "AnalysisInputError", "analyze", "default_attacks", "headline", "metric_stats",
            "summarise_leak", "write_summary"]
 
@@ -65,12 +66,24 @@ def default_attacks(num_classes: int, hints: Iterable[int] = DEFAULT_HINTS) -> l
         return list(DEFAULT_MULTICLASS_ATTACKS)
     specs: list[tuple[str, dict]] = []
     for name, params in DEFAULT_ATTACKS:
-        if name in ("hint_distance", "hint_inner"):
+        if name in HINT_ATTACKS:
             if params["k"] == 1:  # one entry per requested k, in place of the defaults
                 specs += [(name, {"k": k}) for k in hints]
         else:
             specs.append((name, params))
     return specs
+
+
+def with_hints(specs: list[tuple[str, dict]], hints: Iterable[int]) -> list[tuple[str, dict]]:
+    """Named attacks with the threat model's hint counts: a hint attack that names no k runs
+    once per count, as in the default set (one that names its k keeps it)."""
+    named: list[tuple[str, dict]] = []
+    for name, params in specs:
+        if name in HINT_ATTACKS and "k" not in params:
+            named += [(name, {**params, "k": k}) for k in hints]
+        else:
+            named.append((name, params))
+    return named
 
 
 @dataclass(frozen=True)
@@ -169,20 +182,20 @@ class Analysis:
             [self.attacker(tuple(sorted(g))) for g in self.threat.collusion]
 
     def batch_attacks(self, unit: Attacker) -> list[Attack]:
-        if self.specs is not None:
-            built = [build_attack(n, p) for n, p in self.specs]
-            return [a for a in built if isinstance(a, Attack)]
         entry = self.threat.party(unit.parties[0])
         hints = self.hints or (entry.hints if entry is not None else list(DEFAULT_HINTS))
-        return [a for a in (build_attack(n, p) for n, p in default_attacks(self.num_classes, hints))
-                if isinstance(a, Attack)]
+        specs = (with_hints(self.specs, hints) if self.specs is not None
+                 else default_attacks(self.num_classes, hints))
+        return [a for a in (build_attack(n, p) for n, p in specs) if isinstance(a, Attack)]
 
     def run_attacks(self, unit: Attacker) -> list[RunAttack]:
-        if self.specs is not None:
-            built: list[AttackPlugin] = [build_attack(n, p) for n, p in self.specs]
-            return [a for a in built if isinstance(a, RunAttack)]
         labelled = [e.labelled_per_class for k in unit.parties
                     if (e := self.threat.party(k)) is not None and e.labelled_per_class]
+        if self.specs is not None:  # a named model completion takes the threat model's labels
+            built: list[AttackPlugin] = [build_attack(n, {"labelled_per_class": labelled[0], **p}
+                                                      if n == "model_completion" and labelled
+                                                      else p) for n, p in self.specs]
+            return [a for a in built if isinstance(a, RunAttack)]
         named: list[tuple[str, dict]] = []
         if labelled:
             named.append(("model_completion", {"labelled_per_class": labelled[0]}))

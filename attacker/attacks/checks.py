@@ -39,5 +39,24 @@ def needed_artifacts(cfg: ExperimentConfig, num_classes: int) -> frozenset[Artif
     return frozenset()
 
 
+def capped_hints(cfg: ExperimentConfig) -> list[str]:
+    """Hint centers asking for more labels per class than half a batch holds: the labels
+    revealed stop at half the batch (reveal_labels), so the centers come from fewer."""
+    half = cfg.training.batch_size // 2
+    warnings = []
+    for i, spec in enumerate(cfg.attacker.attacks):
+        attack = build_attack(spec.name, spec.params)
+        hints = getattr(attack.params, "hints", None)
+        if getattr(attack.params, "centers", None) == "hint" and hints is not None \
+                and 2 * hints > half:
+            warnings.append(
+                f"attacker.attacks[{i}] ({attack.label}): {hints} known labels of each class need "
+                f"{2 * hints} rows, but a batch of {cfg.training.batch_size} rows "
+                f"(training.batch_size) reveals at most {half} (half of it, leaving the rest to "
+                "measure): its class centers come from those")
+    return warnings
+
+
 PLUGINS = PluginGroup("attacks", lambda cfg, schema: check_attacks(cfg),
-                      lambda cfg, schema: needed_artifacts(cfg, schema.num_classes))
+                      lambda cfg, schema: needed_artifacts(cfg, schema.num_classes),
+                      lambda cfg, schema: capped_hints(cfg))

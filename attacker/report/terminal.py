@@ -34,7 +34,8 @@ _COMPACT_TAGS = ((r"^1 clean positive/batch$", "clean pos."), (r"^(\d+) positive
                  (r"^positives = minority$", "minority"), (r"^minority / best permutation$", "minority+perm"),
                  (r"^own bottom, (\S+) labelled/class$", r"\1 lab./class"))
 TAG_LEGEND = ("side knowledge per batch: k pos. = k known positives; clean pos. = one pre-defense "
-              "positive gradient; ≥h/class = h known labels of each class; oracle = every label; "
+              "positive gradient; ≥h/class = labels revealed until h of each class (at most "
+              "half the batch); oracle = every label; "
               "oracle−own = every label but the scored row's; minority = positives are the "
               "minority class (+perm: best label permutation)")
 
