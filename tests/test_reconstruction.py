@@ -205,3 +205,21 @@ def test_report_md_names_every_victims_threat_and_has_no_empty_column() -> None:
     assert table and all("|  |" not in line and "| |" not in line for line in table)
     assert table[0].startswith("| victim | attack | headline | prior | MSE | per feature")
     assert table[2].startswith("| 1 | back_mapping | r2 0.410 | 0.000 | 0.600 | mean radius 0.500 | 100 |")
+
+
+def test_an_rgb_grid_shows_standardised_pixels_mapped_onto_the_unit_range(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """CIFAR strips are standardised (about -1.7..1.7): the grid clipped RGB images to [0, 1]
+    (everything below the mean black) and matplotlib warned 30 times per report."""
+    import matplotlib.image
+
+    from attacker.report.plots import reconstruction_grid
+
+    rng = np.random.default_rng(0)
+    truth = rng.normal(size=(4, 3, 8, 8)).astype(np.float32)
+    grids = [("inversion", {"truth": truth, "rebuilt": truth * 0.5, "labels": np.arange(4)})]
+    with caplog.at_level("WARNING"):
+        reconstruction_grid(grids, tmp_path / "grid.png")
+    assert not [r for r in caplog.records if "Clipping input data" in r.getMessage()]
+    pixels = matplotlib.image.imread(tmp_path / "grid.png")[..., :3]
+    assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 100  # not a few saturated colours

@@ -201,9 +201,11 @@ def training_curves(train: list[dict[str, Any]], evals: list[dict[str, Any]], pa
 
 def reconstruction_grid(grids: list[tuple[str, dict[str, np.ndarray]]], path: Path) -> None:
     """Originals (top row) and each attack's reconstructions below, same examples per column;
-    every image on the originals' grey scale."""
+    every image on the originals' scale, mapped linearly onto [0, 1] (standardised pixels, grey
+    or RGB: imshow takes an RGB image only on [0, 1] and ignores vmin / vmax for it)."""
     truth = grids[0][1]["truth"]
     low, high = float(truth.min()), float(truth.max())
+    span = high - low if high > low else 1.0
     columns, rows = truth.shape[0], 1 + len(grids)
     height, width = truth.shape[-2:]
     scale = 1.1 * max(1.0, 28 / max(height, width))
@@ -216,7 +218,7 @@ def reconstruction_grid(grids: list[tuple[str, dict[str, np.ndarray]]], path: Pa
         for c in range(columns):
             ax = axes[r, c]
             picture = block[c].transpose(1, 2, 0) if block[c].shape[0] == 3 else block[c][0]
-            ax.imshow(np.clip(picture, low, high), cmap="gray", vmin=low, vmax=high)
+            ax.imshow(np.clip((picture - low) / span, 0.0, 1.0), cmap="gray", vmin=0.0, vmax=1.0)
             ax.set_xticks([])
             ax.set_yticks([])
             if r == 0:
