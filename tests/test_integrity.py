@@ -214,3 +214,18 @@ def test_report_md_names_every_attacking_partys_threat() -> None:
     text = " ".join(integrity_md(summary))
     assert "(threat: party 1: malicious, noisy; party 2: malicious, missing)" in text
     assert "- noisy_samples, party 1: stopped" in text and "- missing_features, party 2: stopped" in text
+
+
+def test_the_headline_sets_the_paired_drop_beside_vflairs() -> None:
+    """A probe's missing_features row read "drop -0.083 (acc. 0.600; same rows clean 0.600)": a
+    drop the attack did not cause (VFLAIR's AP sets the test accuracy against other rows). The
+    headline now names VFLAIR's figure and gives the paired drop of the same rows."""
+    from attacker.attacks.integrity.report import _headline
+
+    figures = {"metric": "accuracy_drop", "value": 0.517 - 0.6, "missing_accuracy": 0.6,
+               "clean_accuracy_same_rows": 0.6, "paired_drop": 0.0}
+    assert _headline(figures) == ("drop -0.083 (VFLAIR's); paired 0.000: same rows 0.600 clean "
+                                  "→ 0.600")
+    noisy = {"metric": "accuracy_drop", "value": -0.15, "noisy_accuracy": 0.667,
+             "clean_accuracy_same_rows": 0.333, "paired_drop": 0.333 - 0.667}
+    assert _headline(noisy) == "drop -0.150 (VFLAIR's); paired -0.334: same rows 0.333 clean → 0.667"

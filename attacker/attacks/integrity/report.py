@@ -24,8 +24,10 @@ def _headline(figures: dict[str, Any]) -> str:
         return (f"ASR {fmt(figures['value'])} (other classes {fmt(other)}) → class "
                 f"{figures['target_class']}")
     affected = figures.get("noisy_accuracy", figures.get("missing_accuracy"))
-    return (f"drop {fmt(figures['value'])} (acc. {fmt(affected)}; same rows clean "
-            f"{fmt(figures.get('clean_accuracy_same_rows'))})")
+    clean = figures.get("clean_accuracy_same_rows")
+    paired = "" if clean is None else (
+        f"; paired {fmt(figures.get('paired_drop'))}: same rows {fmt(clean)} clean → {fmt(affected)}")
+    return f"drop {fmt(figures['value'])} (VFLAIR's){paired}"
 
 
 def _rows(summary: dict[str, Any]) -> list[list[str]]:
@@ -42,7 +44,9 @@ def integrity_table(summary: dict[str, Any]) -> Table | None:
     table = Table(title="integrity attacks by a passive party (final evaluation)",
                   box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
                   caption="ASR: triggered test rows predicted as the target; drop: test accuracy "
-                          "minus the affected rows' accuracy (VFLAIR's AP)")
+                          "minus the affected rows' accuracy (VFLAIR's AP: it compares other "
+                          "rows); paired: the same rows' clean accuracy minus theirs under the "
+                          "attack (what the attack itself cost)")
     for column in ("party", "attack", "headline", "test acc."):
         table.add_column(column, justify="left" if column in ("attack", "headline") else "right")
     for row in rows:
@@ -61,8 +65,10 @@ def integrity_md(summary: dict[str, Any]) -> list[str]:
              "predicted as the target class (VFLAIR's backdoor accuracy, which counts the rows "
              "already of that class), and of the rows of other classes. Noisy samples (NSB) and "
              "missing features (MF): the test accuracy minus the accuracy of the affected rows "
-             "(MF: the test accuracy with those rows missing), VFLAIR's AP; the same rows' clean "
-             "accuracy is beside it. VFLAIR averages LRB and NSB over its evaluations: summary.json "
+             "(MF: the test accuracy with those rows missing), VFLAIR's AP, which sets other rows "
+             "against them; beside it the paired drop: the same rows' clean accuracy minus "
+             "their accuracy under the attack, what the attack itself cost (on few rows, "
+             "either moves by 1/rows per row). VFLAIR averages LRB and NSB over its evaluations: summary.json "
              "has that mean (`vflair_mean`).", ""]
     rows = _rows(summary)
     if rows:
