@@ -68,8 +68,8 @@ def integrity_md(summary: dict[str, Any]) -> list[str]:
              "(MF: the test accuracy with those rows missing), VFLAIR's AP, which sets other rows "
              "against them; beside it the paired drop: the same rows' clean accuracy minus "
              "their accuracy under the attack, what the attack itself cost (on few rows, "
-             "either moves by 1/rows per row). VFLAIR averages LRB and NSB over its evaluations: summary.json "
-             "has that mean (`vflair_mean`).", ""]
+             "either moves by 1/rows per row). VFLAIR averages LRB and NSB over its "
+             "evaluations: summary.json has that mean (`vflair_mean`).", ""]
     rows = _rows(summary)
     if rows:
         lines += md_table(HEADER, rows)
