@@ -292,3 +292,15 @@ def test_the_reports_own_warnings_reach_the_summary(tmp_path: Path, monkeypatch:
     assert warnings.count("plot training.png failed: RuntimeError: no backend") == 1
     assert not any("rows.parquet" in w for w in warnings)
     assert "no norm or cosine histograms" in (run.report / "report.md").read_text()
+
+
+def test_utility_from_few_test_rows_is_warned_of() -> None:
+    """`max_rows = 10` printed 'test AUC 1.0000' from 2 test rows as an ordinary figure."""
+    from attacker.report.report import few_test_rows
+
+    records = [{"type": "eval", "step": 0, "test_rows": 200},
+               {"type": "train", "step": 1}, {"type": "eval", "step": 2, "test_rows": 2}]
+    assert few_test_rows(records) == [
+        "the utility figures come from 2 test row(s) (the final evaluation's): one row moves the "
+        "test accuracy by 0.5; give the run more rows or a larger dataset.test_fraction"]
+    assert few_test_rows(records[:1]) == [] and few_test_rows([]) == []

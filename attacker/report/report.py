@@ -51,6 +51,7 @@ from splitleak.pace import ms_per_step
 
 log = logging.getLogger("attacker.report.report")
 
+MIN_TEST_ROWS = 50  # below: each test row is over 2 points of accuracy
 PLOT_FILES = ("leak_party*_*.png", "norms_party*.png", "cosine_party*.png", "training.png",
               "reconstruction_party*.png")
 
@@ -64,6 +65,18 @@ def _utility(records: list[dict[str, Any]]) -> dict[str, Any]:
             out[name] = float(evals[-1][key])
     out["train steps"] = sum(1 for r in records if r.get("type") == "train")
     return out
+
+
+def few_test_rows(records: list[dict[str, Any]]) -> list[str]:
+    """A warning when the final evaluation scored fewer than MIN_TEST_ROWS test rows: each row
+    then moves the test accuracy by more than 2 points (a probe's AUC came from 2 rows)."""
+    evals = [r for r in records if r.get("type") == "eval" and r.get("test_rows") is not None]
+    rows = int(evals[-1]["test_rows"]) if evals else None
+    if rows is None or rows >= MIN_TEST_ROWS:
+        return []
+    return [f"the utility figures come from {rows} test row(s) (the final evaluation's): one row "
+            f"moves the test accuracy by {1 / max(rows, 1):.3g}; give the run more rows or a larger "
+            "dataset.test_fraction"]
 
 
 def utility(run: RunDir) -> dict[str, Any]:
@@ -168,7 +181,8 @@ def write_report(run: RunDir, summary: dict[str, Any]) -> None:
     figures = _draw_plots(run, summary, inputs, notes, failures)
     bounds = _bounds(inputs.records)
     summary["warnings"] = list(dict.fromkeys(
-        [*above_bound_notes(summary), *summary.get("warnings", []), *failures]))
+        [*above_bound_notes(summary), *summary.get("warnings", []), *few_test_rows(inputs.records),
+         *failures]))
     warnings = [*summary["warnings"], *notes]
     lines = [*_title_md(run, summary, inputs), *threat_md(summary),
              *_headline_md(summary, inputs.records, bounds), *completion_md(summary),
