@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -25,7 +26,7 @@ from splitleak.cli_common import (
     tls_dir_or_exit,
     writable_or_exit,
 )
-from splitleak.config import ConfigError, TopologyConfig
+from splitleak.config import ConfigError, TopologyConfig, plugin_param_errors
 from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
 from splitleak.registry import UnknownPluginError
@@ -49,6 +50,8 @@ def parse_attack(text: str) -> tuple[str, dict[str, Any]]:
         key, sep, value = item.partition("=")
         if not sep:
             raise BadInput(f"--attacks {text!r}: expected name:key=value,...")
+        if key in params:
+            raise BadInput(f"--attacks {text!r}: {key} is given twice")
         for convert in (int, float):
             try:
                 params[key] = convert(value)
@@ -146,8 +149,9 @@ def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
             build_attack(name, params)
         except UnknownPluginError as err:
             raise BadInput(f"--attacks: {err}") from None
-        except ValidationError as err:
-            raise BadInput(f"--attacks {name}: {err}") from None
+        except ValidationError as err:  # as validate names them, less TOML's quoting hint
+            raise BadInput(re.sub(r" \(TOML: [^)]*\)", "", plugin_param_errors(
+                f"--attacks {name}", err))) from None
     written = RunDir(args.run_dir)
     try:  # what the analysis writes: never through a link out of the run directory
         refuse_symlinks(written.root, written.report, written.leak, written.leak_rows)

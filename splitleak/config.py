@@ -503,7 +503,7 @@ def format_validation_error(err: ValidationError, source: str, what: str = "conf
 
 def plugin_param_errors(prefix: str, err: ValidationError) -> str:
     """A plug-in's parameter errors, each under the config path `prefix` it came from."""
-    return "; ".join(f"{prefix}.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+    return "; ".join(f"{'.'.join([prefix, *map(str, e['loc'])])}: {e['msg']}" for e in err.errors())
 
 
 def parse_config(data: dict[str, Any], source: str = "<dict>") -> ExperimentConfig:

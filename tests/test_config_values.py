@@ -151,3 +151,11 @@ def test_hint_centers_beyond_half_a_batch_are_warned_of(tmp_path: Path) -> None:
                       "class need 100 rows, but a batch of 32 rows (training.batch_size) reveals "
                       "at most 16 (half of it, leaving the rest to measure): its class centers "
                       "come from those"], validated.warnings
+
+
+def test_a_plugin_wide_error_names_the_plugin_not_an_empty_field(tmp_path: Path) -> None:
+    """`dp_gaussian` without clip said "defense[0].: Value error, …" (an empty field name)."""
+    with pytest.raises(ConfigError) as err:
+        validate(parse_config(small_config(
+            tmp_path, defense=[{"name": "dp_gaussian", "noise_multiplier": 1.0}])))
+    assert "defense[0]: Value error, give exactly one of clip" in str(err.value), str(err.value)
