@@ -146,9 +146,9 @@ class GAFM(Objective):
 
     @classmethod
     def check(cls, cfg: ExperimentConfig, num_classes: int | None = None) -> None:
-        check_setup(cfg)
-        if num_classes is not None and num_classes != 2:
+        if num_classes is not None and num_classes != 2:  # first: no other setting can help
             raise ConfigError(not_binary(cfg.dataset.name, num_classes))
+        check_setup(cfg)
 
     def __init__(self, params: GAFMParams, setup: ObjectiveSetup) -> None:
         super().__init__(params, setup)
