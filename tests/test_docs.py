@@ -14,8 +14,12 @@ from label_party.objectives import OBJECTIVES
 from splitleak.config_doc import NOTES, configuration_page, field_paths
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = sorted([ROOT / "README.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").glob("*.md")])
-LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+# Every page a reader reaches: the two top-level pages, every page under docs/ (sub-folders such
+# as docs/reconstruction/ and docs/sweeps/*/ included) and every example's README.
+PAGES = sorted([ROOT / "README.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").rglob("*.md"),
+                *(ROOT / "examples").rglob("README.md")])
+# Links and images alike: `[text](target)` and `![alt](target)`.
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.M | re.S)
 
 
