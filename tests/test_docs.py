@@ -128,3 +128,15 @@ def test_commands_page_names_every_option(monkeypatch: pytest.MonkeyPatch) -> No
                     if not any(re.search(rf"(?<![\w-]){re.escape(s)}(?![\w-])", rows)
                                for s in spellings)]
     assert missing == [], missing
+
+
+def test_experiment_file_lists_every_dataset() -> None:
+    """The `[dataset] name` comment of experiment-file.md names exactly the registered datasets."""
+    from splitleak.datasets import DATASETS
+
+    page = (ROOT / "docs" / "experiment-file.md").read_text()
+    block = re.search(r'^name = "breast_cancer" +#(.*?)^params', page, re.M | re.S)
+    assert block is not None, "experiment-file.md: no [dataset] name line"
+    comment = re.sub(r"\([^)]*\)|#", " ", block.group(1))  # drop "(extra `images`)"
+    listed = set(re.findall(r"[a-z][a-z0-9_]*", comment)) - {"and"}
+    assert listed == set(DATASETS.names())
