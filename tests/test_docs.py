@@ -3,7 +3,9 @@ relative link resolves, and every registered plug-in is documented."""
 
 from __future__ import annotations
 
+import argparse
 import re
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,8 +16,12 @@ from label_party.objectives import OBJECTIVES
 from splitleak.config_doc import NOTES, configuration_page, field_paths
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = sorted([ROOT / "README.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").glob("*.md")])
-LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+# Every page a reader reaches: the two top-level pages, every page under docs/ (sub-folders such
+# as docs/reconstruction/ and docs/sweeps/*/ included) and every example's README.
+PAGES = sorted([ROOT / "README.md", ROOT / "CONTRIBUTING.md", *(ROOT / "docs").rglob("*.md"),
+                *(ROOT / "examples").rglob("README.md")])
+# Links and images alike: `[text](target)` and `![alt](target)`.
+LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^```.*?^```", re.M | re.S)
 
 
@@ -65,3 +71,72 @@ def test_readme_is_short() -> None:
 def test_every_plugin_is_documented(page: str, names: list[str]) -> None:
     text = (ROOT / "docs" / page).read_text()
     assert [name for name in names if f"`{name}`" not in text] == []
+
+
+class _Parsed(Exception):
+    """Raised in place of parsing: carries the parser an entry point built."""
+
+    def __init__(self, parser: argparse.ArgumentParser) -> None:
+        self.parser = parser
+
+
+def _parser(main: Callable[[list[str]], int], monkeypatch: pytest.MonkeyPatch) -> argparse.ArgumentParser:
+    """The parser `main` builds, caught at its parse_args: nothing runs."""
+    def caught(self: argparse.ArgumentParser, *_: object, **__: object) -> None:
+        raise _Parsed(self)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(argparse.ArgumentParser, "parse_args", caught)
+        with pytest.raises(_Parsed) as parsed:
+            main([])
+    return parsed.value.parser
+
+
+def _options(parser: argparse.ArgumentParser) -> list[list[str]]:
+    """Each optional argument's spellings, --help left out."""
+    return [action.option_strings for action in parser._actions
+            if action.option_strings and not isinstance(action, argparse._HelpAction)]
+
+
+def _commands(monkeypatch: pytest.MonkeyPatch) -> dict[str, argparse.ArgumentParser]:
+    """`prog sub` -> its parser, for every sub-command of the four entry points."""
+    from attacker.cli import main as attacker
+    from label_party.cli import main as label_party
+    from orchestration.cli import main as splitleak
+    from orchestration.gafm_select import main as gafm_select
+    from passive_party.cli import main as passive_party
+
+    found = {}
+    for main in (splitleak, label_party, passive_party, attacker):
+        parser = _parser(main, monkeypatch)
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        found |= {f"{parser.prog} {name}": p for name, p in sub.choices.items()}
+    found["splitleak gafm-select"] = _parser(gafm_select, monkeypatch)  # its own parser
+    return found
+
+
+def test_commands_page_names_every_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every option `--help` shows is in docs/commands.md, in its command's row(s)."""
+    page = (ROOT / "docs" / "commands.md").read_text()
+    missing = []
+    for command, parser in _commands(monkeypatch).items():
+        rows = " ".join(line for line in page.splitlines() if line.startswith(f"| `{command}"))
+        if not rows:
+            missing.append(command)
+            continue
+        missing += [f"{command} {spellings[-1]}" for spellings in _options(parser)
+                    if not any(re.search(rf"(?<![\w-]){re.escape(s)}(?![\w-])", rows)
+                               for s in spellings)]
+    assert missing == [], missing
+
+
+def test_experiment_file_lists_every_dataset() -> None:
+    """The `[dataset] name` comment of experiment-file.md names exactly the registered datasets."""
+    from splitleak.datasets import DATASETS
+
+    page = (ROOT / "docs" / "experiment-file.md").read_text()
+    block = re.search(r'^name = "breast_cancer" +#(.*?)^params', page, re.M | re.S)
+    assert block is not None, "experiment-file.md: no [dataset] name line"
+    comment = re.sub(r"\([^)]*\)|#", " ", block.group(1))  # drop "(extra `images`)"
+    listed = set(re.findall(r"[a-z][a-z0-9_]*", comment)) - {"and"}
+    assert listed == set(DATASETS.names())
