@@ -33,6 +33,10 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     if args.resume is not None:
         return resume_run(args, console)
     cfg = checked_config_or_exit(args.config)
+    if args.in_process and cfg.network.shaped:  # as the in-process sweep engine refuses it
+        raise BadInput("[network] sets an emulated wide-area link, which an --in-process run has "
+                       "no network to shape (its parties call each other in one process): drop "
+                       "--in-process to measure it, or drop the [network] table")
     if args.output_dir is not None:
         cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"output_dir": args.output_dir})})
     variants = default_variants(cfg) if args.config is None and not args.single else [

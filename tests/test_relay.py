@@ -85,6 +85,20 @@ async def _through_relay(network: NetworkConfig, payload: int) -> tuple[float, f
     return rtt, seconds, bytes(received)
 
 
+def test_an_in_process_run_refuses_an_emulated_network(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture) -> None:
+    """`splitleak run --in-process` ignored [network] without a word (the in-process sweep
+    engine refuses it)."""
+    from orchestration.cli import main
+    from tests.test_cli_refusals import exit_code_and_text
+
+    config = write_config(tmp_path, small_config(tmp_path, network={"one_way_latency_ms": 25}))
+    code, text = exit_code_and_text(main, ["run", str(config), "--in-process",
+                                           "--output-dir", str(tmp_path / "runs")], capsys)
+    assert code == 2 and "[network] sets an emulated wide-area link" in text, text
+    assert not (tmp_path / "runs").exists()
+
+
 def test_relay_delays_and_throttles_real_connections() -> None:
     network = NetworkConfig(one_way_latency_ms=40, bandwidth_mbit=16)  # 2 MB/s each way
     rtt, seconds, received = asyncio.run(_through_relay(network, 1_000_000))
