@@ -304,3 +304,21 @@ def test_utility_from_few_test_rows_is_warned_of() -> None:
         "the utility figures come from 2 test row(s) (the final evaluation's): one row moves the "
         "test accuracy by 0.5; give the run more rows or a larger dataset.test_fraction"]
     assert few_test_rows(records[:1]) == [] and few_test_rows([]) == []
+
+
+def test_another_run_level_attacks_failure_is_not_listed_under_model_completion() -> None:
+    """EXACT's and the backdoor's skip reasons were printed inside the model-completion table
+    and listed under report.md's '## Model completion'."""
+    from attacker.report.cells import run_entries
+    from attacker.report.threat import completion_md
+
+    base = {"scope": "run", "layer": "bottom", "party_id": 1, "parties": [1], "seed": 0}
+    summary = {"leak": [
+        {**base, "attack": "exact", "name": "exact", "error": "EXACT runs for one party declared "
+                                                              "white_box"},
+        {**base, "attack": "model_completion", "name": "model_completion",
+         "error": "labelled_per_class = 1000 labels every one of the 240 train rows"}]}
+    assert [e["name"] for e in run_entries(summary, completion=True)] == ["model_completion"]
+    assert run_entries(summary) == []
+    text = "\n".join(completion_md(summary))
+    assert "labelled_per_class = 1000" in text and "white_box" not in text

@@ -58,7 +58,8 @@ def run_level_entries(analysis: Analysis) -> list[dict[str, Any]]:
                 raise AnalysisInputError(str(err)) from None
             except ValueError as err:
                 analysis.warnings.append(f"{attack.label}, parties {unit.key}: {err}")
-                entries.append({**entry, "skipped": 1, "error": str(err)})
+                entries.append({**entry, "skipped": 1, "error": str(err),  # where its table is
+                                **({"layer": "output"} if isinstance(attack, IntegrityAttack) else {})})
                 continue
             value = result.accuracy
             if isinstance(attack, IntegrityAttack):

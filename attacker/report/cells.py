@@ -43,12 +43,18 @@ def parties_label(entry: dict[str, Any]) -> str:
     return "+".join(map(str, entry.get("parties") or [entry["party_id"]]))
 
 
+def is_completion(entry: dict[str, Any]) -> bool:
+    """A model completion's entry, its figures or its failure (another run-level attack's
+    failure, e.g. EXACT's, is not one: the analysis's warnings name it)."""
+    return "completion" in entry or (entry.get("name") == "model_completion" and "error" in entry)
+
+
 def run_entries(summary: dict[str, Any], completion: bool = False) -> list[dict[str, Any]]:
     """Run-level gradient-attack entries (or, with `completion`, the model-completion ones) by
     party, then layer (cut first), then in the analysis' attack order."""
     entries = [e for e in summary["leak"] if e["scope"] == "run" and "exact" not in e
                and e["layer"] not in ("input", "output")
-               and ("completion" in e or "error" in e) == completion]
+               and (is_completion(e) if completion else "completion" not in e and "error" not in e)]
     return sorted(entries, key=lambda e: (len(e.get("parties") or [1]), e["party_id"],
                                           layer_key(e["layer"])))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from attacker.report.cells import is_completion
 from splitleak.markdown import fmt, md_table
 
 
@@ -37,7 +38,7 @@ def threat_md(summary: dict[str, Any]) -> list[str]:
 def completion_md(summary: dict[str, Any]) -> list[str]:
     """Fu et al.'s model completion: accuracy pooled over rows, next to both baselines."""
     entries = [e for e in summary["leak"] if e["layer"] == "bottom" and e["scope"] == "run"
-               and "exact" not in e]
+               and is_completion(e)]
     if not entries:
         return []
     entries.sort(key=lambda e: bool(e.get("diagnostic")))  # the comparable figures first
