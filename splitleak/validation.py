@@ -14,6 +14,7 @@ from torch import nn
 
 from splitleak.config import ConfigError, EvaluationConfig, ExperimentConfig, plugin_param_errors
 from splitleak.datasets import DATASETS, DatasetError, Schema, build_dataset
+from splitleak.inputs import check_classes, split_ids
 from splitleak.integrity import check_integrity
 from splitleak.models import InputSpec, build_bottom, build_top, input_spec
 from splitleak.partition import label_party_columns, passive_columns
@@ -45,10 +46,10 @@ def validate(cfg: ExperimentConfig, read_values: bool = False) -> Validated:
     for group in plugin_groups():
         group.check(cfg, schema)
         needs |= group.artifacts(cfg, schema)
-    if read_values:
-        check_data_values(cfg)
+    data_warnings = check_data_values(cfg) if read_values else []
     resolved = cfg.model_copy(update={"evaluation": resolve_evaluation(cfg, needs)})
-    return Validated(resolved, overlap_warnings(cfg, schema) + ignored_warnings(cfg))
+    return Validated(resolved,
+                     overlap_warnings(cfg, schema) + ignored_warnings(cfg) + data_warnings)
 
 
 def validated(cfg: ExperimentConfig) -> ExperimentConfig:
@@ -111,11 +112,16 @@ def check_core(cfg: ExperimentConfig) -> Schema:
     return schema
 
 
-def check_data_values(cfg: ExperimentConfig) -> None:
-    """Every value of the dataset's files parses (a pass over them, streaming: bounded memory);
-    ConfigError names the file, line and column of the first bad one."""
+def check_data_values(cfg: ExperimentConfig) -> list[str]:
+    """Every value of the dataset's files parses (a pass over them, streaming: bounded memory),
+    and the labels pass the label party's class checks; ConfigError names the file, line and
+    column of the first bad one. Returns warnings on the classes present."""
     try:
-        build_dataset(cfg.dataset.name, cfg.dataset.params).check_values()
+        dataset = build_dataset(cfg.dataset.name, cfg.dataset.params)
+        dataset.check_values()
+        labels = dataset.labels()
+        return check_classes(cfg, labels, split_ids(cfg, labels.size)[1],
+                             dataset.layout().num_classes)
     except DatasetError as err:
         raise ConfigError(f"dataset: {err}") from None
 
