@@ -231,12 +231,13 @@ class DelimitedFile:
     def _locate_parse_error(self, error: pa.ArrowInvalid, include: Sequence[str],
                             max_rows: int | None) -> DatasetError:
         if "straddling object" in str(error):  # a row over a block or two
-            for number, line in enumerate(open_text(self.file), 1):
-                size = len(line.encode(errors="surrogateescape"))
-                if size > BLOCK_BYTES:
-                    return DatasetError(f"{self.file}, line {number}: the row is {size:,} bytes "
-                                        f"long; a row may be at most {BLOCK_BYTES:,} bytes "
-                                        f"({self.fmt.kind})")
+            with open_text(self.file) as lines:
+                for number, line in enumerate(lines, 1):
+                    size = len(line.encode(errors="surrogateescape"))
+                    if size > BLOCK_BYTES:
+                        return DatasetError(f"{self.file}, line {number}: the row is {size:,} "
+                                            f"bytes long; a row may be at most {BLOCK_BYTES:,} "
+                                            f"bytes ({self.fmt.kind})")
         expected = len(self.fmt.names)
         for line, fields in self._rows(max_rows):
             if len(fields) != expected:
