@@ -8,9 +8,10 @@ import numpy as np
 import torch
 
 from splitleak.config import ExperimentConfig
-from splitleak.datasets import Dataset, train_test_ids
+from splitleak.datasets import Dataset, DatasetError, subset_ids, train_test_ids
 from splitleak.datasets.split import scaling, standardize
 from splitleak.models import InputSpec, input_spec
+from splitleak.seeding import rng
 
 
 @dataclass(frozen=True)
@@ -62,3 +63,42 @@ def load_party_inputs(cfg: ExperimentConfig, dataset: Dataset,
         spec=input_spec(schema, columns),
         pixel_scale=pixel_scale,
     )
+
+
+def split_ids(cfg: ExperimentConfig, num_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """The label party's train and test ids: the seeded split, then dataset.subset's seeded
+    fraction of each. Only the label party picks batches, so the passive parties need not know
+    (they scale features with the statistics of the whole train split either way)."""
+    train_ids, test_ids = train_test_ids(num_rows, cfg.dataset.test_fraction, cfg.run.seed)
+    subset = cfg.dataset.subset
+    if subset is None:
+        return train_ids, test_ids
+    draw = rng(cfg.run.seed if subset.seed is None else subset.seed, "dataset_subset")
+    return subset_ids(train_ids, subset.fraction, draw), subset_ids(test_ids, subset.fraction, draw)
+
+
+def check_classes(cfg: ExperimentConfig, labels: np.ndarray, test_ids: np.ndarray,
+                  num_classes: int) -> list[str]:
+    """DatasetError where every row read is of one class (nothing to learn or leak), or a binary
+    task's test rows are (its test AUC needs both); a warning where a multi-class task's rows
+    lack some classes."""
+    present = np.unique(labels)
+    if present.size < 2:
+        source = cfg.dataset.params.get("path", f"dataset {cfg.dataset.name}")
+        larger = " (or a larger max_rows)" if "max_rows" in cfg.dataset.params else ""
+        raise DatasetError(f"{source}: all {labels.size} row(s) read are of class "
+                           f"{int(present[0])}, so there is nothing to learn or leak; give data "
+                           f"holding more than one class{larger}")
+    test = np.unique(labels[test_ids])
+    if num_classes == 2 and test.size < 2:
+        given = f"dataset.test_fraction = {cfg.dataset.test_fraction}" + (
+            f" and dataset.subset.fraction = {cfg.dataset.subset.fraction} leave"
+            if cfg.dataset.subset is not None else " leaves")
+        raise DatasetError(f"{given} {test_ids.size} test row(s), all of class {int(test[0])}: "
+                           "the test AUC needs both classes; give a larger test_fraction")
+    if present.size < num_classes:
+        return [f"dataset: the {labels.size} rows read hold {present.size} of the "
+                f"{num_classes} classes ({', '.join(str(int(c)) for c in present[:20])}"
+                f"{', ...' if present.size > 20 else ''}); the others are never learned or "
+                "tested"]
+    return []

@@ -14,6 +14,7 @@ from torch import nn
 
 from splitleak.config import ConfigError, EvaluationConfig, ExperimentConfig, plugin_param_errors
 from splitleak.datasets import DATASETS, DatasetError, Schema, build_dataset
+from splitleak.inputs import check_classes, split_ids
 from splitleak.integrity import check_integrity
 from splitleak.models import InputSpec, build_bottom, build_top, input_spec
 from splitleak.partition import label_party_columns, passive_columns
@@ -48,7 +49,7 @@ def validate(cfg: ExperimentConfig, read_values: bool = False) -> Validated:
         needs |= group.artifacts(cfg, schema)
         warnings += group.warnings(cfg, schema)
     if read_values:
-        check_data_values(cfg)
+        warnings += check_data_values(cfg)
     resolved = cfg.model_copy(update={"evaluation": resolve_evaluation(cfg, needs)})
     return Validated(resolved, warnings)
 
@@ -113,11 +114,16 @@ def check_core(cfg: ExperimentConfig) -> Schema:
     return schema
 
 
-def check_data_values(cfg: ExperimentConfig) -> None:
-    """Every value of the dataset's files parses (a pass over them, streaming: bounded memory);
-    ConfigError names the file, line and column of the first bad one."""
+def check_data_values(cfg: ExperimentConfig) -> list[str]:
+    """Every value of the dataset's files parses (a pass over them, streaming: bounded memory),
+    and the labels pass the label party's class checks; ConfigError names the file, line and
+    column of the first bad one. Returns warnings on the classes present."""
     try:
-        build_dataset(cfg.dataset.name, cfg.dataset.params).check_values()
+        dataset = build_dataset(cfg.dataset.name, cfg.dataset.params)
+        dataset.check_values()
+        labels = dataset.labels()
+        return check_classes(cfg, labels, split_ids(cfg, labels.size)[1],
+                             dataset.layout().num_classes)
     except DatasetError as err:
         raise ConfigError(f"dataset: {err}") from None
 

@@ -77,6 +77,9 @@ def test_cifar100_takes_the_fine_or_the_coarse_label(tmp_path: Path) -> None:
      "record 2 has label 10; CIFAR-10 binary version labels are 0..9"),
     ("cifar100", {"train.bin": bytes([1, 100]) + bytes(3072)}, {}, "labels are 0..99"),
     ("cifar100", {"train.bin": bytes([20, 3]) + bytes(3072)}, {"label": "coarse"}, "labels are 0..19"),
+    ("cifar100", {"train.bin": bytes([4, 7]) + bytes(3072)
+                  + bytes([5, 150]) + bytes(3072)}, {"label": "coarse"},
+     "record 2 has fine label 150; CIFAR-100 binary version fine labels are 0..99"),  # unused, corrupt
     ("cifar100", {"train.bin": bytes(3073)}, {}, "3,074-byte CIFAR-100"),
 ])
 def test_bad_files_name_the_file_and_what_is_allowed(tmp_path: Path, name: str,

@@ -4,6 +4,8 @@ process aborts at its exit, and a run whose party refused its data says so in it
 
 from __future__ import annotations
 
+import bz2
+import gzip
 import json
 import subprocess
 import sys
@@ -15,7 +17,7 @@ import pytest
 
 from orchestration.cli import main as splitleak_main
 from splitleak.artifacts.paths import RunDir
-from splitleak.datasets import build_dataset
+from splitleak.datasets import DatasetError, build_dataset
 from tests.conftest import scaled, small_config, write_config
 from tests.test_cli_refusals import QUIET_SHELL, exit_code_and_text
 
@@ -127,3 +129,125 @@ def test_a_party_refusing_its_data_fails_the_run_naming_it(tmp_path: Path, bad: 
     outcome = json.loads(RunDir(next((tmp_path / "runs").iterdir())).outcome.read_text())
     assert outcome["status"] == "failed" and outcome["culprit"] == culprit, outcome
     assert "DatasetError" in outcome["message"], outcome
+
+
+# --- what a loader reads is the file's text, and validate refuses what a run would -----------
+
+
+def criteo_file(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_field_over_pythons_csv_limit_does_not_hide_the_bad_line(tmp_path: Path) -> None:
+    """The error path's line scan once stopped at a 200,000-character field (a traceback)."""
+    text = criteo_lines(300, {21: (20, "x" * 200_000)}, short_line=201)
+    with pytest.raises(DatasetError, match=r"line 201: expected 40 fields .* got 39"):
+        build_dataset("criteo", {"path": criteo_file(tmp_path, "long.txt", text)}).labels()
+
+
+def test_a_row_longer_than_a_block_is_named_with_the_limit(tmp_path: Path) -> None:
+    text = criteo_lines(5, {3: (20, "x" * 10_000_000)})
+    with pytest.raises(DatasetError, match=r"line 3: the row is 10,000,\d+ bytes long; a row may "
+                                           r"be at most 4,194,304 bytes"):
+        build_dataset("criteo", {"path": criteo_file(tmp_path, "huge.txt", text)}).labels()
+
+
+def test_gzip_files_are_read_as_their_text(tmp_path: Path) -> None:
+    """Separator, header and error lines come from the decompressed text, told by the file's
+    first bytes (not its name); another compression is refused."""
+    plain = build_dataset("criteo", {"path": criteo_file(tmp_path, "p.csv", criteo_lines(
+        40, quoted=True))})
+    packed = tmp_path / "p.csv.gz"
+    packed.write_bytes(gzip.compress(criteo_lines(40, quoted=True).encode()))
+    unnamed = tmp_path / "p.csv"
+    unnamed.write_bytes(packed.read_bytes())  # gzip without the .gz name
+    for path in (packed, unnamed):
+        dataset = build_dataset("criteo", {"path": str(path)})
+        np.testing.assert_array_equal(dataset.features((0, 39)).categorical,
+                                      plain.features((0, 39)).categorical)
+        assert dataset.labels().tolist() == plain.labels().tolist()
+    bad = tmp_path / "bad.txt.gz"
+    bad.write_bytes(gzip.compress(criteo_lines(100, {77: (0, "2")}).encode()))
+    with pytest.raises(DatasetError, match=r"line 77: column 'label' is '2'"):
+        build_dataset("criteo", {"path": str(bad)}).labels()
+    other = tmp_path / "p.txt.bz2"
+    other.write_bytes(bz2.compress(criteo_lines(4).encode()))
+    with pytest.raises(DatasetError, match=r"p.txt.bz2 is bzip2-compressed: decompress it first"):
+        build_dataset("criteo", {"path": str(other)})
+
+
+def test_a_byte_order_mark_is_not_part_of_the_header(tmp_path: Path) -> None:
+    """Excel's "CSV UTF-8" starts with a BOM; the header is still told as one."""
+    text = criteo_lines(40, quoted=True)
+    (tmp_path / "bom.csv").write_text(text, encoding="utf-8-sig")
+    dataset = build_dataset("criteo", {"path": str(tmp_path / "bom.csv")})
+    plain = build_dataset("criteo", {"path": criteo_file(tmp_path, "p.csv", text)})
+    assert dataset.labels().tolist() == plain.labels().tolist()
+    np.testing.assert_array_equal(dataset.features((0, 39)).numeric, plain.features((0, 39)).numeric)
+
+
+def test_an_unterminated_quote_is_named_on_its_own_line(tmp_path: Path) -> None:
+    text = criteo_lines(300, {41: (20, '"abc')}, quoted=False).replace("\t", ",")
+    with pytest.raises(DatasetError, match=r"line 41: expected 40 fields"):
+        build_dataset("criteo", {"path": criteo_file(tmp_path, "quote.csv", text)}).labels()
+
+
+def test_lines_beyond_max_rows_are_never_read(tmp_path: Path) -> None:
+    lines = criteo_lines(300, {150: (20, "a\tb")})  # line 150 has 41 fields
+    dataset = build_dataset("criteo", {"path": criteo_file(tmp_path, "extra.txt", lines),
+                                       "max_rows": 100})
+    dataset.check_values()
+    assert dataset.schema().num_rows == 100 and dataset.labels().size == 100
+    assert dataset.features((0, 39)).num_rows == 100
+    blank = criteo_file(tmp_path, "blank.txt", lines.replace("\n", "\n\n", 10))
+    assert build_dataset("criteo", {"path": blank, "max_rows": 100}).labels().size == 100
+
+
+@pytest.mark.parametrize(("name", "lines", "line", "column"), [
+    ("criteo", criteo_lines(40, {31: (20, "caf\udce9")}).split("\n"), 31, "C7"),
+    ("adult", ["39, caf\udce9, 77516, Bachelors, 13, Never-married, Adm-clerical, Not-in-family, "
+               "White, Male, 2174, 0, 40, United-States, <=50K"], 1, "workclass"),
+    ("avazu", ["click,hour,app_id", "0,14102100,a", "1,14102100,caf\udce9"], 3, "app_id"),
+])
+def test_validate_names_bytes_that_are_not_utf8(tmp_path: Path, name: str, lines: list[str],
+                                                line: int, column: str) -> None:
+    """Criteo's and Avazu's categories are only hashed, but a run's reader still refuses them."""
+    path = tmp_path / "latin1.txt"
+    path.write_bytes("\n".join(lines).encode(errors="surrogateescape"))
+    dataset = build_dataset(name, {"path": str(path)})
+    with pytest.raises(DatasetError, match=rf"line {line}: column '{column}' is b'.*caf\\xe9'"):
+        dataset.check_values()
+        dataset.schema()
+
+
+def test_validate_refuses_a_file_of_one_class(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture) -> None:
+    """No test_fraction helps a file whose labels are all 0: validate says so, as the run does."""
+    text = "".join("0" + line[1:] + "\n" for line in criteo_lines(300).splitlines())
+    config = criteo_config(tmp_path, text)
+    code, output = exit_code_and_text(splitleak_main, ["validate", str(config)], capsys)
+    output = " ".join(output.split())
+    assert code == 2 and "all 300 row(s) read are of class 0" in output, output
+    assert "test_fraction" not in output, output
+
+
+def cifar10_config(tmp_path: Path, labels: list[int]) -> Path:
+    path = tmp_path / f"{len(set(labels))}.bin"  # records are read once per process and path
+    path.write_bytes(b"".join(bytes([label]) + bytes(3072) for label in labels))
+    return write_config(tmp_path, small_config(
+        tmp_path, dataset={"name": "cifar10", "params": {"path": str(path)}},
+        features={"passive": [[0, 16], [16, 32]]},
+        model={"kind": "cnn", "layers": [8], "channels": [4], "cut_layer": 1}))
+
+
+def test_validate_names_the_classes_a_multiclass_file_holds(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A CIFAR-10 file of one class once trained to a test accuracy of 1.0 without a word."""
+    config = cifar10_config(tmp_path, [3] * 40)
+    code, output = exit_code_and_text(splitleak_main, ["validate", str(config)], capsys)
+    assert code == 2 and "all 40 row(s) read are of class 3" in " ".join(output.split()), output
+    config = cifar10_config(tmp_path, [3, 5] * 20)
+    code, output = exit_code_and_text(splitleak_main, ["validate", str(config)], capsys)
+    assert code == 0 and "hold 2 of the 10 classes (3, 5)" in " ".join(output.split()), output

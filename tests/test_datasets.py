@@ -473,12 +473,23 @@ def test_avazu_without_the_id_column(tmp_path: Path) -> None:
         (["id,hour,C1", "1,14102100,1005"], r"line 1: expected a header naming click, hour"),
         ([AVAZU_HEADER, AVAZU_ROWS[0].replace(",14102100,", ",14132100,")], r"line 2: .*'hour'"),
         ([AVAZU_HEADER, AVAZU_ROWS[0], "1,0,14102100"], r"line 3: expected 24 fields"),
+        ([AVAZU_HEADER, AVAZU_ROWS[0].replace(",14102100,", ",14022900,")],
+         r"line 2: column 'hour' is '14022900', expected YYMMDDHH"),  # 2014 was no leap year
+        ([AVAZU_HEADER, AVAZU_ROWS[0], AVAZU_ROWS[1].replace(",14102723,", ",14093100,")],
+         r"line 3: column 'hour' is '14093100'"),  # September has 30 days
     ],
 )
 def test_avazu_rejects_malformed_files(tmp_path: Path, lines: list[str], message: str) -> None:
     path = write(tmp_path / "train.csv", lines)
     with pytest.raises(DatasetError, match=message):
         build_dataset("avazu", {"path": path}).features((0, 23))
+
+
+def test_avazu_reads_the_last_day_of_each_month(tmp_path: Path) -> None:
+    rows = [AVAZU_ROWS[0].replace(",14102100,", f",{hour},") for hour in (16022900, 14093023)]
+    dataset = build_dataset("avazu", {"path": write(tmp_path / "train.csv", [AVAZU_HEADER, *rows])})
+    dataset.check_values()
+    assert dataset.features((0, 2)).categorical.tolist() == [[0, 0], [23, 1]]  # Mon / Tue
 
 
 def test_avazu_bad_click_fails_only_labels(tmp_path: Path) -> None:
@@ -586,6 +597,23 @@ def test_adult_reads_the_kaggle_csv_layout(tmp_path: Path) -> None:
     np.testing.assert_array_equal(kaggle.features((0, 14)).categorical,
                                   uci.features((0, 14)).categorical)
     assert kaggle.labels().tolist() == [0, 1, 0, 0]
+
+
+def test_adult_checks_the_order_a_header_names(tmp_path: Path) -> None:
+    """Columns are read by position: a header naming them in another order once swapped them
+    silently. Copies spelling `education.num` or `Capital_Gain` are the same columns."""
+    header = ["age", "workclass", "fnlwgt", "education", "education.num", "marital.status",
+              "occupation", "relationship", "race", "Sex", "capital_gain", "capital.loss",
+              "hours.per.week", "native.country", "income"]
+    rows = [row.replace(", ", ",") for row in ADULT_ROWS]
+    dotted = build_dataset("adult", {"path": write(tmp_path / "a.csv", [",".join(header), *rows])})
+    assert dotted.labels().tolist() == [0, 1, 0, 0]
+    header[3:6] = ["marital-status", "educational-num", "education"]
+    path = write(tmp_path / "swapped.csv", [",".join(header), *rows])
+    with pytest.raises(DatasetError, match=r"swapped.csv, line 1: a header must name age,"
+                                           r"workclass,fnlwgt,education,education-num,.* in this "
+                                           r"order .*got 'age,workclass,fnlwgt,marital-status"):
+        build_dataset("adult", {"path": path})
 
 
 @pytest.mark.parametrize(

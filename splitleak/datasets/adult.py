@@ -17,7 +17,8 @@ NUMERIC = ("age", "fnlwgt", "education-num", "capital-gain", "capital-loss", "ho
 @DATASETS.register("adult")
 class Adult(TextTable):
     """`?` is a missing category (code 0). adult.test's first line and trailing dots are fine,
-    and so is a header row (Kaggle's adult.csv: `age,workclass,...,income`, no spaces)."""
+    and so is a header row naming the columns in order (Kaggle's adult.csv: `age,workclass,...,
+    income`, no spaces, `educational-num` and `gender`)."""
 
     FORMAT = TextFormat(
         kind="UCI adult.data: 15 comma+space-separated columns, income last",
@@ -31,3 +32,4 @@ class Adult(TextTable):
     LABELS = {"<=50K": 0, ">50K": 1, "<=50K.": 0, ">50K.": 1}
     MISSING = frozenset({"?"})
     HEADER_FIRST = "age"
+    SPELLINGS = {"educational-num": "education-num", "gender": "sex"}  # Kaggle's adult.csv

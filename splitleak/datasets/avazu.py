@@ -45,6 +45,14 @@ def hour_fields(hour: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return hour_of_day, (days.astype(np.int64) + 3) % 7  # 1970-01-01 was a Thursday
 
 
+def days_in_month(hour: np.ndarray) -> np.ndarray:
+    """Days in the month of YYMMDDHH integers (years 20YY; 0 for a month out of 01-12)."""
+    year, month = np.divmod(hour // 10_000, 100)
+    first = ((2000 + year - 1970) * 12 + month - 1).astype("datetime64[M]")
+    days = ((first + 1).astype("datetime64[D]") - first.astype("datetime64[D]")).astype(np.int64)
+    return np.where((month >= 1) & (month <= 12), days, 0)
+
+
 @DATASETS.register("avazu")
 class Avazu(Dataset):
     """Categories -> stable hash buckets (empty -> 0); `hour` -> hour_of_day and weekday."""
@@ -111,13 +119,14 @@ class Avazu(Dataset):
         return stack_columns(encoded, rows, np.int64)
 
     def _time_fields(self, first_row: int, values: pa.Array) -> dict[str, np.ndarray]:
-        expected = "YYMMDDHH (8 digits, month 01-12, day 01-31, hour 00-23)"
+        expected = "YYMMDDHH (8 digits, a date of the calendar, hour 00-23)"
         parsed, _ = self._file.numbers("hour", values, first_row, integer=True)
         hour = parsed.astype(np.int64)
         month, day, hour_of_day = hour // 10_000 % 100, hour // 100 % 100, hour % 100
         bad = (
             (pc.utf8_length(values).to_numpy(zero_copy_only=False) != 8)
-            | (month < 1) | (month > 12) | (day < 1) | (day > 31) | (hour_of_day > 23)
+            | (month < 1) | (month > 12) | (day < 1) | (day > days_in_month(hour))
+            | (hour_of_day > 23)
         )  # fmt: skip
         if bad.any():
             row = int(np.argmax(bad))
@@ -125,8 +134,8 @@ class Avazu(Dataset):
         return dict(zip(TIME_FIELDS, hour_fields(hour), strict=True))
 
     def check_values(self) -> None:
-        """Labels and hours; any category string hashes."""
-        for first_row, batch in self._file.batches(["click", "hour"], self.params.max_rows):
+        """Labels and hours; any category string hashes, once it is UTF-8 text."""
+        for first_row, batch in self._file.batches(self._file.fmt.names, self.params.max_rows):
             self._file.codes("click", batch["click"], first_row, LABELS)
             self._time_fields(first_row, batch["hour"])
 

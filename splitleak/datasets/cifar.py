@@ -43,7 +43,7 @@ class Cifar10(Dataset):
     params: CifarParams
     KIND = "CIFAR-10 binary version"
     FILES = (*(f"data_batch_{i}.bin" for i in range(1, 6)), "test_batch.bin")
-    LABEL_BYTES = 1  # the label, then the pixels
+    LABELS: ClassVar[tuple[tuple[str, int], ...]] = (("label", 10),)  # (name, classes) per byte
 
     def _files(self) -> tuple[Path, ...]:
         path = Path(self.params.path).expanduser()
@@ -63,7 +63,7 @@ class Cifar10(Dataset):
         return 0, 10
 
     def _table(self) -> tuple[np.ndarray, np.ndarray]:
-        return read_records(self._files(), self.LABEL_BYTES, *self._label(), self.params.max_rows,
+        return read_records(self._files(), self.LABELS, self._label()[0], self.params.max_rows,
                             self.KIND)
 
     def schema(self) -> Schema:
@@ -88,17 +88,20 @@ class Cifar100(Cifar10):
     params: Cifar100Params
     KIND = "CIFAR-100 binary version"
     FILES = ("train.bin", "test.bin")
-    LABEL_BYTES = 2
+    LABELS = (("coarse label", 20), ("fine label", 100))
 
     def _label(self) -> tuple[int, int]:
         return (1, 100) if self.params.label == "fine" else (0, 20)
 
 
 @functools.cache
-def read_records(files: tuple[Path, ...], label_bytes: int, label_index: int, classes: int,
-                 max_rows: int | None, kind: str) -> tuple[np.ndarray, np.ndarray]:
+def read_records(files: tuple[Path, ...], label_classes: tuple[tuple[str, int], ...],
+                 label_index: int, max_rows: int | None,
+                 kind: str) -> tuple[np.ndarray, np.ndarray]:
     """(pixels uint8 [n, 3, 32, 32], labels int64 [n]) of the files in order, read once per
-    process; every file must be whole records and every label a class."""
+    process; every file must be whole records and every label byte (the one used or not) a
+    class: a record with one out of range is corrupt."""
+    label_bytes = len(label_classes)
     record = label_bytes + PIXEL_BYTES
     pixels, labels = [], []
     wanted = max_rows
@@ -113,11 +116,13 @@ def read_records(files: tuple[Path, ...], label_bytes: int, label_index: int, cl
             rows = np.fromfile(file, dtype=np.uint8, count=count * record).reshape(count, record)
         except (OSError, ValueError) as err:  # unreadable, or shorter than it was a moment ago
             raise DatasetError(f"{file}: cannot read {kind} records: {err}") from None
+        for index, (name, classes) in enumerate(label_classes):
+            bad = np.flatnonzero(rows[:, index] >= classes)
+            if bad.size:
+                raise DatasetError(f"{file}: record {int(bad[0]) + 1} has {name} "
+                                   f"{int(rows[bad[0], index])}; {kind} {name}s are "
+                                   f"0..{classes - 1}")
         label = rows[:, label_index].astype(np.int64)
-        bad = np.flatnonzero(label >= classes)
-        if bad.size:
-            raise DatasetError(f"{file}: record {int(bad[0]) + 1} has label {int(label[bad[0]])}; "
-                               f"{kind} labels are 0..{classes - 1}")
         pixels.append(rows[:, label_bytes:].reshape(count, CHANNELS, SIDE, SIDE))
         labels.append(label)
         if wanted is not None:

@@ -124,10 +124,10 @@ class Criteo(Dataset):
         )
 
     def check_values(self) -> None:
-        """Labels and counts; any category string hashes."""
-        for first_row, batch in self._file.batches(["label", *NUMERIC], self.params.max_rows):
-            self._file.codes("label", batch.pop("label"), first_row, LABELS)
-            self._encode(first_row, batch)
+        """Labels and counts; any category string hashes, once it is UTF-8 text."""
+        for first_row, batch in self._file.batches(FORMAT.names, self.params.max_rows):
+            self._file.codes("label", batch["label"], first_row, LABELS)
+            self._encode(first_row, {name: batch[name] for name in NUMERIC})
 
     def labels(self) -> np.ndarray:
         return np.concatenate(

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import csv as pycsv
+import gzip
+import io
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import TextIO
 
 import numpy as np
 import pyarrow as pa
@@ -16,6 +19,9 @@ from pyarrow import csv
 from splitleak.datasets.base import DatasetError
 
 BLOCK_BYTES = 1 << 22  # text parsed per batch: bounds memory when streaming; larger is slower
+# How compressed files start: gzip is read decompressed, the others are refused.
+MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ": "xz", b"\x28\xb5\x2f\xfd": "zstd",
+         b"PK\x03\x04": "zip"}
 
 
 @dataclass(frozen=True)
@@ -39,8 +45,26 @@ def require_file(path: str, kind: str) -> Path:
     return file
 
 
+def compression(file: Path) -> str | None:
+    """"gzip" for a gzip-compressed file (told by its first bytes, not its name), else None."""
+    with file.open("rb") as raw:
+        start = raw.read(6)
+    kind = next((name for magic, name in MAGIC.items() if start.startswith(magic)), None)
+    if kind not in (None, "gzip"):
+        raise DatasetError(f"{file} is {kind}-compressed: decompress it first (plain or "
+                           "gzip-compressed text is read)")
+    return kind
+
+
+def open_text(file: Path) -> TextIO:
+    """The file's text as pyarrow reads it: gzip decompressed, a UTF-8 byte-order mark dropped,
+    bytes that are not UTF-8 kept as surrogates (so that errors can name them)."""
+    opener = gzip.open if compression(file) else open
+    return opener(file, "rt", encoding="utf-8-sig", errors="surrogateescape", newline="")
+
+
 def first_line(file: Path) -> str:
-    with file.open(encoding="utf-8", errors="replace", newline="") as lines:
+    with open_text(file) as lines:
         return lines.readline().rstrip("\r\n")
 
 
@@ -73,9 +97,12 @@ class DelimitedFile:
             raise ValueError("include at least one column")  # pyarrow would read them all
 
         first_row = 0
+        source = pa.input_stream(str(self.file), compression=compression(self.file))
+        if max_rows is not None:
+            source = FirstLines(source, self._skipped_lines + max_rows)
         try:
             reader = csv.open_csv(
-                self.file,
+                source,
                 read_options=csv.ReadOptions(
                     column_names=list(self.fmt.names),
                     skip_rows=self._skipped_lines,
@@ -106,7 +133,7 @@ class DelimitedFile:
                 reader.close()
         except pa.ArrowInvalid as error:
             if "Empty CSV file" not in str(error):
-                raise self._locate_parse_error(error) from None
+                raise self._locate_parse_error(error, include, max_rows) from None
         if first_row == 0:
             raise DatasetError(f"{self.file}: no data rows (expected {self.fmt.kind})")
 
@@ -179,14 +206,21 @@ class DelimitedFile:
         preamble = self.fmt.preamble is not None and first_line(self.file).startswith(self.fmt.preamble)
         return int(self.fmt.header or preamble)
 
-    def _rows(self) -> Iterator[tuple[int, list[str]]]:
-        """(line number, fields) of each data row as pyarrow sees it; used on error paths only."""
-        with self.file.open(encoding="utf-8", errors="replace", newline="") as lines:
-            reader = pycsv.reader(lines, delimiter=self.fmt.delimiter, quoting=pycsv.QUOTE_MINIMAL)
-            for fields in reader:
-                if not fields or reader.line_num <= self._skipped_lines:
+    def _rows(self, max_rows: int | None = None) -> Iterator[tuple[int, list[str]]]:
+        """(line number, fields) of each data row as pyarrow sees it (blank lines skipped, a row
+        never longer than a line); used on error paths only."""
+        pycsv.field_size_limit(max(pycsv.field_size_limit(), 1 << 30))  # Python's: 128 KiB
+        rows = 0
+        with open_text(self.file) as lines:
+            for number, line in enumerate(lines, 1):
+                if number <= self._skipped_lines or not line.strip("\r\n"):
                     continue
-                yield reader.line_num, fields
+                if max_rows is not None and rows == max_rows:
+                    return
+                reader = pycsv.reader((line,), delimiter=self.fmt.delimiter,
+                                      quoting=pycsv.QUOTE_MINIMAL)
+                yield number, [field.rstrip("\r\n") for field in next(reader)]
+                rows += 1
 
     def _where(self, row: int) -> str:
         for index, (line, _) in enumerate(self._rows()):
@@ -194,16 +228,65 @@ class DelimitedFile:
                 return f"line {line}"
         return f"data row {row + 1}"  # our line scan and pyarrow disagree; still say which row
 
-    def _locate_parse_error(self, error: pa.ArrowInvalid) -> DatasetError:
+    def _locate_parse_error(self, error: pa.ArrowInvalid, include: Sequence[str],
+                            max_rows: int | None) -> DatasetError:
+        if "straddling object" in str(error):  # a row over a block or two
+            with open_text(self.file) as lines:
+                for number, line in enumerate(lines, 1):
+                    size = len(line.encode(errors="surrogateescape"))
+                    if size > BLOCK_BYTES:
+                        return DatasetError(f"{self.file}, line {number}: the row is {size:,} "
+                                            f"bytes long; a row may be at most {BLOCK_BYTES:,} "
+                                            f"bytes ({self.fmt.kind})")
         expected = len(self.fmt.names)
-        for line, fields in self._rows():
+        for line, fields in self._rows(max_rows):
             if len(fields) != expected:
                 text = self.fmt.delimiter.join(fields)
                 return DatasetError(
                     f"{self.file}, line {line}: expected {expected} fields separated by "
                     f"{self.fmt.delimiter!r} ({self.fmt.kind}), got {len(fields)}: {text[:120]!r}"
                 )
+            for name, value in zip(self.fmt.names, fields, strict=True):
+                if name in include and not _is_utf8(value):
+                    raw = value.encode(errors="surrogateescape")
+                    return DatasetError(f"{self.file}, line {line}: column {name!r} is "
+                                        f"{raw[:120]!r}, expected UTF-8 text ({self.fmt.kind})")
         return DatasetError(f"{self.file}: cannot read as {self.fmt.kind}: {error}")
+
+
+class FirstLines(io.RawIOBase):
+    """A stream cut after its first `count` non-blank lines: rows beyond max_rows are never
+    parsed (pyarrow parses a whole block at a time)."""
+
+    def __init__(self, source: pa.NativeFile, count: int) -> None:
+        super().__init__()
+        self.source, self.left, self.open_line = source, count, False
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        if self.left <= 0:
+            return b""
+        chunk = self.source.read(size if size > 0 else BLOCK_BYTES)
+        end = 0
+        for piece in chunk.split(b"\n")[:-1]:
+            end += len(piece) + 1
+            if self.open_line or piece.strip(b"\r"):
+                self.left -= 1
+                if self.left == 0:
+                    return chunk[:end]
+            self.open_line = False
+        self.open_line = self.open_line or bool(chunk[end:].strip(b"\r"))
+        return chunk
+
+
+def _is_utf8(value: str) -> bool:
+    try:
+        value.encode()
+    except UnicodeEncodeError:  # a byte that is not UTF-8, kept as a surrogate by open_text
+        return False
+    return True
 
 
 def _first_unparsable(values: pa.Array, target: pa.DataType) -> int:

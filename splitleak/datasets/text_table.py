@@ -8,10 +8,18 @@ from typing import ClassVar
 
 import numpy as np
 
-from splitleak.datasets.base import DataPath, Dataset, DatasetParams, FeatureSlice, Schema
+from splitleak.datasets.base import (
+    DataPath,
+    Dataset,
+    DatasetError,
+    DatasetParams,
+    FeatureSlice,
+    Schema,
+)
 from splitleak.datasets.delimited import (
     DelimitedFile,
     TextFormat,
+    read_header,
     require_file,
     starts_with_header,
 )
@@ -35,7 +43,8 @@ class TextTable(Dataset):
     LABEL: ClassVar[str]
     LABELS: ClassVar[dict[str, int]]
     MISSING: ClassVar[frozenset[str]] = frozenset()
-    HEADER_FIRST: ClassVar[str | None] = None  # a header row starting so is skipped if present
+    HEADER_FIRST: ClassVar[str | None] = None  # a header row starting so is checked and skipped
+    SPELLINGS: ClassVar[dict[str, str]] = {}  # other copies' names of columns in a header
 
     def __init__(self, params: DatasetParams) -> None:
         super().__init__(params)
@@ -45,8 +54,19 @@ class TextTable(Dataset):
         file = require_file(self.params.path, self.FORMAT.kind)
         fmt = self.FORMAT
         if self.HEADER_FIRST and starts_with_header(file, fmt.delimiter, self.HEADER_FIRST):
+            header = read_header(file, fmt.kind, fmt.delimiter)
+            if tuple(self._spelled(name) for name in header) != fmt.names:
+                raise DatasetError(
+                    f"{file}, line 1: a header must name {','.join(fmt.names)} in this order "
+                    f"({fmt.kind}), got {fmt.delimiter.join(header)[:200]!r}"
+                )
             fmt = replace(fmt, header=True)
         return DelimitedFile(file, fmt)
+
+    def _spelled(self, name: str) -> str:
+        """A header's column name as FORMAT spells it (case, and `.` or `_` for `-`, aside)."""
+        name = name.lower().replace(".", "-").replace("_", "-")
+        return self.SPELLINGS.get(name, name)
 
     @cached_property
     def _schema(self) -> Schema:
