@@ -21,6 +21,7 @@ from splitleak.cli_common import (
     EXIT_INTERRUPTED,
     BadInput,
     checked_config_or_exit,
+    command_console,
     end_process,
     setup_logging,
     tls_dir_or_exit,
@@ -237,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--vocab", type=int_in(1, 1024), default=16, help="--exact: values per private field")
     args = parser.parse_args(argv)
     setup_logging("attacker")
-    console = Console()
+    console = command_console()
     if args.command == "serve":
         return cmd_serve(args)
     if args.command == "analyze":

@@ -10,7 +10,13 @@ from typing import NoReturn
 from rich.console import Console
 
 from splitleak.arguments import MAX_PARTIES, device, float_in, host_port, int_in, seed, writable_file
-from splitleak.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, end_process, setup_logging
+from splitleak.cli_common import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    command_console,
+    end_process,
+    setup_logging,
+)
 
 MAX_CERT_DAYS = 36_500  # a certificate's validity: 100 years ends well inside X.509's dates
 
@@ -126,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         from orchestration.zygote_client import warm_up
 
         warm_up()
-    console = Console()
+    console = command_console()
     if args.command == "run":
         from orchestration.commands import cmd_run
         from orchestration.stopping import EXIT_TERMINATED, Terminated, sigterm_interrupts, stopped_by

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
+from rich.console import Console
+
 from splitleak.config import ConfigError, ExperimentConfig, load_config
 from splitleak.fileio import check_writable, describe_os_error
 
@@ -69,6 +71,18 @@ def end_process(main: Callable[[], int | None]) -> NoReturn:
             except (OSError, ValueError):
                 pass
         os._exit(code & 0xFF)
+
+
+WIDE_OUTPUT = 160  # columns of a console that is no terminal (a file, a pipe, a CI log)
+
+
+def command_console() -> Console:
+    """The commands' console: a terminal's own width; WIDE_OUTPUT columns into a file or a pipe,
+    where rich's 80 cut the wide tables' cells to '…' (COLUMNS, when set, wins)."""
+    console = Console()
+    if console.is_terminal or os.environ.get("COLUMNS"):
+        return console
+    return Console(width=WIDE_OUTPUT)
 
 
 def setup_logging(role: str, verbose: bool = False) -> None:
