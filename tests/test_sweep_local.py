@@ -98,7 +98,7 @@ def _wait_until(condition, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_ctrl_c_stops_every_point_and_the_sweep_resumes(tmp_path: Path) -> None:
+def test_ctrl_c_twice_stops_every_point_and_the_sweep_resumes(tmp_path: Path) -> None:
     base = _base(tmp_path, batch_size=8, epochs=30, eval_interval=0)
     quick = {"name": "quick", "set": {"training.epochs": 1, "training.batch_size": 64}}
     path = _sweep_file(tmp_path, base, [quick, {"name": "long"}, MARVELL], [0])
@@ -119,6 +119,8 @@ def test_ctrl_c_stops_every_point_and_the_sweep_resumes(tmp_path: Path) -> None:
     _wait_until(quick_done_and_two_training, scaled(300), "the quick point to finish and two to train")
     assert _processes_naming(str(sweep_dir))  # the points' workers and parties are running
     proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)  # a second Ctrl-C (or `timeout` passing one on) while stopping
     out, _ = proc.communicate(timeout=scaled(60))
     assert proc.returncode == 130, out
     assert "Run the same command again to resume" in out

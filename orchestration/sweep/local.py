@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from orchestration.processes import Child, spawn, stop_all
-from orchestration.stopping import stopped_by
+from orchestration.stopping import interrupts_held, stopped_by
 from orchestration.sweep.engine import (
     Engine,
     Listener,
@@ -59,16 +59,18 @@ class LocalEngine(Engine):
                     for record in job.tail.read_new():
                         listener.record(job.point, record)
                     if job.child.returncode is not None:
-                        del running[key]
                         results[key] = self._result(job)
                         listener.finished(job.point, results[key])
+                        del running[key]
                 time.sleep(self.poll)
         except KeyboardInterrupt as err:
-            stop_all([job.child for job in running.values()], grace=self.stop_grace)
-            for key, job in running.items():
-                results[key] = PointResult("interrupted", time.monotonic() - job.started,
-                                           stopped_by(err))
-                listener.finished(job.point, results[key])
+            with interrupts_held():  # a second Ctrl-C must not cut the stop (bounded) short
+                stop_all([job.child for job in running.values()], grace=self.stop_grace)
+                for key, job in running.items():
+                    if key not in results:  # else it ended before the stop: recorded again
+                        results[key] = PointResult("interrupted", time.monotonic() - job.started,
+                                                   stopped_by(err))
+                    listener.finished(job.point, results[key])
             raise
         return results
 
