@@ -4,12 +4,14 @@ recorded and retried only when asked."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import tomli_w
 from rich.console import Console
@@ -21,8 +23,10 @@ from orchestration.sweep.runner import run_points
 from orchestration.sweep.spec import parse_sweep
 from splitleak.artifacts.metrics import read_metrics
 from splitleak.artifacts.paths import POINT_RESULT_FILE as RESULT_FILE
+from splitleak.artifacts.paths import RunDir
 from splitleak.config import parse_config
 from tests.conftest import scaled, small_config, write_config
+from tests.runs import metrics_without_wall_clock
 
 pytestmark = pytest.mark.slow
 
@@ -98,7 +102,7 @@ def _wait_until(condition, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_ctrl_c_twice_stops_every_point_and_the_sweep_resumes(tmp_path: Path) -> None:
+def test_ctrl_c_twice_stops_every_point_and_the_sweep_resumes_them(tmp_path: Path) -> None:
     base = _base(tmp_path, batch_size=8, epochs=30, eval_interval=0)
     quick = {"name": "quick", "set": {"training.epochs": 1, "training.batch_size": 64}}
     path = _sweep_file(tmp_path, base, [quick, {"name": "long"}, MARVELL], [0])
@@ -129,6 +133,8 @@ def test_ctrl_c_twice_stops_every_point_and_the_sweep_resumes(tmp_path: Path) ->
     time.sleep(0.5)
     assert _processes_naming(str(sweep_dir)) == []  # workers and every party of every point
     quick_result = (sweep_dir / rows[0]["run_dir"] / RESULT_FILE).stat().st_mtime_ns
+    firsts = {row["run_dir"]: (sweep_dir / row["run_dir"] / "logs" / "label_party.log").read_text()
+              .splitlines()[0] for row in rows[1:]}
 
     again = _sweep(path, "--jobs", "2", "--no-compare")
     out, _ = again.communicate(timeout=scaled(600))
@@ -136,6 +142,25 @@ def test_ctrl_c_twice_stops_every_point_and_the_sweep_resumes(tmp_path: Path) ->
     assert "2 run now, 1 skipped" in out.replace("\n", " ")
     assert [r["status"] for r in read_index(sweep_dir)] == ["done"] * 3
     assert (sweep_dir / rows[0]["run_dir"] / RESULT_FILE).stat().st_mtime_ns == quick_result
+    for row in rows[1:]:  # resumed from the checkpoint Ctrl-C made, the first attempt's logs kept
+        logs = sweep_dir / row["run_dir"] / "logs"
+        assert "resuming the point's earlier attempt at step" in (logs / "sweep_point.log").read_text()
+        assert firsts[row["run_dir"]] in (logs / "label_party.log").read_text()
+    reference = _sweep(path, "--engine", "inprocess", "--jobs", "1", "--no-compare",
+                       "--output-dir", str(tmp_path / "reference"))
+    out, _ = reference.communicate(timeout=scaled(600))
+    assert reference.returncode == 0, out
+    for row in rows:  # the numbers of points run without a stop
+        _same_numbers(sweep_dir / row["run_dir"], tmp_path / "reference" / "t" / row["run_dir"])
+
+
+def _same_numbers(a: Path, b: Path) -> None:
+    """metrics.jsonl (wall clock aside), the leak table and the summary's leak entries equal."""
+    assert metrics_without_wall_clock(RunDir(a)) == metrics_without_wall_clock(RunDir(b))
+    leak = "attacker/leak.parquet"
+    assert pq.read_table(a / leak).to_pylist() == pq.read_table(b / leak).to_pylist()
+    summary = "report/summary.json"
+    assert json.loads((a / summary).read_text())["leak"] == json.loads((b / summary).read_text())["leak"]
 
 
 def test_a_failed_point_is_recorded_and_retried_only_when_asked(tmp_path: Path) -> None:
@@ -158,4 +183,6 @@ def test_a_failed_point_is_recorded_and_retried_only_when_asked(tmp_path: Path) 
     retried = run_points([point], SweepIndex(tmp_path / "f", [point], "local"), LocalEngine(jobs=1),
                          retry_failed=True, console=console, show_progress=False)
     assert retried.skipped == 0 and retried.results[point.hash].status == "failed"
+    log = (point.run_dir / "logs" / "sweep_point.log").read_text()
+    assert "left no complete checkpoint; the point starts again from step 0" in log
     assert read_index(tmp_path / "f")[0]["updated"] != first

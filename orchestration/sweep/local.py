@@ -15,7 +15,9 @@ from orchestration.sweep.engine import (
     Listener,
     PointResult,
     default_jobs,
+    log_line,
     prepare_run_dir,
+    resume_run_dir,
 )
 from orchestration.sweep.points import Point
 from splitleak.artifacts.metrics import MetricsTail
@@ -37,6 +39,7 @@ class _Running:
 class LocalEngine(Engine):
     name = "local"
     worker_flags: tuple[str, ...] = ()  # how the point's worker trains (default: distributed)
+    resumes = True  # a point's earlier attempt resumes from its checkpoint (splitleak run --resume)
 
     def __init__(self, jobs: int | None = None, poll: float = 0.2, stop_grace: float = 15.0) -> None:
         if jobs is not None and jobs < 1:
@@ -75,11 +78,18 @@ class LocalEngine(Engine):
         return results
 
     def _start(self, point: Point) -> _Running:
-        run = prepare_run_dir(point)
+        resume, note = False, None
+        if self.resumes:
+            run, resume, note = resume_run_dir(point)
+        else:
+            run = prepare_run_dir(point)
+        if note is not None:
+            log_line(run.logs / POINT_LOG, note)
         # The points share the cores: a point's roles divide its share ("auto" threads).
         share = str(max(1, cores() // self.jobs))
         child = spawn(f"sweep point {point.label}",
-                      ["orchestration.sweep.worker", str(run.root), *self.worker_flags],
+                      ["orchestration.sweep.worker", str(run.root), *self.worker_flags,
+                       *(["--resume"] if resume else [])],
                       run.logs / POINT_LOG, env={CORES_ENV: share})
         return _Running(point, child, MetricsTail(RunDir(run.root).metrics), time.monotonic())
 
