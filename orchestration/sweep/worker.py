@@ -36,6 +36,9 @@ log = logging.getLogger("sweep")
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
+    """The first SIGTERM stops the point; the stop then runs to its end (the engine SIGKILLs a
+    worker that overstays), and a repeat, e.g. the lifeline's as the sweep exits, is ignored."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
@@ -95,6 +98,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _interrupt)
     result = run_point(RunDir(args.run_dir), args.analysis_only, args.in_process,
                        resume=args.resume)
+    # The point is over: a SIGTERM now (a stop racing its end) would only put a traceback in
+    # its log from an atexit handler (the engine SIGKILLs a worker that does not end).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     write_result(args.run_dir, result)
     if result.status == "failed":
         log.error("%s", result.message)
