@@ -76,6 +76,8 @@ def test_spread_point_runs_each_role_on_its_own_node_with_the_local_numbers(clus
     assert set(nodes) == {"label_party", "attacker", "passive_party_1"}
     assert len({where["node_id"] for where in nodes.values()}) == NODES  # STRICT_SPREAD
     assert json.loads(row["nodes"]) == nodes and index.rows[point.hash]["engine"] == "ray"
+    kept = json.loads((point.run_dir / "sweep_point.json").read_text())  # what a rebuilt row reads
+    assert (kept["status"], kept["seconds"], kept["nodes"]) == ("done", row["seconds"], nodes)
     label_ip = nodes["label_party"]["ip"]
     assert f"listening on {label_ip}:" in (point.run_dir / "logs" / "label_party.log").read_text()
     for streamed in ("attacker/gradients/index.json", "passive_party_1/bottom.pt", "label_party/top.pt",

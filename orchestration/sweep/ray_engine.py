@@ -42,6 +42,7 @@ from orchestration.sweep.engine import (
     PointResult,
     prepare_run_dir,
     read_result,
+    write_result,
 )
 from orchestration.sweep.points import Point
 from orchestration.sweep.ray_failures import CONNECT_TRIES, died, no_cluster, refused, unreachable
@@ -231,6 +232,7 @@ class RayEngine(Engine):
         unplaceable = self._unplaceable(len(roles))
         if unplaceable is not None:
             result = PointResult("failed", time.monotonic() - started, unplaceable)
+            write_result(run.root, result)
             listener.finished(point, result)
             return result
         group = placement_group([{"CPU": self.cpus_per_role}] * len(roles), strategy=strategy)
@@ -261,6 +263,7 @@ class RayEngine(Engine):
         except _Cancelled:
             result = PointResult("interrupted", time.monotonic() - started, "stopped by Ctrl-C",
                                  nodes or None)
+            write_result(run.root, result)
             listener.finished(point, result)
             return result
         except Exception as err:  # noqa: BLE001 - streaming failed: the point fails
@@ -276,6 +279,7 @@ class RayEngine(Engine):
             result = PointResult("failed", time.monotonic() - started, message, nodes)
         run.ray.write_text(json.dumps(
             {"strategy": strategy, "nodes": nodes, "seconds": phases.seconds}, indent=2))
+        write_result(run.root, result)  # the whole point's, over the analysis worker's own
         listener.finished(point, result)
         return result
 
