@@ -98,3 +98,28 @@ def test_a_dead_actor_is_named_as_its_role_with_its_node_pid_and_rays_reason() -
         "label party (Ray actor on node at 192.0.2.2, pid 23687) died: Worker unexpectedly")
     assert died("attacker sidecar", None, "The actor died unexpectedly before finishing this task.") == (
         "attacker sidecar (Ray actor) died: The actor died unexpectedly before finishing this task")
+
+
+@pytest.fixture
+def one_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list:
+    """A cluster of one 8-CPU node as the engine sees it, and a sweep's points of 4 roles."""
+    from orchestration.sweep import ray_engine
+    from orchestration.sweep.points import resolve
+    from orchestration.sweep.spec import parse_sweep
+    from splitleak.config import parse_config
+
+    monkeypatch.setattr(ray_engine.ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(ray_engine.ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 8.0}}])
+    return resolve(parse_sweep({"sweep": {"name": "s", "seeds": [1]}}),
+                   parse_config(small_config(tmp_path)), tmp_path / "s")
+
+
+def test_the_banner_says_how_many_points_run_at_once_only_once_known(one_node: list) -> None:
+    """It said "1 at a time" before the engine had connected, while the cluster ran 2."""
+    from orchestration.sweep.ray_engine import RayEngine
+
+    engine = RayEngine()
+    assert engine.at_a_time() == "as many at a time as the cluster's CPUs hold"
+    engine._connect(one_node)
+    assert engine.at_a_time() == "2 at a time"  # 8 CPUs / 4 roles x 1 CPU
+    assert RayEngine(jobs=3).at_a_time() == "3 at a time"

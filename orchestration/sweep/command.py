@@ -128,7 +128,7 @@ def _sweep(args: argparse.Namespace, console: Console, sweep: SweepFile, engine:
         raise BadInput(str(err)) from None
     shutil.copyfile(args.file, SweepDir(sweep_dir).sweep_file)
     console.print(f"sweep [bold]{sweep.sweep.name}[/]: {len(points)} points in {sweep_dir} "
-                  f"({engine.name} engine, {engine.jobs} at a time)")
+                  f"({engine.name} engine, {engine.at_a_time()})")
     try:  # the points run in this process too, with --engine inprocess --jobs 1
         with sigterm_interrupts():
             outcome = run_points(points, index, engine, retry_failed=args.retry_failed,

@@ -49,6 +49,10 @@ class Engine(ABC):
     name: str
     jobs: int  # points run at the same time
 
+    def at_a_time(self) -> str:
+        """How many points run at once, in words (for the sweep's banner)."""
+        return f"{self.jobs} at a time"
+
     @abstractmethod
     def run(self, points: Sequence[Point], listener: Listener) -> dict[str, PointResult]:
         """Run every point into its run directory; results by config hash. On KeyboardInterrupt

@@ -177,6 +177,7 @@ class RayEngine(Engine):
         self.poll = poll
         self._jobs = jobs
         self.jobs = jobs or 1  # known once connected: what the cluster's CPUs hold
+        self.connected = False
         self.local = False  # this engine started a cluster on this machine alone (see _connect)
 
     def _connect(self, points: Sequence[Point]) -> None:
@@ -196,6 +197,12 @@ class RayEngine(Engine):
                               "free; add nodes or drop --spread")
         cpus = sum(n["Resources"].get("CPU", 0) for n in nodes)
         self.jobs = self._jobs or max(1, int(cpus // (self.cpus_per_role * widest)))
+        self.connected = True
+
+    def at_a_time(self) -> str:
+        if self._jobs is None and not self.connected:
+            return "as many at a time as the cluster's CPUs hold"
+        return super().at_a_time()
 
     def run(self, points: Sequence[Point], listener: Listener) -> dict[str, PointResult]:
         if not points:
