@@ -123,3 +123,28 @@ def test_the_banner_says_how_many_points_run_at_once_only_once_known(one_node: l
     engine._connect(one_node)
     assert engine.at_a_time() == "2 at a time"  # 8 CPUs / 4 roles x 1 CPU
     assert RayEngine(jobs=3).at_a_time() == "3 at a time"
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--engine", "ray", "--cpus-per-role", "0"], "--cpus-per-role must be more than 0 and at most 64"),
+    (["--engine", "ray", "--cpus-per-role", "65"], "at most 64, got 65"),
+    (["--engine", "ray", "--cpus-per-role", "nan"], "at most 64, got nan"),
+    (["--cpus-per-role", "0.5"], "--cpus-per-role only apply to --engine ray"),
+])
+def test_cpus_per_role_is_checked(tmp_path: Path, capsys: pytest.CaptureFixture, args: list[str],
+                                  said: str) -> None:
+    path = tmp_path / "sweep.toml"
+    path.write_text(tomli_w.dumps({"sweep": {"name": "s", "base": str(write_config(
+        tmp_path, small_config(tmp_path))), "seeds": [1], "output_dir": str(tmp_path / "out")}}))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", str(path), "--no-progress", "--no-compare", *args])
+    assert exit_info.value.code == 2 and said in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_point_larger_than_the_cluster_is_told_of_cpus_per_role(one_node: list) -> None:
+    """The hint "give each role fewer CPUs" named no option that does it."""
+    from orchestration.sweep.ray_engine import RayEngine
+
+    assert RayEngine()._unplaceable(9).endswith("give each role fewer CPUs with --cpus-per-role")
+    assert RayEngine(cpus_per_role=0.5)._unplaceable(9) is None

@@ -299,7 +299,7 @@ class RayEngine(Engine):
         cpus = sum(n["Resources"].get("CPU", 0) for n in nodes)
         return (f"the point needs {roles} roles x {self.cpus_per_role:g} CPU, but the cluster's "
                 f"{len(nodes)} node(s) ({cpus:g} CPU in all) hold only {bundles} such role(s): add "
-                "nodes or CPUs, or give each role fewer CPUs")
+                "nodes or CPUs, or give each role fewer CPUs with --cpus-per-role")
 
     def _wait(self, ref: Any, cancel: threading.Event, timeout: float,
               what: str | None = None) -> Any:
