@@ -148,3 +148,12 @@ def test_a_point_larger_than_the_cluster_is_told_of_cpus_per_role(one_node: list
 
     assert RayEngine()._unplaceable(9).endswith("give each role fewer CPUs with --cpus-per-role")
     assert RayEngine(cpus_per_role=0.5)._unplaceable(9) is None
+
+
+def test_the_spread_refusal_says_what_it_counts(one_node: list) -> None:
+    """It said "1 node(s) with 1 CPU free" of one node with 8 CPUs free."""
+    from orchestration.sweep.engine import EngineError
+    from orchestration.sweep.ray_engine import RayEngine
+
+    with pytest.raises(EngineError, match=r"cluster has 1 node\(s\) with at least 1 CPU; add nodes"):
+        RayEngine(spread=True)._connect(one_node)

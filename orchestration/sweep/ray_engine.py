@@ -193,8 +193,8 @@ class RayEngine(Engine):
         widest = max(len(_roles(p)) for p in points)
         if self.spread and widest > len(usable):
             raise EngineError(f"--spread puts each of a point's {widest} roles on its own node, but "
-                              f"the cluster has {len(usable)} node(s) with {self.cpus_per_role:g} CPU "
-                              "free; add nodes or drop --spread")
+                              f"the cluster has {len(usable)} node(s) with at least "
+                              f"{self.cpus_per_role:g} CPU; add nodes or drop --spread")
         cpus = sum(n["Resources"].get("CPU", 0) for n in nodes)
         self.jobs = self._jobs or max(1, int(cpus // (self.cpus_per_role * widest)))
         self.connected = True
