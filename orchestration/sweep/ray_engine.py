@@ -34,7 +34,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from orchestration.launch import LABEL_PARTY, Role, start_order, topology_of
 from orchestration.launch import roles as launch_roles
 from orchestration.processes import spawn, stop_all
-from orchestration.run import collect_outcome
+from orchestration.run import STOP_GRACE, collect_outcome
 from orchestration.sweep.engine import (
     Engine,
     EngineError,
@@ -381,7 +381,10 @@ class RayEngine(Engine):
                 failed_at = time.monotonic()
             if len(ended) == len(essential) and failed_at is None:
                 failed_at = time.monotonic()  # give a non-essential sidecar its grace period
-            if failed_at is not None and time.monotonic() - failed_at > grace:
+            # A dead role never answers: the others get the local engine's few seconds to say
+            # why (a label party waiting for it to join would wait out its deadline).
+            lost = any(s.get("died") for s in status.values())
+            if failed_at is not None and time.monotonic() - failed_at > (STOP_GRACE if lost else grace):
                 break
             time.sleep(self.poll)
         return status, essential
