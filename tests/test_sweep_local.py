@@ -5,6 +5,7 @@ recorded and retried only when asked."""
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
@@ -78,6 +79,16 @@ def test_sweep_runs_compares_and_resumes(tmp_path: Path) -> None:
     assert again.returncode == 0, out
     assert "0 run now, 4 skipped" in out.replace("\n", " ")
     assert stamps == {r: (sweep_dir / r / RESULT_FILE).stat().st_mtime_ns for r in stamps}
+
+    trained = sweep_dir / rows[0]["run_dir"]  # e.g. stopped during its analysis: analysed again
+    shutil.rmtree(trained / "report")
+    metrics = (trained / "label_party" / "metrics.jsonl").read_bytes()
+    again = _sweep(path, "--no-compare")
+    out, _ = again.communicate(timeout=scaled(120))
+    assert again.returncode == 0 and "1 run now, 3 skipped" in out.replace("\n", " "), out
+    assert (trained / "report" / "summary.json").exists()
+    assert (trained / "label_party" / "metrics.jsonl").read_bytes() == metrics  # not trained again
+    assert "finished training: analysing it" in (trained / "logs" / "sweep_point.log").read_text()
 
 
 def _processes_naming(text: str) -> list[str]:

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 from orchestration.sweep.points import Point
 from splitleak.artifacts.metrics import truncate_records
+from splitleak.artifacts.outcome import read_outcome
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.rundir import write_config
 
@@ -84,15 +85,19 @@ def prepare_run_dir(point: Point, keep_logs: bool = False) -> RunDir:
     return run
 
 
-def resume_run_dir(point: Point) -> tuple[RunDir, bool, str | None]:
+def resume_run_dir(point: Point) -> tuple[RunDir, tuple[str, ...], str | None]:
     """The run directory for another attempt at the point: the earlier attempt's, to resume (as
-    `splitleak run --resume` does), when it holds a usable checkpoint; else a fresh one with the
-    earlier logs kept. Also whether it resumes, and why so in words (None: no earlier attempt)."""
+    `splitleak run --resume` does) when it holds a usable checkpoint, or to analyse when it was
+    trained; else a fresh one with the earlier logs kept. Also the worker's flags for it, and why
+    so in words (None: no earlier attempt)."""
     from splitleak.checkpoint import CheckpointError, latest, resume_point
 
     run = RunDir(point.run_dir)
     if not run.config.is_file():
-        return prepare_run_dir(point), False, None
+        return prepare_run_dir(point), (), None
+    if read_outcome(run).get("status") == "ok" and run.summary.is_file():
+        run.point_result.unlink(missing_ok=True)
+        return run, ("--analysis-only",), "its earlier attempt finished training: analysing it"
     manifest, why = None, "its earlier attempt left no complete checkpoint"
     if latest(run.root) is not None:
         try:
@@ -100,11 +105,11 @@ def resume_run_dir(point: Point) -> tuple[RunDir, bool, str | None]:
         except (CheckpointError, ConfigError) as err:
             why = f"its checkpoints cannot be resumed from: {err}"
     if manifest is None:
-        return (prepare_run_dir(point, keep_logs=True), False,
+        return (prepare_run_dir(point, keep_logs=True), (),
                 f"{why}; the point starts again from step 0")
     run.point_result.unlink(missing_ok=True)  # the earlier attempt's, never this one's
     truncate_records(run.metrics, manifest.metrics_records)  # before anything tails them
-    return run, True, (f"resuming the point's earlier attempt at step {manifest.step} "
+    return run, ("--resume",), (f"resuming the point's earlier attempt at step {manifest.step} "
                        f"({manifest.reason} checkpoint)")
 
 

@@ -78,9 +78,10 @@ class LocalEngine(Engine):
         return results
 
     def _start(self, point: Point) -> _Running:
-        resume, note = False, None
+        flags: tuple[str, ...] = ()
+        note = None
         if self.resumes:
-            run, resume, note = resume_run_dir(point)
+            run, flags, note = resume_run_dir(point)
         else:
             run = prepare_run_dir(point)
         if note is not None:
@@ -88,8 +89,7 @@ class LocalEngine(Engine):
         # The points share the cores: a point's roles divide its share ("auto" threads).
         share = str(max(1, cores() // self.jobs))
         child = spawn(f"sweep point {point.label}",
-                      ["orchestration.sweep.worker", str(run.root), *self.worker_flags,
-                       *(["--resume"] if resume else [])],
+                      ["orchestration.sweep.worker", str(run.root), *self.worker_flags, *flags],
                       run.logs / POINT_LOG, env={CORES_ENV: share})
         return _Running(point, child, MetricsTail(RunDir(run.root).metrics), time.monotonic())
 
