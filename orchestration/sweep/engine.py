@@ -109,8 +109,8 @@ def resume_run_dir(point: Point) -> tuple[RunDir, tuple[str, ...], str | None]:
                 f"{why}; the point starts again from step 0")
     run.point_result.unlink(missing_ok=True)  # the earlier attempt's, never this one's
     truncate_records(run.metrics, manifest.metrics_records)  # before anything tails them
-    return run, ("--resume",), (f"resuming the point's earlier attempt at step {manifest.step} "
-                       f"({manifest.reason} checkpoint)")
+    return run, ("--resume",), (f"resuming the point's earlier attempt at step "
+                                f"{manifest.step} ({manifest.reason} checkpoint)")
 
 
 def log_line(path: Path, message: str) -> None:

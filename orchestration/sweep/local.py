@@ -78,12 +78,8 @@ class LocalEngine(Engine):
         return results
 
     def _start(self, point: Point) -> _Running:
-        flags: tuple[str, ...] = ()
-        note = None
-        if self.resumes:
-            run, flags, note = resume_run_dir(point)
-        else:
-            run = prepare_run_dir(point)
+        run, flags, note = (resume_run_dir(point) if self.resumes
+                            else (prepare_run_dir(point), (), None))
         if note is not None:
             log_line(run.logs / POINT_LOG, note)
         # The points share the cores: a point's roles divide its share ("auto" threads).
