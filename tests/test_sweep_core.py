@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
+import signal
+import time
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +19,7 @@ from label_party.setup import load_label_party_data
 from orchestration.reference import run_reference
 from splitleak import tls
 from splitleak.artifacts.rundir import create_run_dir
+from splitleak.artifacts.sweep import PointResult
 from splitleak.config import ConfigError, parse_config
 from splitleak.datasets import train_test_ids
 from tests.conftest import small_config
@@ -82,3 +86,30 @@ def test_identities_can_name_cluster_nodes(tmp_path: Path) -> None:
     assert set(names.get_values_for_type(x509.IPAddress)) == {
         ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("10.1.2.3")}
     assert set(names.get_values_for_type(x509.DNSName)) == {"label-party", "localhost", "node-7.cluster"}
+
+
+
+def _sigterm() -> None:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.2)  # the handler runs here
+
+
+def test_a_stopped_point_worker_ignores_a_repeated_sigterm(tmp_path: Path, monkeypatch) -> None:
+    """A second SIGTERM (the lifeline's, as the sweep exits) while the worker ends its stopped
+    point raised KeyboardInterrupt, e.g. in an atexit handler: a traceback in the point's log."""
+    from orchestration.sweep import worker
+
+    def stopped_point(*args, **kwargs) -> PointResult:
+        with pytest.raises(KeyboardInterrupt):
+            _sigterm()  # the sweep stops the point
+        _sigterm()  # and again while the point stops
+        return PointResult("interrupted", 0.0, "stopped by the sweep")
+
+    monkeypatch.setattr(worker, "setup_logging", lambda role: None)
+    monkeypatch.setattr(worker, "run_point", stopped_point)
+    monkeypatch.setattr(worker, "write_result", lambda run_dir, result: _sigterm())
+    kept = signal.getsignal(signal.SIGTERM)
+    try:
+        assert worker.main([str(tmp_path)]) == 130
+    finally:
+        signal.signal(signal.SIGTERM, kept)

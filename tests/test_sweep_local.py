@@ -4,12 +4,15 @@ recorded and retried only when asked."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import tomli_w
 from rich.console import Console
@@ -21,8 +24,10 @@ from orchestration.sweep.runner import run_points
 from orchestration.sweep.spec import parse_sweep
 from splitleak.artifacts.metrics import read_metrics
 from splitleak.artifacts.paths import POINT_RESULT_FILE as RESULT_FILE
+from splitleak.artifacts.paths import RunDir
 from splitleak.config import parse_config
 from tests.conftest import scaled, small_config, write_config
+from tests.runs import metrics_without_wall_clock
 
 pytestmark = pytest.mark.slow
 
@@ -75,6 +80,16 @@ def test_sweep_runs_compares_and_resumes(tmp_path: Path) -> None:
     assert "0 run now, 4 skipped" in out.replace("\n", " ")
     assert stamps == {r: (sweep_dir / r / RESULT_FILE).stat().st_mtime_ns for r in stamps}
 
+    trained = sweep_dir / rows[0]["run_dir"]  # e.g. stopped during its analysis: analysed again
+    shutil.rmtree(trained / "report")
+    metrics = (trained / "label_party" / "metrics.jsonl").read_bytes()
+    again = _sweep(path, "--no-compare")
+    out, _ = again.communicate(timeout=scaled(120))
+    assert again.returncode == 0 and "1 run now, 3 skipped" in out.replace("\n", " "), out
+    assert (trained / "report" / "summary.json").exists()
+    assert (trained / "label_party" / "metrics.jsonl").read_bytes() == metrics  # not trained again
+    assert "finished training: analysing it" in (trained / "logs" / "sweep_point.log").read_text()
+
 
 def _processes_naming(text: str) -> list[str]:
     found = []
@@ -98,10 +113,10 @@ def _wait_until(condition, timeout: float, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def test_ctrl_c_stops_every_point_and_the_sweep_resumes(tmp_path: Path) -> None:
+def test_ctrl_c_twice_stops_every_point_and_the_sweep_resumes_them(tmp_path: Path) -> None:
     base = _base(tmp_path, batch_size=8, epochs=30, eval_interval=0)
     quick = {"name": "quick", "set": {"training.epochs": 1, "training.batch_size": 64}}
-    path = _sweep_file(tmp_path, base, [quick, {"name": "long"}, MARVELL], [0])
+    path = _sweep_file(tmp_path, base, [{"name": "long"}, MARVELL, quick], [0])
     sweep_dir = tmp_path / "sweeps" / "t"
     proc = _sweep(path, "--jobs", "2")
 
@@ -109,31 +124,53 @@ def test_ctrl_c_stops_every_point_and_the_sweep_resumes(tmp_path: Path) -> None:
         metrics = sweep_dir / row["run_dir"] / "label_party" / "metrics.jsonl"
         return metrics.exists() and any(r["type"] == "train" for r in read_metrics(metrics))
 
-    def quick_done_and_two_training() -> bool:
+    def two_training() -> bool:
         if not (sweep_dir / "sweep.parquet").exists():
             return False
-        rows = read_index(sweep_dir)
-        running = [r for r in rows if r["status"] == "running"]
-        return rows[0]["status"] == "done" and len(running) == 2 and all(map(training, running))
+        running = [r for r in read_index(sweep_dir) if r["status"] == "running"]
+        return len(running) == 2 and all(map(training, running))
 
-    _wait_until(quick_done_and_two_training, scaled(300), "the quick point to finish and two to train")
+    _wait_until(two_training, scaled(300), "two points to train")
     assert _processes_naming(str(sweep_dir))  # the points' workers and parties are running
     proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGINT)  # a second Ctrl-C (or `timeout` passing one on) while stopping
     out, _ = proc.communicate(timeout=scaled(60))
     assert proc.returncode == 130, out
     assert "Run the same command again to resume" in out
     rows = read_index(sweep_dir)
-    assert [r["status"] for r in rows] == ["done", "interrupted", "interrupted"], rows
+    assert [r["status"] for r in rows] == ["interrupted", "interrupted", "pending"], rows
     time.sleep(0.5)
     assert _processes_naming(str(sweep_dir)) == []  # workers and every party of every point
-    quick_result = (sweep_dir / rows[0]["run_dir"] / RESULT_FILE).stat().st_mtime_ns
+    firsts = {}
+    for row in rows[:2]:
+        run = sweep_dir / row["run_dir"]
+        assert json.loads((run / "label_party" / "outcome.json").read_text())["status"] == "interrupted"
+        firsts[row["run_dir"]] = (run / "logs" / "label_party.log").read_text().splitlines()[0]
 
     again = _sweep(path, "--jobs", "2", "--no-compare")
     out, _ = again.communicate(timeout=scaled(600))
     assert again.returncode == 0, out
-    assert "2 run now, 1 skipped" in out.replace("\n", " ")
+    assert "3 run now, 0 skipped" in out.replace("\n", " ")
     assert [r["status"] for r in read_index(sweep_dir)] == ["done"] * 3
-    assert (sweep_dir / rows[0]["run_dir"] / RESULT_FILE).stat().st_mtime_ns == quick_result
+    for row in rows[:2]:  # resumed from the checkpoint Ctrl-C made, the first attempt's logs kept
+        logs = sweep_dir / row["run_dir"] / "logs"
+        assert "resuming the point's earlier attempt at step" in (logs / "sweep_point.log").read_text()
+        assert firsts[row["run_dir"]] in (logs / "label_party.log").read_text()
+    reference = _sweep(path, "--engine", "inprocess", "--jobs", "1", "--no-compare",
+                       "--output-dir", str(tmp_path / "reference"))
+    out, _ = reference.communicate(timeout=scaled(600))
+    assert reference.returncode == 0, out
+    for row in rows:  # the numbers of points run without a stop
+        _same_numbers(sweep_dir / row["run_dir"], tmp_path / "reference" / "t" / row["run_dir"])
+
+def _same_numbers(a: Path, b: Path) -> None:
+    """metrics.jsonl (wall clock aside), the leak table and the summary's leak entries equal."""
+    assert metrics_without_wall_clock(RunDir(a)) == metrics_without_wall_clock(RunDir(b))
+    leak = "attacker/leak.parquet"
+    assert pq.read_table(a / leak).to_pylist() == pq.read_table(b / leak).to_pylist()
+    summary = "report/summary.json"
+    assert json.loads((a / summary).read_text())["leak"] == json.loads((b / summary).read_text())["leak"]
 
 
 def test_a_failed_point_is_recorded_and_retried_only_when_asked(tmp_path: Path) -> None:
@@ -156,4 +193,6 @@ def test_a_failed_point_is_recorded_and_retried_only_when_asked(tmp_path: Path) 
     retried = run_points([point], SweepIndex(tmp_path / "f", [point], "local"), LocalEngine(jobs=1),
                          retry_failed=True, console=console, show_progress=False)
     assert retried.skipped == 0 and retried.results[point.hash].status == "failed"
+    log = (point.run_dir / "logs" / "sweep_point.log").read_text()
+    assert "left no complete checkpoint; the point starts again from step 0" in log
     assert read_index(tmp_path / "f")[0]["updated"] != first

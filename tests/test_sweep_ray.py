@@ -11,6 +11,8 @@ import signal
 import tempfile
 import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -76,6 +78,8 @@ def test_spread_point_runs_each_role_on_its_own_node_with_the_local_numbers(clus
     assert set(nodes) == {"label_party", "attacker", "passive_party_1"}
     assert len({where["node_id"] for where in nodes.values()}) == NODES  # STRICT_SPREAD
     assert json.loads(row["nodes"]) == nodes and index.rows[point.hash]["engine"] == "ray"
+    kept = json.loads((point.run_dir / "sweep_point.json").read_text())  # what a rebuilt row reads
+    assert (kept["status"], kept["seconds"], kept["nodes"]) == ("done", row["seconds"], nodes)
     label_ip = nodes["label_party"]["ip"]
     assert f"listening on {label_ip}:" in (point.run_dir / "logs" / "label_party.log").read_text()
     for streamed in ("attacker/gradients/index.json", "passive_party_1/bottom.pt", "label_party/top.pt",
@@ -198,3 +202,33 @@ def test_a_killed_role_fails_its_point_naming_it_and_keeps_what_the_others_wrote
                  "label_party/outcome.json", "ray.json"):
         assert (point.run_dir / kept).exists(), kept
     assert json.loads((point.run_dir / "label_party" / "outcome.json").read_text())["party"] == 1
+
+
+class _Answered:
+    def remote(self, *args) -> Any:
+        return ray.put(None)  # what a passive party's start() answers at once
+
+
+class _KillBeforeItJoins(_KillOnFirstStep):
+    """kill -9 of one role's actor once started, before its party could join."""
+
+    def _train(self, point: Point, actors: dict, nodes: dict, *args):
+        self.killed = nodes[self.victim]
+        os.kill(self.killed["pid"], signal.SIGKILL)
+        started = SimpleNamespace(start=_Answered(), poll=actors[self.victim].poll)
+        return super()._train(point, {**actors, self.victim: started}, nodes, *args)
+
+
+@pytest.mark.timeout(300)
+def test_a_role_killed_before_its_party_joins_fails_its_point_in_seconds(
+        cluster, tmp_path: Path) -> None:
+    """The label party, waiting for the join, kept the point running its step deadline + 10 s."""
+    (point,) = _points(tmp_path, "unjoined", features={"passive": [[0, 30]]},
+                       topology={"passive_parties": 1})
+    engine = _KillBeforeItJoins("passive_party_1")
+    started = time.monotonic()
+    engine.run([point], engine)
+    assert engine.result.status == "failed", engine.result
+    # it waited the step deadline + 10 s once the role had died (~37 s in all here; now ~15 s)
+    assert time.monotonic() - started < point.config.topology.step_deadline_s + 5
+    assert engine.result.message.startswith("passive party 1 (Ray actor on node "), engine.result.message

@@ -98,3 +98,62 @@ def test_a_dead_actor_is_named_as_its_role_with_its_node_pid_and_rays_reason() -
         "label party (Ray actor on node at 192.0.2.2, pid 23687) died: Worker unexpectedly")
     assert died("attacker sidecar", None, "The actor died unexpectedly before finishing this task.") == (
         "attacker sidecar (Ray actor) died: The actor died unexpectedly before finishing this task")
+
+
+@pytest.fixture
+def one_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list:
+    """A cluster of one 8-CPU node as the engine sees it, and a sweep's points of 4 roles."""
+    from orchestration.sweep import ray_engine
+    from orchestration.sweep.points import resolve
+    from orchestration.sweep.spec import parse_sweep
+    from splitleak.config import parse_config
+
+    monkeypatch.setattr(ray_engine.ray, "is_initialized", lambda: True)
+    monkeypatch.setattr(ray_engine.ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 8.0}}])
+    return resolve(parse_sweep({"sweep": {"name": "s", "seeds": [1]}}),
+                   parse_config(small_config(tmp_path)), tmp_path / "s")
+
+
+def test_the_banner_says_how_many_points_run_at_once_only_once_known(one_node: list) -> None:
+    """It said "1 at a time" before the engine had connected, while the cluster ran 2."""
+    from orchestration.sweep.ray_engine import RayEngine
+
+    engine = RayEngine()
+    assert engine.at_a_time() == "as many at a time as the cluster's CPUs hold"
+    engine._connect(one_node)
+    assert engine.at_a_time() == "2 at a time"  # 8 CPUs / 4 roles x 1 CPU
+    assert RayEngine(jobs=3).at_a_time() == "3 at a time"
+
+
+@pytest.mark.parametrize(("args", "said"), [
+    (["--engine", "ray", "--cpus-per-role", "0"], "--cpus-per-role must be more than 0 and at most 64"),
+    (["--engine", "ray", "--cpus-per-role", "65"], "at most 64, got 65"),
+    (["--engine", "ray", "--cpus-per-role", "nan"], "at most 64, got nan"),
+    (["--cpus-per-role", "0.5"], "--cpus-per-role only apply to --engine ray"),
+])
+def test_cpus_per_role_is_checked(tmp_path: Path, capsys: pytest.CaptureFixture, args: list[str],
+                                  said: str) -> None:
+    path = tmp_path / "sweep.toml"
+    path.write_text(tomli_w.dumps({"sweep": {"name": "s", "base": str(write_config(
+        tmp_path, small_config(tmp_path))), "seeds": [1], "output_dir": str(tmp_path / "out")}}))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", str(path), "--no-progress", "--no-compare", *args])
+    assert exit_info.value.code == 2 and said in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_point_larger_than_the_cluster_is_told_of_cpus_per_role(one_node: list) -> None:
+    """The hint "give each role fewer CPUs" named no option that does it."""
+    from orchestration.sweep.ray_engine import RayEngine
+
+    assert RayEngine()._unplaceable(9).endswith("give each role fewer CPUs with --cpus-per-role")
+    assert RayEngine(cpus_per_role=0.5)._unplaceable(9) is None
+
+
+def test_the_spread_refusal_says_what_it_counts(one_node: list) -> None:
+    """It said "1 node(s) with 1 CPU free" of one node with 8 CPUs free."""
+    from orchestration.sweep.engine import EngineError
+    from orchestration.sweep.ray_engine import RayEngine
+
+    with pytest.raises(EngineError, match=r"cluster has 1 node\(s\) with at least 1 CPU; add nodes"):
+        RayEngine(spread=True)._connect(one_node)

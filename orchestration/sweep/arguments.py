@@ -9,6 +9,7 @@ from pathlib import Path
 from splitleak.arguments import ray_address, writable_dir
 
 ENGINES = ("local", "inprocess", "ray")
+MAX_CPUS_PER_ROLE = 64
 
 
 def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
@@ -26,6 +27,9 @@ def add_engine_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--spread", action="store_true",
                         help="ray: STRICT_SPREAD, every role of a point on a different node "
                         "(default PACK)")
+    parser.add_argument("--cpus-per-role", type=float, metavar="X",
+                        help="ray: CPUs each role of a point reserves, more than 0 and at most "
+                        f"{MAX_CPUS_PER_ROLE} (default 1; e.g. 0.5 runs a point of 4 roles on 2 CPUs)")
     parser.add_argument("--shared-dir", type=writable_dir,
                         help="ray: an output directory every node mounts at this same path; roles "
                         "write run directories there (default: streamed back to this machine)")

@@ -13,6 +13,7 @@ from pathlib import Path
 from rich.console import Console
 
 from orchestration.stopping import EXIT_TERMINATED, Terminated, sigterm_interrupts, stopped_by
+from orchestration.sweep.arguments import MAX_CPUS_PER_ROLE
 from orchestration.sweep.engine import Engine, EngineError
 from orchestration.sweep.index import SweepIndex
 from orchestration.sweep.points import Point, resolve
@@ -34,7 +35,8 @@ def build_engine(args: argparse.Namespace) -> Engine:
         raise BadInput(f"--jobs must be at least 1, got {args.jobs}")
     if args.engine != "ray":
         ray_only = [o for o, given in (("--address", args.address), ("--spread", args.spread),
-                                       ("--shared-dir", args.shared_dir)) if given]
+                                       ("--shared-dir", args.shared_dir),
+                                       ("--cpus-per-role", args.cpus_per_role is not None)) if given]
         if ray_only:
             raise BadInput(f"{', '.join(ray_only)} only apply to --engine ray")
     if args.engine == "local":
@@ -45,13 +47,18 @@ def build_engine(args: argparse.Namespace) -> Engine:
         from orchestration.sweep.inprocess import InProcessEngine
 
         return InProcessEngine(args.jobs)
+    cpus = 1.0 if args.cpus_per_role is None else args.cpus_per_role
+    if not 0 < cpus <= MAX_CPUS_PER_ROLE:  # also refuses nan
+        raise BadInput(f"--cpus-per-role must be more than 0 and at most {MAX_CPUS_PER_ROLE}, "
+                       f"got {args.cpus_per_role:g}")
     bound_connect()  # before Ray is imported
     try:
         from orchestration.sweep.ray_engine import RayEngine
     except ImportError as err:
         raise BadInput(f"--engine ray needs Ray ({err}); install the extra: "
                        "pip install 'splitleak[ray]'") from None
-    return RayEngine(args.address, spread=args.spread, shared_dir=args.shared_dir, jobs=args.jobs)
+    return RayEngine(args.address, spread=args.spread, shared_dir=args.shared_dir, jobs=args.jobs,
+                     cpus_per_role=cpus)
 
 
 def check_ports(points: Sequence[Point], engine: Engine) -> None:
@@ -128,7 +135,7 @@ def _sweep(args: argparse.Namespace, console: Console, sweep: SweepFile, engine:
         raise BadInput(str(err)) from None
     shutil.copyfile(args.file, SweepDir(sweep_dir).sweep_file)
     console.print(f"sweep [bold]{sweep.sweep.name}[/]: {len(points)} points in {sweep_dir} "
-                  f"({engine.name} engine, {engine.jobs} at a time)")
+                  f"({engine.name} engine, {engine.at_a_time()})")
     try:  # the points run in this process too, with --engine inprocess --jobs 1
         with sigterm_interrupts():
             outcome = run_points(points, index, engine, retry_failed=args.retry_failed,

@@ -9,12 +9,16 @@ by its config hash.
 
 from __future__ import annotations
 
+import logging
 import shutil
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 from orchestration.sweep.points import Point
+from splitleak.artifacts.metrics import truncate_records
+from splitleak.artifacts.outcome import read_outcome
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.rundir import write_config
 
@@ -22,6 +26,8 @@ from splitleak.artifacts.rundir import write_config
 from splitleak.artifacts.sweep import PointResult
 from splitleak.artifacts.sweep import read_result as read_result
 from splitleak.artifacts.sweep import write_result as write_result
+from splitleak.cli_common import LOG_FORMAT
+from splitleak.config import ConfigError
 from splitleak.placement import cores
 
 
@@ -44,6 +50,10 @@ class Engine(ABC):
     name: str
     jobs: int  # points run at the same time
 
+    def at_a_time(self) -> str:
+        """How many points run at once, in words (for the sweep's banner)."""
+        return f"{self.jobs} at a time"
+
     @abstractmethod
     def run(self, points: Sequence[Point], listener: Listener) -> dict[str, PointResult]:
         """Run every point into its run directory; results by config hash. On KeyboardInterrupt
@@ -58,11 +68,54 @@ def default_jobs(processes_per_point: float = 1.0) -> int:
     return max(1, int(cores() // processes_per_point))
 
 
-def prepare_run_dir(point: Point) -> RunDir:
-    """A fresh run directory for the point (what an earlier attempt left is removed)."""
+def prepare_run_dir(point: Point, keep_logs: bool = False) -> RunDir:
+    """A fresh run directory for the point (what an earlier attempt left is removed, but for its
+    logs with `keep_logs`: the new attempt's are appended)."""
     if point.run_dir.exists():
-        shutil.rmtree(point.run_dir)
+        for path in point.run_dir.iterdir():
+            if keep_logs and path.name == "logs" and path.is_dir() and not path.is_symlink():
+                continue
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            else:
+                path.unlink()
     run = RunDir(point.run_dir)
-    run.root.mkdir(parents=True)
+    run.root.mkdir(parents=True, exist_ok=True)
     write_config(point.config, run)
     return run
+
+
+def resume_run_dir(point: Point) -> tuple[RunDir, tuple[str, ...], str | None]:
+    """The run directory for another attempt at the point: the earlier attempt's, to resume (as
+    `splitleak run --resume` does) when it holds a usable checkpoint, or to analyse when it was
+    trained; else a fresh one with the earlier logs kept. Also the worker's flags for it, and why
+    so in words (None: no earlier attempt)."""
+    from splitleak.checkpoint import CheckpointError, latest, resume_point
+
+    run = RunDir(point.run_dir)
+    if not run.config.is_file():
+        return prepare_run_dir(point), (), None
+    if read_outcome(run).get("status") == "ok" and run.summary.is_file():
+        run.point_result.unlink(missing_ok=True)
+        return run, ("--analysis-only",), "its earlier attempt finished training: analysing it"
+    manifest, why = None, "its earlier attempt left no complete checkpoint"
+    if latest(run.root) is not None:
+        try:
+            manifest = resume_point(run.root, point.config)
+        except (CheckpointError, ConfigError) as err:
+            why = f"its checkpoints cannot be resumed from: {err}"
+    if manifest is None:
+        return (prepare_run_dir(point, keep_logs=True), (),
+                f"{why}; the point starts again from step 0")
+    run.point_result.unlink(missing_ok=True)  # the earlier attempt's, never this one's
+    truncate_records(run.metrics, manifest.metrics_records)  # before anything tails them
+    return run, ("--resume",), (f"resuming the point's earlier attempt at step "
+                                f"{manifest.step} ({manifest.reason} checkpoint)")
+
+
+def log_line(path: Path, message: str) -> None:
+    """Append one INFO line to a point's log, formatted as its worker's own lines."""
+    record = logging.LogRecord("sweep", logging.INFO, __file__, 0, message, None, None)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as log:
+        log.write(logging.Formatter(LOG_FORMAT.format(role="sweep-point")).format(record) + "\n")

@@ -31,6 +31,7 @@ from splitleak.cli_common import LOG_FORMAT
 class InProcessEngine(LocalEngine):
     name = "inprocess"
     worker_flags = ("--in-process",)
+    resumes = False  # the in-process reference has no checkpoints: a point starts again
 
     def run(self, points: Sequence[Point], listener: Listener) -> dict[str, PointResult]:
         if self.jobs > 1:

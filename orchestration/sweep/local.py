@@ -9,13 +9,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from orchestration.processes import Child, spawn, stop_all
-from orchestration.stopping import stopped_by
+from orchestration.stopping import interrupts_held, stopped_by
 from orchestration.sweep.engine import (
     Engine,
     Listener,
     PointResult,
     default_jobs,
+    log_line,
     prepare_run_dir,
+    resume_run_dir,
 )
 from orchestration.sweep.points import Point
 from splitleak.artifacts.metrics import MetricsTail
@@ -37,6 +39,7 @@ class _Running:
 class LocalEngine(Engine):
     name = "local"
     worker_flags: tuple[str, ...] = ()  # how the point's worker trains (default: distributed)
+    resumes = True  # a point's earlier attempt resumes from its checkpoint (splitleak run --resume)
 
     def __init__(self, jobs: int | None = None, poll: float = 0.2, stop_grace: float = 15.0) -> None:
         if jobs is not None and jobs < 1:
@@ -59,25 +62,30 @@ class LocalEngine(Engine):
                     for record in job.tail.read_new():
                         listener.record(job.point, record)
                     if job.child.returncode is not None:
-                        del running[key]
                         results[key] = self._result(job)
                         listener.finished(job.point, results[key])
+                        del running[key]
                 time.sleep(self.poll)
         except KeyboardInterrupt as err:
-            stop_all([job.child for job in running.values()], grace=self.stop_grace)
-            for key, job in running.items():
-                results[key] = PointResult("interrupted", time.monotonic() - job.started,
-                                           stopped_by(err))
-                listener.finished(job.point, results[key])
+            with interrupts_held():  # a second Ctrl-C must not cut the stop (bounded) short
+                stop_all([job.child for job in running.values()], grace=self.stop_grace)
+                for key, job in running.items():
+                    if key not in results:  # else it ended before the stop: recorded again
+                        results[key] = PointResult("interrupted", time.monotonic() - job.started,
+                                                   stopped_by(err))
+                    listener.finished(job.point, results[key])
             raise
         return results
 
     def _start(self, point: Point) -> _Running:
-        run = prepare_run_dir(point)
+        run, flags, note = (resume_run_dir(point) if self.resumes
+                            else (prepare_run_dir(point), (), None))
+        if note is not None:
+            log_line(run.logs / POINT_LOG, note)
         # The points share the cores: a point's roles divide its share ("auto" threads).
         share = str(max(1, cores() // self.jobs))
         child = spawn(f"sweep point {point.label}",
-                      ["orchestration.sweep.worker", str(run.root), *self.worker_flags],
+                      ["orchestration.sweep.worker", str(run.root), *self.worker_flags, *flags],
                       run.logs / POINT_LOG, env={CORES_ENV: share})
         return _Running(point, child, MetricsTail(RunDir(run.root).metrics), time.monotonic())
 

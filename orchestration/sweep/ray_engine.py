@@ -34,7 +34,7 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 from orchestration.launch import LABEL_PARTY, Role, start_order, topology_of
 from orchestration.launch import roles as launch_roles
 from orchestration.processes import spawn, stop_all
-from orchestration.run import collect_outcome
+from orchestration.run import STOP_GRACE, collect_outcome
 from orchestration.sweep.engine import (
     Engine,
     EngineError,
@@ -42,6 +42,7 @@ from orchestration.sweep.engine import (
     PointResult,
     prepare_run_dir,
     read_result,
+    write_result,
 )
 from orchestration.sweep.points import Point
 from orchestration.sweep.ray_failures import CONNECT_TRIES, died, no_cluster, refused, unreachable
@@ -176,6 +177,7 @@ class RayEngine(Engine):
         self.poll = poll
         self._jobs = jobs
         self.jobs = jobs or 1  # known once connected: what the cluster's CPUs hold
+        self.connected = False
         self.local = False  # this engine started a cluster on this machine alone (see _connect)
 
     def _connect(self, points: Sequence[Point]) -> None:
@@ -191,10 +193,16 @@ class RayEngine(Engine):
         widest = max(len(_roles(p)) for p in points)
         if self.spread and widest > len(usable):
             raise EngineError(f"--spread puts each of a point's {widest} roles on its own node, but "
-                              f"the cluster has {len(usable)} node(s) with {self.cpus_per_role:g} CPU "
-                              "free; add nodes or drop --spread")
+                              f"the cluster has {len(usable)} node(s) with at least "
+                              f"{self.cpus_per_role:g} CPU; add nodes or drop --spread")
         cpus = sum(n["Resources"].get("CPU", 0) for n in nodes)
         self.jobs = self._jobs or max(1, int(cpus // (self.cpus_per_role * widest)))
+        self.connected = True
+
+    def at_a_time(self) -> str:
+        if self._jobs is None and not self.connected:
+            return "as many at a time as the cluster's CPUs hold"
+        return super().at_a_time()
 
     def run(self, points: Sequence[Point], listener: Listener) -> dict[str, PointResult]:
         if not points:
@@ -231,6 +239,7 @@ class RayEngine(Engine):
         unplaceable = self._unplaceable(len(roles))
         if unplaceable is not None:
             result = PointResult("failed", time.monotonic() - started, unplaceable)
+            write_result(run.root, result)
             listener.finished(point, result)
             return result
         group = placement_group([{"CPU": self.cpus_per_role}] * len(roles), strategy=strategy)
@@ -261,6 +270,7 @@ class RayEngine(Engine):
         except _Cancelled:
             result = PointResult("interrupted", time.monotonic() - started, "stopped by Ctrl-C",
                                  nodes or None)
+            write_result(run.root, result)
             listener.finished(point, result)
             return result
         except Exception as err:  # noqa: BLE001 - streaming failed: the point fails
@@ -276,6 +286,7 @@ class RayEngine(Engine):
             result = PointResult("failed", time.monotonic() - started, message, nodes)
         run.ray.write_text(json.dumps(
             {"strategy": strategy, "nodes": nodes, "seconds": phases.seconds}, indent=2))
+        write_result(run.root, result)  # the whole point's, over the analysis worker's own
         listener.finished(point, result)
         return result
 
@@ -288,7 +299,7 @@ class RayEngine(Engine):
         cpus = sum(n["Resources"].get("CPU", 0) for n in nodes)
         return (f"the point needs {roles} roles x {self.cpus_per_role:g} CPU, but the cluster's "
                 f"{len(nodes)} node(s) ({cpus:g} CPU in all) hold only {bundles} such role(s): add "
-                "nodes or CPUs, or give each role fewer CPUs")
+                "nodes or CPUs, or give each role fewer CPUs with --cpus-per-role")
 
     def _wait(self, ref: Any, cancel: threading.Event, timeout: float,
               what: str | None = None) -> Any:
@@ -370,7 +381,10 @@ class RayEngine(Engine):
                 failed_at = time.monotonic()
             if len(ended) == len(essential) and failed_at is None:
                 failed_at = time.monotonic()  # give a non-essential sidecar its grace period
-            if failed_at is not None and time.monotonic() - failed_at > grace:
+            # A dead role never answers: the others get the local engine's few seconds to say
+            # why (a label party waiting for it to join would wait out its deadline).
+            lost = any(s.get("died") for s in status.values())
+            if failed_at is not None and time.monotonic() - failed_at > (STOP_GRACE if lost else grace):
                 break
             time.sleep(self.poll)
         return status, essential

@@ -2,7 +2,7 @@
 analysis, exactly as `splitleak run [--in-process]` does them; the outcome goes to
 sweep_point.json in the run directory.
 
-    python -m orchestration.sweep.worker RUN_DIR [--in-process | --analysis-only]
+    python -m orchestration.sweep.worker RUN_DIR [--in-process | --analysis-only | --resume]
 
 The engine stops a point with SIGTERM; the worker then stops every party it started.
 A process of its own per point keeps matplotlib (not thread-safe) and the GIL out of the way
@@ -36,6 +36,9 @@ log = logging.getLogger("sweep")
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
+    """The first SIGTERM stops the point; the stop then runs to its end (the engine SIGKILLs a
+    worker that overstays), and a repeat, e.g. the lifeline's as the sweep exits, is ignored."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
@@ -49,11 +52,12 @@ def _outcome_of_finished_run(run: RunDir) -> RunOutcome:
 def run_point(run: RunDir, analysis_only: bool = False, in_process: bool = False,
               console: Console | None = None,
               on_record: Callable[[dict[str, Any]], None] | None = None,
-              propagate_stop: bool = False) -> PointResult:
+              propagate_stop: bool = False, resume: bool = False) -> PointResult:
     """Train (unless `analysis_only`) and analyse the point in `run`; `in_process`: trained by
     the in-process reference, `on_record` seeing its metrics records as they are written.
     Ctrl-C (or the sweep's SIGTERM) gives an interrupted result, or with `propagate_stop`
-    (the sweep's own process) goes on up to the sweep."""
+    (the sweep's own process) goes on up to the sweep. `resume`: continue the distributed run
+    from its newest complete checkpoint."""
     started = time.monotonic()
     cfg = load_config(run.config)
     try:
@@ -64,7 +68,7 @@ def run_point(run: RunDir, analysis_only: bool = False, in_process: bool = False
 
             outcome = train_in_process(cfg, run, on_record)
         else:
-            outcome = run_distributed(cfg, run)
+            outcome = run_distributed(cfg, run, resume=resume)
         if analysable(cfg):
             analyse_run(outcome, console or Console(file=sys.stdout, width=120))
     except RunFailed as err:
@@ -87,10 +91,16 @@ def main(argv: list[str] | None = None) -> int:
                       help="train with the in-process reference (no party processes)")
     mode.add_argument("--analysis-only", action="store_true",
                       help="the run was trained elsewhere (summary.json written): analyse it")
+    mode.add_argument("--resume", action="store_true",
+                      help="continue the distributed run from its newest complete checkpoint")
     args = parser.parse_args(argv)
     setup_logging("sweep-point")
     signal.signal(signal.SIGTERM, _interrupt)
-    result = run_point(RunDir(args.run_dir), args.analysis_only, args.in_process)
+    result = run_point(RunDir(args.run_dir), args.analysis_only, args.in_process,
+                       resume=args.resume)
+    # The point is over: a SIGTERM now (a stop racing its end) would only put a traceback in
+    # its log from an atexit handler (the engine SIGKILLs a worker that does not end).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     write_result(args.run_dir, result)
     if result.status == "failed":
         log.error("%s", result.message)
