@@ -39,6 +39,7 @@ from splitleak.cli_common import BadInput
 from splitleak.codec import WIRE_FLOATS
 from splitleak.config import ConfigError, ExperimentConfig, load_config
 from splitleak.placement import ATTACKER, check_devices, resolve_device, role_threads, roles
+from splitleak.timing import WARMUP_STEPS
 
 
 class ByteCountingRelay:
@@ -131,12 +132,14 @@ def bench_config(steps: int, sidecar: bool = False, parties: int = 2, setup: str
     return ExperimentConfig.model_validate(data)
 
 
-def steady_steps_per_second(run: RunDir, warmup: int) -> float:
-    """Train steps per second after `warmup` steps, from the driver's wall-clock stamps."""
-    walls = [r["wall"] for r in read_metrics(run.metrics) if r["type"] == "train"]
-    if len(walls) <= warmup + 1:
+def steady_steps_per_second(records: list[dict[str, Any]]) -> float:
+    """Train steps per second over steps WARMUP_STEPS..last (the first WARMUP_STEPS dropped), the
+    steps timing.json's spans cover: from the wall stamp ending step WARMUP_STEPS - 1 to the last."""
+    walls = {r["step"]: r["wall"] for r in records if r["type"] == "train"}
+    last = max(walls, default=-1)
+    if last <= WARMUP_STEPS or WARMUP_STEPS - 1 not in walls:
         raise ValueError("too few steps to measure; raise --steps")
-    return (len(walls) - 1 - warmup) / (walls[-1] - walls[warmup])
+    return (last - WARMUP_STEPS + 1) / (walls[last] - walls[WARMUP_STEPS - 1])
 
 
 def raw_tensor_bytes(run: RunDir, outcome: dict[str, Any]) -> int:
@@ -194,15 +197,14 @@ def bench_variants(args: argparse.Namespace, base: Path,
     """Each measured variant: a fresh run (distributed or in-process) giving its steady steps/s
     and, when distributed, its step budget per role, its time to the first train step and the
     GPU memory each process held."""
-    warmup = max(5, args.steps // 10)
-
     def variant(label: str, config: ExperimentConfig, distributed: bool) -> Callable[[], dict]:
         def measure() -> dict[str, Any]:
             console.print(f"  {label}: {args.steps} train steps ...")
             run = create_run_dir(config, base, "-bench")
             began = time.perf_counter()
             (run_distributed if distributed else run_reference)(config, run)
-            figures: dict[str, Any] = {"steps_per_s": steady_steps_per_second(run, warmup),
+            steps_per_s = steady_steps_per_second(read_metrics(run.metrics))
+            figures: dict[str, Any] = {"steps_per_s": steps_per_s,
                                        "wall_s": time.perf_counter() - began}
             if distributed:
                 figures["budget"] = step_budget(run, config.topology.passive_parties,

@@ -12,7 +12,7 @@ import pytest
 from rich.console import Console
 
 from orchestration import bench_rounds
-from orchestration.bench import bench_config, step_message_bytes
+from orchestration.bench import bench_config, steady_steps_per_second, step_message_bytes
 from orchestration.bench_budget import COMPONENTS, step_budget
 from orchestration.bench_floor import round_trip_ms
 from orchestration.bench_report import (
@@ -354,3 +354,18 @@ def test_the_wire_floor_carries_the_widest_party_s_train_bytes(tmp_path):
     run.label_party.mkdir(parents=True)
     write_outcome(run, {"status": "ok", "embedding_shapes": {"1": [128], "2": [64]}})
     assert step_message_bytes(cfg, run) == 1024 * 128 * 4
+
+
+def test_steps_per_second_covers_exactly_the_steps_the_timing_spans_cover():
+    """Steps WARMUP_STEPS..last (the spans' steps): from the stamp ending step WARMUP_STEPS - 1."""
+    gaps = [0.2, 0.1, 0.1, 0.1, 0.1, 0.1105, 0.0436, 0.0736, 0.0570, 0.0278]  # s, steps 0..9
+    walls = [sum(gaps[: i + 1]) for i in range(len(gaps))]
+    records = [{"type": "train", "step": i, "wall": w} for i, w in enumerate(walls)]
+    records.append({"type": "eval", "step": 9, "wall": walls[-1] + 5.0})  # never counted
+    steps_per_s = steady_steps_per_second(records)
+    assert WARMUP_STEPS == 5 and 1e3 / steps_per_s == pytest.approx(62.5)  # mean of steps 5..9
+    budget = {**_budget(1e3 / steps_per_s), "label_compute": 13.9, "label_codec": 0.7,
+              "passive_compute": 20.3, "passive_codec": 0.4, "label_update": 1.4}
+    assert critical_ratio(budget) == pytest.approx(62.5 / 35.3)
+    with pytest.raises(ValueError, match="too few steps"):
+        steady_steps_per_second(records[:WARMUP_STEPS])
