@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rich.console import Console
@@ -27,14 +28,13 @@ def ratio_pairs(parties: list[int], names: list[str] | None = None) -> dict[str,
     names = names or []
 
     def threaded(prefix: str) -> list[tuple[str, str]]:
-        """(variant, "T threads") of the threaded in-process variants named `prefix` T threads."""
-        return [(n, n[len(prefix):].strip(" ,")) for n in names
-                if n.startswith(prefix) and n.endswith(" threads")]
+        """(variant, "T threads") of the variants named exactly `prefix` T threads."""
+        return [(n, f"{m[1]} threads") for n in names
+                if (m := re.fullmatch(re.escape(prefix) + r"(\d+) threads", n))]
 
     pairs = {"distributed / in-process (1 thread)": ("distributed", "in-process")}
     for name, threads in threaded("in-process "):
-        if "N=" not in name:
-            pairs[f"distributed / in-process ({threads})"] = ("distributed", name)
+        pairs[f"distributed / in-process ({threads})"] = ("distributed", name)
     pairs["with sidecar / without"] = ("distributed+sidecar", "distributed")
     if PLAINTEXT in names:
         pairs["with TLS / plaintext"] = ("distributed", PLAINTEXT)
@@ -45,7 +45,7 @@ def ratio_pairs(parties: list[int], names: list[str] | None = None) -> dict[str,
     for n in parties:
         pairs[f"distributed / in-process (1 thread), N={n}"] = (f"distributed N={n}",
                                                                 f"in-process N={n}")
-        for name, threads in threaded(f"in-process N={n}"):
+        for name, threads in threaded(f"in-process N={n}, "):
             pairs[f"distributed / in-process ({threads}), N={n}"] = (f"distributed N={n}", name)
     for n in parties[1:]:
         for mode in ("distributed", "in-process"):

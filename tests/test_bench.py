@@ -369,3 +369,18 @@ def test_steps_per_second_covers_exactly_the_steps_the_timing_spans_cover():
     assert critical_ratio(budget) == pytest.approx(62.5 / 35.3)
     with pytest.raises(ValueError, match="too few steps"):
         steady_steps_per_second(records[:WARMUP_STEPS])
+
+
+def test_party_ratios_pair_each_n_with_its_own_baseline_not_a_prefix_of_another():
+    names = ["in-process", "in-process 3 threads", "distributed", "distributed+sidecar",
+             "in-process N=1", "in-process N=1, 2 threads", "distributed N=1",
+             "in-process N=16", "in-process N=16, 17 threads", "distributed N=16"]
+    pairs = ratio_pairs([1, 16], names)
+    assert pairs["distributed / in-process (2 threads), N=1"] == ("distributed N=1",
+                                                               "in-process N=1, 2 threads")
+    assert pairs["distributed / in-process (17 threads), N=16"] == ("distributed N=16",
+                                                                 "in-process N=16, 17 threads")
+    assert all(b.startswith("in-process N=1") and "N=16" not in b
+               for a, b in pairs.values() if a == "distributed N=1")
+    assert pairs["distributed / in-process (3 threads)"] == ("distributed", "in-process 3 threads")
+    assert sum(1 for a, b in pairs.values() if a == "distributed") == 2
