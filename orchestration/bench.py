@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from rich.console import Console
 
+from orchestration import zygote_client
 from orchestration.bench_budget import step_budget
 from orchestration.bench_floor import round_trip_ms
 from orchestration.bench_report import (
@@ -287,6 +288,7 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
         if args.json is not None:  # the rounds so far survive an interrupted bench
             args.json.write_text(json.dumps({"partial": True, "rounds": done}, indent=2))
 
+    zygote_client.warm_up(wait=zygote_client.READY_TIMEOUT)  # its imports not in round 1
     with tempfile.TemporaryDirectory(prefix="splitleak-bench-") as tmp:
         base = Path(tmp)
         rounds = interleave(bench_variants(args, base, console), rounds_wanted, announce)

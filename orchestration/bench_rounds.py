@@ -29,9 +29,10 @@ BUSY_OTHER_CORES = 0.25
 
 
 def cpu_clock() -> tuple[float, float, float] | None:
-    """(wall s, CPU-s the machine spent busy, CPU-s of this process and its reaped children);
-    None where /proc/stat is missing. Their difference over a round is what *other* processes
-    used: unlike the load average, it does not count the bench's own parties."""
+    """(wall s, CPU-s the machine spent busy, CPU-s of this process, its reaped children and its
+    zygote with the children it forked); None where /proc/stat is missing. Their difference over
+    a round is what *other* processes used: unlike the load average, it does not count the
+    bench's own parties and helpers."""
     try:
         fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
     except OSError:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from orchestration import bench_rounds
+from orchestration import bench_rounds, zygote_client
 from orchestration.bench import bench_config, steady_steps_per_second, step_message_bytes
 from orchestration.bench_budget import COMPONENTS, step_budget
 from orchestration.bench_floor import round_trip_ms
@@ -384,3 +384,30 @@ def test_party_ratios_pair_each_n_with_its_own_baseline_not_a_prefix_of_another(
                for a, b in pairs.values() if a == "distributed N=1")
     assert pairs["distributed / in-process (3 threads)"] == ("distributed", "in-process 3 threads")
     assert sum(1 for a, b in pairs.values() if a == "distributed") == 2
+
+
+def test_the_bench_counts_its_live_zygote_as_its_own_and_waits_for_it_to_settle(monkeypatch):
+    class Live:  # the zygote's Popen, alive: here this test's own process
+        pid = os.getpid()
+
+        def poll(self) -> None:
+            return None
+
+    class Fake:
+        children_cpu = 2.0  # CPU-s of the children it forked, ended
+        process = Live()
+        readied = False
+
+        def ready(self) -> None:
+            self.readied = True
+
+    fake = Fake()
+    monkeypatch.setattr(zygote_client, "_current", fake)
+    assert zygote_client.process_cpu(os.getpid()) > 0  # this test process's own CPU
+    assert zygote_client.process_cpu(2 ** 22 + 1) == 0.0  # no such process
+    # the live zygote's CPU (here: this process's) counts with its ended children's
+    assert zygote_client.children_cpu() >= 2.0 + zygote_client.process_cpu(os.getpid()) - 0.05
+    monkeypatch.setattr(zygote_client, "process_cpu", lambda pid: 7.0)  # settled: no CPU growth
+    monkeypatch.setattr(zygote_client, "SETTLE_WINDOW", 0.0)
+    zygote_client.warm_up(wait=5.0)
+    assert fake.readied
