@@ -55,8 +55,8 @@ def ratio_pairs(parties: list[int], names: list[str] | None = None) -> dict[str,
 
 def summarise_rounds(rounds: list[dict[str, Any]], parties: list[int],
                      busy_load: float) -> dict[str, Any]:
-    """The bench's JSON: every round, each variant's and ratio's median and spread, the median
-    step budget per distributed variant, and the busy rounds."""
+    """The bench's JSON: every round, each variant's and ratio's median and spread, the step
+    budget of the median round per distributed variant, and the busy rounds."""
     names = list(rounds[0]["variants"])
     steps_per_s = {name: spread([r["variants"][name]["steps_per_s"] for r in rounds])
                    for name in names}
@@ -123,8 +123,9 @@ def print_bench(result: dict[str, Any], console: Console) -> None:
         share = f" = {100 * ms / step_ms:.1f} % of the step" if shape == "1024x128" else ""
         table.add_row(f"marvell per batch, B x d = {shape} (ms)", f"{ms:.2f}{share}")
     console.print(table)
-    budget = Table(title="step budget, ms per train step (median over rounds; from the timers "
-                         "each role writes to timing.json)")
+    budget = Table(title="step budget, ms per train step (of the round with the median train "
+                         "step, whose rows add up; from the timers each role writes to "
+                         "timing.json)")
     budget.add_column("component")
     for name in result["budget_ms"]:
         budget.add_column(name.replace("distributed", "dist."), justify="right")

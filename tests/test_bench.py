@@ -13,7 +13,7 @@ from rich.console import Console
 
 from orchestration import bench_rounds, zygote_client
 from orchestration.bench import bench_config, steady_steps_per_second, step_message_bytes
-from orchestration.bench_budget import COMPONENTS, step_budget
+from orchestration.bench_budget import COMPONENTS, LEGEND, median_budget, step_budget
 from orchestration.bench_floor import round_trip_ms
 from orchestration.bench_report import (
     GRAPHED,
@@ -143,7 +143,7 @@ def test_summary_json_keeps_every_round_and_names_every_ratio():
     assert ratio["median"] == pytest.approx(20 / 22)
     assert result["ratios"]["distributed N=4 / N=2"]["median"] == pytest.approx(12 / 21)
     assert result["steps_per_s"]["distributed"]["min"] == 18.0
-    assert result["budget_ms"]["distributed"]["step"] == 52.0  # median over rounds
+    assert result["budget_ms"]["distributed"]["step"] == 52.0  # the median round's
     assert "with TLS / plaintext" not in ratio_pairs([], names)  # only where it was measured
     assert ratio_pairs([], [*names, PLAINTEXT])["with TLS / plaintext"] == ("distributed", PLAINTEXT)
     graphed = ratio_pairs([], [*names, GRAPHED, GRAPHED_IN_PROCESS])
@@ -411,3 +411,15 @@ def test_the_bench_counts_its_live_zygote_as_its_own_and_waits_for_it_to_settle(
     monkeypatch.setattr(zygote_client, "SETTLE_WINDOW", 0.0)
     zygote_client.warm_up(wait=5.0)
     assert fake.readied
+
+
+def test_the_budget_is_the_median_round_s_whole_and_the_legend_states_the_formula_computed():
+    def budget(step: float, waiting: float, transport: float) -> dict[str, float]:
+        return {**_budget(step), "label_waiting": waiting, "transport": transport}
+
+    rounds = [budget(35.4, 25.0, 13.7), budget(37.0, 24.0, 9.7), budget(50.5, 26.0, 4.0)]
+    assert median_budget(rounds) == rounds[1]  # not transport's own median, 9.7 from elsewhere
+    assert median_budget(rounds[::-1]) == rounds[1]
+    assert median_budget(rounds[:2]) == rounds[0]  # even: the lower one
+    assert "label waits for parties + label update - max(party busy" in LEGEND
+    assert "median train step" in LEGEND
