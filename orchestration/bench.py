@@ -143,20 +143,11 @@ def steady_steps_per_second(records: list[dict[str, Any]]) -> float:
     return (last - WARMUP_STEPS + 1) / (walls[last] - walls[WARMUP_STEPS - 1])
 
 
-def raw_tensor_bytes(run: RunDir, outcome: dict[str, Any]) -> int:
-    """Every tensor the run moved, as raw bytes: per party and row, a float32 activation
-    (train and eval), a float32 cut gradient (train) and an int64 sample id."""
-    total = 0
-    for shape in outcome["embedding_shapes"].values():
-        width = 1
-        for s in shape:
-            width *= s
-        for r in read_metrics(run.metrics):
-            if r["type"] == "train":
-                total += r["batch_size"] * (2 * width * 4 + 8)
-            elif r["type"] == "eval":
-                total += r["test_rows"] * (width * 4 + 8)
-    return total
+def raw_tensor_bytes(records: list[dict[str, Any]], outcome: dict[str, Any]) -> int:
+    """The tensors the run's train steps moved, as raw bytes: per party and row, a float32
+    activation, a float32 cut gradient and an int64 sample id (the evaluation's not counted)."""
+    rows = sum(r["batch_size"] for r in records if r["type"] == "train")
+    return sum(rows * (2 * math.prod(shape) * 4 + 8) for shape in outcome["embedding_shapes"].values())
 
 
 def step_message_bytes(cfg: ExperimentConfig, run: RunDir) -> int:
@@ -165,8 +156,9 @@ def step_message_bytes(cfg: ExperimentConfig, run: RunDir) -> int:
     return cfg.training.batch_size * width * WIRE_FLOATS[cfg.wire.dtype].itemsize
 
 
-def _wire_figures(cfg: ExperimentConfig, base: Path) -> dict[str, float]:
-    """Bytes per train step: raw tensors, protobuf messages, and on the socket (one run)."""
+def _relayed(cfg: ExperimentConfig, base: Path) -> dict[str, float]:
+    """One distributed run through byte-counting relays: its train steps, the raw bytes of their
+    tensors, and all its protobuf and socket bytes (evaluation and handshakes included)."""
     relayed = create_run_dir(cfg, base, "-relayed")
     relays: list[ByteCountingRelay] = []
 
@@ -180,12 +172,30 @@ def _wire_figures(cfg: ExperimentConfig, base: Path) -> dict[str, float]:
         for relay in relays:
             relay.__exit__()
     outcome = read_outcome(relayed)
-    steps = sum(1 for r in read_metrics(relayed.metrics) if r["type"] == "train")
-    raw = raw_tensor_bytes(relayed, outcome) / steps
-    wire = sum(r.upstream + r.downstream for r in relays) / steps
-    payload = (outcome["bytes_sent"] + outcome["bytes_received"]) / steps
+    records = list(read_metrics(relayed.metrics))
+    return {"steps": sum(1 for r in records if r["type"] == "train"),
+            "raw": raw_tensor_bytes(records, outcome),
+            "protobuf": outcome["bytes_sent"] + outcome["bytes_received"],
+            "wire": sum(r.upstream + r.downstream for r in relays)}
+
+
+def per_train_step(long: dict[str, float], short: dict[str, float]) -> dict[str, float]:
+    """Bytes per train step from two relayed runs that differ only in their train steps: the
+    evaluation and the handshakes, the same in both, cancel out of the difference."""
+    steps = long["steps"] - short["steps"]
+    if steps <= 0:
+        raise ValueError("the longer relayed run has no more train steps than the shorter")
+    raw, payload, wire = ((long[k] - short[k]) / steps for k in ("raw", "protobuf", "wire"))
     return {"raw_bytes_per_step": raw, "protobuf_bytes_per_step": payload,
             "wire_bytes_per_step": wire, "wire_over_raw": wire / raw}
+
+
+def _wire_figures(cfg: ExperimentConfig, base: Path) -> dict[str, float]:
+    """Bytes per train step: raw tensors, protobuf messages, and on the socket (two runs, of
+    max_steps and of half as many, on the same data)."""
+    short = cfg.model_dump()
+    short["training"]["max_steps"] = max(1, cfg.training.max_steps // 2)
+    return per_train_step(_relayed(cfg, base), _relayed(ExperimentConfig.model_validate(short), base))
 
 
 def distributed_threads(cfg: ExperimentConfig) -> int:

@@ -114,9 +114,9 @@ def print_bench(result: dict[str, Any], console: Console) -> None:
     for name, held in result.get("gpu_mib", {}).items():
         table.add_row(f"{name}: GPU memory per process, MiB",
                       ", ".join(f"{role} {mib:,.0f}" for role, mib in held.items()))
-    table.add_row("raw tensor bytes per step", f"{result['raw_bytes_per_step']:,.0f}")
-    table.add_row("protobuf message bytes per step", f"{result['protobuf_bytes_per_step']:,.0f}")
-    table.add_row("socket bytes per step (gRPC over HTTP/2)", f"{result['wire_bytes_per_step']:,.0f}")
+    table.add_row("raw tensor bytes per train step", f"{result['raw_bytes_per_step']:,.0f}")
+    table.add_row("protobuf message bytes per train step", f"{result['protobuf_bytes_per_step']:,.0f}")
+    table.add_row("socket bytes per train step (gRPC over HTTP/2)", f"{result['wire_bytes_per_step']:,.0f}")
     table.add_row("[bold]wire / raw[/] (aim <= 1.05)", f"[bold]{result['wire_over_raw']:.4f}x")
     step_ms = result["budget_ms"]["distributed"]["step"]
     for shape, ms in result.get("marvell_ms", {}).items():

@@ -12,7 +12,13 @@ import pytest
 from rich.console import Console
 
 from orchestration import bench_rounds, zygote_client
-from orchestration.bench import bench_config, steady_steps_per_second, step_message_bytes
+from orchestration.bench import (
+    bench_config,
+    per_train_step,
+    raw_tensor_bytes,
+    steady_steps_per_second,
+    step_message_bytes,
+)
 from orchestration.bench_budget import COMPONENTS, LEGEND, median_budget, step_budget
 from orchestration.bench_floor import round_trip_ms
 from orchestration.bench_report import (
@@ -423,3 +429,25 @@ def test_the_budget_is_the_median_round_s_whole_and_the_legend_states_the_formul
     assert median_budget(rounds[:2]) == rounds[0]  # even: the lower one
     assert "label waits for parties + label update - max(party busy" in LEGEND
     assert "median train step" in LEGEND
+
+
+def test_bytes_per_step_count_train_steps_only_whatever_the_steps():
+    outcome = {"embedding_shapes": {"1": [128], "2": [128]}}
+    for steps in (10, 20, 60):
+        records = [{"type": "train", "step": i, "batch_size": 1024} for i in range(steps)]
+        records.append({"type": "eval", "step": steps - 1, "test_rows": 20_000})
+        assert raw_tensor_bytes(records, outcome) / steps == 2 * 1024 * (2 * 128 * 4 + 8) == 2_113_536
+    fixed = {"protobuf": 21e6, "wire": 22e6}  # the evaluation and handshakes: in both runs
+
+    def run(steps: int) -> dict[str, float]:
+        return {"steps": steps, "raw": 2_113_536 * steps, "protobuf": fixed["protobuf"] + 2.12e6 * steps,
+                "wire": fixed["wire"] + 2.15e6 * steps}
+
+    figures = per_train_step(run(20), run(10))
+    assert figures["raw_bytes_per_step"] == pytest.approx(2_113_536)
+    assert figures["protobuf_bytes_per_step"] == pytest.approx(2.12e6)
+    assert figures["wire_bytes_per_step"] == pytest.approx(2.15e6)
+    assert figures["wire_over_raw"] == pytest.approx(2.15e6 / 2_113_536)
+    assert per_train_step(run(60), run(30)) == pytest.approx(figures)  # the same at any --steps
+    with pytest.raises(ValueError, match="no more train steps"):
+        per_train_step(run(10), run(10))
