@@ -27,7 +27,7 @@ from orchestration.bench_report import (
     print_bench,
     summarise_rounds,
 )
-from orchestration.bench_rounds import default_busy_load, interleave
+from orchestration.bench_rounds import interleave
 from orchestration.reference import run_reference
 from orchestration.run import run_distributed
 from splitleak.artifacts.metrics import read_metrics
@@ -279,7 +279,6 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
         raise BadInput(f"splitleak bench --cuda-graphs: the parties would compute on {device}; "
                        "CUDA graphs need a CUDA device (--device cuda)")
     rounds_wanted = 1 if args.quick else args.rounds
-    busy_load = args.busy_load if args.busy_load is not None else default_busy_load()
     parties = sorted(set(args.parties or []))
     args.parties = parties
     scaled = ((", plaintext" if args.plaintext else "")
@@ -307,7 +306,7 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
     torch.set_num_threads(1)
     marvell = ({shape: time_marvell(*shape, repeats=30)[0] for shape in SHAPES}
                if args.setup == "ctr" else {})
-    result = summarise_rounds(rounds, parties, busy_load)
+    result = summarise_rounds(rounds, parties, args.busy_load)
     result.update(wire, steps=args.steps, setup=args.setup, device=args.device,
                   threads=args.threads,
                   marvell_ms={f"{b}x{d}": ms for (b, d), ms in marvell.items()},

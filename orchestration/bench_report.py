@@ -10,7 +10,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from orchestration.bench_budget import COMPONENTS, LEGEND, median_budget
-from orchestration.bench_rounds import BUSY_OTHER_CORES, busy_rounds, describe, per_round_ratios, spread
+from orchestration.bench_rounds import (
+    BUSY_OTHER_CORES,
+    busy_rounds,
+    default_busy_load,
+    describe,
+    per_round_ratios,
+    spread,
+)
 
 PLAINTEXT = "distributed, plaintext"  # the variant `--plaintext` adds: no TLS on the channels
 # The variants `--cuda-graphs` adds: each party's train step replayed as CUDA graphs
@@ -54,7 +61,7 @@ def ratio_pairs(parties: list[int], names: list[str] | None = None) -> dict[str,
 
 
 def summarise_rounds(rounds: list[dict[str, Any]], parties: list[int],
-                     busy_load: float) -> dict[str, Any]:
+                     busy_load: float | None) -> dict[str, Any]:
     """The bench's JSON: every round, each variant's and ratio's median and spread, the step
     budget of the median round per distributed variant, and the busy rounds."""
     names = list(rounds[0]["variants"])
@@ -76,7 +83,9 @@ def summarise_rounds(rounds: list[dict[str, Any]], parties: list[int],
     return {"rounds": rounds, "steps_per_s": steps_per_s, "ratios": ratios, "budget_ms": budgets,
             "step_over_critical_path": critical, "step_over_path_and_wire": floored,
             "first_step_s": first_step,
-            "busy_load": busy_load, "busy_rounds": busy_rounds(rounds, busy_load)}
+            "busy_load": busy_load if busy_load is not None or all(
+                r.get("other_cores") is not None for r in rounds) else default_busy_load(),
+            "busy_rounds": busy_rounds(rounds, busy_load)}
 
 
 def critical_ratio(budget: dict[str, float], wire: bool = False) -> float:
@@ -143,8 +152,10 @@ def print_bench(result: dict[str, Any], console: Console) -> None:
                       + ", ".join(f"{o:.2f}" for o in others)
                       + " (the machine's busy CPU time minus the bench's own)")
     if result["busy_rounds"]:
-        why = (f"other processes used more than {BUSY_OTHER_CORES:g} of a core" if measured
-               else f"1-minute load above {result['busy_load']:.1f}")
+        why = " or ".join(([f"other processes used more than {BUSY_OTHER_CORES:g} of a core"]
+                           if measured else [])
+                          + ([f"1-minute load above {result['busy_load']:.1f}"]
+                             if result["busy_load"] is not None else []))
         console.print(f"[yellow]warning: the machine was busy ({why}) in round(s) "
                       f"{', '.join(str(i + 1) for i in result['busy_rounds'])}: absolute steps/s "
                       "are low there; the per-round ratios compare runs of the same round, but "

@@ -107,16 +107,21 @@ def spread(values: Sequence[float]) -> dict[str, Any]:
             "values": [float(v) for v in array]}
 
 
-def busy(record: dict[str, Any], threshold: float) -> bool:
-    """Other processes took more than BUSY_OTHER_CORES during the round; where that was not
-    measured, the load average at its start or end was above `threshold`."""
+def busy(record: dict[str, Any], threshold: float | None) -> bool:
+    """Other processes took more than BUSY_OTHER_CORES during the round, or the load average at
+    its start or end was above `threshold` (None: default_busy_load(), only where the other
+    processes' cores were not measured)."""
     others = record.get("other_cores")
-    if others is not None:
-        return others > BUSY_OTHER_CORES
+    if others is not None and others > BUSY_OTHER_CORES:
+        return True
+    if threshold is None:
+        if others is not None:
+            return False
+        threshold = default_busy_load()
     return max(record["load_start"], record["load_end"]) > threshold
 
 
-def busy_rounds(rounds: Sequence[dict[str, Any]], threshold: float) -> list[int]:
+def busy_rounds(rounds: Sequence[dict[str, Any]], threshold: float | None) -> list[int]:
     return [r["round"] for r in rounds if busy(r, threshold)]
 
 

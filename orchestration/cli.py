@@ -59,8 +59,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="also measure in-process and distributed with every party's train step "
                         "replayed as CUDA graphs (run.cuda_graphs; a GPU's)")
     b.add_argument("--busy-load", type=float_in(0.0), metavar="LOAD",
-                   help="warn about rounds whose 1-minute load average is above LOAD "
-                        "(default: half the cores)")
+                   help="also flag rounds whose 1-minute load average is above LOAD as busy "
+                        "(default: only where other processes' CPU cannot be measured, at half "
+                        "the cores)")
     b.add_argument("--json", type=writable_file, metavar="FILE",
                    help="write every round and the summary here (default: print it)")
     k = sub.add_parser("soak", help="hostile messages against every RPC of live services, then a "

@@ -102,7 +102,11 @@ def test_other_processes_cpu_is_the_machine_busy_time_minus_our_own():
     assert other_cores((0.0, 10.0, 4.0), (0.001, 10.01, 4.0)) is None  # one tick in 1 ms: unmeasured
     rounds = [{"round": 0, "load_start": 9.0, "load_end": 9.0, "other_cores": 0.1},
               {"round": 1, "load_start": 0.1, "load_end": 0.1, "other_cores": 0.6}]
-    assert busy_rounds(rounds, 1.0) == [1]  # the measured share wins over the load average
+    assert busy_rounds(rounds, None) == [1]  # measured: other processes' share decides
+    assert busy_rounds(rounds, 1.0) == [0, 1]  # --busy-load given: its load threshold too
+    assert busy_rounds(rounds, 100.0) == [1]
+    unmeasured = [r | {"other_cores": None} for r in rounds]
+    assert busy_rounds(unmeasured, None) == ([0] if 9.0 > bench_rounds.default_busy_load() else [])
     clock = cpu_clock()
     assert clock is None or (clock[1] >= 0 and clock[2] > 0)
 
@@ -184,7 +188,7 @@ def test_the_printout_shows_ratios_with_spread_the_budget_and_warns_when_busy():
     assert "the machine was busy (1-minute load above 0.5) in round(s) 4, 5" in text
     console = Console(record=True, width=200)
     measured = [r | {"other_cores": 0.5 if r["round"] == 2 else 0.05} for r in _rounds(5)]
-    print_bench(_printable(summarise_rounds(measured, [2, 4], busy_load=0.5)), console)
+    print_bench(_printable(summarise_rounds(measured, [2, 4], busy_load=None)), console)
     text = console.export_text()
     assert "cores used by other processes during each round: 0.05, 0.05, 0.50, 0.05, 0.05" in text
     assert "busy (other processes used more than 0.25 of a core) in round(s) 3:" in text
