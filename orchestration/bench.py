@@ -203,6 +203,28 @@ def distributed_threads(cfg: ExperimentConfig) -> int:
     return sum(role_threads(cfg, role) for role in roles(cfg) if role != ATTACKER)
 
 
+def in_process_threads(args: argparse.Namespace, cfg: ExperimentConfig) -> int:
+    """The threaded in-process baseline's threads: --threads, else the distributed run's."""
+    return args.threads or distributed_threads(cfg)
+
+
+def bench_header(args: argparse.Namespace, rounds: int) -> str:
+    """What the bench will run, the in-process baselines' threads as they will be."""
+    threads = in_process_threads(args, bench_config(args.steps, setup=args.setup,
+                                                    device=args.device))
+    given = args.threads is not None
+    baseline = ("1 thread" if threads == 1 else
+                f"1 thread and {threads} threads, "
+                + ("--threads" if given else "as many as the distributed run has"))
+    scaled = ((", plaintext" if args.plaintext else "")
+              + (", in-process and distributed with CUDA graphs" if args.cuda_graphs else "")
+              + "".join(f", N={n}" for n in args.parties)
+              + (f" (in-process on 1 and {threads} threads there too)"
+                 if args.parties and given and threads != 1 else ""))
+    return (f"splitleak bench ({args.setup} on {args.device}): {rounds} interleaved round(s) of "
+            f"in-process ({baseline}), distributed, distributed+sidecar{scaled}")
+
+
 def bench_variants(args: argparse.Namespace, base: Path,
                    console: Console) -> dict[str, Callable[[], dict[str, Any]]]:
     """Each measured variant: a fresh run (distributed or in-process) giving its steady steps/s
@@ -234,13 +256,14 @@ def bench_variants(args: argparse.Namespace, base: Path,
         return bench_config(args.steps, setup=args.setup, device=args.device, **changes)
 
     cfg = config()
-    threads = args.threads or distributed_threads(cfg)
-    args.threads = threads
-    variants = {"in-process": variant("in-process, 1 thread", config(threads=1), False),
-                f"in-process {threads} threads": variant(f"in-process, {threads} threads",
-                                                         config(threads=threads), False),
-                "distributed": variant("distributed", cfg, True),
-                "distributed+sidecar": variant("distributed+sidecar", config(sidecar=True), True)}
+    threads = args.threads = in_process_threads(args, cfg)
+    variants = {"in-process": variant("in-process, 1 thread", config(threads=1), False)}
+    if threads != 1:  # --threads 1: the 1-thread baseline already
+        variants[f"in-process {threads} threads"] = variant(f"in-process, {threads} threads",
+                                                            config(threads=threads), False)
+    variants.update({"distributed": variant("distributed", cfg, True),
+                     "distributed+sidecar": variant("distributed+sidecar", config(sidecar=True),
+                                                    True)})
     if args.plaintext:
         variants[PLAINTEXT] = variant(PLAINTEXT, config(tls=False), True)
     if args.cuda_graphs:
@@ -251,9 +274,10 @@ def bench_variants(args: argparse.Namespace, base: Path,
         scaled = config(parties=n)
         variants[f"in-process N={n}"] = variant(f"in-process N={n}, 1 thread",
                                                 config(parties=n, threads=1), False)
-        t = distributed_threads(scaled)
-        variants[f"in-process N={n}, {t} threads"] = variant(
-            f"in-process N={n}, {t} threads", config(parties=n, threads=t), False)
+        t = in_process_threads(args, scaled)
+        if t != 1:
+            variants[f"in-process N={n}, {t} threads"] = variant(
+                f"in-process N={n}, {t} threads", config(parties=n, threads=t), False)
         variants[f"distributed N={n}"] = variant(f"distributed N={n}", scaled, True)
     return variants
 
@@ -281,12 +305,7 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
     rounds_wanted = 1 if args.quick else args.rounds
     parties = sorted(set(args.parties or []))
     args.parties = parties
-    scaled = ((", plaintext" if args.plaintext else "")
-              + (", in-process and distributed with CUDA graphs" if args.cuda_graphs else "")
-              + "".join(f", N={n}" for n in parties))
-    console.print(f"splitleak bench ({args.setup} on {args.device}): {rounds_wanted} interleaved "
-                  f"round(s) of in-process (1 thread and as many threads as the distributed run "
-                  f"has), distributed, distributed+sidecar{scaled}")
+    console.print(bench_header(args, rounds_wanted))
 
     done: list[dict[str, Any]] = []
 

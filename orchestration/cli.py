@@ -45,8 +45,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="also measure distributed vs in-process with N passive parties "
                         "(e.g. 2 4 8), each keeping the cut width 128")
     b.add_argument("--threads", type=int_in(1, 1024), metavar="T",
-                   help="the in-process baseline's threads besides 1 (default: as many as the "
-                        "distributed run's processes have in all)")
+                   help="the in-process baselines' threads besides 1, --parties groups' too "
+                        "(default: as many as the distributed run's processes have in all; 1: "
+                        "only the 1-thread baseline)")
     b.add_argument("--device", type=device, default="cpu", metavar="DEVICE",
                    help="where every role computes: cpu (default), cuda, cuda:K, auto")
     b.add_argument("--setup", default="ctr", choices=("ctr", "cifar-resnet18"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -14,6 +15,8 @@ from rich.console import Console
 from orchestration import bench_rounds, zygote_client
 from orchestration.bench import (
     bench_config,
+    bench_header,
+    bench_variants,
     per_train_step,
     raw_tensor_bytes,
     steady_steps_per_second,
@@ -455,3 +458,26 @@ def test_bytes_per_step_count_train_steps_only_whatever_the_steps():
     assert per_train_step(run(60), run(30)) == pytest.approx(figures)  # the same at any --steps
     with pytest.raises(ValueError, match="no more train steps"):
         per_train_step(run(10), run(10))
+
+
+def _bench_args(**changes) -> argparse.Namespace:
+    return argparse.Namespace(**{"steps": 30, "setup": "ctr", "device": "cpu", "threads": None,
+                                 "parties": [], "plaintext": False, "cuda_graphs": False,
+                                 **changes})
+
+
+def test_threads_set_the_header_every_in_process_baseline_and_never_a_duplicate():
+    default = bench_variants(_bench_args(), Path("/nonexistent"), Console())  # nothing runs yet
+    threads = next(n for n in default if n.endswith(" threads")).split()[1]
+    assert f"in-process (1 thread and {threads} threads, as many as the distributed run has)" in (
+        bench_header(_bench_args(), 5))
+    two = _bench_args(threads=2, parties=[3])
+    assert set(bench_variants(two, Path("/nonexistent"), Console())) == {
+        "in-process", "in-process 2 threads", "distributed", "distributed+sidecar",
+        "in-process N=3", "in-process N=3, 2 threads", "distributed N=3"}
+    header = bench_header(_bench_args(threads=2, parties=[3]), 1)
+    assert "in-process (1 thread and 2 threads, --threads)" in header and "as many" not in header
+    one = _bench_args(threads=1, parties=[2])
+    assert set(bench_variants(one, Path("/nonexistent"), Console())) == {
+        "in-process", "distributed", "distributed+sidecar", "in-process N=2", "distributed N=2"}
+    assert "in-process (1 thread), distributed" in bench_header(_bench_args(threads=1), 1)
