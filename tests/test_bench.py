@@ -12,6 +12,10 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from attacker.bench import bench_mode
+from attacker.bench.completion import completion_figures
+from attacker.bench.exact import batch_rows
+from attacker.cli import main as attacker_main
 from orchestration import bench_rounds, zygote_client
 from orchestration.bench import (
     bench_config,
@@ -481,3 +485,34 @@ def test_threads_set_the_header_every_in_process_baseline_and_never_a_duplicate(
     assert set(bench_variants(one, Path("/nonexistent"), Console())) == {
         "in-process", "distributed", "distributed+sidecar", "in-process N=2", "distributed N=2"}
     assert "in-process (1 thread), distributed" in bench_header(_bench_args(threads=1), 1)
+
+
+def _attacker_bench_args(**given) -> argparse.Namespace:
+    return argparse.Namespace(**{"exact": False, "completion": False, "rows": None, "dim": None,
+                                 "batch_size": None, "steps": None, "vocab": None, **given})
+
+
+def test_attacker_bench_exact_times_the_rows_asked_in_full_batches_and_a_rest():
+    assert batch_rows(3000, 1024) == [1024, 1024, 952] and batch_rows(100, 1024) == [100]
+    assert sum(batch_rows(1_000_000, 1024)) == 1_000_000 and batch_rows(2048, 1024) == [1024, 1024]
+    args = _attacker_bench_args(exact=True, rows=1_000_000)
+    assert bench_mode(args) == "exact" and args.rows == 1_000_000  # not replaced by 8,192
+    args = _attacker_bench_args(exact=True)
+    assert bench_mode(args) == "exact" and (args.rows, args.vocab) == (8192, 16)
+    args = _attacker_bench_args()
+    assert bench_mode(args) == "analysis" and args.rows == 1_000_000
+
+
+def test_attacker_bench_completion_rates_the_steps_alone_and_refuses_flags_it_does_not_read(capsys):
+    figures = completion_figures(2.5, [0.1, 0.2, 0.2], 20)  # 2.0 CPU-s of set-up and scoring
+    assert figures["setup_cpu"] == pytest.approx(2.0)
+    assert figures["steps_per_cpu_second"] == pytest.approx(3 * 20 / 0.5)
+    args = _attacker_bench_args(completion=True)
+    assert bench_mode(args) == "completion" and args.steps == 2000
+    for argv, says in ((["--completion", "--rows", "5", "--dim", "3"], "--completion does not read "
+                        "--rows, --dim; it reads only --steps"),
+                       (["--steps", "5"], "attacker bench does not read --steps"),
+                       (["--exact", "--completion"], "give one")):
+        with pytest.raises(SystemExit) as exit_:
+            attacker_main(["bench", *argv])
+        assert exit_.value.code == 2 and says in capsys.readouterr().err
