@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +18,7 @@ from attacker.bench import bench_mode
 from attacker.bench.completion import completion_figures
 from attacker.bench.exact import batch_rows
 from attacker.cli import main as attacker_main
-from orchestration import bench_rounds, zygote_client
+from orchestration import bench_rounds, soak, zygote_client
 from orchestration.bench import (
     bench_config,
     bench_header,
@@ -516,3 +518,30 @@ def test_attacker_bench_completion_rates_the_steps_alone_and_refuses_flags_it_do
         with pytest.raises(SystemExit) as exit_:
             attacker_main(["bench", *argv])
         assert exit_.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_soak_counts_a_hang_once_samples_no_rss_in_its_own_process_and_fails_every_forbidden_code():
+    async def send(channel, payload, timeout) -> str:
+        return payload
+
+    admitted = soak.Tally("Train (admitted)")
+    asyncio.run(soak._fuzz("127.0.0.1:1", admitted, iter(["OK", soak.HANG, "INTERNAL"]), send,
+                           1.0, None, 3))
+    assert admitted.rss == [] and admitted.hangs == 1 and admitted.errors == 1
+    assert admitted.failures == 2  # both fail the soak
+    join = soak.Tally("Join")
+    asyncio.run(soak._fuzz("127.0.0.1:1", join, iter(["OK"] * 4), send, 1.0, os.getpid(), 4))
+    assert [percent for percent, _ in join.rss] == [0, 25, 50, 75, 100]
+    console = Console(record=True, width=200)
+    fuzz = {"tallies": {"Join": join, "Train (admitted)": admitted}, "memory": {}, "crashed": []}
+    assert soak.print_report(console, fuzz, None) == 1
+    text = console.export_text()
+    assert "Train (admitted) │     3 │     1 │ " in text and text.count("service RSS") == 1
+    assert soak.ERRORS_COLUMN in text and re.search(r"Train \(admitted\) │\s+3 │\s+1 │\s+1 │", text)
+    docs = Path("docs/benchmarks.md").read_text()
+    for code in soak.FORBIDDEN - {soak.HANG}:  # the exit status as documented
+        assert code in docs
+        alone = soak.Tally("Record")
+        alone.counts[code] += 1
+        assert soak.print_report(Console(record=True), {
+            "tallies": {"Record": alone}, "memory": {}, "crashed": []}, None) == 1
