@@ -129,7 +129,9 @@ def describe(s: dict[str, Any], digits: int = 2) -> str:
     """`0.93 [0.82–1.01] (5 rounds, 95 % CI 0.85–0.99)`."""
     text = f"{s['median']:.{digits}f} [{s['min']:.{digits}f}–{s['max']:.{digits}f}]"
     detail = f"{s['n']} round{'s' if s['n'] != 1 else ''}"
-    # With 5 rounds the 95 % interval of the median is the range itself: not printed twice.
-    if s["ci95"] is not None and s["ci95"] != [s["min"], s["max"]]:
+    # With 5 rounds the 95 % interval of the median is the range itself (to a float's last bits,
+    # the bootstrap's percentiles interpolate): not printed twice.
+    if s["ci95"] is not None and not np.allclose(s["ci95"], [s["min"], s["max"]], rtol=1e-9,
+                                                 atol=0.0):
         detail += f", 95 % CI {s['ci95'][0]:.{digits}f}–{s['ci95'][1]:.{digits}f}"
     return f"{text} ({detail})"

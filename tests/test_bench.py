@@ -545,3 +545,10 @@ def test_soak_counts_a_hang_once_samples_no_rss_in_its_own_process_and_fails_eve
         alone.counts[code] += 1
         assert soak.print_report(Console(record=True), {
             "tallies": {"Record": alone}, "memory": {}, "crashed": []}, None) == 1
+
+
+def test_an_interval_equal_to_the_range_but_for_the_last_bits_is_not_printed_twice():
+    s = {"median": 1.04, "min": 0.85, "max": 1.1189617498733566, "n": 3,
+         "ci95": [0.85, 1.1189617498733564]}
+    assert describe(s) == "1.04 [0.85–1.12] (3 rounds)"
+    assert "95 % CI 0.86–1.11" in describe({**s, "ci95": [0.86, 1.11]})
