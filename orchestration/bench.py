@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from rich.console import Console
 
+from orchestration import zygote_client
 from orchestration.bench_budget import step_budget
 from orchestration.bench_floor import round_trip_ms
 from orchestration.bench_report import (
@@ -26,7 +27,7 @@ from orchestration.bench_report import (
     print_bench,
     summarise_rounds,
 )
-from orchestration.bench_rounds import default_busy_load, interleave
+from orchestration.bench_rounds import interleave
 from orchestration.reference import run_reference
 from orchestration.run import run_distributed
 from splitleak.artifacts.metrics import read_metrics
@@ -39,6 +40,7 @@ from splitleak.cli_common import BadInput
 from splitleak.codec import WIRE_FLOATS
 from splitleak.config import ConfigError, ExperimentConfig, load_config
 from splitleak.placement import ATTACKER, check_devices, resolve_device, role_threads, roles
+from splitleak.timing import WARMUP_STEPS
 
 
 class ByteCountingRelay:
@@ -131,28 +133,21 @@ def bench_config(steps: int, sidecar: bool = False, parties: int = 2, setup: str
     return ExperimentConfig.model_validate(data)
 
 
-def steady_steps_per_second(run: RunDir, warmup: int) -> float:
-    """Train steps per second after `warmup` steps, from the driver's wall-clock stamps."""
-    walls = [r["wall"] for r in read_metrics(run.metrics) if r["type"] == "train"]
-    if len(walls) <= warmup + 1:
+def steady_steps_per_second(records: list[dict[str, Any]]) -> float:
+    """Train steps per second over steps WARMUP_STEPS..last (the first WARMUP_STEPS dropped), the
+    steps timing.json's spans cover: from the wall stamp ending step WARMUP_STEPS - 1 to the last."""
+    walls = {r["step"]: r["wall"] for r in records if r["type"] == "train"}
+    last = max(walls, default=-1)
+    if last <= WARMUP_STEPS or WARMUP_STEPS - 1 not in walls:
         raise ValueError("too few steps to measure; raise --steps")
-    return (len(walls) - 1 - warmup) / (walls[-1] - walls[warmup])
+    return (last - WARMUP_STEPS + 1) / (walls[last] - walls[WARMUP_STEPS - 1])
 
 
-def raw_tensor_bytes(run: RunDir, outcome: dict[str, Any]) -> int:
-    """Every tensor the run moved, as raw bytes: per party and row, a float32 activation
-    (train and eval), a float32 cut gradient (train) and an int64 sample id."""
-    total = 0
-    for shape in outcome["embedding_shapes"].values():
-        width = 1
-        for s in shape:
-            width *= s
-        for r in read_metrics(run.metrics):
-            if r["type"] == "train":
-                total += r["batch_size"] * (2 * width * 4 + 8)
-            elif r["type"] == "eval":
-                total += r["test_rows"] * (width * 4 + 8)
-    return total
+def raw_tensor_bytes(records: list[dict[str, Any]], outcome: dict[str, Any]) -> int:
+    """The tensors the run's train steps moved, as raw bytes: per party and row, a float32
+    activation, a float32 cut gradient and an int64 sample id (the evaluation's not counted)."""
+    rows = sum(r["batch_size"] for r in records if r["type"] == "train")
+    return sum(rows * (2 * math.prod(shape) * 4 + 8) for shape in outcome["embedding_shapes"].values())
 
 
 def step_message_bytes(cfg: ExperimentConfig, run: RunDir) -> int:
@@ -161,8 +156,9 @@ def step_message_bytes(cfg: ExperimentConfig, run: RunDir) -> int:
     return cfg.training.batch_size * width * WIRE_FLOATS[cfg.wire.dtype].itemsize
 
 
-def _wire_figures(cfg: ExperimentConfig, base: Path) -> dict[str, float]:
-    """Bytes per train step: raw tensors, protobuf messages, and on the socket (one run)."""
+def _relayed(cfg: ExperimentConfig, base: Path) -> dict[str, float]:
+    """One distributed run through byte-counting relays: its train steps, the raw bytes of their
+    tensors, and all its protobuf and socket bytes (evaluation and handshakes included)."""
     relayed = create_run_dir(cfg, base, "-relayed")
     relays: list[ByteCountingRelay] = []
 
@@ -176,12 +172,30 @@ def _wire_figures(cfg: ExperimentConfig, base: Path) -> dict[str, float]:
         for relay in relays:
             relay.__exit__()
     outcome = read_outcome(relayed)
-    steps = sum(1 for r in read_metrics(relayed.metrics) if r["type"] == "train")
-    raw = raw_tensor_bytes(relayed, outcome) / steps
-    wire = sum(r.upstream + r.downstream for r in relays) / steps
-    payload = (outcome["bytes_sent"] + outcome["bytes_received"]) / steps
+    records = list(read_metrics(relayed.metrics))
+    return {"steps": sum(1 for r in records if r["type"] == "train"),
+            "raw": raw_tensor_bytes(records, outcome),
+            "protobuf": outcome["bytes_sent"] + outcome["bytes_received"],
+            "wire": sum(r.upstream + r.downstream for r in relays)}
+
+
+def per_train_step(long: dict[str, float], short: dict[str, float]) -> dict[str, float]:
+    """Bytes per train step from two relayed runs that differ only in their train steps: the
+    evaluation and the handshakes, the same in both, cancel out of the difference."""
+    steps = long["steps"] - short["steps"]
+    if steps <= 0:
+        raise ValueError("the longer relayed run has no more train steps than the shorter")
+    raw, payload, wire = ((long[k] - short[k]) / steps for k in ("raw", "protobuf", "wire"))
     return {"raw_bytes_per_step": raw, "protobuf_bytes_per_step": payload,
             "wire_bytes_per_step": wire, "wire_over_raw": wire / raw}
+
+
+def _wire_figures(cfg: ExperimentConfig, base: Path) -> dict[str, float]:
+    """Bytes per train step: raw tensors, protobuf messages, and on the socket (two runs, of
+    max_steps and of half as many, on the same data)."""
+    short = cfg.model_dump()
+    short["training"]["max_steps"] = max(1, cfg.training.max_steps // 2)
+    return per_train_step(_relayed(cfg, base), _relayed(ExperimentConfig.model_validate(short), base))
 
 
 def distributed_threads(cfg: ExperimentConfig) -> int:
@@ -189,20 +203,41 @@ def distributed_threads(cfg: ExperimentConfig) -> int:
     return sum(role_threads(cfg, role) for role in roles(cfg) if role != ATTACKER)
 
 
+def in_process_threads(args: argparse.Namespace, cfg: ExperimentConfig) -> int:
+    """The threaded in-process baseline's threads: --threads, else the distributed run's."""
+    return args.threads or distributed_threads(cfg)
+
+
+def bench_header(args: argparse.Namespace, rounds: int) -> str:
+    """What the bench will run, the in-process baselines' threads as they will be."""
+    threads = in_process_threads(args, bench_config(args.steps, setup=args.setup,
+                                                    device=args.device))
+    given = args.threads is not None
+    baseline = ("1 thread" if threads == 1 else
+                f"1 thread and {threads} threads, "
+                + ("--threads" if given else "as many as the distributed run has"))
+    scaled = ((", plaintext" if args.plaintext else "")
+              + (", in-process and distributed with CUDA graphs" if args.cuda_graphs else "")
+              + "".join(f", N={n}" for n in args.parties)
+              + (f" (in-process on 1 and {threads} threads there too)"
+                 if args.parties and given and threads != 1 else ""))
+    return (f"splitleak bench ({args.setup} on {args.device}): {rounds} interleaved round(s) of "
+            f"in-process ({baseline}), distributed, distributed+sidecar{scaled}")
+
+
 def bench_variants(args: argparse.Namespace, base: Path,
                    console: Console) -> dict[str, Callable[[], dict[str, Any]]]:
     """Each measured variant: a fresh run (distributed or in-process) giving its steady steps/s
     and, when distributed, its step budget per role, its time to the first train step and the
     GPU memory each process held."""
-    warmup = max(5, args.steps // 10)
-
     def variant(label: str, config: ExperimentConfig, distributed: bool) -> Callable[[], dict]:
         def measure() -> dict[str, Any]:
             console.print(f"  {label}: {args.steps} train steps ...")
             run = create_run_dir(config, base, "-bench")
             began = time.perf_counter()
             (run_distributed if distributed else run_reference)(config, run)
-            figures: dict[str, Any] = {"steps_per_s": steady_steps_per_second(run, warmup),
+            steps_per_s = steady_steps_per_second(read_metrics(run.metrics))
+            figures: dict[str, Any] = {"steps_per_s": steps_per_s,
                                        "wall_s": time.perf_counter() - began}
             if distributed:
                 figures["budget"] = step_budget(run, config.topology.passive_parties,
@@ -221,13 +256,14 @@ def bench_variants(args: argparse.Namespace, base: Path,
         return bench_config(args.steps, setup=args.setup, device=args.device, **changes)
 
     cfg = config()
-    threads = args.threads or distributed_threads(cfg)
-    args.threads = threads
-    variants = {"in-process": variant("in-process, 1 thread", config(threads=1), False),
-                f"in-process {threads} threads": variant(f"in-process, {threads} threads",
-                                                         config(threads=threads), False),
-                "distributed": variant("distributed", cfg, True),
-                "distributed+sidecar": variant("distributed+sidecar", config(sidecar=True), True)}
+    threads = args.threads = in_process_threads(args, cfg)
+    variants = {"in-process": variant("in-process, 1 thread", config(threads=1), False)}
+    if threads != 1:  # --threads 1: the 1-thread baseline already
+        variants[f"in-process {threads} threads"] = variant(f"in-process, {threads} threads",
+                                                            config(threads=threads), False)
+    variants.update({"distributed": variant("distributed", cfg, True),
+                     "distributed+sidecar": variant("distributed+sidecar", config(sidecar=True),
+                                                    True)})
     if args.plaintext:
         variants[PLAINTEXT] = variant(PLAINTEXT, config(tls=False), True)
     if args.cuda_graphs:
@@ -238,9 +274,10 @@ def bench_variants(args: argparse.Namespace, base: Path,
         scaled = config(parties=n)
         variants[f"in-process N={n}"] = variant(f"in-process N={n}, 1 thread",
                                                 config(parties=n, threads=1), False)
-        t = distributed_threads(scaled)
-        variants[f"in-process N={n}, {t} threads"] = variant(
-            f"in-process N={n}, {t} threads", config(parties=n, threads=t), False)
+        t = in_process_threads(args, scaled)
+        if t != 1:
+            variants[f"in-process N={n}, {t} threads"] = variant(
+                f"in-process N={n}, {t} threads", config(parties=n, threads=t), False)
         variants[f"distributed N={n}"] = variant(f"distributed N={n}", scaled, True)
     return variants
 
@@ -266,15 +303,9 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
         raise BadInput(f"splitleak bench --cuda-graphs: the parties would compute on {device}; "
                        "CUDA graphs need a CUDA device (--device cuda)")
     rounds_wanted = 1 if args.quick else args.rounds
-    busy_load = args.busy_load if args.busy_load is not None else default_busy_load()
     parties = sorted(set(args.parties or []))
     args.parties = parties
-    scaled = ((", plaintext" if args.plaintext else "")
-              + (", in-process and distributed with CUDA graphs" if args.cuda_graphs else "")
-              + "".join(f", N={n}" for n in parties))
-    console.print(f"splitleak bench ({args.setup} on {args.device}): {rounds_wanted} interleaved "
-                  f"round(s) of in-process (1 thread and as many threads as the distributed run "
-                  f"has), distributed, distributed+sidecar{scaled}")
+    console.print(bench_header(args, rounds_wanted))
 
     done: list[dict[str, Any]] = []
 
@@ -285,6 +316,7 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
         if args.json is not None:  # the rounds so far survive an interrupted bench
             args.json.write_text(json.dumps({"partial": True, "rounds": done}, indent=2))
 
+    zygote_client.warm_up(wait=zygote_client.READY_TIMEOUT)  # its imports not in round 1
     with tempfile.TemporaryDirectory(prefix="splitleak-bench-") as tmp:
         base = Path(tmp)
         rounds = interleave(bench_variants(args, base, console), rounds_wanted, announce)
@@ -293,7 +325,7 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
     torch.set_num_threads(1)
     marvell = ({shape: time_marvell(*shape, repeats=30)[0] for shape in SHAPES}
                if args.setup == "ctr" else {})
-    result = summarise_rounds(rounds, parties, busy_load)
+    result = summarise_rounds(rounds, parties, args.busy_load)
     result.update(wire, steps=args.steps, setup=args.setup, device=args.device,
                   threads=args.threads,
                   marvell_ms={f"{b}x{d}": ms for (b, d), ms in marvell.items()},

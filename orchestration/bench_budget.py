@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import numpy as np
-
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.timing import read_cpu, read_timing
 
@@ -30,11 +28,14 @@ COMPONENTS = (
     ("cpu_sidecar", "CPU: attacker sidecar"),
     ("cpu_system", "CPU: of which in the kernel, all"),
 )
-LEGEND = ("party = the slowest passive party; transport+scheduling = label waits for parties "
-          "- party busy (compute, encode+decode): gRPC, TLS, sockets, executor hand-offs and "
-          "time the parties wait for a core; CPU = user + system time of each process per train "
-          "step (getrusage, every thread), on a machine shared by all of them; gRPC round trip "
-          "alone = the widest party's activation and cut gradient bytes echoed between two "
+LEGEND = ("party = the slowest passive party; transport+scheduling = label waits for parties + "
+          "label update - max(party busy (compute, encode+decode), label update): the update runs"
+          " inside the exchange while the parties compute, so it is added back to the wait before"
+          " the parties' busy time is taken off; what remains is gRPC, TLS, sockets, executor "
+          "hand-offs and time the parties wait for a core; the columns are the round with the "
+          "median train step, so its rows add up; CPU = user + system time of each process per "
+          "train step (getrusage, every thread), on a machine shared by all of them; gRPC round "
+          "trip alone = the widest party's activation and cut gradient bytes echoed between two "
           "fresh processes over the run's channel options and TLS, nothing else running (median "
           "of 200, measured after each run): the part of transport+scheduling that is the wire")
 
@@ -83,5 +84,7 @@ def step_budget(run: RunDir, parties: int, steps_per_s: float) -> dict[str, floa
 
 
 def median_budget(budgets: list[dict[str, Any]]) -> dict[str, float]:
-    """Per component, the median over rounds."""
-    return {key: float(np.median([b[key] for b in budgets])) for key, _ in COMPONENTS}
+    """The budget of the round with the median train step (the lower one of an even count), whole:
+    per-component medians come from different rounds and would not add up."""
+    ranked = sorted(budgets, key=lambda b: b["step"])
+    return {key: float(ranked[(len(ranked) - 1) // 2][key]) for key, _ in COMPONENTS}

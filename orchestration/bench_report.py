@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rich.console import Console
@@ -9,7 +10,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from orchestration.bench_budget import COMPONENTS, LEGEND, median_budget
-from orchestration.bench_rounds import BUSY_OTHER_CORES, busy_rounds, describe, per_round_ratios, spread
+from orchestration.bench_rounds import (
+    BUSY_OTHER_CORES,
+    busy_rounds,
+    default_busy_load,
+    describe,
+    per_round_ratios,
+    spread,
+)
 
 PLAINTEXT = "distributed, plaintext"  # the variant `--plaintext` adds: no TLS on the channels
 # The variants `--cuda-graphs` adds: each party's train step replayed as CUDA graphs
@@ -27,14 +35,13 @@ def ratio_pairs(parties: list[int], names: list[str] | None = None) -> dict[str,
     names = names or []
 
     def threaded(prefix: str) -> list[tuple[str, str]]:
-        """(variant, "T threads") of the threaded in-process variants named `prefix` T threads."""
-        return [(n, n[len(prefix):].strip(" ,")) for n in names
-                if n.startswith(prefix) and n.endswith(" threads")]
+        """(variant, "T threads") of the variants named exactly `prefix` T threads."""
+        return [(n, f"{m[1]} threads") for n in names
+                if (m := re.fullmatch(re.escape(prefix) + r"(\d+) threads", n))]
 
     pairs = {"distributed / in-process (1 thread)": ("distributed", "in-process")}
     for name, threads in threaded("in-process "):
-        if "N=" not in name:
-            pairs[f"distributed / in-process ({threads})"] = ("distributed", name)
+        pairs[f"distributed / in-process ({threads})"] = ("distributed", name)
     pairs["with sidecar / without"] = ("distributed+sidecar", "distributed")
     if PLAINTEXT in names:
         pairs["with TLS / plaintext"] = ("distributed", PLAINTEXT)
@@ -45,7 +52,7 @@ def ratio_pairs(parties: list[int], names: list[str] | None = None) -> dict[str,
     for n in parties:
         pairs[f"distributed / in-process (1 thread), N={n}"] = (f"distributed N={n}",
                                                                 f"in-process N={n}")
-        for name, threads in threaded(f"in-process N={n}"):
+        for name, threads in threaded(f"in-process N={n}, "):
             pairs[f"distributed / in-process ({threads}), N={n}"] = (f"distributed N={n}", name)
     for n in parties[1:]:
         for mode in ("distributed", "in-process"):
@@ -54,9 +61,9 @@ def ratio_pairs(parties: list[int], names: list[str] | None = None) -> dict[str,
 
 
 def summarise_rounds(rounds: list[dict[str, Any]], parties: list[int],
-                     busy_load: float) -> dict[str, Any]:
-    """The bench's JSON: every round, each variant's and ratio's median and spread, the median
-    step budget per distributed variant, and the busy rounds."""
+                     busy_load: float | None) -> dict[str, Any]:
+    """The bench's JSON: every round, each variant's and ratio's median and spread, the step
+    budget of the median round per distributed variant, and the busy rounds."""
     names = list(rounds[0]["variants"])
     steps_per_s = {name: spread([r["variants"][name]["steps_per_s"] for r in rounds])
                    for name in names}
@@ -76,7 +83,9 @@ def summarise_rounds(rounds: list[dict[str, Any]], parties: list[int],
     return {"rounds": rounds, "steps_per_s": steps_per_s, "ratios": ratios, "budget_ms": budgets,
             "step_over_critical_path": critical, "step_over_path_and_wire": floored,
             "first_step_s": first_step,
-            "busy_load": busy_load, "busy_rounds": busy_rounds(rounds, busy_load)}
+            "busy_load": busy_load if busy_load is not None or all(
+                r.get("other_cores") is not None for r in rounds) else default_busy_load(),
+            "busy_rounds": busy_rounds(rounds, busy_load)}
 
 
 def critical_ratio(budget: dict[str, float], wire: bool = False) -> float:
@@ -114,17 +123,18 @@ def print_bench(result: dict[str, Any], console: Console) -> None:
     for name, held in result.get("gpu_mib", {}).items():
         table.add_row(f"{name}: GPU memory per process, MiB",
                       ", ".join(f"{role} {mib:,.0f}" for role, mib in held.items()))
-    table.add_row("raw tensor bytes per step", f"{result['raw_bytes_per_step']:,.0f}")
-    table.add_row("protobuf message bytes per step", f"{result['protobuf_bytes_per_step']:,.0f}")
-    table.add_row("socket bytes per step (gRPC over HTTP/2)", f"{result['wire_bytes_per_step']:,.0f}")
+    table.add_row("raw tensor bytes per train step", f"{result['raw_bytes_per_step']:,.0f}")
+    table.add_row("protobuf message bytes per train step", f"{result['protobuf_bytes_per_step']:,.0f}")
+    table.add_row("socket bytes per train step (gRPC over HTTP/2)", f"{result['wire_bytes_per_step']:,.0f}")
     table.add_row("[bold]wire / raw[/] (aim <= 1.05)", f"[bold]{result['wire_over_raw']:.4f}x")
     step_ms = result["budget_ms"]["distributed"]["step"]
     for shape, ms in result.get("marvell_ms", {}).items():
         share = f" = {100 * ms / step_ms:.1f} % of the step" if shape == "1024x128" else ""
         table.add_row(f"marvell per batch, B x d = {shape} (ms)", f"{ms:.2f}{share}")
     console.print(table)
-    budget = Table(title="step budget, ms per train step (median over rounds; from the timers "
-                         "each role writes to timing.json)")
+    budget = Table(title="step budget, ms per train step (of the round with the median train "
+                         "step, whose rows add up; from the timers each role writes to "
+                         "timing.json)")
     budget.add_column("component")
     for name in result["budget_ms"]:
         budget.add_column(name.replace("distributed", "dist."), justify="right")
@@ -142,8 +152,10 @@ def print_bench(result: dict[str, Any], console: Console) -> None:
                       + ", ".join(f"{o:.2f}" for o in others)
                       + " (the machine's busy CPU time minus the bench's own)")
     if result["busy_rounds"]:
-        why = (f"other processes used more than {BUSY_OTHER_CORES:g} of a core" if measured
-               else f"1-minute load above {result['busy_load']:.1f}")
+        why = " or ".join(([f"other processes used more than {BUSY_OTHER_CORES:g} of a core"]
+                           if measured else [])
+                          + ([f"1-minute load above {result['busy_load']:.1f}"]
+                             if result["busy_load"] is not None else []))
         console.print(f"[yellow]warning: the machine was busy ({why}) in round(s) "
                       f"{', '.join(str(i + 1) for i in result['busy_rounds'])}: absolute steps/s "
                       "are low there; the per-round ratios compare runs of the same round, but "

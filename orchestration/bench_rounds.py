@@ -29,9 +29,10 @@ BUSY_OTHER_CORES = 0.25
 
 
 def cpu_clock() -> tuple[float, float, float] | None:
-    """(wall s, CPU-s the machine spent busy, CPU-s of this process and its reaped children);
-    None where /proc/stat is missing. Their difference over a round is what *other* processes
-    used: unlike the load average, it does not count the bench's own parties."""
+    """(wall s, CPU-s the machine spent busy, CPU-s of this process, its reaped children and its
+    zygote with the children it forked); None where /proc/stat is missing. Their difference over
+    a round is what *other* processes used: unlike the load average, it does not count the
+    bench's own parties and helpers."""
     try:
         fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
     except OSError:
@@ -106,16 +107,21 @@ def spread(values: Sequence[float]) -> dict[str, Any]:
             "values": [float(v) for v in array]}
 
 
-def busy(record: dict[str, Any], threshold: float) -> bool:
-    """Other processes took more than BUSY_OTHER_CORES during the round; where that was not
-    measured, the load average at its start or end was above `threshold`."""
+def busy(record: dict[str, Any], threshold: float | None) -> bool:
+    """Other processes took more than BUSY_OTHER_CORES during the round, or the load average at
+    its start or end was above `threshold` (None: default_busy_load(), only where the other
+    processes' cores were not measured)."""
     others = record.get("other_cores")
-    if others is not None:
-        return others > BUSY_OTHER_CORES
+    if others is not None and others > BUSY_OTHER_CORES:
+        return True
+    if threshold is None:
+        if others is not None:
+            return False
+        threshold = default_busy_load()
     return max(record["load_start"], record["load_end"]) > threshold
 
 
-def busy_rounds(rounds: Sequence[dict[str, Any]], threshold: float) -> list[int]:
+def busy_rounds(rounds: Sequence[dict[str, Any]], threshold: float | None) -> list[int]:
     return [r["round"] for r in rounds if busy(r, threshold)]
 
 
@@ -123,7 +129,9 @@ def describe(s: dict[str, Any], digits: int = 2) -> str:
     """`0.93 [0.82–1.01] (5 rounds, 95 % CI 0.85–0.99)`."""
     text = f"{s['median']:.{digits}f} [{s['min']:.{digits}f}–{s['max']:.{digits}f}]"
     detail = f"{s['n']} round{'s' if s['n'] != 1 else ''}"
-    # With 5 rounds the 95 % interval of the median is the range itself: not printed twice.
-    if s["ci95"] is not None and s["ci95"] != [s["min"], s["max"]]:
+    # With 5 rounds the 95 % interval of the median is the range itself (to a float's last bits,
+    # the bootstrap's percentiles interpolate): not printed twice.
+    if s["ci95"] is not None and not np.allclose(s["ci95"], [s["min"], s["max"]], rtol=1e-9,
+                                                 atol=0.0):
         detail += f", 95 % CI {s['ci95'][0]:.{digits}f}–{s['ci95'][1]:.{digits}f}"
     return f"{text} ({detail})"

@@ -45,8 +45,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="also measure distributed vs in-process with N passive parties "
                         "(e.g. 2 4 8), each keeping the cut width 128")
     b.add_argument("--threads", type=int_in(1, 1024), metavar="T",
-                   help="the in-process baseline's threads besides 1 (default: as many as the "
-                        "distributed run's processes have in all)")
+                   help="the in-process baselines' threads besides 1, --parties groups' too "
+                        "(default: as many as the distributed run's processes have in all; 1: "
+                        "only the 1-thread baseline)")
     b.add_argument("--device", type=device, default="cpu", metavar="DEVICE",
                    help="where every role computes: cpu (default), cuda, cuda:K, auto")
     b.add_argument("--setup", default="ctr", choices=("ctr", "cifar-resnet18"),
@@ -59,8 +60,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="also measure in-process and distributed with every party's train step "
                         "replayed as CUDA graphs (run.cuda_graphs; a GPU's)")
     b.add_argument("--busy-load", type=float_in(0.0), metavar="LOAD",
-                   help="warn about rounds whose 1-minute load average is above LOAD "
-                        "(default: half the cores)")
+                   help="also flag rounds whose 1-minute load average is above LOAD as busy "
+                        "(default: only where other processes' CPU cannot be measured, at half "
+                        "the cores)")
     b.add_argument("--json", type=writable_file, metavar="FILE",
                    help="write every round and the summary here (default: print it)")
     k = sub.add_parser("soak", help="hostile messages against every RPC of live services, then a "

@@ -182,12 +182,48 @@ def current() -> Zygote | None:
         return _current
 
 
+def process_cpu(pid: int) -> float:
+    """CPU-s (user + system) a live process has used itself; 0.0 where /proc cannot tell."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def children_cpu() -> float:
     """CPU-s of every process this process had forked by its zygote, once they have ended (as
-    getrusage(RUSAGE_CHILDREN) counts the processes it started itself)."""
-    return _current.children_cpu if _current is not None else 0.0
+    getrusage(RUSAGE_CHILDREN) counts the processes it started itself), and of the zygote this
+    process started while it lives (its imports and forks: this process's helper)."""
+    if _current is None:
+        return 0.0
+    zygote = _current.process
+    alive = zygote is not None and zygote.poll() is None
+    return _current.children_cpu + (process_cpu(zygote.pid) if alive else 0.0)  # type: ignore[union-attr]
 
 
-def warm_up() -> None:
-    """Start the zygote now, so that its imports overlap this process's own work."""
-    current()
+SETTLED_CPU = 0.05  # share of a core: below it over SETTLE_WINDOW, the zygote has stopped importing
+SETTLE_WINDOW = 0.5  # s
+
+
+def warm_up(wait: float = 0.0) -> None:
+    """Start the zygote now, so that its imports overlap this process's own work; `wait` > 0:
+    then wait up to that many seconds until it answers and has finished importing (its CPU
+    settled), so that nothing measured later competes with its imports."""
+    zygote = current()
+    if zygote is None or wait <= 0:
+        return
+    end = time.monotonic() + wait
+    try:
+        zygote.ready()
+    except ZygoteUnavailable:
+        return  # the roles start anew; nothing of the zygote's to wait for
+    if zygote.process is None:
+        return
+    before = process_cpu(zygote.process.pid)
+    while time.monotonic() < end:
+        time.sleep(SETTLE_WINDOW)
+        now = process_cpu(zygote.process.pid)
+        if now - before < SETTLED_CPU * SETTLE_WINDOW:
+            return
+        before = now

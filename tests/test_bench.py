@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,9 +14,21 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from orchestration import bench_rounds
-from orchestration.bench import bench_config, step_message_bytes
-from orchestration.bench_budget import COMPONENTS, step_budget
+from attacker.bench import bench_mode
+from attacker.bench.completion import completion_figures
+from attacker.bench.exact import batch_rows
+from attacker.cli import main as attacker_main
+from orchestration import bench_rounds, soak, zygote_client
+from orchestration.bench import (
+    bench_config,
+    bench_header,
+    bench_variants,
+    per_train_step,
+    raw_tensor_bytes,
+    steady_steps_per_second,
+    step_message_bytes,
+)
+from orchestration.bench_budget import COMPONENTS, LEGEND, median_budget, step_budget
 from orchestration.bench_floor import round_trip_ms
 from orchestration.bench_report import (
     GRAPHED,
@@ -96,7 +111,11 @@ def test_other_processes_cpu_is_the_machine_busy_time_minus_our_own():
     assert other_cores((0.0, 10.0, 4.0), (0.001, 10.01, 4.0)) is None  # one tick in 1 ms: unmeasured
     rounds = [{"round": 0, "load_start": 9.0, "load_end": 9.0, "other_cores": 0.1},
               {"round": 1, "load_start": 0.1, "load_end": 0.1, "other_cores": 0.6}]
-    assert busy_rounds(rounds, 1.0) == [1]  # the measured share wins over the load average
+    assert busy_rounds(rounds, None) == [1]  # measured: other processes' share decides
+    assert busy_rounds(rounds, 1.0) == [0, 1]  # --busy-load given: its load threshold too
+    assert busy_rounds(rounds, 100.0) == [1]
+    unmeasured = [r | {"other_cores": None} for r in rounds]
+    assert busy_rounds(unmeasured, None) == ([0] if 9.0 > bench_rounds.default_busy_load() else [])
     clock = cpu_clock()
     assert clock is None or (clock[1] >= 0 and clock[2] > 0)
 
@@ -143,7 +162,7 @@ def test_summary_json_keeps_every_round_and_names_every_ratio():
     assert ratio["median"] == pytest.approx(20 / 22)
     assert result["ratios"]["distributed N=4 / N=2"]["median"] == pytest.approx(12 / 21)
     assert result["steps_per_s"]["distributed"]["min"] == 18.0
-    assert result["budget_ms"]["distributed"]["step"] == 52.0  # median over rounds
+    assert result["budget_ms"]["distributed"]["step"] == 52.0  # the median round's
     assert "with TLS / plaintext" not in ratio_pairs([], names)  # only where it was measured
     assert ratio_pairs([], [*names, PLAINTEXT])["with TLS / plaintext"] == ("distributed", PLAINTEXT)
     graphed = ratio_pairs([], [*names, GRAPHED, GRAPHED_IN_PROCESS])
@@ -178,7 +197,7 @@ def test_the_printout_shows_ratios_with_spread_the_budget_and_warns_when_busy():
     assert "the machine was busy (1-minute load above 0.5) in round(s) 4, 5" in text
     console = Console(record=True, width=200)
     measured = [r | {"other_cores": 0.5 if r["round"] == 2 else 0.05} for r in _rounds(5)]
-    print_bench(_printable(summarise_rounds(measured, [2, 4], busy_load=0.5)), console)
+    print_bench(_printable(summarise_rounds(measured, [2, 4], busy_load=None)), console)
     text = console.export_text()
     assert "cores used by other processes during each round: 0.05, 0.05, 0.50, 0.05, 0.05" in text
     assert "busy (other processes used more than 0.25 of a core) in round(s) 3:" in text
@@ -354,3 +373,182 @@ def test_the_wire_floor_carries_the_widest_party_s_train_bytes(tmp_path):
     run.label_party.mkdir(parents=True)
     write_outcome(run, {"status": "ok", "embedding_shapes": {"1": [128], "2": [64]}})
     assert step_message_bytes(cfg, run) == 1024 * 128 * 4
+
+
+def test_steps_per_second_covers_exactly_the_steps_the_timing_spans_cover():
+    """Steps WARMUP_STEPS..last (the spans' steps): from the stamp ending step WARMUP_STEPS - 1."""
+    gaps = [0.2, 0.1, 0.1, 0.1, 0.1, 0.1105, 0.0436, 0.0736, 0.0570, 0.0278]  # s, steps 0..9
+    walls = [sum(gaps[: i + 1]) for i in range(len(gaps))]
+    records = [{"type": "train", "step": i, "wall": w} for i, w in enumerate(walls)]
+    records.append({"type": "eval", "step": 9, "wall": walls[-1] + 5.0})  # never counted
+    steps_per_s = steady_steps_per_second(records)
+    assert WARMUP_STEPS == 5 and 1e3 / steps_per_s == pytest.approx(62.5)  # mean of steps 5..9
+    budget = {**_budget(1e3 / steps_per_s), "label_compute": 13.9, "label_codec": 0.7,
+              "passive_compute": 20.3, "passive_codec": 0.4, "label_update": 1.4}
+    assert critical_ratio(budget) == pytest.approx(62.5 / 35.3)
+    with pytest.raises(ValueError, match="too few steps"):
+        steady_steps_per_second(records[:WARMUP_STEPS])
+
+
+def test_party_ratios_pair_each_n_with_its_own_baseline_not_a_prefix_of_another():
+    names = ["in-process", "in-process 3 threads", "distributed", "distributed+sidecar",
+             "in-process N=1", "in-process N=1, 2 threads", "distributed N=1",
+             "in-process N=16", "in-process N=16, 17 threads", "distributed N=16"]
+    pairs = ratio_pairs([1, 16], names)
+    assert pairs["distributed / in-process (2 threads), N=1"] == ("distributed N=1",
+                                                               "in-process N=1, 2 threads")
+    assert pairs["distributed / in-process (17 threads), N=16"] == ("distributed N=16",
+                                                                 "in-process N=16, 17 threads")
+    assert all(b.startswith("in-process N=1") and "N=16" not in b
+               for a, b in pairs.values() if a == "distributed N=1")
+    assert pairs["distributed / in-process (3 threads)"] == ("distributed", "in-process 3 threads")
+    assert sum(1 for a, b in pairs.values() if a == "distributed") == 2
+
+
+def test_the_bench_counts_its_live_zygote_as_its_own_and_waits_for_it_to_settle(monkeypatch):
+    class Live:  # the zygote's Popen, alive: here this test's own process
+        pid = os.getpid()
+
+        def poll(self) -> None:
+            return None
+
+    class Fake:
+        children_cpu = 2.0  # CPU-s of the children it forked, ended
+        process = Live()
+        readied = False
+
+        def ready(self) -> None:
+            self.readied = True
+
+    fake = Fake()
+    monkeypatch.setattr(zygote_client, "_current", fake)
+    assert zygote_client.process_cpu(os.getpid()) > 0  # this test process's own CPU
+    assert zygote_client.process_cpu(2 ** 22 + 1) == 0.0  # no such process
+    # the live zygote's CPU (here: this process's) counts with its ended children's
+    assert zygote_client.children_cpu() >= 2.0 + zygote_client.process_cpu(os.getpid()) - 0.05
+    monkeypatch.setattr(zygote_client, "process_cpu", lambda pid: 7.0)  # settled: no CPU growth
+    monkeypatch.setattr(zygote_client, "SETTLE_WINDOW", 0.0)
+    zygote_client.warm_up(wait=5.0)
+    assert fake.readied
+
+
+def test_the_budget_is_the_median_round_s_whole_and_the_legend_states_the_formula_computed():
+    def budget(step: float, waiting: float, transport: float) -> dict[str, float]:
+        return {**_budget(step), "label_waiting": waiting, "transport": transport}
+
+    rounds = [budget(35.4, 25.0, 13.7), budget(37.0, 24.0, 9.7), budget(50.5, 26.0, 4.0)]
+    assert median_budget(rounds) == rounds[1]  # not transport's own median, 9.7 from elsewhere
+    assert median_budget(rounds[::-1]) == rounds[1]
+    assert median_budget(rounds[:2]) == rounds[0]  # even: the lower one
+    assert "label waits for parties + label update - max(party busy" in LEGEND
+    assert "median train step" in LEGEND
+
+
+def test_bytes_per_step_count_train_steps_only_whatever_the_steps():
+    outcome = {"embedding_shapes": {"1": [128], "2": [128]}}
+    for steps in (10, 20, 60):
+        records = [{"type": "train", "step": i, "batch_size": 1024} for i in range(steps)]
+        records.append({"type": "eval", "step": steps - 1, "test_rows": 20_000})
+        assert raw_tensor_bytes(records, outcome) / steps == 2 * 1024 * (2 * 128 * 4 + 8) == 2_113_536
+    fixed = {"protobuf": 21e6, "wire": 22e6}  # the evaluation and handshakes: in both runs
+
+    def run(steps: int) -> dict[str, float]:
+        return {"steps": steps, "raw": 2_113_536 * steps, "protobuf": fixed["protobuf"] + 2.12e6 * steps,
+                "wire": fixed["wire"] + 2.15e6 * steps}
+
+    figures = per_train_step(run(20), run(10))
+    assert figures["raw_bytes_per_step"] == pytest.approx(2_113_536)
+    assert figures["protobuf_bytes_per_step"] == pytest.approx(2.12e6)
+    assert figures["wire_bytes_per_step"] == pytest.approx(2.15e6)
+    assert figures["wire_over_raw"] == pytest.approx(2.15e6 / 2_113_536)
+    assert per_train_step(run(60), run(30)) == pytest.approx(figures)  # the same at any --steps
+    with pytest.raises(ValueError, match="no more train steps"):
+        per_train_step(run(10), run(10))
+
+
+def _bench_args(**changes) -> argparse.Namespace:
+    return argparse.Namespace(**{"steps": 30, "setup": "ctr", "device": "cpu", "threads": None,
+                                 "parties": [], "plaintext": False, "cuda_graphs": False,
+                                 **changes})
+
+
+def test_threads_set_the_header_every_in_process_baseline_and_never_a_duplicate():
+    default = bench_variants(_bench_args(), Path("/nonexistent"), Console())  # nothing runs yet
+    threads = next(n for n in default if n.endswith(" threads")).split()[1]
+    assert f"in-process (1 thread and {threads} threads, as many as the distributed run has)" in (
+        bench_header(_bench_args(), 5))
+    two = _bench_args(threads=2, parties=[3])
+    assert set(bench_variants(two, Path("/nonexistent"), Console())) == {
+        "in-process", "in-process 2 threads", "distributed", "distributed+sidecar",
+        "in-process N=3", "in-process N=3, 2 threads", "distributed N=3"}
+    header = bench_header(_bench_args(threads=2, parties=[3]), 1)
+    assert "in-process (1 thread and 2 threads, --threads)" in header and "as many" not in header
+    one = _bench_args(threads=1, parties=[2])
+    assert set(bench_variants(one, Path("/nonexistent"), Console())) == {
+        "in-process", "distributed", "distributed+sidecar", "in-process N=2", "distributed N=2"}
+    assert "in-process (1 thread), distributed" in bench_header(_bench_args(threads=1), 1)
+
+
+def _attacker_bench_args(**given) -> argparse.Namespace:
+    return argparse.Namespace(**{"exact": False, "completion": False, "rows": None, "dim": None,
+                                 "batch_size": None, "steps": None, "vocab": None, **given})
+
+
+def test_attacker_bench_exact_times_the_rows_asked_in_full_batches_and_a_rest():
+    assert batch_rows(3000, 1024) == [1024, 1024, 952] and batch_rows(100, 1024) == [100]
+    assert sum(batch_rows(1_000_000, 1024)) == 1_000_000 and batch_rows(2048, 1024) == [1024, 1024]
+    args = _attacker_bench_args(exact=True, rows=1_000_000)
+    assert bench_mode(args) == "exact" and args.rows == 1_000_000  # not replaced by 8,192
+    args = _attacker_bench_args(exact=True)
+    assert bench_mode(args) == "exact" and (args.rows, args.vocab) == (8192, 16)
+    args = _attacker_bench_args()
+    assert bench_mode(args) == "analysis" and args.rows == 1_000_000
+
+
+def test_attacker_bench_completion_rates_the_steps_alone_and_refuses_flags_it_does_not_read(capsys):
+    figures = completion_figures(2.5, [0.1, 0.2, 0.2], 20)  # 2.0 CPU-s of set-up and scoring
+    assert figures["setup_cpu"] == pytest.approx(2.0)
+    assert figures["steps_per_cpu_second"] == pytest.approx(3 * 20 / 0.5)
+    args = _attacker_bench_args(completion=True)
+    assert bench_mode(args) == "completion" and args.steps == 2000
+    for argv, says in ((["--completion", "--rows", "5", "--dim", "3"], "--completion does not read "
+                        "--rows, --dim; it reads only --steps"),
+                       (["--steps", "5"], "attacker bench does not read --steps"),
+                       (["--exact", "--completion"], "give one")):
+        with pytest.raises(SystemExit) as exit_:
+            attacker_main(["bench", *argv])
+        assert exit_.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_soak_counts_a_hang_once_samples_no_rss_in_its_own_process_and_fails_every_forbidden_code():
+    async def send(channel, payload, timeout) -> str:
+        return payload
+
+    admitted = soak.Tally("Train (admitted)")
+    asyncio.run(soak._fuzz("127.0.0.1:1", admitted, iter(["OK", soak.HANG, "INTERNAL"]), send,
+                           1.0, None, 3))
+    assert admitted.rss == [] and admitted.hangs == 1 and admitted.errors == 1
+    assert admitted.failures == 2  # both fail the soak
+    join = soak.Tally("Join")
+    asyncio.run(soak._fuzz("127.0.0.1:1", join, iter(["OK"] * 4), send, 1.0, os.getpid(), 4))
+    assert [percent for percent, _ in join.rss] == [0, 25, 50, 75, 100]
+    console = Console(record=True, width=200)
+    fuzz = {"tallies": {"Join": join, "Train (admitted)": admitted}, "memory": {}, "crashed": []}
+    assert soak.print_report(console, fuzz, None) == 1
+    text = console.export_text()
+    assert "Train (admitted) │     3 │     1 │ " in text and text.count("service RSS") == 1
+    assert soak.ERRORS_COLUMN in text and re.search(r"Train \(admitted\) │\s+3 │\s+1 │\s+1 │", text)
+    docs = Path("docs/benchmarks.md").read_text()
+    for code in soak.FORBIDDEN - {soak.HANG}:  # the exit status as documented
+        assert code in docs
+        alone = soak.Tally("Record")
+        alone.counts[code] += 1
+        assert soak.print_report(Console(record=True), {
+            "tallies": {"Record": alone}, "memory": {}, "crashed": []}, None) == 1
+
+
+def test_an_interval_equal_to_the_range_but_for_the_last_bits_is_not_printed_twice():
+    s = {"median": 1.04, "min": 0.85, "max": 1.1189617498733566, "n": 3,
+         "ci95": [0.85, 1.1189617498733564]}
+    assert describe(s) == "1.04 [0.85–1.12] (3 rounds)"
+    assert "95 % CI 0.86–1.11" in describe({**s, "ci95": [0.86, 1.11]})
