@@ -27,6 +27,7 @@ from orchestration.sweep.spec import parse_sweep
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.rundir import write_config
 from splitleak.artifacts.summary import LeakSummary
+from splitleak.cli_common import BadInput
 from splitleak.config import parse_config
 from tests.conftest import small_config
 
@@ -200,17 +201,23 @@ def test_compare_says_what_it_cannot_compute(runs_dir: Path, tmp_path: Path) -> 
 
 def test_compare_names_the_layers_the_runs_have(runs_dir: Path, tmp_path: Path,
                                                 capsys: pytest.CaptureFixture) -> None:
-    """The runs have a cut-layer leak only: a sweep's own comparison at the bottom layer (model
-    completion) says which layer there is and writes nothing."""
+    """The runs have a cut-layer leak only: a sweep's own comparison at another layer compares
+    at the one layer measured and says so (a model-completion sweep, kdk_sweep.toml, printed
+    'no comparison at the cut layer' and wrote no report); asked for, that layer is refused."""
     from rich.console import Console
 
     from orchestration.compare.command import compare_and_print
 
     comparison = compare_and_print([runs_dir], tmp_path / "out", Console(width=100),
                                    layer="bottom", layer_asked=False)
-    assert comparison is None and not (tmp_path / "out").exists()
+    assert comparison is not None and comparison.layer == "cut"
+    assert (tmp_path / "out" / "report.md").exists()
     out = " ".join(capsys.readouterr().out.split())
-    assert "no comparison at the bottom layer: the compared runs measured a leak at cut" in out
+    assert "comparing at the cut layer: the compared runs measured a leak there only, not at " \
+           "the bottom layer" in out
+    with pytest.raises(BadInput):
+        compare_and_print([runs_dir], tmp_path / "asked", Console(width=100), layer="bottom")
+    assert "--layer bottom: the compared runs measured a leak at cut" in capsys.readouterr().err
 
 
 def test_report_files(runs_dir: Path, tmp_path: Path) -> None:

@@ -28,8 +28,9 @@ def compare_and_print(paths: list[Path], out: Path, console: Console, layer: str
                       max_utility_cost: float = MAX_UTILITY_COST,
                       layer_asked: bool = True) -> Comparison | None:
     """Compare the runs under `paths` and write the report to `out`. A `layer` no run has a
-    leak at is refused (exit 2) when it was asked for, and only said (nothing written) when
-    it is a sweep's own comparison at the default layer."""
+    leak at is refused (exit 2) when it was asked for; a sweep's own comparison at the default
+    layer compares at the one layer its runs measured (a model-completion sweep: bottom), and
+    where they measured several others, says so and writes nothing."""
     try:
         runs, warnings = find_runs(paths)
     except (ValueError, SweepIndexError) as err:
@@ -46,9 +47,13 @@ def compare_and_print(paths: list[Path], out: Path, console: Console, layer: str
         why = (f"the compared runs measured a leak at {', '.join(measured) or 'no layer'}")
         if layer_asked:
             raise BadInput(f"--layer {layer}: {why}; give one of those")
-        console.print(f"[yellow]no comparison at the {layer} layer:[/] {why} (`splitleak "
-                      f"compare {' '.join(map(str, paths))} --layer LAYER`)")
-        return None
+        if len(measured) != 1:
+            console.print(f"[yellow]no comparison at the {layer} layer:[/] {why} (`splitleak "
+                          f"compare {' '.join(map(str, paths))} --layer LAYER`)")
+            return None
+        console.print(f"comparing at the {measured[0]} layer: the compared runs measured a leak "
+                      f"there only, not at the {layer} layer")
+        layer = measured[0]
     seen = len(warnings)
     comparison = compare(runs, layer, party, leak_stat, warnings, target, dcs_ap, max_utility_cost)
     report = write_report(comparison, out, paths)
