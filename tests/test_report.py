@@ -78,7 +78,8 @@ def make_run(root: Path, *, multiclass: bool = False, first_layer: bool = True, 
     body = f'[run]\nname = "synthetic"\nseed = {SEED}\n'
     chain = '\n[[defense]]\nname = "marvell"\ns = 4.0\n'
     run.config.write_text(header + (body + chain if defense else "defense = []\n" + body))
-    records: list[dict[str, Any]] = [{"type": "plan", "total_train_steps": STEPS + 1}]
+    records: list[dict[str, Any]] = [{"type": "plan", "total_train_steps": STEPS + 1,
+                                      "num_classes": 3 if multiclass else 2}]
     for step in range(STEPS + 1):
         record: dict[str, Any] = {"type": "train", "epoch": step // 11, "step": step,
                                   "loss": 0.7 - 0.01 * step}
@@ -193,7 +194,8 @@ def test_missing_inputs_are_skipped_and_said(tmp_path: Path) -> None:
     write_report(run, summary)
     text = (run.report / "report.md").read_text()
     assert "no first-layer gradient recorded" in text
-    assert "no norm or cosine histograms" in text
+    # a multi-class run never has the per-row sample: its absence is no gap to report
+    assert "no norm or cosine histograms" not in text
     assert "no eval records" in text
     assert "None: the cut-layer gradients were sent unchanged." in text
     # label accuracy pooled over rows (64 per batch here), then the per-batch mean / p95 / max
@@ -322,3 +324,12 @@ def test_another_run_level_attacks_failure_is_not_listed_under_model_completion(
     assert run_entries(summary) == []
     text = "\n".join(completion_md(summary))
     assert "labelled_per_class = 1000" in text and "white_box" not in text
+
+
+def test_a_first_layer_the_run_chose_not_to_record_is_no_gap(tmp_path: Path) -> None:
+    """Every sweep that sets attacker.record_first_layer = false on purpose was told 'no
+    first-layer gradient recorded' for each party."""
+    run, summary = make_run(tmp_path / "run", first_layer=False)
+    run.config.write_text(run.config.read_text() + "\n[attacker]\nrecord_first_layer = false\n")
+    write_report(run, summary)
+    assert "no first-layer gradient recorded" not in (run.report / "report.md").read_text()

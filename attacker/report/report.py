@@ -134,15 +134,19 @@ def _draw_plots(run: RunDir, summary: dict[str, Any], inputs: _Inputs, notes: li
     row_parties = set(inputs.rows.column("party_id").to_pylist()) if inputs.rows is not None else set()
     if inputs.leak is None:
         notes.append("no attacker/leak.parquet: no leak-over-training plots")
+    # what the run chose not to have is no gap: no first layer without record_first_layer, no
+    # per-row sample on a multi-class run
+    recorded_first_layer = (inputs.config.get("attacker") or {}).get("record_first_layer", True)
+    binary = all(r.get("num_classes", 2) == 2 for r in inputs.records if r.get("type") == "plan")
     for party in sorted({e["party_id"] for e in entries}):
         layers = sorted({e["layer"] for e in entries if e["party_id"] == party}, key=layer_key)
         for layer in layers if inputs.leak is not None else []:
             figure(f"leak_party{party}_{layer}.png", f"Leak over training: party {party}, {layer} layer",
                    plots.leak_over_training, inputs.leak, party, layer, summary.get("seed", "?"),
                    bound=bounds.get(party) if layer == "cut" else None)
-        if "first" not in layers:
+        if "first" not in layers and recorded_first_layer:
             notes.append(f"party {party}: no first-layer gradient recorded, so no first-layer leak plot")
-        if party not in row_parties:
+        if party not in row_parties and binary:
             notes.append(f"party {party}: no per-row sample in attacker/rows.parquet (written for binary "
                          "runs only), so no norm or cosine histograms")
             continue

@@ -41,7 +41,7 @@ class Verdict:
                     f"less than no defense's {leak}")
         base = f"{self.baseline['leak_mean']:.3f}" if self.baseline else "?"
         return (f"{self.attack}: {self.best['setting']}, leak {leak} (no defense {base}) at a "
-                f"utility cost of {self.best['utility_drop_mean']:.3f}")
+                f"utility cost of {round(self.best['utility_drop_mean'], 3) + 0.0:.3f}")  # no -0.000
 
 
 # A drop of exactly the budget is affordable: 0.95 - 0.94 is 0.010000000000000009 in floats.

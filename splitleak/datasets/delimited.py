@@ -41,7 +41,7 @@ def require_file(path: str, kind: str) -> Path:
     if file.is_dir():
         raise DatasetError(f"{kind}: {path} is a directory; give the path of the file itself")
     if not file.is_file():
-        raise DatasetError(f"{kind} file not found: {path}")
+        raise DatasetError(f"{kind}: file not found: {path}")
     return file
 
 
