@@ -49,6 +49,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         summary = None
         if analysable(variant):
             summary = analyse_run(outcome, console, leak_table=not side_by_side)
+        else:
+            console.print(NOTHING_TO_ANALYSE)
         compared.append((label, summary, outcome))
     if side_by_side and all(summary for _, summary, _ in compared):
         from attacker.report.report import utility
@@ -82,6 +84,8 @@ def resume_run(args: argparse.Namespace, console: Console) -> int:
     print_summary(console, outcome)
     if analysable(cfg):
         analyse_run(outcome, console)
+    else:
+        console.print(NOTHING_TO_ANALYSE)
     return 0
 
 
@@ -134,6 +138,11 @@ def _resume_hint(console: Console, run: RunDir) -> None:
     if newest is not None:
         console.print(f"checkpoint at step {newest.step}: finish the run with "
                       f"[bold]splitleak run --resume {run.root}[/]")
+
+
+NOTHING_TO_ANALYSE = ("no analysis, no report: the threat model has no curious, malicious or "
+                      "receiving party (attacker.enabled, [threat.parties.K], [threat.receiver]), "
+                      "so nothing was recorded to attack; the utility is above")
 
 
 def analysable(cfg: ExperimentConfig) -> bool:

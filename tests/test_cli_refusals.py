@@ -311,3 +311,15 @@ def test_label_party_refuses_a_run_directory_that_holds_a_run_or_is_served(
         code, text = exit_code_and_text(label_party_main, argv, capsys)
     assert code == 2 and "is in use by another splitleak process" in text, text
     assert "serving it with another label party" in " ".join(text.split())
+
+
+def test_a_run_with_nothing_to_analyse_says_so(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """examples/vflair/base.toml on its own (no curious party) wrote no report and said nothing."""
+    from orchestration.cli import main
+
+    config = write_config(tmp_path, small_config(tmp_path, attacker={"enabled": False},
+                                                 training={"epochs": 1}))
+    code, text = exit_code_and_text(main, ["run", str(config), "--in-process", "--output-dir",
+                                           str(tmp_path / "runs")], capsys)
+    assert code == 0, text
+    assert "no analysis, no report: the threat model has no curious" in " ".join(text.split())
