@@ -132,13 +132,15 @@ class Tap:
         return await self._sync(apb.SyncRequest.CHECKPOINT, step) or 0
 
     async def _records(self) -> AsyncIterator[apb.GradientRecord]:
+        first = True  # the record the sidecar admits the stream by: it names the experiment
         while (record := await self.queue.get()) is not None:
             if self.error is not None:  # grpc may read on after the call failed
                 self._gap(record)
                 self._drain()
                 return
             self.sent += 1  # handed to gRPC; lost in transit if the sidecar dies now
-            record.config_hash = self.config_hash
+            if first:
+                record.config_hash, first = self.config_hash, False
             yield record
 
     async def _stream(self) -> None:

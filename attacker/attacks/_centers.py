@@ -28,12 +28,18 @@ class CenterParams(AttackParams):
     hints: int = Field(5, ge=1, le=MAX_BATCH, description="known labels wanted per class (hint centers)")
 
 
+def reveal_cap(n_rows: int) -> int:
+    """The most labels hint centers reveal in a batch of `n_rows`: about half, so that most rows
+    are left to measure."""
+    return max(1, n_rows // 2)
+
+
 def reveal_labels(
     side: SideKnowledge, n_rows: int, per_class: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Rows (and labels) revealed in random rounds of 2*per_class until both classes have
-    per_class rows, capped at about half the batch so most rows are left to measure."""
-    cap = max(1, n_rows // 2)
+    per_class rows, capped at reveal_cap(n_rows)."""
+    cap = reveal_cap(n_rows)
     round_size = min(2 * per_class, cap)
     known = np.zeros(n_rows, dtype=bool)
     labels = np.zeros(n_rows, dtype=np.int64)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pydantic import ValidationError
 
 from attacker.attacks import ATTACKS, DEFAULT_ATTACKS, build_attack
+from attacker.attacks._centers import CenterAttack, reveal_cap
 from splitleak.config import ConfigError, ExperimentConfig, plugin_param_errors
 from splitleak.plugins import Artifact, PluginGroup
 from splitleak.registry import UnknownPluginError
@@ -40,20 +41,21 @@ def needed_artifacts(cfg: ExperimentConfig, num_classes: int) -> frozenset[Artif
 
 
 def capped_hints(cfg: ExperimentConfig) -> list[str]:
-    """Hint centers asking for more labels per class than half a batch holds: the labels
-    revealed stop at half the batch (reveal_labels), so the centers come from fewer."""
-    half = cfg.training.batch_size // 2
+    """Hint centers asking for more labels per class than a batch reveals (reveal_cap), so that
+    the centers come from fewer."""
+    batch = cfg.training.batch_size
     warnings = []
     for i, spec in enumerate(cfg.attacker.attacks):
         attack = build_attack(spec.name, spec.params)
-        hints = getattr(attack.params, "hints", None)
-        if getattr(attack.params, "centers", None) == "hint" and hints is not None \
-                and 2 * hints > half:
+        if not isinstance(attack, CenterAttack) or attack.params.centers != "hint":
+            continue
+        hints = attack.params.hints
+        if 2 * hints > reveal_cap(batch):
             warnings.append(
                 f"attacker.attacks[{i}] ({attack.label}): {hints} known labels of each class need "
-                f"{2 * hints} rows, but a batch of {cfg.training.batch_size} rows "
-                f"(training.batch_size) reveals at most {half} (half of it, leaving the rest to "
-                "measure): its class centers come from those")
+                f"{2 * hints} rows, but a batch of {batch} rows (training.batch_size) reveals at "
+                f"most {reveal_cap(batch)} (half of it, leaving the rest to measure): its class "
+                "centers come from those")
     return warnings
 
 

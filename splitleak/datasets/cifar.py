@@ -58,17 +58,17 @@ class Cifar10(Dataset):
                                f"{', '.join(self.FILES)}")
         return found
 
-    def _label(self) -> tuple[int, int]:
-        """(which label byte of a record, how many classes)."""
-        return 0, 10
+    def _label(self) -> int:
+        """Which label byte of a record is the label (LABELS says how many classes it has)."""
+        return 0
 
     def _table(self) -> tuple[np.ndarray, np.ndarray]:
-        return read_records(self._files(), self.LABELS, self._label()[0], self.params.max_rows,
+        return read_records(self._files(), self.LABELS, self._label(), self.params.max_rows,
                             self.KIND)
 
     def schema(self) -> Schema:
         return Schema(numeric_names=(), categorical_names=(), cardinalities=(),
-                      num_classes=self._label()[1], num_rows=self._table()[1].size,
+                      num_classes=self.LABELS[self._label()][1], num_rows=self._table()[1].size,
                       image_shape=(CHANNELS, SIDE, SIDE))
 
     def features(self, columns: tuple[int, int]) -> FeatureSlice:
@@ -90,8 +90,8 @@ class Cifar100(Cifar10):
     FILES = ("train.bin", "test.bin")
     LABELS = (("coarse label", 20), ("fine label", 100))
 
-    def _label(self) -> tuple[int, int]:
-        return (1, 100) if self.params.label == "fine" else (0, 20)
+    def _label(self) -> int:
+        return 1 if self.params.label == "fine" else 0
 
 
 @functools.cache

@@ -110,9 +110,10 @@ class GradientRecord(_message.Message):
     step: _builtins.int
     observer: Global___Observer.ValueType
     config_hash: _builtins.str
-    """The hash of the sender's experiment file (as in JoinRequest). A sidecar started with a
-    config refuses a stream whose first record names another: it would record another
-    experiment's run (same shapes, other data, model or defenses) without a word.
+    """The hash of the sender's experiment file (as in JoinRequest), on a stream's first record
+    (the tap leaves it empty after). A sidecar started with a config refuses a stream whose
+    first record names another: it would record another experiment's run (same shapes, other
+    data, model or defenses) without a word.
     """
     @_builtins.property
     def sample_ids(self) -> _tensor_pb2.Tensor:
