@@ -25,7 +25,7 @@ from orchestration.compare.report import write_report
 from orchestration.compare.stats import over_seeds
 from orchestration.compare.table import compare
 from tests.conftest import small_config
-from tests.test_compare import fake_run, leak_entry
+from tests.test_compare import declared, fake_run, leak_entry
 
 NORM_RULE = "positive where the min-max normalised score is > 0.5"
 
@@ -156,6 +156,7 @@ def _completion(attack: str, accuracy: float, diagnostic: str | None = None) -> 
              "metric": "accuracy", "side_knowledge": "own bottom", "batches": 1, "skipped": 0,
              "accuracy": {"mean": accuracy, "p95": accuracy, "max": accuracy},
              "pooled": {"accuracy": accuracy}, "threat": "curious, honest", "seed": 0,
+             **declared("model_completion"),
              "completion": {"labelled": 40, "train": {"top1": accuracy}, "test": {"top1": accuracy}}}
     return {**entry, "diagnostic": diagnostic} if diagnostic else entry
 
@@ -284,4 +285,48 @@ def test_t_dcs_groups_attacks_by_their_vflair_family_and_says_which_c_dcs_covers
     text = write_report(comparison, tmp_path / "out", [tmp_path]).read_text()
     assert "T-DCS label inference" in text and "T-DCS targeted backdoor" in text
     assert ("here over label inference, targeted backdoor (no feature reconstruction, "
-            "non-targeted attack in these runs") in text
+            "non-targeted attack of VFLAIR's in these runs") in text
+
+
+def test_t_dcs_averages_over_vflairs_attacks_only(tmp_path: Path) -> None:
+    """A label-inference family with VFLAIR's `norm` (NS) beside splitleak's `clustering` (no
+    VFLAIR counterpart): T-DCS LI, C-DCS and ours are `norm`'s DCS alone, as VFLAIR's own table
+    (and examples/vflair/tdcs.py) computes them; `clustering` keeps its DCS, listed by name."""
+    settings = {"no defense": ([], [0.95, 0.96, 0.97], 0.90),
+                "marvell s=4": ([{"name": "marvell", "s": 4.0}], [0.945, 0.955, 0.965], 0.60)}
+    clustering = leak_entry("clustering", 0.99, 0.99)  # AP 0.89 beside norm's 0.50-0.52
+    runs, _ = find_runs([_sweep(tmp_path, settings, ["norm"], extra=[clustering])])
+    comparison = compare(runs)
+    for rows in (comparison.rows, comparison.capability):
+        own = {r["attack"]: r for r in rows if r["setting"] == "marvell s=4"}
+        norm, clustering = own["norm"], own["clustering"]
+        assert clustering["dcs_mean"] is not None and clustering["dcs_mean"] != norm["dcs_mean"]
+        assert norm["t_dcs_mean"] == pytest.approx(norm["dcs_mean"]) == pytest.approx(norm["c_dcs_mean"])
+        assert norm["vflair"] == "NS" and clustering["vflair"] is None
+        assert norm["t_dcs_of_means"] == pytest.approx(norm["dcs_of_means"])
+        assert norm["t_dcs_ours_mean"] == pytest.approx(norm["dcs_ours_mean"])
+        assert clustering["t_dcs_mean"] is None and clustering["c_dcs_mean"] is None
+    text = write_report(comparison, tmp_path / "out", [tmp_path]).read_text()
+    assert ("Left out of T-DCS and C-DCS, as their entries name no VFLAIR counterpart (their DCS "
+            "is in their own section): `clustering` (label inference).") in text
+    assert "**Not VFLAIR's**: its entries name no VFLAIR counterpart" in text
+    assert "*Ours*: the same attacks and families" in text
+
+
+def test_a_family_of_attacks_vflair_lacks_has_no_t_dcs(tmp_path: Path) -> None:
+    """Only `clustering` in label inference: no T-DCS, no C-DCS (not 0, not NaN), and the report
+    says why; an entry from a summary that predates VFLAIR's names is left out with a warning."""
+    settings = {"no defense": ([], [0.95, 0.96, 0.97], 0.90),
+                "marvell s=4": ([{"name": "marvell", "s": 4.0}], [0.945, 0.955, 0.965], 0.60)}
+    old = {k: v for k, v in leak_entry("norm", 0.8, 0.9).items() if k not in ("family", "vflair")}
+    runs, _ = find_runs([_sweep(tmp_path, settings, ["clustering"], extra=[old])])
+    comparison = compare(runs)
+    row = next(r for r in comparison.capability
+               if r["setting"] == "marvell s=4" and r["attack"] == "clustering")
+    assert row["dcs_mean"] is not None and row["t_dcs_mean"] is None and row["c_dcs_mean"] is None
+    assert any(w.startswith("norm: these runs' summaries do not say whether VFLAIR has this attack")
+               for w in comparison.warnings)
+    text = write_report(comparison, tmp_path / "out", [tmp_path]).read_text()
+    assert ("- marvell s=4: no T-DCS label inference, the only label inference attacks "
+            "(`clustering`, `norm`) name no VFLAIR counterpart") in text
+    assert "| marvell s=4 | – | – | – |" in text and "here over no family" in text

@@ -13,6 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 from scipy import stats
 
+from attacker.attacks import ATTACKS
 from orchestration.cli import main
 from orchestration.compare.dcs import chance, dcs
 from orchestration.compare.entries import leak_entries
@@ -43,9 +44,18 @@ SETTINGS: dict[str, tuple[list[dict], list[float], list[tuple[float, float]]]] =
 }
 
 
+def declared(attack: str) -> dict[str, Any]:
+    """The VFLAIR family and name the attack's plug-in declares, as a current analysis writes
+    them into its entry (an attack no plug-in has: label inference, no VFLAIR counterpart)."""
+    name = attack.split("(")[0]
+    cls = ATTACKS.get(name) if name in ATTACKS.names() else None
+    return {"family": cls.family if cls else "label_inference", "vflair": cls.vflair if cls else None}
+
+
 def leak_entry(attack: str, mean: float, p95: float, **extra: Any) -> dict[str, Any]:
     """A score attack's run entry; its threshold accuracy (VFLAIR's AP) is the AUC mean − 0.1."""
-    return {"scope": "run", "party_id": 1, "layer": "cut", "attack": attack, "metric": "auc",
+    return {"scope": "run", "party_id": 1, "layer": "cut", "attack": attack, **declared(attack),
+            "metric": "auc",
             "side_knowledge": "none", "batches": 10, "skipped": 0,
             "flipped": {"mean": mean, "p95": p95, "max": p95}, "raw": {"mean": 1 - mean, "p95": 0.5,
                                                                          "max": 0.5},

@@ -1,27 +1,26 @@
-"""VFLAIR's T-DCS per attack family and C-DCS per defense from a finished vflair_mnist sweep, read
-from each run's leak summary (every entry names its attack's family and VFLAIR AP) until
-`splitleak compare` groups attacks by family itself.
+"""VFLAIR's T-DCS per attack family and C-DCS per defense *across scenarios* from a finished
+vflair_mnist sweep. `splitleak compare` gives the same T-DCS per setting (one defense in one
+scenario) over the same attacks, VFLAIR's own (LeakEntry.in_vflair); this adds VFLAIR's last
+step: one C-DCS per defense over its three scenarios, with VFLAIR's MP* (the clean scenario
+without a defense) for every scenario, where compare pairs each scenario with its own run
+without a defense.
 
 Usage: python examples/vflair/tdcs.py SWEEP_DIR   (e.g. sweeps/vflair_mnist)
 """
 
 from __future__ import annotations
 
-import math
 import sys
 from collections import defaultdict
 from pathlib import Path
 
+from orchestration.compare.dcs import attack_performance, dcs
+from orchestration.compare.entries import FAMILIES, leak_entries
+from orchestration.compare.table import CAPABILITY_LAYERS
 from splitleak import Run, open_sweep
 from splitleak.artifacts.sweep import read_index_rows
 
-FAMILIES = {"label_inference": "LI", "feature_reconstruction": "FR", "targeted_backdoor": "TB",
-            "non_targeted": "NTB"}
-
-
-def dcs(ap: float, mp: float, mp_star: float, beta: float = 0.5) -> float:
-    """VFLAIR's Defense Capability Score (src/metrics/data_process.py: cal_dcs), AP* = 0."""
-    return 1 / (1 + math.sqrt((1 - beta) * max(ap, 0.0) ** 2 + beta * max(mp_star - mp, 0.0) ** 2))
+SHORT = dict(zip(FAMILIES.values(), ("LI", "FR", "TB", "NTB"), strict=True))
 
 
 def scenario(overrides: dict) -> str:
@@ -42,20 +41,20 @@ def main(sweep_dir: Path) -> None:
     per_attack: dict[str, dict[str, tuple[str, float, float, float]]] = defaultdict(dict)
     for (defense, _), run in sorted(runs.items()):
         mp = final_accuracy(run)
-        for e in run.summary.leak:
-            ap = (e.get("ap") or {}).get("value")
-            if e.scope != "run" or not e.get("vflair") or ap is None or e.layer == "first":
-                continue  # VFLAIR's attacks only, scored at the cut layer
-            per_attack[defense][e.get("vflair")] = (FAMILIES[e.get("family")], ap, mp,
-                                                    dcs(ap, mp, mp_star))
+        for e in leak_entries(run.summary):
+            ap = attack_performance(e)
+            if not e.in_vflair or e.diagnostic or e.premise or ap is None \
+                    or e.layer not in CAPABILITY_LAYERS:
+                continue  # VFLAIR's attacks only, where compare's capability section scores them
+            per_attack[defense][e.vflair] = (SHORT[e.attack_type], ap, mp, dcs(ap, mp, mp_star))
     print(f"MP* (no defense, clean scenario): {mp_star:.4f}\n")
-    print("| defense | " + " | ".join(f"T-DCS {f}" for f in FAMILIES.values()) + " | C-DCS |")
-    print("|---|" + "---|" * (len(FAMILIES) + 1))
+    print("| defense | " + " | ".join(f"T-DCS {f}" for f in SHORT.values()) + " | C-DCS |")
+    print("|---|" + "---|" * (len(SHORT) + 1))
     for defense, attacks in per_attack.items():
         by_family = defaultdict(list)
         for family, _, _, score in attacks.values():
             by_family[family].append(score)
-        t = [sum(v) / len(v) if (v := by_family.get(f)) else None for f in FAMILIES.values()]
+        t = [sum(v) / len(v) if (v := by_family.get(f)) else None for f in SHORT.values()]
         present = [x for x in t if x is not None]
         print(f"| {defense} | " + " | ".join("-" if x is None else f"{x:.4f}" for x in t)
               + f" | {sum(present) / len(present):.4f} |")

@@ -51,10 +51,15 @@ def attack_md(rows: list[dict[str, Any]], figure: str | None) -> list[str]:
     utility = UTILITY_LABELS.get(first["utility_metric"], first["utility_metric"])
     lines = [f"## {first['attack']}" + (" (diagnostic)" if first["diagnostic"] else ""), "",
              f"Side knowledge: {first['side_knowledge'] or 'none stated'}. "
-             f"Type: {first['attack_type']}. Party {first['party']}, {first['layer']} layer.", ""]
+             f"Type: {first['attack_type']}" + (f" (VFLAIR's {first['vflair']})" if first["vflair"]
+                                                 else "") +
+             f". Party {first['party']}, {first['layer']} layer.", ""]
     if first["diagnostic"]:
         lines += [f"**Diagnostic**, not the figure to set beside the papers' and left out of T-DCS, "
                   f"C-DCS and the verdicts: {first['diagnostic']}.", ""]
+    elif not first["in_t_dcs"]:
+        lines += ["**Not VFLAIR's**: its entries name no VFLAIR counterpart, so its DCS below is "
+                  "left out of T-DCS and C-DCS.", ""]
     if not first["ranked"]:
         lines += [f"**Not ranked**: {UNRANKED[first['metric']]}. It is on no Pareto frontier and "
                   "has no verdict; its change against no defense says what a defense did.", ""]

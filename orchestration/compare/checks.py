@@ -1,5 +1,6 @@
 """What the comparison warns about: too few seeds, no baseline, a utility no better than chance,
-attacks whose premise failed, and the attack performance a DCS needs but a summary lacks."""
+attacks whose premise failed, and the attack performance or VFLAIR name a DCS needs but a
+summary lacks."""
 
 from __future__ import annotations
 
@@ -118,3 +119,12 @@ def missing_ap(rows: list[dict[str, Any]], dcs_ap: str) -> list[str]:
     return [f"{attack}: no {dcs_ap} attack performance in these runs' summaries (analysed before "
             "splitleak recorded it?): no DCS; re-run `attacker analyze`, or --dcs-ap auc"
             for attack in missing]
+
+
+def undeclared_vflair(runs: list[RunResult]) -> list[str]:
+    """Attacks whose summaries predate the VFLAIR name each plug-in declares: T-DCS cannot tell
+    whether VFLAIR has them, so they are left out of it."""
+    undeclared = dict.fromkeys(e.attack for run in runs for e in run.leak if not e.vflair_declared)
+    return [f"{attack}: these runs' summaries do not say whether VFLAIR has this attack (analysed "
+            "before each attack named its VFLAIR counterpart): left out of T-DCS and C-DCS; re-run "
+            "`attacker analyze`" for attack in undeclared]

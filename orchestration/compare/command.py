@@ -113,7 +113,7 @@ def summary_table(comparison: Comparison, width: int = 80) -> Group:
         if not own:
             continue
         value = next(iter(own.values()))["utility_mean"]
-        c_dcs = next((r["c_dcs_mean"] for r in own.values() if not r["diagnostic"]), None)
+        c_dcs = next((r["c_dcs_mean"] for r in own.values() if r["in_t_dcs"]), None)
         first_cells.append([escape(setting.label), *([str(len(setting.runs))] if len(seeds) > 1 else []),
                             f"{value:.4f}" if value is not None else "-",
                             f"{c_dcs:.3f}" if c_dcs is not None else "-"])
@@ -121,13 +121,14 @@ def summary_table(comparison: Comparison, width: int = 80) -> Group:
                            if a in own and own[a]["leak_mean"] is not None else "-" for a in attacks])
     first = ["setting", *(["seeds"] if len(seeds) > 1 else []), utility, "C-DCS"]
     each = f"{next(iter(seeds))} seed(s) each; " if len(seeds) == 1 else ""
-    diagnostics = [a for a in attacks if any(r["diagnostic"] for r in rows if r["attack"] == a)]
+    left_out = [a for a in attacks if any(not r["in_t_dcs"] for r in rows if r["attack"] == a)]
     counts = "; count attacks: mean count error, lower = more leak, no frontier" if any(
         not r["ranked"] for r in rows) else ""
     caption = (f"{each}leak: {comparison.leak_stat} (accuracy-type attacks: accuracy; "
                f"reconstruction: SSIM or R²{counts}); * = on the Pareto frontier; C-DCS: VFLAIR's, from "
                f"the {comparison.dcs_ap} attack performance"
-               + (f"; diagnostics, not in C-DCS: {escape(', '.join(diagnostics))}" if diagnostics else "")
+               + (f"; not in C-DCS (diagnostics, attacks VFLAIR lacks): {escape(', '.join(left_out))}"
+                  if left_out else "")
                + ". Full report with CIs and DCS: report.md")
     title = "trade-off (mean over seeds)"
 

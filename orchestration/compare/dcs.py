@@ -4,9 +4,11 @@ from, and our chance-normalised DCS.
 DCS = 1 / (1 + sqrt((1 − β)·max(AP − AP*, 0)² + β·max(MP* − MP, 0)²)), β = 0.5, as VFLAIR's
 `cal_dcs` (src/metrics/data_process.py): AP* = 0 (a perfect defense), MP* = the main-task
 performance of the same set-up without a defense. T-DCS = mean DCS over the attacks of one
-type; C-DCS = mean of the T-DCS over the types measured (VFLAIR's equal weights). Ours: the same
-with AP* = chance (0.5 for an AUC or a binary accuracy, 1/K for a K-class accuracy), so a
-defense that brings an attack down to guessing scores as if it stopped it.
+type that VFLAIR has (an entry naming VFLAIR's counterpart, LeakEntry.in_vflair: splitleak's
+own attacks, e.g. multi-class `clustering`, keep their DCS but stay out, as diagnostics do);
+C-DCS = mean of the T-DCS over the types that have one (VFLAIR's equal weights). Ours: the same
+attacks and grouping with AP* = chance (0.5 for an AUC or a binary accuracy, 1/K for a K-class
+accuracy), so a defense that brings an attack down to guessing scores as if it stopped it.
 
 AP, per variant:
 - `vflair` (default): VFLAIR's attack performance, as each attack's plug-in declares it and the

@@ -58,10 +58,17 @@ class LeakEntry:
     diagnostic: str | None = None  # why the figure is a diagnostic, not the comparable one
     ap: float | None = None  # VFLAIR's attack performance, as the attack's plug-in reads it
     vflair: str | None = None  # VFLAIR's name for the attack (NS, DS, …), if it has one
+    vflair_declared: bool = True  # False: the summary predates the names each plug-in declares
     # the per-batch metric (flip-corrected AUC, accuracy, count error) over batches
     batch_mean: float | None = None
     batch_p95: float | None = None
     figures: dict[str, float | None] = field(default_factory=dict)  # a run-level attack's others
+
+    @property
+    def in_vflair(self) -> bool:
+        """VFLAIR has this attack (its entry names VFLAIR's counterpart): the attacks VFLAIR's
+        T-DCS and C-DCS average over, here and in examples/vflair/tdcs.py."""
+        return self.vflair is not None
 
 
 def number(value: Any) -> float | None:
@@ -113,7 +120,8 @@ def leak_entries(summary: LeakSummary) -> list[LeakEntry]:
             threshold_accuracy=number((e.get("threshold_accuracy") or {}).get("mean")),
             threshold_rule=e.get("threshold_rule"), premise=e.get("premise"),
             diagnostic=e.get("diagnostic"), ap=number((e.get("ap") or {}).get("value")),
-            vflair=e.get("vflair"), **_batch_stats(e, metric), figures=_figures(e)))
+            vflair=e.get("vflair"), vflair_declared="vflair" in e.as_dict(),
+            **_batch_stats(e, metric), figures=_figures(e)))
     return entries
 
 

@@ -63,23 +63,46 @@ def _speed_md(comparison: Comparison) -> list[str]:
                         "s to target [CI]", "KiB / step", f"{utility} [CI]"], body)]
 
 
+def _outside_t_dcs(capability: list[dict[str, Any]], types: list[str]) -> list[str]:
+    """The attacks measured but not averaged into T-DCS because VFLAIR lacks them, and each
+    setting's family left without a T-DCS for that reason."""
+    outside = [r for r in capability if not r["diagnostic"] and not r["in_t_dcs"]]
+    if not outside:
+        return []
+    names = dict.fromkeys(f"`{r['attack']}` ({r['attack_type']})" for r in outside)
+    lines = [f"Left out of T-DCS and C-DCS, as their entries name no VFLAIR counterpart (their "
+             f"DCS is in their own section): {', '.join(names)}.", ""]
+    for setting in dict.fromkeys(r["setting"] for r in capability):
+        own = [r for r in capability if r["setting"] == setting and not r["diagnostic"]]
+        for kind in dict.fromkeys(r["attack_type"] for r in own):
+            of_kind = [r for r in own if r["attack_type"] == kind]
+            if not any(r["in_t_dcs"] for r in of_kind):
+                attacks = ", ".join(dict.fromkeys(f"`{r['attack']}`" for r in of_kind))
+                where = "its" if kind in types else "the"
+                lines.append(f"- {setting}: no T-DCS {kind}, {where} only {kind} attacks "
+                             f"({attacks}) name no VFLAIR counterpart")
+    return lines + [""] if lines[-1] else lines
+
+
 def _dcs_md(comparison: Comparison) -> list[str]:
     by_setting: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    scored = [r for r in comparison.capability if not r["diagnostic"]]
-    for row in scored:
-        by_setting[row["setting"]].append(row)
+    scored = [r for r in comparison.capability if r["in_t_dcs"]]
+    for row in comparison.capability:
+        if not row["diagnostic"]:
+            by_setting[row["setting"]].append(row)
     types = list(dict.fromkeys(r["attack_type"] for r in scored))
     missing = [f for f in FAMILIES.values() if f not in types]
     header = ["setting", *(f"T-DCS {t} [CI]" for t in types), "C-DCS [CI]", "C-DCS of seed means",
               "C-DCS ours [CI]"]
     body = []
     for setting, rows in by_setting.items():
+        own = [r for r in rows if r["in_t_dcs"]]
         t_cells = []
         for kind in types:
-            row = next((r for r in rows if r["attack_type"] == kind), None)
+            row = next((r for r in own if r["attack_type"] == kind), None)
             t_cells.append(ci(row, "t_dcs") if row else "–")
-        body.append([setting, *t_cells, ci(rows[0], "c_dcs"), num(rows[0]["c_dcs_of_means"]),
-                     ci(rows[0], "c_dcs_ours")])
+        body.append([setting, *t_cells, *([ci(own[0], "c_dcs"), num(own[0]["c_dcs_of_means"]),
+                                           ci(own[0], "c_dcs_ours")] if own else ["–"] * 3)])
     rules: dict[str, dict[str, None]] = defaultdict(dict)  # rule -> its attacks, in order
     for r in comparison.capability:
         if r.get("threshold_rule"):
@@ -87,19 +110,23 @@ def _dcs_md(comparison: Comparison) -> list[str]:
     diagnostics = dict.fromkeys(r["attack"] for r in comparison.capability if r["diagnostic"])
     where = dict.fromkeys(f"party {r['party']} at the {r['layer']} layer" for r in scored)
     return ["## Defense capability (VFLAIR's DCS)", "",
-            f"Measured at {', '.join(where)}.", "",
+            f"Measured at {', '.join(where) or 'no layer'}.", "",
             "DCS = 1 / (1 + √((1−β)·max(AP−AP*, 0)² + β·max(MP*−MP, 0)²)), β = 0.5, AP* = 0, MP* = the "
             "utility of the same set-up without a defense and the same seed, MP = the utility above; "
             f"AP ({comparison.dcs_ap}, `--dcs-ap`) = {AP_WORDS[comparison.dcs_ap]}. Computed per "
             "seed, then the mean with a 95 % t interval. T-DCS = mean DCS over the attacks of one of "
-            "VFLAIR's families, C-DCS = mean of the T-DCS: here over "
-            f"{', '.join(types)}" + (f" (no {', '.join(missing)} attack in these runs, so this C-DCS "
-                                     "is not VFLAIR's over all four)" if missing else "") +
+            "VFLAIR's families that VFLAIR itself has (those whose summary entry names VFLAIR's "
+            "counterpart), C-DCS = mean of the T-DCS: here over "
+            f"{', '.join(types) or 'no family'}" + (
+                f" (no {', '.join(missing)} attack of VFLAIR's in these runs, so this C-DCS is not "
+                "VFLAIR's over all four)" if missing else "") +
             ". *Of seed means* = VFLAIR's own aggregation (DCS of the seeds' "
-            "mean AP and MP). *Ours*: AP* = chance (0.5 for an AUC or a binary accuracy, 1/K for a "
-            "K-class accuracy). An attack whose premise fails in a run is never scored and not in "
-            "T-DCS" + (f"; diagnostics are left out too ({', '.join(f'`{d}`' for d in diagnostics)})"
-                       if diagnostics else "") + ".", "",
+            "mean AP and MP). *Ours*: the same attacks and families, with AP* = chance (0.5 for an "
+            "AUC or a binary accuracy, 1/K for a K-class accuracy). An attack whose premise fails in "
+            "a run is never scored and not in T-DCS" + (
+                f"; diagnostics are left out too ({', '.join(f'`{d}`' for d in diagnostics)})"
+                if diagnostics else "") + ".", "",
+            *_outside_t_dcs(comparison.capability, types),
             *(["Threshold rules of the score attacks (AP = the rule's accuracy over a batch's scored "
                "rows, side-knowledge rows left out, then the mean over every batch):", "",
                *(f"- {rule}: {', '.join(names)}" for rule, names in rules.items()), ""]

@@ -110,7 +110,8 @@ class Comparison:
     not_applied: dict[str, str] = field(default_factory=dict)  # attack -> why its premise failed
     # VFLAIR's capability over every family: DCS rows of each attack where it is measured (the
     # cut layer, model completion's bottom, reconstruction's input, integrity's output), with
-    # T-DCS per family and C-DCS over the families present (the DCS section of the report)
+    # T-DCS per family over VFLAIR's own attacks and C-DCS over the families that have one (the
+    # DCS section of the report)
     capability: list[dict[str, Any]] = field(default_factory=list)
 
     def about_speed(self) -> bool:
@@ -157,7 +158,7 @@ def compare(runs: list[RunResult], layer: str = "cut", party: int | None = None,
     not_applied = checks.not_applied(runs, party, layer)
     warnings += [f"{attack}: not scored, its premise fails in these runs: {why}"
                  for attack, why in not_applied.items()]
-    warnings += checks.missing_ap(rows, dcs_ap)
+    warnings += checks.missing_ap(rows, dcs_ap) + checks.undeclared_vflair(runs)
     warnings += checks.some_seeds(rows, settings)
     warnings += checks.unpaired_seeds(settings)
     _mark_frontier(rows)
@@ -234,6 +235,7 @@ def _setting_rows(setting: Setting, party: int | None, layer: str, leak_stat: st
             "layer": layer, "seeds": json.dumps(sorted(entries)), "n_seeds": len(entries),
             "utility_metric": first.utility_metric, "headline": headline(sample.metric, leak_stat),
             "diagnostic": sample.diagnostic, "ranked": sample.metric not in UNRANKED,
+            "vflair": sample.vflair, "in_t_dcs": sample.in_vflair and not sample.diagnostic,
             "threshold_rule": sample.threshold_rule, "dcs_ap": dcs_ap}
         row |= _columns("utility", list(utility.values()), True, PROBABILITY)  # every seed's
         row |= _columns("utility_drop", drops, False, (-1.0, 1.0))
@@ -345,13 +347,16 @@ def _mark_frontier(rows: list[dict[str, Any]]) -> None:
 def _add_type_scores(rows: list[dict[str, Any]], settings: list[Setting]) -> None:
     """T-DCS (mean DCS over one type's attacks) and C-DCS (mean of the T-DCS), per seed, then
     over seeds; the `_of_means` columns aggregate VFLAIR's way (from the DCS of seed means).
-    Diagnostics are left out (their columns stay empty)."""
+    VFLAIR's way throughout: over the attacks VFLAIR has (`in_t_dcs`: the entry names VFLAIR's
+    counterpart, LeakEntry.in_vflair), ours (AP* = chance) over the same ones. Diagnostics and
+    attacks VFLAIR lacks are left out (their columns stay empty); a family with none of VFLAIR's
+    attacks in a setting has no T-DCS there and no part in its C-DCS."""
     for row in rows:
         for name in ("t_dcs", "c_dcs", "t_dcs_ours", "c_dcs_ours"):
             row |= _columns(name, [], True)
         row["t_dcs_of_means"] = row["c_dcs_of_means"] = None
     for setting in settings:
-        own = [r for r in rows if r["setting_key"] == setting.key and not r["diagnostic"]]
+        own = [r for r in rows if r["setting_key"] == setting.key and r["in_t_dcs"]]
         types = list(dict.fromkeys(r["attack_type"] for r in own))
         for name in ("dcs", "dcs_ours"):
             per_type: dict[str, dict[int, float]] = {}
