@@ -5,6 +5,7 @@ worker processes side by side at --jobs 2, with the local engine's numbers."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +117,40 @@ def test_the_local_engines_numbers_in_worker_processes_side_by_side(
             _same_numbers(ours, point.run_dir)
             mode = json.loads(RunDir(point.run_dir).summary.read_text())["mode"]
             assert (mode == "in-process") == (engine.name == "inprocess")
+
+
+def test_a_stopped_point_runs_again_keeping_its_logs_and_a_trained_one_is_only_analysed(
+        inprocess_sweep: tuple[Path, str], tmp_path: Path) -> None:
+    """The in-process reference writes no checkpoints: a point stopped mid-training starts again
+    from step 0 (its log says why, and goes on after the first attempt's), with the numbers of
+    one never stopped; a point whose training had finished is only analysed."""
+    sweep_dir, _ = inprocess_sweep
+    points = tiny_points(tmp_path, "again")
+    sweep = points[0].run_dir.parent
+    with pytest.raises(KeyboardInterrupt):
+        InProcessEngine(jobs=1).run(points, Recorder(SweepIndex(sweep, points, "inprocess"),
+                                                     interrupt_at={"type": "train", "step": 1}))
+    log = points[0].run_dir / "logs" / POINT_LOG
+    with log.open("a") as out:  # the reference logs nothing this early: a line of its own
+        out.write("the first attempt's line\n")
+    first = log.read_text()
+    outcome = run_points(points, SweepIndex(sweep, points, "inprocess"), InProcessEngine(jobs=1),
+                         show_progress=False)
+    assert outcome.counts == {"done": 2} and len(outcome.results) == 2
+    again = log.read_text()
+    assert again.startswith(first)
+    assert ("the in-process reference writes no checkpoints; the point starts again from step 0"
+            in again)
+    for point, row in zip(points, read_index(sweep_dir), strict=True):
+        _same_numbers(point.run_dir, sweep_dir / row["run_dir"])
+
+    trained = RunDir(points[1].run_dir)  # stopped in its analysis: the index says interrupted
+    metrics = trained.metrics.read_bytes()
+    shutil.rmtree(trained.report)
+    index = SweepIndex(sweep, points, "inprocess")
+    index.mark(points[1], "interrupted")
+    outcome = run_points(points, index, InProcessEngine(jobs=1), show_progress=False)
+    assert list(outcome.results) == [points[1].hash] and outcome.counts == {"done": 2}
+    assert "finished training: analysing it" in (trained.logs / POINT_LOG).read_text()
+    assert trained.metrics.read_bytes() == metrics  # not trained again
+    _same_numbers(trained.root, sweep_dir / read_index(sweep_dir)[1]["run_dir"])

@@ -24,6 +24,7 @@ from orchestration.sweep.points import Point, resolve
 from orchestration.sweep.runner import run_points
 from orchestration.sweep.spec import parse_sweep
 from splitleak.artifacts.metrics import read_metrics
+from splitleak.artifacts.paths import RunDir
 from splitleak.config import parse_config
 from tests.conftest import small_config
 
@@ -232,3 +233,63 @@ def test_a_role_killed_before_its_party_joins_fails_its_point_in_seconds(
     # it waited the step deadline + 10 s once the role had died (~37 s in all here; now ~15 s)
     assert time.monotonic() - started < point.config.topology.step_deadline_s + 5
     assert engine.result.message.startswith("passive party 1 (Ray actor on node "), engine.result.message
+
+
+class _StopAfterCheckpoint:
+    """A listener that marks the index as a sweep does and sends this process Ctrl-C once the
+    point's label party has written a complete checkpoint and trained past it."""
+
+    def __init__(self, index: SweepIndex) -> None:
+        self.index, self.sent = index, False
+
+    def started(self, point: Point) -> None:
+        self.index.mark(point, "running")
+
+    def record(self, point: Point, record: dict[str, Any]) -> None:
+        from splitleak.checkpoint import latest
+
+        if (not self.sent and record.get("type") == "train" and record["step"] >= 120
+                and latest(point.run_dir) is not None):
+            self.sent = True
+            os.kill(os.getpid(), signal.SIGINT)
+
+    def finished(self, point: Point, result: Any) -> None:
+        self.index.mark(point, result.status, result.seconds, result.message, result.nodes)
+
+
+def test_a_stopped_point_resumes_from_its_checkpoint_in_a_shared_directory(
+        cluster, tmp_path: Path) -> None:
+    from orchestration.sweep.inprocess import InProcessEngine
+    from tests.runs import metrics_without_wall_clock
+
+    def point_in(root: Path) -> Point:
+        base = parse_config(small_config(
+            root, training={"epochs": 30, "batch_size": 8, "eval_interval": 0, "checkpoint_every": 50},
+            attacker={"attacks": ["norm"]}, topology={"passive_parties": 1, "tls": False},
+            features={"passive": [[0, 30]]}))
+        (point,) = resolve(parse_sweep({"sweep": {"name": "resumed", "seeds": [5]}}), base,
+                           root / "resumed")
+        return point
+
+    point = point_in(tmp_path / "shared")
+    engine = RayEngine(shared_dir=tmp_path / "shared", cpus_per_role=0.5)
+    index = SweepIndex(point.run_dir.parent, [point], engine.name)
+    with pytest.raises(KeyboardInterrupt):
+        engine.run([point], _StopAfterCheckpoint(index))
+    assert read_index(point.run_dir.parent)[0]["status"] == "interrupted"
+    first = (point.run_dir / "logs" / "label_party.log").read_text().splitlines()[0]
+
+    _run([point], engine)
+    (row,) = read_index(point.run_dir.parent)
+    assert row["status"] == "done", row["message"]
+    logs = point.run_dir / "logs"
+    assert "resuming the point's earlier attempt at step" in (logs / "sweep_point.log").read_text()
+    label_log = (logs / "label_party.log").read_text()
+    assert label_log.startswith(first) and "resuming at step" in label_log
+
+    twin = point_in(tmp_path / "inprocess")  # never stopped
+    _run([twin], InProcessEngine(jobs=1))
+    assert metrics_without_wall_clock(RunDir(point.run_dir)) == metrics_without_wall_clock(
+        RunDir(twin.run_dir))
+    assert (json.loads((point.run_dir / "report" / "summary.json").read_text())["leak"]
+            == json.loads((twin.run_dir / "report" / "summary.json").read_text())["leak"])

@@ -85,11 +85,13 @@ def prepare_run_dir(point: Point, keep_logs: bool = False) -> RunDir:
     return run
 
 
-def resume_run_dir(point: Point) -> tuple[RunDir, tuple[str, ...], str | None]:
+def resume_run_dir(point: Point, no_checkpoints: str | None = None
+                   ) -> tuple[RunDir, tuple[str, ...], str | None]:
     """The run directory for another attempt at the point: the earlier attempt's, to resume (as
     `splitleak run --resume` does) when it holds a usable checkpoint, or to analyse when it was
-    trained; else a fresh one with the earlier logs kept. Also the worker's flags for it, and why
-    so in words (None: no earlier attempt)."""
+    trained; else a fresh one with the earlier logs kept. `no_checkpoints`: why this engine
+    cannot resume from a checkpoint (its point then starts again from step 0 unless trained).
+    Also the worker's flags for it, and why so in words (None: no earlier attempt)."""
     from splitleak.checkpoint import CheckpointError, latest, resume_point
 
     run = RunDir(point.run_dir)
@@ -98,8 +100,8 @@ def resume_run_dir(point: Point) -> tuple[RunDir, tuple[str, ...], str | None]:
     if read_outcome(run).get("status") == "ok" and run.summary.is_file():
         run.point_result.unlink(missing_ok=True)
         return run, ("--analysis-only",), "its earlier attempt finished training: analysing it"
-    manifest, why = None, "its earlier attempt left no complete checkpoint"
-    if latest(run.root) is not None:
+    manifest, why = None, no_checkpoints or "its earlier attempt left no complete checkpoint"
+    if no_checkpoints is None and latest(run.root) is not None:
         try:
             manifest = resume_point(run.root, point.config)
         except (CheckpointError, ConfigError) as err:

@@ -19,7 +19,7 @@ from collections.abc import Iterator, Sequence
 from rich.console import Console
 
 from orchestration.stopping import stopped_by
-from orchestration.sweep.engine import Listener, prepare_run_dir
+from orchestration.sweep.engine import Listener
 from orchestration.sweep.local import POINT_LOG, LocalEngine
 from orchestration.sweep.points import Point
 from orchestration.sweep.worker import run_point
@@ -31,7 +31,7 @@ from splitleak.cli_common import LOG_FORMAT
 class InProcessEngine(LocalEngine):
     name = "inprocess"
     worker_flags = ("--in-process",)
-    resumes = False  # the in-process reference has no checkpoints: a point starts again
+    no_checkpoints = "the in-process reference writes no checkpoints"
 
     def run(self, points: Sequence[Point], listener: Listener) -> dict[str, PointResult]:
         if self.jobs > 1:
@@ -47,9 +47,10 @@ class InProcessEngine(LocalEngine):
         listener.started(point)
         stop: KeyboardInterrupt | None = None
         try:
-            run = prepare_run_dir(point)
+            run, flags = self.prepare(point)
+            analysis_only = "--analysis-only" in flags
             with _point_log(run) as console:
-                result = run_point(run, in_process=True, console=console,
+                result = run_point(run, analysis_only, in_process=not analysis_only, console=console,
                                    on_record=lambda record: listener.record(point, record),
                                    propagate_stop=True)
         except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (sweep.engine.Terminated)

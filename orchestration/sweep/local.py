@@ -16,7 +16,6 @@ from orchestration.sweep.engine import (
     PointResult,
     default_jobs,
     log_line,
-    prepare_run_dir,
     resume_run_dir,
 )
 from orchestration.sweep.points import Point
@@ -39,7 +38,9 @@ class _Running:
 class LocalEngine(Engine):
     name = "local"
     worker_flags: tuple[str, ...] = ()  # how the point's worker trains (default: distributed)
-    resumes = True  # a point's earlier attempt resumes from its checkpoint (splitleak run --resume)
+    # Why a point's earlier attempt cannot resume from its checkpoint here (None: it resumes, as
+    # splitleak run --resume does)
+    no_checkpoints: str | None = None
 
     def __init__(self, jobs: int | None = None, poll: float = 0.2, stop_grace: float = 15.0) -> None:
         if jobs is not None and jobs < 1:
@@ -78,16 +79,21 @@ class LocalEngine(Engine):
         return results
 
     def _start(self, point: Point) -> _Running:
-        run, flags, note = (resume_run_dir(point) if self.resumes
-                            else (prepare_run_dir(point), (), None))
-        if note is not None:
-            log_line(run.logs / POINT_LOG, note)
+        run, flags = self.prepare(point)
         # The points share the cores: a point's roles divide its share ("auto" threads).
         share = str(max(1, cores() // self.jobs))
         child = spawn(f"sweep point {point.label}",
-                      ["orchestration.sweep.worker", str(run.root), *self.worker_flags, *flags],
+                      ["orchestration.sweep.worker", str(run.root), *(flags or self.worker_flags)],
                       run.logs / POINT_LOG, env={CORES_ENV: share})
         return _Running(point, child, MetricsTail(RunDir(run.root).metrics), time.monotonic())
+
+    def prepare(self, point: Point) -> tuple[RunDir, tuple[str, ...]]:
+        """The point's run directory for this attempt and the worker's flags for it (a trained
+        point is only analysed; see resume_run_dir); the point's log says why so."""
+        run, flags, note = resume_run_dir(point, self.no_checkpoints)
+        if note is not None:
+            log_line(run.logs / POINT_LOG, note)
+        return run, flags
 
     def _result(self, job: _Running) -> PointResult:
         seconds = time.monotonic() - job.started

@@ -40,8 +40,9 @@ from orchestration.sweep.engine import (
     EngineError,
     Listener,
     PointResult,
-    prepare_run_dir,
+    log_line,
     read_result,
+    resume_run_dir,
     write_result,
 )
 from orchestration.sweep.points import Point
@@ -53,6 +54,10 @@ from splitleak.artifacts.paths import RunDir
 
 # A point that fits the cluster waits at most this long for other jobs to free its CPUs.
 PLACEMENT_TIMEOUT_S = 600.0
+POINT_LOG = "sweep_point.log"  # the driver's lines on the point and its analysis, in its logs/
+# Why a point whose roles stream their files back cannot resume: each role starts on a fresh
+# node-local directory, and a stopped point's files never came back.
+STREAMED = "its roles stream their files back (resume needs --shared-dir)"
 
 
 @ray.remote(max_restarts=0)
@@ -60,8 +65,8 @@ class RoleActor:
     """One role of one point on the node Ray placed its bundle on."""
 
     def __init__(self, role: str, config_toml: str, run_name: str, run_root: str | None,
-                 identity: dict[str, bytes] | None, cpus: float) -> None:
-        self.host = RoleHost(role, config_toml, run_name, run_root, identity, cpus)
+                 identity: dict[str, bytes] | None, cpus: float, resume: bool) -> None:
+        self.host = RoleHost(role, config_toml, run_name, run_root, identity, cpus, resume)
 
     def where(self) -> dict[str, Any]:
         return {"node_id": ray.get_runtime_context().get_node_id(),
@@ -233,7 +238,14 @@ class RayEngine(Engine):
             return None
         listener.started(point)
         started = time.monotonic()
-        run = prepare_run_dir(point)
+        run, flags, note = resume_run_dir(point, None if self.shared_dir is not None else STREAMED)
+        if note is not None:
+            log_line(run.logs / POINT_LOG, note)
+        if "--analysis-only" in flags:  # trained by an earlier attempt
+            result = self._analyse(point, run, started, None, cancel)
+            write_result(run.root, result)
+            listener.finished(point, result)
+            return result
         roles = _roles(point)
         strategy = "STRICT_SPREAD" if self.spread else "PACK"
         unplaceable = self._unplaceable(len(roles))
@@ -255,7 +267,7 @@ class RayEngine(Engine):
                            f"the cluster did not free {len(roles)} x {self.cpus_per_role:g} CPU for "
                            f"this point's roles within {PLACEMENT_TIMEOUT_S:g} s (other jobs hold them?)")
                 phases.mark("placement")
-                actors = self._place(point, run, roles, group)
+                actors = self._place(point, run, roles, group, "--resume" in flags)
                 nodes = {role: ray.get(actor.where.remote()) for role, actor in actors.items()}
                 phases.mark("actors")
                 status, essential = self._train(point, actors, nodes, listener, cancel)
@@ -313,7 +325,8 @@ class RayEngine(Engine):
             if time.monotonic() > end:
                 raise TimeoutError(what or f"no answer from the cluster within {timeout:g} s")
 
-    def _place(self, point: Point, run: RunDir, roles: list[str], group: PlacementGroup) -> dict[str, Any]:
+    def _place(self, point: Point, run: RunDir, roles: list[str], group: PlacementGroup,
+               resume: bool) -> dict[str, Any]:
         """One actor per role on its bundle, with a TLS identity valid for its node's address."""
         table = placement_group_table(group)["bundles_to_node_id"]
         addresses = {n["NodeID"]: n["NodeManagerAddress"] for n in ray.nodes()}
@@ -332,7 +345,7 @@ class RayEngine(Engine):
         return {role: RoleActor.options(
             num_cpus=self.cpus_per_role, scheduling_strategy=PlacementGroupSchedulingStrategy(
                 group, placement_group_bundle_index=i)).remote(
-            role, config, run.root.name, shared, identities.get(role), self.cpus_per_role)
+            role, config, run.root.name, shared, identities.get(role), self.cpus_per_role, resume)
             for i, role in enumerate(roles)}
 
     def _train(self, point: Point, actors: dict[str, Any], nodes: dict[str, Any], listener: Listener,
@@ -394,12 +407,15 @@ class RayEngine(Engine):
         one); a dead actor's files died with it."""
         if self.shared_dir is not None:
             return
+        earlier = {p: p.read_bytes() for p in run.logs.glob("*.log") if p.name != POINT_LOG}
         for actor in actors.values():
             try:
                 receive(run.root, (ray.get(ref) for ref in actor.files.options(
                     num_returns="streaming").remote()))
             except RayActorError:
                 continue
+        for path, before in earlier.items():  # an earlier attempt's logs go before this one's
+            path.write_bytes(before + (path.read_bytes() if path.is_file() else b""))
 
     @staticmethod
     def _failure(run: RunDir, status: dict[str, dict[str, Any]], essential: list[str]) -> str | None:
@@ -432,7 +448,7 @@ class RayEngine(Engine):
         """The attacker's analysis on the driver, in a worker process like the local engine's."""
         child = spawn(f"analysis of {point.label}",
                       ["orchestration.sweep.worker", str(run.root), "--analysis-only"],
-                      run.logs / "sweep_point.log")
+                      run.logs / POINT_LOG)
         while child.returncode is None:
             if cancel.is_set():
                 stop_all([child])

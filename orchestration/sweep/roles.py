@@ -43,15 +43,21 @@ class RoleError(RuntimeError):
 class RoleHost:
     """Runs one role of one run. `run_root` is the run directory the role writes (a shared path,
     or None: a fresh node-local one named `run_name`, streamed back by `files`); `identity` is
-    this role's TLS files by name (ca.pem, <name>.pem, <name>.key); the key is kept in memory."""
+    this role's TLS files by name (ca.pem, <name>.pem, <name>.key); the key is kept in memory.
+    `resume`: continue the run in `run_root` from its newest complete checkpoint, as the role's
+    CLI does with --resume."""
 
     def __init__(self, role: str, config_toml: str, run_name: str, run_root: str | None = None,
-                 identity: dict[str, bytes] | None = None, cpus: float = 1.0) -> None:
+                 identity: dict[str, bytes] | None = None, cpus: float = 1.0,
+                 resume: bool = False) -> None:
         os.environ[THREADS_ENV] = str(max(1, int(cpus)))  # "auto": the CPUs of its bundle
         self.role = role
         self.cfg = parse_config(tomllib.loads(config_toml), f"{run_name} ({role})")
         self._scratch = Path(tempfile.mkdtemp(prefix=f"splitleak-{role}-"))
         self.streamed = run_root is None
+        if resume and self.streamed:
+            raise RoleError(f"{role} cannot resume a run it streams back (it has no earlier files)")
+        self.resume = resume
         self.run = RunDir(self._scratch / run_name if run_root is None else Path(run_root))
         self.run.root.mkdir(parents=True, exist_ok=True)
         self.tls_dir: Path | None = None
@@ -103,21 +109,26 @@ class RoleHost:
         cfg = self.cfg
         if self.role == LABEL_PARTY:
             from label_party.server import serve
+            from splitleak.checkpoint import resume_point
 
-            return serve(cfg, self.run, listen, port_file, self.tls_dir, attacker=attacker)
+            manifest = resume_point(self.run.root, cfg) if self.resume else None
+            return serve(cfg, self.run, listen, port_file, self.tls_dir, self.resume, manifest,
+                         attacker=attacker)
         if self.role == ATTACKER:
             from attacker.sidecar.server import record_shapes
             from attacker.sidecar.server import serve as serve_sidecar
 
             return serve_sidecar(self.run.root, listen, set(cfg.tapped_parties), self.run.root.name,
                                  cfg.topology, port_file, self.tls_dir,
-                                 receive=set(cfg.received_parties), shapes=record_shapes(cfg))
+                                 resume=self.resume, receive=set(cfg.received_parties),
+                                 shapes=record_shapes(cfg))
         from passive_party.client import run_party
 
         party_id = int(self.role.rsplit("_", 1)[1])
         if label_party is None:
             raise RoleError(f"{self.role} needs the label party's address")
-        return run_party(cfg, party_id, label_party, self.run, attacker=attacker, tls_dir=self.tls_dir)
+        return run_party(cfg, party_id, label_party, self.run, attacker=attacker, tls_dir=self.tls_dir,
+                         resuming=self.resume)
 
     def _main(self, coroutine: Coroutine[Any, Any, Any]) -> None:
         try:
