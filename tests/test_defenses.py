@@ -264,6 +264,29 @@ def test_sparsify_keeps_the_stated_count(batch: int, dim: int, kept: float, seed
     assert (smallest_kept >= largest_dropped).all()
 
 
+def test_sparsify_batch_scope_is_fu_et_als_tensor_pruner() -> None:
+    # Fu et al.: t = the int(kept·B·d)-th largest |g| over the whole block, keep |g| > t only.
+    gradient = torch.tensor([[4.0, -3.0, 0.5, 2.0],
+                             [0.01, -0.02, 0.03, 0.0],  # a small-gradient row
+                             [-5.0, 1.0, 3.0, -0.5]])
+    out, _, defense = run("sparsify", gradient, torch.zeros(3), kept_fraction=0.5, scope="batch")
+    # int(0.5·12) = 6: |g| ranked 5, 4, 3, 3, 2, 1 → t = 1, and 1.0 itself is not above it.
+    expected = torch.tensor([[4.0, -3.0, 0.0, 2.0],
+                             [0.0, 0.0, 0.0, 0.0],
+                             [-5.0, 0.0, 3.0, 0.0]])
+    assert torch.equal(out, expected)
+    assert defense.state_dict() == {}
+    rows, _, _ = run("sparsify", gradient, torch.zeros(3), kept_fraction=0.5)  # default: "row"
+    assert ((rows != 0).sum(1) == 2).all()  # every row keeps its own two, the small row too
+    for kept in (0.75, 0.25, 0.1):  # against the formula on a random block
+        block = torch.randn(16, 8, generator=torch.Generator().manual_seed(3))
+        out, _, _ = run("sparsify", block, torch.zeros(16), kept_fraction=kept, scope="batch")
+        threshold = block.abs().reshape(1, -1).topk(int(block.numel() * kept))[0][0][-1]
+        assert torch.equal(out, torch.where(block.abs() > threshold, block, 0.0))
+    with pytest.raises(ValidationError, match="'row' or 'batch'"):
+        build_defense("sparsify", {"kept_fraction": 0.5, "scope": "tensor"})
+
+
 def test_discrete_sgd_interval_from_the_first_epoch() -> None:
     defense = build_defense("discrete_sgd", {"bins": 4})
     gen = torch.Generator().manual_seed(0)
@@ -310,6 +333,25 @@ def test_dp_gaussian_clips_rows() -> None:
     assert out.norm(dim=1).max() <= 0.5 + 1e-6
     out, ctx, _ = run("dp_gaussian", gradient, labels, clip=None, adaptive=True)
     assert ctx.diagnostics["dp_gaussian.clip"] == pytest.approx(0.5 * gradient.norm(dim=1).median())
+
+
+def test_dp_gaussian_adaptive_quantile() -> None:
+    gradient, labels = two_class_batch(64, (6,))
+    norms = gradient.double().norm(dim=1)
+    for q in (0.5, 0.9):
+        out, ctx, defense = run("dp_gaussian", gradient, labels, clip=None, adaptive=True,
+                                adaptive_quantile=q, noise_multiplier=0.0)
+        clip = float(np.quantile(norms.numpy(), q))
+        assert ctx.diagnostics["dp_gaussian.clip"] == pytest.approx(clip)
+        assert out.norm(dim=1).max() <= clip + 1e-5
+        assert float((norms > clip).double().mean()) == pytest.approx(1 - q, abs=1 / 64)
+        assert defense.summary()["clip"] == f"adaptive (quantile {q:g})"
+        assert defense.state_dict() == {"epochs": [0], "steps": 1}
+    with pytest.raises(ValidationError, match="adaptive_quantile needs adaptive = true"):
+        build_defense("dp_gaussian", {"clip": 1.0, "adaptive_quantile": 0.5, "noise_multiplier": 1.0})
+    with pytest.raises(ValidationError, match="adaptive_quantile"):
+        build_defense("dp_gaussian", {"adaptive": True, "adaptive_quantile": 1.5,
+                                      "noise_multiplier": 1.0})
 
 
 def test_dp_gaussian_epsilon_is_finite_and_falls_with_sigma() -> None:

@@ -17,7 +17,7 @@ from torch.nn import functional as F
 
 from label_party.objectives import OBJECTIVES, ObjectiveSetup, build_objective
 from label_party.objectives.gafm import GAFM, PRESETS, GAFMParams, normalised_sum, soft_labels
-from label_party.objectives.kdk import KDk, kdk_soft_labels
+from label_party.objectives.kdk import KDk, KDkParams, kdk_soft_labels
 from label_party.objectives.label_dp import epsilon_for, flip_probability, randomized_response
 from label_party.validate import check_chain
 from orchestration.gafm_select import select_delta
@@ -245,6 +245,31 @@ def test_kdk_true_class_in_the_teachers_top_k() -> None:
     assert torch.allclose(soft, expected)
     with pytest.raises(ValueError, match="k = 6"):
         kdk_soft_labels(probs, torch.tensor([3, 1, 4]), k=6, epsilon=0.3)
+
+
+def test_kdk_soft_labels_arazzi_rule() -> None:
+    # The paper's eq. (9) / Algorithm 1: 1 − ε on the teacher's top class, ε/(k − 1) on its next
+    # k − 1, whatever the true class; ours gives 1 − ε to the true class.
+    probs = torch.tensor([[0.6, 0.3, 0.05, 0.05]])
+    truth = torch.tensor([1])
+    ours = kdk_soft_labels(probs, truth, k=3, epsilon=0.45)
+    assert torch.allclose(ours, torch.tensor([[0.225, 0.55, 0.225, 0.0]]))
+    paper = kdk_soft_labels(probs, truth, k=3, epsilon=0.45, rule="arazzi")
+    assert torch.allclose(paper, torch.tensor([[0.55, 0.225, 0.0, 0.225]]))
+    gen = torch.Generator().manual_seed(0)
+    many = torch.softmax(torch.randn(32, 6, generator=gen) * 3, dim=1)
+    labels = torch.randint(0, 6, (32,), generator=gen)
+    soft = kdk_soft_labels(many, labels, k=4, epsilon=0.3, rule="arazzi")
+    top = many.topk(4, dim=1).indices
+    assert torch.allclose(soft.gather(1, top[:, :1]), torch.full((32, 1), 0.7))
+    assert torch.allclose(soft.gather(1, top[:, 1:]), torch.full((32, 3), 0.1))
+    assert torch.equal(soft, kdk_soft_labels(many, torch.zeros(32, dtype=torch.int64), 4, 0.3,
+                                             rule="arazzi"))  # the truth is not used
+    with pytest.raises(ValueError, match="allowed: 'true_class', 'arazzi'"):
+        kdk_soft_labels(probs, truth, k=3, epsilon=0.45, rule="paper")
+    with pytest.raises(ValidationError, match="'true_class' or 'arazzi'"):
+        KDkParams.model_validate({"soft_labels": "paper"})
+    assert KDkParams().soft_labels == "true_class"
 
 
 def test_kdk_needs_the_label_partys_features(tmp_path: Path) -> None:

@@ -10,6 +10,9 @@ from attacker.attacks.base import ATTACKS, Attack, AttackResult, SideKnowledge
 
 @ATTACKS.register("norm")
 class NormAttack(Attack):
+    """Score = ‖g‖₂ at every width, a 1-wide gradient included (|g|; Li et al.'s reference code
+    scores the signed g there: ALGORITHMS.md §2.1's Choice)."""
+
     name = "norm"
     family = "label_inference"
     vflair = "NS"

@@ -25,6 +25,10 @@ ADAPTIVE_CAVEAT = (
     " With adaptive clipping C = 0.5 × the batch's median row norm is itself data-dependent "
     "and not privatised, so this ε is nominal."
 )
+QUANTILE_CAVEAT = (
+    " With adaptive clipping C = the batch's {q} quantile of row norms is itself data-dependent "
+    "and not privatised, so this ε is nominal."
+)
 ALL_PARTIES_COVERS = (
     "ε over every passive party's rows of an example together (its label shapes the row each "
     "party receives, once per epoch): what all passive parties colluding learn; `epsilon` is "
@@ -40,6 +44,9 @@ AMPLIFIED_CAVEAT = (
 class DpGaussianParams(DefenseParams):
     clip: float | None = Field(default=None, gt=0.0, le=MAX_SCALE)  # fixed clipping norm C
     adaptive: bool = False  # C = 0.5 × median row norm of each batch ("half the gradient norm")
+    # With adaptive: None keeps 0.5 × median; q sets C = the batch's q-quantile of row norms
+    # (Andrew et al.'s target quantile, read as the batch's own; ALGORITHMS.md §3.6).
+    adaptive_quantile: float | None = Field(default=None, gt=0.0, le=1.0)
     noise_multiplier: float = Field(ge=0.0, le=MAX_SCALE)  # σ: noise std = σ·C per coordinate
     delta: float = Field(default=1e-5, gt=0.0, lt=1.0)
     sampling_rate: float | None = Field(default=None, gt=0.0, le=1.0)  # batch_size / train rows
@@ -48,6 +55,9 @@ class DpGaussianParams(DefenseParams):
     def _one_clip_rule(self) -> DpGaussianParams:
         if (self.clip is None) == (not self.adaptive):
             raise ValueError("give exactly one of clip (a fixed C) or adaptive = true")
+        if self.adaptive_quantile is not None and not self.adaptive:
+            raise ValueError("adaptive_quantile needs adaptive = true (with a fixed clip there is "
+                             "no quantile to take)")
         return self
 
 
@@ -74,8 +84,10 @@ class DpGaussian(Defense):
         norms = row_norms(rows)
         if self.params.clip is not None:
             clip = self.params.clip
-        else:
+        elif self.params.adaptive_quantile is None:
             clip = 0.5 * float(norms.median())
+        else:  # linear interpolation between order statistics (numpy's default)
+            clip = float(torch.quantile(norms, self.params.adaptive_quantile))
         ctx.diagnostics["dp_gaussian.clip"] = clip
         factor = torch.where(norms > clip, clip / torch.where(norms > 0, norms, 1.0), 1.0)
         noise = torch.randn(rows.shape, generator=ctx.generator, dtype=work).to(rows.device)
@@ -89,6 +101,18 @@ class DpGaussian(Defense):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._epochs = {int(e) for e in state["epochs"]}
         self._steps = int(state["steps"])
+
+    def _clip_rule(self) -> str | float | None:
+        if not self.params.adaptive:
+            return self.params.clip
+        q = self.params.adaptive_quantile
+        return "adaptive" if q is None else f"adaptive (quantile {q:g})"
+
+    def _caveat(self) -> str:
+        if not self.params.adaptive:
+            return ""
+        q = self.params.adaptive_quantile
+        return ADAPTIVE_CAVEAT if q is None else QUANTILE_CAVEAT.format(q=f"{q:g}")
 
     def epsilon(self) -> float:
         """ε at δ of the per-row mechanism over the epochs seen (see EPSILON_COVERS)."""
@@ -109,10 +133,10 @@ class DpGaussian(Defense):
             "epsilon": self.epsilon(),
             "delta": self.params.delta,
             "noise_multiplier": self.params.noise_multiplier,
-            "clip": "adaptive" if self.params.adaptive else self.params.clip,
+            "clip": self._clip_rule(),
             "epochs_seen": len(self._epochs),
             "steps_seen": self._steps,
-            "epsilon_covers": EPSILON_COVERS + (ADAPTIVE_CAVEAT if self.params.adaptive else ""),
+            "epsilon_covers": EPSILON_COVERS + self._caveat(),
         }
         if self.params.noise_multiplier == 0.0:
             report["epsilon_note"] = "infinite: noise_multiplier = 0 adds no noise (clipping only)"

@@ -1,11 +1,15 @@
 """KD^k (Arazzi et al.): a teacher on the label party's own features, k-anonymous soft labels.
 
 Before VFL training the label party trains a teacher with plain cross-entropy on its own feature
-slice (`features.label_party`), train rows only. Each train row's soft label gives the true class
-1 − ε and the k − 1 other classes the teacher finds most probable ε/(k − 1) each, 0 elsewhere.
-Project choice (ALGORITHMS.md §4.3): when the true class is among the teacher's top k, the k − 1
-others are the next most probable classes excluding it, so every vector sums to 1 with exactly k
-non-zero entries. VFL training is then soft-target cross-entropy against these vectors.
+slice (`features.label_party`), train rows only. Each train row's soft label (`soft_labels`):
+- "true_class" (default, project choice, ALGORITHMS.md §4.3): the true class, which the label
+  party knows, gets 1 − ε and the k − 1 other classes the teacher finds most probable ε/(k − 1)
+  each, 0 elsewhere; when the true class is among the teacher's top k, the k − 1 others are the
+  next most probable classes excluding it, so every vector sums to 1 with exactly k non-zero
+  entries;
+- "arazzi" (the paper's eq. (9) and Algorithm 1): the teacher's most probable class gets 1 − ε
+  and its next k − 1 classes ε/(k − 1) each, whatever the true class.
+VFL training is then soft-target cross-entropy against these vectors.
 
 Binary datasets: with `training.loss = "ce"` (two logits) the vectors are used as they are; with
 BCE (one logit, the default for two classes) k must be 2 and the target is the soft label's
@@ -39,6 +43,8 @@ class KDkParams(ObjectiveParams):
     teacher_optimizer: Literal["adam", "sgd", "adagrad"] = "adam"  # reference: Adam
     teacher_lr: PositiveFloat = 1e-4  # reference: 1e-4
     teacher_batch_size: PositiveInt | None = None  # None: training.batch_size
+    # Who gets 1 − ε: "true_class" (ours) or "arazzi" (the teacher's top class, eq. (9)).
+    soft_labels: Literal["true_class", "arazzi"] = "true_class"
 
 
 def too_many_classes(k: int, num_classes: int, dataset: str) -> str:
@@ -55,11 +61,17 @@ def check_setup(cfg: ExperimentConfig) -> None:
 
 
 def kdk_soft_labels(teacher_probs: torch.Tensor, labels: torch.Tensor, k: int,
-                    epsilon: float) -> torch.Tensor:
-    """[B, K] soft labels: 1 − ε on the true class, ε/(k − 1) on the k − 1 most probable others."""
+                    epsilon: float, rule: str = "true_class") -> torch.Tensor:
+    """[B, K] soft labels. rule "true_class": 1 − ε on the true class, ε/(k − 1) on the k − 1
+    most probable others; "arazzi" (eq. (9)): 1 − ε on the teacher's most probable class,
+    ε/(k − 1) on its next k − 1 (`labels` unused)."""
     num_classes = teacher_probs.shape[1]
     if not 2 <= k <= num_classes:
         raise ValueError(f"k = {k} must be in 2..{num_classes} (the number of classes)")
+    if rule == "arazzi":
+        labels = teacher_probs.to(torch.float64).argmax(dim=1)
+    elif rule != "true_class":
+        raise ValueError(f"rule = {rule!r}; allowed: 'true_class', 'arazzi'")
     labels = labels.to(torch.int64)
     masked = teacher_probs.to(torch.float64).clone()
     masked.scatter_(1, labels[:, None], -torch.inf)  # the true class is never one of the others
@@ -145,7 +157,8 @@ class KDk(CrossEntropy):
         y = torch.from_numpy(labels)
         self.teacher_figures = _teacher_figures(probs, y, train, params.k)
         soft = torch.zeros(labels.size, k_classes)
-        soft[train] = kdk_soft_labels(probs[train], y[train], params.k, params.epsilon)
+        soft[train] = kdk_soft_labels(probs[train], y[train], params.k, params.epsilon,
+                                        params.soft_labels)
         # BCE: one logit, so the target is the probability of class 1.
         soft = soft[:, 1].contiguous() if self.loss_kind == "bce" else soft
         self.soft_targets = soft.to(setup.device)
@@ -166,7 +179,8 @@ class KDk(CrossEntropy):
 
     def summary(self) -> dict[str, Any]:
         p = self.params
-        return {"k": p.k, "epsilon": p.epsilon, "teacher_epochs": p.teacher_epochs,
+        return {"k": p.k, "epsilon": p.epsilon, "soft_labels": p.soft_labels,
+                "teacher_epochs": p.teacher_epochs,
                 "teacher_optimizer": p.teacher_optimizer, "teacher_lr": p.teacher_lr,
                 "teacher_batch_size": p.teacher_batch_size or self.setup.cfg.training.batch_size,
                 "teacher_features": list(self.setup.cfg.features.label_party or ()),
