@@ -211,7 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     a = sub.add_parser("analyze", help="leak metrics and report of a run directory")
     a.add_argument("run_dir", type=Path)
     a.add_argument("--attacks", nargs="+", metavar="NAME[:K=V,...]",
-                   help="attacks to run (default: every attack for the run's task)")
+                   help="exactly the attacks to run; a warning names the threat model's run-level "
+                   "attacks (model completion, EXACT, integrity, reconstruction) left out (default: "
+                   "every attack for the run's task and threat model)")
     a.add_argument("--hints", type=_hints,
                    help="k values of the hint attacks hint_distance and hint_inner, e.g. 1,3,5 "
                    "(default: the threat model's); the class-center attacks take theirs as a "

@@ -15,6 +15,9 @@ from pydantic import (
 from splitleak.settings import Settings
 
 DEFAULT_HINTS = (1, 3, 5)
+# The attack scoring each integrity variant (splitleak.integrity.VARIANTS).
+INTEGRITY_ATTACKS = {"backdoor": "replacement_backdoor", "noisy": "noisy_samples",
+                     "missing": "missing_features"}
 
 
 class ReplacementBackdoor(Settings):
@@ -231,6 +234,55 @@ class ThreatConfig(Settings):
         """The seed of a party's random side knowledge (hints, oracle positives, labelled rows)."""
         entry = self.party(party_id)
         return run_seed if entry is None or entry.seed is None else entry.seed
+
+    @property
+    def run_units(self) -> list[tuple[int, ...]]:
+        """Who runs the run-level attacks: every adversarial party, every victim of the label
+        party (the reconstruction attacks), and every colluding group."""
+        parties = sorted({int(k) for k in self.parties} | set(self.receiver.victims))
+        return [(k,) for k in parties] + [tuple(sorted(g)) for g in self.collusion]
+
+    def run_attacks(self, parties: tuple[int, ...]) -> list[tuple[str, dict[str, Any]]]:
+        """The run-level attacks (name, params) the threat model sets up for one run unit:
+        model completion where it knows labels, EXACT for a white-box party, its integrity
+        attacks, and the label party's reconstructions of a victim."""
+        labelled = [e.labelled_per_class for k in parties
+                    if (e := self.party(k)) is not None and e.labelled_per_class]
+        named: list[tuple[str, dict[str, Any]]] = []
+        if labelled:
+            named.append(("model_completion", {"labelled_per_class": labelled[0]}))
+        if len(parties) > 1:
+            return named
+        (party,) = parties
+        if party in self.white_box_parties:
+            named.append(("exact", {}))
+        entry = self.party(party)
+        if entry is not None:
+            named += [(INTEGRITY_ATTACKS[variant], {}) for variant in entry.integrity]
+        receiver = self.receiver
+        if party in receiver.victims:
+            shared = {"auxiliary_fraction": receiver.auxiliary_fraction, "max_rows": receiver.max_rows}
+            named += [(name, shared if name in ("inversion", "back_mapping") else
+                       {"max_rows": receiver.max_rows}) for name in receiver.attacks]
+        return named
+
+    def left_out(self, named: list[str], field: str) -> str | None:
+        """The warning for a named attack list (`field`: attacker.attacks or --attacks) that
+        leaves out run-level attacks this threat model would run; None when it leaves none."""
+        missing: dict[str, list[str]] = {}
+        for unit in self.run_units:
+            for name, _ in self.run_attacks(unit):
+                if name not in named:
+                    missing.setdefault(name, []).append("+".join(map(str, unit)))
+        if not missing:
+            return None
+        which = ", ".join(f"{name} (part{'y' if len(units) == 1 else 'ies'} {', '.join(units)})"
+                          for name, units in missing.items())
+        return (f"{field} names the attacks to run, so the threat model's run-level "
+                f"attack{'s' if len(missing) > 1 else ''} {which} will not run; add "
+                f"{', '.join(repr(n) for n in missing)} to {field} to run "
+                f"{'them' if len(missing) > 1 else 'it'}, or leave {field} out to run every "
+                "attack of the threat model")
 
     def describe(self, parties: list[int]) -> str:
         """The threat model behind one number: who attacks and how, in a few words."""

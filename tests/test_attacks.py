@@ -660,3 +660,27 @@ def test_attack_performance_reads_each_metric() -> None:
     recon = ATTACKS.get("back_mapping")
     assert recon.attack_performance({"reconstruction": {"mse_range": 0.1}})["value"] == 0.9
     assert recon.attack_performance({"reconstruction": {"mse_range": 1.5}})["value"] == 0.0
+
+
+@pytest.mark.parametrize("name", ["cosine_majority", "cosine_oracle", "clustering"])
+def test_direction_attacks_on_one_sign_scalar_gradients_say_why_they_skip(name: str) -> None:
+    """GAFM with model.top = "none": the cut gradient is one column, and early in training every
+    row of a batch can have the same sign; the skip names that, not a bare tie."""
+    from attacker.attacks._batch import ONE_SIGN
+
+    labels = np.array([0, 1, 0, 1, 0, 0])
+    gradients = np.array([[0.1], [0.4], [0.2], [0.9], [0.3], [0.05]])
+    leak = evaluate_batch(build_attack(name, {}), gradients, labels, np.random.default_rng(0))
+    assert leak.skip_reason == ONE_SIGN and leak.skipped
+    mixed = evaluate_batch(build_attack(name, {}), gradients * np.array([[1], [-1], [1], [-1], [1], [1]]),
+                           labels, np.random.default_rng(0))
+    assert not mixed.skipped and mixed.auc is not None and mixed.auc.flipped == 1.0
+
+
+def test_cosine_majority_on_evenly_signed_scalar_gradients_names_the_even_split() -> None:
+    from attacker.attacks._batch import EVEN_SIGNS
+
+    gradients = np.array([[0.1], [-0.4], [0.2], [-0.9]])
+    leak = evaluate_batch(build_attack("cosine_majority", {}), gradients, np.array([0, 1, 0, 1]),
+                          np.random.default_rng(0))
+    assert leak.skip_reason == EVEN_SIGNS

@@ -191,6 +191,12 @@ def test_model_completion_on_a_run_is_deterministic_and_excludes_its_labelled_ro
 
 def test_analyze_runs_model_completion_from_the_threat_model(tmp_path: Path) -> None:
     run = _digits_run(tmp_path)
+    # a named list is what runs; the warning says what the threat model would add and how
+    summary = analyze(run.root, [("direct_label", {})])
+    assert not [e for e in summary["leak"] if e["layer"] == "bottom"]
+    assert ("--attacks names the attacks to run, so the threat model's run-level attack "
+            "model_completion (party 1) will not run; add 'model_completion' to --attacks"
+            in " ".join(summary["warnings"]))
     summary = analyze(run.root, [("direct_label", {}),
                                  ("model_completion", {"steps": 20, "baselines": False})])
     entry = next(e for e in summary["leak"] if e["layer"] == "bottom")

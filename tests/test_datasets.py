@@ -411,6 +411,34 @@ def test_criteo_rejects_malformed_files(tmp_path: Path, lines: list[str], messag
     assert path in str(error.value)
 
 
+def test_leading_blank_lines_are_skipped_by_detection_and_reading(tmp_path: Path) -> None:
+    """A blank first line once made Criteo's separator detection read a tab file as commas (and
+    hid a header); every file loader skips leading blank lines as pyarrow skips blank rows."""
+    header = ",".join(("label", *(f"I{i}" for i in range(1, 14)), *(f"C{i}" for i in range(1, 27))))
+    comma = [row.replace("\t", ",") for row in CRITEO_ROWS]
+    criteo_header = [header.replace(",", "\t"), *CRITEO_ROWS]
+    adult_header = ("age,workclass,fnlwgt,education,education-num,marital-status,occupation,"
+                    "relationship,race,sex,capital-gain,capital-loss,hours-per-week,"
+                    "native-country,income")
+    adult = [adult_header, *(row.replace(", ", ",") for row in ADULT_ROWS)]
+    for name, lines in [("criteo", CRITEO_ROWS), ("criteo", [header, *comma]),
+                        ("criteo", criteo_header), ("avazu", [AVAZU_HEADER, *AVAZU_ROWS]),
+                        ("adult", adult), ("adult", ADULT_ROWS), ("bank", [BANK_HEADER, *BANK_ROWS])]:
+        plain = build_dataset(name, {"path": write(tmp_path / "plain.txt", lines)})
+        blank = build_dataset(name, {"path": write(tmp_path / "blank.txt", ["", "", *lines])})
+        assert blank.schema() == plain.schema(), (name, lines[0])
+        width = plain.schema().num_columns
+        np.testing.assert_array_equal(blank.features((0, width)).numeric,
+                                      plain.features((0, width)).numeric)
+        assert blank.labels().tolist() == plain.labels().tolist()
+    bad = write(tmp_path / "bad.txt", ["", header.replace("I2", "I02"), comma[0]])
+    with pytest.raises(DatasetError, match=r"bad.txt, line 2: a Criteo header must name"):
+        build_dataset("criteo", {"path": bad})
+    short = write(tmp_path / "short.txt", ["", CRITEO_ROWS[0], CRITEO_ROWS[1].rsplit("\t", 1)[0]])
+    with pytest.raises(DatasetError, match=r"line 3: expected 40 fields separated by '\\t'"):
+        build_dataset("criteo", {"path": short}).features((0, 39))
+
+
 def test_file_loaders_name_a_missing_file(tmp_path: Path) -> None:
     for name in ("criteo", "avazu", "spambase", "adult", "bank"):
         missing = str(tmp_path / "absent.csv")

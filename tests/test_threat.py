@@ -160,3 +160,19 @@ def test_passive_party_uses_the_malicious_optimizer_only_when_told(tmp_path: Pat
     assert type(bottom_optimizer(cfg, 2, params)) is torch.optim.Adam  # party 2 stays honest
     with pytest.raises(ValueError, match="clamp"):
         MaliciousSGD(params, clamp=(0.0, 1.0))
+
+
+def test_a_named_attack_list_names_the_run_level_attacks_it_leaves_out(tmp_path: Path) -> None:
+    from splitleak.validation import validate
+
+    threat = {"collusion": [[1, 2]],
+              "parties": {"1": {"labelled_per_class": 4},
+                          "2": {"missing_features": {"missing_rate": 0.5}}}}
+    data = small_config(tmp_path, threat=threat, attacker={"attacks": ["norm"]})
+    warnings = validate(parse_config(data)).warnings
+    assert ("attacker.attacks names the attacks to run, so the threat model's run-level attacks "
+            "model_completion (parties 1, 1+2), missing_features (party 2) will not run; add "
+            "'model_completion', 'missing_features' to attacker.attacks to run them, or leave "
+            "attacker.attacks out to run every attack of the threat model") in warnings
+    every = small_config(tmp_path, threat=threat)  # no list: every attack runs, nothing to say
+    assert not [w for w in validate(parse_config(every)).warnings if "will not run" in w]

@@ -28,7 +28,7 @@ from attacker.analysis.inputs import (
     threat_of,
 )
 from attacker.analysis.leak import BatchLeak, attack_rng, evaluate_batch, premise_failed
-from attacker.analysis.run_level import INTEGRITY_ATTACKS, run_level_entries
+from attacker.analysis.run_level import run_level_entries
 from attacker.analysis.summary import (
     above_bound,
     headline,
@@ -46,6 +46,7 @@ from attacker.attacks import (
     RunAttack,
     build_attack,
 )
+from attacker.attacks._batch import SCALAR_ROWS
 from attacker.attacks.base import RunFacts, label_without_defaults
 from attacker.sidecar.store import GradientLog, LoggedBatch, repair_log
 from splitleak.anchors import BatchAnchors, read_clean_anchors
@@ -155,6 +156,10 @@ class Analysis:
         self.configured = configured_attacks(config)
         self.specs = attacks if attacks is not None else self.configured
         self.warnings: list[str] = config_warnings(config)  # what validate warned of, too
+        if self.specs is not None:  # a named list is what runs: say what the threat model adds
+            left_out = self.threat.left_out([name for name, _ in self.specs],
+                                            "attacker.attacks" if attacks is None else "--attacks")
+            self.warnings += [left_out] if left_out else []
         self.anchors: dict[tuple[int, int], BatchAnchors] = {}
         self.anchor_fallbacks: dict[tuple[str, str], int] = defaultdict(int)  # (attack, layer)
         self.top_model, self.perturbed = set_up(config)
@@ -175,11 +180,8 @@ class Analysis:
         return [self.attacker((k,)) for k in sorted(available)] + [self.attacker(g) for g in groups]
 
     def run_units(self) -> list[Attacker]:
-        """Run-level attackers: every adversarial party, every victim of the label party (the
-        reconstruction attacks), and every colluding group."""
-        parties = sorted({int(k) for k in self.threat.parties} | set(self.threat.receiver.victims))
-        return [self.attacker((k,)) for k in parties] + \
-            [self.attacker(tuple(sorted(g))) for g in self.threat.collusion]
+        """Run-level attackers (ThreatConfig.run_units)."""
+        return [self.attacker(parties) for parties in self.threat.run_units]
 
     def batch_attacks(self, unit: Attacker) -> list[Attack]:
         entry = self.threat.party(unit.parties[0])
@@ -196,20 +198,7 @@ class Analysis:
                                                       if n == "model_completion" and labelled
                                                       else p) for n, p in self.specs]
             return [a for a in built if isinstance(a, RunAttack)]
-        named: list[tuple[str, dict]] = []
-        if labelled:
-            named.append(("model_completion", {"labelled_per_class": labelled[0]}))
-        if len(unit.parties) == 1 and unit.parties[0] in self.threat.white_box_parties:
-            named.append(("exact", {}))
-        entry = self.threat.party(unit.parties[0])
-        if len(unit.parties) == 1 and entry is not None:
-            named += [(INTEGRITY_ATTACKS[variant], {}) for variant in entry.integrity]
-        receiver = self.threat.receiver
-        if len(unit.parties) == 1 and unit.parties[0] in receiver.victims:
-            shared = {"auxiliary_fraction": receiver.auxiliary_fraction, "max_rows": receiver.max_rows}
-            named += [(name, shared if name in ("inversion", "back_mapping") else
-                       {"max_rows": receiver.max_rows}) for name in receiver.attacks]
-        built = [build_attack(n, p) for n, p in named]
+        built = [build_attack(n, p) for n, p in self.threat.run_attacks(unit.parties)]
         return [a for a in built if isinstance(a, RunAttack)]
 
 
@@ -234,6 +223,7 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
         raise FileNotFoundError(f"no gradient log at {run.gradients} and no run-level "
                                 "attack in the threat model: nothing to analyse")
     per_batch = per_batch or []
+    analysis.warnings += _scalar_rows(per_batch)
     leak = pa.Table.from_pylist(per_batch, schema=LEAK_SCHEMA)
     write_atomically(run.leak, lambda tmp: pq.write_table(leak, tmp))
     rows = sample.table()
@@ -261,6 +251,20 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
                "above_bound": above_bound(per_batch, bounds, analysis.sees_scored_label)}
     overrides = analysed_with(attacks, analysis.configured, hints, seed, draws)
     return {**summary, "analysed_with": overrides} if overrides else summary
+
+
+def _scalar_rows(per_batch: list[dict[str, Any]]) -> list[str]:
+    """One warning per (attacker, layer) whose direction attacks skipped batches of 1-d rows,
+    so that their n/a figures come with the reason (the report's epoch tables say only n/a)."""
+    skipped: dict[tuple[str, str], dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
+    for row in per_batch:
+        if str(row["skip_reason"]).startswith(SCALAR_ROWS):
+            skipped[(row["parties"], row["layer"])][row["attack"]].add(row["step"])
+    return [f"part{'ies' if '+' in who else 'y'} {who}, {layer} layer: " + ", ".join(
+                f"{attack} skipped {len(steps)} batch(es)" for attack, steps in attacks.items())
+            + f": {SCALAR_ROWS}, and in those batches every row had the same sign (or, for "
+            "cosine_majority, the two signs split the batch evenly), so cosines tell no rows apart"
+            for (who, layer), attacks in skipped.items()]
 
 
 def _marked(entry: dict[str, Any], sees_scored_label: set[str]) -> dict[str, Any]:

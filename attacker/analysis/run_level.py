@@ -86,6 +86,3 @@ def run_level_entries(analysis: Analysis) -> list[dict[str, Any]]:
 
 
 FIGURES_KEY = {"exact": "exact"}  # where a run attack's figures go in its summary entry
-# The attack scoring each integrity variant (splitleak.integrity.VARIANTS).
-INTEGRITY_ATTACKS = {"backdoor": "replacement_backdoor", "noisy": "noisy_samples",
-                     "missing": "missing_features"}

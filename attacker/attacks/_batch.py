@@ -70,6 +70,21 @@ def unit_rows(rows: np.ndarray) -> np.ndarray:
     return rows / np.where(norms > 0, norms, 1.0)[:, None]
 
 
+SCALAR_ROWS = ("one gradient column per row (a scalar cut output, e.g. GAFM's f(X) with model.top "
+               "= \"none\"), so a row's direction is its sign alone")
+ONE_SIGN = f"{SCALAR_ROWS}, and every row of this batch has the same sign: no direction tells rows apart"
+EVEN_SIGNS = (f"{SCALAR_ROWS}, and the two signs split this batch evenly: neither side is the "
+              "minority")
+
+
+def one_sign(rows: np.ndarray) -> str | None:
+    """ONE_SIGN when cosines between these rows carry nothing because the rows are 1-d and share
+    one sign (every unit row the same); None otherwise."""
+    if rows.shape[0] == 0 or rows.shape[1] != 1 or np.unique(np.sign(rows)).size > 1:
+        return None
+    return ONE_SIGN
+
+
 def distances(rows: np.ndarray, points: np.ndarray) -> np.ndarray:
     """[B, k] Euclidean distances from every row to each of k points, via one matrix product."""
     squared = squared_norms(rows)[:, None] - 2.0 * (rows @ points.T) + squared_norms(points)[None]

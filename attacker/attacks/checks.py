@@ -59,6 +59,14 @@ def capped_hints(cfg: ExperimentConfig) -> list[str]:
     return warnings
 
 
+def left_out_attacks(cfg: ExperimentConfig) -> list[str]:
+    """Run-level attacks of the threat model that a named attacker.attacks leaves out."""
+    if not cfg.attacker.enabled or not cfg.attacker.attacks:
+        return []
+    warning = cfg.threat.left_out([spec.name for spec in cfg.attacker.attacks], "attacker.attacks")
+    return [warning] if warning else []
+
+
 PLUGINS = PluginGroup("attacks", lambda cfg, schema: check_attacks(cfg),
                       lambda cfg, schema: needed_artifacts(cfg, schema.num_classes),
-                      lambda cfg, schema: capped_hints(cfg))
+                      lambda cfg, schema: capped_hints(cfg) + left_out_attacks(cfg))

@@ -25,7 +25,14 @@ import numpy as np
 from pydantic import Field
 from threadpoolctl import ThreadpoolController
 
-from attacker.attacks._batch import as_rows, distances, no_rows_excluded, not_applicable, unit_rows
+from attacker.attacks._batch import (
+    as_rows,
+    distances,
+    no_rows_excluded,
+    not_applicable,
+    one_sign,
+    unit_rows,
+)
 from attacker.attacks.base import (
     ATTACKS,
     Attack,
@@ -89,6 +96,9 @@ class ClusteringAttack(Attack):
     def __call__(self, gradients: np.ndarray, side: SideKnowledge) -> AttackResult:
         rows = as_rows(gradients)
         if self.params.normalize:
+            reason = one_sign(rows)
+            if reason is not None:
+                return not_applicable(rows.shape[0], reason)
             rows = unit_rows(rows)
         n_rows, k = rows.shape[0], side.num_classes
         distinct = np.unique(rows, axis=0).shape[0]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from attacker.attacks._batch import as_rows, unit_rows, unscored
+from attacker.attacks._batch import as_rows, not_applicable, one_sign, unit_rows, unscored
 from attacker.attacks.base import ATTACKS, Attack, AttackResult, RunFacts, SideKnowledge
 from attacker.attacks.thresholds import POSITIVE_SCORE
 
@@ -37,6 +37,9 @@ class CosineOracleAttack(Attack):
 
     def __call__(self, gradients: np.ndarray, side: SideKnowledge) -> AttackResult:
         rows = as_rows(gradients)
+        reason = one_sign(rows)
+        if reason is not None:
+            return not_applicable(rows.shape[0], reason)
         picked = side.clean_positive()
         if picked is None:
             return unscored(rows.shape[0])

@@ -20,7 +20,13 @@ from splitleak.datasets.base import (
     FeatureSlice,
     Schema,
 )
-from splitleak.datasets.delimited import DelimitedFile, TextFormat, read_header, require_file
+from splitleak.datasets.delimited import (
+    DelimitedFile,
+    TextFormat,
+    header_line,
+    read_header,
+    require_file,
+)
 from splitleak.datasets.encoding import hash_buckets
 from splitleak.datasets.tabular import check_columns, field_ranges, make_slice, stack_columns
 
@@ -70,7 +76,8 @@ class Avazu(Dataset):
         absent = [name for name in ("click", "hour") if name not in header]
         if absent or len(set(header)) != len(header):
             raise DatasetError(
-                f"{file}, line 1: expected a header naming click, hour (and id, if present) "
+                f"{file}, line {header_line(file)}: expected a header naming click, hour (and "
+                f"id, if present) "
                 f"and the other columns once each ({KIND}), got {','.join(header)[:200]!r}"
             )
         return DelimitedFile(file, TextFormat(kind=KIND, names=header, header=True))

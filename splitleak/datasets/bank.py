@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from splitleak.datasets.base import DATASETS, DatasetError
-from splitleak.datasets.delimited import DelimitedFile, TextFormat, read_header, require_file
+from splitleak.datasets.delimited import (
+    DelimitedFile,
+    TextFormat,
+    header_line,
+    read_header,
+    require_file,
+)
 from splitleak.datasets.text_table import TextTable
 
 COLUMNS = (
@@ -30,7 +36,7 @@ class Bank(TextTable):
         header = read_header(file, KIND, ";")
         if header != COLUMNS:
             raise DatasetError(
-                f"{file}, line 1: expected the header {';'.join(COLUMNS)} ({KIND}), "
+                f"{file}, line {header_line(file)}: expected the header {';'.join(COLUMNS)} ({KIND}), "
                 f"got {';'.join(header)[:200]!r}"
             )
         return DelimitedFile(file, self.FORMAT)

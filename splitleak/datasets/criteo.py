@@ -23,6 +23,7 @@ from splitleak.datasets.delimited import (
     DelimitedFile,
     TextFormat,
     first_line,
+    header_line,
     read_header,
     require_file,
     starts_with_header,
@@ -71,7 +72,7 @@ class Criteo(Dataset):
         if starts_with_header(file, delimiter, "label"):
             header = read_header(file, FORMAT.kind, delimiter)
             if header != FORMAT.names:
-                raise DatasetError(f"{file}, line 1: a Criteo header must name "
+                raise DatasetError(f"{file}, line {header_line(file)}: a Criteo header must name "
                                    f"{','.join(FORMAT.names[:3])},...,C26 in order, got "
                                    f"{','.join(header)[:200]!r}")
             fmt = replace(fmt, header=True)

@@ -63,22 +63,38 @@ def open_text(file: Path) -> TextIO:
     return opener(file, "rt", encoding="utf-8-sig", errors="surrogateescape", newline="")
 
 
-def first_line(file: Path) -> str:
+def first_text_line(file: Path) -> tuple[int, str]:
+    """(line number, text) of the file's first line that is not blank: leading blank lines are
+    skipped here as the reader skips every blank line; (1, "") for a file of blank lines."""
     with open_text(file) as lines:
-        return lines.readline().rstrip("\r\n")
+        for number, line in enumerate(lines, 1):
+            text = line.rstrip("\r\n")
+            if text:
+                return number, text
+    return 1, ""
+
+
+def first_line(file: Path) -> str:
+    """The first line that is not blank (first_text_line)."""
+    return first_text_line(file)[1]
+
+
+def header_line(file: Path) -> int:
+    """The number of the line a header is read from (the first that is not blank)."""
+    return first_text_line(file)[0]
 
 
 def read_header(file: Path, kind: str, delimiter: str) -> tuple[str, ...]:
-    """Column names on the first line (surrounding quotes and spaces removed)."""
-    first = first_line(file)
+    """Column names on the first line that is not blank (surrounding quotes and spaces removed)."""
+    _, first = first_text_line(file)
     if not first:
-        raise DatasetError(f"{file}, line 1: expected the {kind} header, got an empty line")
+        raise DatasetError(f"{file}: expected the {kind} header, got no line that is not blank")
     return tuple(name.strip().strip('"') for name in first.split(delimiter))
 
 
 def starts_with_header(file: Path, delimiter: str, first_name: str) -> bool:
-    """Whether the first line names the columns (public copies of some sets add a header row
-    the original lacks), told by its first field being `first_name`."""
+    """Whether the first line that is not blank names the columns (public copies of some sets
+    add a header row the original lacks), told by its first field being `first_name`."""
     return first_line(file).split(delimiter)[0].strip().strip('"') == first_name
 
 
@@ -201,10 +217,12 @@ class DelimitedFile:
 
     @cached_property
     def _skipped_lines(self) -> int:
-        """Lines before the first row: a header, or a preamble line (never both: each is the
-        file's first line)."""
-        preamble = self.fmt.preamble is not None and first_line(self.file).startswith(self.fmt.preamble)
-        return int(self.fmt.header or preamble)
+        """Lines before the first row: leading blank lines and a header, or a preamble line
+        (never both: each is the file's first line that is not blank). pyarrow counts blank
+        lines among the rows it skips."""
+        number, first = first_text_line(self.file)
+        preamble = self.fmt.preamble is not None and first.startswith(self.fmt.preamble)
+        return number if self.fmt.header or preamble else 0
 
     def _rows(self, max_rows: int | None = None) -> Iterator[tuple[int, list[str]]]:
         """(line number, fields) of each data row as pyarrow sees it (blank lines skipped, a row

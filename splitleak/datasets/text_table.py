@@ -19,6 +19,7 @@ from splitleak.datasets.base import (
 from splitleak.datasets.delimited import (
     DelimitedFile,
     TextFormat,
+    header_line,
     read_header,
     require_file,
     starts_with_header,
@@ -57,7 +58,8 @@ class TextTable(Dataset):
             header = read_header(file, fmt.kind, fmt.delimiter)
             if tuple(self._spelled(name) for name in header) != fmt.names:
                 raise DatasetError(
-                    f"{file}, line 1: a header must name {','.join(fmt.names)} in this order "
+                    f"{file}, line {header_line(file)}: a header must name "
+                    f"{','.join(fmt.names)} in this order "
                     f"({fmt.kind}), got {fmt.delimiter.join(header)[:200]!r}"
                 )
             fmt = replace(fmt, header=True)
