@@ -290,7 +290,9 @@ class AttackerConfig(Settings):
     record_activation: bool = False  # also the activation the party sent
     queue_size: int = Field(64, gt=0, le=MAX_QUEUE)  # records in flight before the tap applies backpressure
     on_sidecar_failure: Literal["fail", "continue"] = "fail"  # continue: record the gap
-    attacks: list[PluginSpec] = []  # empty: every default attack for the run's task
+    # empty: every default attack for the run's task and the threat model's run-level attacks;
+    # a named list is exactly what runs (validate warns of the run-level ones it leaves out)
+    attacks: list[PluginSpec] = []
 
     @model_validator(mode="before")
     @classmethod

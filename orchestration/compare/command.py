@@ -58,6 +58,8 @@ def compare_and_print(paths: list[Path], out: Path, console: Console, layer: str
     comparison = compare(runs, layer, party, leak_stat, warnings, target, dcs_ap, max_utility_cost)
     report = write_report(comparison, out, paths)
     console.print(summary_table(comparison, console.width))
+    if (others := measured_elsewhere(comparison)) is not None:
+        console.print(others)
     if comparison.verdicts():
         console.print(verdict_lines(comparison))
     for warning in warnings[seen:]:  # the report has them too
@@ -199,3 +201,26 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
     comparison = compare_and_print(args.paths, out, console, args.layer, args.party, args.leak_stat,
                                    args.target_utility, args.dcs_ap, args.max_utility_cost)
     return 0 if comparison is not None else EXIT_FAILED
+
+
+def measured_elsewhere(comparison: Comparison) -> Table | None:
+    """The settings the trade-off table leaves out because none of their attacks is measured
+    at its layer (e.g. a scenario of integrity attacks only, scored at the output), with their
+    utility, C-DCS and attacks from the capability rows; None when every setting is in it."""
+    compared = {r["setting_key"] for r in comparison.rows}
+    table = Table(title=f"settings with no leak at the {comparison.layer} layer (mean over seeds)",
+                  box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True,
+                  caption="their attacks are measured at another layer; each attack's DCS and "
+                          "T-DCS: report.md, Defense capability")
+    for header in ("setting", "utility", "C-DCS", "attacks (layer)"):
+        table.add_column(header, justify="right" if header in ("utility", "C-DCS") else "left")
+    for setting in comparison.settings:
+        own = [r for r in comparison.capability
+               if r["setting_key"] == setting.key and not r["diagnostic"]]
+        if setting.key in compared or not own:
+            continue
+        utility, c_dcs = own[0]["utility_mean"], own[0]["c_dcs_mean"]
+        table.add_row(escape(setting.label), "-" if utility is None else f"{utility:.4f}",
+                      "-" if c_dcs is None else f"{c_dcs:.3f}",
+                      escape(", ".join(f"{r['attack']} ({r['layer']})" for r in own)))
+    return table if table.row_count else None

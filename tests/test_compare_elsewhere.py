@@ -1,5 +1,6 @@
-"""`splitleak sweep`'s terminal summary: every setting appears, those with no leak at the
-compared layer (the VFLAIR example's backdoor and missing-features scenarios) in their own table."""
+"""The terminal summary of `splitleak compare` and `splitleak sweep`: every setting appears,
+those with no leak at the compared layer (the VFLAIR example's backdoor and missing-features
+scenarios) in their own table."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from types import SimpleNamespace
 
 from rich.console import Console
 
+from orchestration.compare.command import measured_elsewhere
 from orchestration.compare.table import Comparison
-from orchestration.study import measured_elsewhere
 
 
 def _row(key: str, attack: str, layer: str, utility: float, c_dcs: float) -> dict[str, object]:
