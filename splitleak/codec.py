@@ -107,9 +107,11 @@ def _shape_matches(expected: tuple[int | None, ...], dims: list[int]) -> bool:
 
 
 def _validated(msg: tensor_pb2.Tensor, field: str, dtype: DType | Collection[DType] | None,
-               shape: tuple[int | None, ...] | None) -> tuple[_Spec, list[int], bytes | np.ndarray]:
+               shape: tuple[int | None, ...] | None, max_elements: int | None = None,
+               ) -> tuple[_Spec, list[int], bytes | np.ndarray]:
     """The checks every decode makes: dtype known and allowed, shape, byte length; returns the
-    dense payload (the message's bytes, or a sparse message expanded to a flat wire array)."""
+    dense payload (the message's bytes, or a sparse message expanded to a flat wire array, of
+    at most `max_elements`, or SPARSE_MAX_ELEMENTS where no shape is expected)."""
     spec = _SPECS.get(msg.dtype)
     if spec is None:
         got = tensor_pb2.DType.Name(msg.dtype) if msg.dtype == 0 else f"unknown value {msg.dtype}"
@@ -125,7 +127,9 @@ def _validated(msg: tensor_pb2.Tensor, field: str, dtype: DType | Collection[DTy
     if shape is not None and not _shape_matches(shape, dims):
         raise CodecError(f"{field}: expected shape {_format_shape(shape)}, got {dims}")
     if msg.sparse:
-        return spec, dims, _expanded(msg, field, spec, dims, bounded=shape is None)
+        limit = max_elements if max_elements is not None else (
+            SPARSE_MAX_ELEMENTS if shape is None else None)
+        return spec, dims, _expanded(msg, field, spec, dims, limit)
     if msg.indices:
         raise CodecError(f"{field}: a dense tensor carries indices; set sparse or drop them")
     data = msg.data  # one access: the runtime may copy the bytes out on every access
@@ -138,14 +142,15 @@ def _validated(msg: tensor_pb2.Tensor, field: str, dtype: DType | Collection[DTy
 
 
 def _expanded(msg: tensor_pb2.Tensor, field: str, spec: _Spec, dims: list[int],
-              bounded: bool) -> np.ndarray:
-    """A sparse message as the flat dense wire array, after checking every index."""
+              limit: int | None) -> np.ndarray:
+    """A sparse message as the flat dense wire array (at most `limit` elements, and 2³¹ − 1
+    in any case), after checking every index; nothing is allocated before the checks."""
     if msg.dtype not in _FLOATS:
         raise CodecError(f"{field}: a sparse tensor must be floating, got {spec.name}")
     size = math.prod(dims)
-    if size >= 2**31 or (bounded and size > SPARSE_MAX_ELEMENTS):
-        limit = 2**31 - 1 if size >= 2**31 else SPARSE_MAX_ELEMENTS
-        raise CodecError(f"{field}: sparse shape {dims} has {size} elements; at most {limit}")
+    if size >= 2**31 or (limit is not None and size > limit):
+        most = 2**31 - 1 if size >= 2**31 else limit
+        raise CodecError(f"{field}: sparse shape {dims} has {size} elements; at most {most}")
     indices, data = msg.indices, msg.data
     if len(indices) % _INDEX.itemsize:
         raise CodecError(f"{field}: indices have {len(indices)} bytes, not a multiple of 4 (int32)")
@@ -176,14 +181,16 @@ def decode_tensor(
     dtype: DType | Collection[DType] | None = None,
     shape: tuple[int | None, ...] | None = None,
     finite: bool = False,
+    max_elements: int | None = None,
 ) -> torch.Tensor:
     """Decode and validate a Tensor message into a fresh writable CPU tensor.
 
     dtype: the expected wire dtype or a collection of allowed ones; shape: the expected
-    shape, None entries matching any size; finite: reject NaN and Inf in floating tensors.
+    shape, None entries matching any size; finite: reject NaN and Inf in floating tensors;
+    max_elements: the most a sparse message may expand to (checked before any allocation).
     Raises CodecError naming `field` for anything malformed or unexpected.
     """
-    spec, dims, data = _validated(msg, field, dtype, shape)
+    spec, dims, data = _validated(msg, field, dtype, shape, max_elements)
     # The single copy out of the immutable bytes; it also fixes byte order on big-endian hosts.
     # A sparse message was expanded into a fresh array already: no second copy.
     expanded = isinstance(data, np.ndarray)

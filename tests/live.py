@@ -40,7 +40,7 @@ async def sidecar(root: Path, observe: frozenset[int] = frozenset({1}), run_id: 
     received = (GradientStore(RunDir(root).attacker / "received", run_id, resume=resume)
                 if receive else None)
     servicer = AttackerServicer(store, set(observe), run_id, received=received, receive=set(receive),
-                                shapes=shapes, config_hash=config_hash)
+                                shapes=shapes, config_hash=config_hash, max_message_mb=limit_mb)
     server = create_server(TopologyConfig(tls=False, max_message_mb=limit_mb))
     add_sidecar(server, servicer, limit_mb)
     port = bind(server, "127.0.0.1:0")

@@ -216,6 +216,51 @@ def test_the_config_not_the_first_record_fixes_the_shapes(tmp_path: Path) -> Non
     assert summary.records == 1
 
 
+def test_a_sparse_record_never_expands_past_a_message_or_the_configs_shape(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """At c2d3f12 a 36-byte sparse record of shape [1, 2**26] (no values) made a sidecar
+    without --config write 256 MiB to disk per record, and one with --config expand it (256 MiB)
+    before refusing its shape."""
+    import splitleak.codec as codec
+    from attacker.sidecar.server import record_shapes
+    from attacker.sidecar.servicer import PASSIVE
+    from splitleak.v1 import tensor_pb2
+    from tests.live import gradient_record, record_stream, sidecar
+
+    def bomb(columns: int) -> apb.GradientRecord:
+        record = gradient_record(1, 0, rows=1)
+        record.cut_gradient.CopyFrom(tensor_pb2.Tensor(dtype=tensor_pb2.FLOAT32, shape=[1, columns],
+                                                       sparse=True))
+        return record
+
+    expanded: list[list[int]] = []
+    original = codec._expanded
+    monkeypatch.setattr(codec, "_expanded", lambda msg, field, spec, dims, limit: (
+        expanded.append(dims), original(msg, field, spec, dims, limit))[1])
+    cfg = parse_config(small_config(tmp_path))
+    shapes = record_shapes(cfg)
+    (width,) = shapes[(PASSIVE, 1)]["cut_gradient"]
+
+    async def go() -> list[grpc.aio.AioRpcError]:
+        errors = []
+        for kwargs in ({"limit_mb": 1}, {"shapes": shapes}):
+            async with sidecar(tmp_path / f"run{len(errors)}", **kwargs) as (address, _):
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await record_stream(address, [bomb(1 << 26)])
+                errors.append(err.value)
+        return errors
+
+    unbounded, configured = asyncio.run(go())
+    assert unbounded.code() == grpc.StatusCode.INVALID_ARGUMENT, unbounded.details()
+    assert f"has {1 << 26} elements; at most {(1 << 20) // 4}" in unbounded.details()
+    assert configured.code() == grpc.StatusCode.INVALID_ARGUMENT, configured.details()
+    assert f"rows of shape [{1 << 26}], but the shared config gives passive party 1's bottom " \
+           f"model [{width}]" in configured.details()
+    assert expanded == [[1, 1 << 26]]  # the first sidecar checked it, and refused, no array made
+    assert not list((tmp_path / "run0").rglob("shard-*")) or all(
+        f.stat().st_size < 1 << 20 for f in (tmp_path / "run0").rglob("shard-*"))
+
+
 def test_refusals_are_logged_at_a_bounded_rate(tmp_path: Path,
                                                caplog: pytest.LogCaptureFixture) -> None:
     """At 920e7e0 each refused stream wrote a line (24,000 refusals: 4.9 MB of log)."""

@@ -58,7 +58,7 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
                 if receive else None)
     servicer = AttackerServicer(store, observe, run_id or None, tls=tls_dir is not None,
                                 received=received, receive=receive, shapes=shapes,
-                                config_hash=config_hash)
+                                config_hash=config_hash, max_message_mb=topology.max_message_mb)
     server = create_server(topology)
     add_sidecar(server, servicer, topology.max_message_mb)
     health_servicer = health.aio.HealthServicer()

@@ -72,13 +72,16 @@ def add_sidecar(server: grpc.aio.Server, servicer: AttackerServicer, limit_mb: i
     add_service(server, pb_grpc.add_AttackerSidecarServicer_to_server, servicer, limit_mb)
 
 
-def _received(tensor: tensor_pb2.Tensor, field: str) -> np.ndarray:
+def _received(tensor: tensor_pb2.Tensor, field: str, max_bytes: int) -> np.ndarray:
     """A recorded tensor as float32: dense float32 is viewed without a copy; a float16 /
     bfloat16 wire (`[wire] dtype`) is widened and a sparse one (`[wire] sparse`) expanded,
-    both exactly, so the log holds what the party received."""
+    both exactly, so the log holds what the party received. A sparse message expands to no
+    more float32 bytes than a dense message may carry (`max_bytes`), checked before anything
+    is allocated: a few bytes on the wire never claim more memory or disk than a message."""
     if tensor.dtype == tensor_pb2.FLOAT32 and not tensor.sparse:
         return decode_view(tensor, field=field, dtype=tensor_pb2.FLOAT32)
-    return decode_tensor(tensor, field=field, dtype=_RECORDED).float().numpy()
+    return decode_tensor(tensor, field=field, dtype=_RECORDED,
+                         max_elements=max_bytes // 4).float().numpy()
 
 
 class AttackerServicer(pb_grpc.AttackerSidecarServicer):
@@ -86,7 +89,7 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
                  tls: bool = False, received: GradientStore | None = None,
                  receive: set[int] | None = None,
                  shapes: dict[Key, dict[str, tuple[int, ...]]] | None = None,
-                 config_hash: str | None = None) -> None:
+                 config_hash: str | None = None, max_message_mb: int = 64) -> None:
         self.stores = {PASSIVE: store, **({LABEL: received} if received is not None else {})}
         self.tls = tls
         self.observe = observe
@@ -95,6 +98,7 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
         self.run_id = run_id
         self.shapes = shapes  # per stream, each tensor's row shape from the config (if known)
         self.config_hash = config_hash  # the experiment's (if known): every stream must name it
+        self.max_bytes = max_message_mb * 1024 * 1024  # what one dense message may carry
         self.finished: set[Key] = set()
         self.all_finished = asyncio.Event()
         self.streaming: set[Key] = set()
@@ -243,7 +247,6 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
                               f"{who((record.observer, record.party_id))}")
         where = f"party {party} step {record.step}" + ("" if observer == PASSIVE else " (received)")
         try:
-            ids = decode_ids(record.sample_ids, field=f"{where} sample_ids")
             if observer == PASSIVE:
                 names = ["cut_gradient"] + [n for n in _OPTIONAL if record.HasField(n)]
             else:  # what the label party received: the activation and nothing else
@@ -252,20 +255,27 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
                 if extra:
                     raise RecordError(f"{where}: the label party's record carries {extra[0]}; it "
                                       "records only the activation it received")
-            arrays = {n: _received(getattr(record, n), f"{where} {n}") for n in names}
+            ids = decode_ids(record.sample_ids, field=f"{where} sample_ids")
+            for name in names:  # the declared shapes, before any tensor is decoded
+                self._check_shape(list(getattr(record, name).shape), ids.size, key, where, name)
+            arrays = {n: _received(getattr(record, n), f"{where} {n}", self.max_bytes)
+                      for n in names}
         except CodecError as err:
             raise RecordError(str(err)) from None
-        if ids.size == 0:
-            raise RecordError(f"{where}: empty record")
-        for name, array in arrays.items():
-            if array.ndim < 2 or array.shape[0] != ids.size:
-                raise RecordError(f"{where} {name}: shape {list(array.shape)} does not match "
-                                  f"{ids.size} sample ids")
-            if math.prod(array.shape[1:]) == 0:
-                raise RecordError(f"{where} {name}: shape {list(array.shape)} has no values per "
-                                  "row (a gradient of width 0)")
-            expected = (self.shapes or {}).get(key, {}).get(name)
-            if expected is not None and tuple(array.shape[1:]) != expected:
-                raise RecordError(f"{where} {name}: rows of shape {list(array.shape[1:])}, but the "
-                                  f"shared config gives {who(key)}'s bottom model {list(expected)}")
         return self.stores[observer].append(party, record.epoch, record.step, ids, arrays)
+
+    def _check_shape(self, dims: list[int], rows: int, key: Key, where: str, name: str) -> None:
+        """A recorded tensor's declared shape: one row per sample id, some values per row, and
+        the row shape the config gives (when the sidecar has it)."""
+        if rows == 0:
+            raise RecordError(f"{where}: empty record")
+        field = f"{where} {name}"
+        if len(dims) < 2 or dims[0] != rows:
+            raise RecordError(f"{field}: shape {dims} does not match {rows} sample ids")
+        if math.prod(dims[1:]) == 0:
+            raise RecordError(f"{field}: shape {dims} has no values per row (a gradient of "
+                              "width 0)")
+        expected = (self.shapes or {}).get(key, {}).get(name)
+        if expected is not None and tuple(dims[1:]) != expected:
+            raise RecordError(f"{field}: rows of shape {dims[1:]}, but the shared config gives "
+                              f"{who(key)}'s bottom model {list(expected)}")
