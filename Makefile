@@ -26,8 +26,10 @@ test: $(STAMP)
 test-slow: $(STAMP)
 	$(BIN)/python -m pytest -m "slow and not containers" --durations=20
 
+# mypy checks the packages [tool.mypy] names: ~40 s cold (a clean clone, CI), ~1 s with its cache.
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy
 
 bench: $(STAMP)
 	$(BIN)/splitleak bench

@@ -37,7 +37,7 @@ class Checkpoints(Protocol):
         """Take a checkpoint before `batch`? (periodic, or the run is being interrupted)"""
 
     async def take(self, position: Position, gradients: dict[int, torch.Tensor] | None,
-                   gradient_batch: Batch | None) -> None:
+                   gradient_batch: Batch | None) -> object:
         """Deliver the pending gradients, have every party checkpoint, write the manifest."""
 
 

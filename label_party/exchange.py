@@ -20,6 +20,8 @@ from splitleak.timing import StepTimer, mark_startup, timed
 from splitleak.v1 import split_learning_pb2 as pb
 from splitleak.v1 import tensor_pb2
 
+_WIRE_PHASE = {Phase.TRAIN: pb.TRAIN, Phase.EVAL: pb.EVAL}
+
 log = logging.getLogger("label_party")
 TICK = 0.5  # s: how often the barrier checks its own clock
 # A tick that ends this much later than asked means this process itself was not running
@@ -50,15 +52,15 @@ class NetworkExchange:
 
     def _send(self, gradients: dict[int, torch.Tensor] | None, gradient_batch: Batch | None,
               next_batch: Batch | None, checkpoint: Position | None = None) -> None:
-        train = next_batch is not None and next_batch.phase is Phase.TRAIN
-        with self.timer.span("encode", train and timed(train, next_batch.step)):
+        on = next_batch is not None and timed(next_batch.phase is Phase.TRAIN, next_batch.step)
+        with self.timer.span("encode", on):
             self._queue(gradients, gradient_batch, next_batch, checkpoint)
 
     def _queue(self, gradients: dict[int, torch.Tensor] | None, gradient_batch: Batch | None,
                next_batch: Batch | None, checkpoint: Position | None) -> None:
         nxt = None
         if next_batch is not None:
-            nxt = pb.Batch(phase=int(next_batch.phase), epoch=next_batch.epoch,
+            nxt = pb.Batch(phase=_WIRE_PHASE[next_batch.phase], epoch=next_batch.epoch,
                            step=next_batch.step, sample_ids=encode_ids(next_batch.sample_ids),
                            variant=next_batch.variant)
         streams = self.session.streams

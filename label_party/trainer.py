@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -126,7 +127,7 @@ class LabelPartyTrainer:
         self._update_pending = True
         if not math.isfinite(result.loss) or not all(all_finite(g) for g in result.gradients):
             raise non_finite_step(batch.step, result.loss, activations)
-        per_class = result.class_gradients or [None] * len(self.party_ids)
+        per_class: Sequence[torch.Tensor | None] = result.class_gradients or [None] * len(self.party_ids)
         record: dict[str, Any] = {
             "type": "train", "epoch": batch.epoch, "step": batch.step, "loss": result.loss,
             "batch_size": len(y),

@@ -10,7 +10,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +133,7 @@ def bench_config(steps: int, sidecar: bool = False, parties: int = 2, setup: str
     return ExperimentConfig.model_validate(data)
 
 
-def steady_steps_per_second(records: list[dict[str, Any]]) -> float:
+def steady_steps_per_second(records: Iterable[dict[str, Any]]) -> float:
     """Train steps per second over steps WARMUP_STEPS..last (the first WARMUP_STEPS dropped), the
     steps timing.json's spans cover: from the wall stamp ending step WARMUP_STEPS - 1 to the last."""
     walls = {r["step"]: r["wall"] for r in records if r["type"] == "train"}
@@ -194,6 +194,7 @@ def _wire_figures(cfg: ExperimentConfig, base: Path) -> dict[str, float]:
     """Bytes per train step: raw tensors, protobuf messages, and on the socket (two runs, of
     max_steps and of half as many, on the same data)."""
     short = cfg.model_dump()
+    assert cfg.training.max_steps is not None  # bench_config sets it
     short["training"]["max_steps"] = max(1, cfg.training.max_steps // 2)
     return per_train_step(_relayed(cfg, base), _relayed(ExperimentConfig.model_validate(short), base))
 

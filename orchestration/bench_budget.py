@@ -54,6 +54,7 @@ def step_budget(run: RunDir, parties: int, steps_per_s: float) -> dict[str, floa
         total = sum(v for name, v in spans.items() if name not in ("wait", "write", "tap"))
         if total > busy:
             busiest, busy = spans, total
+    cpu: dict[str | int, dict[str, float]]  # the roles by name, the passive parties by number
     cpu = {"label": read_cpu(run.label_timing),
            "sidecar": read_cpu(run.attacker_timing),
            **{k: read_cpu(run.passive_timing(k)) for k in range(1, parties + 1)}}

@@ -57,7 +57,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         from attacker.report.terminal import comparison_table
 
         console.print(comparison_table([(label, summary, utility(outcome.run))
-                                        for label, summary, outcome in compared]))
+                                        for label, summary, outcome in compared if summary]))
         console.print("each run's full leak table, threat model and plots: its report/report.md")
     return 0
 

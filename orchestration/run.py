@@ -198,7 +198,7 @@ def _failure(children: list[Child], run: RunDir) -> RunFailed | None:
                                    c is children[0]))
     killed = next((c for c in failed if (c.returncode or 0) < 0), None)
     named = next((c for c in children[1:] if concluded and c.name == outcome.get("culprit")), None)
-    if named is not None and not named.failed_on_its_own and killed is None:
+    if concluded is not None and named is not None and not named.failed_on_its_own and killed is None:
         # e.g. a stalled party, stopped only at the end: the parties the label party then sent
         # away exited first, but it is the one that broke the run
         return RunFailed(concluded)

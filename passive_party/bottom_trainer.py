@@ -153,7 +153,9 @@ class BottomTrainer:
         self.optimizer.step()
         self._activation, self._swap, self._zeroed = None, None, None
         if self._first_output is not None:
-            self.first_layer_gradient = self._first_output.grad.float()  # bf16 too: as recorded
+            gradient = self._first_output.grad
+            assert gradient is not None  # retain_grad() on an output the backward went through
+            self.first_layer_gradient = gradient.float()  # bf16 too: as recorded
             self._first_output = None
 
     def _snapshot(self, received: torch.Tensor) -> None:

@@ -296,6 +296,7 @@ class StepLoop:
                 record.activation.CopyFrom(tapped.activation)
             if tapped.first_layer_gradient is not None:
                 record.first_layer_gradient.CopyFrom(encode_tensor(tapped.first_layer_gradient))
+            assert self.tap is not None  # _apply hands out a _Tapped only to a tapped party
             await self.tap.record(record)
 
     async def _answer(self, batch: pb.Batch) -> pb.PartyMessage:

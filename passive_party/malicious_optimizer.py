@@ -52,7 +52,7 @@ class MaliciousSGD(Optimizer):
             for p in group["params"]:
                 if p.grad is None:
                     continue
-                direction = self._direction(p, group)
+                direction = self._direction(p, p.grad, group)
                 state = self.state[p]
                 previous = state.get("scaled_direction")
                 if previous is not None:
@@ -62,9 +62,10 @@ class MaliciousSGD(Optimizer):
                 p.add_(direction, alpha=-group["lr"])
         return loss
 
-    def _direction(self, p: torch.Tensor, group: dict[str, Any]) -> torch.Tensor:
-        """torch.optim.SGD's update direction for p (weight decay, momentum, Nesterov)."""
-        grad = p.grad
+    def _direction(self, p: torch.Tensor, grad: torch.Tensor,
+                   group: dict[str, Any]) -> torch.Tensor:
+        """torch.optim.SGD's update direction for p, whose gradient is `grad` (weight decay,
+        momentum, Nesterov)."""
         if group["weight_decay"]:
             grad = grad.add(p, alpha=group["weight_decay"])
         momentum = group["momentum"]

@@ -41,7 +41,8 @@ class CleanAnchorWriter:
         self.parties = set(parties)
         self.draws = cfg.threat.draws
         self.seeds = {k: cfg.threat.side_seed(k, cfg.run.seed) for k in parties}
-        self._sink = self._writer = None
+        self._sink: pa.OSFile | None = None  # both open while the stream is
+        self._writer: pa.ipc.RecordBatchStreamWriter | None = None
         self._width: int | None = None
 
     def record(self, party_id: int, epoch: int, step: int, sample_ids: np.ndarray,
@@ -59,7 +60,7 @@ class CleanAnchorWriter:
                    pa.FixedSizeListArray.from_arrays(pa.array(gradients.reshape(-1)),
                                                      gradients.shape[1])]
         batch = pa.RecordBatch.from_arrays(columns, schema=self._schema(gradients.shape[1]))
-        if self._writer is None:
+        if self._writer is None or self._sink is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._sink = pa.OSFile(str(self.path), "wb")
             self._writer = pa.ipc.new_stream(self._sink, batch.schema)
@@ -100,7 +101,7 @@ class CleanAnchorWriter:
         return pa.schema([*SCHEMA_FIELDS, ("gradient", pa.list_(pa.float32(), width))])
 
     def close(self) -> None:
-        if self._writer is not None:
+        if self._writer is not None and self._sink is not None:
             self._writer.close()
             self._sink.close()
             self._writer = self._sink = None

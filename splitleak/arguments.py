@@ -131,6 +131,7 @@ def writable_file(text: str) -> Path:
     """An argparse type: a file this process can write, in a directory that exists."""
     path = Path(text)
     existing = _nearest_existing(path.parent)
+    problem: str | None
     if path.is_dir():
         problem = "is a directory; give a file name"
     elif not existing.is_dir():

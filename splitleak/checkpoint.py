@@ -126,7 +126,7 @@ def resumable(run_root: Path) -> Manifest | None:
     """The newest complete checkpoint whose files are whole (None: there is none, resume at
     step 0); an older one when the newest is torn or its manifest unreadable (the reason two
     are kept). CheckpointError when there are checkpoints but none is whole."""
-    unusable = []
+    unusable: list[str] = []
     for position, directory in reversed(_step_dirs(run_root)):
         if not (directory / MANIFEST).exists():
             continue  # incomplete: a kill came before its manifest was written
@@ -242,7 +242,7 @@ def _outcome_status(run_root: Path) -> str | None:
 
 def rng_state() -> dict[str, Any]:
     """The process-wide torch RNG (plug-ins should use their own generators; this is the net)."""
-    state = {"torch": torch.random.get_rng_state()}
+    state: dict[str, Any] = {"torch": torch.random.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
     return state

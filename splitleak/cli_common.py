@@ -42,6 +42,7 @@ def end_process(main: Callable[[], int | None]) -> NoReturn:
     non-daemon threads are joined (threading._shutdown, e.g. executors finishing their work),
     then the atexit handlers run (e.g. Ray's shutdown).
     """
+    code: int | str | None
     try:
         code = main()
     except SystemExit as stop:

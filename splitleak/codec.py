@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 import torch
@@ -25,7 +25,7 @@ class _Spec(NamedTuple):
     wire: np.dtype  # layout of the bytes; bfloat16 travels as its int16 bit pattern
 
 
-_SPECS: dict[int, _Spec] = {
+_SPECS: dict[tensor_pb2.DType.ValueType, _Spec] = {
     tensor_pb2.FLOAT32: _Spec("float32", torch.float32, np.dtype("<f4")),
     tensor_pb2.FLOAT16: _Spec("float16", torch.float16, np.dtype("<f2")),
     tensor_pb2.BFLOAT16: _Spec("bfloat16", torch.bfloat16, np.dtype("<i2")),
@@ -58,14 +58,14 @@ def as_received(tensor: torch.Tensor, wire_dtype: str) -> torch.Tensor:
     return tensor.to(WIRE_FLOATS[wire_dtype]).float()
 
 
-def _wire_code(dtype: object) -> int:
-    code: int | None = None
+def _wire_code(dtype: object) -> tensor_pb2.DType.ValueType:
+    code: tensor_pb2.DType.ValueType | None = None
     if isinstance(dtype, torch.dtype):
         code = _FROM_TORCH.get(dtype)
     elif isinstance(dtype, np.dtype):
         code = _FROM_NUMPY.get(dtype.str[1:])
     elif isinstance(dtype, int) and dtype in _SPECS:
-        code = dtype
+        code = cast("tensor_pb2.DType.ValueType", dtype)  # a known code: its enum's NewType
     if code is None:
         raise TypeError(f"unsupported tensor dtype {dtype}; supported: {_SUPPORTED}")
     return code
@@ -194,7 +194,7 @@ def decode_tensor(
     # The single copy out of the immutable bytes; it also fixes byte order on big-endian hosts.
     # A sparse message was expanded into a fresh array already: no second copy.
     expanded = isinstance(data, np.ndarray)
-    wire = data if expanded else np.frombuffer(
+    wire = data if isinstance(data, np.ndarray) else np.frombuffer(
         data, dtype=spec.wire if spec.name != "bool" else np.uint8)
     array = wire != 0 if spec.name == "bool" else wire.astype(spec.wire.newbyteorder("="),
                                                                 copy=not expanded)

@@ -142,8 +142,10 @@ def _limits(call: ast.expr | None, module: str) -> str:
         if keyword.arg not in LIMITS:
             continue
         value = keyword.value
-        constant = isinstance(value, ast.Name) and hasattr(sys.modules[module], value.id)
-        text = str(getattr(sys.modules[module], value.id)) if constant else ast.unparse(value)
+        if isinstance(value, ast.Name) and hasattr(sys.modules[module], value.id):
+            text = str(getattr(sys.modules[module], value.id))  # a named constant: its value
+        else:
+            text = ast.unparse(value)
         shown.append(LIMITS[keyword.arg].format(text))
     return ", ".join(shown)
 
@@ -160,7 +162,8 @@ def field_docs(model: type[BaseModel]) -> dict[str, FieldDoc]:
                 if line in comments and comments[line][1]]
 
     def above(n: ast.AnnAssign) -> list[str]:
-        lines, line = [], n.lineno - 1
+        lines: list[str] = []
+        line = n.lineno - 1
         while line in comments and not comments[line][1]:
             lines.insert(0, comments[line][0])
             line -= 1

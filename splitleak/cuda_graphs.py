@@ -60,7 +60,7 @@ class GraphedTrainStep:
         self.batch_size = batch_size
         self.bf16 = bf16
         self.eager = _TrainForward(model, bf16)  # the capture patches the module it graphs
-        self._capture = capture or torch.cuda.make_graphed_callables
+        self._capture: Capture = capture or torch.cuda.make_graphed_callables
         self._graphed: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] | None = None
         self._shape: tuple[torch.Size, torch.Size] | None = None
         self.failure: str | None = None

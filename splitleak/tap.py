@@ -38,7 +38,7 @@ class Tap:
 
     def __init__(self, address: str, attacker: AttackerConfig, topology: TopologyConfig,
                  tls_dir: Path | None = None, identity: str = "",
-                 observer: int = apb.PASSIVE_PARTY, config_hash: str = "") -> None:
+                 observer: apb.Observer.ValueType = apb.PASSIVE_PARTY, config_hash: str = "") -> None:
         self.address = address
         self.config_hash = config_hash  # the experiment's: a sidecar of another one refuses
         self.observer = observer  # which side of the link records (attacker.proto's Observer)
@@ -105,7 +105,7 @@ class Tap:
             raise TapError(error)
         log.error("%s; going on unobserved (attacker.on_sidecar_failure = 'continue')", error)
 
-    async def _sync(self, mode: int, step: int) -> int | None:
+    async def _sync(self, mode: apb.SyncRequest.Mode.ValueType, step: int) -> int | None:
         """The sidecar's record count after a Sync, or None (and the error handled). With
         on_sidecar_failure = "fail", a sidecar already gone raises TapError: records may have been
         lost in flight, so no checkpoint may claim the log durable (a resume then starts from

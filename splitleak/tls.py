@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import ipaddress
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
 
 import grpc
@@ -85,7 +86,7 @@ def generate(directory: Path, names: list[str], days: int = 30, hosts: Iterable[
                 .sign(ca_key, hashes.SHA256()))
         (directory / f"{name}.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
         pem = _pem_key(key)  # created 0600: never readable by others, not even for a moment
-        write_atomically(directory / f"{name}.key", lambda tmp, pem=pem: tmp.write_bytes(pem),
+        write_atomically(directory / f"{name}.key", partial(Path.write_bytes, data=pem),
                          mode=0o600)
     if run_scoped:
         (directory / RUN_SCOPED).write_text("These identities serve one run: each process deletes "

@@ -228,7 +228,8 @@ def expected_embedding_shapes(cfg: ExperimentConfig, schema: Schema) -> dict[int
             for k, cols in passive_columns(cfg, schema).items()}
 
 
-def check_message_sizes(cfg: ExperimentConfig, bottoms: dict[int, tuple[tuple[int, ...], int]]) -> None:
+def check_message_sizes(cfg: ExperimentConfig,
+                        bottoms: dict[int, tuple[tuple[int, ...], tuple[int, ...]]]) -> None:
     """Every message of a full batch fits topology.max_message_mb: activations up, cut
     gradients plus the next batch's ids down, and the tap's records to the sidecar."""
     limit = cfg.topology.max_message_mb << 20

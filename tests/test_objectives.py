@@ -16,6 +16,7 @@ from pydantic import ValidationError
 from torch.nn import functional as F
 
 from label_party.objectives import OBJECTIVES, ObjectiveSetup, build_objective
+from label_party.objectives.base import activation_gradients
 from label_party.objectives.gafm import GAFM, PRESETS, GAFMParams, normalised_sum, soft_labels
 from label_party.objectives.kdk import KDk, KDkParams, kdk_soft_labels
 from label_party.objectives.label_dp import epsilon_for, flip_probability, randomized_response
@@ -473,3 +474,11 @@ def test_delta_selection_arguments(tmp_path: Path) -> None:
         select_delta(gafm, attacks=("cosine",))
     with pytest.raises(ConfigError, match="0.5"):
         select_delta(gafm, deltas=(0.7,))
+
+
+def test_activation_gradients_name_an_activation_outside_the_loss() -> None:
+    used, unused = torch.ones(2, 3, requires_grad=True), torch.ones(2, 3, requires_grad=True)
+    (used * 2).sum().backward()
+    with pytest.raises(RuntimeError, match=r"activations \[1\] took no part"):
+        activation_gradients([used, unused])
+    assert torch.equal(activation_gradients([used])[0], torch.full((2, 3), 2.0))

@@ -6,7 +6,7 @@ import math
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypedDict, Unpack
 
 import numpy as np
 
@@ -30,6 +30,13 @@ SkipKind = Literal["empty", "single_class", "degenerate", "side_knowledge", "no_
                    "attack", "premise"]
 Metric = Literal["auc", "accuracy", "count_error"]
 METRIC_OF_KIND: dict[str, Metric] = {"score": "auc", "label": "accuracy", "counts": "count_error"}
+
+
+class _LabelCounts(TypedDict, total=False):
+    """A label attack's row counts (BatchLeak's fields of the same names)."""
+    n_correct: int
+    n_predicted: int
+    n_no_prediction: int
 
 
 @dataclass(frozen=True)
@@ -221,7 +228,8 @@ def evaluate_batch(
     num_classes = num_classes or max(2, int(labels.max()) + 1 if n_rows else 2)
     metric = METRIC_OF_KIND[attack.metric_kind(num_classes)]
 
-    def skipped(kind: SkipKind, reason: str, n_excluded: int = 0, **counts: int) -> BatchLeak:
+    def skipped(kind: SkipKind, reason: str, n_excluded: int = 0,
+                **counts: Unpack[_LabelCounts]) -> BatchLeak:
         return BatchLeak(attack.label, metric, n_rows, n_excluded, skip_reason=reason,
                          skip_kind=kind, **counts)
 
@@ -262,8 +270,8 @@ def evaluate_batch(
     predicted = keep & (result.values != NO_PREDICTION)
     n_predicted = int(np.count_nonzero(predicted))
     n_correct = int(np.count_nonzero(result.values[predicted] == labels[predicted]))
-    counts = {"n_correct": n_correct, "n_predicted": n_predicted,
-              "n_no_prediction": int(np.count_nonzero(keep)) - n_predicted}
+    counts: _LabelCounts = {"n_correct": n_correct, "n_predicted": n_predicted,
+                            "n_no_prediction": int(np.count_nonzero(keep)) - n_predicted}
     if n_predicted == 0:
         return skipped("no_prediction", "no prediction on any row", n_excluded, **counts)
     return BatchLeak(attack.label, metric, n_rows, n_excluded, accuracy=n_correct / n_predicted,

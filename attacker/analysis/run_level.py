@@ -29,7 +29,7 @@ def below_prior(figures: dict[str, Any]) -> str | None:
 
 def run_level_entries(analysis: Analysis) -> list[dict[str, Any]]:
     """Run-level attacks (model completion) once per attacker; a failure becomes a warning."""
-    entries = []
+    entries: list[dict[str, Any]] = []
     cfg = None
     for unit in analysis.run_units():
         for attack in analysis.run_attacks(unit):

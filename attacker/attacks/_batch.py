@@ -31,11 +31,12 @@ _last: _Converted | None = None
 
 def _immutable(array: np.ndarray) -> bool:
     """No ndarray on the way to the memory can write it (e.g. a zero-copy view of Arrow data)."""
-    while isinstance(array, np.ndarray):
-        if array.flags.writeable:
+    owner: object = array
+    while isinstance(owner, np.ndarray):
+        if owner.flags.writeable:
             return False
-        array = array.base
-    return array is not None  # a foreign owner (Arrow buffer, bytes); None: own, read-only memory
+        owner = owner.base
+    return owner is not None  # a foreign owner (Arrow buffer, bytes); None: own, read-only memory
 
 
 def as_rows(gradients: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from attacker.analysis.leak import attack_rng, evaluate_batch
-from attacker.attacks import DEFAULT_ATTACKS, build_attack
+from attacker.attacks import DEFAULT_ATTACKS, Attack, build_attack
 from attacker.bench import MAX_BATCH, MAX_DIM, MAX_ROWS
 from splitleak.arguments import float_in, int_in, seed
 
@@ -50,6 +50,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             size = min(args.batch_size, args.rows - start)
             gradients, labels = synthetic_batch(data_rng, size, args.dim, args.positive_rate)
             for attack in attacks:
+                assert isinstance(attack, Attack)  # DEFAULT_ATTACKS are batch attacks
                 rng = attack_rng(args.seed, step, 0, attack.label)
                 began_cpu, began_wall = time.process_time(), time.perf_counter()
                 evaluate_batch(attack, gradients, labels, rng)

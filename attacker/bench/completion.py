@@ -15,7 +15,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from attacker.attacks import RunContext, build_attack
+from attacker.attacks import RunAttack, RunContext, build_attack
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.rundir import write_config
 from splitleak.config import ExperimentConfig, parse_config
@@ -79,6 +79,7 @@ def run_completion_bench(args: argparse.Namespace, console: Console) -> int:
                              np.sort(ids[split == "test"]), lookup)
         attack = build_attack("model_completion", {"labelled_per_class": 4, "steps": args.steps})
         cpu, wall = time.process_time(), time.perf_counter()
+        assert isinstance(attack, RunAttack)
         result = attack.run(context)
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         fits = result.figures["fit_cpu_seconds"]  # each training's steps, as the attack timed them

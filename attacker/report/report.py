@@ -409,7 +409,7 @@ def _skip_reasons(leak: pa.Table | None, who: str, layer: str) -> list[str]:
 
 
 def _epoch_md(summary: dict[str, Any]) -> list[str]:
-    per: dict[tuple[str, str], dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(dict))
+    per: dict[tuple[str, str], dict[str, dict[int, float | None]]] = defaultdict(lambda: defaultdict(dict))
     for e in summary["leak"]:
         if e["scope"] == "epoch":
             per[(parties_label(e), e["layer"])][e["attack"]][e["epoch"]] = metric_stats(e).get("p95")

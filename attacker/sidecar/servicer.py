@@ -8,7 +8,7 @@ import asyncio
 import logging
 import math
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
 
 import grpc
 import numpy as np
@@ -23,12 +23,13 @@ from splitleak.v1 import tensor_pb2
 from splitleak.wire import Malformed, RefusalLog, add_service, echo
 
 log = logging.getLogger("attacker")
-_OPTIONAL = ("activation", "first_layer_gradient")
+_OPTIONAL: tuple[Literal["activation", "first_layer_gradient"], ...] = (
+    "activation", "first_layer_gradient")
 _RECORDED = (tensor_pb2.FLOAT32, tensor_pb2.FLOAT16, tensor_pb2.BFLOAT16)  # [wire] dtypes
 SYNC_TIMEOUT = 60.0  # s: a checkpoint Sync without a deadline waits at most this
 DRAIN_S = 1.0  # s: what a refused stream may still send before its call is aborted
 PASSIVE, LABEL = pb.PASSIVE_PARTY, pb.LABEL_PARTY
-Key = tuple[int, int]  # (observer, passive party id)
+Key = tuple["pb.Observer.ValueType", int]  # (observer, passive party id)
 
 
 def who(key: Key) -> str:

@@ -85,5 +85,5 @@ class DiscreteSgd(Defense):
 
     def summary(self) -> dict[str, object]:
         frozen = self._interval is not None
-        low, high = self._interval if frozen else (None, None)
+        low, high = self._interval or (None, None)
         return {"interval_frozen": frozen, "low": low, "high": high, "values_seen": self._count}

@@ -45,6 +45,15 @@ class StepResult:
 Own = tuple[torch.Tensor | None, torch.Tensor | None]
 
 
+def activation_gradients(activations: list[torch.Tensor]) -> list[torch.Tensor]:
+    """dL/dh of each activation after the backward pass (each one takes part in the loss)."""
+    gradients = [a.grad for a in activations]
+    missing = [k for k, g in enumerate(gradients) if g is None]
+    if missing:
+        raise RuntimeError(f"activations {missing} took no part in the loss: no gradient")
+    return [g for g in gradients if g is not None]
+
+
 class Objective(ABC):
     """Owns the label party's trainable parts and turns activations into cut gradients."""
 

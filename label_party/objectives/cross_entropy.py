@@ -14,6 +14,7 @@ from label_party.objectives.base import (
     ObjectiveSetup,
     Own,
     StepResult,
+    activation_gradients,
     per_class_gradients,
     supervised_loss,
 )
@@ -41,8 +42,8 @@ class CrossEntropy(Objective):
                              derive_seed(setup.seed, "top")).to(setup.device)
         self.autocast = autocast(cfg.training.precision, setup.device)
         # top = "none" with no own features leaves the label party nothing to train.
-        params = list(self.top.parameters())
-        self.optimizer = make_optimizer(params, cfg.optimizer_for("label")) if params else None
+        trainable = list(self.top.parameters())
+        self.optimizer = make_optimizer(trainable, cfg.optimizer_for("label")) if trainable else None
         self._loss: torch.Tensor | None = None  # split backward: the loss, its graph kept
 
     def rows(self, sample_ids: np.ndarray) -> torch.Tensor:
@@ -94,7 +95,7 @@ class CrossEntropy(Objective):
             if self.optimizer is not None:
                 self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            gradients = [a.grad for a in activations]
+            gradients = activation_gradients(activations)
         return StepResult(float(loss.detach()), gradients, metrics, per_class)
 
     def update(self) -> None:

@@ -51,6 +51,7 @@ from label_party.objectives.base import (
     ObjectiveSetup,
     Own,
     StepResult,
+    activation_gradients,
 )
 from splitleak.config import ConfigError, ExperimentConfig
 from splitleak.seeding import derive_seed, generator
@@ -117,7 +118,7 @@ def critic_network(hidden: int) -> nn.Module:
     return nn.Sequential(nn.Linear(1, hidden), nn.LeakyReLU(), nn.Linear(hidden, 1))
 
 
-def generator_network(inputs: int, hidden: int) -> nn.Module:
+def generator_network(inputs: int, hidden: int) -> nn.Sequential:
     return nn.Sequential(nn.Linear(inputs, hidden), nn.LeakyReLU(), nn.Linear(hidden, 1),
                          nn.Sigmoid())
 
@@ -236,7 +237,7 @@ class GAFM(Objective):
                    "gafm.grad_norm_gan": float(torch.linalg.vector_norm(gan_gradient)),
                    "gafm.grad_norm_ce": float(torch.linalg.vector_norm(ce_gradient))}
         loss = self.gamma * float(loss_gan.detach()) + float(loss_ce.detach())
-        return StepResult(loss, [a.grad for a in activations], metrics)
+        return StepResult(loss, activation_gradients(activations), metrics)
 
     @property
     def orientation(self) -> int:

@@ -21,7 +21,8 @@ shift to 0.5 (VFLAIR's tabular value; 5 for images).
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -73,10 +74,14 @@ class MID(PartyPenalty):
                                         optimizer)
         self.noise = generator(setup.seed, "mid", "noise")
 
+    @property
+    def _bottlenecks(self) -> Sequence[Bottleneck]:
+        return cast("Sequence[Bottleneck]", self.bottlenecks)  # a ModuleList of Bottlenecks
+
     def logits(self, activations: list[torch.Tensor], own: Own, training: bool) -> torch.Tensor:
         self.bottlenecks.train(training)
         decoded = []
-        for bottleneck, activation in zip(self.bottlenecks, activations, strict=True):
+        for bottleneck, activation in zip(self._bottlenecks, activations, strict=True):
             noise = (torch.randn(activation.shape[0], bottleneck.width,
                                  generator=self.noise).to(activation.device)
                      if training else None)  # drawn on the CPU: the same noise on any device
@@ -88,13 +93,13 @@ class MID(PartyPenalty):
         return self.params.weight
 
     def party_term(self, index: int, activation: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        return self.bottlenecks[index].kl(activation)
+        return self._bottlenecks[index].kl(activation)
 
     def summary(self) -> dict[str, Any]:
         p = self.params
-        widths = [b.width for b in self.bottlenecks]
+        widths = [b.width for b in self._bottlenecks]
         return {"lambda": p.weight, "width": widths, "hidden": [b.decoder[0].out_features
-                                                                  for b in self.bottlenecks],
+                                                                  for b in self._bottlenecks],
                 "shift": p.shift, "lr": p.lr or self.setup.cfg.optimizer_for("label").lr,
                 "evaluation": "decodes the mean z = μ", "seed": self.setup.seed}
 

@@ -45,12 +45,16 @@ def near_chance(setting: Setting) -> list[str]:
 
 def not_applied(runs: list[RunResult], party: int | None, layer: str) -> dict[str, str]:
     """Attacks whose premise failed in every run that has them (left out of every table)."""
-    reasons: dict[str, set[str | None]] = defaultdict(set)
+    reasons: dict[str, set[str]] = defaultdict(set)
+    scored: set[str] = set()  # attacks with a run whose premise held
     for run in runs:
         for entry in run.leak:
             if entry.party == party and entry.layer == layer:
-                reasons[entry.attack].add(entry.premise)
-    return {a: next(iter(r)) for a, r in reasons.items() if None not in r and len(r) == 1}
+                if entry.premise is None:
+                    scored.add(entry.attack)
+                else:
+                    reasons[entry.attack].add(entry.premise)
+    return {a: next(iter(r)) for a, r in reasons.items() if a not in scored and len(r) == 1}
 
 
 def mixed_tasks(runs: list[RunResult]) -> list[str]:

@@ -99,8 +99,8 @@ def _dcs_md(comparison: Comparison) -> list[str]:
         own = [r for r in rows if r["in_t_dcs"]]
         t_cells = []
         for kind in types:
-            row = next((r for r in own if r["attack_type"] == kind), None)
-            t_cells.append(ci(row, "t_dcs") if row else "–")
+            first = next((r for r in own if r["attack_type"] == kind), None)
+            t_cells.append(ci(first, "t_dcs") if first else "–")
         body.append([setting, *t_cells, *([ci(own[0], "c_dcs"), num(own[0]["c_dcs_of_means"]),
                                            ci(own[0], "c_dcs_ours")] if own else ["–"] * 3)])
     rules: dict[str, dict[str, None]] = defaultdict(dict)  # rule -> its attacks, in order
@@ -210,7 +210,7 @@ def _settings_md(settings: list[Setting]) -> list[str]:
     told = [p for p in paths if len({json.dumps(o.get(p), sort_keys=True) for o in given}) > 1]
     body = [[s.label, s.family, json.dumps(s.strengths) if s.strengths else "–",
              ", ".join(map(str, sorted(s.runs))), ", ".join(r.root.name for r in s.runs.values())]
-            + ([", ".join(f"`{p} = {json.dumps(s.overrides[p])}`" for p in told
+            + ([", ".join(f"`{p} = {json.dumps((s.overrides or {})[p])}`" for p in told
                           if p in (s.overrides or {})) or "–"] if given else [])
             for s in settings]
     return ["## Settings", "", *md_table(["setting", "family", "strengths", "seeds", "run directories",

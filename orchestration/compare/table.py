@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from statistics import fmean
 from typing import Any
 
@@ -78,7 +79,7 @@ def settings_of(runs: list[RunResult], warnings: list[str]) -> list[Setting]:
     for setting in settings.values():
         if labels.count(setting.label) > 1:
             setting.label = f"{setting.label} [{setting.key[:6]}]"
-    baselines = {}
+    baselines: dict[str, Setting] = {}
     for setting in settings.values():
         if setting.defenseless:
             baselines.setdefault(setting.setup, setting)
@@ -197,6 +198,10 @@ def _stat(entry: LeakEntry | None, stat: str) -> float | None:
     return None if entry is None else getattr(entry, stat)
 
 
+def _figure(entry: LeakEntry, name: str) -> float | None:
+    return entry.figures.get(name)
+
+
 def _per_seed_dcs(setting: Setting, attack: str, party: int | None, layer: str,
                   ap_star: float | None, dcs_ap: str) -> dict[int, float]:
     """DCS per seed against the same seed's baseline utility; AP* = 0, or chance when given."""
@@ -218,8 +223,8 @@ def _setting_rows(setting: Setting, party: int | None, layer: str, leak_stat: st
     first = setting.first
     utility = {seed: run.utility for seed, run in setting.runs.items()}
     base_runs = setting.baseline.runs if setting.baseline else {}
-    paired = [(base_runs[s].utility, u) for s, u in utility.items()
-              if s in base_runs and u is not None and base_runs[s].utility is not None]
+    paired = [(base, u) for s, u in utility.items()
+              if s in base_runs and u is not None and (base := base_runs[s].utility) is not None]
     drops = [base - u for base, u in paired]
     relative = [(base - u) / base for base, u in paired if base]  # Luo & Zhang's ADR
     rows = []
@@ -249,7 +254,7 @@ def _setting_rows(setting: Setting, party: int | None, layer: str, leak_stat: st
         row |= _columns("leak", [_stat(e, row["headline"]) for e in entries.values()],
                         less_leak_higher, leak_range(sample.metric, row["headline"]))
         row |= _columns("leak_change", _changes(setting, attack, party, layer,
-                                                lambda e, stat=row["headline"]: _stat(e, stat)),
+                                                partial(_stat, stat=row["headline"])),
                         less_leak_higher)
         row["figures"] = json.dumps(_figures(setting, entries, attack, party, layer))
         row |= _columns("ap", [capability.attack_performance(e, dcs_ap) for e in entries.values()],
@@ -291,7 +296,7 @@ def _figures(setting: Setting, entries: dict[int, LeakEntry], attack: str, party
     for name in names:
         values = _columns("value", [e.figures.get(name) for e in entries.values()], False, UNBOUNDED)
         change = _columns("change", _changes(setting, attack, party, layer,
-                                             lambda e, n=name: e.figures.get(n)), False)
+                                             partial(_figure, name=name)), False)
         out[name] = values | change
     return out
 
@@ -306,7 +311,7 @@ def leak_range(metric: str, stat: str) -> tuple[float, float]:
     return METRIC_RANGES.get(metric, UNBOUNDED)
 
 
-def _columns(prefix: str, values: list[float | None], higher_is_better: bool,
+def _columns(prefix: str, values: Sequence[float | None], higher_is_better: bool,
              bounds: tuple[float, float] = UNBOUNDED) -> dict[str, Any]:
     summary = over_seeds(values, higher_is_better, bounds)
     if summary is None:
@@ -321,12 +326,18 @@ def _dcs_of_means(setting: Setting, entries: dict[int, LeakEntry],
     the seeds both have (those the per-seed DCS is over)."""
     base = setting.baseline.runs if setting.baseline else {}
     paired = [s for s in entries if s in base]  # the seeds the per-seed DCS is over
-    aps = [capability.attack_performance(entries[s], dcs_ap) for s in paired]
-    mps = [utility[s] for s in paired]
-    stars = [base[s].utility for s in paired]
-    if not paired or None in aps or None in mps or None in stars:
+    aps = _complete([capability.attack_performance(entries[s], dcs_ap) for s in paired])
+    mps = _complete([utility[s] for s in paired])
+    stars = _complete([base[s].utility for s in paired])
+    if not paired or aps is None or mps is None or stars is None:
         return None
     return capability.dcs(fmean(aps), fmean(mps), fmean(stars))
+
+
+def _complete(values: list[float | None]) -> list[float] | None:
+    """`values` if none is missing, else None."""
+    present = [v for v in values if v is not None]
+    return present if len(present) == len(values) else None
 
 
 def _mark_frontier(rows: list[dict[str, Any]]) -> None:

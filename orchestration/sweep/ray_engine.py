@@ -226,8 +226,8 @@ class RayEngine(Engine):
             cancel.set()  # running points stop their actors and report; queued ones never start
             pool.shutdown(wait=True, cancel_futures=True)
             for future, point in futures.items():
-                if future.done() and not future.cancelled() and future.result() is not None:
-                    results[point.hash] = future.result()
+                if future.done() and not future.cancelled() and (done := future.result()) is not None:
+                    results[point.hash] = done
             raise
         finally:
             pool.shutdown(wait=True)
@@ -289,15 +289,15 @@ class RayEngine(Engine):
             message = message or _reason(point, err, actors, nodes)
         finally:
             self._release(actors, group)
-        nodes = nodes or None
+        placed = nodes or None
         if message is None:
             collect_outcome(run, "ray", time.monotonic() - started)
-            result = self._analyse(point, run, started, nodes, cancel)
+            result = self._analyse(point, run, started, placed, cancel)
             phases.mark("analysis")
         else:
-            result = PointResult("failed", time.monotonic() - started, message, nodes)
+            result = PointResult("failed", time.monotonic() - started, message, placed)
         run.ray.write_text(json.dumps(
-            {"strategy": strategy, "nodes": nodes, "seconds": phases.seconds}, indent=2))
+            {"strategy": strategy, "nodes": placed, "seconds": phases.seconds}, indent=2))
         write_result(run.root, result)  # the whole point's, over the analysis worker's own
         listener.finished(point, result)
         return result
@@ -342,7 +342,7 @@ class RayEngine(Engine):
             tls.remove_private_keys(tls_dir)  # they travel to the actors in memory only
         config = point.config.to_toml()
         shared = str(run.root.resolve()) if self.shared_dir is not None else None
-        return {role: RoleActor.options(
+        return {role: RoleActor.options(  # type: ignore[attr-defined]  # ray.remote made it an ActorClass
             num_cpus=self.cpus_per_role, scheduling_strategy=PlacementGroupSchedulingStrategy(
                 group, placement_group_bundle_index=i)).remote(
             role, config, run.root.name, shared, identities.get(role), self.cpus_per_role, resume)
@@ -378,12 +378,12 @@ class RayEngine(Engine):
                 raise _Cancelled
             polls = {role: actor.poll.remote() for role, actor in actors.items()
                      if not status.get(role, {}).get("died")}
-            for role, poll in polls.items():
+            for key, poll in polls.items():
                 try:
-                    status[role] = ray.get(poll, timeout=60)
+                    status[key] = ray.get(poll, timeout=60)
                 except RayActorError as err:
-                    message = died(_names(point)[role], nodes.get(role), str(err))
-                    status[role] = {"done": True, "code": 1, "error": message, "died": message,
+                    message = died(_names(point)[key], nodes.get(key), str(err))
+                    status[key] = {"done": True, "code": 1, "error": message, "died": message,
                                     "records": []}
             for record in status[LABEL_PARTY]["records"]:
                 listener.record(point, record)

@@ -15,6 +15,7 @@ import threading
 import time
 import tomllib
 from collections.abc import Coroutine, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +67,7 @@ class RoleHost:
             self.tls_dir.mkdir(mode=0o700)
             for name, data in identity.items():
                 if not name.endswith(".key"):
-                    write_atomically(self.tls_dir / name, lambda tmp, d=data: tmp.write_bytes(d),
+                    write_atomically(self.tls_dir / name, partial(Path.write_bytes, data=data),
                                      mode=0o600)
             for name in (n.removesuffix(".key") for n in identity if n.endswith(".key")):
                 tls.hold(self.tls_dir, name, identity[f"{name}.pem"], identity[f"{name}.key"])

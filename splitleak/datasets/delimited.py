@@ -250,8 +250,8 @@ class DelimitedFile:
                             max_rows: int | None) -> DatasetError:
         if "straddling object" in str(error):  # a row over a block or two
             with open_text(self.file) as lines:
-                for number, line in enumerate(lines, 1):
-                    size = len(line.encode(errors="surrogateescape"))
+                for number, text in enumerate(lines, 1):
+                    size = len(text.encode(errors="surrogateescape"))
                     if size > BLOCK_BYTES:
                         return DatasetError(f"{self.file}, line {number}: the row is {size:,} "
                                             f"bytes long; a row may be at most {BLOCK_BYTES:,} "

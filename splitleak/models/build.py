@@ -36,7 +36,7 @@ def input_spec(schema: Schema, columns: tuple[int, int]) -> InputSpec:
 class Bottom(nn.Module):
     """A party's model up to the cut layer: (numeric, categorical) -> activation."""
 
-    def __init__(self, encoder: nn.Module | None, body: nn.Module) -> None:
+    def __init__(self, encoder: FieldEncoder | None, body: nn.Module) -> None:
         super().__init__()
         self.encoder = encoder
         self.body = body
@@ -102,21 +102,21 @@ def _bottom(cfg: ModelConfig, spec: InputSpec, outputs: int) -> Bottom:
     if cfg.kind == "resnet":
         if spec.image_shape is None:
             raise ValueError("model.kind = 'resnet' needs an image dataset (e.g. cifar10)")
-        body = resnet_body(cfg.depth, spec.image_shape[0])
+        body: nn.Module = resnet_body(cfg.depth, spec.image_shape[0])
         if cfg.top == "none":
             body = nn.Sequential(body, nn.Linear(RESNET_FEATURES, outputs))
         return Bottom(None, body)
     if cfg.kind == "cnn":
         if spec.image_shape is None:
             raise ValueError("model.kind = 'cnn' needs an image dataset (e.g. digits)")
-        body: nn.Module = conv_blocks(spec.image_shape[0], cfg.channels[: cfg.cut_layer])
+        body = conv_blocks(spec.image_shape[0], cfg.channels[: cfg.cut_layer])
         fc = cfg.cut_layer - len(cfg.channels)
         if fc > 0:  # the cut lies in the fully connected layers (Fu et al.'s bottoms end in fc)
             flat = _numel(_shape_after(body, (1, *spec.image_shape)))
             body = nn.Sequential(body, nn.Flatten(), relu_stack(flat, cfg.layers[:fc])[0])
         if cfg.top == "none":
-            flat = _shape_after(body, (1, *spec.image_shape))
-            body = nn.Sequential(body, nn.Flatten(), nn.Linear(_numel(flat), outputs))
+            shape = _shape_after(body, (1, *spec.image_shape))
+            body = nn.Sequential(body, nn.Flatten(), nn.Linear(_numel(shape), outputs))
         return Bottom(None, body)
     if spec.image_shape is not None:
         encoder: nn.Module = nn.Flatten()

@@ -14,9 +14,10 @@ class FieldEncoder(nn.Module):
                  init_std: float = 0.01) -> None:
         super().__init__()
         self.num_numeric = num_numeric
-        self.embeddings = nn.ModuleList(nn.Embedding(c, dim) for c in cardinalities)
-        for emb in self.embeddings:  # small start: N(0, 1) rows would swamp the numerics
+        embeddings = [nn.Embedding(c, dim) for c in cardinalities]
+        for emb in embeddings:  # small start: N(0, 1) rows would swamp the numerics
             nn.init.normal_(emb.weight, std=init_std)
+        self.embeddings = nn.ModuleList(embeddings)
         self.out_features = num_numeric + dim * len(cardinalities)
 
     def forward(self, numeric: torch.Tensor, categorical: torch.Tensor) -> torch.Tensor:

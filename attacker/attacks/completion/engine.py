@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import copy
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 import torch
@@ -71,14 +72,18 @@ class CompletionModel(nn.Module):
             layers += [nn.BatchNorm1d(width), nn.ReLU(), nn.Linear(width, out)]
         self.head = nn.Sequential(*layers)
 
+    @property
+    def _bottoms(self) -> Sequence[Bottom]:
+        return cast("Sequence[Bottom]", self.bottoms)  # a ModuleList of Bottoms
+
     def encode(self, parts: list[Part]) -> list[torch.Tensor]:
         """Each party's input as a float tensor: categorical ids go through the bottom's field
         encoder, so rows can be mixed (ids cannot be interpolated)."""
         return [b.encoder(n, c) if b.encoder is not None else n
-                for b, (n, c) in zip(self.bottoms, parts, strict=True)]
+                for b, (n, c) in zip(self._bottoms, parts, strict=True)]
 
     def forward_encoded(self, encoded: list[torch.Tensor]) -> torch.Tensor:
-        outputs = [b.body(e).flatten(1) for b, e in zip(self.bottoms, encoded, strict=True)]
+        outputs = [b.body(e).flatten(1) for b, e in zip(self._bottoms, encoded, strict=True)]
         return self.head(torch.cat(outputs, dim=1))
 
     def forward(self, parts: list[Part]) -> torch.Tensor:

@@ -281,7 +281,8 @@ def _scores(own: OwnColumns, candidates: Candidates, found: list[Reconstruction]
     answer = np.column_stack([np.concatenate([r.labels for r in found]),
                               np.concatenate([r.codes for r in found])])
     truth = np.column_stack([truth_labels, truth_codes])
-    ties, offset = {}, 0
+    ties: dict[int, np.ndarray] = {}
+    offset = 0
     for r in found:
         ties |= {offset + row: np.column_stack(tied) for row, tied in r.ties.items()}
         offset += r.labels.size

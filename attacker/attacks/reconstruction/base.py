@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import time
 from abc import abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -161,7 +162,9 @@ def _read_activations(root: Path, k: int, aux: np.ndarray, what: str
     if k not in log.parties():
         raise ValueError(f"{what}: the log at {root} holds nothing the label party received from "
                          f"party {k} (threat.receiver.victims names {log.parties()})")
-    epoch, ids, rows = -1, [], []
+    epoch = -1
+    ids: list[np.ndarray] = []
+    rows: list[np.ndarray] = []
     aux_ids, aux_rows = [], []
     for batch in log.batches(k):
         if ACTIVATION not in batch.tensors:
@@ -188,8 +191,8 @@ def soft_forward(bottom: Bottom, numeric: torch.Tensor, logits: list[torch.Tenso
     (so a reconstruction of categorical fields can be found by gradient descent)."""
     if bottom.encoder is None or not logits:
         return bottom(numeric, torch.zeros(numeric.shape[0], 0, dtype=torch.int64))
-    embeddings = [F.softmax(z, 1) @ e.weight for z, e in zip(logits, bottom.encoder.embeddings,
-                                                             strict=True)]
+    fields = cast("Sequence[torch.nn.Embedding]", bottom.encoder.embeddings)  # a ModuleList of them
+    embeddings = [F.softmax(z, 1) @ e.weight for z, e in zip(logits, fields, strict=True)]
     parts = ([numeric] if bottom.encoder.num_numeric else []) + embeddings
     return bottom.body(torch.cat(parts, 1))
 
