@@ -5,6 +5,7 @@ a traceback, never a silent result; a torn last metrics line (a crash mid-write)
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -84,8 +85,6 @@ NEEDLES = {
     "outcome garbage": ("outcome.json", "not a readable outcome"),
     "outcome a directory": ("outcome.json", "cannot read"),
     "config empty": ("config.toml", "is empty"),
-    "index party abc": ("index.json", "party ids are whole numbers"),
-    "index a directory": ("index.json", "cannot read"),
     "shard a directory": ("shard-000000.arrows", "cannot read"),
     "summary a directory": ("summary.json", "cannot read"),
     "summary empty": ("summary.json", "not a readable leak summary"),
@@ -95,8 +94,6 @@ NEEDLES = {
     "metrics missing": ("metrics.jsonl", "no label_party"),
 }
 ANALYZE_ONLY = {
-    "index party abc": lambda r: _index_party(r, "abc"),
-    "index a directory": lambda r: _replace(r, INDEX, None),
     "shard a directory": lambda r: _replace(r, SHARD, None),
 }
 COMPARE_ONLY = {
@@ -162,6 +159,76 @@ def test_a_missing_shard_is_warned_of_by_name(analysed_run: Path, tmp_path: Path
     code, text = exit_code_and_text(attacker_main, ["analyze", str(run)], capsys)
     assert code == 0, text
     assert "shard-000000.arrows" in text and "missing" in text, text
+
+
+def _log_files(run: Path) -> dict[str, bytes | None]:
+    """Every path under the run's gradient log, with its bytes (None: a directory)."""
+    root = run / "attacker" / "gradients"
+    return {str(p.relative_to(root)): None if p.is_dir() else p.read_bytes() for p in root.rglob("*")}
+
+
+@pytest.mark.parametrize("keep", ["schema only", "one record and a half"])
+def test_a_torn_shard_is_analysed_as_it_is_and_never_cut(
+        analysed_run: Path, tmp_path: Path, keep: str, capsys: pytest.CaptureFixture) -> None:
+    """The analysis reads a log, it never repairs it: a torn shard keeps every byte."""
+    from attacker.sidecar.store import _prefix
+
+    run = tmp_path / "run"
+    shutil.copytree(analysed_run, run)
+    shard = run / SHARD
+    whole = _prefix(shard, before_step=1 if keep == "one record and a half" else 0).end
+    size = whole + (shard.stat().st_size - whole) // 4  # cut in the middle of the next record
+    os.truncate(shard, size)
+    before = _log_files(run)
+    code, text = exit_code_and_text(attacker_main, ["analyze", str(run)], capsys)
+    assert code == 0, text
+    assert _log_files(run) == before
+    records = 1 if keep == "one record and a half" else 0
+    flat = text.replace("\n", "")
+    assert f"shard-000000.arrows: unreadable after {records} complete record(s)" in flat, text
+    assert "missing" not in text and "cut back" not in text, text
+    warnings = json.loads((run / SUMMARY).read_text())["warnings"]
+    assert sum("shard-000000.arrows" in w for w in warnings) == 1, warnings
+
+
+def test_nan_gradients_are_left_out_naming_shard_party_and_step(
+        analysed_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """0xff bytes over recorded gradients (NaN): that batch is left out and counted, by name."""
+    from attacker.sidecar.store import GradientLog
+
+    run = tmp_path / "run"
+    shutil.copytree(analysed_run, run)
+    step1 = [b for b in GradientLog(run / "attacker" / "gradients").batches(1) if b.step == 1][0]
+    data = bytearray((run / SHARD).read_bytes())
+    at = bytes(data).index(step1.tensors["cut_gradient"][0].tobytes())
+    data[at:at + 64] = b"\xff" * 64
+    (run / SHARD).write_bytes(bytes(data))
+    code, text = exit_code_and_text(attacker_main, ["analyze", str(run)], capsys)
+    assert code == 0, text
+    flat = text.replace("\n", "")
+    assert "shard-000000.arrows: 1 record(s) of party 1 hold NaN or Inf gradients (step 1)" in flat, text
+    steps = set(pq.read_table(run / "attacker" / "leak.parquet").column("step").to_pylist())
+    assert 1 not in steps and 0 in steps
+
+
+@pytest.mark.parametrize("damage", ["index party abc", "index a directory", "index garbage"])
+def test_an_unreadable_index_is_read_around(analysed_run: Path, tmp_path: Path, damage: str,
+                                            capsys: pytest.CaptureFixture) -> None:
+    """The shards hold the log; the index only lists them: the analysis reads them anyway, with
+    one warning naming the index, and leaves the index as it is (reading writes nothing)."""
+    run = tmp_path / "run"
+    shutil.copytree(analysed_run, run)
+    {"index party abc": lambda r: _index_party(r, "abc"),
+     "index a directory": lambda r: _replace(r, INDEX, None),
+     "index garbage": lambda r: _replace(r, INDEX, b"\xff{garbage")}[damage](run)
+    before = _log_files(run)
+    code, text = exit_code_and_text(attacker_main, ["analyze", str(run)], capsys)
+    assert code == 0, text
+    assert "index.json" in text and "read from its shards" in text.replace("\n", ""), text
+    assert _log_files(run) == before
+    again = pq.read_table(run / "attacker" / "leak.parquet")
+    assert again.equals(pq.read_table(analysed_run / "attacker" / "leak.parquet"))
+    assert json.loads((run / SUMMARY).read_text())["run_id"] == "run"  # from the run directory
 
 
 def test_a_torn_last_metrics_line_is_still_skipped(analysed_run: Path, tmp_path: Path,

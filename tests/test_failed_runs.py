@@ -17,7 +17,7 @@ import pytest
 
 from attacker.analysis.analyze import analyze, write_summary
 from attacker.report.report import write_report
-from attacker.sidecar.store import GradientLog, GradientStore, RecordError, repair_log
+from attacker.sidecar.store import GradientLog, GradientStore, RecordError
 from splitleak.artifacts.paths import RunDir
 from splitleak.codec import encode_tensor
 from splitleak.config import parse_config
@@ -74,26 +74,19 @@ def _written(root: Path, steps: int, shard_bytes: int = 700) -> GradientStore:
     return store
 
 
-def test_a_torn_shard_is_cut_back_and_read_by_plain_pyarrow(tmp_path: Path) -> None:
+def test_a_torn_shard_is_read_as_it_is_and_cut_back_only_by_a_resumed_sidecar(tmp_path: Path) -> None:
     store = _written(tmp_path, 5, shard_bytes=1 << 20)  # one shard
     store.close()
     shard = sorted((tmp_path / "party_1").glob("shard-*"))[-1]
     before = len(pa.ipc.open_stream(shard).read_all())
-    shard.write_bytes(shard.read_bytes()[:-30])  # killed mid-write
+    torn = shard.read_bytes()[:-30]  # killed mid-write
+    shard.write_bytes(torn)
     with pytest.raises((OSError, pa.ArrowInvalid)):
         pa.ipc.open_stream(shard).read_all()
-    live = GradientStore(tmp_path / "other", "r")  # a writer holds its own log's lock only
-    assert repair_log(tmp_path) and not repair_log(tmp_path)  # once, then nothing to do
-    live.close()
-    assert len(pa.ipc.open_stream(shard).read_all()) == before - 4
     steps = [b.step for b in GradientLog(tmp_path).batches(1)]
-    assert steps == list(range(len(steps))) and len(steps) == 4
-
-
-def test_a_live_sidecars_log_is_not_repaired_under_it(tmp_path: Path) -> None:
-    store = _written(tmp_path, 2)
-    assert "still being written" in repair_log(tmp_path)[0]
-    store.close()
+    assert steps == [0, 1, 2, 3] and shard.read_bytes() == torn  # a reader changes nothing
+    GradientStore(tmp_path, "r", resume=True).close()  # the writer, resuming, cuts it back
+    assert len(pa.ipc.open_stream(shard).read_all()) == before - 4
 
 
 def test_resumed_log_rewinds_and_continues_in_order(tmp_path: Path) -> None:

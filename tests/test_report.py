@@ -208,6 +208,9 @@ def test_missing_inputs_are_skipped_and_said(tmp_path: Path) -> None:
     _assert_png(run.report / "training.png")
     for name in ("leak_party1_first.png", "norms_party1.png", "cosine_party1.png"):
         assert not (run.report / name).exists()
+    # the two-class histograms are not tried on it either: no "plot ... failed" warning
+    assert not any("norms_party1" in w or "cosine_party1" in w for w in summary["warnings"])
+    assert "norms_party1" not in text and "cosine_party1" not in text
 
 
 def test_report_without_metrics_or_logs(tmp_path: Path) -> None:

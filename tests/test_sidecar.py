@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from attacker.analysis.analyze import analyze
-from attacker.sidecar.store import GradientLog, GradientStore, RecordError
+from attacker.sidecar.store import INDEX, GradientLog, GradientStore, RecordError, _prefix
 from orchestration.reference import run_reference
 from splitleak.artifacts.metrics import read_metrics
 from splitleak.artifacts.paths import RunDir
@@ -31,8 +31,9 @@ from splitleak.v1 import attacker_pb2_grpc as apb_grpc
 from tests.conftest import small_config, write_config
 
 
-def _store_batches(root: Path, steps: int, rows: int = 6, dim: int = 4) -> list[np.ndarray]:
-    store = GradientStore(root, "run-x", shard_bytes=600)  # tiny shards: rotation is exercised
+def _store_batches(root: Path, steps: int, rows: int = 6, dim: int = 4,
+                   shard_bytes: int = 600) -> list[np.ndarray]:
+    store = GradientStore(root, "run-x", shard_bytes=shard_bytes)  # tiny shards: rotation is exercised
     written = []
     rng = np.random.default_rng(0)
     for step in range(steps):
@@ -62,7 +63,57 @@ def test_torn_tail_is_warned_and_complete_records_survive(tmp_path: Path) -> Non
     batches = list(log.batches(1))
     assert [b.step for b in batches] == [0, 1]
     np.testing.assert_array_equal(batches[1].tensors["cut_gradient"], written[1])
-    assert len(log.warnings) == 1 and "truncated tail" in log.warnings[0]
+    assert len(log.warnings) == 1 and "torn tail" in log.warnings[0]
+    assert f"{shard}: unreadable after 0 complete record(s)" in log.warnings[0]  # its own
+    list(log.batches(1))  # read again (a party alone, then in a group): still one warning
+    assert len(log.warnings) == 1
+
+
+def test_a_record_of_nan_gradients_is_left_out_by_shard_party_and_step(tmp_path: Path) -> None:
+    written = _store_batches(tmp_path / "g", steps=3, shard_bytes=1 << 20)
+    shard = tmp_path / "g" / "party_1" / "shard-000000.arrows"
+    data = bytearray(shard.read_bytes())
+    at = bytes(data).index(written[1][0].tobytes())  # step 1's first gradient row
+    data[at:at + 16] = b"\xff" * 16  # NaN
+    shard.write_bytes(bytes(data))
+    log = GradientLog(tmp_path / "g")
+    assert [b.step for b in log.batches(1)] == [0, 2]
+    assert len(log.warnings) == 1, log.warnings
+    assert f"{shard}: 1 record(s) of party 1 hold NaN or Inf gradients (step 1)" in log.warnings[0]
+
+
+def test_damaged_record_metadata_names_the_shard(tmp_path: Path) -> None:
+    _store_batches(tmp_path / "g", steps=3, shard_bytes=1 << 20)
+    shard = tmp_path / "g" / "party_1" / "shard-000000.arrows"
+    end = _prefix(shard, before_step=1).end  # where step 1's message starts
+    data = bytearray(shard.read_bytes())
+    data[end:end + 8] = b"\xff" * 8
+    shard.write_bytes(bytes(data))
+    log = GradientLog(tmp_path / "g")
+    assert [b.step for b in log.batches(1)] == [0]
+    assert len(log.warnings) == 1
+    assert f"{shard}: unreadable after 1 complete record(s)" in log.warnings[0]
+    assert "damaged bytes" in log.warnings[0]
+
+
+@pytest.mark.parametrize("damage", ["garbage", "directory", "missing"])
+def test_an_unreadable_index_is_read_around_and_left_alone(tmp_path: Path, damage: str) -> None:
+    written = _store_batches(tmp_path / "g", steps=7)
+    index = tmp_path / "g" / INDEX
+    index.unlink()
+    if damage == "garbage":
+        index.write_bytes(b"{not json")
+    elif damage == "directory":
+        index.mkdir()
+    log = GradientLog(tmp_path / "g")
+    assert log.parties() == [1] and log.run_id == ""
+    batches = list(log.batches(1))
+    assert [b.step for b in batches] == list(range(7))
+    np.testing.assert_array_equal(batches[6].tensors["cut_gradient"], written[6])
+    assert len(log.warnings) == 1 and "read from its shards" in log.warnings[0]
+    assert str(index) in log.warnings[0]
+    assert index.is_dir() if damage == "directory" else (
+        index.read_bytes() == b"{not json" if damage == "garbage" else not index.exists())
 
 
 def test_store_refuses_shape_change_and_never_overwrites(tmp_path: Path) -> None:

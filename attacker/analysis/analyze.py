@@ -48,7 +48,7 @@ from attacker.attacks import (
 )
 from attacker.attacks._batch import SCALAR_ROWS
 from attacker.attacks.base import RunFacts, label_without_defaults
-from attacker.sidecar.store import GradientLog, LoggedBatch, repair_log
+from attacker.sidecar.store import GradientLog, LoggedBatch
 from splitleak.anchors import BatchAnchors, read_clean_anchors
 from splitleak.artifacts.paths import RunDir
 from splitleak.fileio import write_atomically
@@ -211,11 +211,10 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
     run.devices.attacker for the run-level attacks (model completion, reconstruction)."""
     run = RunDir(Path(run_dir))
     check_run_dir(run)
-    repaired = repair_log(run.gradients)
     analysis = Analysis(run, attacks, hints, seed, draws)
     analysis.device = device
     records, partial = read_records(run), partial_run(run)  # refused now, before the long part
-    analysis.warnings += repaired + _not_for_classes(attacks, analysis.num_classes)
+    analysis.warnings += _not_for_classes(attacks, analysis.num_classes)
     analysis.warnings += recording_gaps(run)
     per_batch, sample, run_id = _gradient_attacks(analysis)
     run_entries = run_level_entries(analysis)
@@ -313,8 +312,10 @@ def _gradient_attacks(analysis: Analysis) -> tuple[list[dict[str, Any]] | None, 
             ids = batch.sample_ids
             if ids.size and (ids.min() < 0 or ids.max() >= analysis.labels.size
                              or (analysis.labels[ids] < 0).any()):
-                raise AnalysisInputError(f"party {unit.key} step {batch.step}: sample ids without a "
-                                         "label in the label export (another run's labels?)")
+                where = f" ({batch.shard})" if batch.shard is not None else ""
+                raise AnalysisInputError(f"party {unit.key} step {batch.step}{where}: sample ids "
+                                         "without a label in the label export (another run's "
+                                         "labels, or a damaged shard?)")
             y = analysis.labels[ids]
             if batch.epoch != pool.epoch:
                 per_batch += pool.evaluate(analysis, unit, epoch_attacks)

@@ -137,7 +137,8 @@ def _draw_plots(run: RunDir, summary: dict[str, Any], inputs: _Inputs, notes: li
     # what the run chose not to have is no gap: no first layer without record_first_layer, no
     # per-row sample on a multi-class run
     recorded_first_layer = (inputs.config.get("attacker") or {}).get("record_first_layer", True)
-    binary = all(r.get("num_classes", 2) == 2 for r in inputs.records if r.get("type") == "plan")
+    binary = summary.get("num_classes", 2) == 2 and all(
+        r.get("num_classes", 2) == 2 for r in inputs.records if r.get("type") == "plan")
     for party in sorted({e["party_id"] for e in entries}):
         layers = sorted({e["layer"] for e in entries if e["party_id"] == party}, key=layer_key)
         for layer in layers if inputs.leak is not None else []:
@@ -146,9 +147,10 @@ def _draw_plots(run: RunDir, summary: dict[str, Any], inputs: _Inputs, notes: li
                    bound=bounds.get(party) if layer == "cut" else None)
         if "first" not in layers and recorded_first_layer:
             notes.append(f"party {party}: no first-layer gradient recorded, so no first-layer leak plot")
-        if party not in row_parties and binary:
-            notes.append(f"party {party}: no per-row sample in attacker/rows.parquet (written for binary "
-                         "runs only), so no norm or cosine histograms")
+        if party not in row_parties:  # a multi-class run has no per-row sample: no histograms
+            if binary:
+                notes.append(f"party {party}: no per-row sample in attacker/rows.parquet (written for "
+                             "binary runs only), so no norm or cosine histograms")
             continue
         figure(f"norms_party{party}.png", f"Gradient norm by class, early vs late: party {party}",
                plots.class_histograms, inputs.rows, party, "norm", "per-example gradient L2 norm")

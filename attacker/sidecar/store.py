@@ -3,7 +3,8 @@
 A record batch is flushed to the OS as soon as it is written, so a killed sidecar loses at
 most the record it was writing; a shard always ends at a record boundary otherwise (a failed
 write is cut back), so plain pyarrow reads it. A torn tail (a kill in mid-write) is cut back
-when the log is reopened (`--resume`) or repaired for an analysis (`repair_log`).
+when the log is reopened (`--resume`); a reader (`GradientLog`, the analysis) never changes the
+log: it reads the complete records and warns of the rest.
 """
 
 from __future__ import annotations
@@ -351,30 +352,6 @@ class GradientStore:
         self._lock.close()
 
 
-def repair_log(root: Path) -> list[str]:
-    """Cut torn shard tails back to their last complete record, unless a live sidecar is
-    still writing the log; returns what was done (or why not)."""
-    lock_path = root / LOCK
-    if not root.is_dir():
-        return []
-    with lock_path.open("a") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return [f"{root} is still being written by a sidecar; its torn tails (if any) were "
-                    "not repaired"]
-        done = []
-        for shard in sorted(root.glob(f"party_*/shard-*{_SUFFIX}")):
-            if not shard.is_file():
-                raise LogFormatError(f"cannot read {shard}: not a regular file (a shard is an Arrow "
-                                     "stream file)")
-            prefix = _prefix(shard)
-            if _cut(shard, prefix):
-                done.append(f"{shard}: cut back to its {prefix.records} complete record(s) (the "
-                            "sidecar stopped mid-write)")
-        return done
-
-
 @dataclass(frozen=True)
 class LoggedBatch:
     """One received batch as read back: column name -> float32 [B, d] (flattened)."""
@@ -384,23 +361,40 @@ class LoggedBatch:
     step: int
     sample_ids: np.ndarray
     tensors: dict[str, np.ndarray]
+    shard: Path | None = None  # the file it was read from (None: several, e.g. a group's batch)
 
 
 class GradientLog:
-    """Reads a gradient log in streaming batches; memory is one record batch at a time."""
+    """Reads a gradient log in streaming batches; memory is one record batch at a time.
+
+    Read-only: a torn or damaged shard is read up to its last complete record, a record holding
+    NaN or Inf is left out, and each is warned of once (`warnings`) naming the shard; nothing in
+    `root` is written, cut or removed. An unreadable (or missing) index.json is read around: the
+    shards carry everything the analysis needs, and `run_id` is then "" (the caller knows it
+    from the run directory)."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
-        index_path = root / INDEX
-        if not index_path.exists():
-            raise FileNotFoundError(f"no gradient log at {root} (missing {INDEX})")
-        try:
-            self.index = read_index(index_path)
-        except LogIndexError as err:
-            raise LogFormatError(str(err)) from None
-        except OSError as err:
-            raise LogFormatError(f"cannot read {index_path}: {err.strerror or err}") from None
         self.warnings: list[str] = []
+        index_path = root / INDEX
+        has_shards = root.is_dir() and any(root.glob(f"party_*/*{_SUFFIX}"))
+        if not index_path.exists() and not has_shards:
+            raise FileNotFoundError(f"no gradient log at {root} (missing {INDEX})")
+        problem = None
+        try:
+            self.index = read_index(index_path) if index_path.exists() else GradientLogIndex()
+        except LogIndexError as err:
+            problem = str(err)
+        except OSError as err:
+            problem = f"cannot read {index_path}: {err.strerror or err}"
+        if not index_path.exists():
+            problem = f"no {index_path}"
+        if problem is not None:
+            if not has_shards:
+                raise LogFormatError(f"{problem}, and {root} holds no shard to read instead")
+            self.index = GradientLogIndex()
+            self._warn(f"{problem}; the gradient log is read from its shards instead (the index "
+                       "only lists them; it is left as it is)")
 
     @property
     def run_id(self) -> str:
@@ -423,19 +417,26 @@ class GradientLog:
         for shard in self._shards(party_id):
             yield from self._read_shard(party_id, shard)
 
+    def _warn(self, message: str) -> None:
+        """Each warning once, however often the log is read (a party alone and in a group)."""
+        if message not in self.warnings:
+            log.warning(message)
+            self.warnings.append(message)
+
     def _warn_missing(self, party_id: int) -> None:
         """A warning for each shard the index lists that is not on disk (deleted or moved)."""
         entry = self.index.parties.get(str(party_id))
         for shard in entry.shards if entry else []:
             if not (self.root / shard.file).exists():
-                message = (f"{self.root / shard.file}: listed by {INDEX} ({shard.records} record(s)) "
+                self._warn(f"{self.root / shard.file}: listed by {INDEX} ({shard.records} record(s)) "
                            "but missing; analysing the shards that are there")
-                if message not in self.warnings:
-                    log.warning(message)
-                    self.warnings.append(message)
 
     def _read_shard(self, party_id: int, shard: Path) -> Iterator[LoggedBatch]:
+        if shard.exists() and not shard.is_file():
+            raise LogFormatError(f"cannot read {shard}: not a regular file (a shard is an Arrow "
+                                 "stream file)")
         complete = 0
+        non_finite: list[int] = []  # steps
         try:
             with pa.OSFile(str(shard), "rb") as source:
                 reader = pa.ipc.open_stream(source)
@@ -444,13 +445,33 @@ class GradientLog:
                         batch = reader.read_next_batch()
                     except StopIteration:
                         return
+                    logged = _logged(party_id, batch, shard, complete)
                     complete += 1
-                    yield _logged(party_id, batch)
-        except (pa.ArrowInvalid, OSError) as err:
-            message = (f"{shard}: truncated tail after {complete} complete record(s) "
-                       f"(the sidecar stopped mid-write?): {err}; analysing the complete ones")
-            log.warning(message)
-            self.warnings.append(message)
+                    if all(np.isfinite(t).all() for t in logged.tensors.values()):
+                        yield logged
+                    else:
+                        non_finite.append(logged.step)
+        except (pa.ArrowException, OSError) as err:
+            # Arrow says "Expected to be able to read N bytes" where the file ends mid-message
+            cause = ("a torn tail: the sidecar stopped mid-write?" if "Expected to be able to read"
+                     in str(err) else "damaged bytes")
+            self._warn(f"{shard}: unreadable after {complete} complete record(s){_unread(shard)} "
+                       f"({cause}; Arrow: {err}); analysing the {complete} complete record(s)")
+        finally:
+            if non_finite:
+                steps = ", ".join(map(str, non_finite[:5])) + (", ..." if len(non_finite) > 5 else "")
+                self._warn(f"{shard}: {len(non_finite)} record(s) of party {party_id} hold NaN or Inf "
+                           f"gradients (step {steps}); the recorder accepts only finite values, so "
+                           "the file was damaged after it was written: those batches are left out "
+                           "of the analysis")
+
+
+def _unread(shard: Path) -> str:
+    """", N byte(s) left unread" after a shard's complete records ("" when that cannot be told)."""
+    try:
+        return f", {shard.stat().st_size - _prefix(shard).end} byte(s) left unread"
+    except (OSError, pa.ArrowException, IndexError):
+        return ""
 
 
 def _party_of(directory: Path) -> int:
@@ -462,13 +483,21 @@ def _party_of(directory: Path) -> int:
     return int(suffix)
 
 
-def _logged(party_id: int, batch: pa.RecordBatch) -> LoggedBatch:
-    columns = {name: batch.column(i) for i, name in enumerate(batch.schema.names)}
-    tensors = {}
-    for name, column in columns.items():
-        if name in ("sample_id", "epoch", "step"):
-            continue
-        width = column.type.list_size
-        tensors[name] = column.values.to_numpy(zero_copy_only=False).reshape(-1, width)
-    return LoggedBatch(party_id, int(columns["epoch"][0].as_py()), int(columns["step"][0].as_py()),
-                       columns["sample_id"].to_numpy(), tensors)
+def _logged(party_id: int, batch: pa.RecordBatch, shard: Path, index: int) -> LoggedBatch:
+    """Record `index` of `shard` as a LoggedBatch; LogFormatError naming the shard when it is not
+    a gradient record (its schema damaged, or another file)."""
+    try:
+        columns = {name: batch.column(i) for i, name in enumerate(batch.schema.names)}
+        tensors = {}
+        for name, column in columns.items():
+            if name in ("sample_id", "epoch", "step"):
+                continue
+            width = column.type.list_size
+            tensors[name] = column.values.to_numpy(zero_copy_only=False).reshape(-1, width)
+        return LoggedBatch(party_id, int(columns["epoch"][0].as_py()),
+                           int(columns["step"][0].as_py()), columns["sample_id"].to_numpy(), tensors,
+                           shard)
+    except (KeyError, AttributeError, IndexError, ValueError, TypeError, pa.ArrowException) as err:
+        raise LogFormatError(f"{shard}: record {index} is not a gradient record (sample_id, epoch, "
+                             f"step and fixed-width float32 columns): {type(err).__name__}: {err}; "
+                             "the shard is damaged") from None
