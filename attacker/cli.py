@@ -135,6 +135,24 @@ def _check_device(name: str | None) -> None:
         raise BadInput(f"attacker analyze: {err}") from None
 
 
+def _check_task(run_dir: Path, specs: list[tuple[str, dict[str, Any]]]) -> None:
+    """Exit 2 when --attacks names a batch attack that cannot score the run's task (a score
+    attack on a multi-class run), as validate refuses it in attacker.attacks. A run whose labels
+    cannot be read is left to the analysis to refuse."""
+    from attacker.analysis.inputs import AnalysisInputError, read_labels
+    from attacker.attacks.checks import check_task
+
+    try:
+        labels = read_labels(RunDir(run_dir))[0]
+    except (AnalysisInputError, OSError):
+        return
+    num_classes = max(int(labels.max()) + 1, 2)  # as the analysis counts them
+    try:
+        check_task(specs, num_classes, lambda i: "--attacks", f"the run {run_dir}")
+    except ConfigError as err:
+        raise BadInput(f"attacker analyze: {err}") from None
+
+
 def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
     from attacker.analysis.analyze import AnalysisInputError, analyze
     from attacker.analysis.summary import write_summary
@@ -158,6 +176,8 @@ def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
         refuse_symlinks(written.root, written.report, written.leak, written.leak_rows)
     except LinkedRunDir as err:
         raise BadInput(f"cannot analyse {args.run_dir}: {err}") from None
+    if specs is not None:
+        _check_task(args.run_dir, specs)
     try:
         summary = analyze(args.run_dir, specs, args.hints, args.seed, args.draws, args.device)
     except (AnalysisInputError, LogFormatError, ConfigError) as err:

@@ -9,7 +9,16 @@ from typing import NoReturn
 
 from rich.console import Console
 
-from splitleak.arguments import MAX_PARTIES, device, float_in, host_port, int_in, seed, writable_file
+from splitleak.arguments import (
+    MAX_PARTIES,
+    device,
+    float_in,
+    host_port,
+    int_in,
+    seed,
+    writable_dir,
+    writable_file,
+)
 from splitleak.cli_common import (
     EXIT_FAILED,
     EXIT_INTERRUPTED,
@@ -30,8 +39,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="run the in-process reference (no network) instead of separate processes")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument("--single", action="store_true",
-                   help="with the built-in default: only the run without a defense")
-    r.add_argument("--output-dir", type=Path, help="override run.output_dir")
+                   help="with the built-in default (no config): only the run without a defense")
+    r.add_argument("--output-dir", type=writable_dir, help="override run.output_dir")
     r.add_argument("--resume", type=Path, metavar="RUN_DIR",
                    help="finish an interrupted run from its newest complete checkpoint")
     v = sub.add_parser("validate", help="check an experiment file and exit (2 if invalid)")
@@ -114,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("gafm-select", add_help=False,
                    help="choose GAFM's Δ on random 10 %% subsets (GAFM App. D.3); --help for more")
     c = sub.add_parser("certs", help="make a CA and one TLS identity per party (mutual TLS)")
-    c.add_argument("directory", type=Path)
+    c.add_argument("directory", type=writable_dir)
     c.add_argument("--parties", type=int, required=True, help="number of passive parties")
     c.add_argument("--days", type=int, default=30, help=f"validity, 1..{MAX_CERT_DAYS}")
     c.add_argument("--force", action="store_true",

@@ -10,6 +10,7 @@ from rich.table import Table
 
 from orchestration.progress import RunProgress, format_eval
 from orchestration.run import RunFailed, RunOutcome, run_distributed
+from splitleak.arguments import output_dir_problem
 from splitleak.artifacts.outcome import read_outcome
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.rundir import RunInUse, create_run_dir
@@ -30,6 +31,13 @@ def default_variants(cfg: ExperimentConfig) -> list[tuple[str, ExperimentConfig]
 
 
 def cmd_run(args: argparse.Namespace, console: Console) -> int:
+    if args.single and (args.config is not None or args.resume is not None):
+        given = f"the config {args.config}" if args.config is not None else "--resume"
+        raise BadInput(f"--single picks the run without a defense out of the built-in default's "
+                       f"two; {given} runs exactly one experiment already: drop --single")
+    if args.resume is not None and args.output_dir is not None:
+        raise BadInput(f"--output-dir: a resumed run continues in its own directory "
+                       f"({args.resume}); drop --output-dir")
     if args.resume is not None:
         return resume_run(args, console)
     cfg = checked_config_or_exit(args.config)
@@ -95,7 +103,9 @@ def train_one(cfg: ExperimentConfig, args: argparse.Namespace, console: Console,
     try:
         run = create_run_dir(cfg)
     except OSError as err:
-        raise BadInput(f"cannot create the run directory: {describe_os_error(err)}") from None
+        problem = output_dir_problem(cfg.run.output_dir)  # e.g. a file where a directory is
+        raise BadInput(f"cannot create the run directory: {problem or describe_os_error(err)}") \
+            from None
     console.print(f"[bold]{label}[/]: run directory {run.root}")
     if args.in_process:
         from label_party.trainer import NonFiniteStep

@@ -11,7 +11,7 @@ import logging
 import time
 from pathlib import Path
 
-from splitleak.arguments import host_port
+from splitleak.arguments import host_port, parent_problem
 
 POLL = 0.02  # s
 log = logging.getLogger("splitleak")
@@ -49,6 +49,8 @@ def check_address_file(path: Path | None, option: str) -> None:
     if path is not None and path.is_dir():
         raise ValueError(f"{option} {path} is a directory; give the path of a file to write "
                          "the address to")
+    if path is not None and (problem := parent_problem(path)) is not None:
+        raise ValueError(f"{option} {path}: {problem}; give a file in a directory")
 
 
 def _read(value: str) -> str | None:

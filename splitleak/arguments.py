@@ -107,11 +107,22 @@ def _nearest_existing(path: Path) -> Path:
     return path
 
 
+def not_a_directory(path: Path) -> str:
+    """Why an existing `path` cannot hold files, e.g. `x is a file, not a directory`."""
+    return f"{path} is {'a file, not' if path.is_file() else 'not'} a directory"
+
+
+def parent_problem(path: Path) -> str | None:
+    """Why no file can be made at `path` because a directory above it is a file (None: none is)."""
+    existing = _nearest_existing(path.parent)
+    return None if existing.is_dir() else not_a_directory(existing)
+
+
 def output_dir_problem(path: Path) -> str | None:
     """Why a directory could not be made and written at `path`, in a few words (None: it can)."""
     existing = _nearest_existing(path)
     if not existing.is_dir():
-        return f"{existing} is not a directory"
+        return not_a_directory(existing)
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".write-test-", dir=existing))
     except OSError as err:
@@ -135,7 +146,7 @@ def writable_file(text: str) -> Path:
     if path.is_dir():
         problem = "is a directory; give a file name"
     elif not existing.is_dir():
-        problem = f"{existing} is not a directory"
+        problem = not_a_directory(existing)
     elif existing != path.parent:
         problem = f"directory {path.parent} does not exist"
     elif path.exists() and not os.access(path, os.W_OK):

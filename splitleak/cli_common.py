@@ -101,7 +101,8 @@ def tls_dir_or_exit(cfg: ExperimentConfig | None, tls_dir: Path | None,
         # Identities given to a plaintext run would be silently ignored: refuse. (An empty
         # directory, e.g. a compose volume `prepare` emptied for a plaintext run, holds none.)
         if tls_dir is not None and (not tls_dir.is_dir() or any(tls_dir.iterdir())):
-            what = "holds files" if tls_dir.is_dir() else "does not exist"
+            what = ("holds files" if tls_dir.is_dir() else
+                    "is a file, not a directory," if tls_dir.exists() else "does not exist")
             raise BadInput(f"--tls-dir {tls_dir} {what} but the config says topology.tls = false: "
                            "set topology.tls = true to use mutual TLS, or drop --tls-dir for "
                            "plaintext on a trusted network")
@@ -134,7 +135,11 @@ def writable_or_exit(directory: Path) -> None:
     try:
         check_writable(directory)
     except OSError as err:
-        raise BadInput(f"the run directory is not writable: {describe_os_error(err)}") from None
+        from splitleak.arguments import output_dir_problem
+
+        problem = output_dir_problem(directory)  # e.g. a file where a directory is
+        raise BadInput(f"the run directory is not writable: {problem or describe_os_error(err)}") \
+            from None
 
 
 def checked_config_or_exit(path: str | Path | None, read_values: bool = False,

@@ -20,7 +20,15 @@ from pydantic import (
     model_validator,
 )
 
-from splitleak.settings import MAX_BATCH, MAX_EPOCHS, MAX_WIDTH, Settings
+from splitleak.settings import (
+    MAX_BATCH,
+    MAX_EPOCHS,
+    MAX_WIDTH,
+    Settings,
+    StrictInt,
+    StrictPositiveFloat,
+    StrictPositiveInt,
+)
 from splitleak.threat import ThreatConfig, migration_message
 
 PROTOCOL_VERSION = 2  # 2: checkpoints and resume in the Train stream and the training plan
@@ -52,7 +60,7 @@ def plain_directory_name(value: str) -> str:
 DIRECTORY_NAME = r"^[A-Za-z0-9_.-]+$"
 
 
-ColumnRange = tuple[int, int]
+ColumnRange = tuple[StrictInt, StrictInt]
 
 
 DEVICE = r"^(auto|cpu|cuda(:[0-9]{1,2})?)$"
@@ -109,7 +117,7 @@ class FeatureConfig(Settings):
     """Which columns each party holds: explicit half-open ranges, or ratios over all columns."""
 
     passive: list[ColumnRange] | None = None
-    ratios: list[PositiveFloat] | None = None
+    ratios: list[StrictPositiveFloat] | None = None
     label_party: ColumnRange | None = None  # the label party's own features (may overlap)
     allow_overlap: bool = False  # passive parties may share columns (otherwise: a warning)
 
@@ -126,9 +134,10 @@ class FeatureConfig(Settings):
 class ModelConfig(Settings):
     kind: Literal["mlp", "wide_deep", "cnn", "resnet"] = "mlp"
     # mlp/wide_deep: deep widths; cnn: fc widths after the convs; resnet: the top's fc widths
-    layers: list[Annotated[int, Field(gt=0, le=MAX_WIDTH)]] = [64, 64]
+    layers: list[Annotated[StrictInt, Field(gt=0, le=MAX_WIDTH)]] = [64, 64]
     depth: Literal[18, 34] = 18  # resnet: torchvision's ResNet-18 or -34 (CIFAR stem)
-    channels: list[Annotated[int, Field(gt=0, le=MAX_WIDTH)]] = [16, 32]  # cnn: one conv block per entry
+    # cnn: one conv block per entry
+    channels: list[Annotated[StrictInt, Field(gt=0, le=MAX_WIDTH)]] = [16, 32]
     cut_layer: PositiveInt = 1  # layers on the passive side (cnn: conv blocks, then fc layers)
     embedding_dim: int = Field(4, gt=0, le=MAX_EMBEDDING)  # per categorical field, deep part
     top: Literal["mlp", "none"] = "mlp"  # none: logits = sum of the parties' outputs
@@ -219,7 +228,18 @@ def plugin_list(value: Any, how: str) -> Any:
         raise ValueError(f"a list is expected, not one table; write {how}")
     if isinstance(value, str):
         raise ValueError(f"a list is expected, not the text {value!r}; write {how}")
+    if not isinstance(value, list | tuple):
+        raise ValueError(f"a list is expected, not {_kind_of(value)}; write {how}")
     return [{"name": v} if isinstance(v, str) else v for v in value]
+
+
+def _kind_of(value: Any) -> str:
+    """e.g. `the number 0.5`, `the boolean false`, for a message naming what was written."""
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, int | float):
+        return f"the number {value}"
+    return f"a {type(value).__name__} ({value!r})"
 
 
 class PluginSpec(Settings):
@@ -314,7 +334,7 @@ class ProtectionConfig(Settings):
     (ALGORITHMS.md §5, Anti-GAN); absent: none."""
 
     name: str = "none"  # a registered protection (passive_party/protections/), or none
-    parties: list[PositiveInt] = []  # the image-owning passive parties that protect their inputs
+    parties: list[StrictPositiveInt] = []  # the image-owning passive parties that protect their inputs
     params: dict[str, Any] = {}  # the protection's parameters
 
     def applies(self, party_id: int) -> bool:
@@ -336,11 +356,11 @@ class EvaluationConfig(Settings):
 
     # tapped parties whose clean anchors the label party writes (the cosine oracle's side
     # knowledge); may be given, as a subset of the tapped parties ([] writes none)
-    clean_anchors: list[PositiveInt] | None = None
+    clean_anchors: list[StrictPositiveInt] | None = None
     # white-box parties whose label-party model snapshots are written (threat.parties.K.white_box)
-    white_box_snapshots: list[PositiveInt] | None = None
+    white_box_snapshots: list[StrictPositiveInt] | None = None
     # passive parties whose activations the label party's tap records (threat.receiver.victims)
-    received_activations: list[PositiveInt] | None = None
+    received_activations: list[StrictPositiveInt] | None = None
 
     @property
     def resolved(self) -> bool:
@@ -414,7 +434,8 @@ class ExperimentConfig(Settings):
     @field_validator("defense", mode="before")
     @classmethod
     def _chain(cls, value: Any) -> Any:
-        return plugin_list(value, "one [[defense]] table per defense (double brackets)")
+        return plugin_list(value, "one [[defense]] table per defense (double brackets), or "
+                                  'defense = ["name", ...]')
 
     def loss_for(self, num_classes: int) -> str:
         """The loss this run trains with: 'bce' (one logit) or 'ce' (one logit per class)."""

@@ -38,7 +38,8 @@ example: [experiment-file.md](experiment-file.md); the data files each loader re
 [defenses.md](defenses.md), [attacks.md](attacks.md) and [ALGORITHMS.md](ALGORITHMS.md).
 
 Types are Python's: `PositiveInt` is an integer > 0, `X | None` may be left out, `Literal[...]`
-lists the allowed values, `dict[str, X]` is a TOML table. A section whose name ends in `.K` is
+lists the allowed values, `dict[str, X]` is a TOML table. Values are taken as written, in lists
+too: an `int` is never `true` or `8.0`, a `float` never `true`. A section whose name ends in `.K` is
 a table keyed by a passive party's id ("1".."N").
 """
 
@@ -107,7 +108,14 @@ class FieldDoc:
 
 
 class _Unannotated(ast.NodeTransformer):
-    """`Annotated[X, ...]` reads as X in a type column; the limits are given apart."""
+    """`Annotated[X, ...]` reads as X in a type column; the limits are given apart. A list's
+    strict items (splitleak.settings) read as the plain type: every value is taken as written."""
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id.startswith("Strict"):
+            plain = node.id.removeprefix("Strict")
+            return ast.Name(id=plain.lower() if plain in ("Int", "Float") else plain, ctx=node.ctx)
+        return node
 
     def visit_Subscript(self, node: ast.Subscript) -> ast.AST:
         self.generic_visit(node)

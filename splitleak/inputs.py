@@ -9,7 +9,7 @@ import torch
 
 from splitleak.config import ExperimentConfig
 from splitleak.datasets import Dataset, DatasetError, subset_ids, train_test_ids
-from splitleak.datasets.split import scaling, standardize
+from splitleak.datasets.split import num_subset_rows, num_test_rows, scaling, standardize
 from splitleak.models import InputSpec, input_spec
 from splitleak.seeding import rng
 
@@ -75,6 +75,41 @@ def split_ids(cfg: ExperimentConfig, num_rows: int) -> tuple[np.ndarray, np.ndar
         return train_ids, test_ids
     draw = rng(cfg.run.seed if subset.seed is None else subset.seed, "dataset_subset")
     return subset_ids(train_ids, subset.fraction, draw), subset_ids(test_ids, subset.fraction, draw)
+
+
+# Train steps below which a run hardly trains and its attacks see next to nothing.
+MIN_TRAIN_STEPS = 2
+
+
+def train_rows(cfg: ExperimentConfig, num_rows: int) -> int:
+    """How many rows `split_ids` trains on, counted without drawing them."""
+    train = num_rows - num_test_rows(num_rows, cfg.dataset.test_fraction)
+    subset = cfg.dataset.subset
+    return train if subset is None else num_subset_rows(train, subset.fraction)
+
+
+def train_size_warnings(cfg: ExperimentConfig, num_rows: int) -> list[str]:
+    """A warning where the split leaves fewer train batches than MIN_TRAIN_STEPS: the run hardly
+    trains, and the gradient attacks, which score one batch at a time, have next to nothing
+    (a batch of one row holds one class: every leak attack skips it)."""
+    if num_rows < 2:
+        return []  # the split refuses it
+    train = train_rows(cfg, num_rows)
+    batch, epochs = cfg.training.batch_size, cfg.training.epochs
+    steps = -(-train // batch) * epochs
+    if steps >= MIN_TRAIN_STEPS:
+        return []
+    subset = cfg.dataset.subset
+    given = f"dataset.test_fraction = {cfg.dataset.test_fraction}" + (
+        f" and dataset.subset.fraction = {subset.fraction} leave" if subset is not None else " leaves")
+    if train < 2:
+        scored = "a batch of one row holds one class, so every leak attack skips it"
+        fix = "a smaller test_fraction" + (" or a larger subset" if subset is not None else "")
+    else:
+        scored = f"the leak attacks score that one batch of {min(train, batch)} rows"
+        fix = "a smaller training.batch_size or more training.epochs"
+    return [f"{given} {train} of the {num_rows} rows to train on: one train step "
+            f"(training.batch_size = {batch}, training.epochs = {epochs}), and {scored}; give {fix}"]
 
 
 def check_classes(cfg: ExperimentConfig, labels: np.ndarray, test_ids: np.ndarray,

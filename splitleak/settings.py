@@ -14,7 +14,7 @@ from __future__ import annotations
 import types
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 
 _PLAIN = (bool, int, float, type(None))
 
@@ -52,7 +52,35 @@ def _wrong(value: Any, kinds: set[type], words: set[Any]) -> str | None:
         return f"{value} is a boolean; give a number{choices}"
     if isinstance(value, int | float) and not isinstance(value, bool) and flag:
         return f"{value} is a number; give true or false{choices}"
+    if isinstance(value, float) and int in kinds and float not in kinds:
+        return f"{value} is not a whole number; give an integer{choices} (TOML: 8, not 8.0)"
     return None
+
+
+def _whole(value: Any) -> Any:
+    """An integer as written: TOML's `8`, never `true` (which pydantic would read as 1) or `8.0`."""
+    if isinstance(value, bool):
+        raise ValueError(f"{str(value).lower()} is a boolean; give an integer")
+    if isinstance(value, float):
+        raise ValueError(f"{value} is not a whole number; give an integer (TOML: 8, not 8.0)")
+    return value
+
+
+def _number(value: Any) -> Any:
+    """A number as written: `true` is refused, not read as 1.0."""
+    if isinstance(value, bool):
+        raise ValueError(f"{str(value).lower()} is a boolean; give a number")
+    return value
+
+
+# The items of a list or table of numbers: the field-level check of `Settings` sees only a
+# field's own value, so a list's items say for themselves what they take (`layers = [true, 8]`
+# would otherwise train a width-1 layer, `[[0.0, 15]]` read 0.0 as 0).
+StrictInt = Annotated[int, BeforeValidator(_whole)]
+StrictPositiveInt = Annotated[int, BeforeValidator(_whole), Field(gt=0)]
+StrictNonNegativeInt = Annotated[int, BeforeValidator(_whole), Field(ge=0)]
+StrictFloat = Annotated[float, BeforeValidator(_number)]
+StrictPositiveFloat = Annotated[float, BeforeValidator(_number), Field(gt=0)]
 
 
 class Settings(BaseModel):

@@ -12,7 +12,7 @@ from pydantic import (
     model_validator,
 )
 
-from splitleak.settings import Settings
+from splitleak.settings import Settings, StrictFloat, StrictPositiveInt
 
 DEFAULT_HINTS = (1, 3, 5)
 # The attack scoring each integrity variant (splitleak.integrity.VARIANTS).
@@ -54,8 +54,8 @@ class ThreatParty(Settings):
     curious: bool = True  # its received gradients are tapped to the attacker sidecar
     optimizer: Literal["honest", "malicious"] = "honest"  # malicious: Fu et al.'s optimizer
     gamma: PositiveFloat = 1.0  # malicious optimizer: r = clamp(1 + gamma * g_t / g_(t-1), clamp)
-    clamp: tuple[float, float] = (1.0, 5.0)
-    hints: list[PositiveInt] = list(DEFAULT_HINTS)  # k known positives per batch (hint attacks)
+    clamp: tuple[StrictFloat, StrictFloat] = (1.0, 5.0)
+    hints: list[StrictPositiveInt] = list(DEFAULT_HINTS)  # k known positives per batch (hint attacks)
     labelled_per_class: PositiveInt | None = None  # labelled train rows per class: model completion
     seed: int | None = Field(None, ge=0, lt=2**63)  # draws of side knowledge; None: the run seed
     # Knows the label party's model at each snapshot step (Qiu et al.'s EXACT); [threat.white_box].
@@ -122,7 +122,7 @@ class ReceiverThreat(Settings):
     """The label party as an attacker on the activations it receives: it reconstructs the
     victims' input features (ALGORITHMS.md §2.11), e.g. to evaluate an input protection."""
 
-    victims: list[PositiveInt] = []  # passive parties whose inputs it reconstructs
+    victims: list[StrictPositiveInt] = []  # passive parties whose inputs it reconstructs
     white_box: bool = True  # knows each victim's bottom model: the inversion attack (2.11a)
     back_mapping: bool = True  # trains a decoder on its auxiliary rows (2.11b)
     # Knows the trained model and its own features: a generator of the victim's features (GRN).
@@ -170,7 +170,7 @@ class ThreatConfig(Settings):
     """Absent from a file: passive party 1 is curious and honest (the sidecar taps it)."""
 
     draws: PositiveInt = Field(5, le=1000)  # R repetitions of random side knowledge per batch
-    collusion: list[list[PositiveInt]] = []  # groups of parties analysed together by one attacker
+    collusion: list[list[StrictPositiveInt]] = []  # groups of parties analysed together by one attacker
     parties: dict[str, ThreatParty] = Field(default_factory=_default_parties)
     white_box: WhiteBoxConfig = WhiteBoxConfig()
     receiver: ReceiverThreat = ReceiverThreat()

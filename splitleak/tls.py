@@ -112,7 +112,8 @@ def claim(directory: Path, name: str) -> None:
     """Load `name`'s identity now, a process's first step: a missing file fails at once (not
     after the data is loaded), and in a run-scoped directory the key file is gone from then on."""
     if not directory.is_dir():
-        raise FileNotFoundError(f"the TLS directory {directory} does not exist")
+        raise FileNotFoundError(f"the TLS directory {directory} "
+                                + ("is a file, not a directory" if directory.exists() else "does not exist"))
     _read(directory, name)
 
 

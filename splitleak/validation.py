@@ -14,7 +14,7 @@ from torch import nn
 
 from splitleak.config import ConfigError, EvaluationConfig, ExperimentConfig, plugin_param_errors
 from splitleak.datasets import DATASETS, DatasetError, Schema, build_dataset
-from splitleak.inputs import check_classes, split_ids
+from splitleak.inputs import check_classes, split_ids, train_size_warnings
 from splitleak.integrity import check_integrity
 from splitleak.models import InputSpec, build_bottom, build_top, input_spec
 from splitleak.partition import label_party_columns, passive_columns
@@ -48,8 +48,10 @@ def validate(cfg: ExperimentConfig, read_values: bool = False) -> Validated:
         group.check(cfg, schema)
         needs |= group.artifacts(cfg, schema)
         warnings += group.warnings(cfg, schema)
+    if schema.num_rows:  # counted without reading the data: the run warns too
+        warnings += train_size_warnings(cfg, schema.num_rows)
     if read_values:
-        warnings += check_data_values(cfg)
+        warnings += check_data_values(cfg, counted=bool(schema.num_rows))
     resolved = cfg.model_copy(update={"evaluation": resolve_evaluation(cfg, needs)})
     return Validated(resolved, warnings)
 
@@ -114,16 +116,18 @@ def check_core(cfg: ExperimentConfig) -> Schema:
     return schema
 
 
-def check_data_values(cfg: ExperimentConfig) -> list[str]:
+def check_data_values(cfg: ExperimentConfig, counted: bool = False) -> list[str]:
     """Every value of the dataset's files parses (a pass over them, streaming: bounded memory),
     and the labels pass the label party's class checks; ConfigError names the file, line and
-    column of the first bad one. Returns warnings on the classes present."""
+    column of the first bad one. Returns warnings on the classes present, and on the train
+    split's size unless the layout `counted` its rows (validate warned of it then)."""
     try:
         dataset = build_dataset(cfg.dataset.name, cfg.dataset.params)
         dataset.check_values()
         labels = dataset.labels()
-        return check_classes(cfg, labels, split_ids(cfg, labels.size)[1],
-                             dataset.layout().num_classes)
+        warnings = check_classes(cfg, labels, split_ids(cfg, labels.size)[1],
+                                 dataset.layout().num_classes)
+        return warnings + ([] if counted else train_size_warnings(cfg, labels.size))
     except DatasetError as err:
         raise ConfigError(f"dataset: {err}") from None
 

@@ -54,8 +54,8 @@ def test_analyze_refuses_bad_options(paths: dict[str, str], args: list[str], nee
 
 
 @pytest.mark.parametrize(("args", "needle"), [
-    (["--output-dir", "{file}"], "argument --output-dir: {file} is not a directory"),
-    (["--output-dir", "{below_file}"], "{file} is not a directory"),
+    (["--output-dir", "{file}"], "argument --output-dir: {file} is a file, not a directory"),
+    (["--output-dir", "{below_file}"], "{file} is a file, not a directory"),
     (["--output-dir", "{proc}"], "argument --output-dir: {proc}: cannot create a directory in /proc"),
     (["--party", "0"], "argument --party: 0 is outside 1..64"),
     (["--party", "-1"], "argument --party: -1 is outside 1..64"),
@@ -80,7 +80,7 @@ def test_compare_names_a_party_the_runs_do_not_have(tmp_path: Path,
 
 
 @pytest.mark.parametrize(("args", "needle"), [
-    (["--output-dir", "{file}"], "argument --output-dir: {file} is not a directory"),
+    (["--output-dir", "{file}"], "argument --output-dir: {file} is a file, not a directory"),
     (["--engine", "ray", "--address", "notanaddr"], "argument --address: 'notanaddr' is not HOST:PORT"),
     (["--engine", "ray", "--address", "h:99999"],
      "port 99999 of 'h:99999' is not a TCP port to connect to (1..65535)"),
@@ -101,13 +101,13 @@ def test_sweep_refuses_an_output_dir_from_its_file_that_is_a_file(
     sweep.write_text(text)
     argv = ["sweep", str(sweep), "--engine", "inprocess", "--jobs", "1"]
     assert_refused(splitleak_main, argv, f"cannot write the sweep directory {paths['file']}/tiny: "
-                   f"{paths['file']} is not a directory", capsys)
+                   f"{paths['file']} is a file, not a directory", capsys)
 
 
 @pytest.mark.parametrize(("args", "needle"), [
     (["--device", "bogus"], "argument --device: 'bogus' is not a device; allowed: auto, cpu"),
     (["--json", "{dir}"], "argument --json: {dir} is a directory; give a file name"),
-    (["--json", "{below_file}"], "argument --json: {below_file}: {file} is not a directory"),
+    (["--json", "{below_file}"], "argument --json: {below_file}: {file} is a file, not a directory"),
     (["--busy-load", "-1"], "argument --busy-load: '-1' is not a finite number >= 0"),
     (["--busy-load", "nan"], "argument --busy-load: 'nan' is not a finite number >= 0"),
 ])
@@ -119,7 +119,7 @@ def test_bench_refuses_bad_options(paths: dict[str, str], args: list[str], needl
 
 @pytest.mark.parametrize(("args", "needle"), [
     (["--json", "{dir}"], "argument --json: {dir} is a directory"),
-    (["--output-dir", "{file}"], "argument --output-dir: {file} is not a directory"),
+    (["--output-dir", "{file}"], "argument --output-dir: {file} is a file, not a directory"),
     (["--fraction", "0"], "argument --fraction: '0' is not a finite number (0, 1]"),
     (["--deltas", "0.7"], "argument --deltas: '0.7' is not a finite number [0, 0.5]"),
     (["--repeats", "0"], "argument --repeats: 0 is outside 1..1000"),
@@ -223,3 +223,41 @@ def test_attacker_serve_refuses_parties_and_ports_out_of_range(
 @pytest.mark.parametrize("address", ["label-party:50051", "0.0.0.0:0", "[::]:50051", "[::1]:1"])
 def test_addresses_a_server_listens_on_are_still_accepted(address: str) -> None:
     assert host_port(0)(address) == address  # names, IPv4 and bracketed IPv6 (every interface)
+
+
+def test_directory_and_output_file_options_name_a_file_in_their_way(
+        tmp_path: Path, paths: dict[str, str], capsys: pytest.CaptureFixture) -> None:
+    """A --*-dir that is a file, or an output file below a file, says so (not "does not exist"
+    or "File exists")."""
+    from label_party.cli import main as label_party_main
+
+    plaintext = write_config(tmp_path, small_config(tmp_path))
+    tls = write_config(tmp_path, small_config(tmp_path, topology={"tls": True}), "tls.toml")
+    file, below = paths["file"], paths["below_file"]
+    for main, argv, needle in [
+        (label_party_main, ["serve", "--config", str(tls), "--tls-dir", file],
+         f"--tls-dir {file}: the TLS directory {file} is a file, not a directory"),
+        (label_party_main, ["serve", "--config", str(plaintext), "--tls-dir", file],
+         f"--tls-dir {file} is a file, not a directory, but the config says topology.tls = false"),
+        (label_party_main, ["serve", "--config", str(plaintext), "--run-dir", file],
+         f"the run directory is not writable: {file} is a file, not a directory"),
+        (label_party_main, ["serve", "--config", str(plaintext), "--port-file", below],
+         f"--port-file {below}: {file} is a file, not a directory"),
+        (splitleak_main, ["relay", "--to", "127.0.0.1:1", "--port-file", below],
+         f"--port-file {below}: {file} is a file, not a directory"),
+        (splitleak_main, ["certs", file, "--parties", "1"],
+         f"argument directory: {file} is a file, not a directory"),
+        (splitleak_main, ["run", str(plaintext), "--output-dir", below],
+         f"argument --output-dir: {below}: {file} is a file, not a directory"),
+    ]:
+        assert_refused(main, argv, needle, capsys)
+
+
+def test_run_refuses_options_it_would_ignore(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    config = write_config(tmp_path, small_config(tmp_path))
+    assert_refused(splitleak_main, ["run", str(config), "--single"],
+                   f"--single picks the run without a defense out of the built-in default's two; "
+                   f"the config {config} runs exactly one experiment already: drop --single", capsys)
+    assert_refused(splitleak_main, ["run", "--resume", str(tmp_path), "--output-dir", str(tmp_path)],
+                   "--output-dir: a resumed run continues in its own directory", capsys)
+    assert not (tmp_path / "runs").exists()

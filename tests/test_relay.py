@@ -213,12 +213,13 @@ def test_the_relay_carries_a_bounded_number_of_connections() -> None:
 def test_an_unwritable_port_file_is_named_not_the_listen_address(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """It said 'cannot listen on 127.0.0.1:0: [Errno 30] Read-only file system' though
-    listening worked."""
+    listening worked, then 'File exists' for a port file below a file: now the file in the way
+    is named before anything listens."""
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     port_file = blocker / "port"  # under a file: never writable, whoever runs the test
     args = _relay_args("--port-file", str(port_file))
     assert cmd_relay(args) == 2
     message = capsys.readouterr().err
-    assert f"cannot write --port-file {port_file}" in message, message
-    assert "listening on 127.0.0.1:" in message and "cannot listen" not in message, message
+    assert f"--port-file {port_file}: {blocker} is a file, not a directory" in message, message
+    assert "cannot listen" not in message and "File exists" not in message, message

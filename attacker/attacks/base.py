@@ -172,6 +172,11 @@ class Attack(AttackPlugin):
         """What the attack returns for a task with this many classes (its `kind` by default)."""
         return self.kind
 
+    def applies_to(self, num_classes: int) -> bool:
+        """Whether it scores a task with this many classes: a score ranks two classes, so a score
+        attack has nothing to say on a multi-class run (the analysis leaves it out)."""
+        return num_classes == 2 or self.metric_kind(num_classes) != "score"
+
     def premise(self, facts: RunFacts, layer: str) -> str | None:
         """Why the attack cannot apply to this run at `layer` (None: its premise holds). An
         attack whose premise fails is skipped with the sentence, never scored."""

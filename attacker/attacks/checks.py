@@ -3,19 +3,24 @@ parameters, every attack's own config rules hold, and the artifacts the attacks 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import Any
+
 from pydantic import ValidationError
 
-from attacker.attacks import ATTACKS, DEFAULT_ATTACKS, build_attack
+from attacker.attacks import ATTACKS, DEFAULT_ATTACKS, Attack, build_attack
 from attacker.attacks._centers import CenterAttack, reveal_cap
+from attacker.attacks.base import RunFacts
 from splitleak.config import ConfigError, ExperimentConfig, plugin_param_errors
 from splitleak.plugins import Artifact, PluginGroup
 from splitleak.registry import UnknownPluginError
 
 
-def check_attacks(cfg: ExperimentConfig) -> None:
+def check_attacks(cfg: ExperimentConfig, num_classes: int) -> None:
     """The attacks [attacker] asks the analysis for exist and accept their parameters, and every
     registered attack's own rules hold (a run-level attack such as EXACT applies where the
-    threat model sets up its premise, named or not)."""
+    threat model sets up its premise, named or not), and every named batch attack scores the
+    dataset's task."""
     for i, spec in enumerate(cfg.attacker.attacks):
         try:
             build_attack(spec.name, spec.params)
@@ -27,6 +32,43 @@ def check_attacks(cfg: ExperimentConfig) -> None:
             raise ConfigError(f"attacker.attacks[{i}] ({spec.name}): {err}") from None
     for name in ATTACKS.names():
         ATTACKS.get(name).check_config(cfg)
+    check_task(((spec.name, spec.params) for spec in cfg.attacker.attacks), num_classes,
+               lambda i: f"attacker.attacks[{i}]", cfg.dataset.name)
+
+
+def check_task(specs: Iterable[tuple[str, dict[str, Any]]], num_classes: int,
+               field: Callable[[int], str], dataset: str) -> None:
+    """ConfigError when a named batch attack cannot score a task with `num_classes` classes (a
+    score attack on a multi-class run): the analysis would leave it out, and a run naming only
+    such attacks would end with an empty leak table. `field(i)` names the i-th attack."""
+    for i, (name, params) in enumerate(specs):
+        attack = build_attack(name, params)
+        if isinstance(attack, Attack) and not attack.applies_to(num_classes):
+            raise ConfigError(
+                f"{field(i)} ({attack.label}): it ranks two classes (one score per row), and "
+                f"{dataset} has {num_classes} classes, so it would not run; allowed for "
+                f"{num_classes} classes: {', '.join(attacks_for(num_classes))}, or the run-level "
+                "attacks of the threat model")
+
+
+def attacks_for(num_classes: int) -> list[str]:
+    """The batch attacks that score a task with this many classes, by name."""
+    built = [build_attack(name, {}) for name in ATTACKS.names()]
+    return [a.name for a in built if isinstance(a, Attack) and a.applies_to(num_classes)]
+
+
+def premise_warnings(cfg: ExperimentConfig) -> list[str]:
+    """Named attacks whose premise this run's set-up denies at every layer (e.g. direct_label
+    with a top model): they run, and the report marks every batch not applicable."""
+    facts = RunFacts(top_model=cfg.model.top != "none", perturbed=False, colluding=False)
+    warnings = []
+    for i, spec in enumerate(cfg.attacker.attacks):
+        attack = build_attack(spec.name, spec.params)
+        reason = attack.premise(facts, "cut") if isinstance(attack, Attack) else None
+        if reason is not None:
+            warnings.append(f"attacker.attacks[{i}] ({attack.label}) {reason}: the report will "
+                            "show it as not applicable on every batch")
+    return warnings
 
 
 def needed_artifacts(cfg: ExperimentConfig, num_classes: int) -> frozenset[Artifact]:
@@ -67,6 +109,7 @@ def left_out_attacks(cfg: ExperimentConfig) -> list[str]:
     return [warning] if warning else []
 
 
-PLUGINS = PluginGroup("attacks", lambda cfg, schema: check_attacks(cfg),
+PLUGINS = PluginGroup("attacks", lambda cfg, schema: check_attacks(cfg, schema.num_classes),
                       lambda cfg, schema: needed_artifacts(cfg, schema.num_classes),
-                      lambda cfg, schema: capped_hints(cfg) + left_out_attacks(cfg))
+                      lambda cfg, schema: capped_hints(cfg) + left_out_attacks(cfg)
+                      + premise_warnings(cfg))

