@@ -360,18 +360,13 @@ def _not_for_classes(attacks: list[tuple[str, dict]] | None, num_classes: int) -
     """A warning naming the attacks asked for that rank two classes, on a multi-class run."""
     built = [build_attack(name, params) for name, params in attacks or []]
     binary = [label_without_defaults(a) for a in built
-              if isinstance(a, Attack) and _ranks_two_classes(a, num_classes)]
+              if isinstance(a, Attack) and not a.applies_to(num_classes)]
     return [f"{', '.join(binary)}: rank two classes, and this run has {num_classes}: not run"] \
         if binary else []
 
 
-def _ranks_two_classes(attack: Attack, num_classes: int) -> bool:
-    """A score attack on a multi-class run: its scores rank two classes, so it does not apply."""
-    return attack.metric_kind(num_classes) == "score" and num_classes > 2
-
-
 def _applies(attack: Attack, layer: str, num_classes: int) -> bool:
-    if _ranks_two_classes(attack, num_classes):
+    if not attack.applies_to(num_classes):
         return False
     if layer == "activation":  # what the party sent, not a gradient
         return attack.on_activations
