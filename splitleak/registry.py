@@ -1,9 +1,20 @@
-"""A named plug-in registry that refuses duplicates and lists valid names in its errors."""
+"""A named plug-in registry that refuses duplicates and lists valid names in its errors.
+
+Built-in plug-ins register themselves by name when their package is imported. A package of
+one's own adds plug-ins through the entry-point group `splitleak.<kind>s` (`splitleak.attacks`,
+`splitleak.defenses`, `splitleak.objectives`, `splitleak.datasets`, `splitleak.protections`):
+each entry point names one plug-in class, under the name it is used by in a config. They are
+loaded on the registry's first lookup, in every process that looks (each role's included).
+"""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any, Generic, TypeVar
+
+from splitleak.config import ConfigError
 
 T = TypeVar("T")
 
@@ -15,12 +26,20 @@ class UnknownPluginError(KeyError):
         return str(self.args[0])
 
 
+class PluginLoadError(ConfigError):
+    """An installed plug-in that cannot be used: its import fails, its name is taken, or it
+    lacks what its kind requires. The message names the entry point and its package; a
+    ConfigError, so that every CLI stops with the sentence before any process starts."""
+
+
 class Registry(Generic[T]):
     """Maps a name to a plug-in (a class or a factory) of one kind."""
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
+        self.entry_point_group = f"splitleak.{kind}s"
         self._entries: dict[str, T] = {}
+        self._loaded = False
 
     def register(self, name: str) -> Callable[[T], T]:
         def add(entry: T) -> T:
@@ -32,6 +51,7 @@ class Registry(Generic[T]):
         return add
 
     def get(self, name: str) -> T:
+        self._load_installed()
         try:
             return self._entries[name]
         except KeyError:
@@ -40,10 +60,62 @@ class Registry(Generic[T]):
             ) from None
 
     def names(self) -> list[str]:
+        self._load_installed()
         return sorted(self._entries)
 
     def __contains__(self, name: object) -> bool:
+        self._load_installed()
         return name in self._entries
 
     def __iter__(self) -> Iterator[str]:
         return iter(self.names())
+
+    def _load_installed(self) -> None:
+        """Register the plug-ins installed packages declare under `entry_point_group`, once."""
+        if self._loaded:
+            return
+        self._loaded = True  # first, so that a plug-in's own lookups during import do not recurse
+        for ep in sorted(entry_points(group=self.entry_point_group), key=lambda ep: ep.name):
+            self._add_installed(ep)
+
+    def _add_installed(self, ep: EntryPoint) -> None:
+        where = f"{self.kind} {ep.name!r} ({self.entry_point_group} entry point {ep.value!r}"
+        where += f" of package {ep.dist.name!r})" if ep.dist is not None else ")"
+        if ep.name in self._entries:  # a built-in, or another package's, under the same name
+            raise PluginLoadError(f"{where}: the name {ep.name!r} is already taken by "
+                                  f"{_qualname(self._entries[ep.name])}; register it under another name")
+        try:
+            entry = ep.load()
+        except Exception as err:
+            raise PluginLoadError(f"{where} cannot be imported: {type(err).__name__}: {err}") from err
+        if ep.name in self._entries and self._entries[ep.name] is not entry:
+            raise PluginLoadError(f"{where}: importing it registered another {self.kind} under "
+                                  f"{ep.name!r} ({_qualname(self._entries[ep.name])})")
+        problem = _incomplete(entry, ep.name)
+        if problem:
+            raise PluginLoadError(f"{where}: {problem}")
+        self._entries[ep.name] = entry
+
+
+def _qualname(entry: Any) -> str:
+    return f"{getattr(entry, '__module__', '?')}.{getattr(entry, '__qualname__', repr(entry))}"
+
+
+def _incomplete(entry: Any, name: str) -> str | None:
+    """What a plug-in class lacks: abstract methods left unimplemented, class attributes its
+    base declares (`ClassVar` without a value) left unset, or a `name` other than its entry
+    point's. None when complete."""
+    if not inspect.isclass(entry):
+        return f"{entry!r} is not a class"
+    if inspect.isabstract(entry):
+        missing = ", ".join(sorted(getattr(entry, "__abstractmethods__", ())))
+        return f"{entry.__qualname__} does not implement {missing}"
+    unset = sorted({attr for base in entry.__mro__ for attr, kind in
+                    getattr(base, "__annotations__", {}).items()
+                    if "ClassVar" in str(kind) and not hasattr(entry, attr)})
+    if unset:
+        return f"{entry.__qualname__} does not set the class attribute(s) {', '.join(unset)}"
+    declared = getattr(entry, "name", name)
+    if declared != name:
+        return f"{entry.__qualname__}.name is {declared!r}; it must be the entry point's name"
+    return None

@@ -1,0 +1,103 @@
+"""Plug-ins from a package of one's own, installed outside the repository: found through the
+`splitleak.<kind>s` entry points in every process, and refused in one sentence when broken."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+MODULE = '''
+import numpy as np
+import torch
+from pydantic import Field
+from attacker.attacks.base import Attack, AttackResult
+from label_party.defenses.base import Defense, DefenseParams
+
+class MaxCoord(Attack):
+    name = "max_coord"
+    family = "label_inference"
+    side_knowledge = "none"
+    def __call__(self, gradients, side):
+        rows = gradients.reshape(gradients.shape[0], -1)
+        return AttackResult(np.abs(rows).max(axis=1), np.zeros(rows.shape[0], dtype=bool))
+
+class ShakeParams(DefenseParams):
+    sigma: float = Field(gt=0.0)
+
+class Shake(Defense):
+    name = "shake"
+    Params = ShakeParams
+    def __call__(self, cut_gradient, ctx):
+        return cut_gradient
+
+class NoCall(Attack):
+    name = "nocall"
+    family = "label_inference"
+    side_knowledge = "none"
+
+class NoFamily(Attack):
+    name = "nofamily"
+    side_knowledge = "none"
+    __call__ = MaxCoord.__call__
+'''
+
+PROBE = '''
+from attacker.attacks import ATTACKS
+from label_party.defenses import DEFENSES
+from splitleak.config import ConfigError
+try:
+    print("ok", ATTACKS.get("max_coord").__name__, DEFENSES.get("shake").__name__)
+except ConfigError as err:
+    print("refused", err)
+'''
+
+
+def installed(tmp_path: Path, entry_points: str) -> dict[str, str]:
+    """An environment whose PYTHONPATH holds a plug-in package declaring `entry_points`."""
+    package = tmp_path / "pkg"
+    (package / "myplugins").mkdir(parents=True)
+    (package / "myplugins" / "__init__.py").write_text(MODULE)
+    (package / "myplugins" / "broken.py").write_text("import module_that_does_not_exist\n")
+    (package / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "myplugins"\nversion = "0.1"\n' + entry_points)
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+                    "--no-index", "--target", str(site), str(package)], check=True)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(site)])}
+
+
+def probe(env: dict[str, str]) -> str:
+    done = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+GOOD = ('[project.entry-points."splitleak.attacks"]\nmax_coord = "myplugins:MaxCoord"\n'
+        '[project.entry-points."splitleak.defenses"]\nshake = "myplugins:Shake"\n')
+
+
+def test_an_installed_attack_and_defense_are_found(tmp_path: Path) -> None:
+    assert probe(installed(tmp_path, GOOD)) == "ok MaxCoord Shake"
+
+
+@pytest.mark.parametrize(("entry", "says"), [
+    ('bad = "myplugins.broken:X"', "cannot be imported: ModuleNotFoundError"),
+    ('norm = "myplugins:MaxCoord"', "the name 'norm' is already taken by attacker.attacks.norm"),
+    ('nocall = "myplugins:NoCall"', "NoCall does not implement __call__"),
+    ('nofamily = "myplugins:NoFamily"', "does not set the class attribute(s) family"),
+    ('other = "myplugins:MaxCoord"', "MaxCoord.name is 'max_coord'; it must be the entry point's"),
+])
+def test_a_broken_installed_plugin_is_refused_in_one_sentence(tmp_path: Path, entry: str,
+                                                              says: str) -> None:
+    first = 'max_coord = "myplugins:MaxCoord"\n'
+    entries = GOOD.replace(first, f"{first}{entry}\n")
+    out = probe(installed(tmp_path, entries))
+    assert out.startswith("refused attack ") and "of package 'myplugins'" in out and says in out
