@@ -166,7 +166,7 @@ def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
     for name, params in specs or []:
         try:
             build_attack(name, params)
-        except UnknownPluginError as err:
+        except (UnknownPluginError, ConfigError) as err:  # ConfigError: an installed plug-in's
             raise BadInput(f"--attacks: {err}") from None
         except ValidationError as err:  # as validate names them, less TOML's quoting hint
             raise BadInput(re.sub(r" \(TOML: [^)]*\)", "", plugin_param_errors(

@@ -101,3 +101,16 @@ def test_a_broken_installed_plugin_is_refused_in_one_sentence(tmp_path: Path, en
     entries = GOOD.replace(first, f"{first}{entry}\n")
     out = probe(installed(tmp_path, entries))
     assert out.startswith("refused attack ") and "of package 'myplugins'" in out and says in out
+
+
+def test_attacker_analyze_refuses_a_broken_installed_plugin_in_one_line(tmp_path: Path) -> None:
+    """The registry's refusal is a bad input to every entry point: `attacker analyze --attacks`
+    printed a traceback for it."""
+    env = installed(tmp_path, GOOD.replace('max_coord = "myplugins:MaxCoord"\n',
+                                           'max_coord = "myplugins:MaxCoord"\n'
+                                           'bad = "myplugins.broken:X"\n'))
+    done = subprocess.run([sys.executable, "-m", "attacker", "analyze", str(tmp_path / "no-run"),
+                           "--attacks", "max_coord"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr and "cannot be imported" in done.stderr + done.stdout
