@@ -46,6 +46,7 @@ from splitleak.transport import (
     SESSION_KEY,
     closed_unanswered,
     create_channel,
+    own_certificate_refused,
     plaintext_against_tls,
     refused_server,
     tls_refusal,
@@ -118,7 +119,7 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
                               server_identity=LABEL_PARTY,
                               compression=cfg.wire.compression) as channel:
         stub = pb_grpc.LabelPartyStub(channel)
-        plan = await _join(stub, cfg, bottom, address)
+        plan = await _join(stub, cfg, bottom, address, tls_dir)
         mark_startup("joined")
         log.info("party %d joined run %s: %d train steps%s", party_id, plan.run_id,
                  plan.total_train_steps,
@@ -170,7 +171,7 @@ def _restore(bottom: BottomTrainer, run: RunDir, plan: pb.TrainingPlan, resuming
 
 
 async def _join(stub: pb_grpc.LabelPartyStub, cfg: ExperimentConfig, bottom: BottomTrainer,
-                address: str) -> pb.TrainingPlan:
+                address: str, tls_dir: Path | None) -> pb.TrainingPlan:
     request = pb.JoinRequest(protocol_version=PROTOCOL_VERSION, party_id=bottom.party_id,
                              embedding_shape=bottom.embedding_shape, config_hash=cfg.hash,
                              num_rows=bottom.inputs.num_rows)
@@ -179,6 +180,8 @@ async def _join(stub: pb_grpc.LabelPartyStub, cfg: ExperimentConfig, bottom: Bot
     # waiting for the channel to be ready is what lets it show at once).
     end = time.monotonic() + cfg.topology.join_deadline_s
     closed = 0  # attempts in a row whose connection closed unanswered
+    bottom_identity = passive_identity(bottom.party_id)
+    waiting = False
     while True:
         try:
             return await stub.Join(request, timeout=max(0.001, end - time.monotonic()))
@@ -188,10 +191,18 @@ async def _join(stub: pb_grpc.LabelPartyStub, cfg: ExperimentConfig, bottom: Bot
                 raise PartyError(refused_server(refusal, "label party", address,
                                                 "--label-party")) from None
             closed = closed + 1 if closed_unanswered(err) else 0
-            if not cfg.topology.tls and closed >= CLOSED_IN_A_ROW:
-                raise PartyError(plaintext_against_tls("label party", address)) from None
-            if err.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() + JOIN_RETRY > end:
+            if closed >= CLOSED_IN_A_ROW:  # with TLS: the label party refused our certificate
+                raise PartyError(plaintext_against_tls("label party", address) if tls_dir is None
+                                 else own_certificate_refused("label party", address, tls_dir,
+                                                              bottom_identity)) from None
+            if err.code() != grpc.StatusCode.UNAVAILABLE:
                 raise PartyError(_describe(err, "joining")) from None
+            if time.monotonic() + JOIN_RETRY > end:
+                raise PartyError(_nobody_at(address, cfg.topology.join_deadline_s, err)) from None
+            if not waiting:  # one line: a wrong --label-party otherwise looked like a hang
+                log.info("waiting up to %g s (topology.join_deadline_s) for the label party at "
+                         "%s to answer", cfg.topology.join_deadline_s, address)
+                waiting = True
         await asyncio.sleep(JOIN_RETRY)
 
 
@@ -412,6 +423,14 @@ def _decode_batch_ids(batch: pb.Batch, num_rows: int) -> np.ndarray:
         raise PartyError(f"batch of step {batch.step} asks for variant {batch.variant[:40]!r}; "
                          f"allowed on EVAL batches: {', '.join(VARIANTS)}")
     return ids
+
+
+def _nobody_at(address: str, deadline_s: float, err: grpc.aio.AioRpcError) -> str:
+    """No label party answered at `address` all the join deadline: say so, and what to check."""
+    last = (err.details() or "").rsplit("last error: ", 1)[-1]
+    return (f"no label party answered at {address} within topology.join_deadline_s = "
+            f"{deadline_s:g} s ({last}); check --label-party and that `label-party serve` "
+            "runs there and is reachable from this host")
 
 
 def _describe(err: grpc.aio.AioRpcError, doing: str) -> str:

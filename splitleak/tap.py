@@ -15,7 +15,14 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from splitleak.artifacts.records import TapReport
 from splitleak.config import AttackerConfig, TopologyConfig
 from splitleak.tls import ATTACKER
-from splitleak.transport import create_channel, refused_server, tls_refusal
+from splitleak.transport import (
+    CLOSED_IN_A_ROW,
+    closed_unanswered,
+    create_channel,
+    own_certificate_refused,
+    refused_server,
+    tls_refusal,
+)
 from splitleak.v1 import attacker_pb2 as apb
 from splitleak.v1 import attacker_pb2_grpc as apb_grpc
 
@@ -45,6 +52,8 @@ class Tap:
         self.mode = attacker.on_sidecar_failure
         self.record_activation = attacker.record_activation
         self.queue: asyncio.Queue[apb.GradientRecord | None] = asyncio.Queue(attacker.queue_size)
+        # Who this side is, to name its certificate when the sidecar refuses it
+        self.tls_dir, self.identity = tls_dir, identity
         self.channel = create_channel(address, topology, tls_dir, identity,
                                       server_identity=ATTACKER)
         self.stub = apb_grpc.AttackerSidecarStub(self.channel)
@@ -83,6 +92,7 @@ class Tap:
         (e.g. another role's certificate at that address) cannot get better by waiting."""
         health = health_pb2_grpc.HealthStub(self.channel)
         end = time.monotonic() + self.timeout
+        closed = 0  # attempts in a row whose connection closed unanswered
         while True:
             try:
                 await health.Check(health_pb2.HealthCheckRequest(),
@@ -92,6 +102,10 @@ class Tap:
                 refusal = tls_refusal(err)
                 if refusal is not None:
                     return refused_server(refusal, SIDECAR, self.address, "--attacker")
+                closed = closed + 1 if closed_unanswered(err) else 0
+                if closed >= CLOSED_IN_A_ROW and self.tls_dir is not None:
+                    return own_certificate_refused(SIDECAR, self.address, self.tls_dir,
+                                                   self.identity)
                 if err.code() not in (grpc.StatusCode.UNAVAILABLE,
                                       grpc.StatusCode.DEADLINE_EXCEEDED):
                     return None  # it answered (e.g. no health service): the channel is up

@@ -24,6 +24,10 @@ ATTACKER = "attacker"
 RUN_SCOPED = "RUN-SCOPED"
 _held: dict[tuple[str, bytes], bytes] = {}  # (key file, its certificate) -> the key, in memory
 REMAKE = "make new ones with `splitleak certs DIR --parties N`"
+# Identities are valid from this long before they were made: they are made on one machine and
+# used on others, whose clocks may run behind it (without this, a host a minute behind refused
+# every identity as "not valid before" until its clock caught up).
+CLOCK_SKEW = dt.timedelta(hours=1)
 
 
 class IdentityError(ValueError):
@@ -64,10 +68,11 @@ def generate(directory: Path, names: list[str], days: int = 30, hosts: Iterable[
     directory.mkdir(parents=True, exist_ok=True, mode=0o700)
     (directory / RUN_SCOPED).unlink(missing_ok=True)
     now = dt.datetime.now(dt.UTC)
+    start = now - CLOCK_SKEW
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca = (x509.CertificateBuilder().subject_name(_name("splitleak run CA"))
           .issuer_name(_name("splitleak run CA")).public_key(ca_key.public_key())
-          .serial_number(x509.random_serial_number()).not_valid_before(now)
+          .serial_number(x509.random_serial_number()).not_valid_before(start)
           .not_valid_after(now + dt.timedelta(days=days))
           .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
           .sign(ca_key, hashes.SHA256()))
@@ -80,7 +85,7 @@ def generate(directory: Path, names: list[str], days: int = 30, hosts: Iterable[
             x509.IPAddress(ipaddress.ip_address("127.0.0.1")), *extra])
         cert = (x509.CertificateBuilder().subject_name(_name(name)).issuer_name(ca.subject)
                 .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                .not_valid_before(now).not_valid_after(now + dt.timedelta(days=days))
+                .not_valid_before(start).not_valid_after(now + dt.timedelta(days=days))
                 .add_extension(alt_names, critical=False)
                 .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
                 .sign(ca_key, hashes.SHA256()))
@@ -126,8 +131,12 @@ def _read(directory: Path, name: str) -> tuple[bytes, bytes, bytes]:
     if held is None and not key_file.is_file():
         missing.append(str(key_file))
     if missing:
-        raise FileNotFoundError(f"TLS identity {name!r} incomplete; missing: {', '.join(missing)} "
-                                "(make them with `splitleak certs DIR --parties N`)")
+        held_here = sorted(pem.stem for pem in directory.glob("*.pem")
+                           if pem.name != "ca.pem" and pem.with_suffix(".key").is_file())
+        here = (f"; {directory} holds the identities {', '.join(held_here)} (a host has only "
+                "its own)" if held_here else "")
+        raise FileNotFoundError(f"TLS identity {name!r} incomplete; missing: {', '.join(missing)}"
+                                f"{here} (make them with `splitleak certs DIR --parties N`)")
     key = held if held is not None else key_file.read_bytes()
     ca = ca_file.read_bytes()
     check(ca_file, ca, cert_file, cert, key_file, key)
@@ -149,8 +158,11 @@ def _in_validity(path: Path, certificate: x509.Certificate, now: dt.datetime) ->
     if now < start or now > end:
         state = "expired on" if now > end else "is not valid before"
         date = end if now > end else start
+        clock = (f" (this host's clock says {now:%Y-%m-%d %H:%M} UTC: if it is behind the "
+                 "machine that made them, set it right)" if now < start else "")
         raise IdentityError(f"{path} {state} {date:%Y-%m-%d %H:%M} UTC (valid from "
-                            f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC); {REMAKE}")
+                            f"{start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC){clock}; "
+                            f"{REMAKE}")
 
 
 def check(ca_file: Path, ca: bytes, cert_file: Path, cert: bytes, key_file: Path,

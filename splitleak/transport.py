@@ -140,6 +140,16 @@ def plaintext_against_tls(role: str, address: str) -> str:
             "party was started without it; give every party the same topology.tls")
 
 
+def own_certificate_refused(role: str, address: str, tls_dir: Path, identity: str) -> str:
+    """What a TLS client's connections closed unanswered, time after time, mean: the handshake
+    completed on this side, then the server refused this client's certificate (another run's
+    identity, or a certificate not signed by the CA the server trusts)."""
+    return (f"the {role} at {address} closes every connection once the TLS handshake is done: "
+            f"it refused this party's certificate {tls_dir / (identity + '.pem')} (not signed by "
+            "the CA it trusts: another run's identity?); give every host ca.pem and its own "
+            "pair from the same `splitleak certs DIR --parties N`")
+
+
 def refused_server(refusal: str, role: str, address: str, flag: str) -> str:
     """One sentence for a TLS handshake (`tls_refusal`) that refused the server at `address`,
     dialled as this run's `role` (given by `flag`): its actual reason when gRPC's words show it."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import shutil
+import socket
 import subprocess
 import sys
 import time
@@ -22,7 +23,7 @@ from splitleak.transport import bind, create_server
 from tests.conftest import scaled, small_config
 
 
-def _generate_at(directory: Path, days_ago: int, monkeypatch: pytest.MonkeyPatch) -> None:
+def _generate_at(directory: Path, days_ago: float, monkeypatch: pytest.MonkeyPatch) -> None:
     """Identities made `days_ago` days ago, valid for 30 days from then."""
     then = dt.datetime.now(dt.UTC) - dt.timedelta(days=days_ago)
 
@@ -80,6 +81,15 @@ def test_an_identity_outside_its_validity_window_is_named(
     assert "splitleak certs" in message, message
 
 
+def test_identities_made_on_a_host_whose_clock_is_ahead_serve_at_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`splitleak certs` on a trusted machine whose clock runs 10 minutes ahead of a party's
+    host: every identity was refused there as 'not valid before' until that host's clock
+    caught up."""
+    _generate_at(tmp_path / "certs", -10 / (24 * 60), monkeypatch)
+    assert tls_dir_or_exit(None, tmp_path / "certs", tls.LABEL_PARTY) == tmp_path / "certs"
+
+
 def test_the_sidecar_refuses_a_garbage_certificate_at_once(certs: Path, tmp_path: Path) -> None:
     """It said 'cannot listen on ...: gRPC could not bind it' for a free port."""
     (certs / "attacker.pem").write_text("junk\n")
@@ -101,12 +111,12 @@ async def _serving(certs: Path | None, identity: str) -> tuple[object, str]:
     return server, f"127.0.0.1:{port}"
 
 
-def test_a_tap_dialling_another_role_fails_at_once(certs: Path) -> None:
-    """The label party's address given as the sidecar's: it waited the join deadline, then
-    said 'not reachable'."""
+def _tap_against(tap_certs: Path, server_certs: Path, server_identity: str) -> tuple[float, str]:
+    """Passive party 1's tap (identities `tap_certs`) started against a server serving as
+    `server_identity`: the seconds until it failed and its message."""
     async def go() -> tuple[float, str]:
-        server, address = await _serving(certs, tls.LABEL_PARTY)
-        tap = Tap(address, AttackerConfig(), TopologyConfig(join_deadline_s=60), certs,
+        server, address = await _serving(server_certs, server_identity)
+        tap = Tap(address, AttackerConfig(), TopologyConfig(join_deadline_s=60), tap_certs,
                   tls.passive_identity(1))
         started = time.monotonic()
         try:
@@ -117,7 +127,13 @@ def test_a_tap_dialling_another_role_fails_at_once(certs: Path) -> None:
             await tap.channel.close()
             await server.stop(0)  # type: ignore[attr-defined]
 
-    seconds, message = asyncio.run(go())
+    return asyncio.run(go())
+
+
+def test_a_tap_dialling_another_role_fails_at_once(certs: Path) -> None:
+    """The label party's address given as the sidecar's: it waited the join deadline, then
+    said 'not reachable'."""
+    seconds, message = _tap_against(certs, certs, tls.LABEL_PARTY)
     assert seconds < scaled(15), (seconds, message)
     assert "is not this run's attacker sidecar" in message, message
     assert "--attacker" in message, message
@@ -169,3 +185,76 @@ def test_a_plaintext_party_names_a_tls_label_party(tmp_path: Path, certs: Path) 
     assert seconds < scaled(15), (seconds, message)
     assert "closes every plaintext connection: it speaks TLS, this party was started without it" \
         in message, message
+
+
+def _own_pair_of_another_run(tmp_path: Path, certs: Path) -> Path:
+    """Passive party 1's host given the run's ca.pem but its own pair from another run."""
+    other = tmp_path / "other"
+    tls.generate(other, tls.identities(1))
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    shutil.copy(certs / "ca.pem", mixed / "ca.pem")
+    for suffix in (".pem", ".key"):
+        shutil.copy(other / f"passive-party-1{suffix}", mixed / f"passive-party-1{suffix}")
+    return mixed
+
+
+def test_a_party_whose_own_identity_is_another_runs_is_told_at_once(tmp_path: Path,
+                                                                     certs: Path) -> None:
+    """The run's ca.pem but this party's pair from another `splitleak certs`: the label party
+    refuses the party's certificate after the handshake. It waited its join deadline in
+    silence, then said UNAVAILABLE: ... Socket closed."""
+    seconds, message = _party_against(tmp_path, _own_pair_of_another_run(tmp_path, certs), certs)
+    assert seconds < scaled(15), (seconds, message)
+    assert "refused this party's certificate" in message, message
+    assert "passive-party-1.pem" in message and "splitleak certs" in message, message
+
+
+def test_a_tap_whose_own_identity_is_another_runs_is_told_at_once(tmp_path: Path,
+                                                                  certs: Path) -> None:
+    """As for the label party: the sidecar refuses the tap's certificate after the handshake;
+    the tap waited its join deadline in silence, then said 'not reachable'."""
+    seconds, message = _tap_against(_own_pair_of_another_run(tmp_path, certs), certs,
+                                    tls.ATTACKER)
+    assert seconds < scaled(15), (seconds, message)
+    assert "refused this party's certificate" in message, message
+    assert "passive-party-1.pem" in message, message
+
+
+def test_a_party_whose_label_party_never_answers_says_where_it_looked(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A --label-party where nothing listens: the party waited its join deadline without a
+    word, then said 'label party refused or failed while joining: UNAVAILABLE: ...'."""
+    from passive_party.client import PartyError, run_party
+    from splitleak.artifacts.paths import RunDir
+
+    cfg = parse_config(small_config(tmp_path, features={"passive": [[0, 30]]},
+                                    topology={"passive_parties": 1, "tls": False,
+                                              "join_deadline_s": 1}))
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))  # bound, never listening: every connection is refused
+    address = f"127.0.0.1:{server.getsockname()[1]}"
+    try:
+        with caplog.at_level("INFO", "passive_party"), pytest.raises(PartyError) as err:
+            asyncio.run(run_party(cfg, 1, address, RunDir(tmp_path / "run")))
+    finally:
+        server.close()
+    assert f"waiting up to 1 s (topology.join_deadline_s) for the label party at {address}" \
+        in caplog.text, caplog.text
+    message = str(err.value)
+    assert f"no label party answered at {address} within topology.join_deadline_s = 1 s" \
+        in message and "--label-party" in message and "refused or failed" not in message, message
+
+
+def test_a_host_asked_for_an_identity_it_lacks_names_the_ones_it_holds(
+        tmp_path: Path, certs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The label party's host (ca.pem and its own pair only) asked for the attacker's identity,
+    as the health probe's default: it named the missing files, not what the host does hold."""
+    host = tmp_path / "label-host"
+    host.mkdir()
+    for name in ("ca.pem", "label-party.pem", "label-party.key"):
+        shutil.copy(certs / name, host / name)
+    with pytest.raises(BadInput):
+        tls_dir_or_exit(None, host, tls.ATTACKER)
+    message = capsys.readouterr().err
+    assert "missing" in message and "holds the identities label-party" in message, message
