@@ -6,6 +6,7 @@ import asyncio
 import logging
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import grpc
@@ -181,8 +182,9 @@ class Session:
         if request.config_hash != self.cfg.hash:
             raise SessionError(grpc.StatusCode.FAILED_PRECONDITION,
                                f"passive party {k} loaded config {echo(request.config_hash)} but "
-                               f"the label party runs {self.cfg.hash!r}: every party must use the "
-                               "same experiment file", k)
+                               f"the label party runs {self.cfg.hash!r}"
+                               f"{differing_sections(self.cfg.section_hashes(), request.config_sections)}"
+                               ": every party must use the same experiment file", k)
         if request.num_rows != self.data.schema.num_rows:
             raise SessionError(grpc.StatusCode.FAILED_PRECONDITION,
                                f"passive party {k} holds {request.num_rows} rows but the label "
@@ -298,3 +300,15 @@ class Session:
             _, pending = await asyncio.wait(waits, timeout=timeout)
             for task in pending:
                 task.cancel()
+
+
+def differing_sections(own: dict[str, str], theirs: Mapping[str, str]) -> str:
+    """", in [dataset] and [run]": the sections of this config whose hashes a party's differ
+    from (a party that sent none: ""). Only this config's own section names are echoed."""
+    if not theirs:
+        return ""
+    differ = [f"[{name}]" for name in sorted(own) if theirs.get(name) != own[name]]
+    if not differ:
+        return ", in no section of this config (the party's has others)"
+    return ", in " + (" and ".join(differ) if len(differ) < 3 else
+                      ", ".join(differ[:-1]) + " and " + differ[-1])

@@ -174,7 +174,8 @@ async def _join(stub: pb_grpc.LabelPartyStub, cfg: ExperimentConfig, bottom: Bot
                 address: str, tls_dir: Path | None) -> pb.TrainingPlan:
     request = pb.JoinRequest(protocol_version=PROTOCOL_VERSION, party_id=bottom.party_id,
                              embedding_shape=bottom.embedding_shape, config_hash=cfg.hash,
-                             num_rows=bottom.inputs.num_rows)
+                             num_rows=bottom.inputs.num_rows,
+                             config_sections=cfg.section_hashes())
     # Until the label party listens, every attempt fails at once (UNAVAILABLE): try again
     # until the join deadline. A TLS handshake it refused cannot get better by waiting (not
     # waiting for the channel to be ready is what lets it show at once).

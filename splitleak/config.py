@@ -483,9 +483,17 @@ class ExperimentConfig(Settings):
     def hash(self) -> str:
         """The experiment's identity. [evaluation] is left out: it follows from the rest (or
         picks which evaluation-only files to write), so resolving it keeps the hash."""
+        return _digest(self.model_dump(mode="json", exclude={"evaluation"}))
+
+    def section_hashes(self) -> dict[str, str]:
+        """The hash of each top-level section that `hash` covers: two configs whose hashes
+        differ differ in the sections whose hashes differ."""
         data = self.model_dump(mode="json", exclude={"evaluation"})
-        canonical = json.dumps(data, sort_keys=True)
-        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+        return {section: _digest(value) for section, value in data.items()}
+
+
+def _digest(data: Any) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def differences(old: dict[str, Any], new: dict[str, Any], prefix: str = "") -> list[str]:

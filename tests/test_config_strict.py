@@ -152,3 +152,20 @@ def test_run_warns_of_a_split_that_leaves_next_to_nothing_to_train_on(
 def test_finite_floats_in_lists_still_refused(tmp_path: Path) -> None:
     assert "features.ratios.0: Input should be a finite number" in refusal(
         tmp_path, features={"ratios": [math.inf, 1]})
+
+
+def test_a_party_with_another_config_is_told_which_sections_differ() -> None:
+    """At e924758 the refusal named only the two config hashes (an operator could not tell
+    whether the data path, the model or the seed differed)."""
+    from label_party.session import differing_sections
+    from splitleak.config import load_config
+
+    cfg = load_config(None)
+    other = cfg.model_copy(update={"training": cfg.training.model_copy(update={"epochs": 7}),
+                                   "run": cfg.run.model_copy(update={"seed": 9})})
+    assert set(cfg.section_hashes()) == set(cfg.model_dump(exclude={"evaluation"}))
+    assert differing_sections(cfg.section_hashes(), other.section_hashes()) == \
+        ", in [run] and [training]"
+    assert differing_sections(cfg.section_hashes(), {}) == ""  # a party that sent none
+    hostile = {**cfg.section_hashes(), "x" * 500: "0"}  # names this config lacks are not echoed
+    assert "x" not in differing_sections(cfg.section_hashes(), hostile)

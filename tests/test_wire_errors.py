@@ -103,6 +103,10 @@ def test_join_refusals_name_the_problem(label_party) -> None:
     assert "unknown party id 7" in err.details() and "1..1" in err.details()
     err = _join_error(lp, _join_request(lp, config_hash="0" * 16))
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "same experiment file" in err.details()
+    other = lp.cfg.model_copy(update={"training": lp.cfg.training.model_copy(update={"epochs": 7})})
+    err = _join_error(lp, _join_request(lp, config_hash=other.hash,
+                                        config_sections=other.section_hashes()))
+    assert ", in [training]: every party must use the same experiment file" in err.details()
     err = _join_error(lp, _join_request(lp, num_rows=5))
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "do not align" in err.details()
     assert asyncio.run(_join(lp, _join_request(lp))).total_train_steps > 0

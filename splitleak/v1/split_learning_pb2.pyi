@@ -41,11 +41,32 @@ Global___Phase: _TypeAlias = Phase  # noqa: Y015
 class JoinRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    @_typing.final
+    class ConfigSectionsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     PROTOCOL_VERSION_FIELD_NUMBER: _builtins.int
     PARTY_ID_FIELD_NUMBER: _builtins.int
     EMBEDDING_SHAPE_FIELD_NUMBER: _builtins.int
     CONFIG_HASH_FIELD_NUMBER: _builtins.int
     NUM_ROWS_FIELD_NUMBER: _builtins.int
+    CONFIG_SECTIONS_FIELD_NUMBER: _builtins.int
     protocol_version: _builtins.int
     party_id: _builtins.int
     config_hash: _builtins.str
@@ -56,6 +77,12 @@ class JoinRequest(_message.Message):
     def embedding_shape(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """Shape of one example's activation (without the batch dimension)."""
 
+    @_builtins.property
+    def config_sections(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Hash of each top-level section of that config ([run], [dataset], ...): where the
+        config_hash differs, the label party names the sections that differ.
+        """
+
     def __init__(
         self,
         *,
@@ -64,10 +91,11 @@ class JoinRequest(_message.Message):
         embedding_shape: _abc.Iterable[_builtins.int] | None = ...,
         config_hash: _builtins.str = ...,
         num_rows: _builtins.int = ...,
+        config_sections: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_hash", b"config_hash", "embedding_shape", b"embedding_shape", "num_rows", b"num_rows", "party_id", b"party_id", "protocol_version", b"protocol_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_hash", b"config_hash", "config_sections", b"config_sections", "embedding_shape", b"embedding_shape", "num_rows", b"num_rows", "party_id", b"party_id", "protocol_version", b"protocol_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
