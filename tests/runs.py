@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from attacker.sidecar.store import GradientLog
-from splitleak.artifacts.metrics import read_metrics
+from splitleak.artifacts.metrics import MetricsError, read_metrics
 from splitleak.artifacts.paths import RunDir
 from tests.conftest import scaled
 
@@ -44,8 +44,14 @@ def pids(run: RunDir, timeout: float = 60) -> dict[str, int]:
 
 
 def last_train_step(run: RunDir) -> int:
-    steps = [r["step"] for r in read_metrics(run.metrics) if r["type"] == "train"] \
-        if run.metrics.exists() else []
+    """The last train step in metrics.jsonl so far (-1: none yet). Read while the run writes
+    it: a resumed attempt cuts the file back to its checkpoint and appends, and a read that
+    spans the cut lands mid-record (not a record: read again at the next poll)."""
+    try:
+        steps = [r["step"] for r in read_metrics(run.metrics) if r["type"] == "train"] \
+            if run.metrics.exists() else []
+    except MetricsError:
+        return -1
     return max(steps, default=-1)
 
 
