@@ -11,8 +11,9 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Literal
+
+from splitleak.registry import installed_entry_points
 
 if TYPE_CHECKING:
     from splitleak.config import ExperimentConfig
@@ -53,7 +54,7 @@ class PluginsMissing(RuntimeError):
 @functools.cache
 def plugin_groups() -> tuple[PluginGroup, ...]:
     """Every registered group, loaded once per process, in name order."""
-    found = sorted(entry_points(group=ENTRY_POINTS), key=lambda ep: ep.name)
+    found = installed_entry_points().get(ENTRY_POINTS, ())
     if not found:
         raise PluginsMissing(f"no '{ENTRY_POINTS}' entry points are installed: install the "
                              "package (make setup, or pip install -e .) so that its plug-in "

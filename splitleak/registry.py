@@ -4,11 +4,13 @@ Built-in plug-ins register themselves by name when their package is imported. A 
 one's own adds plug-ins through the entry-point group `splitleak.<kind>s` (`splitleak.attacks`,
 `splitleak.defenses`, `splitleak.objectives`, `splitleak.datasets`, `splitleak.protections`):
 each entry point names one plug-in class, under the name it is used by in a config. They are
-loaded on the registry's first lookup, in every process that looks (each role's included).
+loaded on the registry's first lookup, in every process that looks (each role's included); the
+installed distributions are scanned once per process, for every registry and plug-in group.
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Iterator
 from importlib.metadata import EntryPoint, entry_points
@@ -30,6 +32,15 @@ class PluginLoadError(ConfigError):
     """An installed plug-in that cannot be used: its import fails, its name is taken, or it
     lacks what its kind requires. The message names the entry point and its package; a
     ConfigError, so that every CLI stops with the sentence before any process starts."""
+
+
+@functools.cache
+def installed_entry_points() -> dict[str, tuple[EntryPoint, ...]]:
+    """Every installed entry point by group, each group in name order: one scan of the
+    installed distributions per process, shared by every group that looks."""
+    found = entry_points()
+    return {group: tuple(sorted(found.select(group=group), key=lambda ep: ep.name))
+            for group in found.groups}
 
 
 class Registry(Generic[T]):
@@ -75,7 +86,7 @@ class Registry(Generic[T]):
         if self._loaded:
             return
         self._loaded = True  # first, so that a plug-in's own lookups during import do not recurse
-        for ep in sorted(entry_points(group=self.entry_point_group), key=lambda ep: ep.name):
+        for ep in installed_entry_points().get(self.entry_point_group, ()):
             self._add_installed(ep)
 
     def _add_installed(self, ep: EntryPoint) -> None:
