@@ -18,12 +18,13 @@ from splitleak.config import PROTOCOL_VERSION, ExperimentConfig
 from splitleak.tls import passive_identity
 from splitleak.v1 import split_learning_pb2 as pb
 from splitleak.validation import expected_embedding_shapes
-from splitleak.wire import Malformed, RefusalLog, clip, echo
+from splitleak.wire import ECHO_LIMIT, Malformed, RefusalLog, clip, config_map_problem, echo
 
 log = logging.getLogger("label_party")
 # A party id in metadata: a few ASCII digits (anything longer is not an id of this run).
 _PARTY_ID = re.compile(r"[0-9]{1,6}")
 INBOUND_LIMIT = 2  # per stream: the one message asked for, and how the stream ended
+NAMED_FIELDS = 10  # differing config fields a refusal names before "and N more"
 
 
 class SessionError(Exception):
@@ -179,11 +180,18 @@ class Session:
         if self.started:
             raise SessionError(grpc.StatusCode.FAILED_PRECONDITION,
                                "training has already started; no party can join now", k)
+        for name, hashes in (("config_sections", request.config_sections),
+                             ("config_fields", request.config_fields)):
+            problem = config_map_problem(f"JoinRequest.{name}", hashes)
+            if problem is not None:
+                raise SessionError(grpc.StatusCode.INVALID_ARGUMENT,
+                                   f"passive party {k} sent a Join whose {problem}", k)
         if request.config_hash != self.cfg.hash:
+            where = (differing_fields(self.cfg.field_hashes(), request.config_fields)
+                     or differing_sections(self.cfg.section_hashes(), request.config_sections))
             raise SessionError(grpc.StatusCode.FAILED_PRECONDITION,
                                f"passive party {k} loaded config {echo(request.config_hash)} but "
-                               f"the label party runs {self.cfg.hash!r}"
-                               f"{differing_sections(self.cfg.section_hashes(), request.config_sections)}"
+                               f"the label party runs {self.cfg.hash!r}{where}"
                                ": every party must use the same experiment file", k)
         if request.num_rows != self.data.schema.num_rows:
             raise SessionError(grpc.StatusCode.FAILED_PRECONDITION,
@@ -310,5 +318,25 @@ def differing_sections(own: dict[str, str], theirs: Mapping[str, str]) -> str:
     differ = [f"[{name}]" for name in sorted(own) if theirs.get(name) != own[name]]
     if not differ:
         return ", in no section of this config (the party's has others)"
-    return ", in " + (" and ".join(differ) if len(differ) < 3 else
-                      ", ".join(differ[:-1]) + " and " + differ[-1])
+    return ", in " + _in_words(differ)
+
+
+def differing_fields(own: dict[str, str], theirs: Mapping[str, str],
+                     limit: int = NAMED_FIELDS) -> str:
+    """", in run.seed and training.lr": the fields whose hashes differ between this config and
+    a party's, or that one of them lacks, in name order, the first `limit` named, then how many
+    more. "" for a party that sent none (one from before config_fields), or where none differs."""
+    if not theirs:
+        return ""
+    differ = sorted(name for name in own.keys() | theirs.keys() if own.get(name) != theirs.get(name))
+    if not differ:
+        return ""
+    named = [clip(name, ECHO_LIMIT) for name in differ[:limit]]  # a party's own names included
+    if len(differ) > limit:
+        return f", in {', '.join(named)} and {len(differ) - limit} more"
+    return ", in " + _in_words(named)
+
+
+def _in_words(names: list[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"

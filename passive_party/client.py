@@ -56,6 +56,7 @@ from splitleak.v1 import split_learning_pb2 as pb
 from splitleak.v1 import split_learning_pb2_grpc as pb_grpc
 from splitleak.v1 import tensor_pb2
 from splitleak.white_box import SnapshotWriter, cafe_victim
+from splitleak.wire import config_map_problem
 
 log = logging.getLogger("passive_party")
 T = TypeVar("T")
@@ -172,10 +173,13 @@ def _restore(bottom: BottomTrainer, run: RunDir, plan: pb.TrainingPlan, resuming
 
 async def _join(stub: pb_grpc.LabelPartyStub, cfg: ExperimentConfig, bottom: BottomTrainer,
                 address: str, tls_dir: Path | None) -> pb.TrainingPlan:
+    fields = cfg.field_hashes()
+    if config_map_problem("config_fields", fields) is not None:  # more than a label party reads
+        fields = {}  # it names the sections that differ instead
     request = pb.JoinRequest(protocol_version=PROTOCOL_VERSION, party_id=bottom.party_id,
                              embedding_shape=bottom.embedding_shape, config_hash=cfg.hash,
                              num_rows=bottom.inputs.num_rows,
-                             config_sections=cfg.section_hashes())
+                             config_sections=cfg.section_hashes(), config_fields=fields)
     # Until the label party listens, every attempt fails at once (UNAVAILABLE): try again
     # until the join deadline. A TLS handshake it refused cannot get better by waiting (not
     # waiting for the channel to be ready is what lets it show at once).

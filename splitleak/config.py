@@ -491,6 +491,25 @@ class ExperimentConfig(Settings):
         data = self.model_dump(mode="json", exclude={"evaluation"})
         return {section: _digest(value) for section, value in data.items()}
 
+    def field_hashes(self) -> dict[str, str]:
+        """The hash of each field that `hash` covers, by dotted name ("training.lr"; a table
+        of a list by its index, "defense.0.s"): two configs whose hashes differ differ in the
+        fields whose hashes differ, or that one of them lacks. An empty table or list has no
+        field of its own."""
+        return {name: _digest(value) for name, value in
+                _leaves(self.model_dump(mode="json", exclude={"evaluation"}))}
+
+
+def _leaves(data: Any, name: str = "") -> list[tuple[str, Any]]:
+    """(dotted name, value) of every field under `data` that is neither a table nor a list of
+    tables; an empty table or list has none."""
+    if isinstance(data, list) and data and all(isinstance(item, dict) for item in data):
+        data = {str(index): item for index, item in enumerate(data)}
+    if isinstance(data, dict):
+        return [leaf for key, value in data.items()
+                for leaf in _leaves(value, f"{name}.{key}" if name else str(key))]
+    return [] if data == [] else [(name, data)]
+
 
 def _digest(data: Any) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]

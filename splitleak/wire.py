@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +20,10 @@ import grpc
 from google.protobuf.message import DecodeError
 
 ECHO_LIMIT = 80  # characters of a peer's own value quoted back in an error
+# A JoinRequest's config_sections / config_fields: entries, characters of a name, of a hash.
+CONFIG_MAP_ENTRIES = 4096
+CONFIG_NAME_CHARS = 200
+CONFIG_HASH_CHARS = 64
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,21 @@ def echo(value: object, limit: int = ECHO_LIMIT) -> str:
         return text
     size = f"{len(value)} characters" if isinstance(value, str) else f"{len(text)} characters as text"
     return f"{text[: limit - 1]}… ({size})"
+
+
+def config_map_problem(field: str, hashes: Mapping[str, str]) -> str | None:
+    """Why a map of config names to hashes (`field` of a JoinRequest) is more than a service
+    reads, in words; None when within the bounds."""
+    if len(hashes) > CONFIG_MAP_ENTRIES:
+        return f"{field} has {len(hashes)} entries; at most {CONFIG_MAP_ENTRIES} are accepted"
+    for name, digest in hashes.items():
+        if len(name) > CONFIG_NAME_CHARS or not name.isprintable():
+            return (f"{field} has the name {echo(name)}; a name is printable and at most "
+                    f"{CONFIG_NAME_CHARS} characters")
+        if len(digest) > CONFIG_HASH_CHARS:
+            return (f"{field}[{echo(name)}] is {echo(digest)}; a hash is at most "
+                    f"{CONFIG_HASH_CHARS} characters")
+    return None
 
 
 def _lenient(parse: Callable[[bytes], Any], limit_mb: int | None) -> Callable[[bytes], Any]:

@@ -169,3 +169,48 @@ def test_a_party_with_another_config_is_told_which_sections_differ() -> None:
     assert differing_sections(cfg.section_hashes(), {}) == ""  # a party that sent none
     hostile = {**cfg.section_hashes(), "x" * 500: "0"}  # names this config lacks are not echoed
     assert "x" not in differing_sections(cfg.section_hashes(), hostile)
+
+
+def test_a_party_with_another_config_is_told_which_fields_differ() -> None:
+    """At 97c5036 the refusal named only sections: [training] has some twenty fields."""
+    from label_party.session import differing_fields
+    from splitleak.config import load_config
+
+    cfg = load_config(None)
+    other = cfg.model_copy(update={"training": cfg.training.model_copy(update={"epochs": 7}),
+                                   "run": cfg.run.model_copy(update={"seed": 9})})
+    own = cfg.field_hashes()
+    assert {"run.seed", "training.epochs", "model.layers"} <= set(own)
+    assert differing_fields(own, other.field_hashes()) == ", in run.seed and training.epochs"
+    assert differing_fields(own, {}) == ""  # a party from before config_fields: sections instead
+    assert differing_fields(own, dict(own)) == ""
+    # A field one of them lacks differs; a party's own names are echoed, cut short.
+    theirs = {name: digest for name, digest in own.items() if name != "run.seed"}
+    theirs["defense.0.s"] = "0"
+    theirs["x" * 150] = "0"
+    said = differing_fields(own, theirs)
+    assert said.startswith(", in defense.0.s, run.seed and xxx") and "(150 characters)" in said
+    many = {name: "0" for name in own}
+    said = differing_fields(own, many)
+    assert said.count(",") == 10 and said.endswith(f" and {len(own) - 10} more")
+
+
+def test_a_list_of_tables_is_named_by_index_and_empty_tables_have_no_fields() -> None:
+    from splitleak.config import _leaves
+
+    assert _leaves({"defense": [{"name": "marvell", "s": 4.0}], "run": {"devices": {}},
+                    "attacker": {"attacks": []}, "model": {"layers": [8, 8]}}) == \
+        [("defense.0.name", "marvell"), ("defense.0.s", 4.0), ("model.layers", [8, 8])]
+
+
+def test_the_config_maps_of_a_join_are_bounded() -> None:
+    from splitleak.config import load_config
+    from splitleak.wire import CONFIG_MAP_ENTRIES, config_map_problem
+
+    assert config_map_problem("m", load_config(None).field_hashes()) is None
+    assert "4097 entries; at most 4096" in config_map_problem(
+        "m", {str(i): "0" for i in range(CONFIG_MAP_ENTRIES + 1)})
+    assert "a name is printable and at most 200" in config_map_problem("m", {"x" * 201: "0"})
+    assert "a name is printable" in config_map_problem("m", {"a\nb": "0"})
+    assert "a hash is at most 64" in config_map_problem("m", {"a": "0" * 65})
+

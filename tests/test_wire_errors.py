@@ -107,6 +107,13 @@ def test_join_refusals_name_the_problem(label_party) -> None:
     err = _join_error(lp, _join_request(lp, config_hash=other.hash,
                                         config_sections=other.section_hashes()))
     assert ", in [training]: every party must use the same experiment file" in err.details()
+    err = _join_error(lp, _join_request(lp, config_hash=other.hash,
+                                        config_sections=other.section_hashes(),
+                                        config_fields=other.field_hashes()))
+    assert ", in training.epochs: every party must use the same experiment file" in err.details()
+    err = _join_error(lp, _join_request(lp, config_fields={str(i): "0" for i in range(5000)}))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "JoinRequest.config_fields has 5000 entries; at most 4096" in err.details()
     err = _join_error(lp, _join_request(lp, num_rows=5))
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "do not align" in err.details()
     assert asyncio.run(_join(lp, _join_request(lp))).total_train_steps > 0

@@ -61,12 +61,33 @@ class JoinRequest(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class ConfigFieldsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     PROTOCOL_VERSION_FIELD_NUMBER: _builtins.int
     PARTY_ID_FIELD_NUMBER: _builtins.int
     EMBEDDING_SHAPE_FIELD_NUMBER: _builtins.int
     CONFIG_HASH_FIELD_NUMBER: _builtins.int
     NUM_ROWS_FIELD_NUMBER: _builtins.int
     CONFIG_SECTIONS_FIELD_NUMBER: _builtins.int
+    CONFIG_FIELDS_FIELD_NUMBER: _builtins.int
     protocol_version: _builtins.int
     party_id: _builtins.int
     config_hash: _builtins.str
@@ -83,6 +104,14 @@ class JoinRequest(_message.Message):
         config_hash differs, the label party names the sections that differ.
         """
 
+    @_builtins.property
+    def config_fields(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """Hash of each field of that config, by dotted name ("training.lr", "defense.0.s"): where
+        the config_hash differs, the label party names the fields that differ (a party that
+        sends none is told the sections). Both maps: at most 4096 entries, names of at most 200
+        printable characters, hashes of at most 64 (splitleak/wire.py); more is INVALID_ARGUMENT.
+        """
+
     def __init__(
         self,
         *,
@@ -92,10 +121,11 @@ class JoinRequest(_message.Message):
         config_hash: _builtins.str = ...,
         num_rows: _builtins.int = ...,
         config_sections: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        config_fields: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_hash", b"config_hash", "config_sections", b"config_sections", "embedding_shape", b"embedding_shape", "num_rows", b"num_rows", "party_id", b"party_id", "protocol_version", b"protocol_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_fields", b"config_fields", "config_hash", b"config_hash", "config_sections", b"config_sections", "embedding_shape", b"embedding_shape", "num_rows", b"num_rows", "party_id", b"party_id", "protocol_version", b"protocol_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
