@@ -305,6 +305,24 @@ def test_kdk_targets_come_from_the_teacher(tmp_path: Path) -> None:
         build_objective("kdk", {**params, "k": 5}, setup)
 
 
+def test_kdk_softmax_target_is_eq_10_as_written(tmp_path: Path) -> None:
+    """Arazzi et al.'s eq. (10) trains against SM(SL); the default keeps SL itself."""
+    cfg = config(tmp_path, top="mlp", label_party=True)
+    setup = setup_for(cfg, num_classes=4, width=4, own=True)
+    params = {"k": 3, "epsilon": 0.45, "teacher_epochs": 2, "teacher_lr": 0.01}
+    ours = build_objective("kdk", params, setup)
+    paper = build_objective("kdk", {**params, "target": "softmax"}, setup)
+    train = setup.train_ids
+    y = torch.from_numpy(setup.labels[train])
+    assert torch.allclose(paper.targets(train, y), torch.softmax(ours.targets(train, y), dim=1))
+    assert paper.summary()["target"] == "softmax of the soft-label vector (soft-target CE)"
+    assert ours.summary()["target"] == "soft-label vector (soft-target CE)"
+    assert paper.train_step(*batch(setup)).loss != ours.train_step(*batch(setup)).loss
+    with pytest.raises(ValidationError):
+        KDkParams.model_validate({"target": "sm"})
+    assert KDkParams().target == "soft_labels"
+
+
 def test_kdk_binary(tmp_path: Path) -> None:
     params = {"k": 2, "epsilon": 0.2, "teacher_epochs": 1}
     bce = config(tmp_path, top="mlp", label_party=True)

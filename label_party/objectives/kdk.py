@@ -9,7 +9,9 @@ slice (`features.label_party`), train rows only. Each train row's soft label (`s
   entries;
 - "arazzi" (the paper's eq. (9) and Algorithm 1): the teacher's most probable class gets 1 − ε
   and its next k − 1 classes ε/(k − 1) each, whatever the true class.
-VFL training is then soft-target cross-entropy against these vectors.
+VFL training is then soft-target cross-entropy against these vectors (`target = "soft_labels"`,
+the default), or against their softmax (`target = "softmax"`: CE(SM(preds), SM(SL)), the
+paper's eq. (10) as written).
 
 Binary datasets: with `training.loss = "ce"` (two logits) the vectors are used as they are; with
 BCE (one logit, the default for two classes) k must be 2 and the target is the soft label's
@@ -45,6 +47,9 @@ class KDkParams(ObjectiveParams):
     teacher_batch_size: PositiveInt | None = None  # None: training.batch_size
     # Who gets 1 − ε: "true_class" (ours) or "arazzi" (the teacher's top class, eq. (9)).
     soft_labels: Literal["true_class", "arazzi"] = "true_class"
+    # What VFL training's cross-entropy is against: the soft labels themselves (ours) or their
+    # softmax ("softmax", eq. (10) as written: CE(SM(preds), SM(SL))).
+    target: Literal["soft_labels", "softmax"] = "soft_labels"
 
 
 def too_many_classes(k: int, num_classes: int, dataset: str) -> str:
@@ -159,6 +164,8 @@ class KDk(CrossEntropy):
         soft = torch.zeros(labels.size, k_classes)
         soft[train] = kdk_soft_labels(probs[train], y[train], params.k, params.epsilon,
                                         params.soft_labels)
+        if params.target == "softmax":
+            soft[train] = torch.softmax(soft[train], dim=1)
         # BCE: one logit, so the target is the probability of class 1.
         soft = soft[:, 1].contiguous() if self.loss_kind == "bce" else soft
         self.soft_targets = soft.to(setup.device)
@@ -179,6 +186,7 @@ class KDk(CrossEntropy):
 
     def summary(self) -> dict[str, Any]:
         p = self.params
+        softmax = "softmax of the " if p.target == "softmax" else ""
         return {"k": p.k, "epsilon": p.epsilon, "soft_labels": p.soft_labels,
                 "teacher_epochs": p.teacher_epochs,
                 "teacher_optimizer": p.teacher_optimizer, "teacher_lr": p.teacher_lr,
@@ -186,8 +194,8 @@ class KDk(CrossEntropy):
                 "teacher_features": list(self.setup.cfg.features.label_party or ()),
                 "teacher_final_loss": self.teacher_losses[-1] if self.teacher_losses else None,
                 **self.teacher_figures,
-                "target": "P(class 1) of the soft label (BCE)" if self.loss_kind == "bce"
-                else "soft-label vector (soft-target CE)",
+                "target": f"P(class 1) of the {softmax}soft label (BCE)" if self.loss_kind == "bce"
+                else f"{softmax}soft-label vector (soft-target CE)",
                 "seed": self.setup.seed}
 
 
