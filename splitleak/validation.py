@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from torch import nn
 
 from splitleak.config import ConfigError, EvaluationConfig, ExperimentConfig, plugin_param_errors
-from splitleak.datasets import DATASETS, DatasetError, Schema, build_dataset
+from splitleak.datasets import DATASETS, DatasetError, Schema, build_dataset, check_against_schema
 from splitleak.inputs import check_classes, split_ids, train_size_warnings
 from splitleak.integrity import check_integrity
 from splitleak.models import InputSpec, build_bottom, build_top, input_spec
@@ -125,8 +125,9 @@ def check_data_values(cfg: ExperimentConfig, counted: bool = False) -> list[str]
         dataset = build_dataset(cfg.dataset.name, cfg.dataset.params)
         dataset.check_values()
         labels = dataset.labels()
-        warnings = check_classes(cfg, labels, split_ids(cfg, labels.size)[1],
-                                 dataset.layout().num_classes)
+        layout = dataset.layout()
+        check_against_schema(dataset, layout, labels=labels)
+        warnings = check_classes(cfg, labels, split_ids(cfg, labels.size)[1], layout.num_classes)
         return warnings + ([] if counted else train_size_warnings(cfg, labels.size))
     except DatasetError as err:
         raise ConfigError(f"dataset: {err}") from None

@@ -3,17 +3,21 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from tests.conftest import scaled, small_config
+from tests.plugin_package import install
 
 ROOT = Path(__file__).resolve().parents[1]
 
 MODULE = '''
-import numpy as np
 import torch
 from pydantic import Field
 from attacker.attacks.base import Attack, AttackResult
@@ -114,3 +118,173 @@ def test_attacker_analyze_refuses_a_broken_installed_plugin_in_one_line(tmp_path
                           timeout=120)
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr and "cannot be imported" in done.stderr + done.stdout
+
+
+# A dataset and an objective of one's own, each with a `fault` parameter that breaks it in one way.
+DATA_AND_OBJECTIVE = '''
+import numpy as np
+import torch
+from pydantic import Field
+from label_party.objectives.base import ObjectiveParams
+from label_party.objectives.cross_entropy import CrossEntropy
+from splitleak.datasets.base import Dataset, DatasetParams, FeatureSlice, Schema
+
+
+class BlobsParams(DatasetParams):
+    rows: int = Field(default=200, gt=1)
+    columns: int = Field(default=6, gt=1)
+    seed: int = 0
+    fault: str = ""
+
+
+class Blobs(Dataset):
+    """Two Gaussian blobs, the same for every party that builds it with the same seed."""
+    name = "blobs"
+    Params = BlobsParams
+
+    def table(self):
+        rng = np.random.default_rng(self.params.seed)
+        y = rng.integers(0, 2, self.params.rows)
+        x = rng.normal(size=(self.params.rows, self.params.columns)) + y[:, None]
+        return x.astype(np.float32), y.astype(np.int64)
+
+    def schema(self):
+        if self.params.fault == "schema raises":
+            raise RuntimeError("no schema")
+        return Schema(tuple(f"x{i}" for i in range(self.params.columns)), (), (), 2,
+                      self.params.rows)
+
+    def features(self, columns):
+        x, _ = self.table()
+        start, stop = columns
+        fault = self.params.fault
+        if fault == "features raises":
+            raise RuntimeError("no features")
+        if fault == "features array":
+            return x[:, start:stop]
+        if fault == "features short":
+            x = x[1:]
+        if fault == "features wide":
+            start, stop = (start - 1, stop) if start else (start, stop + 1)
+        return FeatureSlice((start, stop), x[:, start:stop], np.zeros((len(x), 0), np.int64), ())
+
+    def labels(self):
+        y = self.table()[1]
+        fault = self.params.fault
+        return {"labels float": y.astype(np.float32), "labels 2d": y[:, None], "labels short": y[1:],
+                "labels 1..2": y + 1}.get(fault, y)
+
+
+class SmoothParams(ObjectiveParams):
+    epsilon: float = Field(default=0.1, ge=0.0, lt=1.0)
+    fault: str = ""
+
+
+class Smooth(CrossEntropy):
+    """Cross-entropy against label-smoothed targets."""
+    name = "smooth"
+    Params = SmoothParams
+
+    def __init__(self, params, setup):
+        if params.fault == "init raises":
+            raise RuntimeError("no init")
+        super().__init__(params, setup)
+
+    def targets(self, sample_ids, labels):
+        return labels.float() * (1 - self.params.epsilon) + self.params.epsilon / 2
+
+    def cut_gradients(self, activations, own, sample_ids, labels, class_gradients=False):
+        result = super().cut_gradients(activations, own, sample_ids, labels, class_gradients)
+        fault = self.params.fault
+        if fault == "cut raises":
+            raise RuntimeError("no gradients")
+        if fault == "loss tensor":
+            result.loss = torch.tensor(result.loss)
+        changed = {"one gradient": lambda g: g[:1], "gradient shape": lambda g: [x[1:] for x in g],
+                   "gradient float64": lambda g: [x.double() for x in g]}.get(fault)
+        if changed is not None:
+            result.gradients = changed(result.gradients)
+        return result
+
+    def predict(self, activations, own):
+        logits = super().predict(activations, own)
+        return logits[:, 0] if self.params.fault == "logits 1d" else logits
+'''
+
+DATA_AND_OBJECTIVE_ENTRIES = {"splitleak.datasets": {"blobs": "h3plugins:Blobs"},
+                              "splitleak.objectives": {"smooth": "h3plugins:Smooth"}}
+
+
+def blobs_config(tmp_path: Path, dataset_fault: str = "", objective_fault: str = "",
+                 max_steps: int = 3) -> dict[str, Any]:
+    """A short run on the installed dataset, trained with the installed objective."""
+    return small_config(tmp_path, dataset={"name": "blobs", "test_fraction": 0.25,
+                                           "params": {"rows": 200, "seed": 5,
+                                                      "fault": dataset_fault}},
+                        features={"passive": [[0, 3], [3, 6]]},
+                        model={"kind": "mlp", "layers": [8], "cut_layer": 1},
+                        training={"batch_size": 32, "epochs": 1, "max_steps": max_steps,
+                                  "eval_interval": 2},
+                        objective={"name": "smooth", "epsilon": 0.2, "fault": objective_fault})
+
+
+# What each fault is told as: "<dataset or objective in words>: <this>".
+DATASET_FAULTS = {
+    "schema raises": "schema() raised RuntimeError: no schema (at h3plugins/__init__.py:",
+    "features raises": "features() raised RuntimeError: no features (at h3plugins/__init__.py:",
+    "features array": "features() returned an array of dtype float32 and shape [200, 3]; it must "
+                      "return a splitleak.datasets.FeatureSlice",
+    "features short": "features() returned 199 rows and schema() says num_rows = 200",
+    "features wide": "features() returned 4 column(s) for the range [0, 3)",
+    "labels float": "labels() returned an array of dtype float32 and shape [200]; it must return "
+                    "an int64 array [num_rows]",
+    "labels 2d": "labels() returned an array of dtype int64 and shape [200, 1]",
+    "labels short": "labels() returned 199 rows and schema() says num_rows = 200",
+    "labels 1..2": "labels() returned class ids 1..2, and schema() says num_classes = 2",
+}
+FAULT_PROBE = '''
+import json, sys, tempfile
+from pathlib import Path
+from orchestration.reference import train_in_process
+from splitleak.artifacts.rundir import create_run_dir
+from splitleak.config import parse_config
+from splitleak.validation import validate
+from tests.test_installed_plugins import blobs_config
+
+for kind, fault in json.loads(sys.argv[1]):
+    root = Path(tempfile.mkdtemp())
+    data = blobs_config(root, **{f"{kind}_fault": fault})
+    try:
+        cfg = validate(parse_config(data), read_values=True).cfg
+        train_in_process(cfg, create_run_dir(cfg, root / "run"))
+        said = "trained"
+    except Exception as err:
+        said = f"{type(err).__name__}: {err}"
+    print(json.dumps([fault, said]))
+'''
+
+
+@pytest.fixture(scope="module")
+def fault_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """What validation and an in-process run say of each fault, all in one process."""
+    env = install(tmp_path_factory.mktemp("site"), "h3plugins", DATA_AND_OBJECTIVE,
+                  DATA_AND_OBJECTIVE_ENTRIES)
+    faults = [("dataset", f) for f in DATASET_FAULTS]
+    done = subprocess.run([sys.executable, "-c", FAULT_PROBE, json.dumps(faults)], env=env,
+                          capture_output=True, text=True, timeout=scaled(300), cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(line) for line in done.stdout.splitlines())
+
+
+@pytest.mark.parametrize("fault", sorted(DATASET_FAULTS))
+def test_a_broken_installed_dataset_is_named_in_one_sentence(fault_reports: dict[str, str],
+                                                             fault: str) -> None:
+    """A dataset plug-in that raises, or returns what the parties cannot use, is a DatasetError
+    naming it and its package (a ConfigError from `splitleak validate`), one line. Before: a
+    traceback from deep in the loaders, or, for float or out-of-range labels, a run that
+    trained on them without a word."""
+    said = fault_reports[fault]
+    assert said.startswith(("DatasetError: ", "ConfigError: ")), said
+    assert "dataset 'blobs' (splitleak.datasets entry point 'h3plugins:Blobs' of package " \
+           f"'h3plugins'): {DATASET_FAULTS[fault]}" in said
+    assert "\n" not in said
