@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import scaled, small_config
+from tests.conftest import scaled, small_config, write_config
 from tests.plugin_package import install
 
 ROOT = Path(__file__).resolve().parents[1]
 
 MODULE = '''
+import numpy as np
 import torch
 from pydantic import Field
 from attacker.attacks.base import Attack, AttackResult
@@ -242,6 +243,17 @@ DATASET_FAULTS = {
     "labels short": "labels() returned 199 rows and schema() says num_rows = 200",
     "labels 1..2": "labels() returned class ids 1..2, and schema() says num_classes = 2",
 }
+OBJECTIVE_FAULTS = {
+    "init raises": "__init__() raised RuntimeError: no init (at h3plugins/__init__.py:",
+    "cut raises": "cut_gradients() raised RuntimeError: no gradients (at h3plugins/__init__.py:",
+    "one gradient": "cut_gradients() returned 1 gradient(s) for 2 passive parties",
+    "gradient shape": "cut_gradients() returned gradient 0 as torch.float32 [31, 8]; each must be "
+                      "a tensor of its activation's shape and dtype (torch.float32 [32, 8])",
+    "gradient float64": "cut_gradients() returned gradient 0 as torch.float64 [32, 8]",
+    "loss tensor": "cut_gradients() returned a StepResult whose loss is a Tensor; it must be a float",
+    "logits 1d": "predict() returned torch.float32 [",
+}
+
 FAULT_PROBE = '''
 import json, sys, tempfile
 from pathlib import Path
@@ -269,7 +281,7 @@ def fault_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """What validation and an in-process run say of each fault, all in one process."""
     env = install(tmp_path_factory.mktemp("site"), "h3plugins", DATA_AND_OBJECTIVE,
                   DATA_AND_OBJECTIVE_ENTRIES)
-    faults = [("dataset", f) for f in DATASET_FAULTS]
+    faults = [("dataset", f) for f in DATASET_FAULTS] + [("objective", f) for f in OBJECTIVE_FAULTS]
     done = subprocess.run([sys.executable, "-c", FAULT_PROBE, json.dumps(faults)], env=env,
                           capture_output=True, text=True, timeout=scaled(300), cwd=ROOT)
     assert done.returncode == 0, done.stderr
@@ -288,3 +300,38 @@ def test_a_broken_installed_dataset_is_named_in_one_sentence(fault_reports: dict
     assert "dataset 'blobs' (splitleak.datasets entry point 'h3plugins:Blobs' of package " \
            f"'h3plugins'): {DATASET_FAULTS[fault]}" in said
     assert "\n" not in said
+
+
+@pytest.mark.parametrize("fault", sorted(OBJECTIVE_FAULTS))
+def test_a_broken_installed_objective_is_named_in_one_sentence(fault_reports: dict[str, str],
+                                                               fault: str) -> None:
+    """An objective plug-in that raises, or answers outside the interface (gradients: one per
+    party, each of its activation's shape and dtype; a float loss; logits [B, width]), is an
+    ObjectiveError naming it and its package. Before: a traceback (zip(), autograd, isfinite),
+    or float64 gradients sent on without a word."""
+    said = fault_reports[fault]
+    assert said.startswith("ObjectiveError: objective 'smooth' (splitleak.objectives entry point "
+                           "'h3plugins:Smooth' of package 'h3plugins'): "
+                           f"{OBJECTIVE_FAULTS[fault]}"), said
+    assert "\n" not in said
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "orchestration", *args], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=scaled(300))
+
+
+@pytest.mark.slow
+def test_a_distributed_run_names_an_installed_objective_that_raises_in_one_line(
+        tmp_path: Path) -> None:
+    """The label party ends the run with the objective's sentence and exits 2 (a broken
+    installed plug-in is bad input); the orchestrator prints that sentence, not "passive party
+    1 exited with code 1: ... label party internal error"."""
+    env = install(tmp_path / "site", "h3plugins", DATA_AND_OBJECTIVE, DATA_AND_OBJECTIVE_ENTRIES)
+    config = write_config(tmp_path, blobs_config(tmp_path, objective_fault="cut raises"))
+    done = _cli(env, "run", str(config), "--no-progress", "--output-dir", str(tmp_path / "runs"))
+    assert done.returncode == 2, done.stdout + done.stderr
+    said = " ".join((done.stdout + done.stderr).split())  # the console wraps long lines
+    assert "run failed: objective 'smooth' (splitleak.objectives entry point 'h3plugins:Smooth' " \
+           "of package 'h3plugins'): cut_gradients() raised RuntimeError: no gradients" in said
+    assert "Traceback" not in said and "internal error" not in said
