@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from tests.conftest import scaled, small_config, write_config
@@ -319,6 +320,38 @@ def test_a_broken_installed_objective_is_named_in_one_sentence(fault_reports: di
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "orchestration", *args], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=scaled(300))
+
+
+def _records(root: Path, kind: str) -> list[dict]:
+    from splitleak.artifacts.metrics import read_metrics
+    from splitleak.artifacts.paths import RunDir
+
+    (run,) = root.iterdir()
+    return [r for r in read_metrics(RunDir(run).metrics) if r["type"] == kind]
+
+
+@pytest.mark.slow
+def test_a_distributed_run_on_an_installed_dataset_and_objective_equals_the_reference(
+        tmp_path: Path) -> None:
+    """Every role finds the package's plug-ins on PYTHONPATH (the label party its objective and
+    labels, each passive party its columns, the sidecar the layout, the analysis after), and
+    the wire changes no number: the in-process reference trains to the same losses."""
+    env = install(tmp_path / "site", "h3plugins", DATA_AND_OBJECTIVE, DATA_AND_OBJECTIVE_ENTRIES)
+    config = write_config(tmp_path, blobs_config(tmp_path, max_steps=4))
+    assert _cli(env, "validate", str(config)).returncode == 0
+    dist = _cli(env, "run", str(config), "--no-progress", "--output-dir", str(tmp_path / "dist"))
+    assert dist.returncode == 0, dist.stdout + dist.stderr
+    ref = _cli(env, "run", str(config), "--no-progress", "--in-process",
+               "--output-dir", str(tmp_path / "ref"))
+    assert ref.returncode == 0, ref.stdout + ref.stderr
+    losses = [[r["loss"] for r in _records(tmp_path / side, "train")] for side in ("dist", "ref")]
+    assert len(losses[0]) == 4
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-6, atol=1e-7)
+    for d, r in zip(_records(tmp_path / "dist", "eval"), _records(tmp_path / "ref", "eval"),
+                    strict=True):
+        assert d["step"] == r["step"] and d["test_auc"] == pytest.approx(r["test_auc"], abs=1e-6)
+    (run,) = (tmp_path / "dist").iterdir()
+    assert (run / "report" / "report.md").is_file()  # the sidecar recorded, the analysis read it
 
 
 @pytest.mark.slow
