@@ -213,21 +213,26 @@ class LabelPartyTrainer:
 
     def objective_summary(self) -> dict[str, Any]:
         self.update()
-        return {"name": self.objective.name, **self.objective.summary()}
+        with blamed(type(self.objective), "summary"):
+            return {"name": self.objective.name, **self.objective.summary()}
 
     def model_state(self) -> dict[str, Any]:
         """What top.pt holds: the objective's models and optimizers."""
         self.update()
-        return self.objective.state_dict()
+        with blamed(type(self.objective), "state_dict"):
+            return self.objective.state_dict()
 
     def state_dict(self) -> dict[str, Any]:
         """Everything a checkpoint needs: the objective and each party's defense chain."""
         self.update()
-        return {"objective": self.objective.state_dict(),
+        with blamed(type(self.objective), "state_dict"):
+            objective = self.objective.state_dict()
+        return {"objective": objective,
                 "defenses": {str(k): chain.state_dict() for k, chain in self.chains.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._update_pending = False  # the state replaces whatever was pending
-        self.objective.load_state_dict(state["objective"])
+        with blamed(type(self.objective), "load_state_dict"):
+            self.objective.load_state_dict(state["objective"])
         for k, chain in self.chains.items():
             chain.load_state_dict(state["defenses"][str(k)])

@@ -192,6 +192,16 @@ class Smooth(CrossEntropy):
             raise RuntimeError("no init")
         super().__init__(params, setup)
 
+    @classmethod
+    def check(cls, cfg, num_classes=None):
+        if cfg.objective.params.get("fault") == "check raises":
+            raise RuntimeError("no check")
+
+    def summary(self):
+        if self.params.fault == "summary raises":
+            raise RuntimeError("no summary")
+        return {}
+
     def targets(self, sample_ids, labels):
         return labels.float() * (1 - self.params.epsilon) + self.params.epsilon / 2
 
@@ -245,6 +255,7 @@ DATASET_FAULTS = {
     "labels 1..2": "labels() returned class ids 1..2, and schema() says num_classes = 2",
 }
 OBJECTIVE_FAULTS = {
+    "check raises": "check() raised RuntimeError: no check (at h3plugins/__init__.py:",
     "init raises": "__init__() raised RuntimeError: no init (at h3plugins/__init__.py:",
     "cut raises": "cut_gradients() raised RuntimeError: no gradients (at h3plugins/__init__.py:",
     "one gradient": "cut_gradients() returned 1 gradient(s) for 2 passive parties",
@@ -253,6 +264,7 @@ OBJECTIVE_FAULTS = {
     "gradient float64": "cut_gradients() returned gradient 0 as torch.float64 [32, 8]",
     "loss tensor": "cut_gradients() returned a StepResult whose loss is a Tensor; it must be a float",
     "logits 1d": "predict() returned torch.float32 [",
+    "summary raises": "summary() raised RuntimeError: no summary (at h3plugins/__init__.py:",
 }
 
 FAULT_PROBE = '''
@@ -308,12 +320,12 @@ def test_a_broken_installed_objective_is_named_in_one_sentence(fault_reports: di
                                                                fault: str) -> None:
     """An objective plug-in that raises, or answers outside the interface (gradients: one per
     party, each of its activation's shape and dtype; a float loss; logits [B, width]), is an
-    ObjectiveError naming it and its package. Before: a traceback (zip(), autograd, isfinite),
-    or float64 gradients sent on without a word."""
+    ObjectiveError naming it and its package (its config check: a ConfigError). Before: a
+    traceback (zip(), autograd, isfinite), or float64 gradients sent on without a word."""
     said = fault_reports[fault]
-    assert said.startswith("ObjectiveError: objective 'smooth' (splitleak.objectives entry point "
-                           "'h3plugins:Smooth' of package 'h3plugins'): "
-                           f"{OBJECTIVE_FAULTS[fault]}"), said
+    assert said.startswith("ConfigError: " if fault == "check raises" else "ObjectiveError: ")
+    assert "objective 'smooth' (splitleak.objectives entry point 'h3plugins:Smooth' of package " \
+           f"'h3plugins'): {OBJECTIVE_FAULTS[fault]}" in said, said
     assert "\n" not in said
 
 

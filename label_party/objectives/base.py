@@ -167,9 +167,11 @@ def origin(objective: type[Objective]) -> str:
 
 
 @contextmanager
-def blamed(objective: type[Objective], method: str) -> Iterator[None]:
-    """An exception out of an installed objective's `method` as an ObjectiveError naming it and
-    the line it raised at (a built-in's, and a ConfigError from its checks, pass unchanged)."""
+def blamed(objective: type[Objective], method: str,
+           error: type[Exception] = ObjectiveError) -> Iterator[None]:
+    """An exception out of an installed objective's `method` as an ObjectiveError (or `error`)
+    naming it and the line it raised at (a built-in's, and a ConfigError from its checks, pass
+    unchanged)."""
     from splitleak.provenance import is_built_in, raised
 
     try:
@@ -179,8 +181,7 @@ def blamed(objective: type[Objective], method: str) -> Iterator[None]:
     except Exception as err:
         if is_built_in(objective):
             raise
-        raise ObjectiveError(f"{origin(objective)}: {method}() raised "
-                             f"{raised(err, objective)}") from err
+        raise error(f"{origin(objective)}: {method}() raised {raised(err, objective)}") from err
 
 
 def check_step_result(objective: type[Objective], result: Any,
