@@ -144,6 +144,11 @@ class Blobs(Dataset):
     name = "blobs"
     Params = BlobsParams
 
+    def __init__(self, params):
+        if params.fault == "init raises":
+            raise RuntimeError("no data")
+        super().__init__(params)
+
     def table(self):
         rng = np.random.default_rng(self.params.seed)
         y = rng.integers(0, 2, self.params.rows)
@@ -242,6 +247,7 @@ def blobs_config(tmp_path: Path, dataset_fault: str = "", objective_fault: str =
 
 # What each fault is told as: "<dataset or objective in words>: <this>".
 DATASET_FAULTS = {
+    "init raises": "__init__() raised RuntimeError: no data (at h3plugins/__init__.py:",
     "schema raises": "schema() raised RuntimeError: no schema (at h3plugins/__init__.py:",
     "features raises": "features() raised RuntimeError: no features (at h3plugins/__init__.py:",
     "features array": "features() returned an array of dtype float32 and shape [200, 3]; it must "
@@ -285,13 +291,14 @@ for kind, fault in json.loads(sys.argv[1]):
         said = "trained"
     except Exception as err:
         said = f"{type(err).__name__}: {err}"
-    print(json.dumps([fault, said]))
+    print(json.dumps([f"{kind} {fault}", said]))
 '''
 
 
 @pytest.fixture(scope="module")
 def fault_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """What validation and an in-process run say of each fault, all in one process."""
+    """What validation and an in-process run say of each fault ("dataset FAULT", "objective
+    FAULT"), all in one process."""
     env = install(tmp_path_factory.mktemp("site"), "h3plugins", DATA_AND_OBJECTIVE,
                   DATA_AND_OBJECTIVE_ENTRIES)
     faults = [("dataset", f) for f in DATASET_FAULTS] + [("objective", f) for f in OBJECTIVE_FAULTS]
@@ -308,7 +315,7 @@ def test_a_broken_installed_dataset_is_named_in_one_sentence(fault_reports: dict
     naming it and its package (a ConfigError from `splitleak validate`), one line. Before: a
     traceback from deep in the loaders, or, for float or out-of-range labels, a run that
     trained on them without a word."""
-    said = fault_reports[fault]
+    said = fault_reports[f"dataset {fault}"]
     assert said.startswith(("DatasetError: ", "ConfigError: ")), said
     assert "dataset 'blobs' (splitleak.datasets entry point 'h3plugins:Blobs' of package " \
            f"'h3plugins'): {DATASET_FAULTS[fault]}" in said
@@ -322,7 +329,7 @@ def test_a_broken_installed_objective_is_named_in_one_sentence(fault_reports: di
     party, each of its activation's shape and dtype; a float loss; logits [B, width]), is an
     ObjectiveError naming it and its package (its config check: a ConfigError). Before: a
     traceback (zip(), autograd, isfinite), or float64 gradients sent on without a word."""
-    said = fault_reports[fault]
+    said = fault_reports[f"objective {fault}"]
     assert said.startswith("ConfigError: " if fault == "check raises" else "ObjectiveError: ")
     assert "objective 'smooth' (splitleak.objectives entry point 'h3plugins:Smooth' of package " \
            f"'h3plugins'): {OBJECTIVE_FAULTS[fault]}" in said, said

@@ -197,8 +197,13 @@ def _what(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
+def _anything(result: Any, args: tuple) -> None:
+    return None
+
+
 CHECKS: dict[str, Callable[[Any, tuple], str | None]] = {
-    "schema": _schema_problem, "layout": _schema_problem, "features": _features_problem,
+    "__init__": _anything, "check_values": _anything, "schema": _schema_problem,
+    "layout": _schema_problem, "features": _features_problem,
     "labels": _labels_problem}
 
 
