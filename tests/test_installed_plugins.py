@@ -150,7 +150,8 @@ class Blobs(Dataset):
         super().__init__(params)
 
     def table(self):
-        rng = np.random.default_rng(self.params.seed)
+        unseeded = self.params.fault == "unseeded"
+        rng = np.random.default_rng(None if unseeded else self.params.seed)
         y = rng.integers(0, 2, self.params.rows)
         x = rng.normal(size=(self.params.rows, self.params.columns)) + y[:, None]
         return x.astype(np.float32), y.astype(np.int64)
@@ -259,6 +260,8 @@ DATASET_FAULTS = {
     "labels 2d": "labels() returned an array of dtype int64 and shape [200, 1]",
     "labels short": "labels() returned 199 rows and schema() says num_rows = 200",
     "labels 1..2": "labels() returned class ids 1..2, and schema() says num_classes = 2",
+    "unseeded": "two instances built from the same params return different labels(); every role "
+                "builds its own",
 }
 OBJECTIVE_FAULTS = {
     "check raises": "check() raised RuntimeError: no check (at h3plugins/__init__.py:",
@@ -282,23 +285,29 @@ from splitleak.config import parse_config
 from splitleak.validation import validate
 from tests.test_installed_plugins import blobs_config
 
-for kind, fault in json.loads(sys.argv[1]):
+def said(read_values, fault_of):
     root = Path(tempfile.mkdtemp())
-    data = blobs_config(root, **{f"{kind}_fault": fault})
     try:
-        cfg = validate(parse_config(data), read_values=True).cfg
+        cfg = validate(parse_config(blobs_config(root, **fault_of)), read_values).cfg
+        if read_values:
+            return "valid"
         train_in_process(cfg, create_run_dir(cfg, root / "run"))
-        said = "trained"
+        return "trained"
     except Exception as err:
-        said = f"{type(err).__name__}: {err}"
-    print(json.dumps([f"{kind} {fault}", said]))
+        return f"{type(err).__name__}: {err}"
+
+for kind, fault in json.loads(sys.argv[1]):
+    fault_of = {f"{kind}_fault": fault}
+    print(json.dumps([f"{kind} {fault}", {"validate": said(True, fault_of),
+                                          "run": said(False, fault_of)}]))
 '''
 
 
 @pytest.fixture(scope="module")
-def fault_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """What validation and an in-process run say of each fault ("dataset FAULT", "objective
-    FAULT"), all in one process."""
+def fault_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, str]]:
+    """What `splitleak validate` (reading the data) and an in-process run (validated as
+    `splitleak run` validates: without reading it) say of each fault, by "dataset FAULT" and
+    "objective FAULT", all in one process."""
     env = install(tmp_path_factory.mktemp("site"), "h3plugins", DATA_AND_OBJECTIVE,
                   DATA_AND_OBJECTIVE_ENTRIES)
     faults = [("dataset", f) for f in DATASET_FAULTS] + [("objective", f) for f in OBJECTIVE_FAULTS]
@@ -308,32 +317,48 @@ def fault_reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return dict(json.loads(line) for line in done.stdout.splitlines())
 
 
+def _named(said: str, kind: str, what: str) -> bool:
+    """One line naming the plug-in (dataset 'blobs' or objective 'smooth') and its package,
+    then `what`."""
+    name, entry = {"dataset": ("blobs", "h3plugins:Blobs"),
+                   "objective": ("smooth", "h3plugins:Smooth")}[kind]
+    return "\n" not in said and (f"{kind} {name!r} (splitleak.{kind}s entry point {entry!r} of "
+                                 f"package 'h3plugins'): {what}") in said
+
+
 @pytest.mark.parametrize("fault", sorted(DATASET_FAULTS))
-def test_a_broken_installed_dataset_is_named_in_one_sentence(fault_reports: dict[str, str],
-                                                             fault: str) -> None:
+def test_a_broken_installed_dataset_is_named_in_one_sentence(
+        fault_reports: dict[str, dict[str, str]], fault: str) -> None:
     """A dataset plug-in that raises, or returns what the parties cannot use, is a DatasetError
-    naming it and its package (a ConfigError from `splitleak validate`), one line. Before: a
-    traceback from deep in the loaders, or, for float or out-of-range labels, a run that
-    trained on them without a word."""
+    naming it and its package, one line, from `splitleak validate` (as a ConfigError) and from
+    the run. Before: a traceback from deep in the loaders, or, for float or out-of-range labels
+    or an unseeded generator, a run that trained on them without a word."""
     said = fault_reports[f"dataset {fault}"]
-    assert said.startswith(("DatasetError: ", "ConfigError: ")), said
-    assert "dataset 'blobs' (splitleak.datasets entry point 'h3plugins:Blobs' of package " \
-           f"'h3plugins'): {DATASET_FAULTS[fault]}" in said
-    assert "\n" not in said
+    assert said["validate"].startswith("ConfigError: dataset: ")
+    assert _named(said["validate"], "dataset", DATASET_FAULTS[fault]), said
+    if fault == "unseeded":  # one instance, in one process: consistent with itself
+        assert said["run"] == "trained"
+        return
+    assert said["run"].startswith(("DatasetError: ", "ConfigError: dataset: "))
+    assert _named(said["run"], "dataset", DATASET_FAULTS[fault]), said
 
 
 @pytest.mark.parametrize("fault", sorted(OBJECTIVE_FAULTS))
-def test_a_broken_installed_objective_is_named_in_one_sentence(fault_reports: dict[str, str],
-                                                               fault: str) -> None:
+def test_a_broken_installed_objective_is_named_in_one_sentence(
+        fault_reports: dict[str, dict[str, str]], fault: str) -> None:
     """An objective plug-in that raises, or answers outside the interface (gradients: one per
     party, each of its activation's shape and dtype; a float loss; logits [B, width]), is an
-    ObjectiveError naming it and its package (its config check: a ConfigError). Before: a
-    traceback (zip(), autograd, isfinite), or float64 gradients sent on without a word."""
+    ObjectiveError naming it and its package (its config check: a ConfigError, from validate
+    too). Before: a traceback (zip(), autograd, isfinite), or float64 gradients sent on
+    without a word."""
     said = fault_reports[f"objective {fault}"]
-    assert said.startswith("ConfigError: " if fault == "check raises" else "ObjectiveError: ")
-    assert "objective 'smooth' (splitleak.objectives entry point 'h3plugins:Smooth' of package " \
-           f"'h3plugins'): {OBJECTIVE_FAULTS[fault]}" in said, said
-    assert "\n" not in said
+    if fault == "check raises":
+        assert said["validate"] == said["run"]
+        assert said["run"].startswith("ConfigError: ")
+    else:
+        assert said["validate"] == "valid"
+        assert said["run"].startswith("ObjectiveError: ")
+    assert _named(said["run"], "objective", OBJECTIVE_FAULTS[fault]), said
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
