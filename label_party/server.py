@@ -18,6 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from label_party.checkpoints import Interrupted, RunCheckpoints, restore
 from label_party.driver import Progress, call_inline, drive
 from label_party.exchange import NetworkExchange
+from label_party.objectives import ObjectiveError
 from label_party.outputs import (
     clean_anchor_writer,
     snapshot_writer,
@@ -80,7 +81,7 @@ async def serve(cfg: ExperimentConfig, run: RunDir, listen: str,
     log.error("training finished: %s (%s)", outcome["status"], outcome["message"])
     if outcome["status"] == "interrupted":
         return EXIT_INTERRUPTED
-    return EXIT_BAD_INPUT if outcome.get("output_error") else EXIT_FAILED
+    return EXIT_BAD_INPUT if outcome.get("output_error") or outcome.get("plugin_error") else EXIT_FAILED
 
 
 @dataclass
@@ -254,6 +255,10 @@ class LabelPartyRun:
         except NonFiniteStep as err:
             return await self._failed(SessionError(grpc.StatusCode.INVALID_ARGUMENT, str(err),
                                                    err.party_id))
+        except ObjectiveError as err:  # the installed objective broke: its one sentence
+            log.error("%s", err)
+            outcome = await self._failed(SessionError(grpc.StatusCode.FAILED_PRECONDITION, str(err)))
+            return {**outcome, "plugin_error": True}
         except OSError as err:
             message = describe_os_error(err)
             log.error("the label party cannot go on: %s", message)

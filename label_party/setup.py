@@ -8,7 +8,7 @@ import numpy as np
 
 from label_party.schedule import Plan, make_plan
 from splitleak.config import ExperimentConfig
-from splitleak.datasets import Dataset, Schema, build_dataset
+from splitleak.datasets import Dataset, Schema, build_dataset, check_against_schema
 from splitleak.inputs import PartyInputs, check_classes, load_party_inputs, split_ids
 from splitleak.partition import label_party_columns
 
@@ -34,6 +34,7 @@ def load_label_party_data(cfg: ExperimentConfig, dataset: Dataset | None = None)
     own = load_party_inputs(cfg, dataset, columns) if columns else None
     train_ids, test_ids = split_ids(cfg, schema.num_rows)
     labels = dataset.labels()
+    check_against_schema(dataset, schema, labels=labels)
     check_classes(cfg, labels, test_ids, schema.num_classes)
     return LabelPartyData(schema, labels, own, train_ids, test_ids,
                           make_plan(cfg, train_ids.size))

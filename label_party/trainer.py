@@ -11,7 +11,7 @@ import torch
 
 from label_party.defenses import DefenseChain, chain_summaries
 from label_party.objectives import ObjectiveSetup, build_objective, supervised_loss
-from label_party.objectives.base import Own
+from label_party.objectives.base import Own, blamed, check_logits, check_step_result
 from label_party.schedule import Batch
 from label_party.validate import class_gradients_error
 from splitleak.anchors import CleanAnchorWriter
@@ -109,7 +109,8 @@ class LabelPartyTrainer:
         the parties compute); everything that reads the parameters runs it first."""
         if self._update_pending:
             self._update_pending = False
-            self.objective.update()
+            with blamed(type(self.objective), "update"):
+                self.objective.update()
 
     def train_step(self, batch: Batch,
                    activations: dict[int, torch.Tensor]) -> tuple[dict[int, torch.Tensor], dict]:
@@ -122,9 +123,11 @@ class LabelPartyTrainer:
         if self.snapshots is not None:  # the parameters this step's gradient is computed with
             self.snapshots.record(batch.epoch, batch.step,
                                   self.objective.top)  # type: ignore[attr-defined]
-        result = self.objective.cut_gradients(acts, own, batch.sample_ids,
-                                              y, class_gradients=self.class_gradients)
+        with blamed(type(self.objective), "cut_gradients"):
+            result = self.objective.cut_gradients(acts, own, batch.sample_ids,
+                                                  y, class_gradients=self.class_gradients)
         self._update_pending = True
+        check_step_result(type(self.objective), result, acts)
         if not math.isfinite(result.loss) or not all(all_finite(g) for g in result.gradients):
             raise non_finite_step(batch.step, result.loss, activations)
         per_class: Sequence[torch.Tensor | None] = result.class_gradients or [None] * len(self.party_ids)
@@ -153,8 +156,10 @@ class LabelPartyTrainer:
         scored (`test_*`, and `train_*` when the pass covered the train rows)."""
         self.update()
         y, own = self._batch(batch.sample_ids)
-        logits = self.objective.predict([activations[k].to(self.device) for k in self.party_ids],
-                                        own)
+        with blamed(type(self.objective), "predict"):
+            logits = self.objective.predict([activations[k].to(self.device)
+                                             for k in self.party_ids], own)
+        check_logits(type(self.objective), logits, len(y), self.cfg.output_width(self.num_classes))
         self._eval.append((batch.split, batch.sample_ids, logits.float().cpu(), y.cpu()))
         if not batch.last_of_eval:
             return None
@@ -208,21 +213,26 @@ class LabelPartyTrainer:
 
     def objective_summary(self) -> dict[str, Any]:
         self.update()
-        return {"name": self.objective.name, **self.objective.summary()}
+        with blamed(type(self.objective), "summary"):
+            return {"name": self.objective.name, **self.objective.summary()}
 
     def model_state(self) -> dict[str, Any]:
         """What top.pt holds: the objective's models and optimizers."""
         self.update()
-        return self.objective.state_dict()
+        with blamed(type(self.objective), "state_dict"):
+            return self.objective.state_dict()
 
     def state_dict(self) -> dict[str, Any]:
         """Everything a checkpoint needs: the objective and each party's defense chain."""
         self.update()
-        return {"objective": self.objective.state_dict(),
+        with blamed(type(self.objective), "state_dict"):
+            objective = self.objective.state_dict()
+        return {"objective": objective,
                 "defenses": {str(k): chain.state_dict() for k, chain in self.chains.items()}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._update_pending = False  # the state replaces whatever was pending
-        self.objective.load_state_dict(state["objective"])
+        with blamed(type(self.objective), "load_state_dict"):
+            self.objective.load_state_dict(state["objective"])
         for k, chain in self.chains.items():
             chain.load_state_dict(state["defenses"][str(k)])

@@ -7,6 +7,7 @@ from pydantic import ValidationError
 
 from label_party.defenses import DEFENSES, build_defense
 from label_party.objectives import OBJECTIVES
+from label_party.objectives.base import blamed
 from splitleak.config import ConfigError, ExperimentConfig, plugin_param_errors
 from splitleak.plugins import PluginGroup
 from splitleak.registry import UnknownPluginError
@@ -18,7 +19,8 @@ def check_chain(cfg: ExperimentConfig, num_classes: int | None = None) -> None:
     try:
         cls = OBJECTIVES.get(cfg.objective.name)
         cls.Params.model_validate(cfg.objective.params)
-        cls.check(cfg, num_classes)  # objective-specific needs (e.g. kdk: features.label_party)
+        with blamed(cls, "check", ConfigError):
+            cls.check(cfg, num_classes)  # objective-specific needs (e.g. kdk: features.label_party)
     except UnknownPluginError as err:
         raise ConfigError(f"objective.name: {err}") from None
     except ValidationError as err:

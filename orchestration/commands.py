@@ -15,7 +15,7 @@ from splitleak.artifacts.outcome import read_outcome
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.rundir import RunInUse, create_run_dir
 from splitleak.checkpoint import CheckpointError, latest, resume_point
-from splitleak.cli_common import EXIT_FAILED, BadInput, checked_config_or_exit
+from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, BadInput, checked_config_or_exit
 from splitleak.config import ExperimentConfig, PluginSpec
 from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
@@ -108,6 +108,7 @@ def train_one(cfg: ExperimentConfig, args: argparse.Namespace, console: Console,
             from None
     console.print(f"[bold]{label}[/]: run directory {run.root}")
     if args.in_process:
+        from label_party.objectives import ObjectiveError
         from label_party.trainer import NonFiniteStep
         from orchestration.reference import train_in_process
 
@@ -116,6 +117,9 @@ def train_one(cfg: ExperimentConfig, args: argparse.Namespace, console: Console,
         except NonFiniteStep as err:  # the run diverged: a failed run, said in one sentence
             console.print(f"[bold red]run failed:[/] {err}")
             raise SystemExit(EXIT_FAILED) from None
+        except ObjectiveError as err:  # an installed objective that broke: as a distributed run
+            console.print(f"[bold red]run failed:[/] {err}")
+            raise SystemExit(EXIT_BAD_INPUT) from None
         except DatasetError as err:  # a bad value in a data file: bad input, in one sentence
             raise BadInput(f"{label}: DatasetError: {err}") from None
         except OSError as err:  # e.g. a full disk at the final save

@@ -11,6 +11,7 @@ import torch
 
 from attacker.sidecar.store import GradientStore
 from label_party.driver import drive
+from label_party.objectives import ObjectiveError
 from label_party.outputs import (
     clean_anchor_writer,
     snapshot_writer,
@@ -116,6 +117,10 @@ def train_in_process(cfg: ExperimentConfig, run: RunDir,
     except NonFiniteStep as err:  # the run diverged: outcome.json says so, as a distributed one's
         write_outcome(run, {"status": "failed", "code": "INVALID_ARGUMENT", "message": str(err),
                             "party": err.party_id, "seconds": time.monotonic() - started})
+        raise
+    except ObjectiveError as err:  # the installed objective broke, as the label party says it
+        write_outcome(run, {"status": "failed", "code": "FAILED_PRECONDITION", "message": str(err),
+                            "culprit": "label party", "seconds": time.monotonic() - started})
         raise
     return collect_outcome(run, "in-process", time.monotonic() - started)
 

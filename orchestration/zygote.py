@@ -202,8 +202,10 @@ def _child(request: dict[str, Any], sockets: list[socket.socket], ready: int) ->
         os.dup2(log, 2)
         os.close(log)
         os.chdir(request["cwd"])
+        started_with = os.environ.get("PYTHONPATH", "")
         os.environ.clear()
         os.environ.update(request["env"])
+        _follow_python_path(started_with, os.environ.get("PYTHONPATH", ""))
         code = _run_module(request["module"], request["args"])
     except BaseException:  # noqa: BLE001 - whatever happens, this process ends here
         traceback.print_exc()
@@ -216,6 +218,20 @@ def _child(request: dict[str, Any], sockets: list[socket.socket], ready: int) ->
             with contextlib.suppress(Exception):
                 stream.flush()
         os._exit(code)
+
+
+def _follow_python_path(started_with: str, asked: str) -> None:
+    """sys.path as `python -m` would build it from the request's PYTHONPATH, not the zygote's:
+    its entries in place of the zygote's own (a package of plug-ins on the requester's path is
+    then found, its entry points included). Modules the zygote imported stay imported."""
+    if asked == started_with:
+        return
+    ours = {os.path.abspath(p) for p in started_with.split(os.pathsep) if p}
+    wanted = [os.path.abspath(p) for p in asked.split(os.pathsep) if p]
+    kept = [p for p in sys.path if p not in ours or p in wanted]
+    at = 1 if kept else 0  # after the directory `-m` puts first, as the interpreter does
+    sys.path[:] = kept[:at] + [p for p in dict.fromkeys(wanted) if p not in kept] + kept[at:]
+    importlib.invalidate_caches()
 
 
 def _run_module(module: str, args: list[str]) -> int:

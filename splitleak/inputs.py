@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from splitleak.config import ExperimentConfig
-from splitleak.datasets import Dataset, DatasetError, subset_ids, train_test_ids
+from splitleak.datasets import Dataset, DatasetError, check_against_schema, subset_ids, train_test_ids
 from splitleak.datasets.split import num_subset_rows, num_test_rows, scaling, standardize
 from splitleak.models import InputSpec, input_spec
 from splitleak.seeding import rng
@@ -50,6 +50,7 @@ def load_party_inputs(cfg: ExperimentConfig, dataset: Dataset,
     """Load one party's column range (never labels) and prepare it for its bottom model."""
     schema = dataset.schema()
     features = dataset.features(columns)
+    check_against_schema(dataset, schema, features=features)
     train_ids, _ = train_test_ids(schema.num_rows, cfg.dataset.test_fraction, cfg.run.seed)
     numeric, pixel_scale = features.numeric, None
     if numeric.size:

@@ -8,18 +8,28 @@ import re
 from dataclasses import dataclass
 from itertools import combinations
 
+import numpy as np
 import torch
 from pydantic import ValidationError
 from torch import nn
 
 from splitleak.config import ConfigError, EvaluationConfig, ExperimentConfig, plugin_param_errors
-from splitleak.datasets import DATASETS, DatasetError, Schema, build_dataset
+from splitleak.datasets import (
+    DATASETS,
+    Dataset,
+    DatasetError,
+    Schema,
+    build_dataset,
+    check_against_schema,
+)
+from splitleak.datasets.base import origin
 from splitleak.inputs import check_classes, split_ids, train_size_warnings
 from splitleak.integrity import check_integrity
 from splitleak.models import InputSpec, build_bottom, build_top, input_spec
 from splitleak.partition import label_party_columns, passive_columns
 from splitleak.placement import check_devices
 from splitleak.plugins import Artifact, plugin_groups
+from splitleak.provenance import is_built_in
 from splitleak.registry import UnknownPluginError
 from splitleak.white_box import own_columns
 
@@ -125,11 +135,37 @@ def check_data_values(cfg: ExperimentConfig, counted: bool = False) -> list[str]
         dataset = build_dataset(cfg.dataset.name, cfg.dataset.params)
         dataset.check_values()
         labels = dataset.labels()
-        warnings = check_classes(cfg, labels, split_ids(cfg, labels.size)[1],
-                                 dataset.layout().num_classes)
+        layout = dataset.layout()
+        check_against_schema(dataset, layout, labels=labels)
+        if not is_built_in(type(dataset)):
+            check_installed_dataset(cfg, dataset, labels, layout)
+        warnings = check_classes(cfg, labels, split_ids(cfg, labels.size)[1], layout.num_classes)
         return warnings + ([] if counted else train_size_warnings(cfg, labels.size))
     except DatasetError as err:
         raise ConfigError(f"dataset: {err}") from None
+
+
+def check_installed_dataset(cfg: ExperimentConfig, dataset: Dataset, labels: np.ndarray,
+                            layout: Schema) -> None:
+    """What the roles will ask of an installed dataset (the built-ins' tests ask it of theirs):
+    each party's features, and the same answers from a second instance built from the same
+    params, as every role builds its own. DatasetError naming the dataset."""
+    def differ(asked: str) -> DatasetError:
+        return DatasetError(f"{origin(type(dataset))}: two instances built from the same params "
+                            f"return different {asked}; every role builds its own, so a dataset "
+                            "must give the same rows in the same order for the same params "
+                            "(draw from a generator seeded by a parameter)")
+
+    again = build_dataset(cfg.dataset.name, cfg.dataset.params)
+    if not np.array_equal(again.labels(), labels):
+        raise differ("labels()")
+    own = label_party_columns(cfg, layout)
+    for columns in [*passive_columns(cfg, layout).values(), *([own] if own else [])]:
+        first, second = dataset.features(columns), again.features(columns)
+        check_against_schema(dataset, layout, features=first)
+        if not (np.array_equal(first.numeric, second.numeric, equal_nan=True)
+                and np.array_equal(first.categorical, second.categorical)):
+            raise differ(f"features({columns})")
 
 
 def check_models(cfg: ExperimentConfig, schema: Schema, columns: dict[int, tuple[int, int]],

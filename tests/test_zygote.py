@@ -15,6 +15,7 @@ import pytest
 from orchestration import zygote_client
 from orchestration.processes import spawn, stop_all
 from tests.conftest import scaled
+from tests.plugin_package import install
 from tests.runs import alive
 
 
@@ -38,6 +39,19 @@ def test_a_forked_child_runs_the_module_with_its_arguments_directory_and_environ
                      {"ZYGOTE_PROBE": "seen"})
     assert code == 0
     assert f"cwd={tmp_path} probe=seen leader=True argv=['report', 'x y']" in log
+
+
+def test_a_forked_child_finds_the_plugins_on_its_own_python_path(zygote, tmp_path: Path) -> None:
+    """The zygote started before the package was put on the path (a session's zygote, a run
+    started from a notebook that set PYTHONPATH after its first run): a child forked for a
+    requester whose PYTHONPATH holds the package finds its plug-ins, as `python -m` would. They
+    were missing: the child kept the zygote's sys.path."""
+    env = install(tmp_path / "site", "zygote_probe_plugins",
+                  "from splitleak.datasets.wine import Wine\n\nclass Other(Wine):\n    pass\n",
+                  {"splitleak.datasets": {"zygote_probe_set": "zygote_probe_plugins:Other"}})
+    code, log = _run(zygote, ["tests.zygote_probe", "plugins"], tmp_path / "child.log", env)
+    assert code == 0, log
+    assert "zygote_probe_set" in log.split("datasets=")[1].split()[0].split(","), log
 
 
 def test_ps_shows_a_forked_child_as_its_own_command(zygote, tmp_path: Path) -> None:

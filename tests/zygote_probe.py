@@ -14,6 +14,11 @@ def main(mode: str, arg: str = "") -> int:
         print(f"cwd={os.getcwd()} probe={os.environ.get('ZYGOTE_PROBE')} "
               f"leader={os.getsid(0) == os.getpid()} argv={sys.argv[1:]}", flush=True)
         return 0
+    if mode == "plugins":  # the plug-ins installed on the child's path (its PYTHONPATH)
+        from splitleak.datasets import DATASETS
+
+        print(f"datasets={','.join(DATASETS.names())}", flush=True)
+        return 0
     if mode == "exit":
         return int(arg)
     if mode == "message":

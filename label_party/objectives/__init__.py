@@ -13,11 +13,12 @@ from label_party.objectives import (  # noqa: F401  (imported to register)
 from label_party.objectives.base import (
     OBJECTIVES,
     Objective,
+    ObjectiveError,
     ObjectiveSetup,
     StepResult,
     build_objective,
     supervised_loss,
 )
 
-__all__ = ["OBJECTIVES", "Objective", "ObjectiveSetup", "StepResult", "build_objective",
+__all__ = ["OBJECTIVES", "Objective", "ObjectiveError", "ObjectiveSetup", "StepResult", "build_objective",
            "supervised_loss"]

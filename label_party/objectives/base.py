@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import numbers
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -10,7 +13,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from splitleak.config import ExperimentConfig
+from splitleak.config import ConfigError, ExperimentConfig
 from splitleak.inputs import PartyInputs
 from splitleak.registry import Registry
 from splitleak.settings import Settings
@@ -151,6 +154,73 @@ def per_class_gradients(logits: torch.Tensor, activations: list[torch.Tensor],
 OBJECTIVES: Registry[type[Objective]] = Registry("objective")
 
 
+class ObjectiveError(RuntimeError):
+    """An objective plug-in that raised, or answered outside the interface above (a StepResult
+    with one gradient per party, each of its activation's shape and dtype; logits [B, width]).
+    The message names the objective, and its entry point and package where installed."""
+
+
+def origin(objective: type[Objective]) -> str:
+    from splitleak.provenance import plugin_origin
+
+    return plugin_origin("objective", getattr(objective, "name", objective.__qualname__), objective)
+
+
+@contextmanager
+def blamed(objective: type[Objective], method: str,
+           error: type[Exception] = ObjectiveError) -> Iterator[None]:
+    """An exception out of an installed objective's `method` as an ObjectiveError (or `error`)
+    naming it and the line it raised at (a built-in's, and a ConfigError from its checks, pass
+    unchanged)."""
+    from splitleak.provenance import is_built_in, raised
+
+    try:
+        yield
+    except (ObjectiveError, ConfigError):
+        raise
+    except Exception as err:
+        if is_built_in(objective):
+            raise
+        raise error(f"{origin(objective)}: {method}() raised {raised(err, objective)}") from err
+
+
+def check_step_result(objective: type[Objective], result: Any,
+                      activations: list[torch.Tensor]) -> None:
+    """ObjectiveError where `cut_gradients` returned something the label party cannot send."""
+    problem = None
+    if not isinstance(result, StepResult):
+        problem = f"a {type(result).__name__}; it must return a StepResult"
+    elif not isinstance(result.loss, numbers.Real) or isinstance(result.loss, bool):
+        problem = (f"a StepResult whose loss is a {type(result.loss).__name__}; it must be a "
+                   "float (e.g. float(loss.detach()))")
+    elif not isinstance(result.gradients, list | tuple) or \
+            len(result.gradients) != len(activations):
+        count = len(result.gradients) if isinstance(result.gradients, list | tuple) else "no list of"
+        problem = (f"{count} gradient(s) for {len(activations)} passive parties; it must return "
+                   "one per party, in the order of the activations")
+    else:
+        for k, (g, a) in enumerate(zip(result.gradients, activations, strict=True)):
+            if not isinstance(g, torch.Tensor) or g.shape != a.shape or g.dtype != a.dtype:
+                found = (f"{g.dtype} {list(g.shape)}" if isinstance(g, torch.Tensor)
+                         else f"a {type(g).__name__}")
+                problem = (f"gradient {k} as {found}; each must be a tensor of its activation's "
+                           f"shape and dtype ({a.dtype} {list(a.shape)})")
+                break
+    if problem:
+        raise ObjectiveError(f"{origin(objective)}: cut_gradients() returned {problem}")
+
+
+def check_logits(objective: type[Objective], logits: Any, rows: int, width: int) -> None:
+    """ObjectiveError where `predict` returned something other than logits [rows, width]."""
+    if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (rows, width):
+        found = (f"{logits.dtype} {list(logits.shape)}" if isinstance(logits, torch.Tensor)
+                 else f"a {type(logits).__name__}")
+        raise ObjectiveError(f"{origin(objective)}: predict() returned {found}; it must return "
+                             f"logits [{rows}, {width}] (one per class, or one for BCE)")
+
+
 def build_objective(name: str, params: dict[str, Any], setup: ObjectiveSetup) -> Objective:
     cls = OBJECTIVES.get(name)
-    return cls(cls.Params.model_validate(params), setup)
+    params_ = cls.Params.model_validate(params)
+    with blamed(cls, "__init__"):
+        return cls(params_, setup)

@@ -21,6 +21,7 @@ from splitleak.datasets.base import (
     FeatureSlice,
     Schema,
     build_dataset,
+    check_against_schema,
 )
 from splitleak.datasets.split import standardize, subset_ids, train_test_ids
 
@@ -31,6 +32,7 @@ __all__ = [
     "FeatureSlice",
     "Schema",
     "build_dataset",
+    "check_against_schema",
     "standardize",
     "subset_ids",
     "train_test_ids",

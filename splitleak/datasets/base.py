@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar
 
@@ -81,6 +83,16 @@ class Dataset(ABC):
     def __init__(self, params: DatasetParams) -> None:
         self.params = params
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Every dataset's answers are checked where they are given (`CHECKS`): a plug-in that
+        returns the wrong thing, or raises, is a DatasetError naming it (and its package), which
+        every role reports in one line, not a failure somewhere downstream."""
+        super().__init_subclass__(**kwargs)
+        for method, check in CHECKS.items():
+            own = cls.__dict__.get(method)
+            if own is not None and not hasattr(own, "__checked__"):
+                setattr(cls, method, _checked(own, method, check))
+
     @abstractmethod
     def schema(self) -> Schema: ...
 
@@ -105,6 +117,111 @@ class Dataset(ABC):
 
 
 DATASETS: Registry[type[Dataset]] = Registry("dataset")
+
+
+def origin(dataset: type[Dataset]) -> str:
+    """The dataset in words: its registered name, and its entry point and package if installed."""
+    from splitleak.provenance import plugin_origin
+
+    names = [n for n in DATASETS.names() if DATASETS.get(n) is dataset]
+    return plugin_origin("dataset", names[0] if names else dataset.__qualname__, dataset)
+
+
+def _checked(method: Callable, name: str, check: Callable[[Any, tuple], str | None]) -> Callable:
+    @functools.wraps(method)
+    def checked(self: Dataset, *args: Any, **kwargs: Any) -> Any:
+        from splitleak.provenance import is_built_in, raised
+
+        try:
+            result = method(self, *args, **kwargs)
+        except DatasetError:
+            raise
+        except Exception as err:
+            if is_built_in(type(self)):
+                raise
+            raise DatasetError(f"{origin(type(self))}: {name}() raised "
+                               f"{raised(err, type(self))}") from err
+        problem = check(result, args)
+        if problem:
+            raise DatasetError(f"{origin(type(self))}: {name}() returned {problem}")
+        return result
+
+    checked.__checked__ = True  # type: ignore[attr-defined]
+    return checked
+
+
+def _schema_problem(schema: Any, args: tuple) -> str | None:
+    if not isinstance(schema, Schema):
+        return f"{_what(schema)}; it must return a splitleak.datasets.Schema"
+    if not isinstance(schema.num_classes, int | np.integer) or schema.num_classes < 1:
+        return f"a Schema with num_classes = {schema.num_classes!r}; it must be an int ≥ 2"
+    if not isinstance(schema.num_rows, int | np.integer) or schema.num_rows < 0:
+        return f"a Schema with num_rows = {schema.num_rows!r}; it must be an int ≥ 0"
+    return None
+
+
+def _features_problem(found: Any, args: tuple) -> str | None:
+    if not isinstance(found, FeatureSlice):
+        return f"{_what(found)}; it must return a splitleak.datasets.FeatureSlice"
+    numeric, categorical = found.numeric, found.categorical
+    if not isinstance(numeric, np.ndarray) or numeric.dtype.kind not in "fiu" \
+            or numeric.ndim not in (2, 4):
+        return (f"a FeatureSlice whose numeric is {_what(numeric)}; it must be a float32 "
+                "array [num_rows, numeric columns] (images: [num_rows, C, H, columns])")
+    if not isinstance(categorical, np.ndarray) or categorical.dtype.kind not in "iu" \
+            or categorical.ndim != 2:
+        return (f"a FeatureSlice whose categorical is {_what(categorical)}; it must be an int64 "
+                "array [num_rows, categorical columns] ([num_rows, 0] when there are none)")
+    if numeric.shape[0] != categorical.shape[0]:
+        return (f"a FeatureSlice with {numeric.shape[0]} numeric and {categorical.shape[0]} "
+                "categorical rows; both hold every row, row i being sample id i")
+    if args:
+        start, stop = (int(c) for c in args[0])
+        width = numeric.shape[-1] if numeric.ndim == 4 else numeric.shape[1] + categorical.shape[1]
+        if width != stop - start:
+            return (f"{width} column(s) for the range [{start}, {stop}); it must return exactly "
+                    f"the {stop - start} asked for")
+    return None
+
+
+def _labels_problem(labels: Any, args: tuple) -> str | None:
+    if not isinstance(labels, np.ndarray) or labels.ndim != 1 or labels.dtype.kind not in "iu":
+        return (f"{_what(labels)}; it must return an int64 array [num_rows] of class ids "
+                "0..num_classes-1")
+    return None
+
+
+def _what(value: Any) -> str:
+    if isinstance(value, np.ndarray):
+        return f"an array of dtype {value.dtype} and shape {list(value.shape)}"
+    return f"a {type(value).__name__}"
+
+
+def _anything(result: Any, args: tuple) -> None:
+    return None
+
+
+CHECKS: dict[str, Callable[[Any, tuple], str | None]] = {
+    "__init__": _anything, "check_values": _anything, "schema": _schema_problem,
+    "layout": _schema_problem, "features": _features_problem,
+    "labels": _labels_problem}
+
+
+def check_against_schema(dataset: Dataset, schema: Schema, labels: np.ndarray | None = None,
+                         features: FeatureSlice | None = None) -> None:
+    """DatasetError naming the dataset where its labels or a feature slice disagree with its
+    schema: one row per schema row, and class ids in 0..num_classes-1."""
+    for what, rows in (("labels()", None if labels is None else len(labels)),
+                       ("features()", None if features is None else features.num_rows)):
+        if rows is not None and schema.num_rows and rows != schema.num_rows:
+            raise DatasetError(f"{origin(type(dataset))}: {what} returned {rows} rows and schema() says "
+                               f"num_rows = {schema.num_rows}; row i is sample id i in both")
+    if labels is not None and labels.size:
+        low, high = int(labels.min()), int(labels.max())
+        if low < 0 or high >= schema.num_classes:
+            raise DatasetError(f"{origin(type(dataset))}: labels() returned class ids {low}..{high}, and "
+                               f"schema() says num_classes = {schema.num_classes}: they must "
+                               f"be in 0..{schema.num_classes - 1} (binary: 1 = positive)")
 
 
 def build_dataset(name: str, params: dict[str, Any]) -> Dataset:
