@@ -232,6 +232,11 @@ def _follow_python_path(started_with: str, asked: str) -> None:
     at = 1 if kept else 0  # after the directory `-m` puts first, as the interpreter does
     sys.path[:] = kept[:at] + [p for p in dict.fromkeys(wanted) if p not in kept] + kept[at:]
     importlib.invalidate_caches()
+    from splitleak.plugins import plugin_groups
+    from splitleak.registry import installed_entry_points
+
+    installed_entry_points.cache_clear()  # the zygote scanned its own path's distributions
+    plugin_groups.cache_clear()
 
 
 def _run_module(module: str, args: list[str]) -> int:
