@@ -111,8 +111,9 @@ async def _serving(certs: Path | None, identity: str) -> tuple[object, str]:
     return server, f"127.0.0.1:{port}"
 
 
-def _tap_against(tap_certs: Path, server_certs: Path, server_identity: str) -> tuple[float, str]:
-    """Passive party 1's tap (identities `tap_certs`) started against a server serving as
+def _tap_against(tap_certs: Path | None, server_certs: Path,
+                 server_identity: str) -> tuple[float, str]:
+    """Passive party 1's tap (identities `tap_certs`; None: plaintext) started against a server serving as
     `server_identity`: the seconds until it failed and its message."""
     async def go() -> tuple[float, str]:
         server, address = await _serving(server_certs, server_identity)
@@ -137,6 +138,16 @@ def test_a_tap_dialling_another_role_fails_at_once(certs: Path) -> None:
     assert seconds < scaled(15), (seconds, message)
     assert "is not this run's attacker sidecar" in message, message
     assert "--attacker" in message, message
+
+
+def test_a_plaintext_tap_names_a_tls_sidecar_at_once(certs: Path) -> None:
+    """A party started with topology.tls = false tapping a TLS sidecar: it waited the join
+    deadline, then said 'attacker sidecar ... is not reachable'."""
+    seconds, message = _tap_against(None, certs, tls.ATTACKER)
+    assert seconds < scaled(15), (seconds, message)
+    assert "attacker sidecar at 127.0.0.1:" in message, message
+    assert "closes every plaintext connection: it speaks TLS" in message, message
+    assert "not reachable" not in message, message
 
 
 def _party_against(tmp_path: Path, certs: Path | None,
