@@ -40,6 +40,11 @@ FLIGHT = 64  # chunks queued per direction: 4 MiB, over the bandwidth-delay prod
 # Connections carried at once: a party's channel needs one (two while gRPC reconnects); each
 # holds up to 2 x FLIGHT chunks, so the relay's memory stays bounded whoever connects.
 MAX_CONNECTIONS = 4
+TO_DEADLINE = 120.0  # s: how long `--to @FILE` waits for the label party's address
+# A party's connection is held this long while nothing listens at --to (the label party not
+# started yet, or restarting to resume), trying again every UPSTREAM_RETRY s.
+UPSTREAM_WAIT = TO_DEADLINE
+UPSTREAM_RETRY = 0.2
 
 
 class PortFileError(Exception):
@@ -127,18 +132,59 @@ class Relay:
     async def _carry(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         seed = self.seed * 1_000 + self.connections
-        try:
-            up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
-        except OSError as err:
-            log.warning("cannot reach %s:%d: %s", self.host, self.port, err)
+        upstream = await self._reach(reader)
+        if upstream is None:
             writer.close()
             return
+        up_reader, up_writer, early = upstream
+        up_writer.write(early)  # what the party sent while the label party was not listening
         try:
             await asyncio.gather(_carry(reader, up_writer, Link.of(self.network, 2 * seed)),
                                  _carry(up_reader, writer, Link.of(self.network, 2 * seed + 1)))
         finally:
             for w in (writer, up_writer):
                 w.close()
+
+    async def _reach(self, reader: asyncio.StreamReader
+                     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes] | None:
+        """A connection to the label party, and what the party sent meanwhile; None if the
+        party left, or the label party did not listen within UPSTREAM_WAIT. Until it listens
+        the party's connection is held open, as a label party not yet started looks to a
+        party without a relay (it waits): closing it made every party that connected first
+        read a TLS or certificate refusal and quit."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + UPSTREAM_WAIT
+        early = bytearray()
+        waiting = False
+        while True:
+            try:
+                up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
+                if waiting:
+                    log.info("%s:%d listens now: carrying the held connection", self.host,
+                             self.port)
+                return up_reader, up_writer, bytes(early)
+            except OSError as err:
+                if loop.time() >= end:
+                    log.warning("cannot reach %s:%d within %g s: %s; closing the party's "
+                                "connection", self.host, self.port, UPSTREAM_WAIT, err)
+                    return None
+                if not waiting:
+                    log.info("cannot reach %s:%d yet (%s): holding the party's connection "
+                             "until it listens (up to %g s)", self.host, self.port,
+                             err.strerror or err, UPSTREAM_WAIT)
+                    waiting = True
+            if len(early) >= CHUNK:  # a party says little before an answer: wait, read no more
+                await asyncio.sleep(UPSTREAM_RETRY)
+                continue
+            try:
+                chunk = await asyncio.wait_for(reader.read(CHUNK), UPSTREAM_RETRY)
+            except TimeoutError:
+                continue
+            except ConnectionError:
+                return None
+            if not chunk:  # the party gave up on this connection
+                return None
+            early += chunk
 
     async def serve(self, listen: str, port_file: Path | None = None) -> None:
         host, port = listen.rsplit(":", 1)
@@ -160,7 +206,6 @@ class Relay:
             await server.serve_forever()
 
 
-TO_DEADLINE = 120.0  # s: how long `--to @FILE` waits for the label party's address
 
 
 def link_seed(run_seed: int, party_id: int) -> int:

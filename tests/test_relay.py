@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -208,6 +209,38 @@ def test_the_relay_carries_a_bounded_number_of_connections() -> None:
 
     carried, closed = asyncio.run(go())
     assert carried == MAX_CONNECTIONS and closed == 10 - MAX_CONNECTIONS
+
+
+def test_a_party_connecting_before_the_label_party_listens_is_held_until_it_does() -> None:
+    """By hand the roles start in any order. The relay closed a party's connection when
+    nothing listened at --to yet: three closed connections read, to the party, as a label
+    party refusing its TLS (or its plaintext), and it quit at once instead of waiting."""
+    async def go() -> bytes:
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))  # a free port the label party will listen on later
+        port = probe.getsockname()[1]
+        probe.close()
+        relay = Relay(f"127.0.0.1:{port}", NetworkConfig())
+        front = await asyncio.start_server(relay._connection, "127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", front.sockets[0].getsockname()[1])
+        writer.write(b"hello")  # sent before anything listens: must not be lost
+        await asyncio.sleep(0.5)
+
+        async def echo(up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter) -> None:
+            up_writer.write(await up_reader.readexactly(5))
+            await up_writer.drain()
+            up_writer.close()
+
+        label = await asyncio.start_server(echo, "127.0.0.1", port)
+        try:
+            return await asyncio.wait_for(reader.read(), scaled(10))
+        finally:
+            writer.close()
+            front.close()
+            label.close()
+
+    assert asyncio.run(go()) == b"hello"
 
 
 def test_an_unwritable_port_file_is_named_not_the_listen_address(
