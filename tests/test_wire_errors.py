@@ -101,6 +101,7 @@ def test_join_refusals_name_the_problem(label_party) -> None:
     err = _join_error(lp, _join_request(lp, party_id=7))
     assert err.code() == grpc.StatusCode.PERMISSION_DENIED
     assert "unknown party id 7" in err.details() and "1..1" in err.details()
+    assert "give --party-id in that range" in err.details()
     err = _join_error(lp, _join_request(lp, config_hash="0" * 16))
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "same experiment file" in err.details()
     other = lp.cfg.model_copy(update={"training": lp.cfg.training.model_copy(update={"epochs": 7})})
@@ -109,9 +110,12 @@ def test_join_refusals_name_the_problem(label_party) -> None:
     assert ", in [training]: every party must use the same experiment file" in err.details()
     err = _join_error(lp, _join_request(lp, num_rows=5))
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "do not align" in err.details()
+    assert "every host needs the same data file" in err.details()
     assert asyncio.run(_join(lp, _join_request(lp))).total_train_steps > 0
     err = _join_error(lp, _join_request(lp))
     assert err.code() == grpc.StatusCode.ALREADY_EXISTS and "already joined" in err.details()
+    # Two hosts started with the same --party-id: the second is told what to change.
+    assert "give each passive party its own --party-id in 1..1" in err.details()
     # Joined but never streamed: the label party gives up at its join deadline, naming it.
     code, outcome = lp.wait()
     assert code == 1 and outcome["code"] == "DEADLINE_EXCEEDED"
