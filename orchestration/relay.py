@@ -16,6 +16,9 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
+import signal
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -115,6 +118,9 @@ class Relay:
         self.connections = 0
         self.open = 0
         self.refusals = RefusalLog(log)
+
+    def carried(self) -> str:
+        return f"{self.connections} connection(s) carried, {self.open} open"
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.open >= MAX_CONNECTIONS:
@@ -256,8 +262,10 @@ def cmd_relay(args: argparse.Namespace) -> int:
     except ValueError as err:
         log.error("relay: %s", err)
         return EXIT_BAD_INPUT
+    relay = Relay(args.to, network, seed)
+    _say_when_terminated(relay)
     try:
-        run_async(Relay(args.to, network, seed).serve(args.listen, args.port_file))
+        run_async(relay.serve(args.listen, args.port_file))
     except PortFileError as err:
         log.error("relay: %s", err)
         return EXIT_BAD_INPUT
@@ -265,5 +273,18 @@ def cmd_relay(args: argparse.Namespace) -> int:
         log.error("relay: cannot listen on %s: %s", args.listen, err)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
+        log.warning("relay: stopped by Ctrl-C (%s)", relay.carried())
         return EXIT_INTERRUPTED
     return 0
+
+
+def _say_when_terminated(relay: Relay) -> None:
+    """Log one line on SIGTERM, then die of it (its status says SIGTERM): the relay's log
+    ended without a word of why."""
+    def stopped(signum: int, frame: object) -> None:
+        log.warning("relay: stopped by SIGTERM (%s)", relay.carried())
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    if threading.current_thread() is threading.main_thread():  # signals reach only it
+        signal.signal(signal.SIGTERM, stopped)

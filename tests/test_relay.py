@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import signal
 import socket
 import subprocess
 import sys
@@ -256,3 +257,26 @@ def test_an_unwritable_port_file_is_named_not_the_listen_address(
     message = capsys.readouterr().err
     assert f"--port-file {port_file}: {blocker} is a file, not a directory" in message, message
     assert "cannot listen" not in message and "File exists" not in message, message
+
+
+@pytest.mark.parametrize(("stop", "code", "by"), [(signal.SIGINT, 130, "Ctrl-C"),
+                                                  (signal.SIGTERM, -signal.SIGTERM, "SIGTERM")])
+def test_a_stopped_relay_says_so(tmp_path: Path, stop: signal.Signals, code: int, by: str) -> None:
+    """Run by hand in front of a label party, the relay serves until stopped; Ctrl-C or SIGTERM
+    ended it without a word in its log."""
+    port_file = tmp_path / "relay.addr"
+    relay = subprocess.Popen([sys.executable, "-m", "orchestration", "relay", "--to", "127.0.0.1:1",
+                              "--listen", "127.0.0.1:0", "--port-file", str(port_file)],
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + scaled(60)
+        while not port_file.exists():
+            assert time.monotonic() < end and relay.poll() is None
+            time.sleep(0.05)
+        relay.send_signal(stop)
+        _, err = relay.communicate(timeout=scaled(30))
+    finally:
+        relay.kill()
+        relay.wait()
+    assert relay.returncode == code, err
+    assert f"relay: stopped by {by} (0 connection(s) carried, 0 open)" in err, err
