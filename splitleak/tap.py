@@ -95,6 +95,7 @@ class Tap:
         health = health_pb2_grpc.HealthStub(self.channel)
         end = time.monotonic() + self.timeout
         closed = 0  # attempts in a row whose connection closed unanswered
+        waiting = False
         while True:
             try:
                 await health.Check(health_pb2.HealthCheckRequest(),
@@ -114,6 +115,10 @@ class Tap:
                     return None  # it answered (e.g. no health service): the channel is up
                 if time.monotonic() + _RETRY > end:
                     return f"{SIDECAR} at {self.address} is not reachable (waited {self.timeout:g} s)"
+                if not waiting:  # one line: a sidecar not started yet otherwise looked like a hang
+                    log.info("waiting up to %g s (topology.join_deadline_s) for the %s at %s to "
+                             "answer", self.timeout, SIDECAR, self.address)
+                    waiting = True
             await asyncio.sleep(_RETRY)
 
     def _failed(self, error: str) -> None:

@@ -257,6 +257,32 @@ def test_a_party_whose_label_party_never_answers_says_where_it_looked(
         in message and "--label-party" in message and "refused or failed" not in message, message
 
 
+def test_a_tap_whose_sidecar_never_answers_says_it_waits(caplog: pytest.LogCaptureFixture) -> None:
+    """A party whose --attacker is not serving (yet) waited its join deadline without a word
+    after joining: it looked like a hang."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))  # bound, never listening: every connection is refused
+    address = f"127.0.0.1:{server.getsockname()[1]}"
+
+    async def go() -> str:
+        tap = Tap(address, AttackerConfig(), TopologyConfig(join_deadline_s=1, tls=False))
+        try:
+            with pytest.raises(TapError) as err:
+                await tap.start("run", 1)
+            return str(err.value)
+        finally:
+            await tap.channel.close()
+
+    try:
+        with caplog.at_level("INFO", "splitleak.tap"):
+            message = asyncio.run(go())
+    finally:
+        server.close()
+    assert f"waiting up to 1 s (topology.join_deadline_s) for the attacker sidecar at {address}" \
+        in caplog.text, caplog.text
+    assert f"attacker sidecar at {address} is not reachable (waited 1 s)" in message, message
+
+
 def test_a_host_asked_for_an_identity_it_lacks_names_the_ones_it_holds(
         tmp_path: Path, certs: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The label party's host (ca.pem and its own pair only) asked for the attacker's identity,
