@@ -283,6 +283,46 @@ def test_a_tap_whose_sidecar_never_answers_says_it_waits(caplog: pytest.LogCaptu
     assert f"attacker sidecar at {address} is not reachable (waited 1 s)" in message, message
 
 
+def test_a_health_probe_names_a_tls_or_plaintext_mismatch(certs: Path) -> None:
+    """`splitleak health` said 'UNAVAILABLE: ... Socket closed' for a plaintext probe of a TLS
+    server, and gRPC's raw handshake error for a TLS probe of a plaintext one."""
+    from splitleak.health import probe
+
+    # probe() runs its own event loop: hold each server in a thread's loop while it probes
+    def probed(server_certs: Path | None, probe_certs: Path | None) -> str:
+        import threading
+
+        ready: dict[str, object] = {}
+        done = threading.Event()
+
+        async def hold() -> None:
+            server, address = await _serving(server_certs, tls.LABEL_PARTY)
+            ready["address"] = address
+            while not done.is_set():
+                await asyncio.sleep(0.02)
+            await server.stop(0)  # type: ignore[attr-defined]
+
+        thread = threading.Thread(target=asyncio.run, args=(hold(),))
+        thread.start()
+        try:
+            while "address" not in ready:
+                time.sleep(0.02)
+            ok, line = probe(str(ready["address"]), timeout=scaled(5), tls_dir=probe_certs,
+                             identity=tls.LABEL_PARTY)
+            assert not ok, line
+            return line
+        finally:
+            done.set()
+            thread.join(scaled(10))
+
+    line = probed(certs, None)
+    assert "it speaks TLS" in line or "as a server speaking TLS closes a plaintext one" in line, line
+    assert "--tls-dir" in line and "Socket closed" not in line, line
+    line = probed(None, certs)
+    assert "it speaks plaintext (topology.tls = false), this probe used TLS" in line, line
+    assert "SSL_ERROR" not in line, line
+
+
 def test_a_host_asked_for_an_identity_it_lacks_names_the_ones_it_holds(
         tmp_path: Path, certs: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The label party's host (ca.pem and its own pair only) asked for the attacker's identity,
