@@ -86,13 +86,20 @@ async def _carry(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, lin
     queue: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue(FLIGHT)
 
     async def deliver() -> None:
+        gone = False  # the receiving end closed (e.g. a label party killed mid-run)
         while (item := await queue.get()) is not None:
             at, chunk = item
-            if (wait := at - loop.time()) > 0:
+            if not gone and (wait := at - loop.time()) > 0:
                 await asyncio.sleep(wait)
-            writer.write(chunk)
-            await writer.drain()
-        if writer.can_write_eof():
+            gone = gone or writer.is_closing()
+            if gone:  # drop the chunk, but keep taking them: the sender must never block
+                continue
+            try:
+                writer.write(chunk)
+                await writer.drain()
+            except (ConnectionError, RuntimeError):  # uvloop: RuntimeError on a closed handle
+                gone = True
+        if not gone and not writer.is_closing() and writer.can_write_eof():
             writer.write_eof()
 
     delivering = asyncio.ensure_future(deliver())

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import signal
 import socket
@@ -242,6 +243,43 @@ def test_a_party_connecting_before_the_label_party_listens_is_held_until_it_does
             label.close()
 
     assert asyncio.run(go()) == b"hello"
+
+
+def test_a_label_party_killed_mid_stream_ends_the_relayed_connection_quietly() -> None:
+    """A label party killed while the relay still held the party's bytes for it: the relay (on
+    uvloop, as `splitleak relay` runs) logged 'Unhandled exception in client_connected_cb' with
+    a RuntimeError traceback; its sender could also block on the full queue for good."""
+    uvloop = pytest.importorskip("uvloop")
+    errors: list[dict] = []
+
+    async def go() -> int:
+        asyncio.get_running_loop().set_exception_handler(lambda _, context: errors.append(context))
+
+        async def killed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(1)
+            writer.transport.abort()  # as a process killed with SIGKILL: a reset
+
+        label = await asyncio.start_server(killed, "127.0.0.1", 0)
+        relay = Relay(f"127.0.0.1:{label.sockets[0].getsockname()[1]}",
+                      NetworkConfig(one_way_latency_ms=20))
+        front = await asyncio.start_server(relay._connection, "127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1",
+                                                       front.sockets[0].getsockname()[1])
+        with contextlib.suppress(ConnectionError):
+            for _ in range(40):  # 2.5 MB: more than is in flight when the label party dies
+                writer.write(bytes(64 << 10))
+                await asyncio.wait_for(writer.drain(), scaled(10))
+            await asyncio.wait_for(reader.read(), scaled(10))
+        writer.close()
+        end = time.monotonic() + scaled(10)
+        while relay.open and time.monotonic() < end:
+            await asyncio.sleep(0.05)
+        front.close()
+        label.close()
+        return relay.open
+
+    assert uvloop.run(go()) == 0, "the relayed connection never ended"
+    assert not errors, errors
 
 
 def test_an_unwritable_port_file_is_named_not_the_listen_address(
