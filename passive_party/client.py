@@ -457,5 +457,16 @@ def _nobody_at(address: str, deadline_s: float, err: grpc.aio.AioRpcError) -> st
             "runs there and is reachable from this host")
 
 
+# What gRPC says of a connection that broke (no status from the label party itself).
+_CONNECTION_LOST = ("socket closed", "stream removed", "connection reset", "broken pipe",
+                    "failed to connect")
+
+
 def _describe(err: grpc.aio.AioRpcError, doing: str) -> str:
-    return f"label party refused or failed while {doing}: {err.code().name}: {err.details()}"
+    details = err.details() or ""
+    if (doing == "training" and err.code() == grpc.StatusCode.UNAVAILABLE
+            and any(marker in details.lower() for marker in _CONNECTION_LOST)):
+        return (f"lost the label party while training (UNAVAILABLE: {details}): it stopped or "
+                "the network failed; once it serves again, continue the run with --resume on "
+                "every host")
+    return f"label party refused or failed while {doing}: {err.code().name}: {details}"

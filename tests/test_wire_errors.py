@@ -224,3 +224,22 @@ def test_dead_party_is_named_and_the_other_party_exits_nonzero(label_party, tmp_
         for p in parties:
             if p.poll() is None:
                 p.kill()
+
+
+def test_a_label_party_lost_in_training_is_named_with_what_to_do() -> None:
+    """One party per host, the label party killed: each party said 'label party refused or
+    failed while training: UNAVAILABLE: Stream removed (Socket closed)', as if it had been
+    refused; a status the label party sent itself keeps its own words."""
+    from passive_party.client import _describe
+
+    def error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+        return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+
+    lost = _describe(error(grpc.StatusCode.UNAVAILABLE, "Stream removed (Socket closed)"),
+                     "training")
+    assert lost.startswith("lost the label party while training (UNAVAILABLE: Stream removed"), lost
+    assert "continue the run with --resume on every host" in lost and "refused" not in lost, lost
+    sent = _describe(error(grpc.StatusCode.UNAVAILABLE, "passive party 1 dropped its connection"),
+                     "training")
+    assert sent == ("label party refused or failed while training: UNAVAILABLE: passive party 1 "
+                    "dropped its connection"), sent
