@@ -176,7 +176,10 @@ class Session:
         self._check_identity(k, peer)
         if k in self.joined:
             raise SessionError(grpc.StatusCode.ALREADY_EXISTS,
-                               f"passive party {k} has already joined this run", k)
+                               f"passive party {k} has already joined this run: give each "
+                               f"passive party its own --party-id in 1..{len(self.party_ids)} "
+                               "(a party that stopped rejoins only when the run is resumed "
+                               "with --resume)", k)
         if self.started:
             raise SessionError(grpc.StatusCode.FAILED_PRECONDITION,
                                "training has already started; no party can join now", k)
@@ -196,7 +199,8 @@ class Session:
         if request.num_rows != self.data.schema.num_rows:
             raise SessionError(grpc.StatusCode.FAILED_PRECONDITION,
                                f"passive party {k} holds {request.num_rows} rows but the label "
-                               f"party has {self.data.schema.num_rows}: sample ids do not align", k)
+                               f"party has {self.data.schema.num_rows}: sample ids do not align; "
+                               "every host needs the same data file, row for row", k)
         expected = self.expected_shapes[k]
         if tuple(request.embedding_shape) != expected:
             raise SessionError(grpc.StatusCode.INVALID_ARGUMENT,
@@ -222,7 +226,8 @@ class Session:
         if k not in self.party_ids:
             raise SessionError(grpc.StatusCode.PERMISSION_DENIED,
                                f"unknown party id {k}; this run has passive parties "
-                               f"1..{len(self.party_ids)}")
+                               f"1..{len(self.party_ids)} (topology.passive_parties): give "
+                               "--party-id in that range")
 
     def open_stream(self, party_id: str | None, token: str | None,
                     peer: str | None = None) -> PartyStream:

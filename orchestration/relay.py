@@ -16,6 +16,9 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
+import signal
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +43,11 @@ FLIGHT = 64  # chunks queued per direction: 4 MiB, over the bandwidth-delay prod
 # Connections carried at once: a party's channel needs one (two while gRPC reconnects); each
 # holds up to 2 x FLIGHT chunks, so the relay's memory stays bounded whoever connects.
 MAX_CONNECTIONS = 4
+TO_DEADLINE = 120.0  # s: how long `--to @FILE` waits for the label party's address
+# A party's connection is held this long while nothing listens at --to (the label party not
+# started yet, or restarting to resume), trying again every UPSTREAM_RETRY s.
+UPSTREAM_WAIT = TO_DEADLINE
+UPSTREAM_RETRY = 0.2
 
 
 class PortFileError(Exception):
@@ -78,13 +86,20 @@ async def _carry(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, lin
     queue: asyncio.Queue[tuple[float, bytes] | None] = asyncio.Queue(FLIGHT)
 
     async def deliver() -> None:
+        gone = False  # the receiving end closed (e.g. a label party killed mid-run)
         while (item := await queue.get()) is not None:
             at, chunk = item
-            if (wait := at - loop.time()) > 0:
+            if not gone and (wait := at - loop.time()) > 0:
                 await asyncio.sleep(wait)
-            writer.write(chunk)
-            await writer.drain()
-        if writer.can_write_eof():
+            gone = gone or writer.is_closing()
+            if gone:  # drop the chunk, but keep taking them: the sender must never block
+                continue
+            try:
+                writer.write(chunk)
+                await writer.drain()
+            except (ConnectionError, RuntimeError):  # uvloop: RuntimeError on a closed handle
+                gone = True
+        if not gone and not writer.is_closing() and writer.can_write_eof():
             writer.write_eof()
 
     delivering = asyncio.ensure_future(deliver())
@@ -111,6 +126,9 @@ class Relay:
         self.open = 0
         self.refusals = RefusalLog(log)
 
+    def carried(self) -> str:
+        return f"{self.connections} connection(s) carried, {self.open} open"
+
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if self.open >= MAX_CONNECTIONS:
             self.refusals.refused(f"a connection from {writer.get_extra_info('peername')}",
@@ -127,18 +145,59 @@ class Relay:
     async def _carry(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         seed = self.seed * 1_000 + self.connections
-        try:
-            up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
-        except OSError as err:
-            log.warning("cannot reach %s:%d: %s", self.host, self.port, err)
+        upstream = await self._reach(reader)
+        if upstream is None:
             writer.close()
             return
+        up_reader, up_writer, early = upstream
+        up_writer.write(early)  # what the party sent while the label party was not listening
         try:
             await asyncio.gather(_carry(reader, up_writer, Link.of(self.network, 2 * seed)),
                                  _carry(up_reader, writer, Link.of(self.network, 2 * seed + 1)))
         finally:
             for w in (writer, up_writer):
                 w.close()
+
+    async def _reach(self, reader: asyncio.StreamReader
+                     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, bytes] | None:
+        """A connection to the label party, and what the party sent meanwhile; None if the
+        party left, or the label party did not listen within UPSTREAM_WAIT. Until it listens
+        the party's connection is held open, as a label party not yet started looks to a
+        party without a relay (it waits): closing it made every party that connected first
+        read a TLS or certificate refusal and quit."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + UPSTREAM_WAIT
+        early = bytearray()
+        waiting = False
+        while True:
+            try:
+                up_reader, up_writer = await asyncio.open_connection(self.host, self.port)
+                if waiting:
+                    log.info("%s:%d listens now: carrying the held connection", self.host,
+                             self.port)
+                return up_reader, up_writer, bytes(early)
+            except OSError as err:
+                if loop.time() >= end:
+                    log.warning("cannot reach %s:%d within %g s: %s; closing the party's "
+                                "connection", self.host, self.port, UPSTREAM_WAIT, err)
+                    return None
+                if not waiting:
+                    log.info("cannot reach %s:%d yet (%s): holding the party's connection "
+                             "until it listens (up to %g s)", self.host, self.port,
+                             err.strerror or err, UPSTREAM_WAIT)
+                    waiting = True
+            if len(early) >= CHUNK:  # a party says little before an answer: wait, read no more
+                await asyncio.sleep(UPSTREAM_RETRY)
+                continue
+            try:
+                chunk = await asyncio.wait_for(reader.read(CHUNK), UPSTREAM_RETRY)
+            except TimeoutError:
+                continue
+            except ConnectionError:
+                return None
+            if not chunk:  # the party gave up on this connection
+                return None
+            early += chunk
 
     async def serve(self, listen: str, port_file: Path | None = None) -> None:
         host, port = listen.rsplit(":", 1)
@@ -160,7 +219,6 @@ class Relay:
             await server.serve_forever()
 
 
-TO_DEADLINE = 120.0  # s: how long `--to @FILE` waits for the label party's address
 
 
 def link_seed(run_seed: int, party_id: int) -> int:
@@ -211,8 +269,10 @@ def cmd_relay(args: argparse.Namespace) -> int:
     except ValueError as err:
         log.error("relay: %s", err)
         return EXIT_BAD_INPUT
+    relay = Relay(args.to, network, seed)
+    _say_when_terminated(relay)
     try:
-        run_async(Relay(args.to, network, seed).serve(args.listen, args.port_file))
+        run_async(relay.serve(args.listen, args.port_file))
     except PortFileError as err:
         log.error("relay: %s", err)
         return EXIT_BAD_INPUT
@@ -220,5 +280,18 @@ def cmd_relay(args: argparse.Namespace) -> int:
         log.error("relay: cannot listen on %s: %s", args.listen, err)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
+        log.warning("relay: stopped by Ctrl-C (%s)", relay.carried())
         return EXIT_INTERRUPTED
     return 0
+
+
+def _say_when_terminated(relay: Relay) -> None:
+    """Log one line on SIGTERM, then die of it (its status says SIGTERM): the relay's log
+    ended without a word of why."""
+    def stopped(signum: int, frame: object) -> None:
+        log.warning("relay: stopped by SIGTERM (%s)", relay.carried())
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    if threading.current_thread() is threading.main_thread():  # signals reach only it
+        signal.signal(signal.SIGTERM, stopped)

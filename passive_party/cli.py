@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
 import signal
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
-from passive_party.client import PartyError, run_party
+from passive_party.client import PartyError, PartyStopped, StopRequest, run_party
 from splitleak.addresses import AddressFileError, check_peer
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.rundir import LinkedRunDir, refuse_symlinks
@@ -64,8 +66,18 @@ def main(argv: list[str] | None = None) -> int:
     writable_or_exit(run.root)
     _say_when_terminated(args.party_id)
     try:
-        run_async(run_party(cfg, args.party_id, args.label_party, run, attacker=args.attacker,
-                            tls_dir=tls_dir, resuming=args.resume is not None))
+        stop = StopRequest()
+        run_async(stoppable(run_party(cfg, args.party_id, args.label_party, run,
+                                      attacker=args.attacker, tls_dir=tls_dir,
+                                      resuming=args.resume is not None, stop=stop), stop))
+    except Stopped as stop:
+        log.warning("passive party %d: stopped by %s%s", args.party_id, stop.by,
+                    "; the label party was told: the run stops (continue it with --resume on "
+                    "every host)" if stop.told else "")
+        if stop.signum == signal.SIGTERM:  # die of it, as before: its status says SIGTERM
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return EXIT_INTERRUPTED
     except AddressFileError as err:
         raise BadInput(f"passive-party run: {err}") from None
     except (PartyError, TapError) as err:
@@ -80,6 +92,53 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     return 0
+
+
+class Stopped(Exception):
+    """Ctrl-C or SIGTERM stopped the party; `told`: the label party heard it."""
+
+    def __init__(self, signum: int, told: bool) -> None:
+        super().__init__(SIGNALS[signum])
+        self.signum, self.by, self.told = signum, SIGNALS[signum], told
+
+
+SIGNALS: dict[int, str] = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM"}
+STOP_GRACE = 3.0  # s: a party in training stops at the label party's next message, or then
+
+
+async def stoppable(party: Coroutine[Any, Any, None], request: StopRequest) -> None:
+    """Run the party until Ctrl-C or SIGTERM (Stopped). In training it stops at the label
+    party's next message, telling it by what (the label party said the party 'dropped its
+    connection'); at once when not training yet, when the label party says nothing for
+    STOP_GRACE seconds, or on a second signal."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.ensure_future(party)
+    stopped: list[int] = []
+    grace: list[asyncio.TimerHandle] = []
+
+    def stop(signum: int) -> None:
+        stopped.append(signum)
+        if request.why is not None or not request.training:
+            task.cancel()
+            return
+        request.why = f"interrupted on its host by {SIGNALS[signum]}"
+        grace.append(loop.call_later(STOP_GRACE, task.cancel))
+
+    for signum in SIGNALS:
+        loop.add_signal_handler(signum, stop, signum)
+    try:
+        await task
+    except PartyStopped:
+        raise Stopped(stopped[0], told=True) from None
+    except asyncio.CancelledError:
+        if not stopped:
+            raise
+        raise Stopped(stopped[0], told=False) from None
+    finally:
+        for handle in grace:  # the run may have ended meanwhile (its last message came first)
+            handle.cancel()
+        for signum in SIGNALS:
+            loop.remove_signal_handler(signum)
 
 
 def _say_when_terminated(party_id: int) -> None:

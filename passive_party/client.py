@@ -67,6 +67,20 @@ class PartyError(Exception):
     """This passive party cannot go on; the message says why."""
 
 
+class PartyStopped(Exception):
+    """Stopped on its host (StopRequest) in training; the label party was told why."""
+
+
+class StopRequest:
+    """Set (by a signal handler) to stop the party. In training it stops at the label party's
+    next message, telling it why (`why`), so the run's outcome and every other party name the
+    stop rather than a dropped connection; `training` says whether it is there yet."""
+
+    def __init__(self) -> None:
+        self.why: str | None = None
+        self.training = False
+
+
 def load_bottom(cfg: ExperimentConfig, party_id: int, capture_first_layer: bool = False,
                 device: torch.device | str = "cpu") -> BottomTrainer:
     """Load only this party's columns (the dataset's label-free path) and build its model."""
@@ -81,9 +95,11 @@ def load_bottom(cfg: ExperimentConfig, party_id: int, capture_first_layer: bool 
 
 async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: RunDir,
                     bottom: BottomTrainer | None = None, attacker: str | None = None,
-                    tls_dir: Path | None = None, resuming: bool = False) -> None:
+                    tls_dir: Path | None = None, resuming: bool = False,
+                    stop: StopRequest | None = None) -> None:
     """Train this party's bottom model; with `attacker`, tap every received gradient to it.
-    `resuming`: the label party may resume the run from a checkpoint in `run`."""
+    `resuming`: the label party may resume the run from a checkpoint in `run`; `stop`: set, it
+    stops the party in training at the label party's next message (PartyStopped)."""
     if not 1 <= party_id <= cfg.topology.passive_parties:
         raise PartyError(f"--party-id {party_id} is not in this run's parties "
                          f"1..{cfg.topology.passive_parties}")
@@ -134,7 +150,7 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
             await _report(call, SIDECAR if isinstance(err, TapError) else identity_name(party_id),
                           str(err))
             raise
-        steps = StepLoop(bottom, tap, plan.run_id, run, cfg.wire)
+        steps = StepLoop(bottom, tap, plan.run_id, run, cfg.wire, stop)
         await steps.run(call)
     bottom.save(run.bottom_model(party_id))
     note(**memory_facts(bottom.device), cuda_graphs=bottom.cuda_graphs)
@@ -231,8 +247,10 @@ class StepLoop:
     rounds at nice -15 on 2 cores)."""
 
     def __init__(self, bottom: BottomTrainer, tap: Tap | None, run_id: str,
-                 run_dir: RunDir | None = None, wire: WireConfig | None = None) -> None:
+                 run_dir: RunDir | None = None, wire: WireConfig | None = None,
+                 stop: StopRequest | None = None) -> None:
         self.bottom = bottom
+        self.stop = stop
         wire = wire or WireConfig()
         self.wire = WIRE_FLOATS[wire.dtype]  # what activations travel as, gradients come as
         self.sparse = wire.sparse  # activations as (indices, values) when that is smaller
@@ -247,12 +265,17 @@ class StepLoop:
 
     async def run(self, call: Any) -> None:
         ended = EndStatus(call)
+        if self.stop is not None:
+            self.stop.training = True
         try:
             while True:
                 began = time.perf_counter()
                 message = await call.read()
                 if message is grpc.aio.EOF:
                     raise PartyError("the label party closed the stream before saying done")
+                if self.stop is not None and self.stop.why is not None and not message.done:
+                    await _report(call, identity_name(self.bottom.party_id), self.stop.why)
+                    raise PartyStopped(self.stop.why)
                 train = timed(message.next_batch.phase == pb.TRAIN, message.next_batch.step)
                 if train:
                     self.timer.add("wait", time.perf_counter() - began)
@@ -438,5 +461,16 @@ def _nobody_at(address: str, deadline_s: float, err: grpc.aio.AioRpcError) -> st
             "runs there and is reachable from this host")
 
 
+# What gRPC says of a connection that broke (no status from the label party itself).
+_CONNECTION_LOST = ("socket closed", "stream removed", "connection reset", "broken pipe",
+                    "failed to connect")
+
+
 def _describe(err: grpc.aio.AioRpcError, doing: str) -> str:
-    return f"label party refused or failed while {doing}: {err.code().name}: {err.details()}"
+    details = err.details() or ""
+    if (doing == "training" and err.code() == grpc.StatusCode.UNAVAILABLE
+            and any(marker in details.lower() for marker in _CONNECTION_LOST)):
+        return (f"lost the label party while training (UNAVAILABLE: {details}): it stopped or "
+                "the network failed; once it serves again, continue the run with --resume on "
+                "every host")
+    return f"label party refused or failed while {doing}: {err.code().name}: {details}"

@@ -9,7 +9,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from splitleak.config import TopologyConfig
-from splitleak.transport import create_channel
+from splitleak.transport import closed_unanswered, create_channel, tls_refusal
 
 
 async def check(address: str, service: str = "", timeout: float = 5.0,
@@ -27,5 +27,22 @@ def probe(address: str, service: str = "", timeout: float = 5.0, tls_dir: Path |
     try:
         status = asyncio.run(check(address, service, timeout, tls_dir, identity))
     except grpc.aio.AioRpcError as err:
-        return False, f"{address}: {err.code().name}: {err.details()}"
+        return False, f"{address}: {_why(err, tls_dir, identity)}"
     return status == "SERVING", f"{address}: {status}"
+
+
+def _why(err: grpc.aio.AioRpcError, tls_dir: Path | None, identity: str) -> str:
+    """Why the probe got no answer: a TLS / plaintext mismatch named as one (it said only
+    'UNAVAILABLE: ... Socket closed' or gRPC's handshake error), else gRPC's own words."""
+    refusal = tls_refusal(err)
+    if refusal is not None and "wrong_version_number" in refusal.lower():
+        return ("it speaks plaintext (topology.tls = false), this probe used TLS: probe it "
+                "without --tls-dir")
+    if closed_unanswered(err):
+        if tls_dir is None:
+            return ("it closed the connection unanswered, as a server speaking TLS closes a "
+                    "plaintext one: probe it with --tls-dir DIR --identity NAME (this host's own "
+                    "identity)")
+        return (f"it closed the connection once the TLS handshake was done: it refused this "
+                f"probe's certificate {tls_dir / (identity + '.pem')} (another run's identity?)")
+    return f"{err.code().name}: {err.details()}"

@@ -20,6 +20,7 @@ from splitleak.transport import (
     closed_unanswered,
     create_channel,
     own_certificate_refused,
+    plaintext_against_tls,
     refused_server,
     tls_refusal,
 )
@@ -89,10 +90,12 @@ class Tap:
     async def _reach(self) -> str | None:
         """Why the sidecar cannot be reached within the join deadline, or None once it answers.
         Until it listens every call fails at once (try again); a TLS handshake that refused it
-        (e.g. another role's certificate at that address) cannot get better by waiting."""
+        (e.g. another role's certificate at that address), or a TLS sidecar closing this
+        plaintext tap's connections, cannot get better by waiting."""
         health = health_pb2_grpc.HealthStub(self.channel)
         end = time.monotonic() + self.timeout
         closed = 0  # attempts in a row whose connection closed unanswered
+        waiting = False
         while True:
             try:
                 await health.Check(health_pb2.HealthCheckRequest(),
@@ -103,14 +106,19 @@ class Tap:
                 if refusal is not None:
                     return refused_server(refusal, SIDECAR, self.address, "--attacker")
                 closed = closed + 1 if closed_unanswered(err) else 0
-                if closed >= CLOSED_IN_A_ROW and self.tls_dir is not None:
-                    return own_certificate_refused(SIDECAR, self.address, self.tls_dir,
-                                                   self.identity)
+                if closed >= CLOSED_IN_A_ROW:  # a TLS sidecar closed every connection
+                    return (plaintext_against_tls(SIDECAR, self.address) if self.tls_dir is None
+                            else own_certificate_refused(SIDECAR, self.address, self.tls_dir,
+                                                         self.identity))
                 if err.code() not in (grpc.StatusCode.UNAVAILABLE,
                                       grpc.StatusCode.DEADLINE_EXCEEDED):
                     return None  # it answered (e.g. no health service): the channel is up
                 if time.monotonic() + _RETRY > end:
                     return f"{SIDECAR} at {self.address} is not reachable (waited {self.timeout:g} s)"
+                if not waiting:  # one line: a sidecar not started yet otherwise looked like a hang
+                    log.info("waiting up to %g s (topology.join_deadline_s) for the %s at %s to "
+                             "answer", self.timeout, SIDECAR, self.address)
+                    waiting = True
             await asyncio.sleep(_RETRY)
 
     def _failed(self, error: str) -> None:

@@ -251,3 +251,17 @@ def test_validate_names_the_classes_a_multiclass_file_holds(
     config = cifar10_config(tmp_path, [3, 5] * 20)
     code, output = exit_code_and_text(splitleak_main, ["validate", str(config)], capsys)
     assert code == 0 and "hold 2 of the 10 classes (3, 5)" in " ".join(output.split()), output
+
+
+def test_a_missing_relative_data_file_names_the_directory_it_was_looked_for_in(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One party per host: a host whose process starts elsewhere (or lacks the file) was told
+    'file not found: data/spambase.data', not where that was."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DatasetError) as err:
+        build_dataset("spambase", {"path": "data/spambase.data"}).schema()
+    assert f"file not found: data/spambase.data (relative to the working directory {tmp_path})" \
+        in str(err.value), err.value
+    with pytest.raises(DatasetError) as err:
+        build_dataset("spambase", {"path": str(tmp_path / "absent.data")}).schema()
+    assert str(err.value).endswith(f"file not found: {tmp_path / 'absent.data'}"), err.value

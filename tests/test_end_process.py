@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import sys
 import textwrap
 import time
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import scaled, small_config, write_config
 
@@ -56,3 +59,46 @@ def test_a_passive_party_stopped_by_sigterm_says_so(tmp_path: Path) -> None:
         party.wait()
     assert party.returncode == -signal.SIGTERM, err
     assert "passive party 1: stopped by SIGTERM" in err, err
+
+
+@pytest.mark.parametrize(("stop", "code", "by"), [(signal.SIGINT, 130, "Ctrl-C (SIGINT)"),
+                                                  (signal.SIGTERM, -signal.SIGTERM, "SIGTERM")])
+def test_a_passive_party_stopped_in_training_tells_the_label_party(
+        tmp_path: Path, stop: signal.Signals, code: int, by: str) -> None:
+    """Ctrl-C on a party's host (one party per host) ended it without a word in its log, and
+    the run's outcome said the party 'dropped its connection'; now the party tells the label
+    party by what it was stopped, and says so itself."""
+    from passive_party.client import run_party
+    from splitleak.artifacts.paths import RunDir
+    from splitleak.config import parse_config
+    from tests.live import label_party, wait_for_train_step
+
+    data = small_config(tmp_path, training={"epochs": 400, "eval_interval": 0},
+                        topology={"join_deadline_s": scaled(60)})
+    config = write_config(tmp_path, data)
+    cfg = parse_config(data)
+
+    async def go() -> tuple[dict, str, int]:
+        async with label_party(cfg, tmp_path / "run") as (serving, outcome):
+            party = subprocess.Popen([sys.executable, "-m", "passive_party", "run", "--config",
+                                      str(config), "--party-id", "1", "--label-party",
+                                      serving.address, "--run-dir", str(tmp_path / "p1")],
+                                     stderr=subprocess.PIPE, text=True)
+            try:
+                other = asyncio.ensure_future(run_party(cfg, 2, serving.address,
+                                                        RunDir(tmp_path / "p2")))
+                await wait_for_train_step(RunDir(tmp_path / "run"), 3)
+                party.send_signal(stop)
+                ended = await asyncio.wait_for(outcome, scaled(60))
+                _, err = await asyncio.to_thread(party.communicate, timeout=scaled(30))
+                await asyncio.gather(other, return_exceptions=True)
+            finally:
+                party.kill()
+                party.wait()
+            return ended, err, party.returncode
+
+    ended, err, returncode = asyncio.run(go())
+    assert ended["status"] == "failed", ended
+    assert ended["message"] == f"passive party 1 stopped: interrupted on its host by {by}", ended
+    assert returncode == code, err
+    assert f"passive party 1: stopped by {by}; the label party was told" in err, err

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
+import signal
+import socket
 import subprocess
 import sys
 import time
@@ -210,6 +213,75 @@ def test_the_relay_carries_a_bounded_number_of_connections() -> None:
     assert carried == MAX_CONNECTIONS and closed == 10 - MAX_CONNECTIONS
 
 
+def test_a_party_connecting_before_the_label_party_listens_is_held_until_it_does() -> None:
+    """By hand the roles start in any order. The relay closed a party's connection when
+    nothing listened at --to yet: three closed connections read, to the party, as a label
+    party refusing its TLS (or its plaintext), and it quit at once instead of waiting."""
+    async def go() -> bytes:
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))  # a free port the label party will listen on later
+        port = probe.getsockname()[1]
+        probe.close()
+        relay = Relay(f"127.0.0.1:{port}", NetworkConfig())
+        front = await asyncio.start_server(relay._connection, "127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection(
+            "127.0.0.1", front.sockets[0].getsockname()[1])
+        writer.write(b"hello")  # sent before anything listens: must not be lost
+        await asyncio.sleep(0.5)
+
+        async def echo(up_reader: asyncio.StreamReader, up_writer: asyncio.StreamWriter) -> None:
+            up_writer.write(await up_reader.readexactly(5))
+            await up_writer.drain()
+            up_writer.close()
+
+        label = await asyncio.start_server(echo, "127.0.0.1", port)
+        try:
+            return await asyncio.wait_for(reader.read(), scaled(10))
+        finally:
+            writer.close()
+            front.close()
+            label.close()
+
+    assert asyncio.run(go()) == b"hello"
+
+
+def test_a_label_party_killed_mid_stream_ends_the_relayed_connection_quietly() -> None:
+    """A label party killed while the relay still held the party's bytes for it: the relay (on
+    uvloop, as `splitleak relay` runs) logged 'Unhandled exception in client_connected_cb' with
+    a RuntimeError traceback; its sender could also block on the full queue for good."""
+    uvloop = pytest.importorskip("uvloop")
+    errors: list[dict] = []
+
+    async def go() -> int:
+        asyncio.get_running_loop().set_exception_handler(lambda _, context: errors.append(context))
+
+        async def killed(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            await reader.read(1)
+            writer.transport.abort()  # as a process killed with SIGKILL: a reset
+
+        label = await asyncio.start_server(killed, "127.0.0.1", 0)
+        relay = Relay(f"127.0.0.1:{label.sockets[0].getsockname()[1]}",
+                      NetworkConfig(one_way_latency_ms=20))
+        front = await asyncio.start_server(relay._connection, "127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1",
+                                                       front.sockets[0].getsockname()[1])
+        with contextlib.suppress(ConnectionError):
+            for _ in range(40):  # 2.5 MB: more than is in flight when the label party dies
+                writer.write(bytes(64 << 10))
+                await asyncio.wait_for(writer.drain(), scaled(10))
+            await asyncio.wait_for(reader.read(), scaled(10))
+        writer.close()
+        end = time.monotonic() + scaled(10)
+        while relay.open and time.monotonic() < end:
+            await asyncio.sleep(0.05)
+        front.close()
+        label.close()
+        return relay.open
+
+    assert uvloop.run(go()) == 0, "the relayed connection never ended"
+    assert not errors, errors
+
+
 def test_an_unwritable_port_file_is_named_not_the_listen_address(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """It said 'cannot listen on 127.0.0.1:0: [Errno 30] Read-only file system' though
@@ -223,3 +295,26 @@ def test_an_unwritable_port_file_is_named_not_the_listen_address(
     message = capsys.readouterr().err
     assert f"--port-file {port_file}: {blocker} is a file, not a directory" in message, message
     assert "cannot listen" not in message and "File exists" not in message, message
+
+
+@pytest.mark.parametrize(("stop", "code", "by"), [(signal.SIGINT, 130, "Ctrl-C"),
+                                                  (signal.SIGTERM, -signal.SIGTERM, "SIGTERM")])
+def test_a_stopped_relay_says_so(tmp_path: Path, stop: signal.Signals, code: int, by: str) -> None:
+    """Run by hand in front of a label party, the relay serves until stopped; Ctrl-C or SIGTERM
+    ended it without a word in its log."""
+    port_file = tmp_path / "relay.addr"
+    relay = subprocess.Popen([sys.executable, "-m", "orchestration", "relay", "--to", "127.0.0.1:1",
+                              "--listen", "127.0.0.1:0", "--port-file", str(port_file)],
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        end = time.monotonic() + scaled(60)
+        while not port_file.exists():
+            assert time.monotonic() < end and relay.poll() is None
+            time.sleep(0.05)
+        relay.send_signal(stop)
+        _, err = relay.communicate(timeout=scaled(30))
+    finally:
+        relay.kill()
+        relay.wait()
+    assert relay.returncode == code, err
+    assert f"relay: stopped by {by} (0 connection(s) carried, 0 open)" in err, err

@@ -5,12 +5,14 @@ from the config, refusals logged at a bounded rate, no memory kept per refused s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -28,7 +30,7 @@ from splitleak.codec import encode_ids, encode_tensor
 from splitleak.config import parse_config
 from splitleak.v1 import attacker_pb2 as apb
 from splitleak.v1 import attacker_pb2_grpc as apb_grpc
-from tests.conftest import small_config, write_config
+from tests.conftest import scaled, small_config, write_config
 
 
 def _store_batches(root: Path, steps: int, rows: int = 6, dim: int = 4,
@@ -191,6 +193,34 @@ def test_interrupted_sidecar_says_so_in_its_last_line(tmp_path: Path) -> None:
     assert "attacker" in last and "interrupted by a signal before passive party 2 finished" in last, out
     assert "recorded every observed party" not in out
     assert [b.step for b in GradientLog(tmp_path / "run" / "attacker" / "gradients").batches(1)] == [0, 1, 2]
+
+def test_a_sidecar_stopped_mid_stream_exits_130_not_done(tmp_path: Path) -> None:
+    """Ctrl-C on the sidecar's host while its party still streams: it said 'interrupted' but
+    exited 0 (done) once stopping ended the party's stream, so `attacker serve && attacker
+    analyze` went on with a cut log."""
+    proc, address = _start_sidecar(tmp_path, "--party", "1", "--run-id", "r1")
+
+    async def stream_then_stop() -> None:
+        async def records() -> AsyncIterator[apb.GradientRecord]:
+            for step in range(3):
+                yield _record(1, step)
+            proc.send_signal(signal.SIGINT)  # the stream is still open
+            await asyncio.sleep(scaled(30))
+
+        async with grpc.aio.insecure_channel(address) as channel:
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                await apb_grpc.AttackerSidecarStub(channel).Record(records(), timeout=scaled(30))
+
+    try:
+        asyncio.run(stream_then_stop())
+        out, _ = proc.communicate(timeout=scaled(30))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 130, out
+    assert "interrupted by a signal" in out, out
+    assert [b.step for b in GradientLog(tmp_path / "run" / "attacker" / "gradients").batches(1)] == [0, 1, 2]
+
 
 @pytest.mark.slow
 def test_killed_sidecar_loses_at_most_the_record_in_flight(tmp_path: Path) -> None:

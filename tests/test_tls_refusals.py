@@ -111,8 +111,9 @@ async def _serving(certs: Path | None, identity: str) -> tuple[object, str]:
     return server, f"127.0.0.1:{port}"
 
 
-def _tap_against(tap_certs: Path, server_certs: Path, server_identity: str) -> tuple[float, str]:
-    """Passive party 1's tap (identities `tap_certs`) started against a server serving as
+def _tap_against(tap_certs: Path | None, server_certs: Path,
+                 server_identity: str) -> tuple[float, str]:
+    """Passive party 1's tap (identities `tap_certs`; None: plaintext) started against a server serving as
     `server_identity`: the seconds until it failed and its message."""
     async def go() -> tuple[float, str]:
         server, address = await _serving(server_certs, server_identity)
@@ -137,6 +138,16 @@ def test_a_tap_dialling_another_role_fails_at_once(certs: Path) -> None:
     assert seconds < scaled(15), (seconds, message)
     assert "is not this run's attacker sidecar" in message, message
     assert "--attacker" in message, message
+
+
+def test_a_plaintext_tap_names_a_tls_sidecar_at_once(certs: Path) -> None:
+    """A party started with topology.tls = false tapping a TLS sidecar: it waited the join
+    deadline, then said 'attacker sidecar ... is not reachable'."""
+    seconds, message = _tap_against(None, certs, tls.ATTACKER)
+    assert seconds < scaled(15), (seconds, message)
+    assert "attacker sidecar at 127.0.0.1:" in message, message
+    assert "closes every plaintext connection: it speaks TLS" in message, message
+    assert "not reachable" not in message, message
 
 
 def _party_against(tmp_path: Path, certs: Path | None,
@@ -244,6 +255,72 @@ def test_a_party_whose_label_party_never_answers_says_where_it_looked(
     message = str(err.value)
     assert f"no label party answered at {address} within topology.join_deadline_s = 1 s" \
         in message and "--label-party" in message and "refused or failed" not in message, message
+
+
+def test_a_tap_whose_sidecar_never_answers_says_it_waits(caplog: pytest.LogCaptureFixture) -> None:
+    """A party whose --attacker is not serving (yet) waited its join deadline without a word
+    after joining: it looked like a hang."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))  # bound, never listening: every connection is refused
+    address = f"127.0.0.1:{server.getsockname()[1]}"
+
+    async def go() -> str:
+        tap = Tap(address, AttackerConfig(), TopologyConfig(join_deadline_s=1, tls=False))
+        try:
+            with pytest.raises(TapError) as err:
+                await tap.start("run", 1)
+            return str(err.value)
+        finally:
+            await tap.channel.close()
+
+    try:
+        with caplog.at_level("INFO", "splitleak.tap"):
+            message = asyncio.run(go())
+    finally:
+        server.close()
+    assert f"waiting up to 1 s (topology.join_deadline_s) for the attacker sidecar at {address}" \
+        in caplog.text, caplog.text
+    assert f"attacker sidecar at {address} is not reachable (waited 1 s)" in message, message
+
+
+def test_a_health_probe_names_a_tls_or_plaintext_mismatch(certs: Path) -> None:
+    """`splitleak health` said 'UNAVAILABLE: ... Socket closed' for a plaintext probe of a TLS
+    server, and gRPC's raw handshake error for a TLS probe of a plaintext one."""
+    from splitleak.health import probe
+
+    # probe() runs its own event loop: hold each server in a thread's loop while it probes
+    def probed(server_certs: Path | None, probe_certs: Path | None) -> str:
+        import threading
+
+        ready: dict[str, object] = {}
+        done = threading.Event()
+
+        async def hold() -> None:
+            server, address = await _serving(server_certs, tls.LABEL_PARTY)
+            ready["address"] = address
+            while not done.is_set():
+                await asyncio.sleep(0.02)
+            await server.stop(0)  # type: ignore[attr-defined]
+
+        thread = threading.Thread(target=asyncio.run, args=(hold(),))
+        thread.start()
+        try:
+            while "address" not in ready:
+                time.sleep(0.02)
+            ok, line = probe(str(ready["address"]), timeout=scaled(5), tls_dir=probe_certs,
+                             identity=tls.LABEL_PARTY)
+            assert not ok, line
+            return line
+        finally:
+            done.set()
+            thread.join(scaled(10))
+
+    line = probed(certs, None)
+    assert "it speaks TLS" in line or "as a server speaking TLS closes a plaintext one" in line, line
+    assert "--tls-dir" in line and "Socket closed" not in line, line
+    line = probed(None, certs)
+    assert "it speaks plaintext (topology.tls = false), this probe used TLS" in line, line
+    assert "SSL_ERROR" not in line, line
 
 
 def test_a_host_asked_for_an_identity_it_lacks_names_the_ones_it_holds(

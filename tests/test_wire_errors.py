@@ -101,6 +101,7 @@ def test_join_refusals_name_the_problem(label_party) -> None:
     err = _join_error(lp, _join_request(lp, party_id=7))
     assert err.code() == grpc.StatusCode.PERMISSION_DENIED
     assert "unknown party id 7" in err.details() and "1..1" in err.details()
+    assert "give --party-id in that range" in err.details()
     err = _join_error(lp, _join_request(lp, config_hash="0" * 16))
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "same experiment file" in err.details()
     other = lp.cfg.model_copy(update={"training": lp.cfg.training.model_copy(update={"epochs": 7})})
@@ -116,9 +117,12 @@ def test_join_refusals_name_the_problem(label_party) -> None:
     assert "JoinRequest.config_fields has 5000 entries; at most 4096" in err.details()
     err = _join_error(lp, _join_request(lp, num_rows=5))
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION and "do not align" in err.details()
+    assert "every host needs the same data file" in err.details()
     assert asyncio.run(_join(lp, _join_request(lp))).total_train_steps > 0
     err = _join_error(lp, _join_request(lp))
     assert err.code() == grpc.StatusCode.ALREADY_EXISTS and "already joined" in err.details()
+    # Two hosts started with the same --party-id: the second is told what to change.
+    assert "give each passive party its own --party-id in 1..1" in err.details()
     # Joined but never streamed: the label party gives up at its join deadline, naming it.
     code, outcome = lp.wait()
     assert code == 1 and outcome["code"] == "DEADLINE_EXCEEDED"
@@ -227,3 +231,22 @@ def test_dead_party_is_named_and_the_other_party_exits_nonzero(label_party, tmp_
         for p in parties:
             if p.poll() is None:
                 p.kill()
+
+
+def test_a_label_party_lost_in_training_is_named_with_what_to_do() -> None:
+    """One party per host, the label party killed: each party said 'label party refused or
+    failed while training: UNAVAILABLE: Stream removed (Socket closed)', as if it had been
+    refused; a status the label party sent itself keeps its own words."""
+    from passive_party.client import _describe
+
+    def error(code: grpc.StatusCode, details: str) -> grpc.aio.AioRpcError:
+        return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(), details)
+
+    lost = _describe(error(grpc.StatusCode.UNAVAILABLE, "Stream removed (Socket closed)"),
+                     "training")
+    assert lost.startswith("lost the label party while training (UNAVAILABLE: Stream removed"), lost
+    assert "continue the run with --resume on every host" in lost and "refused" not in lost, lost
+    sent = _describe(error(grpc.StatusCode.UNAVAILABLE, "passive party 1 dropped its connection"),
+                     "training")
+    assert sent == ("label party refused or failed while training: UNAVAILABLE: passive party 1 "
+                    "dropped its connection"), sent

@@ -14,6 +14,7 @@ from attacker.sidecar.servicer import LABEL, PASSIVE, AttackerServicer, Key, add
 from attacker.sidecar.store import INDEX, GradientStore
 from splitleak.addresses import check_address, check_address_file
 from splitleak.artifacts.paths import RunDir
+from splitleak.cli_common import EXIT_INTERRUPTED
 from splitleak.config import ExperimentConfig, TopologyConfig
 from splitleak.fileio import write_atomically
 from splitleak.timing import mark_startup, write_cpu
@@ -51,7 +52,8 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
     it receives from those parties) is done; `resume` continues the logs already in `out`
     (each tap cuts its log back to the resumed step first); `shapes` (record_shapes) fixes
     every record's shape from the config (without it, each party's first record does);
-    `config_hash` (the config's) is what every stream's records must name."""
+    `config_hash` (the config's) is what every stream's records must name. Returns the exit
+    code: 0 every observed party closed its stream, 1 one did not, 130 stopped by a signal."""
     gradients = RunDir(out).gradients
     store = GradientStore(gradients, run_id, resume=resume)
     received = (GradientStore(RunDir(out).attacker / "received", run_id, resume=resume)
@@ -106,6 +108,8 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
     else:  # a closed stream says nothing of whether its party finished the run: say what is held
         log.info("every observed party closed its stream (%s); log at %s",
                  "; ".join(_held(servicer, key) for key in sorted(servicer.expected)), gradients)
+    if stopped.done():  # a stop is no finished run, whatever streams had ended by then
+        return EXIT_INTERRUPTED
     return 1 if missing else 0
 
 

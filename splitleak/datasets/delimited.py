@@ -41,7 +41,10 @@ def require_file(path: str, kind: str) -> Path:
     if file.is_dir():
         raise DatasetError(f"{kind}: {path} is a directory; give the path of the file itself")
     if not file.is_file():
-        raise DatasetError(f"{kind}: file not found: {path}")
+        # Each host of a deployment reads the same path: a relative one from the directory the
+        # process was started in, which differs from host to host.
+        where = "" if file.is_absolute() else f" (relative to the working directory {Path.cwd()})"
+        raise DatasetError(f"{kind}: file not found: {path}{where}")
     return file
 
 
