@@ -273,7 +273,8 @@ class StepLoop:
                 message = await call.read()
                 if message is grpc.aio.EOF:
                     raise PartyError("the label party closed the stream before saying done")
-                if self.stop is not None and self.stop.why is not None and not message.done:
+                if self.stop is not None and self.stop.why is not None and not message.done \
+                        and not message.HasField("checkpoint"):  # a checkpoint is still written
                     await _report(call, identity_name(self.bottom.party_id), self.stop.why)
                     raise PartyStopped(self.stop.why)
                 train = timed(message.next_batch.phase == pb.TRAIN, message.next_batch.step)

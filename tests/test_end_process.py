@@ -102,3 +102,47 @@ def test_a_passive_party_stopped_in_training_tells_the_label_party(
     assert ended["message"] == f"passive party 1 stopped: interrupted on its host by {by}", ended
     assert returncode == code, err
     assert f"passive party 1: stopped by {by}; the label party was told" in err, err
+
+
+def test_a_stopped_party_still_writes_the_checkpoint_the_label_party_asks_for(tmp_path: Path) -> None:
+    """Every host stopped at once (`docker compose down`, one Ctrl-C over every terminal): the
+    label party's own stop asks each party for a checkpoint. A party already stopping refused
+    it, so the run lost its last checkpoint; it writes it, and stops at the message after."""
+    import numpy as np
+
+    from passive_party.client import PartyStopped, StepLoop, StopRequest, load_bottom
+    from splitleak.artifacts.paths import RunDir
+    from splitleak.codec import encode_tensor
+    from splitleak.config import parse_config
+    from splitleak.v1 import split_learning_pb2 as pb
+    from tests.test_tap import _ScriptedCall
+
+    cfg = parse_config(small_config(tmp_path, features={"passive": [[0, 30]]},
+                                    topology={"passive_parties": 1}))
+    bottom = load_bottom(cfg, 1)
+    batch = pb.Batch(phase=pb.TRAIN, step=0, sample_ids=encode_tensor(np.arange(4)))
+    gradient = encode_tensor(np.full((4, *bottom.embedding_shape), 0.01, np.float32))
+    written: list[str] = []
+
+    class Call(_ScriptedCall):
+        async def write(self, message: pb.PartyMessage) -> None:
+            written.append(next(name for name in ("activation", "checkpoint", "failure")
+                                if message.HasField(name)))
+
+    call = Call([pb.LabelPartyMessage(next_batch=batch),
+                          pb.LabelPartyMessage(cut_gradient=gradient, gradient_step=0,
+                                               checkpoint=pb.CheckpointRequest(step=1, batches=1)),
+                          pb.LabelPartyMessage(next_batch=batch)], [])
+    stop = StopRequest()
+    loop = StepLoop(bottom, None, "r", RunDir(tmp_path / "p1"), cfg.wire, stop)
+    original = loop._answer
+
+    async def answer_then_stop(batch: pb.Batch) -> pb.PartyMessage:
+        stop.why = "interrupted on its host by SIGTERM"  # the signal lands while it computes
+        return await original(batch)
+
+    loop._answer = answer_then_stop  # type: ignore[method-assign]
+    with pytest.raises(PartyStopped):
+        asyncio.run(loop.run(call))
+    assert written == ["activation", "checkpoint", "failure"], written  # the ack, then the stop
+    assert list((tmp_path / "p1").rglob("*.pt")), "no checkpoint was written"
