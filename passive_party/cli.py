@@ -71,9 +71,10 @@ def main(argv: list[str] | None = None) -> int:
                                       attacker=args.attacker, tls_dir=tls_dir,
                                       resuming=args.resume is not None, stop=stop), stop))
     except Stopped as stop:
-        log.warning("passive party %d: stopped by %s%s", args.party_id, stop.by,
+        log.warning("passive party %d: stopped by %s%s%s", args.party_id, stop.by,
                     "; the label party was told: the run stops (continue it with --resume on "
-                    "every host)" if stop.told else "")
+                    "every host)" if stop.told else "",
+                    f" (meanwhile: {stop.then})" if stop.then else "")
         if stop.signum == signal.SIGTERM:  # die of it, as before: its status says SIGTERM
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGTERM)
@@ -95,11 +96,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 class Stopped(Exception):
-    """Ctrl-C or SIGTERM stopped the party; `told`: the label party heard it."""
+    """Ctrl-C or SIGTERM stopped the party; `told`: the label party heard it; `then`: how the
+    label party ended the run meanwhile (its own stop, e.g. every host stopped at once)."""
 
-    def __init__(self, signum: int, told: bool) -> None:
+    def __init__(self, signum: int, told: bool, then: str | None = None) -> None:
         super().__init__(SIGNALS[signum])
-        self.signum, self.by, self.told = signum, SIGNALS[signum], told
+        self.signum, self.by, self.told, self.then = signum, SIGNALS[signum], told, then
 
 
 SIGNALS: dict[int, str] = {signal.SIGINT: "Ctrl-C (SIGINT)", signal.SIGTERM: "SIGTERM"}
@@ -110,7 +112,8 @@ async def stoppable(party: Coroutine[Any, Any, None], request: StopRequest) -> N
     """Run the party until Ctrl-C or SIGTERM (Stopped). In training it stops at the label
     party's next message, telling it by what (the label party said the party 'dropped its
     connection'); at once when not training yet, when the label party says nothing for
-    STOP_GRACE seconds, or on a second signal."""
+    STOP_GRACE seconds, or on a second signal. A label party or sidecar that ends the run first
+    (stopped with this host: its checkpoint written) is no failure of a party being stopped."""
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(party)
     stopped: list[int] = []
@@ -130,6 +133,10 @@ async def stoppable(party: Coroutine[Any, Any, None], request: StopRequest) -> N
         await task
     except PartyStopped:
         raise Stopped(stopped[0], told=True) from None
+    except (PartyError, TapError) as err:  # the label party (or sidecar) stopped with this host
+        if not stopped:
+            raise
+        raise Stopped(stopped[0], told=False, then=str(err)) from None
     except asyncio.CancelledError:
         if not stopped:
             raise

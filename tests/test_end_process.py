@@ -146,3 +146,34 @@ def test_a_stopped_party_still_writes_the_checkpoint_the_label_party_asks_for(tm
         asyncio.run(loop.run(call))
     assert written == ["activation", "checkpoint", "failure"], written  # the ack, then the stop
     assert list((tmp_path / "p1").rglob("*.pt")), "no checkpoint was written"
+
+
+def test_a_stopped_party_whose_label_party_ends_the_run_first_says_it_was_stopped() -> None:
+    """Every host stopped at once: the party writes the label party's stop checkpoint, then the
+    label party ends the run (ABORTED, 'interrupted ... resume it'). The party was stopped by
+    its signal, not failed: it said 'label party refused or failed' and exited 1."""
+    import os
+
+    from passive_party.cli import Stopped, stoppable
+    from passive_party.client import PartyError, StopRequest
+
+    request = StopRequest()
+    request.training = True
+
+    async def party() -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # the host's stop, while the party trains
+        while request.why is None:
+            await asyncio.sleep(0.01)
+        raise PartyError("the label party ended the stream with ABORTED: the run was "
+                         "interrupted at step 3; resume it with --resume run")
+
+    with pytest.raises(Stopped) as stopped:
+        asyncio.run(stoppable(party(), request))
+    assert stopped.value.signum == signal.SIGINT and not stopped.value.told
+    assert stopped.value.then is not None and "interrupted at step 3" in stopped.value.then
+
+    async def failed() -> None:  # no signal: a failure stays one
+        raise PartyError("the label party ended the stream with INTERNAL: boom")
+
+    with pytest.raises(PartyError):
+        asyncio.run(stoppable(failed(), StopRequest()))
