@@ -137,10 +137,15 @@ class Relay:
             writer.close()
             return
         self.open += 1
+        cut = False  # by the relay's stop: still open in the line that says how many it cut
         try:
             await self._carry(reader, writer)
+        except asyncio.CancelledError:  # the relay stops (Ctrl-C) while it holds or carries one:
+            cut = True  # ended here, or Python 3.11's stream server logs it as a traceback
+            writer.close()
         finally:
-            self.open -= 1
+            if not cut:
+                self.open -= 1
 
     async def _carry(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -217,8 +222,6 @@ class Relay:
                                     "give a file in a writable directory)") from None
         async with server:
             await server.serve_forever()
-
-
 
 
 def link_seed(run_seed: int, party_id: int) -> int:

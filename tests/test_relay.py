@@ -318,3 +318,34 @@ def test_a_stopped_relay_says_so(tmp_path: Path, stop: signal.Signals, code: int
         relay.wait()
     assert relay.returncode == code, err
     assert f"relay: stopped by {by} (0 connection(s) carried, 0 open)" in err, err
+
+
+def test_a_relay_stopped_while_it_holds_a_connection_says_one_line(tmp_path: Path) -> None:
+    """Ctrl-C while a party's connection was held (the label party not listening yet) or
+    carried: under the stop line the relay printed 'Exception in callback ...' and a
+    CancelledError traceback of each connection's handler."""
+    port_file, log = tmp_path / "relay.addr", tmp_path / "relay.log"
+    with log.open("w") as out:
+        relay = subprocess.Popen([sys.executable, "-m", "orchestration", "relay", "--to",
+                                  "127.0.0.1:1", "--listen", "127.0.0.1:0", "--port-file",
+                                  str(port_file)], stderr=out)
+    try:
+        end = time.monotonic() + scaled(60)
+        while not port_file.exists():
+            assert time.monotonic() < end and relay.poll() is None
+            time.sleep(0.05)
+        host, port = port_file.read_text().strip().rsplit(":", 1)
+        with socket.create_connection((host, int(port))) as party:
+            party.sendall(b"hello")
+            while "holding the party's connection" not in log.read_text():
+                assert time.monotonic() < end and relay.poll() is None, log.read_text()
+                time.sleep(0.05)
+            relay.send_signal(signal.SIGINT)
+            relay.wait(scaled(30))
+    finally:
+        relay.kill()
+        relay.wait()
+    err = log.read_text()
+    assert relay.returncode == 130, err
+    assert "relay: stopped by Ctrl-C (1 connection(s) carried, 1 open)" in err, err
+    assert "Traceback" not in err and "Exception in callback" not in err, err
