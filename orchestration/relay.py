@@ -16,9 +16,6 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import os
-import signal
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +28,13 @@ from splitleak.addresses import (
     check_peer,
     resolve_now,
 )
-from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, setup_logging
+from splitleak.cli_common import (
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    say_when_terminated,
+    setup_logging,
+)
 from splitleak.config import ConfigError, NetworkConfig, format_validation_error, load_config
 from splitleak.fileio import write_atomically
 from splitleak.transport import run_async
@@ -273,7 +276,7 @@ def cmd_relay(args: argparse.Namespace) -> int:
         log.error("relay: %s", err)
         return EXIT_BAD_INPUT
     relay = Relay(args.to, network, seed)
-    _say_when_terminated(relay)
+    say_when_terminated(lambda: f"relay: stopped by SIGTERM ({relay.carried()})", log)
     try:
         run_async(relay.serve(args.listen, args.port_file))
     except PortFileError as err:
@@ -288,13 +291,3 @@ def cmd_relay(args: argparse.Namespace) -> int:
     return 0
 
 
-def _say_when_terminated(relay: Relay) -> None:
-    """Log one line on SIGTERM, then die of it (its status says SIGTERM): the relay's log
-    ended without a word of why."""
-    def stopped(signum: int, frame: object) -> None:
-        log.warning("relay: stopped by SIGTERM (%s)", relay.carried())
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    if threading.current_thread() is threading.main_thread():  # signals reach only it
-        signal.signal(signal.SIGTERM, stopped)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import signal
 from collections.abc import Coroutine
 from pathlib import Path
@@ -21,7 +20,9 @@ from splitleak.cli_common import (
     EXIT_INTERRUPTED,
     BadInput,
     checked_config_or_exit,
+    die_of_sigterm,
     end_process,
+    say_when_terminated,
     setup_logging,
     tls_dir_or_exit,
     writable_or_exit,
@@ -64,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         except LinkedRunDir as err:
             raise BadInput(f"passive-party run --resume: {err}") from None
     writable_or_exit(run.root)
-    _say_when_terminated(args.party_id)
+    say_when_terminated(lambda: f"passive party {args.party_id}: stopped by SIGTERM", log)
     try:
         stop = StopRequest()
         run_async(stoppable(run_party(cfg, args.party_id, args.label_party, run,
@@ -76,8 +77,7 @@ def main(argv: list[str] | None = None) -> int:
                     "every host)" if stop.told else "",
                     f" (meanwhile: {stop.then})" if stop.then else "")
         if stop.signum == signal.SIGTERM:  # die of it, as before: its status says SIGTERM
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            os.kill(os.getpid(), signal.SIGTERM)
+            die_of_sigterm()
         return EXIT_INTERRUPTED
     except AddressFileError as err:
         raise BadInput(f"passive-party run: {err}") from None
@@ -146,17 +146,6 @@ async def stoppable(party: Coroutine[Any, Any, None], request: StopRequest) -> N
             handle.cancel()
         for signum in SIGNALS:
             loop.remove_signal_handler(signum)
-
-
-def _say_when_terminated(party_id: int) -> None:
-    """Log one line on SIGTERM, then die of it as before (its status says SIGTERM): without it
-    the party's log ended mid-run with no word of why."""
-    def stopped(signum: int, frame: object) -> None:
-        log.warning("passive party %d: stopped by SIGTERM", party_id)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-    signal.signal(signal.SIGTERM, stopped)
 
 
 def check_arguments(args: argparse.Namespace, parties: int) -> None:

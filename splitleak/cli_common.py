@@ -22,6 +22,25 @@ EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 LOG_FORMAT = "%(asctime)s {role} %(levelname)s %(message)s"  # every process's log lines
 
 
+def die_of_sigterm() -> NoReturn:
+    """End this process by SIGTERM's default action, so that its status says SIGTERM (after a
+    handler has logged why)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+    raise SystemExit(128 + signal.SIGTERM)  # not reached: the signal ends the process
+
+
+def say_when_terminated(line: Callable[[], str], logger: logging.Logger) -> None:
+    """On SIGTERM, log `line()` as a warning, then die of it: without it a role's log ended
+    with no word of why. Only the main thread gets signals, so elsewhere it does nothing."""
+    def stopped(signum: int, frame: object) -> None:
+        logger.warning("%s", line())
+        die_of_sigterm()
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stopped)
+
+
 class BadInput(SystemExit):
     """Exit with code 2 after printing what is wrong."""
 

@@ -244,6 +244,8 @@ class Smooth(CrossEntropy):
                    "gradient float64": lambda g: [x.double() for x in g]}.get(fault)
         if changed is not None:
             result.gradients = changed(result.gradients)
+        if fault == "class gradients":
+            result.class_gradients = result.gradients[:1]
         return result
 
     def predict(self, activations, own):
@@ -294,6 +296,7 @@ OBJECTIVE_FAULTS = {
                       "a tensor of its activation's shape and dtype (torch.float32 [32, 8])",
     "gradient float64": "cut_gradients() returned gradient 0 as torch.float64 [32, 8]",
     "loss tensor": "cut_gradients() returned a StepResult whose loss is a Tensor; it must be a float",
+    "class gradients": "cut_gradients() returned 1 class gradient(s) for 2 passive parties",
     "logits 1d": "predict() returned torch.float32 [",
     "summary raises": "summary() raised RuntimeError: no summary (at h3plugins/__init__.py:",
 }

@@ -305,7 +305,9 @@ def test_a_health_probe_names_a_tls_or_plaintext_mismatch(certs: Path) -> None:
         thread = threading.Thread(target=asyncio.run, args=(hold(),))
         thread.start()
         try:
+            end = time.monotonic() + scaled(30)
             while "address" not in ready:
+                assert thread.is_alive() and time.monotonic() < end, "the server never listened"
                 time.sleep(0.02)
             ok, line = probe(str(ready["address"]), timeout=scaled(5), tls_dir=probe_certs,
                              identity=tls.LABEL_PARTY)

@@ -206,6 +206,14 @@ def check_step_result(objective: type[Objective], result: Any,
                 problem = (f"gradient {k} as {found}; each must be a tensor of its activation's "
                            f"shape and dtype ({a.dtype} {list(a.shape)})")
                 break
+        else:
+            per_class = result.class_gradients
+            if per_class is not None and (not isinstance(per_class, list | tuple)
+                                          or len(per_class) != len(activations)):
+                count = len(per_class) if isinstance(per_class, list | tuple) else "no list of"
+                problem = (f"{count} class gradient(s) for {len(activations)} passive parties; "
+                           "class_gradients is None or one per party, in the order of the "
+                           "activations")
     if problem:
         raise ObjectiveError(f"{origin(objective)}: cut_gradients() returned {problem}")
 

@@ -153,7 +153,7 @@ def _checked(method: Callable, name: str, check: Callable[[Any, tuple], str | No
 def _schema_problem(schema: Any, args: tuple) -> str | None:
     if not isinstance(schema, Schema):
         return f"{_what(schema)}; it must return a splitleak.datasets.Schema"
-    if not isinstance(schema.num_classes, int | np.integer) or schema.num_classes < 1:
+    if not isinstance(schema.num_classes, int | np.integer) or schema.num_classes < 2:
         return f"a Schema with num_classes = {schema.num_classes!r}; it must be an int ≥ 2"
     if not isinstance(schema.num_rows, int | np.integer) or schema.num_rows < 0:
         return f"a Schema with num_rows = {schema.num_rows!r}; it must be an int ≥ 0"
