@@ -308,8 +308,9 @@ def configuration_page() -> str:
         if found is not None:
             lines += model_section(found[0], name, found[1])
     lines += ["## Dataset names", "",
-              "`dataset.name` is one of: " + ", ".join(f"`{n}`" for n in DATASETS.names())
-              + ". Their `params` and the file layouts they read: [data.md](data.md).", ""]
+              "`dataset.name` is one of: " + ", ".join(f"`{n}`" for n in DATASETS.built_in_names())
+              + ". Their `params` and the file layouts they read: [data.md](data.md). An "
+              "installed package may add its own ([CONTRIBUTING.md](../CONTRIBUTING.md)).", ""]
     default = resources.files("splitleak.configs").joinpath("default.toml").read_text()
     lines += ["## The built-in default", "",
               "`splitleak run` without a file runs splitleak/configs/default.toml:", "",

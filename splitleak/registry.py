@@ -50,6 +50,7 @@ class Registry(Generic[T]):
         self.kind = kind
         self.entry_point_group = f"splitleak.{kind}s"
         self._entries: dict[str, T] = {}
+        self._installed: set[str] = set()  # names an installed package's entry point added
         self._loaded = False
 
     def register(self, name: str) -> Callable[[T], T]:
@@ -73,6 +74,10 @@ class Registry(Generic[T]):
     def names(self) -> list[str]:
         self._load_installed()
         return sorted(self._entries)
+
+    def built_in_names(self) -> list[str]:
+        """The names of this project's own plug-ins, without any installed package's."""
+        return [name for name in self.names() if name not in self._installed]
 
     def __contains__(self, name: object) -> bool:
         self._load_installed()
@@ -106,6 +111,7 @@ class Registry(Generic[T]):
         if problem:
             raise PluginLoadError(f"{where}: {problem}")
         self._entries[ep.name] = entry
+        self._installed.add(ep.name)
 
 
 def _qualname(entry: Any) -> str:

@@ -64,9 +64,9 @@ def test_readme_is_short() -> None:
 
 
 @pytest.mark.parametrize(("page", "names"), [
-    ("defenses.md", DEFENSES.names()),
-    ("defenses.md", OBJECTIVES.names()),
-    ("attacks.md", ATTACKS.names()),
+    ("defenses.md", DEFENSES.built_in_names()),
+    ("defenses.md", OBJECTIVES.built_in_names()),
+    ("attacks.md", ATTACKS.built_in_names()),
 ])
 def test_every_plugin_is_documented(page: str, names: list[str]) -> None:
     text = (ROOT / "docs" / page).read_text()
@@ -139,4 +139,4 @@ def test_experiment_file_lists_every_dataset() -> None:
     assert block is not None, "experiment-file.md: no [dataset] name line"
     comment = re.sub(r"\([^)]*\)|#", " ", block.group(1))  # drop "(extra `images`)"
     listed = set(re.findall(r"[a-z][a-z0-9_]*", comment)) - {"and"}
-    assert listed == set(DATASETS.names())
+    assert listed == set(DATASETS.built_in_names())

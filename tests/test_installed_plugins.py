@@ -437,3 +437,20 @@ def test_a_distributed_run_names_an_installed_objective_that_raises_in_one_line(
     assert "run failed: objective 'smooth' (splitleak.objectives entry point 'h3plugins:Smooth' " \
            "of package 'h3plugins'): cut_gradients() raised RuntimeError: no gradients" in said
     assert "Traceback" not in said and "internal error" not in said
+
+
+def test_an_installed_dataset_is_not_a_built_in_one(tmp_path: Path) -> None:
+    """The generated configuration page and the docs tests list the project's own datasets; with
+    a researcher's package installed, its names appeared there (and the docs tests failed)."""
+    from tests.plugin_package import install
+
+    env = install(tmp_path / "site", "builtin_probe",
+                  "from splitleak.datasets.wine import Wine\n\nclass Other(Wine):\n    pass\n",
+                  {"splitleak.datasets": {"builtin_probe_set": "builtin_probe:Other"}})
+    done = subprocess.run([sys.executable, "-c", "from splitleak.datasets import DATASETS\n"
+                           "print(sorted(set(DATASETS.names()) - set(DATASETS.built_in_names())))\n"
+                           "from splitleak.config_doc import configuration_page\n"
+                           "print('builtin_probe_set' in configuration_page())"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split("\n")[:2] == ["['builtin_probe_set']", "False"], done.stdout
