@@ -186,3 +186,25 @@ def test_a_sidecar_of_another_experiment_refuses_the_tap(tmp_path: Path) -> None
     assert tap.error is not None and "carry no config hash" in tap.error, tap.error
     tap, summary = asyncio.run(go(cfg.hash, cfg.hash))
     assert tap.error is None and summary is not None and summary.records == 3
+
+
+def test_a_sidecar_of_another_run_id_says_which_id_to_start_it_with(tmp_path: Path) -> None:
+    """A sidecar started with a --run-id other than the label party's run directory's name
+    refused the tap naming both ids, not what to do."""
+    from tests.live import sidecar
+
+    async def go() -> Tap:
+        async with sidecar(tmp_path / "s", run_id="exp1") as (address, _):
+            tap = Tap(address, AttackerConfig(on_sidecar_failure="continue"),
+                      TopologyConfig(tls=False))
+            await tap.start("exp2", 1)
+            await tap.record(apb.GradientRecord(
+                run_id="exp2", party_id=1, epoch=0, step=0, sample_ids=encode_tensor(np.arange(4)),
+                cut_gradient=encode_tensor(np.ones((4, 3), np.float32))))
+            await tap.close()
+            return tap
+
+    tap = asyncio.run(go())
+    assert tap.error is not None and "FAILED_PRECONDITION" in tap.error, tap.error
+    assert ("record of run 'exp2', but this sidecar records run 'exp1': start it with --run-id "
+            "set to the name of the label party's run directory") in tap.error, tap.error

@@ -225,7 +225,8 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
         if self.run_id and run_id != self.run_id:
             raise RecordError(
                 f"record of run {echo(run_id)}, but this sidecar records run "
-                f"{self.run_id!r}", status="FAILED_PRECONDITION")
+                f"{self.run_id!r}: start it with --run-id set to the name of the label party's "
+                "run directory", status="FAILED_PRECONDITION")
         if self.config_hash and config_hash != self.config_hash:
             named = f"the experiment of config hash {echo(config_hash)}" if config_hash else (
                 "no experiment (its records carry no config hash)")
