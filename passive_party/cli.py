@@ -125,7 +125,13 @@ async def stoppable(party: Coroutine[Any, Any, None], request: StopRequest) -> N
             task.cancel()
             return
         request.why = f"interrupted on its host by {SIGNALS[signum]}"
-        grace.append(loop.call_later(STOP_GRACE, task.cancel))
+        grace.append(loop.call_later(STOP_GRACE, end))
+
+    def end() -> None:  # the grace is over: stop, unless a checkpoint it was asked for is unwritten
+        if request.checkpointing:
+            grace.append(loop.call_later(STOP_GRACE / 10, end))
+        else:
+            task.cancel()
 
     for signum in SIGNALS:
         loop.add_signal_handler(signum, stop, signum)

@@ -79,6 +79,7 @@ class StopRequest:
     def __init__(self) -> None:
         self.why: str | None = None
         self.training = False
+        self.checkpointing = False  # writing a checkpoint the label party asked for
 
 
 def load_bottom(cfg: ExperimentConfig, party_id: int, capture_first_layer: bool = False,
@@ -288,7 +289,7 @@ class StepLoop:
                     await call.done_writing()
                     break
                 if message.HasField("checkpoint"):
-                    answer = await self._checkpoint(message.checkpoint)
+                    answer = await self._checkpointed(message.checkpoint)
                 else:
                     answer = await self._answer(message.next_batch)
                 with self.timer.span("write", train):
@@ -351,6 +352,16 @@ class StepLoop:
         if train:
             self._train_batch, self._train_activation = batch, activation
         return pb.PartyMessage(phase=batch.phase, step=batch.step, activation=activation)
+
+    async def _checkpointed(self, request: pb.CheckpointRequest) -> pb.PartyMessage:
+        """_checkpoint, with a stop on this host held off until it is written."""
+        if self.stop is None:
+            return await self._checkpoint(request)
+        self.stop.checkpointing = True
+        try:
+            return await self._checkpoint(request)
+        finally:
+            self.stop.checkpointing = False
 
     async def _checkpoint(self, request: pb.CheckpointRequest) -> pb.PartyMessage:
         """Make the sidecar's log durable up to this step, write this party's state, ack."""

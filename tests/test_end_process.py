@@ -177,3 +177,42 @@ def test_a_stopped_party_whose_label_party_ends_the_run_first_says_it_was_stoppe
 
     with pytest.raises(PartyError):
         asyncio.run(stoppable(failed(), StopRequest()))
+
+
+def test_a_stopping_party_finishes_the_checkpoint_it_is_writing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The grace after a stop cancelled the party wherever it was, a checkpoint the label party
+    asked for half-written included (its sidecar's sync can take a while); it now waits for
+    the checkpoint, and a second signal still stops it at once."""
+    import os
+
+    import passive_party.cli
+    from passive_party.cli import Stopped, stoppable
+    from passive_party.client import PartyStopped, StopRequest
+
+    monkeypatch.setattr(passive_party.cli, "STOP_GRACE", 0.05)
+    request = StopRequest()
+    request.training = True
+    written: list[str] = []
+
+    async def party() -> None:
+        request.checkpointing = True  # the label party's request arrived first
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.sleep(0.3)  # six graces long
+        written.append("checkpoint")
+        request.checkpointing = False
+        raise PartyStopped(request.why)  # at the next message
+
+    with pytest.raises(Stopped) as stopped:
+        asyncio.run(stoppable(party(), request))
+    assert written == ["checkpoint"] and stopped.value.told
+
+    async def stuck() -> None:
+        request.why, request.checkpointing = None, True
+        os.kill(os.getpid(), signal.SIGINT)
+        await asyncio.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C
+        await asyncio.sleep(30)
+
+    with pytest.raises(Stopped):
+        asyncio.run(asyncio.wait_for(stoppable(stuck(), request), 10))
