@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Collection
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -16,14 +16,15 @@ from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.summary import LeakSummary, write_leak_summary
 
 STATS = ("mean", "p95", "max")
+Row = Mapping[str, Any]  # a leak.parquet row: a dict, or the analysis's LeakRow
 
 
-def parties_key(row: dict[str, Any]) -> str:
+def parties_key(row: Row) -> str:
     """"1" for one party, "1+2" for a colluding group (rows written before groups: party_id)."""
     return row.get("parties") or str(row["party_id"])
 
 
-def _draw_stats(rows: list[dict[str, Any]], column: str) -> tuple[dict[str, float | int], dict | None]:
+def _draw_stats(rows: Sequence[Row], column: str) -> tuple[dict[str, float | int], dict | None]:
     """Per draw, mean / p95 / max over the batches it scored; returns their mean over draws
     (with n = batches scored by any draw) and, for R > 1, the spread {stat: {std, min, max}}."""
     by_draw: dict[int, list[float]] = defaultdict(list)
@@ -51,9 +52,9 @@ def _spread(values: list[float]) -> dict[str, float]:
             "min": float(finite.min()), "max": float(finite.max())}
 
 
-def _skips(rows: list[dict[str, Any]]) -> tuple[int, int, int]:
+def _skips(rows: Sequence[Row]) -> tuple[int, int, int]:
     """(batches, batches skipped by every draw, of those skipped as degenerate)."""
-    per_step: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    per_step: dict[int, list[Row]] = defaultdict(list)
     for r in rows:
         per_step[r["step"]].append(r)
     skipped = [draws for draws in per_step.values() if all(d["skip_reason"] is not None for d in draws)]
@@ -61,17 +62,17 @@ def _skips(rows: list[dict[str, Any]]) -> tuple[int, int, int]:
     return len(per_step), len(skipped), degenerate
 
 
-def _degenerate(row: dict[str, Any]) -> bool:
+def _degenerate(row: Row) -> bool:
     return row.get("skip_kind") == "degenerate" or str(row["skip_reason"]).startswith("degenerate")
 
 
-def summarise_leak(per_batch: list[dict[str, Any]],
+def summarise_leak(per_batch: Sequence[Row],
                    threat: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Per (parties, layer, attack): over the run and per epoch, mean / p95 / max of the metric
     over batches (raw and flip-corrected AUC, or accuracy), averaged over the R draws of random
     side knowledge with their spread; pooled accuracy for label attacks; skip counts.
     `threat` maps a parties key ("1", "1+2") to its threat-model description."""
-    groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+    groups: dict[tuple, list[Row]] = defaultdict(list)
     for row in per_batch:
         key = (parties_key(row), row["layer"], row["attack"])
         groups[key].append(row)
@@ -110,14 +111,14 @@ def summarise_leak(per_batch: list[dict[str, Any]],
     return out
 
 
-def _premise(rows: list[dict[str, Any]]) -> str | None:
+def _premise(rows: Sequence[Row]) -> str | None:
     """The reason, when the attack's premise failed on every batch (it was never scored)."""
     if all(r.get("skip_kind") == "premise" for r in rows):
         return str(rows[0]["skip_reason"]).removeprefix("premise: ")
     return None
 
 
-def _add_threshold_accuracy(entry: dict[str, Any], kept: list[dict[str, Any]]) -> None:
+def _add_threshold_accuracy(entry: dict[str, Any], kept: Sequence[Row]) -> None:
     """VFLAIR's attack performance of a score attack: its threshold rule's accuracy per batch,
     summarised as the AUC is (rows analysed before the rule existed have none)."""
     scored = [r for r in kept if r.get("threshold_accuracy") is not None]
@@ -126,7 +127,7 @@ def _add_threshold_accuracy(entry: dict[str, Any], kept: list[dict[str, Any]]) -
         entry["threshold_rule"] = scored[0].get("threshold_rule")
 
 
-def _add_anchors(entry: dict[str, Any], kept: list[dict[str, Any]]) -> None:
+def _add_anchors(entry: dict[str, Any], kept: Sequence[Row]) -> None:
     """Anchor attacks: how many scored (batch, draw) pairs used a received, not a clean, anchor."""
     sources = [r.get("anchor") for r in kept if r.get("anchor") is not None]
     if sources:
@@ -142,7 +143,7 @@ def with_family(entry: dict[str, Any]) -> dict[str, Any]:
     return {**entry, "family": cls.family, "vflair": cls.vflair, "ap": cls.attack_performance(entry)}
 
 
-def _pooled(rows: list[dict[str, Any]]) -> dict[str, Any]:
+def _pooled(rows: Sequence[Row]) -> dict[str, Any]:
     """Accuracy over rows (Fu et al.), with rows that got no prediction counted apart."""
     correct = [r.get("n_correct") or 0 for r in rows]
     predicted = [r.get("n_predicted") or 0 for r in rows]
@@ -203,7 +204,7 @@ def marvell_bounds(records: list[dict[str, Any]]) -> dict[int, dict[int, float]]
     return dict(found)
 
 
-def above_bound(per_batch: list[dict[str, Any]], bounds: dict[int, dict[int, float]],
+def above_bound(per_batch: Sequence[Row], bounds: dict[int, dict[int, float]],
                 exempt: Collection[str] = ()) -> list[dict]:
     """Per (party, attack) at the cut layer: batches whose leak AUC (flip-corrected, mean over
     draws) exceeds Marvell's Theorem-1 bound logged for that batch, and by how much. `exempt`:
