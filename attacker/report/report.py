@@ -9,6 +9,7 @@ import tomllib
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -109,8 +110,20 @@ class _Inputs:
         return cls(tomllib.loads(text), found.group(1) if found else "unknown",
                    list(read_metrics(run.metrics)) if run.metrics.exists() else [],
                    read_outcome(run),
-                   pq.read_table(leak) if leak.exists() else None,
+                   _read_leak(leak) if leak.exists() else None,
                    pq.read_table(rows) if rows.exists() else None)
+
+
+# The columns of attacker/leak.parquet the report reads (of 26): a long run's table has ~100 rows
+# per train step, so reading all of them took ~1 KB of memory per row.
+_LEAK_READ = ("party_id", "parties", "layer", "attack", "metric", "step", "auc_flipped", "accuracy",
+              "count_error", "skip_reason")
+
+
+def _read_leak(path: Path) -> pa.Table:
+    """attacker/leak.parquet, only the columns the report reads."""
+    names = pq.ParquetFile(path).schema_arrow.names
+    return pq.read_table(path, columns=[name for name in names if name in _LEAK_READ])
 
 
 def _draw_plots(run: RunDir, summary: dict[str, Any], inputs: _Inputs, notes: list[str],
