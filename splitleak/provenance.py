@@ -4,20 +4,18 @@ point and package (as the registry names a plug-in it refuses), and where its co
 from __future__ import annotations
 
 import traceback
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
+
+from splitleak.registry import describe_entry_point, installed_entry_points
 
 
 def plugin_origin(kind: str, name: str, entry: Any) -> str:
     """`dataset 'blobs' (splitleak.datasets entry point 'mydata:Blobs' of package 'mydata')`
-    for an installed plug-in, `dataset 'wine'` for a built-in one. Called on error paths only
-    (it reads the installed packages' entry points again)."""
-    group = f"splitleak.{kind}s"
-    for ep in entry_points(group=group):
+    for an installed plug-in, `dataset 'wine'` for a built-in one."""
+    for ep in installed_entry_points().get(f"splitleak.{kind}s", ()):
         if ep.name == name:
-            package = f" of package {ep.dist.name!r}" if ep.dist is not None else ""
-            return f"{kind} {name!r} ({group} entry point {ep.value!r}{package})"
+            return describe_entry_point(kind, ep)
     module = getattr(entry, "__module__", "")
     if module and module.split(".")[0] not in BUILT_IN_PACKAGES:
         return f"{kind} {name!r} ({module}.{getattr(entry, '__qualname__', entry)!s})"

@@ -43,6 +43,12 @@ def installed_entry_points() -> dict[str, tuple[EntryPoint, ...]]:
             for group in found.groups}
 
 
+def describe_entry_point(kind: str, ep: EntryPoint) -> str:
+    """`dataset 'blobs' (splitleak.datasets entry point 'mydata:Blobs' of package 'mydata')`."""
+    package = f" of package {ep.dist.name!r}" if ep.dist is not None else ""
+    return f"{kind} {ep.name!r} ({ep.group} entry point {ep.value!r}{package})"
+
+
 class Registry(Generic[T]):
     """Maps a name to a plug-in (a class or a factory) of one kind."""
 
@@ -95,8 +101,7 @@ class Registry(Generic[T]):
             self._add_installed(ep)
 
     def _add_installed(self, ep: EntryPoint) -> None:
-        where = f"{self.kind} {ep.name!r} ({self.entry_point_group} entry point {ep.value!r}"
-        where += f" of package {ep.dist.name!r})" if ep.dist is not None else ")"
+        where = describe_entry_point(self.kind, ep)
         if ep.name in self._entries:  # a built-in, or another package's, under the same name
             raise PluginLoadError(f"{where}: the name {ep.name!r} is already taken by "
                                   f"{_qualname(self._entries[ep.name])}; register it under another name")
