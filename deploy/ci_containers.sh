@@ -43,6 +43,13 @@ if ! docker compose version >/dev/null 2>&1; then
     rm -rf "$sdist_dir"
     docker compose version >/dev/null 2>&1 || die "docker compose (v2) does not run after installing"
 fi
+# Each build re-tags splitleak:local and leaves the image before it dangling (GBs with torch):
+# on a machine that runs CI again and again they filled the disk. Keep only the tagged image.
+prune() {
+    docker image prune -f >/dev/null 2>&1 && docker builder prune -f >/dev/null 2>&1 \
+        || log "could not prune dangling images ($(df -h --output=avail / | tail -n 1) free on /)"
+}
+trap prune EXIT
 if ! docker info >/dev/null 2>&1; then
     [ "$(id -u)" = 0 ] || die "no Docker engine reachable and not root to start one"
     dockerd_log=${TMPDIR:-/tmp}/splitleak-ci-dockerd.log
@@ -50,7 +57,7 @@ if ! docker info >/dev/null 2>&1; then
     dockerd > "$dockerd_log" 2>&1 &
     dockerd_pid=$!
     # Stop the engine this script started (and only it) when the script ends.
-    trap 'log "stopping dockerd $dockerd_pid"; kill "$dockerd_pid" 2>/dev/null; wait "$dockerd_pid" 2>/dev/null || true' EXIT
+    trap 'prune; log "stopping dockerd $dockerd_pid"; kill "$dockerd_pid" 2>/dev/null; wait "$dockerd_pid" 2>/dev/null || true' EXIT
     for _ in $(seq 60); do
         docker info >/dev/null 2>&1 && break
         kill -0 "$dockerd_pid" 2>/dev/null || { tail -n 20 "$dockerd_log" >&2; die "dockerd exited"; }

@@ -431,14 +431,15 @@ def main(argv: list[str] | None = None) -> int:
     except (Refused, OSError) as err:
         print(f"gpu_check: {err}", file=sys.stderr)
         return 2
-    check = Check(args.out, args.budget_s, Path(tempfile.mkdtemp(prefix="splitleak-gpu-check-")))
-    plan = Plan(check, args.quick, device, args.anchor)
-    if args.part in ("gpu", "all"):
-        gpu_part(plan)
-    if args.part in ("graphs", "all"):
-        graphs_part(plan, with_anchor=args.part == "graphs")
-    if args.part in ("cpu", "all"):
-        cpu_part(plan)
+    with tempfile.TemporaryDirectory(prefix="splitleak-gpu-check-") as scratch:
+        check = Check(args.out, args.budget_s, Path(scratch))
+        plan = Plan(check, args.quick, device, args.anchor)
+        if args.part in ("gpu", "all"):
+            gpu_part(plan)
+        if args.part in ("graphs", "all"):
+            graphs_part(plan, with_anchor=args.part == "graphs")
+        if args.part in ("cpu", "all"):
+            cpu_part(plan)
     print("\n=== summary")
     for name, result in check.found.items():
         state = {True: "ok    ", False: "FAILED", None: "skip  "}[result["ok"]]

@@ -311,15 +311,16 @@ from splitleak.validation import validate
 from tests.test_installed_plugins import blobs_config
 
 def said(read_values, fault_of):
-    root = Path(tempfile.mkdtemp())
-    try:
-        cfg = validate(parse_config(blobs_config(root, **fault_of)), read_values).cfg
-        if read_values:
-            return "valid"
-        train_in_process(cfg, create_run_dir(cfg, root / "run"))
-        return "trained"
-    except Exception as err:
-        return f"{type(err).__name__}: {err}"
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        try:
+            cfg = validate(parse_config(blobs_config(root, **fault_of)), read_values).cfg
+            if read_values:
+                return "valid"
+            train_in_process(cfg, create_run_dir(cfg, root / "run"))
+            return "trained"
+        except Exception as err:
+            return f"{type(err).__name__}: {err}"
 
 for kind, fault in json.loads(sys.argv[1]):
     fault_of = {f"{kind}_fault": fault}
