@@ -177,3 +177,31 @@ def test_a_killed_relay_is_named_not_the_party_behind_it(tmp_path: Path) -> None
     assert str(failure).startswith("relay 2 was killed by SIGKILL")
     children[3] = Child("relay 2", _Ended(None), log, essential=False, serves=True)  # alive
     assert _failure(children, run).culprit == "passive party 2"
+
+
+def test_a_sidecar_ended_by_its_parties_broken_stream_is_not_named(tmp_path: Path) -> None:
+    """Once its tapped party's stream broke, the sidecar ends on its own (exit 1, naming that
+    stream) a few seconds later, maybe before that party is seen to exit: the run names the
+    role that failed, never the sidecar."""
+    from orchestration.processes import Child
+    from orchestration.run import _failure
+    from splitleak.artifacts.outcome import write_outcome
+
+    run = RunDir(tmp_path)
+    run.label_party.mkdir()
+    sidecar_log = tmp_path / "attacker.log"
+    sidecar_log.write_text("2026-11-27 07:00:06,000 attacker ERROR stopped before passive party 1 "
+                           "finished streaming: the Record stream of passive party 1 broke before "
+                           "it was closed\n")
+    log = tmp_path / "none.log"
+    sidecar = Child("attacker sidecar", _Ended(1), sidecar_log, exited_at=6.6)
+    children = [Child("label party", _Ended(1), log, exited_at=1.0), sidecar,
+                Child("passive party 1", _Ended(1), log, exited_at=1.2)]
+    assert _failure(children, run).culprit == "label party"  # it failed first, concluding nothing
+    write_outcome(run, {"status": "failed", "code": "UNAVAILABLE", "party": 2,
+                        "culprit": "passive party 2", "message": "passive party 2 was stopped"})
+    children = [Child("label party", _Ended(1), log, exited_at=1.5), sidecar,
+                Child("passive party 1", _Ended(None), log),  # not seen to exit yet
+                Child("passive party 2", _Ended(130), log, exited_at=1.0)]
+    failure = _failure(children, run)
+    assert failure.culprit == "passive party 2" and "attacker sidecar" not in str(failure), failure

@@ -184,6 +184,104 @@ def test_sidecar_records_and_exits_when_observed_parties_are_done(tmp_path: Path
 
 
 
+def _logged_steps(run: Path) -> list[int]:
+    return [b.step for b in GradientLog(RunDir(run).gradients).batches(1)]
+
+
+async def _break_stream(address: str, steps: range) -> None:
+    """Stream `steps` on a Record call and, once the sidecar logged them, break it off, as a
+    party that fails does: its process ends with the call still open."""
+    async def records() -> AsyncIterator[apb.GradientRecord]:
+        for step in steps:
+            yield _record(1, step)
+        await asyncio.sleep(scaled(60))
+
+    async with grpc.aio.insecure_channel(address) as channel:
+        stub = apb_grpc.AttackerSidecarStub(channel)
+        call = stub.Record(records())
+        await stub.Sync(apb.SyncRequest(run_id="r1", party_id=1, step=steps.stop,
+                                        mode=apb.SyncRequest.CHECKPOINT), timeout=scaled(30))
+        call.cancel()
+
+
+async def _rewind(address: str, step: int) -> None:
+    """A resumed tap's first call: cut the log back to `step`, once the sidecar lets it."""
+    end = time.monotonic() + scaled(30)
+    async with grpc.aio.insecure_channel(address) as channel:
+        while True:
+            try:
+                await apb_grpc.AttackerSidecarStub(channel).Sync(apb.SyncRequest(
+                    run_id="r1", party_id=1, step=step, mode=apb.SyncRequest.REWIND), timeout=20)
+                return
+            except grpc.aio.AioRpcError as err:  # its broken stream is not noticed yet
+                assert err.code() == grpc.StatusCode.ALREADY_EXISTS and time.monotonic() < end, (
+                    err.details())
+                await asyncio.sleep(0.05)
+
+
+def test_a_sidecar_whose_tapped_stream_broke_ends_naming_it(tmp_path: Path) -> None:
+    """At 29408f7 a stream broken off (its party failed, its call cancelled) either counted as
+    closed (exit 0: "every observed party closed its stream") or as neither closed nor
+    streaming: the sidecar then waited out twice the join deadline (240 s) and blamed the party
+    for never opening one. Now it ends within seconds, exit 1, naming the broken stream."""
+    proc, address = _start_sidecar(tmp_path, "--party", "1", "--run-id", "r1")
+    try:
+        asyncio.run(_break_stream(address, range(3)))
+        out, _ = proc.communicate(timeout=scaled(60))  # far less than the 240 s guard
+    finally:
+        proc.kill()
+        proc.wait()
+    last = out.strip().splitlines()[-1]
+    assert proc.returncode == 1, out
+    assert ("stopped before passive party 1 finished streaming: the Record stream of passive "
+            "party 1 broke before it was closed") in last, out
+    assert "never opened" not in out and "closed its stream" not in out
+    assert _logged_steps(tmp_path / "run") == [0, 1, 2]
+
+
+def test_a_record_handler_grpc_cancels_counts_its_stream_as_broken(tmp_path: Path) -> None:
+    """The other way a broken stream ends: gRPC cancels the handler mid-read (CancelledError).
+    At 29408f7 that stream was then neither closed nor streaming, and nothing ended the sidecar
+    until its 240 s guard."""
+    from attacker.sidecar.servicer import PASSIVE, AttackerServicer
+
+    class Context:
+        def auth_context(self) -> dict:
+            return {}
+
+    async def cancelled_mid_read() -> AsyncIterator[apb.GradientRecord]:
+        for step in range(2):
+            yield _record(1, step)
+        raise asyncio.CancelledError  # what gRPC injects when the client's call breaks
+
+    async def go() -> AttackerServicer:
+        servicer = AttackerServicer(GradientStore(tmp_path / "g", "r1"), {1}, "r1")
+        with pytest.raises(asyncio.CancelledError):
+            await servicer.Record(cancelled_mid_read(), Context())  # type: ignore[arg-type]
+        return servicer
+
+    servicer = asyncio.run(go())
+    assert servicer.broken == {(PASSIVE, 1): "broke before it was closed"}
+    assert servicer.all_ended.is_set() and not servicer.streaming and not servicer.finished
+
+
+def test_a_broken_stream_opened_again_at_once_goes_on_being_recorded(tmp_path: Path) -> None:
+    """A tap that opens its stream again within the grace (a party resumed at once: rewind,
+    then stream) keeps the sidecar: it ends 0 when that stream closes."""
+    proc, address = _start_sidecar(tmp_path, "--party", "1", "--run-id", "r1")
+    try:
+        asyncio.run(_break_stream(address, range(3)))
+        asyncio.run(_rewind(address, 2))
+        summary = asyncio.run(_send(address, [_record(1, s) for s in range(2, 5)]))
+        out, _ = proc.communicate(timeout=scaled(30))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert summary.records == 3 and proc.returncode == 0, out
+    assert "every observed party closed its stream (passive party 1: 5 record(s) up to step 4)" in out
+    assert _logged_steps(tmp_path / "run") == list(range(5))
+
+
 def test_interrupted_sidecar_says_so_in_its_last_line(tmp_path: Path) -> None:
     proc, address = _start_sidecar(tmp_path, "--party", "1", "--party", "2", "--run-id", "r1")
     asyncio.run(_send(address, [_record(1, s) for s in range(3)]))  # party 2 never streams

@@ -23,6 +23,10 @@ from splitleak.transport import ListenError, bind, create_server
 
 log = logging.getLogger("attacker")
 SERVICE_NAME = "splitleak.v1.AttackerSidecar"
+# Once every expected stream has ended, one or more broken (their party failed or was stopped),
+# how long a party may take to open its stream again before the sidecar ends (exit 1). A party
+# resumed by hand starts later than this: it reaches a sidecar started again with --resume.
+BROKEN_GRACE_S = 5.0
 
 
 def record_shapes(cfg: ExperimentConfig) -> dict[Key, dict[str, tuple[int, ...]]]:
@@ -53,7 +57,9 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
     (each tap cuts its log back to the resumed step first); `shapes` (record_shapes) fixes
     every record's shape from the config (without it, each party's first record does);
     `config_hash` (the config's) is what every stream's records must name. Returns the exit
-    code: 0 every observed party closed its stream, 1 one did not, 130 stopped by a signal."""
+    code: 0 every observed party closed its stream, 1 one did not (it never opened one, or its
+    stream broke or was refused and was not opened again within BROKEN_GRACE_S), 130 stopped
+    by a signal."""
     gradients = RunDir(out).gradients
     store = GradientStore(gradients, run_id, resume=resume)
     received = (GradientStore(RunDir(out).attacker / "received", run_id, resume=resume)
@@ -88,7 +94,10 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
     done = asyncio.ensure_future(servicer.all_finished.wait())
     stopped = asyncio.ensure_future(stop.wait())
     abandoned = asyncio.ensure_future(_never_joined(servicer, 2 * topology.join_deadline_s))
-    await asyncio.wait([done, stopped, abandoned], return_when=asyncio.FIRST_COMPLETED)
+    broken_off = asyncio.ensure_future(_broken_off(servicer, BROKEN_GRACE_S))
+    await asyncio.wait([done, stopped, abandoned, broken_off], return_when=asyncio.FIRST_COMPLETED)
+    for watcher in (abandoned, broken_off):
+        watcher.cancel()
     await health_servicer.enter_graceful_shutdown()
     await server.stop(grace=2.0)
     servicer.refusals.flush()
@@ -99,7 +108,7 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
     write_cpu(RunDir(out).attacker_timing, servicer.cpu,
               max(servicer.timed_steps.values(), default=1) - 1)
     missing = sorted(servicer.expected - servicer.finished)
-    unfinished = (f" before {', '.join(map(who, missing))} finished streaming") if missing else ""
+    unfinished = _unfinished(servicer, missing)
     if stopped.done():  # even when every stream ended meanwhile: a stop ended the parties too
         log.warning("interrupted by a signal%s: the log at %s holds what was recorded until then "
                     "(attacker serve --resume continues it)", unfinished, gradients)
@@ -143,13 +152,37 @@ def _held(servicer: AttackerServicer, key: Key) -> str:
     return f"{who(key)}: {records} record(s)" + (f" up to step {last}" if last is not None else "")
 
 
+def _unfinished(servicer: AttackerServicer, missing: list[Key]) -> str:
+    """' before <the streams> finished streaming', and how each one that ended unclosed ended."""
+    if not missing:
+        return ""
+    broken = "; ".join(f"the Record stream of {who(key)} {servicer.broken[key]}"
+                       for key in missing if key in servicer.broken)
+    return f" before {', '.join(map(who, missing))} finished streaming" + (
+        f": {broken}" if broken else "")
+
+
+async def _broken_off(servicer: AttackerServicer, grace: float) -> None:
+    """Return once every expected stream has ended, one or more broken or refused, and none was
+    opened again for `grace` s: the run it recorded has failed, and a sidecar must not outlive it
+    (a party opening its stream again within the grace goes on being recorded)."""
+    loop = asyncio.get_running_loop()
+    while True:
+        await servicer.all_ended.wait()
+        quiet = loop.time() - servicer.ended_at
+        if quiet >= grace:
+            return
+        await asyncio.sleep(grace - quiet)
+
+
 async def _never_joined(servicer: AttackerServicer, deadline: float) -> None:
     """Give up when an expected tap has not opened its Record stream in time (its run never
     started): a sidecar must not outlive the run it was started for."""
     await asyncio.sleep(deadline)
-    silent: list[Key] = sorted(servicer.expected - servicer.streaming - servicer.finished)
+    came = servicer.streaming | servicer.finished | servicer.broken.keys()
+    silent: list[Key] = sorted(servicer.expected - came)
     if not silent:
-        await asyncio.Event().wait()  # everyone came: the run decides when we end
+        await asyncio.Event().wait()  # everyone came: their streams decide when we end
     for key in silent:
         if key in servicer.refused:
             log.error("%s was refused: %s; giving up", who(key), servicer.refused[key])

@@ -69,6 +69,17 @@ async def _drain(requests: AsyncIterator[Any]) -> None:
         pass
 
 
+async def _closed_by_client(context: grpc.aio.ServicerContext) -> bool:
+    """Whether the client closed its stream itself: gRPC ends the request iterator alike when
+    the call broke (cancelled, or the client's process gone), but a broken call takes no
+    headers (or gRPC cancels this handler meanwhile: CancelledError, a broken stream too)."""
+    try:
+        await context.send_initial_metadata(())
+    except grpc.aio.BaseError:
+        return False
+    return True
+
+
 def add_sidecar(server: grpc.aio.Server, servicer: AttackerServicer, limit_mb: int) -> None:
     add_service(server, pb_grpc.add_AttackerSidecarServicer_to_server, servicer, limit_mb)
 
@@ -103,6 +114,9 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
         self.finished: set[Key] = set()
         self.all_finished = asyncio.Event()
         self.streaming: set[Key] = set()
+        self.broken: dict[Key, str] = {}  # expected streams that ended unclosed: how
+        self.all_ended = asyncio.Event()  # every expected stream ended, one or more broken
+        self.ended_at = 0.0  # the event loop's time when the last one ended
         self.refused: dict[Key, str] = {}  # the last refusal of each expected stream
         self.refusals = RefusalLog(log)
         self._appended = asyncio.Condition()
@@ -127,6 +141,7 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
         key: Key | None = None
         claimed: Key | None = None
         refusal: tuple[grpc.StatusCode, str] | None = None
+        closed = False  # by its party (the stream did not break)
         try:
             async for record in request_iterator:
                 if isinstance(record, Malformed):
@@ -135,7 +150,7 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
                 if key is None:
                     key = self._admit(record.run_id, claimed, peer_identity(context),
                                       config_hash=record.config_hash)
-                    self.streaming.add(key)
+                    self._opened(key)
                 rows += self._append(record, key)
                 records += 1
                 if record.step >= WARMUP_STEPS:
@@ -143,24 +158,43 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
                     self.timed_steps[key] = self.timed_steps.get(key, 0) + 1
                 async with self._appended:
                     self._appended.notify_all()
+            closed = key is None or await _closed_by_client(context)
         except RecordError as err:
             refusal = self._refused(err, key if key is not None else claimed)
-        finally:
+        finally:  # also when gRPC cancels this handler: its stream broke
             if key is not None:
-                self.streaming.discard(key)
+                self._ended(key, closed, refusal)
         if refusal is not None and key is not None:  # a tap of this run: it must stop at once
             await _abort(context, *refusal)  # (a third of an abort's growth remains; see _answer)
             return pb.RecordSummary()
         if refusal is not None:
             await _answer(context, *refusal, requests=request_iterator)
             return pb.RecordSummary()
-        if key is not None:
+        return pb.RecordSummary(records=records, rows=rows) if closed else pb.RecordSummary()
+
+    def _opened(self, key: Key) -> None:
+        """An admitted stream: also one that broke before, opened again (a resumed tap)."""
+        self.streaming.add(key)
+        self.broken.pop(key, None)
+        self.all_ended.clear()
+
+    def _ended(self, key: Key, closed: bool,
+               refusal: tuple[grpc.StatusCode, str] | None) -> None:
+        """A stream of this run ended: closed by its party, refused, or broken."""
+        self.streaming.discard(key)
+        if refusal is not None:
+            self.broken[key] = f"was refused: {refusal[1]}"
+        elif not closed:
+            self.broken[key] = "broke before it was closed"
+        else:
             self.finished.add(key)
-            if self.expected <= self.finished:
-                for store in self.stores.values():
-                    store.close()
-                self.all_finished.set()
-        return pb.RecordSummary(records=records, rows=rows)
+        if self.expected <= self.finished:
+            for store in self.stores.values():
+                store.close()
+            self.all_finished.set()
+        elif self.broken and self.expected <= self.finished | self.broken.keys():
+            self.ended_at = asyncio.get_running_loop().time()
+            self.all_ended.set()
 
     async def Sync(self, request: pb.SyncRequest,  # noqa: N802
                    context: grpc.aio.ServicerContext) -> pb.RecordSummary:
