@@ -299,15 +299,21 @@ def test_a_sidecar_stopped_mid_stream_exits_130_not_done(tmp_path: Path) -> None
     proc, address = _start_sidecar(tmp_path, "--party", "1", "--run-id", "r1")
 
     async def stream_then_stop() -> None:
-        async def records() -> AsyncIterator[apb.GradientRecord]:
-            for step in range(3):
-                yield _record(1, step)
-            proc.send_signal(signal.SIGINT)  # the stream is still open
-            await asyncio.sleep(scaled(30))
-
         async with grpc.aio.insecure_channel(address) as channel:
+            stub = apb_grpc.AttackerSidecarStub(channel)
+
+            async def records() -> AsyncIterator[apb.GradientRecord]:
+                for step in range(3):
+                    yield _record(1, step)
+                # the signal once the sidecar holds the 3 records (not while they are in flight)
+                await stub.Sync(apb.SyncRequest(run_id="r1", party_id=1, step=3,
+                                                mode=apb.SyncRequest.CHECKPOINT),
+                                timeout=scaled(30))
+                proc.send_signal(signal.SIGINT)  # the stream is still open
+                await asyncio.sleep(scaled(30))
+
             with contextlib.suppress(grpc.aio.AioRpcError):
-                await apb_grpc.AttackerSidecarStub(channel).Record(records(), timeout=scaled(30))
+                await stub.Record(records(), timeout=scaled(30))
 
     try:
         asyncio.run(stream_then_stop())
