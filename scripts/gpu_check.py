@@ -321,7 +321,7 @@ class Plan:
         if self.device != "cuda":
             self.check.skip("plain single-process loop (anchor)", "it needs a CUDA device")
             return
-        result = self.check.work / "anchor.json"
+        result = self.check.out / "anchor.json"
         self.check.section("plain single-process loop (anchor)", lambda: self.check.command(
             [sys.executable, str(self.anchor), str(result)], 180, json_out=result), 40)
 
@@ -329,7 +329,7 @@ class Plan:
         if "--cuda-graphs" in extra and self.device != "cuda":
             self.check.skip(name, "--cuda-graphs needs a CUDA device")
             return
-        result = self.check.work / f"{name.replace(' ', '_')}.json"
+        result = self.check.out / f"{name.replace(' ', '_')}.json"
         self.check.section(name, lambda: self.check.command(
             [sys.executable, "-m", "orchestration", "bench", "--device", self.device, "--setup",
              "cifar-resnet18", "--rounds", "1" if self.quick else "2", "--steps",
@@ -385,7 +385,7 @@ def graphs_part(plan: Plan, with_anchor: bool) -> None:
 
 
 def cpu_part(plan: Plan) -> None:
-    result = plan.check.work / "bench_cpu.json"
+    result = plan.check.out / "bench_cpu.json"
     plan.check.section("bench on the CPU cores", lambda: plan.check.command(
         [sys.executable, "-m", "orchestration", "bench", "--device", "cpu", "--rounds",
          "1" if plan.quick else "2", "--steps", "10" if plan.quick else "100", "--parties",
