@@ -67,7 +67,7 @@ def test_a_leak_row_reads_like_the_dict_it_replaces() -> None:
 def test_leak_parquet_is_written_a_bounded_chunk_of_rows_at_a_time(tmp_path, monkeypatch) -> None:
     import pyarrow.parquet as pq
 
-    from attacker.analysis import analyze
+    from attacker.analysis import leak_file
 
     built: list[int] = []
     write_batch = pq.ParquetWriter.write_batch
@@ -76,14 +76,14 @@ def test_leak_parquet_is_written_a_bounded_chunk_of_rows_at_a_time(tmp_path, mon
         built.append(batch.num_rows)
         return write_batch(self, batch, *args, **kwargs)
 
-    monkeypatch.setattr(analyze, "LEAK_CHUNK_ROWS", 64)
+    monkeypatch.setattr(leak_file, "LEAK_CHUNK_ROWS", 64)
     monkeypatch.setattr(pq.ParquetWriter, "write_batch", recording)
     rows = _rows(1000)
-    analyze.write_leak(tmp_path / "leak.parquet", rows)
+    leak_file.write_leak(tmp_path / "leak.parquet", rows)
     assert max(built) <= 64 and sum(built) == 1000  # never the whole run's rows at once
     monkeypatch.undo()
     assert pq.read_table(tmp_path / "leak.parquet").equals(pa.Table.from_pylist(rows, schema=LEAK_SCHEMA))
-    analyze.write_leak(tmp_path / "empty.parquet", [])
+    leak_file.write_leak(tmp_path / "empty.parquet", [])
     assert pq.read_table(tmp_path / "empty.parquet").schema.equals(LEAK_SCHEMA)
 
 

@@ -4,7 +4,7 @@ batch (R draws of random side knowledge), run-level attacks once per attacker, s
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,10 +28,12 @@ from attacker.analysis.inputs import (
     threat_of,
 )
 from attacker.analysis.leak import BatchLeak, attack_rng, evaluate_batch, premise_failed
+from attacker.analysis.leak_file import LEAK_SCHEMA, LeakRow, LeakWriter, parquet_batches
 from attacker.analysis.run_level import run_level_entries
 from attacker.analysis.summary import (
-    above_bound,
+    LeakFigures,
     headline,
+    leak_figures,
     marvell_bounds,
     metric_stats,
     summarise_leak,
@@ -57,8 +59,8 @@ from splitleak.threat import DEFAULT_HINTS
 LAYERS = {"cut_gradient": "cut", "first_layer_gradient": "first", "activation": "activation"}
 SAMPLED_BATCHES = 5  # early and late batches whose per-row figures feed the plots
 HINT_ATTACKS = ("hint_distance", "hint_inner")  # k known positives: the threat model's hints
-__all__ = ["LEAK_SCHEMA", "AnalysisInputError", "analyze", "default_attacks", "headline", "metric_stats",
-           "summarise_leak", "write_summary"]
+__all__ = ["LEAK_SCHEMA", "AnalysisInputError", "LeakRow", "analyze", "default_attacks", "headline",
+           "metric_stats", "summarise_leak", "write_summary"]
 
 
 def default_attacks(num_classes: int, hints: Iterable[int] = DEFAULT_HINTS) -> list[tuple[str, dict]]:
@@ -166,6 +168,10 @@ class Analysis:
         self.device: str | None = None  # the run-level attacks' device (None: the run's own)
         self.sees_scored_label: set[str] = set()  # labels of attacks no gradient-only bound covers
 
+    def describe(self, parties: str) -> str:
+        """The threat model of an attacker by its parties key ("1", "1+2")."""
+        return self.threat.describe([int(k) for k in parties.split("+")])
+
     def facts(self, unit: Attacker) -> RunFacts:
         return RunFacts(self.top_model, self.perturbed, colluding=len(unit.parties) > 1)
 
@@ -216,14 +222,22 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
     records, partial = read_records(run), partial_run(run)  # refused now, before the long part
     analysis.warnings += _not_for_classes(attacks, analysis.num_classes)
     analysis.warnings += recording_gaps(run)
-    per_batch, sample, run_id = _gradient_attacks(analysis)
-    run_entries = run_level_entries(analysis)
-    if per_batch is None and not run_entries:
-        raise FileNotFoundError(f"no gradient log at {run.gradients} and no run-level "
-                                "attack in the threat model: nothing to analyse")
-    per_batch = per_batch or []
-    analysis.warnings += _scalar_rows(per_batch)
-    write_atomically(run.leak, lambda tmp: write_leak(tmp, per_batch))
+    attacked: list[tuple[bool, str]] = []  # (a gradient log was read, the log's run id)
+    run_entries: list[dict[str, Any]] = []
+
+    def attack_all(tmp: Path) -> None:  # a failure leaves no leak.parquet, not half of one
+        with LeakWriter(tmp) as leak:
+            attacked.append(_gradient_attacks(analysis, leak, sample))
+        run_entries.extend(run_level_entries(analysis))
+        if not attacked[0][0] and not run_entries:
+            raise FileNotFoundError(f"no gradient log at {run.gradients} and no run-level "
+                                    "attack in the threat model: nothing to analyse")
+
+    sample = _RowSample()
+    write_atomically(run.leak, attack_all)
+    figures = leak_figures(parquet_batches(run.leak), analysis.describe, marvell_bounds(records),
+                           analysis.sees_scored_label)
+    analysis.warnings += _scalar_rows(figures)
     rows = sample.table()
     if rows.num_rows:
         write_atomically(run.leak_rows, lambda tmp: pq.write_table(rows, tmp))
@@ -232,34 +246,30 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
             f"{attack}, {layer} layer: {count} batch draw(s) had no clean anchor from the label "
             f"party ({run.clean_anchors.name} absent or shorter than {analysis.draws} draws), so "
             "their anchor is the received (defended) gradient")
-    threat = {key: analysis.threat.describe([int(k) for k in key.split("+")])
-              for key in {r["parties"] for r in per_batch}}
-    bounds = marvell_bounds(records)
     if partial is not None:
         analysis.warnings.insert(0, f"partial run ({partial['status']}"
                                     f"{'' if partial['step'] is None else ' at step ' + str(partial['step'])}"
                                     f"): {partial['train_steps_done']} of {partial['train_steps_planned']} "
                                     "train steps were done; this analyses what was recorded")
-    summary = {"run_id": run_id or run.root.name, "seed": analysis.run_seed,
+    summary = {"run_id": attacked[0][1] or run.root.name, "seed": analysis.run_seed,
                "num_classes": analysis.num_classes, "draws": analysis.draws,
                "threat": analysis.threat.model_dump(mode="json"),
                "partial": partial, "warnings": analysis.warnings,
                "leak": [_marked(with_family(e), analysis.sees_scored_label)
-                        for e in summarise_leak(per_batch, threat) + run_entries],
-               "above_bound": above_bound(per_batch, bounds, analysis.sees_scored_label)}
+                        for e in figures.leak + run_entries],
+               "above_bound": figures.above_bound}
     overrides = analysed_with(attacks, analysis.configured, hints, seed, draws)
     return {**summary, "analysed_with": overrides} if overrides else summary
 
 
-def _scalar_rows(per_batch: list[LeakRow]) -> list[str]:
+def _scalar_rows(figures: LeakFigures) -> list[str]:
     """One warning per (attacker, layer) whose direction attacks skipped batches of 1-d rows,
     so that their n/a figures come with the reason (the report's epoch tables say only n/a)."""
-    skipped: dict[tuple[str, str], dict[str, set[int]]] = defaultdict(lambda: defaultdict(set))
-    for row in per_batch:
-        if str(row["skip_reason"]).startswith(SCALAR_ROWS):
-            skipped[(row["parties"], row["layer"])][row["attack"]].add(row["step"])
+    skipped: dict[tuple[str, str], dict[str, int]] = defaultdict(dict)
+    for who, layer, attack, batches in figures.scalar_rows:
+        skipped[(who, layer)][attack] = batches
     return [f"part{'ies' if '+' in who else 'y'} {who}, {layer} layer: " + ", ".join(
-                f"{attack} skipped {len(steps)} batch(es)" for attack, steps in attacks.items())
+                f"{attack} skipped {batches} batch(es)" for attack, batches in attacks.items())
             + f": {SCALAR_ROWS}, and in those batches every row had the same sign (or, for "
             "cosine_majority, the two signs split the batch evenly), so cosines tell no rows apart"
             for (who, layer), attacks in skipped.items()]
@@ -286,21 +296,20 @@ def analysed_with(attacks: list[tuple[str, dict]] | None,
     return {key: value for key, value in given.items() if value is not None}
 
 
-def _gradient_attacks(analysis: Analysis) -> tuple[list[LeakRow] | None, _RowSample, str]:
-    """Every batch attack on every logged batch of every attacker; None if there is no log."""
-    sample = _RowSample()
+def _gradient_attacks(analysis: Analysis, leak: LeakWriter, sample: _RowSample) -> tuple[bool, str]:
+    """Every batch attack on every logged batch of every attacker, its rows written to `leak` as
+    they come; (whether there is a log, its run id)."""
     try:
         log = GradientLog(analysis.run.gradients)
     except FileNotFoundError:
         if not analysis.run_units() or not any(analysis.run_attacks(u) for u in analysis.run_units()):
             raise
         analysis.warnings.append("no gradient log (no party was tapped): run-level attacks only")
-        return None, sample, ""
+        return False, ""
     anchors, warning = read_clean_anchors(analysis.run.clean_anchors)
     analysis.anchors = anchors
     if warning:
         analysis.warnings.append(warning)
-    per_batch: list[LeakRow] = []
     for unit in analysis.units(set(log.parties())):
         built = analysis.batch_attacks(unit)
         analysis.sees_scored_label |= {a.label for a in built if a.sees_scored_label}
@@ -317,7 +326,7 @@ def _gradient_attacks(analysis: Analysis) -> tuple[list[LeakRow] | None, _RowSam
                                          "labels, or a damaged shard?)")
             y = analysis.labels[ids]
             if batch.epoch != pool.epoch:
-                per_batch += pool.evaluate(analysis, unit, epoch_attacks)
+                leak.add(pool.evaluate(analysis, unit, epoch_attacks))
                 pool = _EpochPool(batch.epoch)
             for column, grads in batch.tensors.items():
                 layer = LAYERS.get(column)
@@ -329,17 +338,17 @@ def _gradient_attacks(analysis: Analysis) -> tuple[list[LeakRow] | None, _RowSam
                     reason = attack.premise(facts, layer)
                     if reason is not None:  # skipped with the reason, never scored
                         result = premise_failed(attack, ids.size, analysis.num_classes, reason)
-                        per_batch.append(_row(unit, layer, batch.epoch, batch.step, attack, result, 0))
+                        leak.add([_row(unit, layer, batch.epoch, batch.step, attack, result, 0)])
                     elif attack.per_epoch:
                         pool.add(layer, batch.step, grads, y)
                     else:
-                        per_batch += _evaluate(analysis, unit, batch, layer, grads, y, attack)
+                        leak.add(_evaluate(analysis, unit, batch, layer, grads, y, attack))
                 if analysis.num_classes == 2 and len(unit.parties) == 1 and layer != "activation":
                     sample.add(unit.parties[0], layer, batch.step, grads, y,
                                attack_rng(unit.seed, batch.step, unit.rng_party, f"{layer}:sample"))
-        per_batch += pool.evaluate(analysis, unit, epoch_attacks)
+        leak.add(pool.evaluate(analysis, unit, epoch_attacks))
     analysis.warnings.extend(log.warnings)
-    return per_batch, sample, log.run_id
+    return True, log.run_id
 
 
 def _evaluate(analysis: Analysis, unit: Attacker, batch: LoggedBatch, layer: str, grads: np.ndarray,
@@ -447,83 +456,6 @@ def _unit_batches(log: GradientLog, parties: tuple[int, ...],
     if unmatched:
         warnings.append(f"colluding parties {'+'.join(map(str, parties))}: {unmatched} step(s) not "
                         "logged for every member (or with different sample ids) were left out")
-
-
-LEAK_SCHEMA = pa.schema([
-    ("party_id", pa.int32()), ("layer", pa.string()), ("epoch", pa.int32()), ("step", pa.int64()),
-    ("attack", pa.string()), ("name", pa.string()), ("side_knowledge", pa.string()),
-    ("metric", pa.string()), ("auc_raw", pa.float64()), ("auc_flipped", pa.float64()),
-    ("accuracy", pa.float64()), ("n_rows", pa.int64()), ("n_excluded", pa.int64()),
-    ("n_pos", pa.int64()), ("skip_reason", pa.string()), ("seed", pa.int64()),
-    ("parties", pa.string()), ("draw", pa.int32()), ("skip_kind", pa.string()),
-    ("n_correct", pa.int64()), ("n_predicted", pa.int64()), ("n_no_prediction", pa.int64()),
-    ("count_error", pa.float64()), ("threshold_accuracy", pa.float64()),
-    ("threshold_rule", pa.string()), ("anchor", pa.string()),
-])
-
-
-@dataclass(slots=True, eq=False, kw_only=True)
-class LeakRow(Mapping[str, Any]):
-    """One row of attacker/leak.parquet, read like a dict (row["step"], row.get("draw")), in
-    about a third of a dict's memory (~350 bytes with its floats, a 26-key dict ~940): the
-    analysis holds one per logged batch, layer, attack and draw (~100 per train step by
-    default) until it writes them, so a 150,000-step run's rows took ~15 GB as dicts."""
-
-    party_id: int
-    layer: str
-    epoch: int
-    step: int
-    attack: str
-    name: str
-    side_knowledge: str
-    metric: str
-    auc_raw: float | None = None
-    auc_flipped: float | None = None
-    accuracy: float | None = None
-    n_rows: int | None = None
-    n_excluded: int | None = None
-    n_pos: int | None = None
-    skip_reason: str | None = None
-    seed: int | None = None
-    parties: str | None = None
-    draw: int | None = None
-    skip_kind: str | None = None
-    n_correct: int | None = None
-    n_predicted: int | None = None
-    n_no_prediction: int | None = None
-    count_error: float | None = None
-    threshold_accuracy: float | None = None
-    threshold_rule: str | None = None
-    anchor: str | None = None
-
-    def __getitem__(self, key: str) -> Any:
-        if key not in _LEAK_COLUMNS:
-            raise KeyError(key)
-        return getattr(self, key)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(LEAK_SCHEMA.names)
-
-    def __len__(self) -> int:
-        return len(_LEAK_COLUMNS)
-
-    def __repr__(self) -> str:
-        return f"LeakRow({dict(self)!r})"
-
-
-_LEAK_COLUMNS = frozenset(LEAK_SCHEMA.names)
-LEAK_CHUNK_ROWS = 65536
-
-
-def write_leak(path: Path, rows: Sequence[Mapping[str, Any]]) -> None:
-    """attacker/leak.parquet, one Arrow batch of LEAK_CHUNK_ROWS rows at a time: the whole table
-    at once (Table.from_pylist) held ~600 bytes per row on top of the rows themselves, ~3.5 GB
-    more at the end of a 60,000-step run's analysis."""
-    with pq.ParquetWriter(path, LEAK_SCHEMA) as writer:
-        for start in range(0, len(rows), LEAK_CHUNK_ROWS):
-            chunk = rows[start:start + LEAK_CHUNK_ROWS]
-            writer.write_batch(pa.RecordBatch.from_pylist(list(chunk), schema=LEAK_SCHEMA))
-
 
 
 def _row(unit: Attacker, layer: str, epoch: int, step: int, attack: Attack, result: BatchLeak,

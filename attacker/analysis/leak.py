@@ -142,7 +142,8 @@ def count_error(counts: np.ndarray, labels: np.ndarray, num_classes: int) -> flo
     return float(np.abs(counts - truth).sum() / (2 * truth.sum()))
 
 
-def pooled_accuracy(correct: Sequence[int], predicted: Sequence[int]) -> float | None:
+def pooled_accuracy(correct: Sequence[int] | np.ndarray,
+                    predicted: Sequence[int] | np.ndarray) -> float | None:
     """Accuracy over every row of every batch (a 4-row batch weighs 4 rows, not one batch)."""
     total = int(np.sum(predicted, dtype=np.int64))
     return int(np.sum(correct, dtype=np.int64)) / total if total else None

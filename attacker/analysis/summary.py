@@ -5,34 +5,147 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from attacker.analysis.leak import pooled_accuracy, summarise
+from attacker.analysis.leak_file import Batches, LeakGroup, leak_groups, row_batches
 from attacker.attacks import ATTACKS
+from attacker.attacks._batch import SCALAR_ROWS
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.summary import LeakSummary, write_leak_summary
 
 STATS = ("mean", "p95", "max")
 Row = Mapping[str, Any]  # a leak.parquet row: a dict, or the analysis's LeakRow
+SUMMARY_COLUMNS = ["party_id", "epoch", "step", "draw", "name", "side_knowledge", "metric", "seed",
+                   "skip_reason", "skip_kind", "auc_raw", "auc_flipped", "accuracy", "count_error",
+                   "threshold_accuracy", "threshold_rule", "anchor", "n_correct", "n_predicted",
+                   "n_no_prediction", "n_rows", "n_excluded"]
+Threat = Callable[[str], str | None]  # a parties key ("1", "1+2") -> its threat-model description
 
 
-def parties_key(row: Row) -> str:
-    """"1" for one party, "1+2" for a colluding group (rows written before groups: party_id)."""
-    return row.get("parties") or str(row["party_id"])
+@dataclass
+class LeakFigures:
+    """What the summary takes from every leak row, computed a (parties, layer, attack) at a time."""
+
+    leak: list[dict[str, Any]]  # summarise_leak's entries
+    above_bound: list[dict[str, Any]]
+    scalar_rows: list[tuple[str, str, str, int]]  # (parties, layer, attack, batches) of SCALAR_ROWS
 
 
-def _draw_stats(rows: Sequence[Row], column: str) -> tuple[dict[str, float | int], dict | None]:
+def leak_figures(batches: Batches, threat: Threat = lambda _: None,
+                 bounds: Mapping[int, Mapping[int, float]] | None = None,
+                 exempt: Collection[str] = ()) -> LeakFigures:
+    """The leak entries, batches above Marvell's bound and the batches skipped with SCALAR_ROWS,
+    each in the order of the row it first appears at, from the rows read a group at a time."""
+    entries: list[tuple[int, int, dict[str, Any]]] = []
+    above: list[tuple[int, dict[str, Any]]] = []
+    scalar: list[tuple[int, tuple[str, str, str, int]]] = []
+    for group in leak_groups(batches, SUMMARY_COLUMNS):
+        entries += _group_entries(group, threat)
+        above += _above(group, bounds or {}, exempt)
+        scalar += _scalar_batches(group)
+    return LeakFigures([e for *_, e in sorted(entries, key=lambda e: e[:2])],
+                       [a for _, a in sorted(above, key=lambda a: a[0])],
+                       [s for _, s in sorted(scalar, key=lambda s: s[0])])
+
+
+def summarise_leak(per_batch: Sequence[Row],
+                   threat: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """Per (parties, layer, attack): over the run and per epoch, mean / p95 / max of the metric
+    over batches (raw and flip-corrected AUC, or accuracy), averaged over the R draws of random
+    side knowledge with their spread; pooled accuracy for label attacks; skip counts.
+    `threat` maps a parties key ("1", "1+2") to its threat-model description."""
+    return leak_figures(row_batches(per_batch), (threat or {}).get).leak
+
+
+def above_bound(per_batch: Sequence[Row], bounds: Mapping[int, Mapping[int, float]],
+                exempt: Collection[str] = ()) -> list[dict]:
+    """Per (party, attack) at the cut layer: batches whose leak AUC (flip-corrected, mean over
+    draws) exceeds Marvell's Theorem-1 bound logged for that batch, and by how much. `exempt`:
+    attacks the bound does not cover (their score of a row reads the row's own label)."""
+    return leak_figures(row_batches(per_batch), bounds=bounds, exempt=exempt).above_bound
+
+
+def _ints(rows: pa.Table, column: str) -> np.ndarray:
+    return pc.fill_null(rows[column], 0).to_numpy()
+
+
+def _floats(rows: pa.Table, column: str) -> np.ndarray:
+    """The column as float64, a null as NaN (as np.asarray makes of None)."""
+    return rows[column].to_numpy().astype(np.float64, copy=False)
+
+
+def _text(rows: pa.Table, column: str) -> pa.ChunkedArray:
+    return pc.cast(rows[column], pa.string())
+
+
+def _mask(condition: pa.ChunkedArray) -> np.ndarray:
+    """A per-row condition as booleans, null (a missing value) as False."""
+    return np.asarray(pc.fill_null(condition, False).to_numpy(), dtype=bool)
+
+
+def _where(rows: pa.Table, mask: np.ndarray) -> pa.Table:
+    return rows.filter(pa.array(mask, type=pa.bool_()))
+
+
+def _group_entries(group: LeakGroup, threat: Threat) -> list[tuple[int, int, dict[str, Any]]]:
+    """(first row, 0, the run's entry) and (first row, 1, an epoch's entry) per epoch: sorted by
+    both, the order summarise_leak met them in (a group's first row starts it and its epoch)."""
+    rows, first_rows = group.rows, group.rows["row"].to_numpy()
+    epochs = rows["epoch"].to_numpy()
+    out = [(int(first_rows[0]), 0, _entry(group, rows, None, threat))]
+    found, firsts = np.unique(epochs, return_index=True)
+    for epoch, first in zip(found.tolist(), firsts.tolist(), strict=True):
+        out.append((int(first_rows[first]), 1, _entry(group, _where(rows, epochs == epoch), epoch,
+                                                      threat)))
+    return out
+
+
+def _entry(group: LeakGroup, rows: pa.Table, epoch: int | None, threat: Threat) -> dict[str, Any]:
+    first = rows.slice(0, 1).to_pylist()[0]
+    kept = _where(rows, _mask(pc.is_null(rows["skip_reason"])))
+    batches, skipped, degenerate = _skips(rows)
+    draws = int(_ints(rows, "draw").max()) + 1
+    parties = [int(p) for p in group.parties.split("+")]
+    entry: dict[str, Any] = {
+        "party_id": parties[0], "parties": parties, "layer": group.layer, "attack": group.attack,
+        "name": first.get("name") or group.attack.split("(")[0],
+        "scope": "run" if epoch is None else "epoch", "epoch": epoch,
+        "side_knowledge": first["side_knowledge"], "threat": threat(group.parties),
+        "metric": first["metric"], "seed": first["seed"], "draws": draws,
+        "batches": batches, "skipped": skipped, "degenerate": degenerate}
+    premise = _premise(rows)
+    if premise is not None:
+        entry["premise"] = premise
+    if first["metric"] == "auc":
+        spreads = {}
+        for kind in ("raw", "flipped"):
+            entry[kind], spreads[kind] = _draw_stats(kept, f"auc_{kind}")
+        if draws > 1:
+            entry["spread"] = spreads
+        _add_threshold_accuracy(entry, kept)
+        _add_anchors(entry, kept)
+    elif first["metric"] == "count_error":  # one value per batch: the share misplaced
+        entry["count_error"], _ = _draw_stats(kept, "count_error")
+    else:
+        entry["accuracy"], _ = _draw_stats(kept, "accuracy")
+        entry["pooled"] = _pooled(rows)
+    return entry
+
+
+def _draw_stats(rows: pa.Table, column: str) -> tuple[dict[str, float | int], dict | None]:
     """Per draw, mean / p95 / max over the batches it scored; returns their mean over draws
     (with n = batches scored by any draw) and, for R > 1, the spread {stat: {std, min, max}}."""
-    by_draw: dict[int, list[float]] = defaultdict(list)
-    for r in rows:
-        by_draw[int(r.get("draw") or 0)].append(r[column])
-    per_draw = [summarise(values) for _, values in sorted(by_draw.items())]
+    draws, values = _ints(rows, "draw"), _floats(rows, column)
+    per_draw = [summarise(values[draws == draw]) for draw in np.unique(draws)]
     merged: dict[str, float | int] = {s: _nanmean([d[s] for d in per_draw]) for s in STATS}
-    merged["n"] = len({r["step"] for r in rows})
+    merged["n"] = int(np.unique(rows["step"].to_numpy()).size)
     if len(per_draw) < 2:
         return merged, None
     spread = {s: _spread([float(d[s]) for d in per_draw]) for s in STATS}
@@ -52,86 +165,40 @@ def _spread(values: list[float]) -> dict[str, float]:
             "min": float(finite.min()), "max": float(finite.max())}
 
 
-def _skips(rows: Sequence[Row]) -> tuple[int, int, int]:
+def _skips(rows: pa.Table) -> tuple[int, int, int]:
     """(batches, batches skipped by every draw, of those skipped as degenerate)."""
-    per_step: dict[int, list[Row]] = defaultdict(list)
-    for r in rows:
-        per_step[r["step"]].append(r)
-    skipped = [draws for draws in per_step.values() if all(d["skip_reason"] is not None for d in draws)]
-    degenerate = sum(1 for draws in skipped if any(_degenerate(d) for d in draws))
-    return len(per_step), len(skipped), degenerate
+    steps, inverse = np.unique(rows["step"].to_numpy(), return_inverse=True)
+    reasons = _text(rows, "skip_reason")
+    skipped = _mask(pc.is_valid(reasons))
+    degenerate = _mask(pc.equal(_text(rows, "skip_kind"), "degenerate")) | \
+        _mask(pc.starts_with(reasons, "degenerate"))
+    every_draw = np.bincount(inverse, weights=skipped, minlength=steps.size) == \
+        np.bincount(inverse, minlength=steps.size)
+    any_degenerate = np.bincount(inverse, weights=degenerate, minlength=steps.size) > 0
+    return int(steps.size), int(every_draw.sum()), int((every_draw & any_degenerate).sum())
 
 
-def _degenerate(row: Row) -> bool:
-    return row.get("skip_kind") == "degenerate" or str(row["skip_reason"]).startswith("degenerate")
-
-
-def summarise_leak(per_batch: Sequence[Row],
-                   threat: dict[str, str] | None = None) -> list[dict[str, Any]]:
-    """Per (parties, layer, attack): over the run and per epoch, mean / p95 / max of the metric
-    over batches (raw and flip-corrected AUC, or accuracy), averaged over the R draws of random
-    side knowledge with their spread; pooled accuracy for label attacks; skip counts.
-    `threat` maps a parties key ("1", "1+2") to its threat-model description."""
-    groups: dict[tuple, list[Row]] = defaultdict(list)
-    for row in per_batch:
-        key = (parties_key(row), row["layer"], row["attack"])
-        groups[key].append(row)
-        groups[(*key, row["epoch"])].append(row)
-    out = []
-    for key, rows in groups.items():
-        first = rows[0]
-        kept = [r for r in rows if r["skip_reason"] is None]
-        batches, skipped, degenerate = _skips(rows)
-        draws = max(int(r.get("draw") or 0) for r in rows) + 1
-        parties = [int(p) for p in key[0].split("+")]
-        entry: dict[str, Any] = {
-            "party_id": parties[0], "parties": parties, "layer": key[1], "attack": key[2],
-            "name": first.get("name") or key[2].split("(")[0], "scope": "run" if len(key) == 3 else "epoch",
-            "epoch": key[3] if len(key) == 4 else None,
-            "side_knowledge": first["side_knowledge"], "threat": (threat or {}).get(key[0]),
-            "metric": first["metric"], "seed": first["seed"], "draws": draws,
-            "batches": batches, "skipped": skipped, "degenerate": degenerate}
-        premise = _premise(rows)
-        if premise is not None:
-            entry["premise"] = premise
-        if first["metric"] == "auc":
-            spreads = {}
-            for kind in ("raw", "flipped"):
-                entry[kind], spreads[kind] = _draw_stats(kept, f"auc_{kind}")
-            if draws > 1:
-                entry["spread"] = spreads
-            _add_threshold_accuracy(entry, kept)
-            _add_anchors(entry, kept)
-        elif first["metric"] == "count_error":  # one value per batch: the share misplaced
-            entry["count_error"], _ = _draw_stats(kept, "count_error")
-        else:
-            entry["accuracy"], _ = _draw_stats(kept, "accuracy")
-            entry["pooled"] = _pooled(rows)
-        out.append(entry)
-    return out
-
-
-def _premise(rows: Sequence[Row]) -> str | None:
+def _premise(rows: pa.Table) -> str | None:
     """The reason, when the attack's premise failed on every batch (it was never scored)."""
-    if all(r.get("skip_kind") == "premise" for r in rows):
-        return str(rows[0]["skip_reason"]).removeprefix("premise: ")
+    if _mask(pc.equal(_text(rows, "skip_kind"), "premise")).all():
+        return str(rows["skip_reason"][0].as_py()).removeprefix("premise: ")
     return None
 
 
-def _add_threshold_accuracy(entry: dict[str, Any], kept: Sequence[Row]) -> None:
+def _add_threshold_accuracy(entry: dict[str, Any], kept: pa.Table) -> None:
     """VFLAIR's attack performance of a score attack: its threshold rule's accuracy per batch,
     summarised as the AUC is (rows analysed before the rule existed have none)."""
-    scored = [r for r in kept if r.get("threshold_accuracy") is not None]
-    if scored:
+    scored = _where(kept, _mask(pc.is_valid(kept["threshold_accuracy"])))
+    if scored.num_rows:
         entry["threshold_accuracy"], _ = _draw_stats(scored, "threshold_accuracy")
-        entry["threshold_rule"] = scored[0].get("threshold_rule")
+        entry["threshold_rule"] = scored["threshold_rule"][0].as_py()
 
 
-def _add_anchors(entry: dict[str, Any], kept: Sequence[Row]) -> None:
+def _add_anchors(entry: dict[str, Any], kept: pa.Table) -> None:
     """Anchor attacks: how many scored (batch, draw) pairs used a received, not a clean, anchor."""
-    sources = [r.get("anchor") for r in kept if r.get("anchor") is not None]
-    if sources:
-        entry["received_anchors"] = sources.count("received")
+    sources = _text(kept, "anchor")
+    if _mask(pc.is_valid(sources)).any():
+        entry["received_anchors"] = int(_mask(pc.equal(sources, "received")).sum())
 
 
 def with_family(entry: dict[str, Any]) -> dict[str, Any]:
@@ -143,17 +210,16 @@ def with_family(entry: dict[str, Any]) -> dict[str, Any]:
     return {**entry, "family": cls.family, "vflair": cls.vflair, "ap": cls.attack_performance(entry)}
 
 
-def _pooled(rows: Sequence[Row]) -> dict[str, Any]:
+def _pooled(rows: pa.Table) -> dict[str, Any]:
     """Accuracy over rows (Fu et al.), with rows that got no prediction counted apart."""
-    correct = [r.get("n_correct") or 0 for r in rows]
-    predicted = [r.get("n_predicted") or 0 for r in rows]
-    if not any(predicted) and any(r.get("accuracy") is not None for r in rows):
+    correct, predicted = _ints(rows, "n_correct"), _ints(rows, "n_predicted")
+    scored = _mask(pc.is_valid(rows["accuracy"]))
+    if not predicted.any() and scored.any():
         # rows written before pooling existed: weigh each batch's accuracy by its rows
-        predicted = [r["n_rows"] - r["n_excluded"] if r["accuracy"] is not None else 0 for r in rows]
-        correct = [round((r["accuracy"] or 0.0) * n) for r, n in zip(rows, predicted, strict=True)]
-    return {"accuracy": pooled_accuracy(correct, predicted), "correct": int(sum(correct)),
-            "rows": int(sum(predicted)), "no_prediction": int(sum(r.get("n_no_prediction") or 0
-                                                                 for r in rows))}
+        predicted = np.where(scored, _ints(rows, "n_rows") - _ints(rows, "n_excluded"), 0)
+        correct = np.rint(np.where(scored, _floats(rows, "accuracy"), 0.0) * predicted).astype(np.int64)
+    return {"accuracy": pooled_accuracy(correct, predicted), "correct": int(correct.sum()),
+            "rows": int(predicted.sum()), "no_prediction": int(_ints(rows, "n_no_prediction").sum())}
 
 
 def headline_value(entry: dict[str, Any]) -> float | None:
@@ -204,28 +270,45 @@ def marvell_bounds(records: list[dict[str, Any]]) -> dict[int, dict[int, float]]
     return dict(found)
 
 
-def above_bound(per_batch: Sequence[Row], bounds: dict[int, dict[int, float]],
-                exempt: Collection[str] = ()) -> list[dict]:
-    """Per (party, attack) at the cut layer: batches whose leak AUC (flip-corrected, mean over
-    draws) exceeds Marvell's Theorem-1 bound logged for that batch, and by how much. `exempt`:
-    attacks the bound does not cover (their score of a row reads the row's own label)."""
-    values: dict[tuple[int, str, int], list[float]] = defaultdict(list)
-    for r in per_batch:
-        party = r["party_id"]
-        if (r["layer"] == "cut" and r["metric"] == "auc" and r["skip_reason"] is None
-                and r["attack"] not in exempt
-                and parties_key(r) == str(party) and r["step"] in bounds.get(party, {})):
-            values[(party, r["attack"], r["step"])].append(r["auc_flipped"])
-    compared: dict[tuple[int, str], list[float]] = defaultdict(list)
-    for (party, attack, step), aucs in values.items():
-        compared[(party, attack)].append(float(np.mean(aucs)) - bounds[party][step])
-    out = []
-    for (party, attack), excess in compared.items():
-        over = [x for x in excess if x > 0]
-        if over:
-            out.append({"party_id": party, "attack": attack, "batches": len(excess),
-                        "above": len(over), "max_excess": max(over), "mean_excess": float(np.mean(over))})
-    return out
+def _above(group: LeakGroup, bounds: Mapping[int, Mapping[int, float]],
+           exempt: Collection[str]) -> list[tuple[int, dict[str, Any]]]:
+    """A cut-layer group of one party: its batches whose AUC (flip-corrected, mean over draws)
+    exceeds the bound logged for the batch, with the row its first compared batch is at."""
+    rows = group.rows
+    if group.layer != "cut" or group.attack in exempt:
+        return []
+    own = _mask(pc.equal(pc.cast(rows["party_id"], pa.string()), group.parties))
+    limits = bounds.get(int(group.parties), {}) if own.any() else {}
+    steps = rows["step"].to_numpy()
+    compared = own & _mask(pc.equal(_text(rows, "metric"), "auc")) & \
+        _mask(pc.is_null(rows["skip_reason"])) & np.isin(steps, list(limits))
+    if not compared.any():
+        return []
+    excess = [float(np.mean(aucs)) - limits[step]
+              for step, aucs in _by_step(steps[compared], _floats(rows, "auc_flipped")[compared])]
+    over = [x for x in excess if x > 0]
+    first = int(rows["row"].to_numpy()[compared][0])
+    return [(first, {"party_id": int(group.parties), "attack": group.attack, "batches": len(excess),
+                     "above": len(over), "max_excess": max(over),
+                     "mean_excess": float(np.mean(over))})] if over else []
+
+
+def _by_step(steps: np.ndarray, values: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """The values of each step, in row order, the steps in the order they first appear."""
+    found, firsts, inverse = np.unique(steps, return_index=True, return_inverse=True)
+    order = np.argsort(inverse, kind="stable")
+    split = np.split(values[order], np.cumsum(np.bincount(inverse, minlength=found.size))[:-1])
+    return [(int(found[i]), split[i]) for i in np.argsort(firsts, kind="stable")]
+
+
+def _scalar_batches(group: LeakGroup) -> list[tuple[int, tuple[str, str, str, int]]]:
+    """The batches the group's direction attack skipped as SCALAR_ROWS, with its first such row."""
+    scalar = _mask(pc.starts_with(_text(group.rows, "skip_reason"), SCALAR_ROWS))
+    if not scalar.any():
+        return []
+    batches = int(np.unique(group.rows["step"].to_numpy()[scalar]).size)
+    return [(int(group.rows["row"].to_numpy()[scalar][0]),
+             (group.parties, group.layer, group.attack, batches))]
 
 
 def write_summary(run: RunDir, summary: dict[str, Any]) -> None:

@@ -1,0 +1,207 @@
+"""attacker/leak.parquet: its rows, written as the analysis makes them, and read back a group at a time."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+LEAK_SCHEMA = pa.schema([
+    ("party_id", pa.int32()), ("layer", pa.string()), ("epoch", pa.int32()), ("step", pa.int64()),
+    ("attack", pa.string()), ("name", pa.string()), ("side_knowledge", pa.string()),
+    ("metric", pa.string()), ("auc_raw", pa.float64()), ("auc_flipped", pa.float64()),
+    ("accuracy", pa.float64()), ("n_rows", pa.int64()), ("n_excluded", pa.int64()),
+    ("n_pos", pa.int64()), ("skip_reason", pa.string()), ("seed", pa.int64()),
+    ("parties", pa.string()), ("draw", pa.int32()), ("skip_kind", pa.string()),
+    ("n_correct", pa.int64()), ("n_predicted", pa.int64()), ("n_no_prediction", pa.int64()),
+    ("count_error", pa.float64()), ("threshold_accuracy", pa.float64()),
+    ("threshold_rule", pa.string()), ("anchor", pa.string()),
+])
+LEAK_CHUNK_ROWS = 65536  # rows per Arrow batch (and Parquet row group) of leak.parquet
+GROUP_PASS_ROWS = 1 << 20  # rows of (parties, layer, attack) groups held by one read-back pass
+GROUP_KEY = ("party_id", "parties", "layer", "attack")
+_STRINGS = [f.name for f in LEAK_SCHEMA if f.type == pa.string()]
+_SEPARATOR = "\x1f"
+
+
+@dataclass(slots=True, eq=False, kw_only=True)
+class LeakRow(Mapping[str, Any]):
+    """One row of attacker/leak.parquet, read like a dict (row["step"], row.get("draw")), in
+    about a third of a dict's memory (~350 bytes with its floats, a 26-key dict ~940): the
+    analysis holds at most LEAK_CHUNK_ROWS of them, the chunk it writes next."""
+
+    party_id: int
+    layer: str
+    epoch: int
+    step: int
+    attack: str
+    name: str
+    side_knowledge: str
+    metric: str
+    auc_raw: float | None = None
+    auc_flipped: float | None = None
+    accuracy: float | None = None
+    n_rows: int | None = None
+    n_excluded: int | None = None
+    n_pos: int | None = None
+    skip_reason: str | None = None
+    seed: int | None = None
+    parties: str | None = None
+    draw: int | None = None
+    skip_kind: str | None = None
+    n_correct: int | None = None
+    n_predicted: int | None = None
+    n_no_prediction: int | None = None
+    count_error: float | None = None
+    threshold_accuracy: float | None = None
+    threshold_rule: str | None = None
+    anchor: str | None = None
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in _LEAK_COLUMNS:
+            raise KeyError(key)
+        return getattr(self, key)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(LEAK_SCHEMA.names)
+
+    def __len__(self) -> int:
+        return len(_LEAK_COLUMNS)
+
+    def __repr__(self) -> str:
+        return f"LeakRow({dict(self)!r})"
+
+
+_LEAK_COLUMNS = frozenset(LEAK_SCHEMA.names)
+
+
+class LeakWriter:
+    """leak.parquet written as the rows come, one Arrow batch of LEAK_CHUNK_ROWS rows at a time
+    (the same batches as the whole list cut in chunks): never more than a chunk held."""
+
+    def __init__(self, path: Path) -> None:
+        self._writer = pq.ParquetWriter(path, LEAK_SCHEMA)
+        self._chunk: list[Mapping[str, Any]] = []
+        self.rows = 0
+
+    def add(self, rows: Iterable[Mapping[str, Any]]) -> None:
+        for row in rows:
+            self._chunk.append(row)
+            if len(self._chunk) == LEAK_CHUNK_ROWS:
+                self._flush()
+
+    def _flush(self) -> None:
+        if self._chunk:
+            self._writer.write_batch(pa.RecordBatch.from_pylist(self._chunk, schema=LEAK_SCHEMA))
+            self.rows += len(self._chunk)
+            self._chunk = []
+
+    def close(self) -> None:
+        self._flush()
+        self._writer.close()
+
+    def __enter__(self) -> LeakWriter:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.close()
+
+
+def write_leak(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
+    """attacker/leak.parquet of `rows`, a chunk at a time (LeakWriter)."""
+    with LeakWriter(path) as writer:
+        writer.add(rows)
+
+
+Batches = Callable[[list[str]], Iterator[pa.RecordBatch]]  # leak rows' chosen columns, in order
+
+
+def parquet_batches(path: Path) -> Batches:
+    """A leak.parquet's rows, a row group at a time, its strings as dictionaries (4 bytes a row)."""
+    def read(columns: list[str]) -> Iterator[pa.RecordBatch]:
+        found = pq.ParquetFile(path, read_dictionary=[c for c in columns if c in _STRINGS])
+        yield from found.iter_batches(batch_size=LEAK_CHUNK_ROWS, columns=columns)
+    return read
+
+
+def row_batches(rows: Sequence[Mapping[str, Any]]) -> Batches:
+    """Rows held as dicts (or LeakRows) as Arrow batches; a column a row lacks is null."""
+    table = pa.Table.from_pylist(list(rows), schema=LEAK_SCHEMA)
+    return lambda columns: iter(table.select(columns).to_batches(max_chunksize=LEAK_CHUNK_ROWS))
+
+
+@dataclass(frozen=True)
+class LeakGroup:
+    """One (parties, layer, attack)'s rows in file order, with `row`: each one's index in the file."""
+
+    parties: str  # "1", or "1+2" for a colluding group (old rows without parties: party_id)
+    layer: str
+    attack: str
+    rows: pa.Table
+
+
+def leak_groups(batches: Batches, columns: list[str],
+                pass_rows: int | None = None) -> Iterator[LeakGroup]:
+    """Every (parties, layer, attack)'s rows with `columns`, read back in passes over the rows
+    that each keep a few groups, at most `pass_rows` rows (GROUP_PASS_ROWS) unless one group
+    alone has more: memory bounded by a pass, not by the run's length."""
+    sizes = _group_sizes(batches)
+    for chosen in _passes(sizes, pass_rows or GROUP_PASS_ROWS):
+        yield from _read_groups(batches, columns, chosen)
+
+
+def _keys(batch: pa.RecordBatch) -> pa.Array:
+    """Each row's group as one string: parties (or party_id), layer and attack."""
+    parties = pc.cast(batch["parties"], pa.string())
+    named = pc.fill_null(pc.not_equal(parties, ""), False)
+    who = pc.if_else(named, parties, pc.cast(batch["party_id"], pa.string()))
+    return pc.binary_join_element_wise(who, pc.cast(batch["layer"], pa.string()),
+                                       pc.cast(batch["attack"], pa.string()), _SEPARATOR)
+
+
+def _group_sizes(batches: Batches) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    for batch in batches(list(GROUP_KEY)):
+        for found in pc.value_counts(_keys(batch)).to_pylist():
+            sizes[found["values"]] = sizes.get(found["values"], 0) + found["counts"]
+    return sizes
+
+
+def _passes(sizes: dict[str, int], pass_rows: int) -> Iterator[list[str]]:
+    chosen: list[str] = []
+    held = 0
+    for key, size in sizes.items():
+        if chosen and held + size > pass_rows:
+            yield chosen
+            chosen, held = [], 0
+        chosen.append(key)
+        held += size
+    if chosen:
+        yield chosen
+
+
+def _read_groups(batches: Batches, columns: list[str], chosen: list[str]) -> Iterator[LeakGroup]:
+    parts: dict[str, list[pa.RecordBatch]] = {key: [] for key in chosen}
+    wanted, start = pa.array(chosen), 0
+    for batch in batches(list(dict.fromkeys([*GROUP_KEY, *columns]))):
+        keys = _keys(batch)
+        picked = np.flatnonzero(pc.is_in(keys, value_set=wanted).to_numpy(zero_copy_only=False))
+        kept = batch.select(columns).take(picked).append_column("row", pa.array(start + picked))
+        codes = pc.dictionary_encode(keys.take(picked))
+        groups = codes.indices.to_numpy()
+        order = np.argsort(groups, kind="stable")
+        ends = np.cumsum(np.bincount(groups, minlength=len(codes.dictionary)))[:-1]
+        for key, rows in zip(codes.dictionary.to_pylist(), np.split(order, ends), strict=True):
+            parts[key].append(kept.take(rows))
+        start += batch.num_rows
+    for key in chosen:
+        parties, layer, attack = key.split(_SEPARATOR)
+        yield LeakGroup(parties, layer, attack, pa.Table.from_batches(parts.pop(key)))
