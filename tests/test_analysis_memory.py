@@ -1,21 +1,29 @@
-"""The leak analysis holds one row per logged batch, layer, attack and draw (~100 per train step
-by default) until it writes attacker/leak.parquet: at a paper-length run's 150,000 steps that is
-~15 million rows, so what one row costs bounds the analysis' memory."""
+"""The leak analysis makes one row per logged batch, layer, attack and draw (~100 per train step
+by default): ~15 million at a paper-length run's 150,000 steps. It holds a chunk of them, writes
+it to attacker/leak.parquet and reads the file back a few groups at a time for the summary."""
 
 from __future__ import annotations
 
+import json
 import tracemalloc
 from dataclasses import fields
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
 
-from attacker.analysis.analyze import LEAK_SCHEMA, Attacker, _row
+from attacker.analysis import leak_file
+from attacker.analysis.analyze import LEAK_SCHEMA, Attacker, _row, analyze
 from attacker.analysis.leak import BatchLeak, LeakAUC
 from attacker.analysis.summary import above_bound, summarise_leak
 from attacker.attacks import build_attack
+from splitleak.artifacts.paths import RunDir
+from tests.test_attacks_benchmarks import synthetic_run
 
 ROWS = 5000
+HINTS = [("hint_inner", {"k": 1})]  # a cheap attack, run once per draw: many rows per batch
+LEAK_ROW_BYTES = 350  # what a LeakRow held (the first test bounds it)
 
 
 def _rows(n: int) -> list:
@@ -100,3 +108,59 @@ def test_the_report_reads_only_the_leak_columns_it_uses(tmp_path: Path) -> None:
     assert read.column_names == [n for n in LEAK_SCHEMA.names if n in _LEAK_READ]
     assert len(read.column_names) == len(_LEAK_READ) < len(LEAK_SCHEMA.names) / 2
     assert isinstance(read, pa.Table)
+
+
+def _many_rows(root: Path, steps: int) -> RunDir:
+    """A run of `steps` 8-row batches, 100 to an epoch, at the cut and first layer."""
+    return synthetic_run(root, 2, 2, [(step // 100, step) for step in range(steps)], rows=8)
+
+
+def test_the_analysis_holds_a_chunk_of_leak_rows_not_the_run(tmp_path: Path, monkeypatch) -> None:
+    """All rows at once (as before) took LEAK_ROW_BYTES a row of traced memory till the end;
+    streamed, the analysis' peak is bounded by a chunk of rows and a pass's groups."""
+    run = _many_rows(tmp_path / "run", 400)
+    analyze(run.root, HINTS, draws=10)  # imports and caches first
+    monkeypatch.setattr(leak_file, "LEAK_CHUNK_ROWS", 64)
+    monkeypatch.setattr(leak_file, "GROUP_PASS_ROWS", 256)
+    tracemalloc.start()
+    try:
+        analyze(run.root, HINTS, draws=10)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    rows = pq.read_metadata(run.leak).num_rows
+    assert rows == 400 * 2 * 10
+    bound = 1_500_000  # ~0.4 MB measured; the run's rows as LeakRows: 2.8 MB more
+    assert rows * LEAK_ROW_BYTES > 1.8 * bound
+    assert peak < bound, f"{peak / 1e6:.1f} MB traced at the peak for {rows} leak rows"
+
+
+@pytest.mark.parametrize("pass_rows", [100, 1 << 20])
+def test_the_streamed_leak_file_and_summary_equal_the_rows_at_once(tmp_path: Path, monkeypatch,
+                                                                   pass_rows: int) -> None:
+    """leak.parquet written a chunk at a time is the table of every row at once, and the summary
+    read back a few groups per pass (or all in one) is summarise_leak's of that list."""
+    run = _many_rows(tmp_path / "run", 250)
+    made: list = []
+    add = leak_file.LeakWriter.add
+
+    def recording(self, rows):  # type: ignore[no-untyped-def]
+        rows = list(rows)
+        made.extend(rows)
+        return add(self, rows)
+
+    monkeypatch.setattr(leak_file.LeakWriter, "add", recording)
+    monkeypatch.setattr(leak_file, "LEAK_CHUNK_ROWS", 64)
+    monkeypatch.setattr(leak_file, "GROUP_PASS_ROWS", pass_rows)
+    summary = analyze(run.root, [*HINTS, ("norm", {}), ("clustering", {"scope": "epoch"})], draws=3)
+    written = pq.ParquetFile(run.leak)
+    sizes = [written.metadata.row_group(i).num_rows for i in range(written.num_row_groups)]
+    assert len(made) > 64 and max(sizes) == 64 and sum(sizes) == len(made)
+    assert written.read().equals(pa.Table.from_pylist(made, schema=LEAK_SCHEMA))
+    monkeypatch.undo()
+    whole = summarise_leak(made)
+    assert {e["scope"] for e in whole} == {"run", "epoch"} and max(e["draws"] for e in whole) == 3
+    assert len(summary["leak"]) == len(whole)
+    assert json.dumps([{k: e[k] for k in w if k != "threat"} for e, w in zip(summary["leak"], whole,
+                                                                               strict=True)]) == \
+        json.dumps([{k: v for k, v in w.items() if k != "threat"} for w in whole])

@@ -25,7 +25,7 @@ LEAK_SCHEMA = pa.schema([
     ("threshold_rule", pa.string()), ("anchor", pa.string()),
 ])
 LEAK_CHUNK_ROWS = 65536  # rows per Arrow batch (and Parquet row group) of leak.parquet
-GROUP_PASS_ROWS = 1 << 20  # rows of (parties, layer, attack) groups held by one read-back pass
+GROUP_PASS_ROWS = 1 << 18  # rows of (parties, layer, attack) groups held by one read-back pass
 GROUP_KEY = ("party_id", "parties", "layer", "attack")
 _STRINGS = [f.name for f in LEAK_SCHEMA if f.type == pa.string()]
 _SEPARATOR = "\x1f"
@@ -190,18 +190,27 @@ def _passes(sizes: dict[str, int], pass_rows: int) -> Iterator[list[str]]:
 
 def _read_groups(batches: Batches, columns: list[str], chosen: list[str]) -> Iterator[LeakGroup]:
     parts: dict[str, list[pa.RecordBatch]] = {key: [] for key in chosen}
-    wanted, start = pa.array(chosen), 0
+    wanted, first = pa.array(chosen), 0
     for batch in batches(list(dict.fromkeys([*GROUP_KEY, *columns]))):
-        keys = _keys(batch)
-        picked = np.flatnonzero(pc.is_in(keys, value_set=wanted).to_numpy(zero_copy_only=False))
-        kept = batch.select(columns).take(picked).append_column("row", pa.array(start + picked))
-        codes = pc.dictionary_encode(keys.take(picked))
-        groups = codes.indices.to_numpy()
-        order = np.argsort(groups, kind="stable")
-        ends = np.cumsum(np.bincount(groups, minlength=len(codes.dictionary)))[:-1]
-        for key, rows in zip(codes.dictionary.to_pylist(), np.split(order, ends), strict=True):
-            parts[key].append(kept.take(rows))
-        start += batch.num_rows
+        for key, rows in _split(batch, columns, wanted, first):
+            parts[key].append(rows)
+        first += batch.num_rows
     for key in chosen:
         parties, layer, attack = key.split(_SEPARATOR)
         yield LeakGroup(parties, layer, attack, pa.Table.from_batches(parts.pop(key)))
+
+
+def _split(batch: pa.RecordBatch, columns: list[str], wanted: pa.Array,
+           first: int) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """The batch's rows of the `wanted` groups, a group at a time, each with its row in the file
+    (the batch's first is `first`)."""
+    keys = _keys(batch)
+    picked = np.flatnonzero(pc.is_in(keys, value_set=wanted).to_numpy(zero_copy_only=False))
+    if not picked.size:
+        return
+    kept = batch.select(columns).take(picked).append_column("row", pa.array(first + picked))
+    codes = pc.dictionary_encode(keys.take(picked))
+    groups = codes.indices.to_numpy()
+    ends = np.cumsum(np.bincount(groups, minlength=len(codes.dictionary)))[:-1]
+    order = np.split(np.argsort(groups, kind="stable"), ends)
+    yield from zip(codes.dictionary.to_pylist(), (kept.take(rows) for rows in order), strict=True)
