@@ -127,8 +127,8 @@ Batches = Callable[[list[str]], Iterator[pa.RecordBatch]]  # leak rows' chosen c
 def parquet_batches(path: Path) -> Batches:
     """A leak.parquet's rows, a row group at a time, its strings as dictionaries (4 bytes a row)."""
     def read(columns: list[str]) -> Iterator[pa.RecordBatch]:
-        found = pq.ParquetFile(path, read_dictionary=[c for c in columns if c in _STRINGS])
-        yield from found.iter_batches(batch_size=LEAK_CHUNK_ROWS, columns=columns)
+        with pq.ParquetFile(path, read_dictionary=[c for c in columns if c in _STRINGS]) as found:
+            yield from found.iter_batches(batch_size=LEAK_CHUNK_ROWS, columns=columns)
     return read
 
 
