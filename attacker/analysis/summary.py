@@ -26,6 +26,8 @@ SUMMARY_COLUMNS = ["party_id", "epoch", "step", "draw", "name", "side_knowledge"
                    "skip_reason", "skip_kind", "auc_raw", "auc_flipped", "accuracy", "count_error",
                    "threshold_accuracy", "threshold_rule", "anchor", "n_correct", "n_predicted",
                    "n_no_prediction", "n_rows", "n_excluded"]
+SCORED_COLUMNS = ["step", "draw", "auc_raw", "auc_flipped", "accuracy", "count_error",
+                  "threshold_accuracy", "threshold_rule", "anchor"]  # what the scored rows' figures read
 Threat = Callable[[str], str | None]  # a parties key ("1", "1+2") -> its threat-model description
 
 
@@ -109,7 +111,7 @@ def _group_entries(group: LeakGroup, threat: Threat) -> list[tuple[int, int, dic
 
 def _entry(group: LeakGroup, rows: pa.Table, epoch: int | None, threat: Threat) -> dict[str, Any]:
     first = rows.slice(0, 1).to_pylist()[0]
-    kept = _where(rows, _mask(pc.is_null(rows["skip_reason"])))
+    kept = _where(rows.select(SCORED_COLUMNS), _mask(pc.is_null(rows["skip_reason"])))
     batches, skipped, degenerate = _skips(rows)
     draws = int(_ints(rows, "draw").max()) + 1
     parties = [int(p) for p in group.parties.split("+")]
@@ -170,7 +172,7 @@ def _skips(rows: pa.Table) -> tuple[int, int, int]:
     steps, inverse = np.unique(rows["step"].to_numpy(), return_inverse=True)
     reasons = _text(rows, "skip_reason")
     skipped = _mask(pc.is_valid(reasons))
-    degenerate = _mask(pc.equal(_text(rows, "skip_kind"), "degenerate")) | \
+    degenerate = _mask(pc.equal(rows["skip_kind"], "degenerate")) | \
         _mask(pc.starts_with(reasons, "degenerate"))
     every_draw = np.bincount(inverse, weights=skipped, minlength=steps.size) == \
         np.bincount(inverse, minlength=steps.size)
@@ -180,7 +182,7 @@ def _skips(rows: pa.Table) -> tuple[int, int, int]:
 
 def _premise(rows: pa.Table) -> str | None:
     """The reason, when the attack's premise failed on every batch (it was never scored)."""
-    if _mask(pc.equal(_text(rows, "skip_kind"), "premise")).all():
+    if _mask(pc.equal(rows["skip_kind"], "premise")).all():
         return str(rows["skip_reason"][0].as_py()).removeprefix("premise: ")
     return None
 
@@ -196,7 +198,7 @@ def _add_threshold_accuracy(entry: dict[str, Any], kept: pa.Table) -> None:
 
 def _add_anchors(entry: dict[str, Any], kept: pa.Table) -> None:
     """Anchor attacks: how many scored (batch, draw) pairs used a received, not a clean, anchor."""
-    sources = _text(kept, "anchor")
+    sources = kept["anchor"]
     if _mask(pc.is_valid(sources)).any():
         entry["received_anchors"] = int(_mask(pc.equal(sources, "received")).sum())
 
@@ -280,7 +282,7 @@ def _above(group: LeakGroup, bounds: Mapping[int, Mapping[int, float]],
     own = _mask(pc.equal(pc.cast(rows["party_id"], pa.string()), group.parties))
     limits = bounds.get(int(group.parties), {}) if own.any() else {}
     steps = rows["step"].to_numpy()
-    compared = own & _mask(pc.equal(_text(rows, "metric"), "auc")) & \
+    compared = own & _mask(pc.equal(rows["metric"], "auc")) & \
         _mask(pc.is_null(rows["skip_reason"])) & np.isin(steps, list(limits))
     if not compared.any():
         return []
