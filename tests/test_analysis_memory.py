@@ -164,3 +164,27 @@ def test_the_streamed_leak_file_and_summary_equal_the_rows_at_once(tmp_path: Pat
     assert json.dumps([{k: e[k] for k in w if k != "threat"} for e, w in zip(summary["leak"], whole,
                                                                                strict=True)]) == \
         json.dumps([{k: v for k, v in w.items() if k != "threat"} for w in whole])
+
+
+def test_an_analysis_that_fails_midway_leaves_the_last_leak_file(tmp_path: Path, monkeypatch) -> None:
+    """Rows are written as they come, into a temporary file renamed at the end: a failure after
+    some chunks were written leaves the previous leak.parquet, not part of a new one."""
+    from attacker.analysis import analyze as analysis
+
+    run = _many_rows(tmp_path / "run", 50)
+    analyze(run.root, HINTS, draws=2)
+    before = run.leak.read_bytes()
+    evaluate, calls = analysis.evaluate_batch, []
+
+    def failing(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        if len(calls) == 150:
+            raise RuntimeError("killed mid-way")
+        return evaluate(*args, **kwargs)
+
+    monkeypatch.setattr(leak_file, "LEAK_CHUNK_ROWS", 16)
+    monkeypatch.setattr(analysis, "evaluate_batch", failing)
+    with pytest.raises(RuntimeError, match="mid-way"):
+        analyze(run.root, HINTS, draws=2)
+    assert run.leak.read_bytes() == before
+    assert sorted(p.name for p in run.attacker.iterdir() if "leak" in p.name) == ["leak.parquet"]
