@@ -222,6 +222,7 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
     records, partial = read_records(run), partial_run(run)  # refused now, before the long part
     analysis.warnings += _not_for_classes(attacks, analysis.num_classes)
     analysis.warnings += recording_gaps(run)
+    sample = _RowSample()
     attacked: list[tuple[bool, str]] = []  # (a gradient log was read, the log's run id)
     run_entries: list[dict[str, Any]] = []
 
@@ -233,7 +234,6 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
             raise FileNotFoundError(f"no gradient log at {run.gradients} and no run-level "
                                     "attack in the threat model: nothing to analyse")
 
-    sample = _RowSample()
     write_atomically(run.leak, attack_all)
     figures = leak_figures(parquet_batches(run.leak), analysis.describe, marvell_bounds(records),
                            analysis.sees_scored_label)

@@ -89,7 +89,6 @@ class LeakWriter:
     def __init__(self, path: Path) -> None:
         self._writer = pq.ParquetWriter(path, LEAK_SCHEMA)
         self._chunk: list[Mapping[str, Any]] = []
-        self.rows = 0
 
     def add(self, rows: Iterable[Mapping[str, Any]]) -> None:
         for row in rows:
@@ -100,7 +99,6 @@ class LeakWriter:
     def _flush(self) -> None:
         if self._chunk:
             self._writer.write_batch(pa.RecordBatch.from_pylist(self._chunk, schema=LEAK_SCHEMA))
-            self.rows += len(self._chunk)
             self._chunk = []
 
     def close(self) -> None:
@@ -148,13 +146,12 @@ class LeakGroup:
     rows: pa.Table
 
 
-def leak_groups(batches: Batches, columns: list[str],
-                pass_rows: int | None = None) -> Iterator[LeakGroup]:
+def leak_groups(batches: Batches, columns: list[str]) -> Iterator[LeakGroup]:
     """Every (parties, layer, attack)'s rows with `columns`, read back in passes over the rows
-    that each keep a few groups, at most `pass_rows` rows (GROUP_PASS_ROWS) unless one group
-    alone has more: memory bounded by a pass, not by the run's length."""
+    that each keep a few groups, at most GROUP_PASS_ROWS rows unless one group alone has more:
+    memory bounded by a pass (or the largest group: its steps times its draws), not the run."""
     sizes = _group_sizes(batches)
-    for chosen in _passes(sizes, pass_rows or GROUP_PASS_ROWS):
+    for chosen in _passes(sizes, GROUP_PASS_ROWS):
         yield from _read_groups(batches, columns, chosen)
 
 
