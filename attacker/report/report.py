@@ -416,7 +416,7 @@ def _skip_reasons(leak: pa.Table | None, who: str, layer: str) -> list[str]:
         mine = pc.equal(pc.cast(leak["party_id"], pa.string()), who)
     skipped = leak.filter(pc.and_(mine, pc.equal(leak["layer"], layer)))
     skipped = skipped.filter(pc.is_valid(skipped["skip_reason"]))
-    counts = skipped.group_by("skip_reason").aggregate([("step", "count")]).to_pylist()
+    counts = skipped.group_by("skip_reason", use_threads=False).aggregate([("step", "count")]).to_pylist()
     if not counts:
         return []
     return ["Skipped (attack, batch) pairs: "
