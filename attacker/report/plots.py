@@ -92,7 +92,7 @@ def leak_over_training(leak: pa.Table, party: int, layer: str, seed: int, path: 
             accuracy = metric != "auc"  # accuracy or count error: both in [0, 1], no 0.5 line
             column = "auc_flipped" if metric == "auc" else metric
             # one point per batch: the mean over the draws of random side knowledge
-            one = one.group_by("step").aggregate([(column, "mean")]).sort_by("step")
+            one = one.group_by("step", use_threads=False).aggregate([(column, "mean")]).sort_by("step")
             values = _column(one, f"{column}_mean").astype(float)
             window = max(window, _leak_line(ax, _column(one, "step"), values,
                                             LINE_STYLES[index % len(LINE_STYLES)],
