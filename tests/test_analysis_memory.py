@@ -87,11 +87,13 @@ def test_leak_parquet_is_written_a_bounded_chunk_of_rows_at_a_time(tmp_path, mon
     monkeypatch.setattr(leak_file, "LEAK_CHUNK_ROWS", 64)
     monkeypatch.setattr(pq.ParquetWriter, "write_batch", recording)
     rows = _rows(1000)
-    leak_file.write_leak(tmp_path / "leak.parquet", rows)
+    with leak_file.LeakWriter(tmp_path / "leak.parquet") as leak:
+        leak.add(rows)
     assert max(built) <= 64 and sum(built) == 1000  # never the whole run's rows at once
     monkeypatch.undo()
     assert pq.read_table(tmp_path / "leak.parquet").equals(pa.Table.from_pylist(rows, schema=LEAK_SCHEMA))
-    leak_file.write_leak(tmp_path / "empty.parquet", [])
+    with leak_file.LeakWriter(tmp_path / "empty.parquet"):
+        pass
     assert pq.read_table(tmp_path / "empty.parquet").schema.equals(LEAK_SCHEMA)
 
 

@@ -113,12 +113,6 @@ class LeakWriter:
         self.close()
 
 
-def write_leak(path: Path, rows: Iterable[Mapping[str, Any]]) -> None:
-    """attacker/leak.parquet of `rows`, a chunk at a time (LeakWriter)."""
-    with LeakWriter(path) as writer:
-        writer.add(rows)
-
-
 Batches = Callable[[list[str]], Iterator[pa.RecordBatch]]  # leak rows' chosen columns, in order
 
 
