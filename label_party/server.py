@@ -246,6 +246,7 @@ class LabelPartyRun:
                        f"with --resume {self.run.root}")
             session.abort(SessionError(grpc.StatusCode.ABORTED, message))
             await session.wait_closed(timeout=2.0)
+            await self._stop_taps(message, resumable=True)
             return self._ended("interrupted", message, step=stop.position.step if stop.position
                                else None)
         except SessionError as err:
@@ -277,7 +278,8 @@ class LabelPartyRun:
         finally:
             if anchors is not None:
                 anchors.close()
-            await self._close_taps()
+            # still open only when the run was cancelled (a second signal): stopped, resumable
+            await self._stop_taps("the label party was stopped", resumable=True)
 
     async def _close_taps(self) -> dict[str, Any]:
         """End the label party's Record streams (once); what each sidecar acknowledged."""
@@ -286,6 +288,13 @@ class LabelPartyRun:
             return {}
         reports = await taps.close()
         return {"received_tap": {str(k): r for k, r in reports.items()}}
+
+    async def _stop_taps(self, reason: str, resumable: bool) -> None:
+        """End the label party's Record streams (once), telling the sidecar why the run ended
+        before it was done."""
+        taps, self.taps = self.taps, None
+        if taps is not None:
+            await taps.stop(reason, resumable)
 
     async def _failed(self, error: SessionError) -> dict[str, Any]:
         """Checkpoint what can be (every party still there), then end every stream. A party
@@ -296,12 +305,14 @@ class LabelPartyRun:
         if stopping is not None:
             self.session.abort(SessionError(grpc.StatusCode.ABORTED, stopping))
             await self.session.wait_closed(timeout=2.0)
-            return self._ended("interrupted", f"{stopping} (meanwhile: {error.message})",
-                               step=self.progress.boundary.step)
+            message = f"{stopping} (meanwhile: {error.message})"
+            await self._stop_taps(message, resumable=True)
+            return self._ended("interrupted", message, step=self.progress.boundary.step)
         if self.checkpoints is not None:
             await self.checkpoints.after_failure(error, self.session.all_connected)
         self.session.abort(error)
         await self.session.wait_closed(timeout=2.0)
+        await self._stop_taps(error.message, resumable=False)
         batch = self.progress.batch
         return self._ended("failed", error.message, code=error.code.name, party=error.party_id,
                            culprit=error.culprit,

@@ -3,6 +3,7 @@ exactly as it came off the wire, to the attacker sidecar (the label party as att
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,11 @@ class ReceivedTaps:
     async def sync(self, step: int) -> dict[int, int]:
         """Every record of steps < `step` durable in the sidecar's log (a checkpoint)."""
         return {k: await tap.sync(step) for k, tap in self.taps.items()}
+
+    async def stop(self, reason: str, resumable: bool) -> None:
+        """Tell the sidecar why the run ends before it is done, on every stream (at once: each
+        is bounded by splitleak.tap.STOP_S), and close them."""
+        await asyncio.gather(*(tap.stop(reason, resumable) for tap in self.taps.values()))
 
     async def close(self) -> dict[int, dict[str, Any]]:
         reports = {}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Coroutine
@@ -133,6 +134,20 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
     identity = passive_identity(party_id)
     tap = (Tap(attacker, cfg.attacker, cfg.topology, tls_dir, identity, config_hash=cfg.hash)
            if attacker else None)
+    try:
+        await _train(cfg, party_id, address, run, bottom, tap, tls_dir, resuming, stop)
+    except BaseException as err:  # noqa: BLE001 - re-raised: every way out tells the sidecar
+        if tap is not None:
+            with contextlib.suppress(asyncio.CancelledError):  # a second stop: it is bounded
+                await tap.stop(*_stop_reason(err, stop))
+        raise
+
+
+async def _train(cfg: ExperimentConfig, party_id: int, address: str, run: RunDir,
+                 bottom: BottomTrainer, tap: Tap | None, tls_dir: Path | None, resuming: bool,
+                 stop: StopRequest | None) -> None:
+    """Join, train until the label party says done, save; close the tap's stream."""
+    identity = passive_identity(party_id)
     async with create_channel(address, cfg.topology, tls_dir, identity,
                               server_identity=LABEL_PARTY,
                               compression=cfg.wire.compression) as channel:
@@ -162,6 +177,21 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
         if report.gap_records:
             log.warning("party %d: %d gradient record(s) were not recorded (from step %s): %s",
                         party_id, report.gap_records, report.gap_first_step, report.error)
+
+
+def _stop_reason(err: BaseException, stop: StopRequest | None) -> tuple[str, bool]:
+    """What the party tells its sidecar of a stop before its run is done: its own sentence (as
+    its log says it), and whether it may be resumed (a stop was requested on its host)."""
+    requested = stop.why if stop is not None else None
+    if isinstance(err, PartyStopped | asyncio.CancelledError | KeyboardInterrupt):
+        return requested or "stopped on its host before its run was done", True
+    if isinstance(err, OSError):
+        sentence = describe_os_error(err)
+    elif isinstance(err, PartyError | TapError):
+        sentence = str(err)
+    else:
+        sentence = f"{type(err).__name__}: {err}"
+    return sentence, requested is not None
 
 
 def identity_name(party_id: int) -> str:

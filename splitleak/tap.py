@@ -30,6 +30,8 @@ from splitleak.v1 import attacker_pb2_grpc as apb_grpc
 log = logging.getLogger("splitleak.tap")
 SIDECAR = "attacker sidecar"
 _RETRY = 0.2  # seconds between attempts to reach a sidecar that is not listening yet
+STOP_S = 2.0  # s: what telling the sidecar why the party stops may take, at most
+REASON_CHARS = 2000  # of the party's sentence sent with its stop
 
 
 class TapError(RuntimeError):
@@ -70,6 +72,7 @@ class Tap:
         self.stall_timeout = topology.step_deadline_s / 2
         self.run_id = ""
         self.party_id = 0
+        self.stopping: apb.GradientRecord | None = None  # the stream's last record (stop)
 
     async def start(self, run_id: str, party_id: int, rewind_to: int | None = None) -> None:
         """Connect (within the join deadline), cut the log back to `rewind_to` (a resumed
@@ -164,6 +167,10 @@ class Tap:
             if first:
                 record.config_hash, first = self.config_hash, False
             yield record
+        if self.stopping is not None and self.error is None:  # after every record: why it ends
+            if first:  # it opens the stream: it names the experiment
+                self.stopping.config_hash = self.config_hash
+            yield self.stopping
 
     async def _stream(self) -> None:
         try:
@@ -204,6 +211,30 @@ class Tap:
             raise TapError(f"{self.error}; stopping because attacker.on_sidecar_failure = 'fail'")
         if not queued:
             self._gap(record)
+
+    async def stop(self, reason: str, resumable: bool = False) -> None:
+        """Tell the sidecar why the party stops before its run is done, after the records still
+        queued, and close the stream; best-effort within STOP_S: a sidecar gone or slow leaves
+        the stream cut off, and nothing is raised (the party's own failure is what it reports).
+        `resumable`: a stop requested on its host, the run to be resumed from a checkpoint."""
+        call = self._call
+        if call is not None and not call.done() and self.error is None:
+            self.stopping = apb.GradientRecord(
+                run_id=self.run_id, party_id=self.party_id, observer=self.observer,
+                stopped=apb.TapStop(reason=reason[:REASON_CHARS], resumable=resumable))
+            end = time.monotonic() + STOP_S
+            try:
+                await asyncio.wait_for(self.queue.put(None), STOP_S)
+            except TimeoutError:
+                pass
+            await asyncio.wait({call}, timeout=max(0.0, end - time.monotonic()))
+            if not call.done():
+                self.error = (f"{SIDECAR} at {self.address} did not take the party's stop "
+                              f"within {STOP_S:g} s")
+                log.warning("%s", self.error)
+                call.cancel()
+                self._drain()
+        await self.channel.close()
 
     async def close(self) -> TapReport:
         """Finish the stream and wait for the sidecar's acknowledgement."""

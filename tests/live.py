@@ -41,16 +41,26 @@ async def sidecar(root: Path, observe: frozenset[int] = frozenset({1}), run_id: 
                 if receive else None)
     servicer = AttackerServicer(store, set(observe), run_id, received=received, receive=set(receive),
                                 shapes=shapes, config_hash=config_hash, max_message_mb=limit_mb)
+    try:
+        async with served(lambda server: add_sidecar(server, servicer, limit_mb),
+                          limit_mb) as address:
+            yield address, servicer
+    finally:
+        for each in servicer.stores.values():
+            each.close()
+
+
+@contextlib.asynccontextmanager
+async def served(add: Callable[[grpc.aio.Server], None], limit_mb: int = 64) -> AsyncIterator[str]:
+    """A plaintext gRPC server on a loopback port, its services added by `add`; its address."""
     server = create_server(TopologyConfig(tls=False, max_message_mb=limit_mb))
-    add_sidecar(server, servicer, limit_mb)
+    add(server)
     port = bind(server, "127.0.0.1:0")
     await server.start()
     try:
-        yield f"127.0.0.1:{port}", servicer
+        yield f"127.0.0.1:{port}"
     finally:
         await server.stop(0)
-        for each in servicer.stores.values():
-            each.close()
 
 
 @contextlib.asynccontextmanager

@@ -61,20 +61,16 @@ def test_a_passive_party_stopped_by_sigterm_says_so(tmp_path: Path) -> None:
     assert "passive party 1: stopped by SIGTERM" in err, err
 
 
-@pytest.mark.parametrize(("stop", "code", "by"), [(signal.SIGINT, 130, "Ctrl-C (SIGINT)"),
-                                                  (signal.SIGTERM, -signal.SIGTERM, "SIGTERM")])
-def test_a_passive_party_stopped_in_training_tells_the_label_party(
-        tmp_path: Path, stop: signal.Signals, code: int, by: str) -> None:
-    """Ctrl-C on a party's host (one party per host) ended it without a word in its log, and
-    the run's outcome said the party 'dropped its connection'; now the party tells the label
-    party by what it was stopped, and says so itself."""
+def stop_party_in_training(tmp_path: Path, data: dict, stop: signal.Signals,
+                           *options: str) -> tuple[dict, str, int]:
+    """Party 1 as a `passive-party run` process (with `options`), party 2 and the label party in
+    this loop; `stop` sent to party 1 at train step 3. The run's outcome, party 1's stderr and
+    its exit code."""
     from passive_party.client import run_party
     from splitleak.artifacts.paths import RunDir
     from splitleak.config import parse_config
     from tests.live import label_party, wait_for_train_step
 
-    data = small_config(tmp_path, training={"epochs": 400, "eval_interval": 0},
-                        topology={"join_deadline_s": scaled(60)})
     config = write_config(tmp_path, data)
     cfg = parse_config(data)
 
@@ -82,8 +78,8 @@ def test_a_passive_party_stopped_in_training_tells_the_label_party(
         async with label_party(cfg, tmp_path / "run") as (serving, outcome):
             party = subprocess.Popen([sys.executable, "-m", "passive_party", "run", "--config",
                                       str(config), "--party-id", "1", "--label-party",
-                                      serving.address, "--run-dir", str(tmp_path / "p1")],
-                                     stderr=subprocess.PIPE, text=True)
+                                      serving.address, "--run-dir", str(tmp_path / "p1"),
+                                      *options], stderr=subprocess.PIPE, text=True)
             try:
                 other = asyncio.ensure_future(run_party(cfg, 2, serving.address,
                                                         RunDir(tmp_path / "p2")))
@@ -97,7 +93,19 @@ def test_a_passive_party_stopped_in_training_tells_the_label_party(
                 party.wait()
             return ended, err, party.returncode
 
-    ended, err, returncode = asyncio.run(go())
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize(("stop", "code", "by"), [(signal.SIGINT, 130, "Ctrl-C (SIGINT)"),
+                                                  (signal.SIGTERM, -signal.SIGTERM, "SIGTERM")])
+def test_a_passive_party_stopped_in_training_tells_the_label_party(
+        tmp_path: Path, stop: signal.Signals, code: int, by: str) -> None:
+    """Ctrl-C on a party's host (one party per host) ended it without a word in its log, and
+    the run's outcome said the party 'dropped its connection'; now the party tells the label
+    party by what it was stopped, and says so itself."""
+    data = small_config(tmp_path, training={"epochs": 400, "eval_interval": 0},
+                        topology={"join_deadline_s": scaled(60)})
+    ended, err, returncode = stop_party_in_training(tmp_path, data, stop)
     assert ended["status"] == "failed", ended
     assert ended["message"] == f"passive party 1 stopped: interrupted on its host by {by}", ended
     assert returncode == code, err

@@ -151,7 +151,9 @@ record_fields = st.builds(apb.GradientRecord, run_id=st.one_of(st.just("r1"), st
                           party_id=st.one_of(st.just(1), u32), epoch=u32, step=u64,
                           sample_ids=st.one_of(st.just(VALID_RECORD.sample_ids), tensors),
                           cut_gradient=st.one_of(st.just(VALID_RECORD.cut_gradient), tensors),
-                          first_layer_gradient=st.one_of(st.none(), tensors))
+                          first_layer_gradient=st.one_of(st.none(), tensors),
+                          stopped=st.one_of(st.none(), st.builds(
+                              apb.TapStop, reason=st.text(max_size=5000), resumable=st.booleans())))
 VALID_ANSWER = pb.PartyMessage(phase=pb.TRAIN, step=0,
                                activation=encode_tensor(np.ones((32, 16), np.float32)))
 party_fields = st.one_of(

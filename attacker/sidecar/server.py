@@ -25,7 +25,8 @@ log = logging.getLogger("attacker")
 SERVICE_NAME = "splitleak.v1.AttackerSidecar"
 # Once every expected stream has ended, one or more broken (their party failed or was stopped),
 # how long a party may take to open its stream again before the sidecar ends (exit 1). A party
-# resumed by hand starts later than this: it reaches a sidecar started again with --resume.
+# resumed by hand starts later than this: it reaches a sidecar started again with --resume. No
+# wait when every stream that ended unfinished was stopped by a party that will not come back.
 BROKEN_GRACE_S = 5.0
 
 
@@ -58,8 +59,8 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
     every record's shape from the config (without it, each party's first record does);
     `config_hash` (the config's) is what every stream's records must name. Returns the exit
     code: 0 every observed party closed its stream, 1 one did not (it never opened one, or its
-    stream broke or was refused and was not opened again within BROKEN_GRACE_S), 130 stopped
-    by a signal."""
+    stream broke, was refused or was stopped by its party and was not opened again within
+    BROKEN_GRACE_S; at once if its party said it will not come back), 130 stopped by a signal."""
     gradients = RunDir(out).gradients
     store = GradientStore(gradients, run_id, resume=resume)
     received = (GradientStore(RunDir(out).attacker / "received", run_id, resume=resume)
@@ -156,23 +157,26 @@ def _unfinished(servicer: AttackerServicer, missing: list[Key]) -> str:
     """' before <the streams> finished streaming', and how each one that ended unclosed ended."""
     if not missing:
         return ""
-    broken = "; ".join(f"the Record stream of {who(key)} {servicer.broken[key]}"
+    broken = "; ".join(f"{who(key)} stopped: {servicer.stopped[key]}" if key in servicer.stopped
+                       else f"the Record stream of {who(key)} {servicer.broken[key]}"
                        for key in missing if key in servicer.broken)
     return f" before {', '.join(map(who, missing))} finished streaming" + (
         f": {broken}" if broken else "")
 
 
 async def _broken_off(servicer: AttackerServicer, grace: float) -> None:
-    """Return once every expected stream has ended, one or more broken or refused, and none was
-    opened again for `grace` s: the run it recorded has failed, and a sidecar must not outlive it
-    (a party opening its stream again within the grace goes on being recorded)."""
+    """Return once every expected stream has ended, one or more broken, refused or stopped, and
+    none was opened again for `grace` s: the run it recorded has failed, and a sidecar must not
+    outlive it (a party opening its stream again within the grace goes on being recorded). No
+    grace when the party of each such stream said it will not come back."""
     loop = asyncio.get_running_loop()
     while True:
         await servicer.all_ended.wait()
+        wait = 0.0 if servicer.broken.keys() <= servicer.gone else grace
         quiet = loop.time() - servicer.ended_at
-        if quiet >= grace:
+        if quiet >= wait:
             return
-        await asyncio.sleep(grace - quiet)
+        await asyncio.sleep(wait - quiet)
 
 
 async def _never_joined(servicer: AttackerServicer, deadline: float) -> None:

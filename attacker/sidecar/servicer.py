@@ -15,16 +15,19 @@ import numpy as np
 
 from attacker.sidecar.store import GradientStore, RecordError
 from splitleak.codec import CodecError, decode_ids, decode_tensor, decode_view
+from splitleak.tap import REASON_CHARS
 from splitleak.timing import WARMUP_STEPS, CpuWindow
 from splitleak.tls import LABEL_PARTY, passive_identity, peer_identity
 from splitleak.v1 import attacker_pb2 as pb
 from splitleak.v1 import attacker_pb2_grpc as pb_grpc
 from splitleak.v1 import tensor_pb2
-from splitleak.wire import Malformed, RefusalLog, add_service, echo
+from splitleak.wire import Malformed, RefusalLog, add_service, clip, echo
 
 log = logging.getLogger("attacker")
 _OPTIONAL: tuple[Literal["activation", "first_layer_gradient"], ...] = (
     "activation", "first_layer_gradient")
+_TENSORS: tuple[Literal["sample_ids", "cut_gradient", "activation", "first_layer_gradient"], ...] = (
+    "sample_ids", "cut_gradient", "activation", "first_layer_gradient")
 _RECORDED = (tensor_pb2.FLOAT32, tensor_pb2.FLOAT16, tensor_pb2.BFLOAT16)  # [wire] dtypes
 SYNC_TIMEOUT = 60.0  # s: a checkpoint Sync without a deadline waits at most this
 DRAIN_S = 1.0  # s: what a refused stream may still send before its call is aborted
@@ -80,6 +83,12 @@ async def _closed_by_client(context: grpc.aio.ServicerContext) -> bool:
     return True
 
 
+def _one_line(text: str, limit: int) -> str:
+    """A peer's free text for one line of our log: cut to `limit` characters (clip), its line
+    breaks and other control characters made spaces."""
+    return " ".join("".join(c if c.isprintable() else " " for c in clip(text, limit)).split())
+
+
 def add_sidecar(server: grpc.aio.Server, servicer: AttackerServicer, limit_mb: int) -> None:
     add_service(server, pb_grpc.add_AttackerSidecarServicer_to_server, servicer, limit_mb)
 
@@ -115,6 +124,8 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
         self.all_finished = asyncio.Event()
         self.streaming: set[Key] = set()
         self.broken: dict[Key, str] = {}  # expected streams that ended unclosed: how
+        self.stopped: dict[Key, str] = {}  # of those, the ones whose party said why: its sentence
+        self.gone: set[Key] = set()  # of those, the ones whose party will not open them again
         self.all_ended = asyncio.Event()  # every expected stream ended, one or more broken
         self.ended_at = 0.0  # the event loop's time when the last one ended
         self.refused: dict[Key, str] = {}  # the last refusal of each expected stream
@@ -141,6 +152,7 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
         key: Key | None = None
         claimed: Key | None = None
         refusal: tuple[grpc.StatusCode, str] | None = None
+        stop: pb.TapStop | None = None  # the stream's last record: why its party stops
         closed = False  # by its party (the stream did not break)
         try:
             async for record in request_iterator:
@@ -151,6 +163,12 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
                     key = self._admit(record.run_id, claimed, peer_identity(context),
                                       config_hash=record.config_hash)
                     self._opened(key)
+                if stop is not None:
+                    raise RecordError(f"{who(key)} sent a record after its stop (a stream's "
+                                      "last record)")
+                if record.HasField("stopped"):
+                    stop = self._stop(record, key)
+                    continue
                 rows += self._append(record, key)
                 records += 1
                 if record.step >= WARMUP_STEPS:
@@ -163,7 +181,7 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
             refusal = self._refused(err, key if key is not None else claimed)
         finally:  # also when gRPC cancels this handler: its stream broke
             if key is not None:
-                self._ended(key, closed, refusal)
+                self._ended(key, closed, refusal, stop)
         if refusal is not None and key is not None:  # a tap of this run: it must stop at once
             await _abort(context, *refusal)  # (a third of an abort's growth remains; see _answer)
             return pb.RecordSummary()
@@ -172,18 +190,41 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
             return pb.RecordSummary()
         return pb.RecordSummary(records=records, rows=rows) if closed else pb.RecordSummary()
 
+    def _stop(self, record: pb.GradientRecord, key: Key) -> pb.TapStop:
+        """A stop, checked as a record is: of the stream's party, and nothing else; its reason
+        made one line of at most REASON_CHARS characters (a peer's text, in our last line)."""
+        self._same_stream(record, key)
+        carried = [name for name in _TENSORS if record.HasField(name)]
+        if carried:
+            raise RecordError(f"{who(key)}'s stop carries {carried[0]}; a stop carries only "
+                              "why its party stops")
+        reason = _one_line(record.stopped.reason, REASON_CHARS) or "(it gave no reason)"
+        resumable = record.stopped.resumable
+        log.warning("%s stopped before its run was done: %s (%s)", who(key), reason,
+                    "it may be resumed: its stream may open again" if resumable else
+                    "it will not come back")
+        return pb.TapStop(reason=reason, resumable=resumable)
+
     def _opened(self, key: Key) -> None:
         """An admitted stream: also one that broke before, opened again (a resumed tap)."""
         self.streaming.add(key)
         self.broken.pop(key, None)
+        self.stopped.pop(key, None)
+        self.gone.discard(key)
         self.all_ended.clear()
 
-    def _ended(self, key: Key, closed: bool,
-               refusal: tuple[grpc.StatusCode, str] | None) -> None:
-        """A stream of this run ended: closed by its party, refused, or broken."""
+    def _ended(self, key: Key, closed: bool, refusal: tuple[grpc.StatusCode, str] | None,
+               stop: pb.TapStop | None = None) -> None:
+        """A stream of this run ended: closed by its party, refused, stopped (its party said
+        why it ends before its run is done), or broken."""
         self.streaming.discard(key)
         if refusal is not None:
             self.broken[key] = f"was refused: {refusal[1]}"
+        elif stop is not None:
+            self.broken[key] = "was stopped by its party"
+            self.stopped[key] = stop.reason
+            if not stop.resumable:
+                self.gone.add(key)
         elif not closed:
             self.broken[key] = "broke before it was closed"
         else:
@@ -276,11 +317,15 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
                               status="ALREADY_EXISTS")
         return key
 
-    def _append(self, record: pb.GradientRecord, key: Key) -> int:
-        observer, party = key
+    @staticmethod
+    def _same_stream(record: pb.GradientRecord, key: Key) -> None:
         if (record.observer, record.party_id) != key:
             raise RecordError(f"a stream opened by {who(key)} carried a record of "
                               f"{who((record.observer, record.party_id))}")
+
+    def _append(self, record: pb.GradientRecord, key: Key) -> int:
+        observer, party = key
+        self._same_stream(record, key)
         where = f"party {party} step {record.step}" + ("" if observer == PASSIVE else " (received)")
         try:
             if observer == PASSIVE:

@@ -25,23 +25,25 @@ _sym_db = _symbol_database.Default()
 from splitleak.v1 import tensor_pb2 as splitleak_dot_v1_dot_tensor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bsplitleak/v1/attacker.proto\x12\x0csplitleak.v1\x1a\x19splitleak/v1/tensor.proto\"\xe4\x01\n\x0bSyncRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x10\n\x08party_id\x18\x02 \x01(\r\x12\x0c\n\x04step\x18\x03 \x01(\x04\x12,\n\x04mode\x18\x04 \x01(\x0e\x32\x1e.splitleak.v1.SyncRequest.Mode\x12(\n\x08observer\x18\x05 \x01(\x0e\x32\x16.splitleak.v1.Observer\x12\x13\n\x0b\x63onfig_hash\x18\x06 \x01(\t\"8\n\x04Mode\x12\x14\n\x10MODE_UNSPECIFIED\x10\x00\x12\x0e\n\nCHECKPOINT\x10\x01\x12\n\n\x06REWIND\x10\x02\"\xc2\x02\n\x0eGradientRecord\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x10\n\x08party_id\x18\x02 \x01(\r\x12\r\n\x05\x65poch\x18\x03 \x01(\r\x12\x0c\n\x04step\x18\x04 \x01(\x04\x12(\n\nsample_ids\x18\x05 \x01(\x0b\x32\x14.splitleak.v1.Tensor\x12*\n\x0c\x63ut_gradient\x18\x06 \x01(\x0b\x32\x14.splitleak.v1.Tensor\x12(\n\nactivation\x18\x07 \x01(\x0b\x32\x14.splitleak.v1.Tensor\x12\x32\n\x14\x66irst_layer_gradient\x18\x08 \x01(\x0b\x32\x14.splitleak.v1.Tensor\x12(\n\x08observer\x18\t \x01(\x0e\x32\x16.splitleak.v1.Observer\x12\x13\n\x0b\x63onfig_hash\x18\n \x01(\t\".\n\rRecordSummary\x12\x0f\n\x07records\x18\x01 \x01(\x04\x12\x0c\n\x04rows\x18\x02 \x01(\x04*.\n\x08Observer\x12\x11\n\rPASSIVE_PARTY\x10\x00\x12\x0f\n\x0bLABEL_PARTY\x10\x01\x32\x98\x01\n\x0f\x41ttackerSidecar\x12\x45\n\x06Record\x12\x1c.splitleak.v1.GradientRecord\x1a\x1b.splitleak.v1.RecordSummary(\x01\x12>\n\x04Sync\x12\x19.splitleak.v1.SyncRequest\x1a\x1b.splitleak.v1.RecordSummaryb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bsplitleak/v1/attacker.proto\x12\x0csplitleak.v1\x1a\x19splitleak/v1/tensor.proto\"\xe4\x01\n\x0bSyncRequest\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x10\n\x08party_id\x18\x02 \x01(\r\x12\x0c\n\x04step\x18\x03 \x01(\x04\x12,\n\x04mode\x18\x04 \x01(\x0e\x32\x1e.splitleak.v1.SyncRequest.Mode\x12(\n\x08observer\x18\x05 \x01(\x0e\x32\x16.splitleak.v1.Observer\x12\x13\n\x0b\x63onfig_hash\x18\x06 \x01(\t\"8\n\x04Mode\x12\x14\n\x10MODE_UNSPECIFIED\x10\x00\x12\x0e\n\nCHECKPOINT\x10\x01\x12\n\n\x06REWIND\x10\x02\"\xea\x02\n\x0eGradientRecord\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x10\n\x08party_id\x18\x02 \x01(\r\x12\r\n\x05\x65poch\x18\x03 \x01(\r\x12\x0c\n\x04step\x18\x04 \x01(\x04\x12(\n\nsample_ids\x18\x05 \x01(\x0b\x32\x14.splitleak.v1.Tensor\x12*\n\x0c\x63ut_gradient\x18\x06 \x01(\x0b\x32\x14.splitleak.v1.Tensor\x12(\n\nactivation\x18\x07 \x01(\x0b\x32\x14.splitleak.v1.Tensor\x12\x32\n\x14\x66irst_layer_gradient\x18\x08 \x01(\x0b\x32\x14.splitleak.v1.Tensor\x12(\n\x08observer\x18\t \x01(\x0e\x32\x16.splitleak.v1.Observer\x12\x13\n\x0b\x63onfig_hash\x18\n \x01(\t\x12&\n\x07stopped\x18\x0b \x01(\x0b\x32\x15.splitleak.v1.TapStop\",\n\x07TapStop\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x11\n\tresumable\x18\x02 \x01(\x08\".\n\rRecordSummary\x12\x0f\n\x07records\x18\x01 \x01(\x04\x12\x0c\n\x04rows\x18\x02 \x01(\x04*.\n\x08Observer\x12\x11\n\rPASSIVE_PARTY\x10\x00\x12\x0f\n\x0bLABEL_PARTY\x10\x01\x32\x98\x01\n\x0f\x41ttackerSidecar\x12\x45\n\x06Record\x12\x1c.splitleak.v1.GradientRecord\x1a\x1b.splitleak.v1.RecordSummary(\x01\x12>\n\x04Sync\x12\x19.splitleak.v1.SyncRequest\x1a\x1b.splitleak.v1.RecordSummaryb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'splitleak.v1.attacker_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_OBSERVER']._serialized_start=676
-  _globals['_OBSERVER']._serialized_end=722
+  _globals['_OBSERVER']._serialized_start=762
+  _globals['_OBSERVER']._serialized_end=808
   _globals['_SYNCREQUEST']._serialized_start=73
   _globals['_SYNCREQUEST']._serialized_end=301
   _globals['_SYNCREQUEST_MODE']._serialized_start=245
   _globals['_SYNCREQUEST_MODE']._serialized_end=301
   _globals['_GRADIENTRECORD']._serialized_start=304
-  _globals['_GRADIENTRECORD']._serialized_end=626
-  _globals['_RECORDSUMMARY']._serialized_start=628
-  _globals['_RECORDSUMMARY']._serialized_end=674
-  _globals['_ATTACKERSIDECAR']._serialized_start=725
-  _globals['_ATTACKERSIDECAR']._serialized_end=877
+  _globals['_GRADIENTRECORD']._serialized_end=666
+  _globals['_TAPSTOP']._serialized_start=668
+  _globals['_TAPSTOP']._serialized_end=712
+  _globals['_RECORDSUMMARY']._serialized_start=714
+  _globals['_RECORDSUMMARY']._serialized_end=760
+  _globals['_ATTACKERSIDECAR']._serialized_start=811
+  _globals['_ATTACKERSIDECAR']._serialized_end=963
 # @@protoc_insertion_point(module_scope)

@@ -104,6 +104,7 @@ class GradientRecord(_message.Message):
     FIRST_LAYER_GRADIENT_FIELD_NUMBER: _builtins.int
     OBSERVER_FIELD_NUMBER: _builtins.int
     CONFIG_HASH_FIELD_NUMBER: _builtins.int
+    STOPPED_FIELD_NUMBER: _builtins.int
     run_id: _builtins.str
     party_id: _builtins.int
     epoch: _builtins.int
@@ -133,6 +134,14 @@ class GradientRecord(_message.Message):
     def first_layer_gradient(self) -> _tensor_pb2.Tensor:
         """Optional: the gradient at the output of the party's first layer after local backprop."""
 
+    @_builtins.property
+    def stopped(self) -> Global___TapStop:
+        """Set on a stream's last record only, which then carries no tensor: the party stops before
+        its run is done (it failed, or was stopped on its host), and says why. On the Record stream
+        rather than in a call of its own: it comes after every record the party sent, and is
+        checked as they are (the stream's run, party and side).
+        """
+
     def __init__(
         self,
         *,
@@ -146,14 +155,46 @@ class GradientRecord(_message.Message):
         first_layer_gradient: _tensor_pb2.Tensor | None = ...,
         observer: Global___Observer.ValueType = ...,
         config_hash: _builtins.str = ...,
+        stopped: Global___TapStop | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["activation", b"activation", "cut_gradient", b"cut_gradient", "first_layer_gradient", b"first_layer_gradient", "sample_ids", b"sample_ids"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["activation", b"activation", "cut_gradient", b"cut_gradient", "first_layer_gradient", b"first_layer_gradient", "sample_ids", b"sample_ids", "stopped", b"stopped"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activation", b"activation", "config_hash", b"config_hash", "cut_gradient", b"cut_gradient", "epoch", b"epoch", "first_layer_gradient", b"first_layer_gradient", "observer", b"observer", "party_id", b"party_id", "run_id", b"run_id", "sample_ids", b"sample_ids", "step", b"step"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activation", b"activation", "config_hash", b"config_hash", "cut_gradient", b"cut_gradient", "epoch", b"epoch", "first_layer_gradient", b"first_layer_gradient", "observer", b"observer", "party_id", b"party_id", "run_id", b"run_id", "sample_ids", b"sample_ids", "step", b"step", "stopped", b"stopped"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GradientRecord: _TypeAlias = GradientRecord  # noqa: Y015
+
+@_typing.final
+class TapStop(_message.Message):
+    """Why a party stops before its run is done, for the sidecar's own last line."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REASON_FIELD_NUMBER: _builtins.int
+    RESUMABLE_FIELD_NUMBER: _builtins.int
+    reason: _builtins.str
+    """The party's own sentence, as it logs it and tells the label party (at most 2,000
+    characters are kept).
+    """
+    resumable: _builtins.bool
+    """The party may open its stream again (a stop requested on its host: the run goes on from a
+    checkpoint, REWIND then Record): the sidecar waits for it as for a broken stream. False: it
+    failed and will not, so the sidecar ends once every stream it records has ended.
+    """
+    def __init__(
+        self,
+        *,
+        reason: _builtins.str = ...,
+        resumable: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "resumable", b"resumable"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TapStop: _TypeAlias = TapStop  # noqa: Y015
 
 @_typing.final
 class RecordSummary(_message.Message):

@@ -56,7 +56,8 @@ class AttackerSidecarServicer:
     """
 
     def Record(self, request_iterator, context):
-        """One client stream per (observer, party) for the whole run.
+        """One client stream per (observer, party) for the whole run. A tap whose party stops before
+        its run is done ends the stream with a record that says why (GradientRecord.stopped).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

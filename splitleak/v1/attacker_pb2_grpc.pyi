@@ -37,7 +37,9 @@ class AttackerSidecarStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> AttackerSidecarAsyncStub: ...
     Record: _grpc.StreamUnaryMultiCallable[_attacker_pb2.GradientRecord, _attacker_pb2.RecordSummary]
-    """One client stream per (observer, party) for the whole run."""
+    """One client stream per (observer, party) for the whole run. A tap whose party stops before
+    its run is done ends the stream with a record that says why (GradientRecord.stopped).
+    """
     Sync: _grpc.UnaryUnaryMultiCallable[_attacker_pb2.SyncRequest, _attacker_pb2.RecordSummary]
     """Checkpoint and resume of one party's log: CHECKPOINT waits until every record of train
     steps < step is in the log and durable; REWIND (when the run resumes at step) cuts the
@@ -53,7 +55,9 @@ class AttackerSidecarAsyncStub(AttackerSidecarStub):
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     Record: _aio.StreamUnaryMultiCallable[_attacker_pb2.GradientRecord, _attacker_pb2.RecordSummary]  # type: ignore[assignment]
-    """One client stream per (observer, party) for the whole run."""
+    """One client stream per (observer, party) for the whole run. A tap whose party stops before
+    its run is done ends the stream with a record that says why (GradientRecord.stopped).
+    """
     Sync: _aio.UnaryUnaryMultiCallable[_attacker_pb2.SyncRequest, _attacker_pb2.RecordSummary]  # type: ignore[assignment]
     """Checkpoint and resume of one party's log: CHECKPOINT waits until every record of train
     steps < step is in the log and durable; REWIND (when the run resumes at step) cuts the
@@ -72,7 +76,9 @@ class AttackerSidecarServicer(metaclass=_abc_1.ABCMeta):
         request_iterator: _MaybeAsyncIterator[_attacker_pb2.GradientRecord],
         context: _ServicerContext,
     ) -> _typing.Union[_attacker_pb2.RecordSummary, _abc.Awaitable[_attacker_pb2.RecordSummary]]:
-        """One client stream per (observer, party) for the whole run."""
+        """One client stream per (observer, party) for the whole run. A tap whose party stops before
+        its run is done ends the stream with a record that says why (GradientRecord.stopped).
+        """
 
     @_abc_1.abstractmethod
     def Sync(
