@@ -97,21 +97,6 @@ def test_leak_parquet_is_written_a_bounded_chunk_of_rows_at_a_time(tmp_path, mon
     assert pq.read_table(tmp_path / "empty.parquet").schema.equals(LEAK_SCHEMA)
 
 
-def test_the_report_reads_only_the_leak_columns_it_uses(tmp_path: Path) -> None:
-    """The report read all 26 columns of leak.parquet (~1 KB a row in memory, ~100 rows per
-    train step): a long run's report needed many GB on top of the analysis."""
-    import pyarrow.parquet as pq
-
-    from attacker.report.report import _LEAK_READ, _read_leak
-
-    path = tmp_path / "leak.parquet"
-    pq.write_table(LEAK_SCHEMA.empty_table(), path)
-    read = _read_leak(path)
-    assert read.column_names == [n for n in LEAK_SCHEMA.names if n in _LEAK_READ]
-    assert len(read.column_names) == len(_LEAK_READ) < len(LEAK_SCHEMA.names) / 2
-    assert isinstance(read, pa.Table)
-
-
 def _many_rows(root: Path, steps: int) -> RunDir:
     """A run of `steps` 8-row batches, 100 to an epoch, at the cut and first layer."""
     return synthetic_run(root, 2, 2, [(step // 100, step) for step in range(steps)], rows=8)

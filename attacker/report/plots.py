@@ -14,6 +14,8 @@ import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
 
+from attacker.report.leak_read import LeakLine  # noqa: E402
+
 DPI = 110
 CLASS_COLORS = {0: "tab:blue", 1: "tab:orange"}
 AUC_LABEL = "per-batch leak AUC, flip-corrected\nmax(AUC, 1 − AUC)"
@@ -73,32 +75,25 @@ def _leak_line(ax: plt.Axes, steps: np.ndarray, values: np.ndarray, style: str, 
     return window
 
 
-def leak_over_training(leak: pa.Table, party: int, layer: str, seed: int, path: Path,
+def leak_over_training(lines: list[LeakLine], party: int, layer: str, seed: int, path: Path,
                        bound: tuple[np.ndarray, np.ndarray] | None = None) -> None:
-    """Per-batch flip-corrected leak AUC (label accuracy, count error) against the step:
-    one panel per attack family, one line per attack; optionally Marvell's Thm-1 AUC bound."""
-    rows = _select(leak, party_id=party, layer=layer)
-    if rows.num_rows == 0:
-        raise ValueError(f"leak.parquet has no rows for party {party}, {layer} layer")
-    families: dict[str, list[str]] = {}
-    for label in dict.fromkeys(_column(rows, "attack")):
-        families.setdefault(label.split("(", 1)[0], []).append(label)
+    """Per-batch flip-corrected leak AUC (label accuracy, count error) against the step, the mean
+    over draws (leak_read.leak_lines): one panel per attack family, one line per attack;
+    optionally Marvell's Thm-1 AUC bound."""
+    families: dict[str, list[LeakLine]] = {}
+    for line in lines:
+        families.setdefault(line.attack.split("(", 1)[0], []).append(line)
     fig, axes = _panel_grid(len(families), 4.0, 2.8)
     accuracy, metric, window = False, "auc", 1
     for ax, (family, members) in zip(axes.flat, families.items(), strict=False):
-        for index, label in enumerate(members):
-            one = _select(rows, attack=label)
-            metric = one.column("metric")[0].as_py()
+        for index, line in enumerate(members):
+            metric = line.metric
             accuracy = metric != "auc"  # accuracy or count error: both in [0, 1], no 0.5 line
-            column = "auc_flipped" if metric == "auc" else metric
-            # one point per batch: the mean over the draws of random side knowledge
-            one = one.group_by("step", use_threads=False).aggregate([(column, "mean")]).sort_by("step")
-            values = _column(one, f"{column}_mean").astype(float)
-            window = max(window, _leak_line(ax, _column(one, "step"), values,
+            window = max(window, _leak_line(ax, line.steps, line.values,
                                             LINE_STYLES[index % len(LINE_STYLES)],
-                                            label[len(family):].strip("()") or family))
+                                            line.attack[len(family):].strip("()") or family))
         if len(members) > 1:  # the legend, titled, sits above the panel so it hides no data
-            short = all(len(m) - len(family) <= 8 for m in members)
+            short = all(len(m.attack) - len(family) <= 8 for m in members)
             legend = ax.legend(title=family, fontsize=8, ncol=min(len(members), 3 if short else 2),
                                loc="lower center", bbox_to_anchor=(0.5, 1.0), frameon=False)
             legend.get_title().set_fontweight("bold")

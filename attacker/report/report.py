@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from attacker.analysis.summary import headline, marvell_bounds, metric_stats
@@ -39,6 +38,7 @@ from attacker.report.cells import (
     spread_cell,
     threat_tag,
 )
+from attacker.report.leak_read import leak_lines, skip_counts
 from attacker.report.threat import above_bound_notes, completion_md, threat_md
 from splitleak.artifacts.metrics import read_metrics
 from splitleak.artifacts.outcome import read_outcome
@@ -99,7 +99,7 @@ class _Inputs:
     config_hash: str
     records: list[dict[str, Any]]
     outcome: dict[str, Any]
-    leak: pa.Table | None
+    leak: Path | None  # attacker/leak.parquet, read a row group at a time (leak_read.py)
     rows: pa.Table | None
 
     @classmethod
@@ -110,20 +110,8 @@ class _Inputs:
         return cls(tomllib.loads(text), found.group(1) if found else "unknown",
                    list(read_metrics(run.metrics)) if run.metrics.exists() else [],
                    read_outcome(run),
-                   _read_leak(leak) if leak.exists() else None,
+                   leak if leak.exists() else None,
                    pq.read_table(rows) if rows.exists() else None)
-
-
-# The columns of attacker/leak.parquet the report reads (of 26): a long run's table has ~100 rows
-# per train step, so reading all of them took ~1 KB of memory per row.
-_LEAK_READ = ("party_id", "parties", "layer", "attack", "metric", "step", "auc_flipped", "accuracy",
-              "count_error", "skip_reason")
-
-
-def _read_leak(path: Path) -> pa.Table:
-    """attacker/leak.parquet, only the columns the report reads."""
-    names = pq.ParquetFile(path).schema_arrow.names
-    return pq.read_table(path, columns=[name for name in names if name in _LEAK_READ])
 
 
 def _draw_plots(run: RunDir, summary: dict[str, Any], inputs: _Inputs, notes: list[str],
@@ -152,12 +140,16 @@ def _draw_plots(run: RunDir, summary: dict[str, Any], inputs: _Inputs, notes: li
     recorded_first_layer = (inputs.config.get("attacker") or {}).get("record_first_layer", True)
     binary = summary.get("num_classes", 2) == 2 and all(
         r.get("num_classes", 2) == 2 for r in inputs.records if r.get("type") == "plan")
+
+    def leak_plot(leak: Path, party: int, layer: str, path: Path) -> None:
+        plots.leak_over_training(leak_lines(leak, party, layer), party, layer, summary.get("seed", "?"),
+                                 path=path, bound=bounds.get(party) if layer == "cut" else None)
+
     for party in sorted({e["party_id"] for e in entries}):
         layers = sorted({e["layer"] for e in entries if e["party_id"] == party}, key=layer_key)
         for layer in layers if inputs.leak is not None else []:
             figure(f"leak_party{party}_{layer}.png", f"Leak over training: party {party}, {layer} layer",
-                   plots.leak_over_training, inputs.leak, party, layer, summary.get("seed", "?"),
-                   bound=bounds.get(party) if layer == "cut" else None)
+                   leak_plot, inputs.leak, party, layer)
         if "first" not in layers and recorded_first_layer:
             notes.append(f"party {party}: no first-layer gradient recorded, so no first-layer leak plot")
         if party not in row_parties:  # a multi-class run has no per-row sample: no histograms
@@ -354,7 +346,7 @@ def _bound_md(bounds: dict[int, tuple[np.ndarray, np.ndarray]], summary: dict[st
               if above else ["No batch's measured leak exceeds its bound.", ""])]
 
 
-def _leak_md(summary: dict[str, Any], leak: pa.Table | None) -> list[str]:
+def _leak_md(summary: dict[str, Any], leak: Path | None) -> list[str]:
     lines = ["## Leak per party and layer", "",
              "Per-batch values summarised over the run: mean, p95 (95th percentile, Li et al.'s headline), "
              "max. **raw** = ROC AUC of the attack's score against the labels (below 0.5: the score ranks "
@@ -407,20 +399,12 @@ def _leak_md(summary: dict[str, Any], leak: pa.Table | None) -> list[str]:
     return lines
 
 
-def _skip_reasons(leak: pa.Table | None, who: str, layer: str) -> list[str]:
-    if leak is None:
-        return []
-    if "parties" in leak.column_names:
-        mine = pc.equal(pc.coalesce(leak["parties"], pc.cast(leak["party_id"], pa.string())), who)
-    else:
-        mine = pc.equal(pc.cast(leak["party_id"], pa.string()), who)
-    skipped = leak.filter(pc.and_(mine, pc.equal(leak["layer"], layer)))
-    skipped = skipped.filter(pc.is_valid(skipped["skip_reason"]))
-    counts = skipped.group_by("skip_reason", use_threads=False).aggregate([("step", "count")]).to_pylist()
+def _skip_reasons(leak: Path | None, who: str, layer: str) -> list[str]:
+    counts = skip_counts(leak, who, layer) if leak is not None else {}
     if not counts:
         return []
     return ["Skipped (attack, batch) pairs: "
-            + "; ".join(f"{c['skip_reason']}: {c['step_count']}" for c in counts) + ".", ""]
+            + "; ".join(f"{reason}: {count}" for reason, count in counts.items()) + ".", ""]
 
 
 def _epoch_md(summary: dict[str, Any]) -> list[str]:
