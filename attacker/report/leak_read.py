@@ -3,7 +3,6 @@ per-step means for the leak-over-training plots, skip counts for report.md (neve
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,13 +10,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from pyarrow import acero
 
 from attacker.analysis.leak_file import parquet_batches
 
 METRIC_COLUMNS = {"auc": "auc_flipped", "accuracy": "accuracy", "count_error": "count_error"}
-_SKIPPED = pa.schema([("skip_reason", pa.string()), ("step", pa.int64())])
-READ_TABLE_ROWS = 131072  # pq.read_table's batches within a row group (a file written whole has 1M-row ones)
 
 
 @dataclass(frozen=True)
@@ -116,29 +112,16 @@ def leak_lines(path: Path, party: int, layer: str) -> list[LeakLine]:
 
 def skip_counts(path: Path, who: str, layer: str) -> dict[str, int]:
     """How many (attack, batch) pairs of `who` (parties "1", "1+2"; old rows: the party) at
-    `layer` each skip reason skipped. Counted by the grouped aggregate the whole table went
-    through before, fed the same batches (the skipped rows of each READ_TABLE_ROWS of a row
-    group, as pq.read_table cut it) as a stream: its order of the reasons is its own (new
-    reasons met in one batch are not numbered in row order), the order report.md has had."""
-    columns = _columns(path, ["party_id", "parties", "layer", "skip_reason", "step"])
-
-    def skipped() -> Iterator[pa.RecordBatch]:
-        for batch in parquet_batches(path)(columns):
-            party = pc.cast(batch["party_id"], pa.string())
-            whose = pc.coalesce(pc.cast(batch["parties"], pa.string()), party) \
-                if "parties" in columns else party
-            reasons = pc.cast(batch["skip_reason"], pa.string())
-            mine = pc.and_(pc.and_(pc.equal(whose, who), pc.equal(batch["layer"], layer)),
-                           pc.is_valid(reasons))
-            kept = pa.RecordBatch.from_arrays([reasons, batch["step"], mine], ["skip_reason", "step", "mine"])
-            for start in range(0, batch.num_rows, READ_TABLE_ROWS):
-                part = kept.slice(start, READ_TABLE_ROWS)
-                yield part.filter(part["mine"]).select(_SKIPPED.names)
-
-    reader = pa.RecordBatchReader.from_batches(_SKIPPED, skipped())
-    found = acero.Declaration.from_sequence([
-        acero.Declaration("record_batch_reader_source", acero.RecordBatchReaderSourceNodeOptions(reader)),
-        acero.Declaration("aggregate", acero.AggregateNodeOptions(
-            [("step", "hash_count", None, "step_count")], keys=["skip_reason"])),
-    ]).to_table(use_threads=False)
-    return dict(zip(found["skip_reason"].to_pylist(), found["step_count"].to_pylist(), strict=True))
+    `layer` each skip reason skipped, in the order the reasons first appear in the file (one row
+    group at a time: only the skipped rows' reasons are held, per reason a count)."""
+    columns = _columns(path, ["party_id", "parties", "layer", "skip_reason"])
+    counts: dict[str, int] = {}
+    for batch in parquet_batches(path)(columns):
+        party = pc.cast(batch["party_id"], pa.string())
+        whose = pc.coalesce(pc.cast(batch["parties"], pa.string()), party) \
+            if "parties" in columns else party
+        mine = pc.and_(pc.equal(whose, who), pc.equal(batch["layer"], layer))
+        reasons = pc.filter(pc.cast(batch["skip_reason"], pa.string()), pc.fill_null(mine, False))
+        for found in pc.value_counts(reasons.drop_null()).to_pylist():  # in order of first row
+            counts[found["values"]] = counts.get(found["values"], 0) + found["counts"]
+    return counts
