@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 from rich.console import Console
 
+from attacker.analysis.parallel import SERIAL_BELOW, WorkerLost
 from attacker.bench import MAX_BATCH, MAX_DIM, MAX_ROWS, READS, bench_mode
 from splitleak.arguments import MAX_PARTIES, config_bound, device, host_port, int_in, seed
 from splitleak.artifacts.paths import RunDir
@@ -39,6 +40,7 @@ log = logging.getLogger("attacker")
 
 
 ALL_ROWS = READS["analysis"]["rows"]  # attacker bench's default log size
+MAX_JOBS = 1024  # worker processes of `attacker analyze`: a sanity bound
 MAX_HINTS = 1000  # k known positives per batch: a sanity bound, as threat.draws has (k above a
 # batch's positives only means all of them)
 
@@ -153,6 +155,23 @@ def _check_task(run_dir: Path, specs: list[tuple[str, dict[str, Any]]]) -> None:
         raise BadInput(f"attacker analyze: {err}") from None
 
 
+def _jobs(text: str) -> int:
+    """An argparse type: auto (every core this process may use) or a count of processes."""
+    if text == "auto":
+        from splitleak.placement import cores
+
+        return cores()
+    allowed = f"allowed: auto (every core this process may use) or 1..{MAX_JOBS}"
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of processes; {allowed}") \
+            from None
+    if not 1 <= value <= MAX_JOBS:
+        raise argparse.ArgumentTypeError(f"{value} processes; {allowed}")
+    return value
+
+
 def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
     from attacker.analysis.analyze import AnalysisInputError, analyze
     from attacker.analysis.summary import write_summary
@@ -179,10 +198,11 @@ def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
     if specs is not None:
         _check_task(args.run_dir, specs)
     try:
-        summary = analyze(args.run_dir, specs, args.hints, args.seed, args.draws, args.device)
+        summary = analyze(args.run_dir, specs, args.hints, args.seed, args.draws, args.device,
+                          args.jobs)
     except (AnalysisInputError, LogFormatError, ConfigError) as err:
         raise BadInput(f"cannot analyse {args.run_dir}: {err}") from None
-    except FileNotFoundError as err:
+    except (FileNotFoundError, WorkerLost) as err:
         console.print(f"[bold red]cannot analyse {args.run_dir}:[/] {err}")
         return EXIT_FAILED
     except OSError as err:
@@ -245,6 +265,11 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--device", type=device, help="where the run-level attacks (model completion, feature "
                    "reconstruction) train: auto, cpu, cuda, cuda:K (default: the run's "
                    "run.devices.attacker, else run.device)")
+    a.add_argument("--jobs", type=_jobs, default="auto", metavar="J",
+                   help="worker processes of the batch attacks, 1.."
+                   f"{MAX_JOBS} or auto: every core this process may use (default); the files "
+                   "written are the same for every J; 1, or a log of fewer than "
+                   f"{SERIAL_BELOW} batches, runs them in this process")
     b = sub.add_parser("bench", help="analysis throughput on a synthetic gradient log")
     b.add_argument("--rows", type=int_in(1, MAX_ROWS),
                    help=f"rows of the synthetic log (default {ALL_ROWS:,}; --exact: examples, default 8,192)")

@@ -19,6 +19,7 @@ from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, BadInput, checked_
 from splitleak.config import ExperimentConfig, PluginSpec
 from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
+from splitleak.placement import cores
 
 
 def default_variants(cfg: ExperimentConfig) -> list[tuple[str, ExperimentConfig]]:
@@ -166,15 +167,17 @@ def analysable(cfg: ExperimentConfig) -> bool:
 
 
 def analyse_run(outcome: RunOutcome, console: Console,
-                leak_table: bool = True) -> dict:
+                leak_table: bool = True, jobs: int | None = None) -> dict:
     """The attacker's offline analysis of a finished run, and its report (and, unless told
-    otherwise, its leak table in the terminal)."""
+    otherwise, its leak table in the terminal); `jobs` processes run its batch attacks (None:
+    auto, the cores this run may use, its share of them in a sweep)."""
     from attacker.analysis.analyze import analyze
     from attacker.analysis.summary import write_summary
     from attacker.report.report import write_report
     from attacker.report.terminal import print_leak_table, print_warnings
 
-    summary = analyze(outcome.run.root)  # the attacks its config lists, else the defaults
+    # the attacks its config lists, else the defaults
+    summary = analyze(outcome.run.root, jobs=jobs or cores())
     write_report(outcome.run, summary)
     write_summary(outcome.run, summary)
     if leak_table:

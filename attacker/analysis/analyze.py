@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from attacker.analysis import parallel
 from attacker.analysis.inputs import (
     AnalysisInputError,
     check_run_dir,
@@ -210,11 +211,15 @@ class Analysis:
 
 def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
             hints: Iterable[int] | None = None, seed: int | None = None,
-            draws: int | None = None, device: str | None = None) -> dict[str, Any]:
+            draws: int | None = None, device: str | None = None,
+            jobs: int = 1) -> dict[str, Any]:
     """Analyse `run_dir` under its threat model; writes attacker/leak.parquet and
     attacker/rows.parquet and returns the summary (also written by the report). `hints`,
     `seed` and `draws` override the threat model's for every attacker; `device` the run's
-    run.devices.attacker for the run-level attacks (model completion, reconstruction)."""
+    run.devices.attacker for the run-level attacks (model completion, reconstruction); `jobs`
+    the worker processes of the batch attacks (the files written are the same whatever it is;
+    a caller other than a console script guards its own start with `if __name__ ==
+    "__main__"`, as multiprocessing asks)."""
     run = RunDir(Path(run_dir))
     check_run_dir(run)
     analysis = Analysis(run, attacks, hints, seed, draws)
@@ -228,7 +233,7 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
 
     def attack_all(tmp: Path) -> None:  # a failure leaves no leak.parquet, not half of one
         with LeakWriter(tmp) as leak:
-            attacked.append(_gradient_attacks(analysis, leak, sample))
+            attacked.append(_gradient_attacks(analysis, leak, sample, jobs))
         run_entries.extend(run_level_entries(analysis))
         if not attacked[0][0] and not run_entries:
             raise FileNotFoundError(f"no gradient log at {run.gradients} and no run-level "
@@ -296,9 +301,11 @@ def analysed_with(attacks: list[tuple[str, dict]] | None,
     return {key: value for key, value in given.items() if value is not None}
 
 
-def _gradient_attacks(analysis: Analysis, leak: LeakWriter, sample: _RowSample) -> tuple[bool, str]:
+def _gradient_attacks(analysis: Analysis, leak: LeakWriter, sample: _RowSample,
+                      jobs: int = 1) -> tuple[bool, str]:
     """Every batch attack on every logged batch of every attacker, its rows written to `leak` as
-    they come; (whether there is a log, its run id)."""
+    they come, in the same order whatever `jobs` (worker processes of the per-batch attacks);
+    (whether there is a log, its run id)."""
     try:
         log = GradientLog(analysis.run.gradients)
     except FileNotFoundError:
@@ -310,57 +317,98 @@ def _gradient_attacks(analysis: Analysis, leak: LeakWriter, sample: _RowSample) 
     analysis.anchors = anchors
     if warning:
         analysis.warnings.append(warning)
-    for unit in analysis.units(set(log.parties())):
-        built = analysis.batch_attacks(unit)
-        analysis.sees_scored_label |= {a.label for a in built if a.sees_scored_label}
-        facts = analysis.facts(unit)
-        epoch_attacks = [a for a in built if a.per_epoch]
-        pool = _EpochPool()
-        for batch in _unit_batches(log, unit.parties, analysis.warnings):
-            ids = batch.sample_ids
-            if ids.size and (ids.min() < 0 or ids.max() >= analysis.labels.size
-                             or (analysis.labels[ids] < 0).any()):
-                where = f" ({batch.shard})" if batch.shard is not None else ""
-                raise AnalysisInputError(f"party {unit.key} step {batch.step}{where}: sample ids "
-                                         "without a label in the label export (another run's "
-                                         "labels, or a damaged shard?)")
-            y = analysis.labels[ids]
-            if batch.epoch != pool.epoch:
-                leak.add(pool.evaluate(analysis, unit, epoch_attacks))
-                pool = _EpochPool(batch.epoch)
-            for column, grads in batch.tensors.items():
-                layer = LAYERS.get(column)
-                if layer is None:
-                    continue
-                for attack in built:
-                    if not _applies(attack, layer, analysis.num_classes):
-                        continue
-                    reason = attack.premise(facts, layer)
-                    if reason is not None:  # skipped with the reason, never scored
-                        result = premise_failed(attack, ids.size, analysis.num_classes, reason)
-                        leak.add([_row(unit, layer, batch.epoch, batch.step, attack, result, 0)])
-                    elif attack.per_epoch:
-                        pool.add(layer, batch.step, grads, y)
-                    else:
-                        leak.add(_evaluate(analysis, unit, batch, layer, grads, y, attack))
-                if analysis.num_classes == 2 and len(unit.parties) == 1 and layer != "activation":
-                    sample.add(unit.parties[0], layer, batch.step, grads, y,
-                               attack_rng(unit.seed, batch.step, unit.rng_party, f"{layer}:sample"))
-        leak.add(pool.evaluate(analysis, unit, epoch_attacks))
+    units = analysis.units(set(log.parties()))
+    scoring = _Scoring(analysis.num_classes, {u.key: (u, analysis.batch_attacks(u)) for u in units})
+    logged = sum(s.records for u in units if (p := log.index.parties.get(str(u.parties[0])))
+                 for s in p.shards)
+    with parallel.batches(jobs, logged, _score, scoring, leak.add) as out:
+        for unit in units:
+            _unit_attacks(analysis, unit, scoring.units[unit.key][1], log, out, sample)
     analysis.warnings.extend(log.warnings)
     return True, log.run_id
 
 
-def _evaluate(analysis: Analysis, unit: Attacker, batch: LoggedBatch, layer: str, grads: np.ndarray,
-              y: np.ndarray, attack: Attack) -> list[LeakRow]:
+def _unit_attacks(analysis: Analysis, unit: Attacker, built: list[Attack], log: GradientLog,
+                  out: parallel.Batches[list[LeakRow]], sample: _RowSample) -> None:
+    """One attacker's batches: the per-batch attacks to `out` as work, the rest made here."""
+    analysis.sees_scored_label |= {a.label for a in built if a.sees_scored_label}
+    facts = analysis.facts(unit)
+    epoch_attacks = [a for a in built if a.per_epoch]
+    pool = _EpochPool()
+    for batch in _unit_batches(log, unit.parties, analysis.warnings):
+        ids = batch.sample_ids
+        if ids.size and (ids.min() < 0 or ids.max() >= analysis.labels.size
+                         or (analysis.labels[ids] < 0).any()):
+            where = f" ({batch.shard})" if batch.shard is not None else ""
+            raise AnalysisInputError(f"party {unit.key} step {batch.step}{where}: sample ids "
+                                     "without a label in the label export (another run's "
+                                     "labels, or a damaged shard?)")
+        y = analysis.labels[ids]
+        if batch.epoch != pool.epoch:
+            out.add(pool.evaluate(analysis, unit, epoch_attacks))
+            pool = _EpochPool(batch.epoch)
+        for column, grads in batch.tensors.items():
+            layer = LAYERS.get(column)
+            if layer is None:
+                continue
+            for index, attack in enumerate(built):
+                if not _applies(attack, layer, analysis.num_classes):
+                    continue
+                reason = attack.premise(facts, layer)
+                if reason is not None:  # skipped with the reason, never scored
+                    result = premise_failed(attack, ids.size, analysis.num_classes, reason)
+                    out.add([_row(unit, layer, batch.epoch, batch.step, attack, result, 0)])
+                elif attack.per_epoch:
+                    pool.add(layer, batch.step, grads, y)
+                else:
+                    out.submit(_Scored(unit.key, layer, batch.epoch, batch.step, index, grads, y,
+                                       _anchors(analysis, unit, batch, layer, attack, y)))
+            if analysis.num_classes == 2 and len(unit.parties) == 1 and layer != "activation":
+                sample.add(unit.parties[0], layer, batch.step, grads, y,
+                           attack_rng(unit.seed, batch.step, unit.rng_party, f"{layer}:sample"))
+        out.end_batch()
+    out.add(pool.evaluate(analysis, unit, epoch_attacks))
+
+
+@dataclass(frozen=True)
+class _Scoring:
+    """What scoring a batch needs besides the batch: each attacker by key, with its attacks."""
+
+    num_classes: int
+    units: dict[str, tuple[Attacker, list[Attack]]]
+
+
+@dataclass(frozen=True)
+class _Scored:
+    """One attack on one batch's layer, with each draw's anchor: a work item of `_score`."""
+
+    unit: str
+    layer: str
+    epoch: int
+    step: int
+    attack: int  # its index in the attacker's attacks
+    grads: np.ndarray
+    labels: np.ndarray
+    anchors: list[tuple[tuple[int, np.ndarray] | None, str | None]]
+
+
+def _anchors(analysis: Analysis, unit: Attacker, batch: LoggedBatch, layer: str, attack: Attack,
+             y: np.ndarray) -> list[tuple[tuple[int, np.ndarray] | None, str | None]]:
+    """Each draw's clean anchor and its source, one draw unless the attack is randomised."""
+    return [_clean_anchor(analysis, unit, batch, layer, attack, draw, y)
+            for draw in range(analysis.draws if attack.randomised else 1)]
+
+
+def _score(scoring: _Scoring, item: _Scored) -> list[LeakRow]:
     """One attack on one batch, once per draw of its random side knowledge."""
+    unit, built = scoring.units[item.unit]
+    attack = built[item.attack]
     rows = []
-    for draw in range(analysis.draws if attack.randomised else 1):
-        stream = f"{layer}:{attack.label}" + (f"#{draw}" if draw else "")  # draw 0: as before draws
-        rng = attack_rng(unit.seed, batch.step, unit.rng_party, stream)
-        anchor, source = _clean_anchor(analysis, unit, batch, layer, attack, draw, y)
-        result = evaluate_batch(attack, grads, y, rng, anchor, analysis.num_classes)
-        rows.append(_row(unit, layer, batch.epoch, batch.step, attack, result, draw, source))
+    for draw, (anchor, source) in enumerate(item.anchors):
+        stream = f"{item.layer}:{attack.label}" + (f"#{draw}" if draw else "")  # draw 0: as before draws
+        rng = attack_rng(unit.seed, item.step, unit.rng_party, stream)
+        result = evaluate_batch(attack, item.grads, item.labels, rng, anchor, scoring.num_classes)
+        rows.append(_row(unit, item.layer, item.epoch, item.step, attack, result, draw, source))
     return rows
 
 
