@@ -11,6 +11,7 @@ stream, flushed per step). Size: steps × tapped parties × R × d × 4 bytes.
 from __future__ import annotations
 
 import os
+from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,22 +116,96 @@ class BatchAnchors:
     gradients: np.ndarray  # float32 [R, d]
 
 
+def _batches(path: Path) -> Generator[pa.RecordBatch, None, None]:
+    """The file's record batches, one (party, step) each, read one at a time;
+    raises ArrowInvalid / OSError at a torn tail, after the complete ones."""
+    with pa.OSFile(str(path), "rb") as source:
+        yield from pa.ipc.open_stream(source)
+
+
+def _key(batch: pa.RecordBatch) -> tuple[int, int]:
+    return int(batch.column("party_id")[0].as_py()), int(batch.column("step")[0].as_py())
+
+
+def _anchors(batch: pa.RecordBatch) -> BatchAnchors:
+    width = batch.schema.field("gradient").type.list_size
+    order = np.argsort(batch.column("draw").to_numpy())
+    gradients = batch.column("gradient").values.to_numpy(zero_copy_only=False)
+    return BatchAnchors(batch.column("sample_id").to_numpy()[order], gradients.reshape(-1, width)[order])
+
+
+def _torn(path: Path, complete: int, err: Exception) -> str:
+    return (f"{path}: truncated after {complete} complete batch(es) of clean anchors (the label "
+            f"party stopped mid-write?): {err}; using the complete ones")
+
+
 def read_clean_anchors(path: Path) -> tuple[dict[tuple[int, int], BatchAnchors], str | None]:
     """(party, step) -> anchors, and a warning if the file ends in a torn record."""
     found: dict[tuple[int, int], BatchAnchors] = {}
     if not path.exists():
         return found, None
-    warning = None
     try:
-        with pa.OSFile(str(path), "rb") as source:
-            for batch in pa.ipc.open_stream(source):
-                width = batch.schema.field("gradient").type.list_size
-                key = (int(batch.column("party_id")[0].as_py()), int(batch.column("step")[0].as_py()))
-                order = np.argsort(batch.column("draw").to_numpy())
-                gradients = batch.column("gradient").values.to_numpy(zero_copy_only=False)
-                found[key] = BatchAnchors(batch.column("sample_id").to_numpy()[order],
-                                          gradients.reshape(-1, width)[order])
+        for batch in _batches(path):
+            found[_key(batch)] = _anchors(batch)
     except (pa.ArrowInvalid, OSError) as err:
-        warning = (f"{path}: truncated after {len(found)} complete batch(es) of clean anchors "
-                   f"(the label party stopped mid-write?): {err}; using the complete ones")
-    return found, warning
+        return found, _torn(path, len(found), err)
+    return found, None
+
+
+class CleanAnchors:
+    """The clean anchors of a run, looked up by (party, step) while the analysis walks each
+    party's batches in step order: the file is read along, holding one batch of
+    anchors, not the run's (R x d floats a train step: ~2.5 KB at R = 5, d = 128). A file whose
+    steps do not ascend per party is read whole instead, as before. `warning`: a torn tail."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.warning: str | None = None
+        self._whole: dict[tuple[int, int], BatchAnchors] | None = None
+        self._complete = 0  # batches before a torn tail: what is read
+        self._reader: Iterator[pa.RecordBatch] | None = None
+        self._party: int | None = None
+        self._current: tuple[int, BatchAnchors] | None = None  # (step, anchors) of the party
+        self._asked = -1
+        if path.exists() and not self._ascending():
+            self._whole, self.warning = read_clean_anchors(path)
+
+    def _ascending(self) -> bool:
+        """One pass over the keys: each party's steps ascend; counts the complete batches."""
+        last: dict[int, int] = {}
+        try:
+            for batch in _batches(self.path):
+                party, step = _key(batch)
+                if step <= last.get(party, -1):
+                    return False
+                last[party] = step
+                self._complete += 1
+        except (pa.ArrowInvalid, OSError) as err:
+            self.warning = _torn(self.path, self._complete, err)
+        return True
+
+    def get(self, key: tuple[int, int]) -> BatchAnchors | None:
+        """The anchors of (party, step), or None if the run wrote none for it."""
+        if self._whole is not None:
+            return self._whole.get(key)
+        party, step = key
+        if not self._complete:
+            return None
+        if party != self._party or step < self._asked:  # another party, or back: read anew
+            self._reader, self._party, self._current = self._party_batches(party), party, None
+        self._asked = step
+        while self._current is None or self._current[0] < step:
+            found = next(self._reader, None) if self._reader is not None else None
+            if found is None:
+                self._reader = None
+                return None
+            self._current = found
+        return self._current[1] if self._current[0] == step else None
+
+    def _party_batches(self, party: int) -> Iterator[tuple[int, BatchAnchors]]:
+        batches = _batches(self.path)
+        for _, batch in zip(range(self._complete), batches, strict=False):
+            found, step = _key(batch)
+            if found == party:
+                yield step, _anchors(batch)
+        batches.close()

@@ -15,7 +15,13 @@ from attacker.attacks import build_attack
 from attacker.attacks.checks import needed_artifacts
 from attacker.sidecar.store import GradientLog
 from orchestration.reference import run_reference
-from splitleak.anchors import CleanAnchorWriter, draw_anchor_rows, read_clean_anchors
+from splitleak.anchors import (
+    BatchAnchors,
+    CleanAnchors,
+    CleanAnchorWriter,
+    draw_anchor_rows,
+    read_clean_anchors,
+)
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.rundir import create_run_dir
 from splitleak.config import ConfigError, parse_config
@@ -205,3 +211,50 @@ def test_a_batch_without_a_positive_is_no_fallback_to_a_received_anchor() -> Non
     assert _clean_anchor(analysis, unit, batch, "cut", attack, 0, negatives_and_one) == (
         None, "received")
     assert analysis.anchor_fallbacks == {("cosine_oracle", "cut"): 1}
+
+
+def _equal(found: BatchAnchors | None, expected: BatchAnchors | None) -> bool:
+    if found is None or expected is None:
+        return found is expected
+    return (np.array_equal(found.sample_ids, expected.sample_ids)
+            and np.array_equal(found.gradients, expected.gradients))
+
+
+def test_the_analysis_reads_clean_anchors_along_holding_one_batch(tmp_path: Path) -> None:
+    """CleanAnchors answers what the whole file read at once answers, walking each party's steps
+    in order (the analysis's walk), going back for another party, after a torn tail and for a
+    file whose steps do not ascend; it holds one batch of anchors, not the file's."""
+    cfg = parse_config(small_config(tmp_path, threat={"draws": 4}))
+    path = tmp_path / "anchors.arrows"
+    writer = CleanAnchorWriter(path, cfg, [1, 2])
+    rng = np.random.default_rng(7)
+    for step in range(40):
+        for party in (1, 2):
+            labels = rng.integers(0, 2, 16) if step % 7 else np.zeros(16)  # some steps: none
+            writer.record(party, step // 10, step, np.arange(16) + 100 * step, labels,
+                          rng.normal(size=(16, 5)).astype(np.float32))
+    writer.close()
+    whole, _ = read_clean_anchors(path)
+    streamed = CleanAnchors(path)
+    assert streamed.warning is None
+    for party in (1, 2, 1):  # party 1 again: read from the start
+        for step in range(40):
+            for _ in range(2):  # each draw and attack asks again for the same batch
+                assert _equal(streamed.get((party, step)), whole.get((party, step)))
+        assert streamed.get((party, 99)) is None
+    assert streamed._whole is None and streamed._current is not None  # noqa: SLF001 - read along
+
+    path.write_bytes(path.read_bytes()[:-30])  # a torn tail
+    whole, warning = read_clean_anchors(path)
+    torn = CleanAnchors(path)
+    assert torn.warning == warning and f"truncated after {len(whole)} complete" in warning
+    assert all(_equal(torn.get((2, step)), whole.get((2, step))) for step in range(40))
+
+    backwards = CleanAnchorWriter(tmp_path / "backwards.arrows", cfg, [1])
+    for step in (3, 1, 2):
+        backwards.record(1, 0, step, np.arange(4), np.array([1, 0, 1, 0]), np.eye(4, dtype=np.float32))
+    backwards.close()
+    found = CleanAnchors(tmp_path / "backwards.arrows")
+    assert found._whole is not None  # noqa: SLF001 - read whole, as before
+    assert [found.get((1, step)) is not None for step in (1, 2, 3)] == [True, True, True]
+    assert CleanAnchors(tmp_path / "absent.arrows").get((1, 0)) is None

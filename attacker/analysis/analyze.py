@@ -52,7 +52,7 @@ from attacker.attacks import (
 from attacker.attacks._batch import SCALAR_ROWS
 from attacker.attacks.base import RunFacts, label_without_defaults
 from attacker.sidecar.store import GradientLog, LoggedBatch
-from splitleak.anchors import BatchAnchors, read_clean_anchors
+from splitleak.anchors import CleanAnchors
 from splitleak.artifacts.paths import RunDir
 from splitleak.fileio import write_atomically
 from splitleak.threat import DEFAULT_HINTS
@@ -163,7 +163,7 @@ class Analysis:
             left_out = self.threat.left_out([name for name, _ in self.specs],
                                             "attacker.attacks" if attacks is None else "--attacks")
             self.warnings += [left_out] if left_out else []
-        self.anchors: dict[tuple[int, int], BatchAnchors] = {}
+        self.anchors: CleanAnchors | None = None  # read once the analysis reaches its batches
         self.anchor_fallbacks: dict[tuple[str, str], int] = defaultdict(int)  # (attack, layer)
         self.top_model, self.perturbed = set_up(config)
         self.device: str | None = None  # the run-level attacks' device (None: the run's own)
@@ -313,10 +313,9 @@ def _gradient_attacks(analysis: Analysis, leak: LeakWriter, sample: _RowSample,
             raise
         analysis.warnings.append("no gradient log (no party was tapped): run-level attacks only")
         return False, ""
-    anchors, warning = read_clean_anchors(analysis.run.clean_anchors)
-    analysis.anchors = anchors
-    if warning:
-        analysis.warnings.append(warning)
+    analysis.anchors = CleanAnchors(analysis.run.clean_anchors)
+    if analysis.anchors.warning:
+        analysis.warnings.append(analysis.anchors.warning)
     units = analysis.units(set(log.parties()))
     scoring = _Scoring(analysis.num_classes, {u.key: (u, analysis.batch_attacks(u)) for u in units})
     logged = sum(s.records for u in units if (p := log.index.parties.get(str(u.parties[0])))
@@ -466,7 +465,7 @@ def _clean_anchor(analysis: Analysis, unit: Attacker, batch: LoggedBatch, layer:
     if not attack.needs_clean_anchors or not np.any(y == 1):
         return None, None
     if layer == "cut" and len(unit.parties) == 1:
-        found = analysis.anchors.get((unit.parties[0], batch.step))
+        found = analysis.anchors.get((unit.parties[0], batch.step)) if analysis.anchors else None
         if found is not None and draw < found.sample_ids.size:
             rows = np.flatnonzero(batch.sample_ids == found.sample_ids[draw])
             if rows.size:
