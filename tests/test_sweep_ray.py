@@ -293,3 +293,26 @@ def test_a_stopped_point_resumes_from_its_checkpoint_in_a_shared_directory(
         RunDir(twin.run_dir))
     assert (json.loads((point.run_dir / "report" / "summary.json").read_text())["leak"]
             == json.loads((twin.run_dir / "report" / "summary.json").read_text())["leak"])
+
+
+def test_each_points_analysis_gets_its_share_of_the_drivers_cores(tmp_path: Path, monkeypatch) -> None:
+    """Up to `jobs` points analyse at once on the driver: each analysis's batch attacks get
+    cores // jobs worker processes (SPLITLEAK_CORES), not every core each."""
+    import threading
+
+    from orchestration.sweep import ray_engine
+
+    started: list[dict[str, str] | None] = []
+
+    def spawned(name: str, args: list[str], log_path: Path, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+        started.append(env)
+        return SimpleNamespace(returncode=0, log_tail=lambda lines: "")
+
+    monkeypatch.setattr(ray_engine, "spawn", spawned)
+    monkeypatch.setattr(ray_engine, "read_result", lambda root: None)
+    monkeypatch.setattr(ray_engine, "cores", lambda: 16)
+    engine = RayEngine(jobs=3)
+    run = RunDir(tmp_path / "point")
+    result = engine._analyse(SimpleNamespace(label="p"), run, time.monotonic(), None,  # noqa: SLF001
+                             threading.Event())
+    assert started == [{"SPLITLEAK_CORES": "5"}] and result.status == "failed"

@@ -51,6 +51,7 @@ from orchestration.sweep.roles import RoleHost, receive
 from splitleak import tls
 from splitleak.artifacts.outcome import read_outcome
 from splitleak.artifacts.paths import RunDir
+from splitleak.placement import CORES_ENV, cores
 
 # A point that fits the cluster waits at most this long for other jobs to free its CPUs.
 PLACEMENT_TIMEOUT_S = 600.0
@@ -445,10 +446,11 @@ class RayEngine(Engine):
 
     def _analyse(self, point: Point, run: RunDir, started: float, nodes: dict[str, Any] | None,
                  cancel: threading.Event) -> PointResult:
-        """The attacker's analysis on the driver, in a worker process like the local engine's."""
+        """The attacker's analysis on the driver, in a worker process like the local engine's,
+        with its share of the driver's cores (up to `jobs` points analyse at once)."""
         child = spawn(f"analysis of {point.label}",
                       ["orchestration.sweep.worker", str(run.root), "--analysis-only"],
-                      run.logs / POINT_LOG)
+                      run.logs / POINT_LOG, env={CORES_ENV: str(max(1, cores() // self.jobs))})
         while child.returncode is None:
             if cancel.is_set():
                 stop_all([child])
