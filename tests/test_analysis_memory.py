@@ -175,3 +175,21 @@ def test_an_analysis_that_fails_midway_leaves_the_last_leak_file(tmp_path: Path,
         analyze(run.root, HINTS, draws=2)
     assert run.leak.read_bytes() == before
     assert sorted(p.name for p in run.attacker.iterdir() if "leak" in p.name) == ["leak.parquet"]
+
+
+def test_a_chunk_of_leak_rows_becomes_the_batch_from_pylist_makes() -> None:
+    """The writer reads each LeakRow's slots a column at a time; the batch is the one
+    RecordBatch.from_pylist makes of the same rows (LeakRows, or dicts lacking keys)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from attacker.analysis.leak_file import LEAK_SCHEMA, LeakRow, _batch
+
+    rows = [LeakRow(party_id=k % 3, layer="cut" if k % 2 else "first", epoch=k // 10, step=k,
+                    attack="norm", name="norm", side_knowledge="none", metric="auc",
+                    auc_raw=None if k % 5 == 0 else k / 7, auc_flipped=np.float64(k / 9),
+                    n_rows=np.int64(32), skip_reason="tied" if k % 4 == 0 else None, draw=k % 2)
+            for k in range(40)]
+    assert _batch(rows).equals(pa.RecordBatch.from_pylist(rows, schema=LEAK_SCHEMA))
+    dicts = [dict(row) for row in rows[:5]] + [{"party_id": 1, "step": 3, "attack": "norm"}]
+    assert _batch(dicts).equals(pa.RecordBatch.from_pylist(dicts, schema=LEAK_SCHEMA))

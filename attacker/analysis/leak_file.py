@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,7 +99,7 @@ class LeakWriter:
 
     def _flush(self) -> None:
         if self._chunk:
-            self._writer.write_batch(pa.RecordBatch.from_pylist(self._chunk, schema=LEAK_SCHEMA))
+            self._writer.write_batch(_batch(self._chunk))
             self._chunk = []
 
     def close(self) -> None:
@@ -111,6 +112,23 @@ class LeakWriter:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
                  trace: TracebackType | None) -> None:
         self.close()
+
+
+_ROW_VALUES = operator.attrgetter(*LEAK_SCHEMA.names)
+
+
+def _batch(rows: Sequence[Mapping[str, Any]]) -> pa.RecordBatch:
+    """The rows as one Arrow batch, what RecordBatch.from_pylist makes of them (a key a row lacks
+    is null), a column at a time from each LeakRow's slots: from_pylist asked each row for each
+    of its 26 keys twice (`in`, then `[]`), a third of the analysis's own time with J workers."""
+    if all(type(row) is LeakRow for row in rows):
+        values = [_ROW_VALUES(row) for row in rows]
+    else:
+        values = [tuple(row.get(name) for name in LEAK_SCHEMA.names) for row in rows]
+    columns = zip(*values, strict=True)
+    return pa.RecordBatch.from_arrays([pa.array(list(column), type=field.type)
+                                       for column, field in zip(columns, LEAK_SCHEMA, strict=True)],
+                                      schema=LEAK_SCHEMA)
 
 
 Batches = Callable[[list[str]], Iterator[pa.RecordBatch]]  # leak rows' chosen columns, in order
