@@ -11,7 +11,7 @@ stream, flushed per step). Size: steps × tapped parties × R × d × 4 bytes.
 from __future__ import annotations
 
 import os
-from collections.abc import Generator, Iterator
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,7 +163,7 @@ class CleanAnchors:
         self.warning: str | None = None
         self._whole: dict[tuple[int, int], BatchAnchors] | None = None
         self._complete = 0  # batches before a torn tail: what is read
-        self._reader: Iterator[pa.RecordBatch] | None = None
+        self._reader: Generator[tuple[int, BatchAnchors], None, None] | None = None
         self._party: int | None = None
         self._current: tuple[int, BatchAnchors] | None = None  # (step, anchors) of the party
         self._asked = -1
@@ -192,6 +192,7 @@ class CleanAnchors:
         if not self._complete:
             return None
         if party != self._party or step < self._asked:  # another party, or back: read anew
+            self.close()
             self._reader, self._party, self._current = self._party_batches(party), party, None
         self._asked = step
         while self._current is None or self._current[0] < step:
@@ -202,10 +203,18 @@ class CleanAnchors:
             self._current = found
         return self._current[1] if self._current[0] == step else None
 
-    def _party_batches(self, party: int) -> Iterator[tuple[int, BatchAnchors]]:
+    def close(self) -> None:
+        """Close the file if a party's batches are being read."""
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
+
+    def _party_batches(self, party: int) -> Generator[tuple[int, BatchAnchors], None, None]:
         batches = _batches(self.path)
-        for _, batch in zip(range(self._complete), batches, strict=False):
-            found, step = _key(batch)
-            if found == party:
-                yield step, _anchors(batch)
-        batches.close()
+        try:
+            for _, batch in zip(range(self._complete), batches, strict=False):
+                found, step = _key(batch)
+                if found == party:
+                    yield step, _anchors(batch)
+        finally:
+            batches.close()

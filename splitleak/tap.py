@@ -218,23 +218,25 @@ class Tap:
         the stream cut off, and nothing is raised (the party's own failure is what it reports).
         `resumable`: a stop requested on its host, the run to be resumed from a checkpoint."""
         call = self._call
-        if call is not None and not call.done() and self.error is None:
-            self.stopping = apb.GradientRecord(
-                run_id=self.run_id, party_id=self.party_id, observer=self.observer,
-                stopped=apb.TapStop(reason=reason[:REASON_CHARS], resumable=resumable))
-            end = time.monotonic() + STOP_S
-            try:
-                await asyncio.wait_for(self.queue.put(None), STOP_S)
-            except TimeoutError:
-                pass
-            await asyncio.wait({call}, timeout=max(0.0, end - time.monotonic()))
-            if not call.done():
-                self.error = (f"{SIDECAR} at {self.address} did not take the party's stop "
-                              f"within {STOP_S:g} s")
+        try:
+            if call is not None and not call.done() and self.error is None:
+                self.stopping = apb.GradientRecord(
+                    run_id=self.run_id, party_id=self.party_id, observer=self.observer,
+                    stopped=apb.TapStop(reason=reason[:REASON_CHARS], resumable=resumable))
+                end = time.monotonic() + STOP_S
+                try:
+                    await asyncio.wait_for(self.queue.put(None), STOP_S)
+                except TimeoutError:
+                    pass
+                await asyncio.wait({call}, timeout=max(0.0, end - time.monotonic()))
+        finally:  # also when the stop itself is cancelled (a second signal): nothing left open
+            if call is not None and not call.done():
+                self.error = self.error or (f"{SIDECAR} at {self.address} did not take the "
+                                            f"party's stop within {STOP_S:g} s")
                 log.warning("%s", self.error)
                 call.cancel()
                 self._drain()
-        await self.channel.close()
+            await self.channel.close()
 
     async def close(self) -> TapReport:
         """Finish the stream and wait for the sidecar's acknowledgement."""

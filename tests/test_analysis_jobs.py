@@ -210,3 +210,19 @@ def _ended(pid: int, timeout: float) -> bool:
         return bool(select.select([handle], [], [], timeout)[0])
     finally:
         os.close(handle)
+
+
+def test_the_workers_ignore_ctrl_c_from_their_first_instruction() -> None:
+    """A Ctrl-C that lands while a worker starts must not kill it half-started (the analysis then
+    waited on it for ever): the forkserver starts with SIGINT ignored, so each worker it forks
+    ignores it before it runs any of our code; the analysis's own handler is left as it was."""
+    probe = ("import signal\n"
+             "from concurrent.futures import ProcessPoolExecutor\n"
+             "from attacker.analysis import parallel\n"
+             "with ProcessPoolExecutor(1, mp_context=parallel._forkserver()) as pool:\n"
+             "    worker = pool.submit(signal.getsignal, signal.SIGINT).result()\n"
+             "print(worker == signal.SIG_IGN,\n"
+             "      signal.getsignal(signal.SIGINT) is signal.default_int_handler)\n")
+    found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                           timeout=scaled(120), check=True)
+    assert found.stdout.split() == ["True", "True"], found.stderr

@@ -243,6 +243,9 @@ def test_the_analysis_reads_clean_anchors_along_holding_one_batch(tmp_path: Path
                 assert _equal(streamed.get((party, step)), whole.get((party, step)))
         assert streamed.get((party, 99)) is None
     assert streamed._whole is None and streamed._current is not None  # noqa: SLF001 - read along
+    streamed.close()
+    assert streamed._reader is None  # noqa: SLF001 - the file is closed
+    assert _equal(streamed.get((1, 3)), whole.get((1, 3)))  # and read again when asked
 
     path.write_bytes(path.read_bytes()[:-30])  # a torn tail
     whole, warning = read_clean_anchors(path)

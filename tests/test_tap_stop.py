@@ -1,6 +1,6 @@
 """A party that stops before its run is done tells the sidecar why on its Record stream (the
 stream's last record), and closes it: the sidecar ends naming the party and its reason, at once
-when the party will not come back, and awaits a party stopped to be resumed. A sidecar gone or
+when the party failed, and awaits a party stopped to be resumed. A sidecar gone or
 hung changes nothing of the party's own failure."""
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ def test_a_party_that_will_not_come_back_has_the_sidecar_end_naming_its_reason(
     last = out.strip().splitlines()[-1]
     assert last.endswith("stopped before passive party 1 finished streaming: passive party 1 "
                          f"stopped: {reason}"), out
-    assert f"passive party 1 stopped before its run was done: {reason} (it will not come back)" in out
+    assert (f"passive party 1 stopped before its run was done: {reason} (it failed: its stream "
+            "is not waited for)") in out
     assert "broke before" not in out
     # What it sent stays recorded and acknowledged; the stop is no record
     assert (tap.sent, tap.gap_records, tap.error) == (3, 0, None)
@@ -94,7 +95,7 @@ def test_a_party_stopped_to_be_resumed_is_awaited_and_recorded_when_it_comes_bac
         proc.kill()
         proc.wait()
     assert proc.returncode == 0, out
-    assert (f"passive party 1 stopped before its run was done: {reason} (it may be resumed: its "
+    assert (f"passive party 1 stopped before its run was done: {reason} (stopped on its host: its "
             "stream may open again)") in out
     assert resumed.summary is not None and resumed.summary.records == 3
     assert _logged_steps(tmp_path / "run") == list(range(5))
@@ -104,7 +105,7 @@ def test_a_run_that_fails_has_each_tapped_side_tell_the_sidecar_its_own_reason(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The label party is stopped mid-run: it stops its own tap to be resumed, with its reason;
     the tapped passive party, failed by that stop, says so in its own words (the sentence it
-    raises and logs) and will not come back. Before, the label party closed its stream as if
+    raises and logs), failed: it did not stop on its own host. Before, the label party closed its stream as if
     the run were done, and the passive party's broke."""
     servicers: list[AttackerServicer] = []
     sidecar = live.sidecar
@@ -315,7 +316,7 @@ def test_a_party_stopped_by_sigterm_tells_its_sidecar_and_still_dies_of_it(tmp_p
     assert returncode == -signal.SIGTERM, err
     assert "passive party 1: stopped by SIGTERM; the label party was told" in err, err
     assert sidecar.returncode == 1, out
-    assert (f"passive party 1 stopped before its run was done: {reason} (it may be resumed: its "
+    assert (f"passive party 1 stopped before its run was done: {reason} (stopped on its host: its "
             "stream may open again)") in out
     assert out.strip().splitlines()[-1].endswith(
         f"stopped before passive party 1 finished streaming: passive party 1 stopped: {reason}"), out

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from threadpoolctl import threadpool_limits
 
 from attacker.analysis import parallel
 from attacker.analysis.inputs import (
@@ -320,9 +321,13 @@ def _gradient_attacks(analysis: Analysis, leak: LeakWriter, sample: _RowSample,
     scoring = _Scoring(analysis.num_classes, {u.key: (u, analysis.batch_attacks(u)) for u in units})
     logged = sum(s.records for u in units if (p := log.index.parties.get(str(u.parties[0])))
                  for s in p.shards)
-    with parallel.batches(jobs, logged, _score, scoring, leak.add) as out:
+    # One BLAS / OpenMP thread here as in every worker: a reduction split over threads sums in
+    # another order (k-means, matrix products), so the figures would depend on the machine's
+    # cores and on `jobs`.
+    with threadpool_limits(1), parallel.batches(jobs, logged, _score, scoring, leak.add) as out:
         for unit in units:
             _unit_attacks(analysis, unit, scoring.units[unit.key][1], log, out, sample)
+    analysis.anchors.close()
     analysis.warnings.extend(log.warnings)
     return True, log.run_id
 

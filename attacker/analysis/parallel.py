@@ -5,17 +5,21 @@ Workers start from a forkserver that has imported the analysis once: the parent 
 torch's or OpenBLAS's threads, which a plain fork would copy in a state they cannot use, and
 spawn would import the analysis again in every worker. Each worker gets the per-attacker
 context (its built attacks, its seed) once, at start, and per chunk only the batches' slices
-(gradients, labels, anchors). It ignores Ctrl-C (the parent stops the pool: no half-run chunk
-is lost or reported twice), uses one BLAS thread (J workers, J cores), and dies with its
-forkserver, which dies with the parent: no worker outlives the analysis."""
+(gradients, labels, anchors). It ignores Ctrl-C from its start (the parent stops the pool within
+STOP_S: no half-run chunk is lost or reported twice), uses one BLAS thread (J workers, J cores),
+and dies with its forkserver, which dies with the parent: no worker outlives the analysis."""
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
 import multiprocessing
+import multiprocessing.context
+import multiprocessing.forkserver
 import signal
 import sys
+import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -38,6 +42,7 @@ SERIAL_BELOW = 400  # logged batches: a shorter log is analysed in the parent (t
 # attack imports on first use (scikit-learn: ~1 s of a worker's start, each)
 PRELOAD = ["attacker.analysis.analyze", "sklearn.cluster", "sklearn.metrics", "scipy.optimize"]
 _PR_SET_PDEATHSIG = 1
+STOP_S = 10.0  # s: what the running chunks may take to end at Ctrl-C before their workers are killed
 
 _work: Callable[[Any, Item], Any] | None = None
 _context: Any = None
@@ -94,10 +99,8 @@ class WorkerPool(Generic[Result]):
     def __init__(self, jobs: int, work: Callable[[Any, Item], Result], context: Any,
                  emit: Callable[[Result], None]) -> None:
         self.jobs, self.emit = jobs, emit
-        forkserver = multiprocessing.get_context("forkserver")
-        forkserver.set_forkserver_preload(PRELOAD)
-        self._executor = ProcessPoolExecutor(jobs, mp_context=forkserver, initializer=_start_worker,
-                                             initargs=(work, context))
+        self._executor = ProcessPoolExecutor(jobs, mp_context=_forkserver(),
+                                             initializer=_start_worker, initargs=(work, context))
         self._entries: deque[tuple[_Chunk | None, Any]] = deque()  # (chunk, index) or (None, rows)
         self._chunk = _Chunk([])
         self._batches = 0  # in the chunk being filled
@@ -163,7 +166,22 @@ class WorkerPool(Generic[Result]):
                         self.emit(rows)
                 self._entries.clear()
         finally:
+            self._shut_down(interrupted)
+
+    def _shut_down(self, interrupted: bool) -> None:
+        """End the workers: after their chunks, or at Ctrl-C after at most STOP_S of the running
+        ones (a worker that does not end by then is killed: the analysis never hangs on one)."""
+        if not interrupted:
             self._executor.shutdown(wait=True, cancel_futures=True)
+            return
+        workers = list((self._executor._processes or {}).values())  # noqa: SLF001 - no public list
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        end = time.monotonic() + STOP_S
+        for worker in workers:
+            worker.join(max(0.0, end - time.monotonic()))
+            if worker.is_alive():
+                worker.kill()
+                worker.join()
 
 
 def batches(jobs: int, logged: int, work: Callable[[Any, Item], Result], context: Any,
@@ -173,6 +191,25 @@ def batches(jobs: int, logged: int, work: Callable[[Any, Item], Result], context
     if jobs > 1 and logged >= SERIAL_BELOW:
         return WorkerPool(jobs, work, context, emit)
     return contextlib.nullcontext(InOrder(work, context, emit))
+
+
+def _forkserver() -> multiprocessing.context.ForkServerContext:
+    """The forkserver context, its server started (once a process) with SIGINT ignored: it and
+    every worker it forks keep ignoring it from their first instruction (an ignored signal stays
+    ignored across fork and exec, and Python then installs no KeyboardInterrupt handler), so a
+    terminal's Ctrl-C reaches only the analysis, which stops them. Before, a worker forked just
+    then died in its start-up with a traceback, or half-started, and the analysis waited on it."""
+    forkserver = multiprocessing.get_context("forkserver")
+    forkserver.set_forkserver_preload(PRELOAD)
+    if threading.current_thread() is not threading.main_thread():  # no handler to swap here
+        multiprocessing.forkserver.ensure_running()
+        return forkserver
+    handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        multiprocessing.forkserver.ensure_running()
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    return forkserver
 
 
 def _start_worker(work: Callable[[Any, Item], Any], context: Any) -> None:

@@ -26,7 +26,7 @@ SERVICE_NAME = "splitleak.v1.AttackerSidecar"
 # Once every expected stream has ended, one or more broken (their party failed or was stopped),
 # how long a party may take to open its stream again before the sidecar ends (exit 1). A party
 # resumed by hand starts later than this: it reaches a sidecar started again with --resume. No
-# wait when every stream that ended unfinished was stopped by a party that will not come back.
+# wait when the party of every stream that ended unfinished failed (it did not stop on its host).
 BROKEN_GRACE_S = 5.0
 
 
@@ -60,7 +60,7 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
     `config_hash` (the config's) is what every stream's records must name. Returns the exit
     code: 0 every observed party closed its stream, 1 one did not (it never opened one, or its
     stream broke, was refused or was stopped by its party and was not opened again within
-    BROKEN_GRACE_S; at once if its party said it will not come back), 130 stopped by a signal."""
+    BROKEN_GRACE_S; at once if its party said it failed), 130 stopped by a signal."""
     gradients = RunDir(out).gradients
     store = GradientStore(gradients, run_id, resume=resume)
     received = (GradientStore(RunDir(out).attacker / "received", run_id, resume=resume)
@@ -168,7 +168,7 @@ async def _broken_off(servicer: AttackerServicer, grace: float) -> None:
     """Return once every expected stream has ended, one or more broken, refused or stopped, and
     none was opened again for `grace` s: the run it recorded has failed, and a sidecar must not
     outlive it (a party opening its stream again within the grace goes on being recorded). No
-    grace when the party of each such stream said it will not come back."""
+    grace when the party of each such stream said it failed (not stopped on its host)."""
     loop = asyncio.get_running_loop()
     while True:
         await servicer.all_ended.wait()

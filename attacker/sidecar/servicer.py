@@ -201,8 +201,8 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
         reason = _one_line(record.stopped.reason, REASON_CHARS) or "(it gave no reason)"
         resumable = record.stopped.resumable
         log.warning("%s stopped before its run was done: %s (%s)", who(key), reason,
-                    "it may be resumed: its stream may open again" if resumable else
-                    "it will not come back")
+                    "stopped on its host: its stream may open again" if resumable else
+                    "it failed: its stream is not waited for")
         return pb.TapStop(reason=reason, resumable=resumable)
 
     def _opened(self, key: Key) -> None:

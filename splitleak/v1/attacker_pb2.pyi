@@ -180,7 +180,8 @@ class TapStop(_message.Message):
     resumable: _builtins.bool
     """The party may open its stream again (a stop requested on its host: the run goes on from a
     checkpoint, REWIND then Record): the sidecar waits for it as for a broken stream. False: it
-    failed and will not, so the sidecar ends once every stream it records has ended.
+    failed (a run that failed or was interrupted is resumed by starting every process again,
+    the sidecar too), so the sidecar ends once every stream it records has ended.
     """
     def __init__(
         self,
