@@ -2,30 +2,47 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from array import array
+from collections.abc import Iterable, Sequence
 from statistics import median
 from typing import Any
 
 
-def step_seconds(records: Iterable[dict[str, Any]]) -> list[float]:
-    """Wall-clock seconds of each train step: the time between consecutive train records, left
-    out where an evaluation pass sits between them or the clock restarted (a resumed run)."""
-    out, previous = [], None
-    for record in records:
+class StepClock:
+    """The train steps' wall-clock seconds, fed a record at a time (a reader that keeps none):
+    the time between consecutive train records, left out where an evaluation pass sits between
+    them or the clock restarted (a resumed run)."""
+
+    def __init__(self) -> None:
+        self.seconds = array("d")
+        self._previous: float | None = None
+
+    def add(self, record: dict[str, Any]) -> None:
         kind, wall = record.get("type"), record.get("wall")
         if kind == "eval":
-            previous = None
+            self._previous = None
         elif kind == "train" and isinstance(wall, int | float):
-            if previous is not None and wall > previous:
-                out.append(wall - previous)
-            previous = wall
-    return out
+            if self._previous is not None and wall > self._previous:
+                self.seconds.append(wall - self._previous)
+            self._previous = wall
+
+
+def step_seconds(records: Iterable[dict[str, Any]]) -> list[float]:
+    """Wall-clock seconds of each train step (StepClock)."""
+    clock = StepClock()
+    for record in records:
+        clock.add(record)
+    return clock.seconds.tolist()
+
+
+def median_step_ms(seconds: Sequence[float]) -> float | None:
+    """The median of `seconds` in milliseconds (None when empty)."""
+    return 1000 * median(seconds) if len(seconds) else None
 
 
 def ms_per_step(records: Iterable[dict[str, Any]]) -> float | None:
     """The median train step in milliseconds (None without two consecutive train records)."""
-    seconds = step_seconds(records)
-    return 1000 * median(seconds) if seconds else None
+    return median_step_ms(step_seconds(records))
 
 
 def utility_curve(records: Iterable[dict[str, Any]], metric: str) -> list[tuple[float, float]]:

@@ -19,6 +19,7 @@ from attacker.attacks import DEFAULT_ATTACKS, DEFAULT_MULTICLASS_ATTACKS, build_
 from attacker.report.cells import side_knowledge_tag
 from attacker.report.report import utility, write_report
 from attacker.report.terminal import comparison_table, print_leak_table
+from splitleak.artifacts.metrics_log import MetricsLog
 from splitleak.artifacts.paths import RunDir
 from splitleak.threat import ThreatConfig
 
@@ -106,7 +107,7 @@ def make_run(root: Path, *, multiclass: bool = False, first_layer: bool = True, 
                "draws": 5, "threat": threat.model_dump(mode="json"),
                "warnings": ["shard-000003.arrows: truncated tail after 2 complete record(s)"],
                "leak": summarise_leak(per_batch, {"1": threat.describe([1])}) + [COMPLETION],
-               "above_bound": above_bound(per_batch, marvell_bounds(records))}
+               "above_bound": above_bound(per_batch, marvell_bounds(MetricsLog.of(records)))}
     return run, summary
 
 
@@ -142,9 +143,9 @@ def test_attacks_that_see_the_scored_label_are_kept_out_of_the_bound_check(tmp_p
     records = [json.loads(line) for line in run.metrics.read_text().splitlines()]
     summary["leak"] = [{**e, "sees_scored_label": True} if e["attack"] in oracle else e
                        for e in summarise_leak(per_batch, {"1": "curious"})]
-    summary["above_bound"] = above_bound(per_batch, marvell_bounds(records), oracle)
+    summary["above_bound"] = above_bound(per_batch, marvell_bounds(MetricsLog.of(records)), oracle)
     assert {a["attack"] for a in summary["above_bound"]}.isdisjoint(oracle)
-    assert {a["attack"] for a in above_bound(per_batch, marvell_bounds(records))} >= oracle
+    assert {a["attack"] for a in above_bound(per_batch, marvell_bounds(MetricsLog.of(records)))} >= oracle
     write_report(run, summary)
     text = (run.report / "report.md").read_text()
     assert "| 1 | 22 | 0.725 | 0.750 | 0.750 | 0.880 (norm) |" in text  # not 0.990 (mean…)
@@ -305,10 +306,10 @@ def test_utility_from_few_test_rows_is_warned_of() -> None:
 
     records = [{"type": "eval", "step": 0, "test_rows": 200},
                {"type": "train", "step": 1}, {"type": "eval", "step": 2, "test_rows": 2}]
-    assert few_test_rows(records) == [
+    assert few_test_rows(MetricsLog.of(records)) == [
         "the utility figures come from 2 test row(s) (the final evaluation's): one row moves the "
         "test accuracy by 0.5; give the run more rows or a larger dataset.test_fraction"]
-    assert few_test_rows(records[:1]) == [] and few_test_rows([]) == []
+    assert few_test_rows(MetricsLog.of(records[:1])) == [] and few_test_rows(MetricsLog.of([])) == []
 
 
 def test_another_run_level_attacks_failure_is_not_listed_under_model_completion() -> None:

@@ -225,7 +225,7 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
     check_run_dir(run)
     analysis = Analysis(run, attacks, hints, seed, draws)
     analysis.device = device
-    records, partial = read_records(run), partial_run(run)  # refused now, before the long part
+    partial = partial_run(run, records := read_records(run))  # refused now, before the long part
     analysis.warnings += _not_for_classes(attacks, analysis.num_classes)
     analysis.warnings += recording_gaps(run)
     sample = _RowSample()

@@ -11,7 +11,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pydantic import ValidationError
 
-from splitleak.artifacts.metrics import MetricsError, read_metrics
+from splitleak.artifacts.metrics import MetricsError
+from splitleak.artifacts.metrics_log import MetricsLog, read_metrics_log
 from splitleak.artifacts.outcome import OutcomeError, read_outcome_or_refuse
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.records import read_tap_reports
@@ -58,10 +59,11 @@ def read_run_config(run: RunDir) -> dict[str, Any]:
     return config
 
 
-def read_records(run: RunDir) -> list[dict[str, Any]]:
-    """The run's metrics records ([] when it wrote none); AnalysisInputError naming the line."""
+def read_records(run: RunDir) -> MetricsLog:
+    """The run's metrics, read once into per-step arrays (empty when it wrote none);
+    AnalysisInputError naming the line."""
     try:
-        return list(read_metrics(run.metrics)) if run.metrics.exists() else []
+        return read_metrics_log(run.metrics)
     except MetricsError as err:
         raise AnalysisInputError(str(err)) from None
 
@@ -111,18 +113,15 @@ def check_run_dir(run: RunDir) -> None:
         raise AnalysisInputError(f"{run.root} is not a run directory (it has no {run.config.name})")
 
 
-def partial_run(run: RunDir) -> dict[str, Any] | None:
-    """How far a run that did not finish got (None for a finished run)."""
+def partial_run(run: RunDir, metrics: MetricsLog) -> dict[str, Any] | None:
+    """How far a run that did not finish got (None for a finished run), from its `metrics`."""
     outcome = read_run_outcome(run) or {
         "status": f"unknown (no {run.outcome.relative_to(run.root)}: still running, or killed)"}
     if outcome.get("status") == "ok":
         return None
-    records = read_records(run)
-    plan = next((r for r in records if r.get("type") == "plan"), {})
-    steps = sum(1 for r in records if r.get("type") == "train")
     return {"status": outcome.get("status"), "step": outcome.get("step"),
-            "message": outcome.get("message"), "train_steps_done": steps,
-            "train_steps_planned": plan.get("total_train_steps")}
+            "message": outcome.get("message"), "train_steps_done": metrics.train_steps,
+            "train_steps_planned": metrics.plan.get("total_train_steps")}
 
 
 def threat_of(config: dict[str, Any], run: RunDir) -> ThreatConfig:

@@ -4,7 +4,6 @@ random side knowledge, pooled accuracy, skip counts, and batches above Marvell's
 from __future__ import annotations
 
 import math
-from collections import defaultdict
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +16,7 @@ from attacker.analysis.leak import pooled_accuracy, summarise
 from attacker.analysis.leak_file import Batches, LeakGroup, leak_groups, row_batches
 from attacker.attacks import ATTACKS
 from attacker.attacks._batch import SCALAR_ROWS
+from splitleak.artifacts.metrics_log import MetricsLog, StepBounds
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.summary import LeakSummary, write_leak_summary
 
@@ -259,17 +259,10 @@ def metric_stats(entry: dict[str, Any]) -> dict[str, Any]:
     return entry.get("flipped") or entry.get("accuracy") or entry.get("count_error") or {}
 
 
-def marvell_bounds(records: list[dict[str, Any]]) -> dict[int, dict[int, float]]:
+def marvell_bounds(metrics: MetricsLog) -> dict[int, StepBounds]:
     """party -> step -> the Theorem-1 AUC bound a defense logged for that batch (the lowest
     if several defenses in the chain logged one: every attack's AUC is below each of them)."""
-    found: dict[int, dict[int, float]] = defaultdict(dict)
-    for r in (r for r in records if r.get("type") == "train"):
-        for key, diagnostics in r.items():
-            if key.startswith("defense.") and isinstance(diagnostics, dict):
-                values = [v for k, v in diagnostics.items() if k.endswith("auc_bound") and v is not None]
-                if values:
-                    found[int(key.removeprefix("defense."))][int(r["step"])] = min(values)
-    return dict(found)
+    return metrics.auc_bounds
 
 
 def _above(group: LeakGroup, bounds: Mapping[int, Mapping[int, float]],

@@ -162,13 +162,12 @@ def class_histograms(rows: pa.Table, party: int, column: str, xlabel: str, path:
     _save(fig, path)
 
 
-def training_curves(train: list[dict[str, Any]], evals: list[dict[str, Any]], path: Path) -> None:
-    """Train loss (and test loss) against the step, and the test AUC or accuracy if evaluated."""
+def training_curves(steps: np.ndarray, loss: np.ndarray, evals: list[dict[str, Any]], path: Path) -> None:
+    """Train loss (each train step's; NaN where not logged) and test loss against the step, and
+    the test AUC or accuracy if evaluated."""
     fig, axes = plt.subplots(1, 2 if evals else 1, figsize=(11 if evals else 6, 3.8), squeeze=False,
                              layout="constrained")
     ax = axes[0, 0]
-    steps = np.array([r["step"] for r in train])
-    loss = np.array([np.nan if r.get("loss") is None else r["loss"] for r in train], dtype=float)
     window = steps.size // 50 if steps.size > SMOOTH_ABOVE else 1
     ax.plot(steps, loss, color="tab:blue", alpha=0.35 if window > 1 else 1.0, lw=0.8,
             label="train loss (per batch)")

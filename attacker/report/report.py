@@ -40,7 +40,7 @@ from attacker.report.cells import (
 )
 from attacker.report.leak_read import leak_lines, skip_counts
 from attacker.report.threat import above_bound_notes, completion_md, threat_md
-from splitleak.artifacts.metrics import read_metrics
+from splitleak.artifacts.metrics_log import MetricsLog, read_metrics_log
 from splitleak.artifacts.outcome import read_outcome
 from splitleak.artifacts.paths import RunDir
 from splitleak.config import NetworkConfig, WireConfig
@@ -48,7 +48,6 @@ from splitleak.fileio import write_atomically
 from splitleak.markdown import fmt as _fmt
 from splitleak.markdown import fmt_figure
 from splitleak.markdown import md_table as _md_table
-from splitleak.pace import ms_per_step
 
 log = logging.getLogger("attacker.report.report")
 
@@ -57,21 +56,21 @@ PLOT_FILES = ("leak_party*_*.png", "norms_party*.png", "cosine_party*.png", "tra
               "reconstruction_party*.png")
 
 
-def _utility(records: list[dict[str, Any]]) -> dict[str, Any]:
-    evals = [r for r in records if r.get("type") == "eval"]
+def _utility(metrics: MetricsLog) -> dict[str, Any]:
+    evals = metrics.evals
     out: dict[str, Any] = {}
     names = {"test_auc": "test AUC", "test_accuracy": "test accuracy", "test_loss": "test loss"}
     for key, name in names.items():
         if evals and evals[-1].get(key) is not None:
             out[name] = float(evals[-1][key])
-    out["train steps"] = sum(1 for r in records if r.get("type") == "train")
+    out["train steps"] = metrics.train_steps
     return out
 
 
-def few_test_rows(records: list[dict[str, Any]]) -> list[str]:
+def few_test_rows(metrics: MetricsLog) -> list[str]:
     """A warning when the final evaluation scored fewer than MIN_TEST_ROWS test rows: each row
     then moves the test accuracy by more than 2 points (a probe's AUC came from 2 rows)."""
-    evals = [r for r in records if r.get("type") == "eval" and r.get("test_rows") is not None]
+    evals = [r for r in metrics.evals if r.get("test_rows") is not None]
     rows = int(evals[-1]["test_rows"]) if evals else None
     if rows is None or rows >= MIN_TEST_ROWS:
         return []
@@ -82,13 +81,12 @@ def few_test_rows(records: list[dict[str, Any]]) -> list[str]:
 
 def utility(run: RunDir) -> dict[str, Any]:
     """Final test AUC / accuracy / loss and the number of train steps, from metrics.jsonl."""
-    return _utility(list(read_metrics(run.metrics)) if run.metrics.exists() else [])
+    return _utility(read_metrics_log(run.metrics))
 
 
-def _bounds(records: list[dict[str, Any]]) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+def _bounds(metrics: MetricsLog) -> dict[int, tuple[np.ndarray, np.ndarray]]:
     """Per party, (steps, Thm-1 AUC bound) of the batches whose defense logged one."""
-    return {party: (np.array(list(points)), np.array(list(points.values())))
-            for party, points in marvell_bounds(records).items()}
+    return {party: (points.steps, points.bounds) for party, points in marvell_bounds(metrics).items()}
 
 
 @dataclass
@@ -97,7 +95,7 @@ class _Inputs:
 
     config: dict[str, Any]
     config_hash: str
-    records: list[dict[str, Any]]
+    metrics: MetricsLog  # label_party/metrics.jsonl: per-step arrays, its few other records
     outcome: dict[str, Any]
     leak: Path | None  # attacker/leak.parquet, read a row group at a time (leak_read.py)
     rows: pa.Table | None
@@ -108,7 +106,7 @@ class _Inputs:
         found = re.search(r"hash (\w+)", text.partition("\n")[0])
         leak, rows = run.leak, run.leak_rows
         return cls(tomllib.loads(text), found.group(1) if found else "unknown",
-                   list(read_metrics(run.metrics)) if run.metrics.exists() else [],
+                   read_metrics_log(run.metrics),
                    read_outcome(run),
                    leak if leak.exists() else None,
                    pq.read_table(rows) if rows.exists() else None)
@@ -131,7 +129,7 @@ def _draw_plots(run: RunDir, summary: dict[str, Any], inputs: _Inputs, notes: li
             failures.append(f"plot {name} failed: {type(err).__name__}: {err}")
 
     entries = run_entries(summary)
-    bounds = _bounds(inputs.records)
+    bounds = _bounds(inputs.metrics)
     row_parties = set(inputs.rows.column("party_id").to_pylist()) if inputs.rows is not None else set()
     if inputs.leak is None:
         notes.append("no attacker/leak.parquet: no leak-over-training plots")
@@ -139,7 +137,7 @@ def _draw_plots(run: RunDir, summary: dict[str, Any], inputs: _Inputs, notes: li
     # per-row sample on a multi-class run
     recorded_first_layer = (inputs.config.get("attacker") or {}).get("record_first_layer", True)
     binary = summary.get("num_classes", 2) == 2 and all(
-        r.get("num_classes", 2) == 2 for r in inputs.records if r.get("type") == "plan")
+        r.get("num_classes", 2) == 2 for r in inputs.metrics.plans)
 
     def leak_plot(leak: Path, party: int, layer: str, path: Path) -> None:
         plots.leak_over_training(leak_lines(leak, party, layer), party, layer, summary.get("seed", "?"),
@@ -162,16 +160,15 @@ def _draw_plots(run: RunDir, summary: dict[str, Any], inputs: _Inputs, notes: li
         figure(f"cosine_party{party}.png", f"Cosine to an oracle positive by class, early vs late: "
                f"party {party} (the chosen positive itself scores 1)", plots.class_histograms,
                inputs.rows, party, "cosine_oracle", "cosine to one random positive's gradient")
-    train = [r for r in inputs.records if r.get("type") == "train"]
-    evals = [r for r in inputs.records if r.get("type") == "eval"
-             and (r.get("test_auc") is not None or r.get("test_accuracy") is not None)]
-    if not inputs.records:
+    metrics = inputs.metrics
+    evals = [r for r in metrics.evals if r.get("test_auc") is not None or r.get("test_accuracy") is not None]
+    if metrics.empty:
         notes.append("no label_party/metrics.jsonl: no utility table or training curves")
     elif not evals:
         notes.append("no eval records in label_party/metrics.jsonl: no test metric or test-metric plot")
-    if train:
+    if metrics.train_steps:
         figure("training.png", "Train loss and test metric over training", plots.training_curves,
-               train, evals)
+               metrics.steps, metrics.loss, evals)
     for name, caption, victim in reconstruction_grids(run, summary):
         figure(name, caption, plots.reconstruction_grid, victim)
     return figures
@@ -190,16 +187,16 @@ def write_report(run: RunDir, summary: dict[str, Any]) -> None:
     notes: list[str] = []
     failures: list[str] = []
     figures = _draw_plots(run, summary, inputs, notes, failures)
-    bounds = _bounds(inputs.records)
+    bounds = _bounds(inputs.metrics)
     summary["warnings"] = list(dict.fromkeys(
-        [*above_bound_notes(summary), *summary.get("warnings", []), *few_test_rows(inputs.records),
+        [*above_bound_notes(summary), *summary.get("warnings", []), *few_test_rows(inputs.metrics),
          *failures]))
     warnings = [*summary["warnings"], *notes]
     lines = [*_title_md(run, summary, inputs), *threat_md(summary),
-             *_headline_md(summary, inputs.records, bounds), *completion_md(summary),
+             *_headline_md(summary, inputs.metrics, bounds), *completion_md(summary),
              *exact_md(summary), *reconstruction_md(summary), *integrity_md(summary),
              *protection_md(run, inputs.config),
-             *_utility_md(inputs.records), *_objective_md(inputs.config, inputs.outcome),
+             *_utility_md(inputs.metrics), *_objective_md(inputs.config, inputs.outcome),
              *_defense_md(inputs.config, inputs.outcome),
              *_bound_md(bounds, summary), *_leak_md(summary, inputs.leak), *_epoch_md(summary),
              *_side_knowledge_md(summary), "## Warnings", "",
@@ -235,7 +232,7 @@ def _title_md(run: RunDir, summary: dict[str, Any], inputs: _Inputs) -> list[str
     return lines
 
 
-def _headline_md(summary: dict[str, Any], records: list[dict[str, Any]],
+def _headline_md(summary: dict[str, Any], metrics: MetricsLog,
                  bounds: dict[int, tuple[np.ndarray, np.ndarray]]) -> list[str]:
     head = headline(summary)
     if not head:
@@ -248,7 +245,7 @@ def _headline_md(summary: dict[str, Any], records: list[dict[str, Any]],
              f"batches of the {FLIPPED} ({OTHER_METRICS}; label attacks: the accuracy pooled over "
              "rows; count attacks: the mean count error); ± = its "
              "standard deviation over the draws of random side knowledge.", ""]
-    utility_ = {k: v for k, v in _utility(records).items() if k != "train steps"} if records else {}
+    utility_ = {k: v for k, v in _utility(metrics).items() if k != "train steps"} if not metrics.empty else {}
     if utility_:
         lines += ["Final utility: " + ", ".join(f"{k} {_fmt(v, 4)}" for k, v in utility_.items()) + ".", ""]
     if party in bounds:
@@ -260,18 +257,18 @@ def _headline_md(summary: dict[str, Any], records: list[dict[str, Any]],
     return lines + _md_table(["attack", "p95", "±", "threat", "side knowledge"], rows)
 
 
-def _utility_md(records: list[dict[str, Any]]) -> list[str]:
-    if not records:
+def _utility_md(metrics: MetricsLog) -> list[str]:
+    if metrics.empty:
         return []
-    utility_ = _utility(records)
+    utility_ = _utility(metrics)
     return ["## Utility", "", "Final evaluation of the label party (label_party/metrics.jsonl).", "",
-            *_md_table(list(utility_), [[_fmt(v, 4) for v in utility_.values()]]), *_pace_md(records)]
+            *_md_table(list(utility_), [[_fmt(v, 4) for v in utility_.values()]]), *_pace_md(metrics)]
 
 
-def _pace_md(records: list[dict[str, Any]]) -> list[str]:
-    step = ms_per_step(records)
-    walls = [r["wall"] for r in records if r.get("type") in ("train", "eval")
-             and isinstance(r.get("wall"), int | float)]
+def _pace_md(metrics: MetricsLog) -> list[str]:
+    step = metrics.ms_per_step
+    walls = [w for w in (metrics.max_train_wall, *(r.get("wall") for r in metrics.evals))
+             if isinstance(w, int | float)]
     if step is None or not walls:
         return []
     return [f"Pace: median train step {step:.1f} ms; training took {max(walls):.1f} s "

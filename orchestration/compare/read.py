@@ -11,13 +11,13 @@ from typing import Any
 
 from orchestration.compare.entries import LeakEntry, leak_entries, number
 from orchestration.compare.identity import SweepPoint, finished_points
-from splitleak.artifacts.metrics import read_metrics
+from splitleak.artifacts.metrics_log import read_metrics_log
 from splitleak.artifacts.outcome import read_outcome_or_refuse
 from splitleak.artifacts.paths import CONFIG_FILE, SWEEP_INDEX_FILE, RunDir, is_run_dir, is_sweep_dir
 from splitleak.artifacts.summary import read_leak_summary
 from splitleak.artifacts.sweep import read_index_rows
 from splitleak.config import ConfigError, ExperimentConfig, load_config
-from splitleak.pace import ms_per_step, utility_curve
+from splitleak.pace import utility_curve
 
 
 def utility_metric(num_classes: int) -> str:
@@ -69,22 +69,21 @@ def read_run(root: Path, point: SweepPoint | None = None) -> RunResult:
         config = load_config(run.config)
     except ConfigError as err:
         raise ValueError(f"{root}: {err}") from None
-    records = list(read_metrics(run.metrics))
-    evals = [r for r in records if r.get("type") == "eval"]
-    plan = next((r for r in records if r.get("type") == "plan"), {})
+    metrics = read_metrics_log(run.metrics)
+    evals = metrics.evals
     summary = read_leak_summary(run)
-    num_classes = int(summary.num_classes or plan.get("num_classes") or 2)
+    num_classes = int(summary.num_classes or metrics.plan.get("num_classes") or 2)
     metric = utility_metric(num_classes)
     return RunResult(root, config, point, num_classes, evals[-1] if evals else {},
-                     leak_entries(summary), ms_per_step(records),
-                     tuple(utility_curve(records, metric)), _bytes_per_step(run, records),
+                     leak_entries(summary), metrics.ms_per_step,
+                     tuple(utility_curve(evals, metric)), _bytes_per_step(run, metrics.train_steps),
                      summary.analysed_with)
 
 
-def _bytes_per_step(run: RunDir, records: list[dict[str, Any]]) -> float | None:
-    """Bytes the label party sent and received per step, evaluation passes included."""
+def _bytes_per_step(run: RunDir, steps: int) -> float | None:
+    """Bytes the label party sent and received per step (of `steps` train steps), evaluation
+    passes included."""
     outcome = read_outcome_or_refuse(run)
-    steps = sum(1 for r in records if r.get("type") == "train")
     sent, received = outcome.get("bytes_sent"), outcome.get("bytes_received")
     if not steps or not isinstance(sent, int) or not isinstance(received, int):
         return None

@@ -10,7 +10,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from attacker.attacks.base import AttackParams, RunAttack, RunContext, RunResult
-from splitleak.artifacts.metrics import read_metrics
+from splitleak.artifacts.metrics_log import read_metrics_log
 
 
 @dataclass(frozen=True)
@@ -38,11 +38,10 @@ def variant_passes(context: RunContext, variant: str, what: str) -> list[Variant
         raise ValueError(f"{what} runs for a party whose [threat.parties.K] declares it; party "
                          f"{'+'.join(map(str, context.parties))} does not")
     path = context.run.metrics
-    records = list(read_metrics(path)) if path.exists() else []
     passes = [VariantPass(int(r["step"]), float(r["test_accuracy"]), int(r["test_rows"]),
                           float(r[f"{variant}_accuracy"]), r.get(f"{variant}_clean_accuracy"),
                           np.asarray(r[f"{variant}_confusion"], dtype=np.int64))
-              for r in records if r.get("type") == "eval" and f"{variant}_confusion" in r]
+              for r in read_metrics_log(path).evals if f"{variant}_confusion" in r]
     if not passes:
         raise ValueError(f"{what}: {path} holds no evaluation of the '{variant}' rows (the label "
                          "party scores them in every evaluation pass of a run that declares it)")
