@@ -194,6 +194,7 @@ def test_ctrl_c_stops_the_workers(tmp_path: Path) -> None:
             os.killpg(child.pid, signal.SIGKILL)
             child.wait()
     assert child.returncode == 130, output
+    assert "Traceback" not in output, output  # no worker cut off in its start
     assert not run.leak.exists()
     # the workers end before the analysis does; the forkserver once it sees the analysis gone
     alive = [pid for pid in workers if not _ended(pid, scaled(10))]
@@ -226,3 +227,16 @@ def test_the_workers_ignore_ctrl_c_from_their_first_instruction() -> None:
     found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                            timeout=scaled(120), check=True)
     assert found.stdout.split() == ["True", "True"], found.stderr
+
+
+def test_ctrl_c_waits_for_a_submit_to_end_then_stops_the_analysis() -> None:
+    """A submit may be starting a worker: Ctrl-C during it is raised once it ends (a worker cut
+    off in its start printed a traceback once the analysis was gone: 12 of 14 Ctrl-Cs did so at
+    1.2-3.2 s into an analysis with --jobs 2, none now)."""
+    reached = []
+    with pytest.raises(KeyboardInterrupt):
+        with parallel._ctrl_c_held():  # noqa: SLF001
+            os.kill(os.getpid(), signal.SIGINT)
+            reached.append("the block's end")
+    assert reached == ["the block's end"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

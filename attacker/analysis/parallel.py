@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -126,7 +126,8 @@ class WorkerPool(Generic[Result]):
         chunk = self._chunk
         if chunk.items:
             chunk.size = len(chunk.items)
-            chunk.future = self._executor.submit(_work_on, chunk.items)
+            with _ctrl_c_held():  # a worker may be starting
+                chunk.future = self._executor.submit(_work_on, chunk.items)
             chunk.items = []  # the worker has them now; the parent keeps no copy
             self._in_flight += 1
         self._chunk, self._batches = _Chunk([]), 0
@@ -191,6 +192,24 @@ def batches(jobs: int, logged: int, work: Callable[[Any, Item], Result], context
     if jobs > 1 and logged >= SERIAL_BELOW:
         return WorkerPool(jobs, work, context, emit)
     return contextlib.nullcontext(InOrder(work, context, emit))
+
+
+@contextlib.contextmanager
+def _ctrl_c_held() -> Iterator[None]:
+    """Ctrl-C held off until the block ends (a submit, which may start a worker), then raised: a
+    worker whose start is cut off is never waited for, and once the analysis is gone it cannot
+    read what it was sent (the pool's semaphores are unlinked) and prints a traceback."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    handler = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, handler)
+    if caught and callable(handler):
+        handler(signal.SIGINT, None)
 
 
 def _forkserver() -> multiprocessing.context.ForkServerContext:
