@@ -131,9 +131,8 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
     if party_id in cfg.threat.malicious:  # the threat model's opt-in deviation (Fu et al.)
         log.info("party %d trains with the malicious optimizer: %s", party_id,
                  cfg.threat.describe([party_id]))
-    identity = passive_identity(party_id)
-    tap = (Tap(attacker, cfg.attacker, cfg.topology, tls_dir, identity, config_hash=cfg.hash)
-           if attacker else None)
+    tap = (Tap(attacker, cfg.attacker, cfg.topology, tls_dir, passive_identity(party_id),
+               config_hash=cfg.hash) if attacker else None)
     try:
         await _train(cfg, party_id, address, run, bottom, tap, tls_dir, resuming, stop)
     except BaseException as err:  # noqa: BLE001 - re-raised: every way out tells the sidecar

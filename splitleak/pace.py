@@ -27,22 +27,9 @@ class StepClock:
             self._previous = wall
 
 
-def step_seconds(records: Iterable[dict[str, Any]]) -> list[float]:
-    """Wall-clock seconds of each train step (StepClock)."""
-    clock = StepClock()
-    for record in records:
-        clock.add(record)
-    return clock.seconds.tolist()
-
-
 def median_step_ms(seconds: Sequence[float]) -> float | None:
     """The median of `seconds` in milliseconds (None when empty)."""
     return 1000 * median(seconds) if len(seconds) else None
-
-
-def ms_per_step(records: Iterable[dict[str, Any]]) -> float | None:
-    """The median train step in milliseconds (None without two consecutive train records)."""
-    return median_step_ms(step_seconds(records))
 
 
 def utility_curve(records: Iterable[dict[str, Any]], metric: str) -> list[tuple[float, float]]:

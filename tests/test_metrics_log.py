@@ -22,7 +22,7 @@ from orchestration.compare import read as compare_read
 from splitleak.artifacts.metrics import MetricsError, read_metrics
 from splitleak.artifacts.metrics_log import MetricsLog, StepBounds, read_metrics_log
 from splitleak.artifacts.paths import RunDir
-from splitleak.pace import step_seconds, utility_curve
+from splitleak.pace import utility_curve
 
 
 def _records(steps: int, defense: bool = True) -> list[dict[str, Any]]:
@@ -98,7 +98,15 @@ def old_utility(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def old_pace(records: list[dict[str, Any]]) -> tuple[float | None, float | None]:
-    seconds = step_seconds(records)
+    seconds, previous = [], None  # pace.step_seconds as it was
+    for record in records:
+        kind, wall = record.get("type"), record.get("wall")
+        if kind == "eval":
+            previous = None
+        elif kind == "train" and isinstance(wall, int | float):
+            if previous is not None and wall > previous:
+                seconds.append(wall - previous)
+            previous = wall
     walls = [r["wall"] for r in records if r.get("type") in ("train", "eval")
              and isinstance(r.get("wall"), int | float)]
     return (1000 * median(seconds) if seconds else None), (max(walls) if walls else None)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from splitleak.pace import ms_per_step, step_seconds, time_to, utility_curve
+from splitleak.artifacts.metrics_log import MetricsLog
+from splitleak.pace import StepClock, time_to, utility_curve
 
 RECORDS = [
     {"type": "plan"},
@@ -20,9 +21,12 @@ RECORDS = [
 
 
 def test_step_times_skip_evaluations_and_restarts() -> None:
-    assert step_seconds(RECORDS) == pytest.approx([0.2, 0.3, 0.4])
-    assert ms_per_step(RECORDS) == pytest.approx(300.0)
-    assert ms_per_step([{"type": "train", "wall": 1.0}]) is None
+    clock = StepClock()
+    for record in RECORDS:
+        clock.add(record)
+    assert clock.seconds.tolist() == pytest.approx([0.2, 0.3, 0.4])
+    assert MetricsLog.of(RECORDS).ms_per_step == pytest.approx(300.0)
+    assert MetricsLog.of([{"type": "train", "step": 0, "wall": 1.0}]).ms_per_step is None
 
 
 def test_time_to_target_is_the_first_evaluation_reaching_it() -> None:

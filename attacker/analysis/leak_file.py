@@ -169,12 +169,19 @@ def leak_groups(batches: Batches, columns: list[str]) -> Iterator[LeakGroup]:
         yield from _read_groups(batches, columns, chosen)
 
 
-def _keys(batch: pa.RecordBatch) -> pa.Array:
-    """Each row's group as one string: parties (or party_id), layer and attack."""
+def attackers(batch: pa.RecordBatch) -> pa.Array:
+    """Each row's attacker as a string: its parties ("1", "1+2"), or its party_id where it names
+    none (rows written before leak.parquet had `parties`)."""
+    party = pc.cast(batch["party_id"], pa.string())
+    if "parties" not in batch.schema.names:
+        return party
     parties = pc.cast(batch["parties"], pa.string())
-    named = pc.fill_null(pc.not_equal(parties, ""), False)
-    who = pc.if_else(named, parties, pc.cast(batch["party_id"], pa.string()))
-    return pc.binary_join_element_wise(who, pc.cast(batch["layer"], pa.string()),
+    return pc.if_else(pc.fill_null(pc.not_equal(parties, ""), False), parties, party)
+
+
+def _keys(batch: pa.RecordBatch) -> pa.Array:
+    """Each row's group as one string: its attacker, layer and attack."""
+    return pc.binary_join_element_wise(attackers(batch), pc.cast(batch["layer"], pa.string()),
                                        pc.cast(batch["attack"], pa.string()), _SEPARATOR)
 
 

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from attacker.analysis.leak_file import parquet_batches
+from attacker.analysis.leak_file import attackers, parquet_batches
 
 METRIC_COLUMNS = {"auc": "auc_flipped", "accuracy": "accuracy", "count_error": "count_error"}
 
@@ -117,10 +117,7 @@ def skip_counts(path: Path, who: str, layer: str) -> dict[str, int]:
     columns = _columns(path, ["party_id", "parties", "layer", "skip_reason"])
     counts: dict[str, int] = {}
     for batch in parquet_batches(path)(columns):
-        party = pc.cast(batch["party_id"], pa.string())
-        whose = pc.coalesce(pc.cast(batch["parties"], pa.string()), party) \
-            if "parties" in columns else party
-        mine = pc.and_(pc.equal(whose, who), pc.equal(batch["layer"], layer))
+        mine = pc.and_(pc.equal(attackers(batch), who), pc.equal(batch["layer"], layer))
         reasons = pc.filter(pc.cast(batch["skip_reason"], pa.string()), pc.fill_null(mine, False))
         for found in pc.value_counts(reasons.drop_null()).to_pylist():  # in order of first row
             counts[found["values"]] = counts.get(found["values"], 0) + found["counts"]

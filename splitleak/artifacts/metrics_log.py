@@ -82,7 +82,7 @@ class MetricsLog:
 
     @property
     def ms_per_step(self) -> float | None:
-        """The median train step in milliseconds (pace.ms_per_step of the records)."""
+        """The median train step in milliseconds (None without two consecutive train records)."""
         return median_step_ms(self.step_seconds.tolist())
 
 
