@@ -153,12 +153,16 @@ def test_compare_reads_the_good_run_and_skips_a_bad_one_inside_a_directory(
 
 def test_a_missing_shard_is_warned_of_by_name(analysed_run: Path, tmp_path: Path,
                                              capsys: pytest.CaptureFixture) -> None:
+    """A shard the index lists is gone: warned of by name, the shards there are analysed."""
     run = tmp_path / "run"
     shutil.copytree(analysed_run, run)
-    (run / SHARD).unlink()
+    index = json.loads((run / INDEX).read_text())
+    index["parties"]["1"]["shards"].append({"file": "party_1/shard-000007.arrows", "records": 2,
+                                            "rows": 128})
+    (run / INDEX).write_text(json.dumps(index))
     code, text = exit_code_and_text(attacker_main, ["analyze", str(run)], capsys)
     assert code == 0, text
-    assert "shard-000000.arrows" in text and "missing" in text, text
+    assert "shard-000007.arrows" in text and "missing" in text, text
 
 
 def _log_files(run: Path) -> dict[str, bytes | None]:
@@ -167,25 +171,23 @@ def _log_files(run: Path) -> dict[str, bytes | None]:
     return {str(p.relative_to(root)): None if p.is_dir() else p.read_bytes() for p in root.rglob("*")}
 
 
-@pytest.mark.parametrize("keep", ["schema only", "one record and a half"])
 def test_a_torn_shard_is_analysed_as_it_is_and_never_cut(
-        analysed_run: Path, tmp_path: Path, keep: str, capsys: pytest.CaptureFixture) -> None:
+        analysed_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """The analysis reads a log, it never repairs it: a torn shard keeps every byte."""
     from attacker.sidecar.store import _prefix
 
     run = tmp_path / "run"
     shutil.copytree(analysed_run, run)
     shard = run / SHARD
-    whole = _prefix(shard, before_step=1 if keep == "one record and a half" else 0).end
+    whole = _prefix(shard, before_step=1).end
     size = whole + (shard.stat().st_size - whole) // 4  # cut in the middle of the next record
     os.truncate(shard, size)
     before = _log_files(run)
     code, text = exit_code_and_text(attacker_main, ["analyze", str(run)], capsys)
     assert code == 0, text
     assert _log_files(run) == before
-    records = 1 if keep == "one record and a half" else 0
     flat = text.replace("\n", "")
-    assert f"shard-000000.arrows: unreadable after {records} complete record(s)" in flat, text
+    assert "shard-000000.arrows: unreadable after 1 complete record(s)" in flat, text
     assert "missing" not in text and "cut back" not in text, text
     warnings = json.loads((run / SUMMARY).read_text())["warnings"]
     assert sum("shard-000000.arrows" in w for w in warnings) == 1, warnings
@@ -248,3 +250,43 @@ def test_a_sweep_index_of_null_rows_names_the_file_row_and_field(tmp_path: Path)
         read_index_rows(tmp_path)
     message = str(refused.value)
     assert "sweep.parquet row 0: field point" in message and "\n" not in message, message
+
+
+def _outputs(run: Path) -> dict[str, bytes]:
+    """What an analysis writes, with its bytes: leak.parquet, rows.parquet and report/."""
+    written = [run / "attacker" / "leak.parquet", run / "attacker" / "rows.parquet",
+               *sorted((run / "report").iterdir())]
+    return {str(p.relative_to(run)): p.read_bytes() for p in written if p.is_file()}
+
+
+UNREADABLE_LOGS = {
+    "shard compressed": lambda r: os.rename(r / SHARD, r / (SHARD + ".gz")),
+    "party folder gone": lambda r: shutil.rmtree((r / SHARD).parent),
+    "shard empty": lambda r: _replace(r, SHARD, b""),
+    "shard garbage": lambda r: _replace(r, SHARD, b"\xff\xfegarbage" * 40),
+    "shard schema only": lambda r: os.truncate(r / SHARD, _schema_end(r / SHARD)),
+}
+
+
+def _schema_end(shard: Path) -> int:
+    from attacker.sidecar.store import _prefix
+
+    return _prefix(shard, before_step=0).end
+
+
+@pytest.mark.parametrize("damage", UNREADABLE_LOGS)
+def test_a_log_with_no_readable_record_is_refused_and_the_results_are_kept(
+        analysed_run: Path, tmp_path: Path, damage: str, capsys: pytest.CaptureFixture) -> None:
+    """Every shard of the log missing, compressed, empty or damaged: nothing to analyse, as for
+    a run with no log at all; the previous leak files and report stay as they were."""
+    run = tmp_path / "run"
+    shutil.copytree(analysed_run, run)
+    before = _outputs(run)
+    UNREADABLE_LOGS[damage](run)
+    log = _log_files(run)
+    code, text = exit_code_and_text(attacker_main, ["analyze", str(run)], capsys)
+    assert code == 2, text
+    flat = text.replace("\n", "")
+    assert "Traceback" not in flat and "nothing to analyse" in flat, text
+    assert "shard-000000.arrows" in flat, text
+    assert _outputs(run) == before and _log_files(run) == log

@@ -229,16 +229,15 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
     analysis.warnings += _not_for_classes(attacks, analysis.num_classes)
     analysis.warnings += recording_gaps(run)
     sample = _RowSample()
-    attacked: list[tuple[bool, str]] = []  # (a gradient log was read, the log's run id)
+    attacked: list[GradientLog | None] = []  # the gradient log read (None: the run has none)
     run_entries: list[dict[str, Any]] = []
 
     def attack_all(tmp: Path) -> None:  # a failure leaves no leak.parquet, not half of one
         with LeakWriter(tmp) as leak:
             attacked.append(_gradient_attacks(analysis, leak, sample, jobs))
         run_entries.extend(run_level_entries(analysis))
-        if not attacked[0][0] and not run_entries:
-            raise FileNotFoundError(f"no gradient log at {run.gradients} and no run-level "
-                                    "attack in the threat model: nothing to analyse")
+        if not run_entries and (attacked[0] is None or not attacked[0].read):
+            raise _nothing_to_analyse(run, attacked[0])
 
     write_atomically(run.leak, attack_all)
     figures = leak_figures(parquet_batches(run.leak), analysis.describe, marvell_bounds(records),
@@ -257,7 +256,7 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
                                     f"{'' if partial['step'] is None else ' at step ' + str(partial['step'])}"
                                     f"): {partial['train_steps_done']} of {partial['train_steps_planned']} "
                                     "train steps were done; this analyses what was recorded")
-    summary = {"run_id": attacked[0][1] or run.root.name, "seed": analysis.run_seed,
+    summary = {"run_id": (attacked[0].run_id if attacked[0] else "") or run.root.name, "seed": analysis.run_seed,
                "num_classes": analysis.num_classes, "draws": analysis.draws,
                "threat": analysis.threat.model_dump(mode="json"),
                "partial": partial, "warnings": analysis.warnings,
@@ -266,6 +265,19 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
                "above_bound": figures.above_bound}
     overrides = analysed_with(attacks, analysis.configured, hints, seed, draws)
     return {**summary, "analysed_with": overrides} if overrides else summary
+
+
+def _nothing_to_analyse(run: RunDir, log: GradientLog | None) -> Exception:
+    """The refusal of a run with no gradient record to read and no run-level attack; raised
+    before leak.parquet is replaced, so the previous results stay."""
+    if log is None:
+        return FileNotFoundError(f"no gradient log at {run.gradients} and no run-level "
+                                 "attack in the threat model: nothing to analyse")
+    unread = "; ".join(f"{shard}: {why}" for shard, why in log.unread.items())
+    return AnalysisInputError(
+        f"no gradient record could be read from {run.gradients} ({unread or 'it holds no shard'})"
+        " and no run-level attack in the threat model: nothing to analyse; the previous results "
+        "are left as they are")
 
 
 def _scalar_rows(figures: LeakFigures) -> list[str]:
@@ -303,17 +315,17 @@ def analysed_with(attacks: list[tuple[str, dict]] | None,
 
 
 def _gradient_attacks(analysis: Analysis, leak: LeakWriter, sample: _RowSample,
-                      jobs: int = 1) -> tuple[bool, str]:
+                      jobs: int = 1) -> GradientLog | None:
     """Every batch attack on every logged batch of every attacker, its rows written to `leak` as
     they come, in the same order whatever `jobs` (worker processes of the per-batch attacks);
-    (whether there is a log, its run id)."""
+    the log read (None: the run has none, and run-level attacks to run)."""
     try:
         log = GradientLog(analysis.run.gradients)
     except FileNotFoundError:
         if not analysis.run_units() or not any(analysis.run_attacks(u) for u in analysis.run_units()):
             raise
         analysis.warnings.append("no gradient log (no party was tapped): run-level attacks only")
-        return False, ""
+        return None
     analysis.anchors = CleanAnchors(analysis.run.clean_anchors)
     if analysis.anchors.warning:
         analysis.warnings.append(analysis.anchors.warning)
@@ -329,7 +341,7 @@ def _gradient_attacks(analysis: Analysis, leak: LeakWriter, sample: _RowSample,
             _unit_attacks(analysis, unit, scoring.units[unit.key][1], log, out, sample)
     analysis.anchors.close()
     analysis.warnings.extend(log.warnings)
-    return True, log.run_id
+    return log
 
 
 def _unit_attacks(analysis: Analysis, unit: Attacker, built: list[Attack], log: GradientLog,

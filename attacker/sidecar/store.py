@@ -376,6 +376,8 @@ class GradientLog:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.warnings: list[str] = []
+        self.read = 0  # records yielded so far, by every read of the log
+        self.unread: dict[Path, str] = {}  # shard -> why it gave no record (missing, damaged)
         index_path = root / INDEX
         has_shards = root.is_dir() and any(root.glob(f"party_*/*{_SUFFIX}"))
         if not index_path.exists() and not has_shards:
@@ -415,7 +417,12 @@ class GradientLog:
     def batches(self, party_id: int) -> Iterator[LoggedBatch]:
         self._warn_missing(party_id)
         for shard in self._shards(party_id):
-            yield from self._read_shard(party_id, shard)
+            found = self.read
+            for batch in self._read_shard(party_id, shard):
+                self.read += 1
+                yield batch
+            if found == self.read:
+                self.unread.setdefault(shard, "no complete record with finite gradients")
 
     def _warn(self, message: str) -> None:
         """Each warning once, however often the log is read (a party alone and in a group)."""
@@ -428,6 +435,7 @@ class GradientLog:
         entry = self.index.parties.get(str(party_id))
         for shard in entry.shards if entry else []:
             if not (self.root / shard.file).exists():
+                self.unread[self.root / shard.file] = f"listed by {INDEX} but missing"
                 self._warn(f"{self.root / shard.file}: listed by {INDEX} ({shard.records} record(s)) "
                            "but missing; analysing the shards that are there")
 
