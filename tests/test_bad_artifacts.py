@@ -290,3 +290,18 @@ def test_a_log_with_no_readable_record_is_refused_and_the_results_are_kept(
     assert "Traceback" not in flat and "nothing to analyse" in flat, text
     assert "shard-000000.arrows" in flat, text
     assert _outputs(run) == before and _log_files(run) == log
+
+
+def test_a_shard_saved_twice_is_refused_and_the_results_are_kept(
+        analysed_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A copy of a shard under the next shard's name would analyse every batch twice."""
+    run = tmp_path / "run"
+    shutil.copytree(analysed_run, run)
+    before = _outputs(run)
+    shutil.copy(run / SHARD, run / SHARD.replace("000000", "000001"))
+    code, text = exit_code_and_text(attacker_main, ["analyze", str(run)], capsys)
+    assert code == 2, text
+    flat = text.replace("\n", "")
+    assert "Traceback" not in flat and "logged twice" in flat, text
+    assert "shard-000000.arrows and in " in flat and "shard-000001.arrows" in flat, text
+    assert _outputs(run) == before

@@ -21,7 +21,14 @@ import pyarrow.parquet as pq
 import pytest
 
 from attacker.analysis.analyze import analyze
-from attacker.sidecar.store import INDEX, GradientLog, GradientStore, RecordError, _prefix
+from attacker.sidecar.store import (
+    INDEX,
+    GradientLog,
+    GradientStore,
+    LogFormatError,
+    RecordError,
+    _prefix,
+)
 from orchestration.reference import run_reference
 from splitleak.artifacts.metrics import read_metrics
 from splitleak.artifacts.paths import RunDir
@@ -82,6 +89,22 @@ def test_a_record_of_nan_gradients_is_left_out_by_shard_party_and_step(tmp_path:
     assert [b.step for b in log.batches(1)] == [0, 2]
     assert len(log.warnings) == 1, log.warnings
     assert f"{shard}: 1 record(s) of party 1 hold NaN or Inf gradients (step 1)" in log.warnings[0]
+
+
+def test_a_shard_saved_twice_is_refused_naming_both_shards(tmp_path: Path) -> None:
+    """A copy of shard 0 saved under a later shard's name: every step of it would be analysed
+    twice; the log is inconsistent, and reading it says which two shards hold the step."""
+    import shutil
+
+    _store_batches(tmp_path / "g", steps=7)
+    shards = sorted((tmp_path / "g" / "party_1").glob("shard-*"))
+    copy = shards[0].with_name("shard-000099.arrows")
+    shutil.copy(shards[0], copy)
+    log = GradientLog(tmp_path / "g")
+    with pytest.raises(LogFormatError) as refused:
+        list(log.batches(1))
+    message = str(refused.value)
+    assert f"step 0 of party 1 is logged twice: in {shards[0]} and in {copy}" in message, message
 
 
 def test_damaged_record_metadata_names_the_shard(tmp_path: Path) -> None:

@@ -415,10 +415,17 @@ class GradientLog:
         return sorted((self.root / f"party_{party_id}").glob(f"shard-*{_SUFFIX}"))
 
     def batches(self, party_id: int) -> Iterator[LoggedBatch]:
+        """A party's records in shard order; LogFormatError naming both shards for a step read
+        twice (a shard copied under another name: the log is inconsistent)."""
         self._warn_missing(party_id)
-        for shard in self._shards(party_id):
+        seen: set[int] = set()  # the party's steps so far: ~60 bytes a step
+        shards = self._shards(party_id)
+        for shard in shards:
             found = self.read
             for batch in self._read_shard(party_id, shard):
+                if batch.step in seen:
+                    raise LogFormatError(_logged_twice(party_id, batch.step, shards, shard))
+                seen.add(batch.step)
                 self.read += 1
                 yield batch
             if found == self.read:
@@ -472,6 +479,24 @@ class GradientLog:
                            f"gradients (step {steps}); the recorder accepts only finite values, so "
                            "the file was damaged after it was written: those batches are left out "
                            "of the analysis")
+
+
+def _logged_twice(party_id: int, step: int, shards: list[Path], shard: Path) -> str:
+    """The refusal of `step` met again in `shard`, naming the shard that held it first."""
+    first = next(s for s in shards[:shards.index(shard) + 1] if _holds_step(s, step))
+    where = f"twice in {shard}" if first == shard else f"twice: in {first} and in {shard}"
+    return (f"step {step} of party {party_id} is logged {where}; a party's log holds each train "
+            "step once, so the log is inconsistent (a shard copied or saved under another name?): "
+            "move the copy out of the log to analyse it")
+
+
+def _holds_step(shard: Path, step: int) -> bool:
+    """Whether `shard` has a record of `step` (read only to name a step logged twice)."""
+    with contextlib.suppress(pa.ArrowException, OSError), pa.OSFile(str(shard), "rb") as source:
+        for batch in pa.ipc.open_stream(source):
+            if batch.num_rows and batch.column("step")[0].as_py() == step:
+                return True
+    return False
 
 
 def _unread(shard: Path) -> str:
