@@ -135,8 +135,8 @@ def _anchors(batch: pa.RecordBatch) -> BatchAnchors:
 
 
 def _torn(path: Path, complete: int, err: Exception) -> str:
-    return (f"{path}: truncated after {complete} complete batch(es) of clean anchors (the label "
-            f"party stopped mid-write?): {err}; using the complete ones")
+    return (f"{path}: unreadable after {complete} complete batch(es) of clean anchors (the label "
+            f"party stopped mid-write, or the file is damaged): {err}; using the complete ones")
 
 
 def read_clean_anchors(path: Path) -> tuple[dict[tuple[int, int], BatchAnchors], str | None]:

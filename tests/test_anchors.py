@@ -7,6 +7,8 @@ import tomllib
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from attacker.analysis.analyze import analyze
@@ -85,7 +87,7 @@ def test_artifact_round_trips_and_survives_a_torn_tail(tmp_path: Path) -> None:
         np.testing.assert_array_equal(gradient, gradients[sample_id - 40])
     path.write_bytes(path.read_bytes()[:-20])
     found, warning = read_clean_anchors(path)
-    assert found == {} and "truncated" in warning
+    assert found == {} and "unreadable after 0 complete" in warning
     assert read_clean_anchors(tmp_path / "absent.arrows") == ({}, None)
 
 
@@ -117,8 +119,6 @@ def _with_anchor(run: RunDir, use_clean: bool) -> list[float]:
 
 
 def analyze_labels(run: RunDir) -> np.ndarray:
-    import pyarrow.parquet as pq
-
     table = pq.read_table(run.labels).to_pydict()
     lookup = np.full(max(table["sample_id"]) + 1, -1)
     lookup[table["sample_id"]] = table["label"]
@@ -147,13 +147,44 @@ def test_clean_anchor_equals_received_without_a_defense_and_differs_under_marvel
     assert entry["raw"]["mean"] == pytest.approx(per_draw.mean(), abs=1e-9)
 
 
-def test_analysis_falls_back_to_received_anchors_and_says_so(tmp_path: Path) -> None:
+@pytest.mark.parametrize("damage", ["absent", "garbage", "shorter"])
+def test_under_a_defense_a_draw_without_a_clean_anchor_is_skipped_and_said(
+        tmp_path: Path, damage: str) -> None:
+    """The oracle's premise is a clean anchor: under Marvell the received row is a noised one,
+    so a draw the artifact lacks is skipped with the reason, never scored with that row."""
     run = _run(tmp_path, [{"name": "marvell", "s": 4.0}])
-    run.clean_anchors.unlink()
+    whole = analyze(run.root, [("cosine_oracle", {})], draws=2)
+    if damage == "absent":
+        run.clean_anchors.unlink()
+    else:  # garbage, or the first batch of anchors and the start of the next
+        size = 200 if damage == "garbage" else _first_anchors_end(run.clean_anchors) + 40
+        run.clean_anchors.write_bytes(b"\xff{garbage" * 20 if damage == "garbage"
+                                      else run.clean_anchors.read_bytes()[:size])
     summary = analyze(run.root, [("cosine_oracle", {})], draws=2)
-    assert any("no clean anchor" in w and "received" in w for w in summary["warnings"])
-    entry = next(e for e in summary["leak"] if e["scope"] == "run" and e["layer"] == "cut")
-    assert entry["draws"] == 2
+    (missing,) = [w for w in summary["warnings"] if "had no clean anchor" in w]
+    assert "clean_anchors.arrows" in missing and "skipped" in missing, missing
+    if damage != "absent":
+        assert any(str(run.clean_anchors) in w and "unreadable after" in w
+                   for w in summary["warnings"]), summary["warnings"]
+    cut = next(e for e in summary["leak"] if e["scope"] == "run" and e["layer"] == "cut")
+    before = next(e for e in whole["leak"] if e["scope"] == "run" and e["layer"] == "cut")
+    assert not cut.get("received_anchors")
+    if damage == "shorter":  # the first batch keeps its clean anchors and its figures
+        assert "premise" not in cut and cut["skipped"] == cut["batches"] - 1
+        assert cut["flipped"]["n"] == 1 and before["flipped"]["n"] == cut["batches"]
+    else:
+        assert "no clean anchor" in cut["premise"] and cut["skipped"] == cut["batches"]
+    rows = pq.read_table(run.attacker / "leak.parquet").to_pylist()
+    assert all(r["anchor"] != "received" for r in rows)
+
+
+def _first_anchors_end(path: Path) -> int:
+    """The byte offset just after the file's first batch of anchors."""
+    with pa.OSFile(str(path), "rb") as source:
+        reader = pa.ipc.MessageReader.open_stream(source)
+        reader.read_next_message()  # the schema
+        reader.read_next_message()
+        return source.tell()
 
 
 def test_a_resumed_writer_keeps_the_earlier_steps_and_rewrites_the_rest(tmp_path: Path) -> None:
@@ -199,18 +230,18 @@ def test_a_batch_without_a_positive_is_no_fallback_to_a_received_anchor() -> Non
     from collections import defaultdict
     from types import SimpleNamespace
 
-    from attacker.analysis.analyze import _clean_anchor
+    from attacker.analysis.analyze import NO_CLEAN_ANCHOR, _clean_anchor
 
-    analysis = SimpleNamespace(anchors={}, perturbed=True, anchor_fallbacks=defaultdict(int))
+    analysis = SimpleNamespace(anchors={}, perturbed=True, missing_anchors=defaultdict(int))
     unit = SimpleNamespace(parties=(1,))
     batch = SimpleNamespace(step=47, sample_ids=np.arange(7))
     attack = build_attack("cosine_oracle", {})
     assert _clean_anchor(analysis, unit, batch, "cut", attack, 0, np.zeros(7)) == (None, None)
-    assert not analysis.anchor_fallbacks
+    assert not analysis.missing_anchors
     negatives_and_one = np.array([0, 0, 1, 0, 0, 0, 0])
     assert _clean_anchor(analysis, unit, batch, "cut", attack, 0, negatives_and_one) == (
-        None, "received")
-    assert analysis.anchor_fallbacks == {("cosine_oracle", "cut"): 1}
+        None, NO_CLEAN_ANCHOR)
+    assert analysis.missing_anchors == {("cosine_oracle", "cut"): 1}
 
 
 def _equal(found: BatchAnchors | None, expected: BatchAnchors | None) -> bool:
@@ -250,7 +281,7 @@ def test_the_analysis_reads_clean_anchors_along_holding_one_batch(tmp_path: Path
     path.write_bytes(path.read_bytes()[:-30])  # a torn tail
     whole, warning = read_clean_anchors(path)
     torn = CleanAnchors(path)
-    assert torn.warning == warning and f"truncated after {len(whole)} complete" in warning
+    assert torn.warning == warning and f"unreadable after {len(whole)} complete" in warning
     assert all(_equal(torn.get((2, step)), whole.get((2, step))) for step in range(40))
 
     backwards = CleanAnchorWriter(tmp_path / "backwards.arrows", cfg, [1])

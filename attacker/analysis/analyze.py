@@ -61,6 +61,9 @@ from splitleak.threat import DEFAULT_HINTS
 LAYERS = {"cut_gradient": "cut", "first_layer_gradient": "first", "activation": "activation"}
 SAMPLED_BATCHES = 5  # early and late batches whose per-row figures feed the plots
 HINT_ATTACKS = ("hint_distance", "hint_inner")  # k known positives: the threat model's hints
+NO_CLEAN_ANCHOR = "none"  # a draw's anchor source under a defense when the artifact lacks it
+MISSING_ANCHOR = ("no clean anchor for this batch draw in label_party/clean_anchors.arrows (absent, "
+                  "damaged or shorter), and under a defense the received row is a noised anchor")
 __all__ = ["LEAK_SCHEMA", "AnalysisInputError", "LeakRow", "analyze", "default_attacks", "headline",
            "metric_stats", "summarise_leak", "write_summary"]
 
@@ -165,7 +168,7 @@ class Analysis:
                                             "attacker.attacks" if attacks is None else "--attacks")
             self.warnings += [left_out] if left_out else []
         self.anchors: CleanAnchors | None = None  # read once the analysis reaches its batches
-        self.anchor_fallbacks: dict[tuple[str, str], int] = defaultdict(int)  # (attack, layer)
+        self.missing_anchors: dict[tuple[str, str], int] = defaultdict(int)  # (attack, layer)
         self.top_model, self.perturbed = set_up(config)
         self.device: str | None = None  # the run-level attacks' device (None: the run's own)
         self.sees_scored_label: set[str] = set()  # labels of attacks no gradient-only bound covers
@@ -246,11 +249,12 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
     rows = sample.table()
     if rows.num_rows:
         write_atomically(run.leak_rows, lambda tmp: pq.write_table(rows, tmp))
-    for (attack, layer), count in analysis.anchor_fallbacks.items():
+    for (attack, layer), count in analysis.missing_anchors.items():
         analysis.warnings.append(
             f"{attack}, {layer} layer: {count} batch draw(s) had no clean anchor from the label "
-            f"party ({run.clean_anchors.name} absent or shorter than {analysis.draws} draws), so "
-            "their anchor is the received (defended) gradient")
+            f"party ({run.clean_anchors} absent, damaged or shorter than {analysis.draws} draws); "
+            "under a defense the received gradient is a noised anchor, so they were skipped as "
+            "not applicable, never scored")
     if partial is not None:
         analysis.warnings.insert(0, f"partial run ({partial['status']}"
                                     f"{'' if partial['step'] is None else ' at step ' + str(partial['step'])}"
@@ -421,9 +425,12 @@ def _score(scoring: _Scoring, item: _Scored) -> list[LeakRow]:
     attack = built[item.attack]
     rows = []
     for draw, (anchor, source) in enumerate(item.anchors):
-        stream = f"{item.layer}:{attack.label}" + (f"#{draw}" if draw else "")  # draw 0: as before draws
-        rng = attack_rng(unit.seed, item.step, unit.rng_party, stream)
-        result = evaluate_batch(attack, item.grads, item.labels, rng, anchor, scoring.num_classes)
+        if source == NO_CLEAN_ANCHOR:  # the attack's premise fails for this draw
+            result = premise_failed(attack, item.labels.size, scoring.num_classes, MISSING_ANCHOR)
+        else:
+            stream = f"{item.layer}:{attack.label}" + (f"#{draw}" if draw else "")  # draw 0: as before draws
+            rng = attack_rng(unit.seed, item.step, unit.rng_party, stream)
+            result = evaluate_batch(attack, item.grads, item.labels, rng, anchor, scoring.num_classes)
         rows.append(_row(unit, item.layer, item.epoch, item.step, attack, result, draw, source))
     return rows
 
@@ -476,9 +483,10 @@ class _EpochPool:
 def _clean_anchor(analysis: Analysis, unit: Attacker, batch: LoggedBatch, layer: str, attack: Attack,
                   draw: int, y: np.ndarray) -> tuple[tuple[int, np.ndarray] | None, str | None]:
     """Draw `draw`'s clean anchor of this batch (cut layer, one party), if the run wrote it, and
-    where the anchor comes from: "clean", or "received" when the attack falls back to the
-    received row of its positive under a defense (counted per layer for the warning). A batch
-    without a positive has no anchor to draw (the label party writes none): nothing falls back."""
+    where the anchor comes from: "clean", or NO_CLEAN_ANCHOR when the run did not write it under
+    a defense (the draw is skipped, never scored with a noised anchor; counted per layer for the
+    warning). A batch without a positive has no anchor to draw (the label party writes none):
+    nothing is missing."""
     if not attack.needs_clean_anchors or not np.any(y == 1):
         return None, None
     if layer == "cut" and len(unit.parties) == 1:
@@ -489,8 +497,8 @@ def _clean_anchor(analysis: Analysis, unit: Attacker, batch: LoggedBatch, layer:
                 return (int(rows[0]), found.gradients[draw]), "clean"
     if not analysis.perturbed:  # no defense: the received row is the clean gradient
         return None, "clean"
-    analysis.anchor_fallbacks[(attack.label, layer)] += 1
-    return None, "received"
+    analysis.missing_anchors[(attack.label, layer)] += 1
+    return None, NO_CLEAN_ANCHOR
 
 
 def _unit_batches(log: GradientLog, parties: tuple[int, ...],

@@ -181,9 +181,11 @@ def _skips(rows: pa.Table) -> tuple[int, int, int]:
 
 
 def _premise(rows: pa.Table) -> str | None:
-    """The reason, when the attack's premise failed on every batch (it was never scored)."""
-    if _mask(pc.equal(rows["skip_kind"], "premise")).all():
-        return str(rows["skip_reason"][0].as_py()).removeprefix("premise: ")
+    """The reason, when the attack's premise failed on every batch it could be scored on (it was
+    never scored: e.g. a batch with no positive needs no clean anchor, and is skipped anyway)."""
+    premise = _mask(pc.equal(rows["skip_kind"], "premise"))
+    if premise.any() and _mask(pc.is_valid(rows["skip_reason"])).all():
+        return str(rows["skip_reason"][int(np.argmax(premise))].as_py()).removeprefix("premise: ")
     return None
 
 
