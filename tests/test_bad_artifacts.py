@@ -241,6 +241,7 @@ def test_a_torn_last_metrics_line_is_still_skipped(analysed_run: Path, tmp_path:
         f.write('{"type":"train","epoch":0,"st')  # a crash mid-write: no newline
     code, text = exit_code_and_text(attacker_main, ["analyze", str(run)], capsys)
     assert code == 0, text
+    assert "cut short" not in text and "partial" not in text, text  # every step is there
 
 
 def test_a_sweep_index_of_null_rows_names_the_file_row_and_field(tmp_path: Path) -> None:
@@ -305,3 +306,40 @@ def test_a_shard_saved_twice_is_refused_and_the_results_are_kept(
     assert "Traceback" not in flat and "logged twice" in flat, text
     assert "shard-000000.arrows and in " in flat and "shard-000001.arrows" in flat, text
     assert _outputs(run) == before
+
+
+def _cut_metrics_after_first_train_record(run: Path) -> None:
+    """metrics.jsonl cut in the middle of its second train record (torn, or copied early)."""
+    text = (run / METRICS).read_text()
+    first = text.index('"type":"train"')
+    second = text.index('"type":"train"', text.index("\n", first))
+    (run / METRICS).write_text(text[:second + 10])
+
+
+@pytest.mark.parametrize("told_by", ["outcome", "gradient log"])
+def test_a_finished_run_whose_metrics_end_early_is_analysed_as_partial(
+        analysed_run: Path, tmp_path: Path, told_by: str, capsys: pytest.CaptureFixture) -> None:
+    """outcome.json says ok after 3 train steps (or the log holds 3 batches) but metrics.jsonl
+    ends after the first: warned of, naming the file, and its last evaluation is not 'final'."""
+    run = tmp_path / "run"
+    shutil.copytree(analysed_run, run)
+    _cut_metrics_after_first_train_record(run)
+    if told_by == "gradient log":
+        outcome = json.loads((run / OUTCOME).read_text())
+        del outcome["train_steps"]
+        (run / OUTCOME).write_text(json.dumps(outcome))
+    code, text = exit_code_and_text(attacker_main, ["analyze", str(run)], capsys)
+    assert code == 0, text
+    flat = " ".join(text.split())
+    assert "metrics.jsonl ends at train step 0" in flat, text
+    assert ("after 3 train steps" if told_by == "outcome" else "batches up to step 2") in flat, text
+    summary = json.loads((run / SUMMARY).read_text())
+    assert summary["partial"]["train_steps_done"] == 1
+    report = (run / "report" / "report.md").read_text()
+    assert "Partial run" in report and "Final" not in report, report
+
+
+def test_a_finished_run_with_every_train_record_is_not_partial(analysed_run: Path) -> None:
+    summary = json.loads((analysed_run / SUMMARY).read_text())
+    assert summary["partial"] is None and not any("ends at train step" in w
+                                                  for w in summary["warnings"])

@@ -20,6 +20,7 @@ from attacker.analysis.inputs import (
     check_run_dir,
     config_warnings,
     configured_attacks,
+    cut_short,
     partial_run,
     read_labels,
     read_records,
@@ -255,7 +256,10 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
             f"party ({run.clean_anchors} absent, damaged or shorter than {analysis.draws} draws); "
             "under a defense the received gradient is a noised anchor, so they were skipped as "
             "not applicable, never scored")
-    if partial is not None:
+    partial = partial or cut_short(run, records, attacked[0].last_step if attacked[0] else None)
+    if partial is not None and partial["status"] == "ok":  # finished, its metrics cut short
+        analysis.warnings.insert(0, partial["message"])
+    elif partial is not None:
         analysis.warnings.insert(0, f"partial run ({partial['status']}"
                                     f"{'' if partial['step'] is None else ' at step ' + str(partial['step'])}"
                                     f"): {partial['train_steps_done']} of {partial['train_steps_planned']} "

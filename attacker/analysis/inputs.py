@@ -124,6 +124,28 @@ def partial_run(run: RunDir, metrics: MetricsLog) -> dict[str, Any] | None:
             "train_steps_planned": metrics.plan.get("total_train_steps")}
 
 
+def cut_short(run: RunDir, metrics: MetricsLog, logged_last: int | None) -> dict[str, Any] | None:
+    """A finished run whose metrics.jsonl ends before the run did (the file cut short: torn, or
+    copied before the end), as a partial run whose `message` says why; None when they agree.
+    `logged_last`: the last step in the gradient log (None: none read)."""
+    outcome = read_run_outcome(run)
+    if outcome.get("status") != "ok":
+        return None
+    last = int(metrics.steps.max()) if metrics.steps.size else -1
+    ran = outcome.get("train_steps")
+    ends = [f"{run.outcome.relative_to(run.root)} says the run ended ok after {ran} train steps"] \
+        if isinstance(ran, int) and ran > last + 1 else []
+    if logged_last is not None and logged_last > last:
+        ends.append(f"the gradient log holds batches up to step {logged_last}")
+    if not ends:
+        return None
+    return {"status": "ok", "step": None, "train_steps_done": metrics.train_steps,
+            "train_steps_planned": ran if isinstance(ran, int) else metrics.plan.get("total_train_steps"),
+            "message": f"{run.metrics} ends at train step {last}, but {' and '.join(ends)}: the file "
+                       "was cut short (torn, or copied before the run ended?), so its last evaluation "
+                       "is not the final one; the run is analysed as partial"}
+
+
 def threat_of(config: dict[str, Any], run: RunDir) -> ThreatConfig:
     """The run's threat model; a file from before `[threat]` reads as the default (party 1)."""
     try:

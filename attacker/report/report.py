@@ -196,7 +196,7 @@ def write_report(run: RunDir, summary: dict[str, Any]) -> None:
              *_headline_md(summary, inputs.metrics, bounds), *completion_md(summary),
              *exact_md(summary), *reconstruction_md(summary), *integrity_md(summary),
              *protection_md(run, inputs.config),
-             *_utility_md(inputs.metrics), *_objective_md(inputs.config, inputs.outcome),
+             *_utility_md(inputs.metrics, bool(summary.get("partial"))), *_objective_md(inputs.config, inputs.outcome),
              *_defense_md(inputs.config, inputs.outcome),
              *_bound_md(bounds, summary), *_leak_md(summary, inputs.leak), *_epoch_md(summary),
              *_side_knowledge_md(summary), "## Warnings", "",
@@ -225,7 +225,11 @@ def _title_md(run: RunDir, summary: dict[str, Any], inputs: _Inputs) -> list[str
              f"{seeds}; config hash `{inputs.config_hash}`; {summary.get('num_classes', '?')} classes"
              + _wire_words(inputs.config), ""]
     partial = summary.get("partial")
-    if partial:
+    if partial and partial["status"] == "ok":  # finished, but its metrics.jsonl cut short
+        lines += [f"**Partial run** (label_party/metrics.jsonl cut short): it holds "
+                  f"{partial['train_steps_done']} of the {partial['train_steps_planned']} train "
+                  "steps done; its last evaluation is not the final one.", ""]
+    elif partial:
         lines += [f"**Partial run** ({partial['status']}): {partial['train_steps_done']} of "
                   f"{partial['train_steps_planned']} train steps were done; every number below is "
                   "for what was recorded.", ""]
@@ -247,7 +251,8 @@ def _headline_md(summary: dict[str, Any], metrics: MetricsLog,
              "standard deviation over the draws of random side knowledge.", ""]
     utility_ = {k: v for k, v in _utility(metrics).items() if k != "train steps"} if not metrics.empty else {}
     if utility_:
-        lines += ["Final utility: " + ", ".join(f"{k} {_fmt(v, 4)}" for k, v in utility_.items()) + ".", ""]
+        lines += [("Utility at the last evaluation recorded: " if summary.get("partial")
+                   else "Final utility: ") + ", ".join(f"{k} {_fmt(v, 4)}" for k, v in utility_.items()) + ".", ""]
     if party in bounds:
         values = bounds[party][1]
         lines += [f"Theorem-1 AUC bound (per batch): mean {_fmt(float(values.mean()))}, "
@@ -257,11 +262,12 @@ def _headline_md(summary: dict[str, Any], metrics: MetricsLog,
     return lines + _md_table(["attack", "p95", "±", "threat", "side knowledge"], rows)
 
 
-def _utility_md(metrics: MetricsLog) -> list[str]:
+def _utility_md(metrics: MetricsLog, partial: bool) -> list[str]:
     if metrics.empty:
         return []
     utility_ = _utility(metrics)
-    return ["## Utility", "", "Final evaluation of the label party (label_party/metrics.jsonl).", "",
+    which = "Last evaluation recorded (a partial run)" if partial else "Final evaluation"
+    return ["## Utility", "", f"{which} of the label party (label_party/metrics.jsonl).", "",
             *_md_table(list(utility_), [[_fmt(v, 4) for v in utility_.values()]]), *_pace_md(metrics)]
 
 

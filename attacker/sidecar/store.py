@@ -377,6 +377,7 @@ class GradientLog:
         self.root = root
         self.warnings: list[str] = []
         self.read = 0  # records yielded so far, by every read of the log
+        self.last_step: int | None = None  # the largest step yielded so far
         self.unread: dict[Path, str] = {}  # shard -> why it gave no record (missing, damaged)
         index_path = root / INDEX
         has_shards = root.is_dir() and any(root.glob(f"party_*/*{_SUFFIX}"))
@@ -427,6 +428,7 @@ class GradientLog:
                     raise LogFormatError(_logged_twice(party_id, batch.step, shards, shard))
                 seen.add(batch.step)
                 self.read += 1
+                self.last_step = max(batch.step, self.last_step if self.last_step is not None else -1)
                 yield batch
             if found == self.read:
                 self.unread.setdefault(shard, "no complete record with finite gradients")
