@@ -256,15 +256,11 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
             f"party ({run.clean_anchors} absent, damaged or shorter than {analysis.draws} draws); "
             "under a defense the received gradient is a noised anchor, so they were skipped as "
             "not applicable, never scored")
-    partial = partial or cut_short(run, records, attacked[0].last_step if attacked[0] else None)
-    if partial is not None and partial["status"] == "ok":  # finished, its metrics cut short
-        analysis.warnings.insert(0, partial["message"])
-    elif partial is not None:
-        analysis.warnings.insert(0, f"partial run ({partial['status']}"
-                                    f"{'' if partial['step'] is None else ' at step ' + str(partial['step'])}"
-                                    f"): {partial['train_steps_done']} of {partial['train_steps_planned']} "
-                                    "train steps were done; this analyses what was recorded")
-    summary = {"run_id": (attacked[0].run_id if attacked[0] else "") or run.root.name, "seed": analysis.run_seed,
+    log = attacked[0]
+    partial = partial or cut_short(run, records, log.last_step if log else None)
+    if partial is not None:
+        analysis.warnings.insert(0, _partial_warning(partial))
+    summary = {"run_id": (log.run_id if log else "") or run.root.name, "seed": analysis.run_seed,
                "num_classes": analysis.num_classes, "draws": analysis.draws,
                "threat": analysis.threat.model_dump(mode="json"),
                "partial": partial, "warnings": analysis.warnings,
@@ -273,6 +269,16 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
                "above_bound": figures.above_bound}
     overrides = analysed_with(attacks, analysis.configured, hints, seed, draws)
     return {**summary, "analysed_with": overrides} if overrides else summary
+
+
+def _partial_warning(partial: dict[str, Any]) -> str:
+    """How far a partial run got; for a finished run, why its metrics make it one."""
+    if partial["status"] == "ok":  # finished, its metrics.jsonl cut short
+        return str(partial["message"])
+    return (f"partial run ({partial['status']}"
+            f"{'' if partial['step'] is None else ' at step ' + str(partial['step'])}"
+            f"): {partial['train_steps_done']} of {partial['train_steps_planned']} "
+            "train steps were done; this analyses what was recorded")
 
 
 def _nothing_to_analyse(run: RunDir, log: GradientLog | None) -> Exception:

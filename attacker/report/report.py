@@ -196,7 +196,8 @@ def write_report(run: RunDir, summary: dict[str, Any]) -> None:
              *_headline_md(summary, inputs.metrics, bounds), *completion_md(summary),
              *exact_md(summary), *reconstruction_md(summary), *integrity_md(summary),
              *protection_md(run, inputs.config),
-             *_utility_md(inputs.metrics, bool(summary.get("partial"))), *_objective_md(inputs.config, inputs.outcome),
+             *_utility_md(inputs.metrics, bool(summary.get("partial"))),
+             *_objective_md(inputs.config, inputs.outcome),
              *_defense_md(inputs.config, inputs.outcome),
              *_bound_md(bounds, summary), *_leak_md(summary, inputs.leak), *_epoch_md(summary),
              *_side_knowledge_md(summary), "## Warnings", "",
@@ -251,8 +252,8 @@ def _headline_md(summary: dict[str, Any], metrics: MetricsLog,
              "standard deviation over the draws of random side knowledge.", ""]
     utility_ = {k: v for k, v in _utility(metrics).items() if k != "train steps"} if not metrics.empty else {}
     if utility_:
-        lines += [("Utility at the last evaluation recorded: " if summary.get("partial")
-                   else "Final utility: ") + ", ".join(f"{k} {_fmt(v, 4)}" for k, v in utility_.items()) + ".", ""]
+        which = "Utility at the last evaluation recorded" if summary.get("partial") else "Final utility"
+        lines += [f"{which}: " + ", ".join(f"{k} {_fmt(v, 4)}" for k, v in utility_.items()) + ".", ""]
     if party in bounds:
         values = bounds[party][1]
         lines += [f"Theorem-1 AUC bound (per batch): mean {_fmt(float(values.mean()))}, "
