@@ -292,3 +292,19 @@ def test_the_analysis_reads_clean_anchors_along_holding_one_batch(tmp_path: Path
     assert found._whole is not None  # noqa: SLF001 - read whole, as before
     assert [found.get((1, step)) is not None for step in (1, 2, 3)] == [True, True, True]
     assert CleanAnchors(tmp_path / "absent.arrows").get((1, 0)) is None
+
+
+def test_an_oracle_never_scored_for_want_of_anchors_is_not_applicable_despite_a_batch_without_a_positive(
+        ) -> None:
+    """Every draw skipped for its missing anchor but one batch with no positive (skipped as
+    single-class, needing no anchor): the attack was never scored, so its premise is the reason."""
+    from attacker.analysis.analyze import MISSING_ANCHOR
+    from attacker.analysis.summary import _premise
+
+    rows = pa.table({"skip_kind": ["premise", "single_class", "premise"],
+                     "skip_reason": [f"premise: {MISSING_ANCHOR}", "single class in batch (all 0)",
+                                     f"premise: {MISSING_ANCHOR}"]})
+    assert _premise(rows) == MISSING_ANCHOR
+    assert _premise(rows.slice(1)) == MISSING_ANCHOR
+    scored = pa.table({"skip_kind": ["premise", None], "skip_reason": [f"premise: {MISSING_ANCHOR}", None]})
+    assert _premise(scored) is None
