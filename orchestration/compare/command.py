@@ -13,11 +13,12 @@ from rich.table import Table
 
 from orchestration.compare.markdown import UTILITY_LABELS
 from orchestration.compare.read import RunResult, find_runs
-from orchestration.compare.report import write_report
+from orchestration.compare.report import REPORT_TITLE, write_report
 from orchestration.compare.table import Comparison, compare
 from orchestration.compare.verdict import MAX_UTILITY_COST
 from splitleak.arguments import output_dir_problem
-from splitleak.artifacts.paths import COMPARE_DIR, SweepDir, is_sweep_dir
+from splitleak.artifacts.paths import COMPARE_DIR, CompareDir, SweepDir, is_sweep_dir
+from splitleak.artifacts.run_config import written_by_a_run
 from splitleak.artifacts.sweep import SweepIndexError
 from splitleak.cli_common import EXIT_FAILED, BadInput
 
@@ -196,11 +197,34 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
         raise BadInput(f"no such directory: {', '.join(missing)}")
     single_sweep = len(args.paths) == 1 and is_sweep_dir(args.paths[0])
     out = args.output_dir or (SweepDir(args.paths[0]).compare if single_sweep else Path(COMPARE_DIR))
-    if (problem := output_dir_problem(out)) is not None:
+    if (problem := output_dir_problem(out) or _foreign(out)) is not None:
         raise BadInput(f"cannot write the report to {out}: {problem}")
     comparison = compare_and_print(args.paths, out, console, args.layer, args.party, args.leak_stat,
                                    args.target_utility, args.dcs_ap, args.max_utility_cost)
     return 0 if comparison is not None else EXIT_FAILED
+
+
+def _foreign(out: Path) -> str | None:
+    """Why `out` is not compare's to write: it is, or lies inside, a run directory (whose own
+    report.md the comparison's would replace), or holds a report.md compare did not write."""
+    for folder in (out.resolve(), *out.resolve().parents):
+        if written_by_a_run(folder):
+            return (f"{folder} is a run directory (its config.toml has the header a run writes): "
+                    "the comparison goes outside every run directory, where it cannot replace a "
+                    "run's own files (its report/report.md)")
+    report = CompareDir(out).report
+    if report.is_file() and not _opens_with(report, REPORT_TITLE):
+        return (f"{report} is not a report `splitleak compare` wrote (it does not open with "
+                f"\"{REPORT_TITLE}\"); give another directory, or move it away")
+    return None
+
+
+def _opens_with(path: Path, title: str) -> bool:
+    try:
+        with path.open(encoding="utf-8", errors="replace") as file:
+            return file.readline().rstrip("\n") == title
+    except OSError:
+        return False
 
 
 def measured_elsewhere(comparison: Comparison) -> Table | None:

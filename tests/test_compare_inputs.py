@@ -1,0 +1,76 @@
+"""compare's inputs beside healthy runs: a summary without leak entries, a partial run, an edited
+config, a premise that fails in one setting, a re-analysis with the config's own options, an
+output directory inside a run, and labels several set-ups share."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from orchestration.cli import main
+from orchestration.compare.command import compare_and_print
+from orchestration.compare.table import Comparison
+from splitleak.artifacts.paths import RunDir
+from tests.conftest import small_config
+from tests.test_compare import fake_run, leak_entry
+
+MARVELL = [{"name": "marvell", "s": 4.0}]
+
+
+def _runs(tmp_path: Path, marvell_leak: list[dict[str, Any]] | None = None,
+          **none_config: Any) -> tuple[Path, Path]:
+    """A no-defense run and a Marvell run of one set-up and seed; Marvell leaks less at a
+    utility cost of 0.005."""
+    none = fake_run(tmp_path / "runs" / "none", small_config(tmp_path, **none_config), 0.95,
+                    [leak_entry("norm", 0.90, 0.95)])
+    marvell = fake_run(tmp_path / "runs" / "marvell", small_config(tmp_path, defense=MARVELL),
+                       0.945, marvell_leak or [leak_entry("norm", 0.60, 0.65)])
+    return none, marvell
+
+
+def _compare(tmp_path: Path, *paths: Path, **options: Any) -> tuple[Comparison, str, str]:
+    """compare_and_print's comparison, what it printed and the report.md it wrote."""
+    printed = io.StringIO()
+    out = tmp_path / "compare"
+    comparison = compare_and_print(list(paths), out, Console(file=printed, width=400), **options)
+    assert comparison is not None
+    return comparison, " ".join(printed.getvalue().split()), (out / "report.md").read_text()
+
+
+def _summary(run: Path, **fields: Any) -> None:
+    path = RunDir(run).leak_summary
+    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+
+
+@pytest.mark.parametrize("inside", ["report", ".", "report/deeper"])
+def test_an_output_directory_in_a_run_directory_is_refused(
+        tmp_path: Path, inside: str, capsys: pytest.CaptureFixture) -> None:
+    """`--output-dir RUN/report` replaced the run's own report.md (exit 0)."""
+    none, marvell = _runs(tmp_path)
+    own = RunDir(marvell).report / "report.md"
+    own.write_text("# Label-leak report: marvell\n")
+    with pytest.raises(SystemExit) as stop:
+        main(["compare", str(none), str(marvell), "--output-dir", str(marvell / inside)])
+    assert stop.value.code == 2
+    assert f"{marvell} is a run directory" in " ".join(capsys.readouterr().err.split())
+    assert own.read_text() == "# Label-leak report: marvell\n"
+    assert not (marvell / "table.csv").exists() and not (marvell / "report" / "deeper").exists()
+
+
+def test_a_report_compare_did_not_write_is_never_replaced(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    none, marvell = _runs(tmp_path)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "report.md").write_text("# my notes\n")
+    with pytest.raises(SystemExit) as stop:
+        main(["compare", str(none), str(marvell), "--output-dir", str(notes)])
+    assert stop.value.code == 2 and "is not a report `splitleak compare` wrote" in capsys.readouterr().err
+    assert (notes / "report.md").read_text() == "# my notes\n"
+    for _ in range(2):  # its own report it replaces
+        assert main(["compare", str(none), str(marvell), "--output-dir", str(tmp_path / "c")]) == 0
