@@ -14,7 +14,8 @@ from rich.console import Console
 
 from orchestration.cli import main
 from orchestration.compare.command import compare_and_print
-from orchestration.compare.table import Comparison
+from orchestration.compare.read import find_runs
+from orchestration.compare.table import Comparison, compare
 from splitleak.artifacts.paths import RunDir
 from tests.conftest import small_config
 from tests.test_compare import fake_run, leak_entry
@@ -74,3 +75,64 @@ def test_a_report_compare_did_not_write_is_never_replaced(tmp_path: Path,
     assert (notes / "report.md").read_text() == "# my notes\n"
     for _ in range(2):  # its own report it replaces
         assert main(["compare", str(none), str(marvell), "--output-dir", str(tmp_path / "c")]) == 0
+
+
+@pytest.mark.parametrize("told_by", ["outcome", "summary"])
+def test_a_partial_run_is_named(tmp_path: Path, told_by: str) -> None:
+    none, marvell = _runs(tmp_path)
+    if told_by == "outcome":
+        RunDir(marvell).outcome.write_text(json.dumps({"status": "interrupted", "step": 40}))
+    else:
+        _summary(marvell, partial={"status": "interrupted", "step": 40})
+    _, printed, report = _compare(tmp_path, none, marvell)
+    warning = f"{marvell}: partial run (interrupted at step 40)"
+    assert warning in printed and warning in report
+
+
+def test_a_re_analysis_with_the_configs_own_options_is_no_re_analysis(tmp_path: Path) -> None:
+    """`attacker analyze R --seed S --draws 5 --hints 1,3,5` with the config's own values was
+    warned of as analysed unlike the other runs."""
+    none, marvell = _runs(tmp_path)
+    _summary(marvell, analysed_with={"seed": 3, "draws": 5, "hints": [1, 3, 5]})
+    runs, _ = find_runs([none, marvell])
+    assert not [w for w in compare(runs).warnings if "re-analysed" in w]
+    _summary(marvell, analysed_with={"seed": 4, "draws": 5})
+    runs, _ = find_runs([none, marvell])
+    assert [w for w in compare(runs).warnings if "re-analysed with seed 4, unlike" in w]
+
+
+def test_an_edited_config_is_warned_of_with_both_hashes(tmp_path: Path) -> None:
+    """A config.toml edited after the run (marvell's s changed) was read silently."""
+    from splitleak.api import open_run
+    from splitleak.config import load_config
+
+    none, marvell = _runs(tmp_path)
+    config = RunDir(marvell).config
+    recorded = load_config(config).hash
+    config.write_text(config.read_text().replace("s = 4.0", "s = 2.0"))
+    edited = load_config(config).hash
+    _, printed, report = _compare(tmp_path, none, marvell)
+    warning = f"{config}: its content hashes to {edited}, not to the hash {recorded} its header line records"
+    assert warning in printed and warning in report
+    with pytest.warns(UserWarning, match=f"hashes to {edited}, not to the hash {recorded}"):
+        assert open_run(marvell).config.hash == edited
+
+
+def test_a_skipped_run_is_named_in_the_report_too(tmp_path: Path) -> None:
+    none, marvell = _runs(tmp_path)
+    RunDir(marvell).leak_summary.unlink()
+    _, printed, report = _compare(tmp_path, tmp_path / "runs")
+    skipped = f"skipped: {marvell}: no report/summary.json"
+    assert skipped in printed and skipped in report
+
+
+def test_an_unreadable_outcome_is_refused_by_the_api_as_by_the_analysis(tmp_path: Path) -> None:
+    """open_run(R).outcome read a garbage outcome.json as None ("while it runs")."""
+    from splitleak.api import open_run
+    from splitleak.artifacts.outcome import OutcomeError
+
+    _, marvell = _runs(tmp_path)
+    assert open_run(marvell).outcome is None
+    RunDir(marvell).outcome.write_text("garbage")
+    with pytest.raises(OutcomeError, match="outcome.json"):
+        _ = open_run(marvell).outcome
