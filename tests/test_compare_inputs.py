@@ -13,10 +13,11 @@ import pytest
 from rich.console import Console
 
 from orchestration.cli import main
-from orchestration.compare.command import compare_and_print
+from orchestration.compare.command import compare_and_print, summary_table
 from orchestration.compare.read import find_runs
 from orchestration.compare.table import Comparison, compare
 from splitleak.artifacts.paths import RunDir
+from splitleak.cli_common import BadInput
 from tests.conftest import small_config
 from tests.test_compare import fake_run, leak_entry
 
@@ -46,6 +47,28 @@ def _compare(tmp_path: Path, *paths: Path, **options: Any) -> tuple[Comparison, 
 def _summary(run: Path, **fields: Any) -> None:
     path = RunDir(run).leak_summary
     path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+
+
+def test_a_run_whose_summary_has_no_leak_entry_is_left_out_with_a_warning(tmp_path: Path) -> None:
+    """It was dropped silently, and the verdict read as if the setting had been measured."""
+    none, marvell = _runs(tmp_path)
+    RunDir(marvell).leak_summary.write_text(json.dumps({"schema_version": 1}))
+    comparison, printed, report = _compare(tmp_path, none, marvell)
+    warning = f"{marvell}: its report/summary.json has no leak entry"
+    assert warning in printed and warning in report
+    assert f"Not in any verdict, as their summaries have no leak entry: {marvell}" in printed
+    assert f"Not in any verdict, as their summaries have no leak entry: {marvell}" in report
+    assert {r["setting"] for r in comparison.rows} == {"no defense"}
+
+
+def test_runs_none_of_which_has_a_leak_entry_are_refused(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    none, marvell = _runs(tmp_path)
+    for run in (none, marvell):
+        _summary(run, leak=[])
+    with pytest.raises(BadInput):
+        _compare(tmp_path, none, marvell)
+    assert "no compared run's report/summary.json has a leak entry" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("inside", ["report", ".", "report/deeper"])
@@ -89,6 +112,23 @@ def test_a_partial_run_is_named(tmp_path: Path, told_by: str) -> None:
     assert warning in printed and warning in report
 
 
+def test_a_premise_that_fails_in_one_setting_gives_its_reason_and_no_verdict(tmp_path: Path) -> None:
+    """It read "(not measured for marvell s=4: their summaries lack this attack)" under a verdict."""
+    anchorless = {**leak_entry("cosine_oracle", 0.5, 0.5), "premise": "no clean anchor here"}
+    none = fake_run(tmp_path / "runs" / "none", small_config(tmp_path), 0.95,
+                    [leak_entry("norm", 0.9, 0.95), leak_entry("cosine_oracle", 0.9, 0.95)])
+    marvell = fake_run(tmp_path / "runs" / "marvell", small_config(tmp_path, defense=MARVELL),
+                       0.945, [leak_entry("norm", 0.6, 0.65), anchorless])
+    comparison, printed, report = _compare(tmp_path, none, marvell)
+    verdict = {v.attack: v.sentence() for v in comparison.verdicts()}
+    assert verdict["cosine_oracle"] == ("cosine_oracle: no verdict, its premise fails for "
+                                        "marvell s=4 (no clean anchor here)")
+    assert verdict["norm"].startswith("norm: marvell s=4, leak 0.650")
+    warning = "cosine_oracle: not scored for marvell s=4, its premise fails in its runs: no clean anchor here"
+    assert warning in printed and warning in report
+    assert "their summaries lack this attack" not in printed + report
+
+
 def test_a_re_analysis_with_the_configs_own_options_is_no_re_analysis(tmp_path: Path) -> None:
     """`attacker analyze R --seed S --draws 5 --hints 1,3,5` with the config's own values was
     warned of as analysed unlike the other runs."""
@@ -99,6 +139,21 @@ def test_a_re_analysis_with_the_configs_own_options_is_no_re_analysis(tmp_path: 
     _summary(marvell, analysed_with={"seed": 4, "draws": 5})
     runs, _ = find_runs([none, marvell])
     assert [w for w in compare(runs).warnings if "re-analysed with seed 4, unlike" in w]
+
+
+def test_set_ups_of_one_label_keep_their_suffix_in_the_terminal(tmp_path: Path) -> None:
+    """Three rows read "no defense": the [hash] suffix wrapped onto a line of its own."""
+    none, _ = _runs(tmp_path)
+    other = fake_run(tmp_path / "runs" / "none32", small_config(tmp_path, training={"batch_size": 32}),
+                     0.96, [leak_entry("norm", 0.9, 0.97)])
+    runs, _ = find_runs([none, other])
+    comparison = compare(runs)
+    printed = io.StringIO()
+    Console(file=printed, width=60).print(summary_table(comparison, 60))
+    labels = [s.label for s in comparison.settings if s.label.startswith("no defense")]
+    assert len(labels) == 2 and all(label.replace(" [", "\u00a0[") in printed.getvalue()
+                                    for label in labels)
+    assert all(v.sentence().startswith("norm: no defense [") for v in comparison.verdicts())
 
 
 def test_an_edited_config_is_warned_of_with_both_hashes(tmp_path: Path) -> None:

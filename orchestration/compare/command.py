@@ -41,6 +41,10 @@ def compare_and_print(paths: list[Path], out: Path, console: Console, layer: str
     if not runs:
         console.print("[bold red]nothing to compare:[/] no finished, analysed run")
         return None
+    if not any(run.leak for run in runs):
+        raise BadInput("nothing to compare: no compared run's report/summary.json has a leak "
+                       f"entry ({', '.join(str(run.root) for run in runs)}); re-run `attacker "
+                       "analyze` on them, with their gradient logs")
     if party is not None:
         _check_party(runs, party)
     measured = sorted({e.layer for run in runs for e in run.leak})
@@ -117,7 +121,7 @@ def summary_table(comparison: Comparison, width: int = 80) -> Group:
             continue
         value = next(iter(own.values()))["utility_mean"]
         c_dcs = next((r["c_dcs_mean"] for r in own.values() if r["in_t_dcs"]), None)
-        first_cells.append([escape(setting.label), *([str(len(setting.runs))] if len(seeds) > 1 else []),
+        first_cells.append([_unbroken(setting.label), *([str(len(setting.runs))] if len(seeds) > 1 else []),
                             f"{value:.4f}" if value is not None else "-",
                             f"{c_dcs:.3f}" if c_dcs is not None else "-"])
         leak_cells.append([f"{own[a]['leak_mean']:.3f}{'*' if own[a]['pareto'] else ''}"
@@ -160,11 +164,18 @@ def summary_table(comparison: Comparison, width: int = 80) -> Group:
                    for i, columns in enumerate(groups, start=1)))
 
 
+def _unbroken(label: str) -> str:
+    """The label with its [hash] suffix (several set-ups of one name) kept on its line: a
+    wrapped suffix read as a row of its own, leaving identical names."""
+    return escape(label.replace(" [", "\u00a0["))
+
+
 def verdict_lines(comparison: Comparison) -> str:
     """The report's verdicts, one line per attack."""
     lines = [f"[bold]verdict[/]: the lowest leak on the Pareto frontier at ≤ "
              f"{comparison.max_utility_cost:g} utility cost against no defense"]
     lines += [f"  {escape(v.sentence())}" for v in comparison.verdicts()]
+    lines += [f"  [yellow]{escape(line)}[/]" for line in comparison.left_out_line()]
     return "\n".join(lines)
 
 

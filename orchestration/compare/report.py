@@ -146,7 +146,8 @@ def _verdict_md(comparison: Comparison) -> list[str]:
             f"{comparison.max_utility_cost:g} (`--max-utility-cost`; 0.01 = 0.01 of test AUC or 1 point "
             "of test accuracy). Leak = the frontier's statistic below; see Warnings for settings whose "
             "utility is within its interval of chance.", "",
-            *(f"- {v.sentence()}" for v in found), ""]
+            *(f"- {v.sentence()}" for v in found), *(["", *comparison.left_out_line()]
+                                                      if comparison.left_out else []), ""]
 
 
 def _trend_md(found: list[Trend], figures: dict[str, str]) -> list[str]:
