@@ -191,3 +191,12 @@ def test_an_unreadable_outcome_is_refused_by_the_api_as_by_the_analysis(tmp_path
     RunDir(marvell).outcome.write_text("garbage")
     with pytest.raises(OutcomeError, match="outcome.json"):
         _ = open_run(marvell).outcome
+
+
+def test_a_no_defense_verdict_names_the_setting_a_sweep_called_otherwise() -> None:
+    from orchestration.compare.verdict import Verdict
+
+    row = {"setting": "none", "baseline": "none", "leak_mean": 0.914}
+    assert Verdict("norm", 0.01, row, row).sentence() == (
+        "norm: no defense (none); none on the frontier within the budget leaks less than no "
+        "defense (none)'s 0.914")

@@ -41,7 +41,8 @@ class Verdict:
                     "(no utility cost to hold it to)")
         leak = f"{self.best['leak_mean']:.3f}"
         if not self.defended:
-            name = self.best["setting"]  # "no defense [hash]" where several set-ups have one
+            label = self.best["setting"]  # "no defense [hash]" where several set-ups have one
+            name = label if label.startswith("no defense") else f"no defense ({label})"
             return (f"{self.attack}: {name}; none on the frontier within the budget leaks "
                     f"less than {name}'s {leak}")
         base = f"{self.baseline['leak_mean']:.3f}" if self.baseline else "?"
