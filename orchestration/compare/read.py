@@ -88,11 +88,13 @@ def _not_its_config(overrides: dict[str, Any] | None,
                     cfg: ExperimentConfig) -> dict[str, Any] | None:
     """The options `attacker analyze` was given that differ from what the run's config says
     (a --seed, --draws or --hints equal to the config's own changes nothing)."""
+    if not overrides:
+        return None
     own: dict[str, Any] = {"seed": cfg.run.seed, "draws": cfg.threat.draws}
     hints = {tuple(party.hints) for party in cfg.threat.parties.values()}
     if len(hints) == 1:
         own["hints"] = list(hints.pop())
-    differing = {k: v for k, v in (overrides or {}).items() if k not in own or own[k] != v}
+    differing = {k: v for k, v in overrides.items() if k not in own or own[k] != v}
     return differing or None
 
 
