@@ -292,9 +292,21 @@ def gpu_memory(run: RunDir, parties: int) -> dict[str, float]:
     return {name: mib for name, mib in held.items() if mib is not None}
 
 
+DEFAULT_ROUNDS = 5
+
+
+def bench_rounds(args: argparse.Namespace) -> int:
+    """The interleaved rounds asked for: --rounds, or 1 with --quick (exit 2 given both)."""
+    if args.quick and args.rounds is not None:
+        raise BadInput(f"splitleak bench --quick --rounds {args.rounds}: --quick is one round; "
+                       "give --quick or --rounds N, not both")
+    return 1 if args.quick else args.rounds or DEFAULT_ROUNDS
+
+
 def run_bench(args: argparse.Namespace, console: Console) -> int:
     from label_party.defenses.bench_marvell import SHAPES, time_marvell
 
+    rounds_wanted = bench_rounds(args)
     try:
         check_devices(bench_config(args.steps, setup=args.setup, device=args.device))
     except ConfigError as err:
@@ -303,7 +315,6 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
     if args.cuda_graphs and device.type != "cuda":
         raise BadInput(f"splitleak bench --cuda-graphs: the parties would compute on {device}; "
                        "CUDA graphs need a CUDA device (--device cuda)")
-    rounds_wanted = 1 if args.quick else args.rounds
     parties = sorted(set(args.parties or []))
     args.parties = parties
     console.print(bench_header(args, rounds_wanted))

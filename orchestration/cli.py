@@ -46,10 +46,12 @@ def main(argv: list[str] | None = None) -> int:
     v = sub.add_parser("validate", help="check an experiment file and exit (2 if invalid)")
     v.add_argument("config", nargs="?")
     b = sub.add_parser("bench", help="distributed vs in-process throughput, wire overhead")
-    b.add_argument("--steps", type=int_in(10, 1_000_000), default=60, help="train steps per measured run")
-    b.add_argument("--rounds", type=int_in(1, 1_000_000), default=5,
+    b.add_argument("--steps", type=int_in(10, 1_000_000), default=60,
+                   help="train steps per measured run, at least 10; default 60")
+    b.add_argument("--rounds", type=int_in(1, 1_000_000),
                    help="interleaved rounds (every variant once per round); default 5")
-    b.add_argument("--quick", action="store_true", help="one round: a smoke run, no spread")
+    b.add_argument("--quick", action="store_true",
+                   help="one round: a smoke run, no spread (not with --rounds)")
     b.add_argument("--parties", type=int_in(1, MAX_PARTIES), nargs="+", metavar="N",
                    help="also measure distributed vs in-process with N passive parties "
                         "(e.g. 2 4 8), each keeping the cut width 128")

@@ -10,6 +10,7 @@ as typed artifacts and pandas DataFrames (needs pandas: `pip install splitleak[n
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -18,8 +19,9 @@ from typing import TYPE_CHECKING
 import pyarrow.parquet as pq
 
 from splitleak.artifacts.metrics import read_metrics
-from splitleak.artifacts.outcome import Outcome, read_outcome_model
+from splitleak.artifacts.outcome import Outcome, read_outcome_model, read_outcome_model_or_refuse
 from splitleak.artifacts.paths import CompareDir, RunDir, SweepDir, is_run_dir, is_sweep_dir
+from splitleak.artifacts.run_config import edited_config
 from splitleak.artifacts.summary import LeakSummary, read_leak_summary
 from splitleak.artifacts.sweep import read_index_rows
 from splitleak.artifacts.timing import read_timing_model
@@ -41,12 +43,18 @@ class Run:
 
     @cached_property
     def config(self) -> ExperimentConfig:
-        return load_config(self.dir.config)
+        """The run's config; a UserWarning when config.toml was edited since the run wrote it."""
+        cfg = load_config(self.dir.config)
+        for edited in edited_config(self.dir, cfg):
+            warnings.warn(edited, stacklevel=3)  # the caller of .config
+        return cfg
 
     @cached_property
     def outcome(self) -> Outcome | None:
-        """How the run ended (None while it runs, or if it was killed before concluding)."""
-        return read_outcome_model(self.dir)
+        """How the run ended (None while it runs, or if it was killed before concluding);
+        OutcomeError (a ValueError) naming the file when outcome.json is there but unreadable,
+        as `attacker analyze` refuses it."""
+        return read_outcome_model_or_refuse(self.dir)
 
     @cached_property
     def summary(self) -> LeakSummary:

@@ -324,11 +324,18 @@ def test_every_measured_step_is_in_the_first_epoch(steps):
     (["--rounds", "0"], "outside 1.."), (["--parties", "0"], "outside 1..64"),
     (["--parties", "65"], "outside 1..64"), (["--steps", "x"], "not an integer"),
     (["--steps", "5"], "outside 10.."), (["--json", "/nonexistent/dir/b.json"], "does not exist"),
+    (["--quick", "--rounds", "3"], "--quick is one round; give --quick or --rounds N, not both"),
 ])
 def test_bad_bench_arguments_exit_2_naming_what_is_allowed(argv, says, capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["bench", *argv])
     assert exit_.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_bench_help_states_the_steps_default_and_minimum(capsys):
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    assert "at least 10; default 60" in " ".join(capsys.readouterr().out.split())
 
 
 @pytest.mark.slow

@@ -220,9 +220,17 @@ def test_report_without_metrics_or_logs(tmp_path: Path) -> None:
     (run.attacker / "leak.parquet").unlink()
     write_report(run, summary)
     text = (run.report / "report.md").read_text()
-    assert "no label_party/metrics.jsonl" in text and "no attacker/leak.parquet" in text
+    assert "label_party/metrics.jsonl is missing" in text and "no attacker/leak.parquet" in text
     assert "| norm | 0.880 | - | curious | none |" in text
     assert not list(run.report.glob("*.png"))
+
+
+def test_report_of_an_empty_metrics_file_says_it_is_empty(tmp_path: Path) -> None:
+    """A 0-byte metrics.jsonl was reported as "no label_party/metrics.jsonl": it is there."""
+    run, summary = make_run(tmp_path / "run", row_sample=False, defense=False)
+    run.metrics.write_text("")
+    write_report(run, summary)
+    assert "label_party/metrics.jsonl is empty: no utility table" in (run.report / "report.md").read_text()
 
 
 def test_terminal_table_fits_80_columns(tmp_path: Path) -> None:

@@ -56,6 +56,7 @@ from attacker.attacks.base import RunFacts, label_without_defaults
 from attacker.sidecar.store import GradientLog, LoggedBatch
 from splitleak.anchors import CleanAnchors
 from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.run_config import edited_config
 from splitleak.fileio import write_atomically
 from splitleak.threat import DEFAULT_HINTS
 
@@ -164,6 +165,7 @@ class Analysis:
         self.configured = configured_attacks(config)
         self.specs = attacks if attacks is not None else self.configured
         self.warnings: list[str] = config_warnings(config)  # what validate warned of, too
+        self.warnings += edited_config(run)  # a config.toml changed since the run
         if self.specs is not None:  # a named list is what runs: say what the threat model adds
             left_out = self.threat.left_out([name for name, _ in self.specs],
                                             "attacker.attacks" if attacks is None else "--attacks")

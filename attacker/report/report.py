@@ -163,7 +163,8 @@ def _draw_plots(run: RunDir, summary: dict[str, Any], inputs: _Inputs, notes: li
     metrics = inputs.metrics
     evals = [r for r in metrics.evals if r.get("test_auc") is not None or r.get("test_accuracy") is not None]
     if metrics.empty:
-        notes.append("no label_party/metrics.jsonl: no utility table or training curves")
+        what = "is empty" if run.metrics.exists() else "is missing"
+        notes.append(f"label_party/metrics.jsonl {what}: no utility table or training curves")
     elif not evals:
         notes.append("no eval records in label_party/metrics.jsonl: no test metric or test-metric plot")
     if metrics.train_steps:

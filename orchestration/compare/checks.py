@@ -57,6 +57,29 @@ def not_applied(runs: list[RunResult], party: int | None, layer: str) -> dict[st
     return {a: next(iter(r)) for a, r in reasons.items() if a not in scored and len(r) == 1}
 
 
+def premise_failed(settings: list[Setting], party: int | None,
+                   layer: str) -> dict[str, dict[str, str]]:
+    """Per attack, the settings where its premise failed in every run that has it while other
+    settings scored it (attacks failing everywhere: not_applied), with the summary's reason."""
+    everywhere = not_applied([r for s in settings for r in s.runs.values()], party, layer)
+    failed: dict[str, dict[str, str]] = defaultdict(dict)
+    for setting in settings:
+        entries = [e for run in setting.runs.values() for e in run.leak
+                   if e.party == party and e.layer == layer and e.attack not in everywhere]
+        scored = {e.attack for e in entries if e.premise is None}
+        for entry in entries:
+            if entry.premise is not None and entry.attack not in scored:
+                failed[entry.attack].setdefault(setting.label, entry.premise)
+    return dict(failed)
+
+
+def without_leak(runs: list[RunResult]) -> list[str]:
+    """Runs whose summary has no leak entry (an analysis that measured nothing): left out."""
+    return [f"{run.root}: its report/summary.json has no leak entry (its analysis measured no "
+            "attack; re-run `attacker analyze` on it, with its gradient log): left out of every "
+            "table and verdict" for run in runs if not run.leak]
+
+
 def mixed_tasks(runs: list[RunResult]) -> list[str]:
     """Runs whose utilities are different metrics (a binary task's AUC beside a multi-class
     task's accuracy): not one scale."""

@@ -13,11 +13,12 @@ from rich.table import Table
 
 from orchestration.compare.markdown import UTILITY_LABELS
 from orchestration.compare.read import RunResult, find_runs
-from orchestration.compare.report import write_report
+from orchestration.compare.report import REPORT_TITLE, write_report
 from orchestration.compare.table import Comparison, compare
 from orchestration.compare.verdict import MAX_UTILITY_COST
 from splitleak.arguments import output_dir_problem
-from splitleak.artifacts.paths import COMPARE_DIR, SweepDir, is_sweep_dir
+from splitleak.artifacts.paths import COMPARE_DIR, CompareDir, SweepDir, is_sweep_dir
+from splitleak.artifacts.run_config import written_by_a_run
 from splitleak.artifacts.sweep import SweepIndexError
 from splitleak.cli_common import EXIT_FAILED, BadInput
 
@@ -40,6 +41,10 @@ def compare_and_print(paths: list[Path], out: Path, console: Console, layer: str
     if not runs:
         console.print("[bold red]nothing to compare:[/] no finished, analysed run")
         return None
+    if not any(run.leak for run in runs):
+        raise BadInput("nothing to compare: no compared run's report/summary.json has a leak "
+                       f"entry ({', '.join(str(run.root) for run in runs)}); re-run `attacker "
+                       "analyze` on them, with their gradient logs")
     if party is not None:
         _check_party(runs, party)
     measured = sorted({e.layer for run in runs for e in run.leak})
@@ -116,7 +121,7 @@ def summary_table(comparison: Comparison, width: int = 80) -> Group:
             continue
         value = next(iter(own.values()))["utility_mean"]
         c_dcs = next((r["c_dcs_mean"] for r in own.values() if r["in_t_dcs"]), None)
-        first_cells.append([escape(setting.label), *([str(len(setting.runs))] if len(seeds) > 1 else []),
+        first_cells.append([_unbroken(setting.label), *([str(len(setting.runs))] if len(seeds) > 1 else []),
                             f"{value:.4f}" if value is not None else "-",
                             f"{c_dcs:.3f}" if c_dcs is not None else "-"])
         leak_cells.append([f"{own[a]['leak_mean']:.3f}{'*' if own[a]['pareto'] else ''}"
@@ -159,11 +164,18 @@ def summary_table(comparison: Comparison, width: int = 80) -> Group:
                    for i, columns in enumerate(groups, start=1)))
 
 
+def _unbroken(label: str) -> str:
+    """The label with its [hash] suffix (several set-ups of one name) kept on its line: a
+    wrapped suffix read as a row of its own, leaving identical names."""
+    return escape(label.replace(" [", "\u00a0["))
+
+
 def verdict_lines(comparison: Comparison) -> str:
     """The report's verdicts, one line per attack."""
     lines = [f"[bold]verdict[/]: the lowest leak on the Pareto frontier at ≤ "
              f"{comparison.max_utility_cost:g} utility cost against no defense"]
     lines += [f"  {escape(v.sentence())}" for v in comparison.verdicts()]
+    lines += [f"  [yellow]{escape(line)}[/]" for line in comparison.left_out_line()]
     return "\n".join(lines)
 
 
@@ -196,11 +208,34 @@ def cmd_compare(args: argparse.Namespace, console: Console) -> int:
         raise BadInput(f"no such directory: {', '.join(missing)}")
     single_sweep = len(args.paths) == 1 and is_sweep_dir(args.paths[0])
     out = args.output_dir or (SweepDir(args.paths[0]).compare if single_sweep else Path(COMPARE_DIR))
-    if (problem := output_dir_problem(out)) is not None:
+    if (problem := output_dir_problem(out) or _foreign(out)) is not None:
         raise BadInput(f"cannot write the report to {out}: {problem}")
     comparison = compare_and_print(args.paths, out, console, args.layer, args.party, args.leak_stat,
                                    args.target_utility, args.dcs_ap, args.max_utility_cost)
     return 0 if comparison is not None else EXIT_FAILED
+
+
+def _foreign(out: Path) -> str | None:
+    """Why `out` is not compare's to write: it is, or lies inside, a run directory (whose own
+    report.md the comparison's would replace), or holds a report.md compare did not write."""
+    for folder in (out.resolve(), *out.resolve().parents):
+        if written_by_a_run(folder):
+            return (f"{folder} is a run directory (its config.toml has the header a run writes): "
+                    "the comparison goes outside every run directory, where it cannot replace a "
+                    "run's own files (its report/report.md)")
+    report = CompareDir(out).report
+    if report.is_file() and not _opens_with(report, REPORT_TITLE):
+        return (f"{report} is not a report `splitleak compare` wrote (it does not open with "
+                f"\"{REPORT_TITLE}\"); give another directory, or move it away")
+    return None
+
+
+def _opens_with(path: Path, title: str) -> bool:
+    try:
+        with path.open(encoding="utf-8", errors="replace") as file:
+            return file.readline().rstrip("\n") == title
+    except OSError:
+        return False
 
 
 def measured_elsewhere(comparison: Comparison) -> Table | None:

@@ -14,7 +14,8 @@ from orchestration.compare.identity import SweepPoint, finished_points
 from splitleak.artifacts.metrics_log import read_metrics_log
 from splitleak.artifacts.outcome import read_outcome_or_refuse
 from splitleak.artifacts.paths import CONFIG_FILE, SWEEP_INDEX_FILE, RunDir, is_run_dir, is_sweep_dir
-from splitleak.artifacts.summary import read_leak_summary
+from splitleak.artifacts.run_config import edited_config
+from splitleak.artifacts.summary import LeakSummary, read_leak_summary
 from splitleak.artifacts.sweep import read_index_rows
 from splitleak.config import ConfigError, ExperimentConfig, load_config
 from splitleak.pace import utility_curve
@@ -37,7 +38,8 @@ class RunResult:
     ms_per_step: float | None = None  # median train step (metrics.jsonl's clock)
     curve: tuple[tuple[float, float], ...] = ()  # (seconds, utility) of each evaluation
     bytes_per_step: float | None = None  # both directions at the label party (outcome.json)
-    analysed_with: dict[str, Any] | None = None  # `attacker analyze`'s options, where it had any
+    analysed_with: dict[str, Any] | None = None  # `attacker analyze`'s options its config lacks
+    notes: tuple[str, ...] = ()  # what to warn of: a partial run, an edited config.toml
 
     @property
     def seed(self) -> int:
@@ -74,16 +76,43 @@ def read_run(root: Path, point: SweepPoint | None = None) -> RunResult:
     summary = read_leak_summary(run)
     num_classes = int(summary.num_classes or metrics.plan.get("num_classes") or 2)
     metric = utility_metric(num_classes)
+    outcome = read_outcome_or_refuse(run)
+    notes = _partial(root, summary, outcome) + edited_config(run, config)
     return RunResult(root, config, point, num_classes, evals[-1] if evals else {},
                      leak_entries(summary), metrics.ms_per_step,
-                     tuple(utility_curve(evals, metric)), _bytes_per_step(run, metrics.train_steps),
-                     summary.analysed_with)
+                     tuple(utility_curve(evals, metric)), _bytes_per_step(outcome, metrics.train_steps),
+                     _not_its_config(summary.analysed_with, config), tuple(notes))
 
 
-def _bytes_per_step(run: RunDir, steps: int) -> float | None:
+def _not_its_config(overrides: dict[str, Any] | None,
+                    cfg: ExperimentConfig) -> dict[str, Any] | None:
+    """The options `attacker analyze` was given that differ from what the run's config says
+    (a --seed, --draws or --hints equal to the config's own changes nothing)."""
+    if not overrides:
+        return None
+    own: dict[str, Any] = {"seed": cfg.run.seed, "draws": cfg.threat.draws}
+    hints = {tuple(party.hints) for party in cfg.threat.parties.values()}
+    if len(hints) == 1:
+        own["hints"] = list(hints.pop())
+    differing = {k: v for k, v in overrides.items() if k not in own or own[k] != v}
+    return differing or None
+
+
+def _partial(root: Path, summary: LeakSummary, outcome: dict[str, Any]) -> list[str]:
+    """A warning when the run did not finish (its analysis or its outcome.json says so)."""
+    partial = summary.partial or ({"status": outcome.get("status"), "step": outcome.get("step")}
+                                  if outcome and outcome.get("status") != "ok" else None)
+    if partial is None:
+        return []
+    step = partial.get("step")
+    return [f"{root}: partial run ({partial.get('status')}"
+            f"{'' if step is None else f' at step {step}'}): its utility and leak are of the steps "
+            "it did before it stopped, not of the training its config plans"]
+
+
+def _bytes_per_step(outcome: dict[str, Any], steps: int) -> float | None:
     """Bytes the label party sent and received per step (of `steps` train steps), evaluation
     passes included."""
-    outcome = read_outcome_or_refuse(run)
     sent, received = outcome.get("bytes_sent"), outcome.get("bytes_received")
     if not steps or not isinstance(sent, int) or not isinstance(received, int):
         return None
@@ -145,4 +174,6 @@ def find_runs(paths: list[Path]) -> tuple[list[RunResult], list[str]]:
             if root in named:
                 raise
             warnings.append(f"skipped: {err}")
+            continue
+        warnings += runs[-1].notes
     return runs, warnings

@@ -25,6 +25,7 @@ from splitleak.artifacts.paths import CompareDir
 from splitleak.fileio import write_atomically
 
 log = logging.getLogger("compare")
+REPORT_TITLE = "# Trade-off report"  # report.md's first line: what tells compare's own report
 
 
 def _slug(text: str) -> str:
@@ -145,7 +146,8 @@ def _verdict_md(comparison: Comparison) -> list[str]:
             f"{comparison.max_utility_cost:g} (`--max-utility-cost`; 0.01 = 0.01 of test AUC or 1 point "
             "of test accuracy). Leak = the frontier's statistic below; see Warnings for settings whose "
             "utility is within its interval of chance.", "",
-            *(f"- {v.sentence()}" for v in found), ""]
+            *(f"- {v.sentence()}" for v in found), *(["", *comparison.left_out_line()]
+                                                      if comparison.left_out else []), ""]
 
 
 def _trend_md(found: list[Trend], figures: dict[str, str]) -> list[str]:
@@ -241,7 +243,7 @@ def _write(comparison: Comparison, out: Path, sources: list[Path]) -> None:
     found = trends(comparison.rows)
     attack_figures, family_figures = _draw(comparison, out, found, warnings)
     runs = sum(len(s.runs) for s in comparison.settings)
-    lines = ["# Trade-off report", "", *_verdict_md(comparison),
+    lines = [REPORT_TITLE, "", *_verdict_md(comparison),
              f"{runs} runs in {len(comparison.settings)} settings from {', '.join(map(str, sources))}. "
              f"Leak at party {comparison.party}, {comparison.layer} layer. Every number is over a "
              "setting's seeds: the mean with its 95 % Student-t interval [low, high], and worst / best "

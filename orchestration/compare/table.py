@@ -109,6 +109,9 @@ class Comparison:
     dcs_ap: str = "vflair"  # the attack performance DCS is computed from (dcs.ATTACK_PERFORMANCE)
     max_utility_cost: float = MAX_UTILITY_COST  # the verdicts' budget
     not_applied: dict[str, str] = field(default_factory=dict)  # attack -> why its premise failed
+    # attack -> {setting: why its premise failed there}: no verdict for the attack
+    premise_failed: dict[str, dict[str, str]] = field(default_factory=dict)
+    left_out: list[str] = field(default_factory=list)  # runs whose summaries have no leak entry
     # VFLAIR's capability over every family: DCS rows of each attack where it is measured (the
     # cut layer, model completion's bottom, reconstruction's input, integrity's output), with
     # T-DCS per family over VFLAIR's own attacks and C-DCS over the families that have one (the
@@ -126,7 +129,12 @@ class Comparison:
         return sorted(found, key=lambda a: found[a])  # stable: first-seen order otherwise
 
     def verdicts(self) -> list[Verdict]:
-        return verdicts(self.rows, self.attacks(), self.max_utility_cost)
+        return verdicts(self.rows, self.attacks(), self.max_utility_cost, self.premise_failed)
+
+    def left_out_line(self) -> list[str]:
+        """The runs no verdict counts (their summaries have no leak entry), said under the verdicts."""
+        return [f"Not in any verdict, as their summaries have no leak entry: "
+                f"{', '.join(self.left_out)}"] if self.left_out else []
 
 
 # Where each family's attacks are measured, once each (the first layer repeats the cut layer's
@@ -145,6 +153,9 @@ def compare(runs: list[RunResult], layer: str = "cut", party: int | None = None,
             target: float | None = None, dcs_ap: str = "vflair",
             max_utility_cost: float = MAX_UTILITY_COST) -> Comparison:
     warnings = warnings if warnings is not None else []
+    warnings += checks.without_leak(runs)
+    left_out = [str(run.root) for run in runs if not run.leak]
+    runs = [run for run in runs if run.leak]
     warnings += checks.analysed_apart(runs) + checks.mixed_tasks(runs)
     settings = settings_of(runs, warnings)
     party = party if party is not None else observed_party(settings, layer)
@@ -159,6 +170,10 @@ def compare(runs: list[RunResult], layer: str = "cut", party: int | None = None,
     not_applied = checks.not_applied(runs, party, layer)
     warnings += [f"{attack}: not scored, its premise fails in these runs: {why}"
                  for attack, why in not_applied.items()]
+    premise_failed = checks.premise_failed(settings, party, layer)
+    warnings += [f"{attack}: not scored for {setting}, its premise fails in its runs: {why}; no "
+                 "verdict for this attack" for attack, failed in premise_failed.items()
+                 for setting, why in failed.items()]
     warnings += checks.missing_ap(rows, dcs_ap) + checks.undeclared_vflair(runs)
     warnings += checks.some_seeds(rows, settings)
     warnings += checks.unpaired_seeds(settings)
@@ -173,7 +188,7 @@ def compare(runs: list[RunResult], layer: str = "cut", party: int | None = None,
     target = min(finals) if common and finals else target
     speed = {s.key: _speed(s, target) for s in settings}
     return Comparison(rows, settings, party, layer, leak_stat, warnings, speed, target, common,
-                      dcs_ap, max_utility_cost, not_applied, capability)
+                      dcs_ap, max_utility_cost, not_applied, premise_failed, left_out, capability)
 
 
 def _speed(setting: Setting, target: float | None) -> dict[str, Any]:

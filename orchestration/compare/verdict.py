@@ -17,6 +17,7 @@ class Verdict:
     best: dict[str, Any] | None  # the chosen setting's row; None: no setting has a utility cost
     baseline: dict[str, Any] | None  # the no-defense row it is measured against
     unmeasured: tuple[str, ...] = ()  # compared settings whose summaries lack the attack
+    premise_failed: tuple[tuple[str, str], ...] = ()  # (setting, why): no verdict
 
     @property
     def defended(self) -> bool:
@@ -26,6 +27,9 @@ class Verdict:
 
     def sentence(self) -> str:
         """One line, under a heading that states the budget."""
+        if self.premise_failed:
+            return (f"{self.attack}: no verdict, its premise fails for "
+                    + "; ".join(f"{setting} ({why})" for setting, why in self.premise_failed))
         if not self.unmeasured:
             return self._choice()
         return (f"{self._choice()} (not measured for {', '.join(self.unmeasured)}: "
@@ -37,8 +41,10 @@ class Verdict:
                     "(no utility cost to hold it to)")
         leak = f"{self.best['leak_mean']:.3f}"
         if not self.defended:
-            return (f"{self.attack}: no defense; none on the frontier within the budget leaks "
-                    f"less than no defense's {leak}")
+            label = self.best["setting"]  # "no defense [hash]" where several set-ups have one
+            name = label if label.startswith("no defense") else f"no defense ({label})"
+            return (f"{self.attack}: {name}; none on the frontier within the budget leaks "
+                    f"less than {name}'s {leak}")
         base = f"{self.baseline['leak_mean']:.3f}" if self.baseline else "?"
         return (f"{self.attack}: {self.best['setting']}, leak {leak} (no defense {base}) at a "
                 f"utility cost of {round(self.best['utility_drop_mean'], 3) + 0.0:.3f}")  # no -0.000
@@ -48,10 +54,12 @@ class Verdict:
 COST_TOLERANCE = 1e-9
 
 
-def verdicts(rows: list[dict[str, Any]], attacks: list[str], max_cost: float) -> list[Verdict]:
+def verdicts(rows: list[dict[str, Any]], attacks: list[str], max_cost: float,
+             premise_failed: dict[str, dict[str, str]] | None = None) -> list[Verdict]:
     """One per ranked attack that is not a diagnostic: among its frontier settings whose mean paired
     utility drop is at most `max_cost` (no defense: 0), the lowest seed-mean leak, ties to the
-    higher utility."""
+    higher utility; none to pick where the attack's premise failed in a setting
+    (`premise_failed`: attack -> {setting: why})."""
     out = []
     settings = list(dict.fromkeys(r["setting"] for r in rows))
     for attack in attacks:
@@ -64,7 +72,8 @@ def verdicts(rows: list[dict[str, Any]], attacks: list[str], max_cost: float) ->
         baseline = None
         if best is not None:
             baseline = next((r for r in group if r["setting"] == best["baseline"]), None)
+        failed = (premise_failed or {}).get(attack, {})
         measured = {r["setting"] for r in group}
-        unmeasured = tuple(s for s in settings if s not in measured)
-        out.append(Verdict(attack, max_cost, best, baseline, unmeasured))
+        unmeasured = tuple(s for s in settings if s not in measured and s not in failed)
+        out.append(Verdict(attack, max_cost, best, baseline, unmeasured, tuple(failed.items())))
     return out

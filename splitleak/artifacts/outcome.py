@@ -45,7 +45,13 @@ def read_outcome_model(run: RunDir) -> Outcome | None:
 def read_outcome_or_refuse(run: RunDir) -> dict[str, Any]:
     """The outcome, or {} when there is none (yet); OutcomeError naming the file and why when
     it is there but cannot be read (a directory, not JSON, no "status")."""
+    outcome = read_outcome_model_or_refuse(run)
+    return outcome.as_dict() if outcome is not None else {}
+
+
+def read_outcome_model_or_refuse(run: RunDir) -> Outcome | None:
+    """The outcome, or None when there is none (yet); OutcomeError as read_outcome_or_refuse."""
     if not run.outcome.exists():
-        return {}
+        return None
     return read_model(run.outcome, Outcome, OutcomeError,
-                      'outcome (a JSON object with a "status" such as "ok" or "failed")').as_dict()
+                      'outcome (a JSON object with a "status" such as "ok" or "failed")')

@@ -1,0 +1,202 @@
+"""compare's inputs beside healthy runs: a summary without leak entries, a partial run, an edited
+config, a premise that fails in one setting, a re-analysis with the config's own options, an
+output directory inside a run, and labels several set-ups share."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from orchestration.cli import main
+from orchestration.compare.command import compare_and_print, summary_table
+from orchestration.compare.read import find_runs
+from orchestration.compare.table import Comparison, compare
+from splitleak.artifacts.paths import RunDir
+from splitleak.cli_common import BadInput
+from tests.conftest import small_config
+from tests.test_compare import fake_run, leak_entry
+
+MARVELL = [{"name": "marvell", "s": 4.0}]
+
+
+def _runs(tmp_path: Path, marvell_leak: list[dict[str, Any]] | None = None,
+          **none_config: Any) -> tuple[Path, Path]:
+    """A no-defense run and a Marvell run of one set-up and seed; Marvell leaks less at a
+    utility cost of 0.005."""
+    none = fake_run(tmp_path / "runs" / "none", small_config(tmp_path, **none_config), 0.95,
+                    [leak_entry("norm", 0.90, 0.95)])
+    marvell = fake_run(tmp_path / "runs" / "marvell", small_config(tmp_path, defense=MARVELL),
+                       0.945, marvell_leak or [leak_entry("norm", 0.60, 0.65)])
+    return none, marvell
+
+
+def _compare(tmp_path: Path, *paths: Path, **options: Any) -> tuple[Comparison, str, str]:
+    """compare_and_print's comparison, what it printed and the report.md it wrote."""
+    printed = io.StringIO()
+    out = tmp_path / "compare"
+    comparison = compare_and_print(list(paths), out, Console(file=printed, width=400), **options)
+    assert comparison is not None
+    return comparison, " ".join(printed.getvalue().split()), (out / "report.md").read_text()
+
+
+def _summary(run: Path, **fields: Any) -> None:
+    path = RunDir(run).leak_summary
+    path.write_text(json.dumps({**json.loads(path.read_text()), **fields}))
+
+
+def test_a_run_whose_summary_has_no_leak_entry_is_left_out_with_a_warning(tmp_path: Path) -> None:
+    """It was dropped silently, and the verdict read as if the setting had been measured."""
+    none, marvell = _runs(tmp_path)
+    RunDir(marvell).leak_summary.write_text(json.dumps({"schema_version": 1}))
+    comparison, printed, report = _compare(tmp_path, none, marvell)
+    warning = f"{marvell}: its report/summary.json has no leak entry"
+    assert warning in printed and warning in report
+    assert f"Not in any verdict, as their summaries have no leak entry: {marvell}" in printed
+    assert f"Not in any verdict, as their summaries have no leak entry: {marvell}" in report
+    assert {r["setting"] for r in comparison.rows} == {"no defense"}
+
+
+def test_runs_none_of_which_has_a_leak_entry_are_refused(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    none, marvell = _runs(tmp_path)
+    for run in (none, marvell):
+        _summary(run, leak=[])
+    with pytest.raises(BadInput):
+        _compare(tmp_path, none, marvell)
+    assert "no compared run's report/summary.json has a leak entry" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("inside", ["report", ".", "report/deeper"])
+def test_an_output_directory_in_a_run_directory_is_refused(
+        tmp_path: Path, inside: str, capsys: pytest.CaptureFixture) -> None:
+    """`--output-dir RUN/report` replaced the run's own report.md (exit 0)."""
+    none, marvell = _runs(tmp_path)
+    own = RunDir(marvell).report / "report.md"
+    own.write_text("# Label-leak report: marvell\n")
+    with pytest.raises(SystemExit) as stop:
+        main(["compare", str(none), str(marvell), "--output-dir", str(marvell / inside)])
+    assert stop.value.code == 2
+    assert f"{marvell} is a run directory" in " ".join(capsys.readouterr().err.split())
+    assert own.read_text() == "# Label-leak report: marvell\n"
+    assert not (marvell / "table.csv").exists() and not (marvell / "report" / "deeper").exists()
+
+
+def test_a_report_compare_did_not_write_is_never_replaced(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    none, marvell = _runs(tmp_path)
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "report.md").write_text("# my notes\n")
+    with pytest.raises(SystemExit) as stop:
+        main(["compare", str(none), str(marvell), "--output-dir", str(notes)])
+    assert stop.value.code == 2 and "is not a report `splitleak compare` wrote" in capsys.readouterr().err
+    assert (notes / "report.md").read_text() == "# my notes\n"
+    for _ in range(2):  # its own report it replaces
+        assert main(["compare", str(none), str(marvell), "--output-dir", str(tmp_path / "c")]) == 0
+
+
+@pytest.mark.parametrize("told_by", ["outcome", "summary"])
+def test_a_partial_run_is_named(tmp_path: Path, told_by: str) -> None:
+    none, marvell = _runs(tmp_path)
+    if told_by == "outcome":
+        RunDir(marvell).outcome.write_text(json.dumps({"status": "interrupted", "step": 40}))
+    else:
+        _summary(marvell, partial={"status": "interrupted", "step": 40})
+    _, printed, report = _compare(tmp_path, none, marvell)
+    warning = f"{marvell}: partial run (interrupted at step 40)"
+    assert warning in printed and warning in report
+
+
+def test_a_premise_that_fails_in_one_setting_gives_its_reason_and_no_verdict(tmp_path: Path) -> None:
+    """It read "(not measured for marvell s=4: their summaries lack this attack)" under a verdict."""
+    anchorless = {**leak_entry("cosine_oracle", 0.5, 0.5), "premise": "no clean anchor here"}
+    none = fake_run(tmp_path / "runs" / "none", small_config(tmp_path), 0.95,
+                    [leak_entry("norm", 0.9, 0.95), leak_entry("cosine_oracle", 0.9, 0.95)])
+    marvell = fake_run(tmp_path / "runs" / "marvell", small_config(tmp_path, defense=MARVELL),
+                       0.945, [leak_entry("norm", 0.6, 0.65), anchorless])
+    comparison, printed, report = _compare(tmp_path, none, marvell)
+    verdict = {v.attack: v.sentence() for v in comparison.verdicts()}
+    assert verdict["cosine_oracle"] == ("cosine_oracle: no verdict, its premise fails for "
+                                        "marvell s=4 (no clean anchor here)")
+    assert verdict["norm"].startswith("norm: marvell s=4, leak 0.650")
+    warning = "cosine_oracle: not scored for marvell s=4, its premise fails in its runs: no clean anchor here"
+    assert warning in printed and warning in report
+    assert "their summaries lack this attack" not in printed + report
+
+
+def test_a_re_analysis_with_the_configs_own_options_is_no_re_analysis(tmp_path: Path) -> None:
+    """`attacker analyze R --seed S --draws 5 --hints 1,3,5` with the config's own values was
+    warned of as analysed unlike the other runs."""
+    none, marvell = _runs(tmp_path)
+    _summary(marvell, analysed_with={"seed": 3, "draws": 5, "hints": [1, 3, 5]})
+    runs, _ = find_runs([none, marvell])
+    assert not [w for w in compare(runs).warnings if "re-analysed" in w]
+    _summary(marvell, analysed_with={"seed": 4, "draws": 5})
+    runs, _ = find_runs([none, marvell])
+    assert [w for w in compare(runs).warnings if "re-analysed with seed 4, unlike" in w]
+
+
+def test_set_ups_of_one_label_keep_their_suffix_in_the_terminal(tmp_path: Path) -> None:
+    """Three rows read "no defense": the [hash] suffix wrapped onto a line of its own."""
+    none, _ = _runs(tmp_path)
+    other = fake_run(tmp_path / "runs" / "none32", small_config(tmp_path, training={"batch_size": 32}),
+                     0.96, [leak_entry("norm", 0.9, 0.97)])
+    runs, _ = find_runs([none, other])
+    comparison = compare(runs)
+    printed = io.StringIO()
+    Console(file=printed, width=60).print(summary_table(comparison, 60))
+    labels = [s.label for s in comparison.settings if s.label.startswith("no defense")]
+    assert len(labels) == 2 and all(label.replace(" [", "\u00a0[") in printed.getvalue()
+                                    for label in labels)
+    assert all(v.sentence().startswith("norm: no defense [") for v in comparison.verdicts())
+
+
+def test_an_edited_config_is_warned_of_with_both_hashes(tmp_path: Path) -> None:
+    """A config.toml edited after the run (marvell's s changed) was read silently."""
+    from splitleak.api import open_run
+    from splitleak.config import load_config
+
+    none, marvell = _runs(tmp_path)
+    config = RunDir(marvell).config
+    recorded = load_config(config).hash
+    config.write_text(config.read_text().replace("s = 4.0", "s = 2.0"))
+    edited = load_config(config).hash
+    _, printed, report = _compare(tmp_path, none, marvell)
+    warning = f"{config}: its content hashes to {edited}, not to the hash {recorded} its header line records"
+    assert warning in printed and warning in report
+    with pytest.warns(UserWarning, match=f"hashes to {edited}, not to the hash {recorded}"):
+        assert open_run(marvell).config.hash == edited
+
+
+def test_a_skipped_run_is_named_in_the_report_too(tmp_path: Path) -> None:
+    none, marvell = _runs(tmp_path)
+    RunDir(marvell).leak_summary.unlink()
+    _, printed, report = _compare(tmp_path, tmp_path / "runs")
+    skipped = f"skipped: {marvell}: no report/summary.json"
+    assert skipped in printed and skipped in report
+
+
+def test_an_unreadable_outcome_is_refused_by_the_api_as_by_the_analysis(tmp_path: Path) -> None:
+    """open_run(R).outcome read a garbage outcome.json as None ("while it runs")."""
+    from splitleak.api import open_run
+    from splitleak.artifacts.outcome import OutcomeError
+
+    _, marvell = _runs(tmp_path)
+    assert open_run(marvell).outcome is None
+    RunDir(marvell).outcome.write_text("garbage")
+    with pytest.raises(OutcomeError, match="outcome.json"):
+        _ = open_run(marvell).outcome
+
+
+def test_a_no_defense_verdict_names_the_setting_a_sweep_called_otherwise() -> None:
+    from orchestration.compare.verdict import Verdict
+
+    row = {"setting": "none", "baseline": "none", "leak_mean": 0.914}
+    assert Verdict("norm", 0.01, row, row).sentence() == (
+        "norm: no defense (none); none on the frontier within the budget leaks less than no "
+        "defense (none)'s 0.914")
