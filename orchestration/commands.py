@@ -138,20 +138,23 @@ def _distributed(cfg: ExperimentConfig, run: RunDir, args: argparse.Namespace, c
     except RunFailed as err:
         console.print(f"[bold red]run failed:[/] {err}")
         console.print(f"logs: {run.logs}")
-        _resume_hint(console, run)
+        _resume_hint(console, run, refused=err.exit_code == EXIT_BAD_INPUT)
         raise SystemExit(err.exit_code) from None
     except KeyboardInterrupt:
         _resume_hint(console, run)
         raise
 
 
-def _resume_hint(console: Console, run: RunDir) -> None:
+def _resume_hint(console: Console, run: RunDir, refused: bool = False) -> None:
+    """How to go on; `refused`: a role refused its input (e.g. a resume's metrics), which a
+    resume as such will refuse again until what it named is fixed."""
     if read_outcome(run).get("status") == "ok":  # stopped after training, before its analysis
         console.print(f"training finished; analyse it with [bold]attacker analyze {run.root}[/]")
         return
     newest = latest(run.root)
     if newest is not None:
-        console.print(f"checkpoint at step {newest.step}: finish the run with "
+        fixed = "once what is named above is fixed, " if refused else ""
+        console.print(f"checkpoint at step {newest.step}: {fixed}finish the run with "
                       f"[bold]splitleak run --resume {run.root}[/]")
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -245,3 +246,30 @@ def test_a_run_made_with_output_dir_resumes_with_its_own_experiment_file(
     changed = cfg.model_copy(update={"run": cfg.run.model_copy(update={"seed": 99})})
     with pytest.raises(CheckpointError, match="run.seed: 3 -> 99"):
         resume_point(interrupted.root, changed)
+
+
+@pytest.mark.parametrize("before", ["interrupted", "failed"])
+def test_a_resume_the_label_party_refuses_is_reported_with_its_reason(
+        tmp_path: Path, straight_and_interrupted, capsys: pytest.CaptureFixture, before: str) -> None:
+    """The roles' logs are appended to: the interrupted attempt's last ERROR line ("resume it
+    with --resume") is not this attempt's reason, in the message or in outcome.json, nor is
+    the outcome of an attempt that failed."""
+    _, _, interrupted = straight_and_interrupted
+    run = _torn_copy(tmp_path, interrupted, [])
+    if before == "failed":
+        outcome = json.loads(run.outcome.read_text())
+        run.outcome.write_text(json.dumps({**outcome, "status": "failed", "code": "UNAVAILABLE",
+                                           "message": "training finished: interrupted"}))
+    run.logs.mkdir(exist_ok=True)
+    (run.logs / "label_party.log").write_text(
+        "2026-11-27 07:00:06,000 label-party ERROR training finished: interrupted (the run was "
+        f"interrupted at step 20; resume it with --resume {run.root})\n")
+    run.metrics.write_text("")  # the label party refuses: fewer records than the checkpoint counts
+    code, text = exit_code_and_text(splitleak_main, ["run", "--resume", str(run.root),
+                                                     "--no-progress"], capsys)
+    text = " ".join(text.split())
+    assert code == 2 and re.search(r"holds 0 records but the checkpoint of step \d+ counts", text), text
+    assert "training finished: interrupted" not in text, text
+    assert "once what is named above is fixed, finish the run with" in text, text
+    outcome = json.loads(run.outcome.read_text())
+    assert outcome["status"] == "failed" and "holds 0 records" in outcome["message"], outcome
