@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from splitleak.artifacts.gradient_shards import records_before
 from splitleak.artifacts.manifest import Manifest as Manifest
 from splitleak.artifacts.manifest import ManifestError
 from splitleak.artifacts.manifest import Position as Position
@@ -122,10 +123,30 @@ def check_files(run_root: Path, manifest: Manifest) -> str | None:
     return None
 
 
+def check_log(run_root: Path, manifest: Manifest) -> str | None:
+    """Why the sidecar's gradient log cannot continue from a checkpoint (None: it can): a
+    party's log holds fewer records of the steps before it than the manifest counts (a shard
+    cut short or removed; resuming would leave those steps out of the log for good). A log
+    that is not in this run directory (a sidecar on another host) is not checked here."""
+    gradients = RunDir(run_root).gradients
+    if not gradients.is_dir():
+        return None
+    for party, expected in sorted(manifest.recorded.items()):
+        folder = gradients / f"party_{party}"
+        held, shard = records_before(folder, manifest.step)
+        if held < expected:
+            where = (f"up to the end of {shard}" if shard is not None
+                     else f"{folder} holds no shard")
+            return (f"party {party}'s gradient log holds {held} record(s) of the steps before "
+                    f"{manifest.step} ({where}) but the checkpoint counts {expected}")
+    return None
+
+
 def resumable(run_root: Path) -> Manifest | None:
-    """The newest complete checkpoint whose files are whole (None: there is none, resume at
-    step 0); an older one when the newest is torn or its manifest unreadable (the reason two
-    are kept). CheckpointError when there are checkpoints but none is whole."""
+    """The newest complete checkpoint whose files are whole and whose gradient log records the
+    sidecar still holds (None: there is none, resume at step 0); an older one when the newest
+    is torn, its manifest unreadable or the log short of it (the reason two are kept).
+    CheckpointError when there are checkpoints but none is whole."""
     unusable: list[str] = []
     for position, directory in reversed(_step_dirs(run_root)):
         if not (directory / MANIFEST).exists():
@@ -135,7 +156,7 @@ def resumable(run_root: Path) -> Manifest | None:
         except CheckpointError as err:
             problem: str | None = str(err)
         else:
-            problem = check_files(run_root, manifest)
+            problem = check_files(run_root, manifest) or check_log(run_root, manifest)
         if problem is None:
             if unusable:
                 log.warning("resuming from the checkpoint of step %d: %s", manifest.step,
