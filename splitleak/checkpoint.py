@@ -253,7 +253,20 @@ def resume_point(run_root: Path, cfg: ExperimentConfig) -> Manifest | None:
                                             else "")
         raise CheckpointError(f"cannot resume {run_root} with a different config; it changes "
                               f"{shown}")
+    if manifest is not None:
+        check_data(run_root, manifest, cfg)
     return manifest
+
+
+def check_data(run_root: Path, manifest: Manifest, cfg: ExperimentConfig) -> None:
+    """CheckpointError unless `cfg` names the data files the checkpoint's run trained on, as
+    they were (the same absolute path, size and modification time)."""
+    from splitleak.data_files import data_changes, describe
+
+    changes = data_changes(manifest.data, cfg)
+    if changes:
+        raise CheckpointError(f"cannot resume {run_root} from the checkpoint of step "
+                              f"{manifest.step}: {describe(changes)}")
 
 
 def _outcome_status(run_root: Path) -> str | None:
