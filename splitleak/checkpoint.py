@@ -135,7 +135,7 @@ def check_log(run_root: Path, manifest: Manifest) -> str | None:
         folder = gradients / f"party_{party}"
         held, shard = records_before(folder, manifest.step)
         if held < expected:
-            where = (f"up to the end of {shard}" if shard is not None
+            where = (f"the count ends in {shard}" if shard is not None
                      else f"{folder} holds no shard")
             return (f"party {party}'s gradient log holds {held} record(s) of the steps before "
                     f"{manifest.step} ({where}) but the checkpoint counts {expected}")

@@ -320,7 +320,7 @@ def test_a_log_short_of_every_checkpoint_is_refused_naming_shard_and_counts(
     assert code == 2 and "Traceback" not in text, text
     for manifest in (older, newest):
         assert (f"the checkpoint of step {manifest.step} is unusable: party 1's gradient log holds "
-                f"{older.step - 1} record(s) of the steps before {manifest.step} (up to the end of "
+                f"{older.step - 1} record(s) of the steps before {manifest.step} (the count ends in "
                 f"{run.gradients / 'party_1'}/shard-") in text, text
         assert f"but the checkpoint counts {manifest.recorded['1']}" in text, text
     assert not (run.root / "pids.json").exists()  # no party was started
