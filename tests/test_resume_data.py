@@ -117,3 +117,39 @@ def test_an_absolute_data_path_resumes_from_any_directory(
     assert manifest is not None and manifest.data["dataset.params.path"].path == str(data)
     outcome, errors = asyncio.run(whole_run(cfg, run.root, resume=True))
     assert outcome["status"] == "ok" and errors == [None, None], (outcome, errors)
+
+
+def test_a_data_folder_is_recorded_file_by_file(tmp_path: Path) -> None:
+    """CIFAR's path may name the folder its archive unpacks to: each file in it is recorded."""
+    from splitleak.data_files import data_changes, data_files
+
+    folder = tmp_path / "cifar-10-batches-bin"
+    folder.mkdir()
+    for name in ("data_batch_1.bin", "test_batch.bin"):
+        (folder / name).write_bytes(b"\0" * 3073)
+    cfg = parse_config(small_config(tmp_path, dataset={"name": "cifar10",
+                                                       "params": {"path": str(folder)}}))
+    files = data_files(cfg)
+    assert sorted(files) == ["dataset.params.path/data_batch_1.bin",
+                             "dataset.params.path/test_batch.bin"], files
+    assert data_changes(files, cfg) == []
+    (folder / "test_batch.bin").write_bytes(b"\0" * 3073 * 2)
+    assert data_changes(files, cfg) == [f"{folder / 'test_batch.bin'} holds 6146 bytes, not 3073"]
+
+
+def test_a_checkpoint_from_before_data_files_were_recorded_is_not_checked(
+        started_in_a, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+    import shutil
+
+    from splitleak.checkpoint import MANIFEST, step_dir
+
+    cfg, run, base = started_in_a
+    copy = RunDir(tmp_path / "old")
+    shutil.copytree(run.root, copy.root)
+    for manifest in complete_manifests(copy.root):
+        path = step_dir(copy.root, manifest.position) / MANIFEST
+        path.write_text(json.dumps({k: v for k, v in json.loads(path.read_text()).items()
+                                    if k != "data"}))
+    monkeypatch.chdir(base / "B")
+    assert resume_point(copy.root, cfg) == complete_manifests(copy.root)[-1]
