@@ -14,7 +14,7 @@ from splitleak.arguments import output_dir_problem
 from splitleak.artifacts.outcome import read_outcome
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.rundir import RunInUse, create_run_dir
-from splitleak.checkpoint import CheckpointError, latest, resume_point
+from splitleak.checkpoint import CheckpointError, latest, missing_log, resume_point
 from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, BadInput, checked_config_or_exit
 from splitleak.config import ExperimentConfig, PluginSpec
 from splitleak.datasets import DatasetError
@@ -87,6 +87,9 @@ def resume_run(args: argparse.Namespace, console: Console) -> int:
         raise BadInput(f"--resume: {err}" + (
             f"; its analysis is missing: `attacker analyze {run.root}` writes it"
             if unanalysed else "")) from None
+    problem = missing_log(run.root, manifest)  # this command's sidecar logs into the run
+    if problem is not None:
+        raise BadInput(f"--resume: {problem}")
     at = f"step {manifest.step} ({manifest.reason} checkpoint)" if manifest else "step 0 (no checkpoint)"
     console.print(f"[bold]{cfg.run.name}[/]: resuming {run.root} at {at}")
     outcome = _distributed(cfg, run, args, console, resume=True)

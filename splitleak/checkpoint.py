@@ -142,6 +142,20 @@ def check_log(run_root: Path, manifest: Manifest) -> str | None:
     return None
 
 
+def missing_log(run_root: Path, manifest: Manifest | None) -> str | None:
+    """Why a run whose sidecar logs into its run directory (`splitleak run`) cannot resume from
+    `manifest` (None: it can): the checkpoint counts records of a log that is gone altogether
+    (`check_log` passes over a log that is elsewhere)."""
+    gradients = RunDir(run_root).gradients
+    if manifest is None or not manifest.recorded or gradients.is_dir():
+        return None
+    counts = ", ".join(f"{n} of party {k}" for k, n in sorted(manifest.recorded.items()))
+    return (f"the checkpoint of step {manifest.step} counts gradient records ({counts}), but the "
+            f"run's gradient log {gradients} is gone: a resume would leave those steps out of it "
+            "for good (put the log back, or remove the checkpoints directory to start the run "
+            "again from step 0)")
+
+
 def resumable(run_root: Path) -> Manifest | None:
     """The newest complete checkpoint whose files are whole and whose gradient log records the
     sidecar still holds (None: there is none, resume at step 0); an older one when the newest

@@ -324,3 +324,21 @@ def test_a_log_short_of_every_checkpoint_is_refused_naming_shard_and_counts(
                 f"{run.gradients / 'party_1'}/shard-") in text, text
         assert f"but the checkpoint counts {manifest.recorded['1']}" in text, text
     assert not (run.root / "pids.json").exists()  # no party was started
+
+
+def test_a_gradient_log_gone_altogether_is_refused(
+        tmp_path: Path, straight_and_interrupted, capsys: pytest.CaptureFixture) -> None:
+    """`splitleak run`'s sidecar logs into the run directory: a checkpoint counting records of
+    a log that is gone cannot be resumed without losing those steps for good."""
+    _, _, interrupted = straight_and_interrupted
+    run = _torn_copy(tmp_path, interrupted, [])
+    shutil.rmtree(run.gradients)
+    newest = complete_manifests(run.root)[-1]
+    code, text = exit_code_and_text(splitleak_main, ["run", "--resume", str(run.root),
+                                                     "--no-progress"], capsys)
+    text = " ".join(text.split())
+    assert code == 2 and "Traceback" not in text, text
+    assert (f"the checkpoint of step {newest.step} counts gradient records "
+            f"({newest.recorded['1']} of party 1), but the run's gradient log {run.gradients} "
+            "is gone") in text, text
+    assert not (run.root / "pids.json").exists()  # no party was started
