@@ -27,6 +27,7 @@ from splitleak.checkpoint import (
     step_dir,
 )
 from splitleak.config import ExperimentConfig
+from splitleak.data_files import data_files
 
 log = logging.getLogger("label_party")
 FAILURE_DEADLINE = 10.0  # s: a checkpoint after a failure waits at most this for the parties
@@ -59,6 +60,7 @@ class RunCheckpoints:
         self.total = exchange.session.data.plan.total_train_steps
         self.interrupt_requested = False
         self.last: Position | None = progress.start if progress.start.batches else None
+        self.data = data_files(cfg)  # what a resume must train on again
 
     def due(self, position: Position, batch: Batch) -> bool:
         if self.interrupt_requested:
@@ -94,7 +96,7 @@ class RunCheckpoints:
             run_id=self.run.root.name, config_hash=self.cfg.hash,
             config=self.cfg.model_dump(mode="json"), files=files,
             recorded={str(k): int(ack.recorded) for k, ack in sorted(acks.items())
-                      if ack.recorded}, reason=reason)
+                      if ack.recorded}, reason=reason, data=self.data)
         write_manifest(self.run, manifest)
         prune(self.run.root)
         return manifest

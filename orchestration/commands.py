@@ -14,7 +14,7 @@ from splitleak.arguments import output_dir_problem
 from splitleak.artifacts.outcome import read_outcome
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.rundir import RunInUse, create_run_dir
-from splitleak.checkpoint import CheckpointError, latest, resume_point
+from splitleak.checkpoint import CheckpointError, latest, missing_log, resume_point
 from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, BadInput, checked_config_or_exit
 from splitleak.config import ExperimentConfig, PluginSpec
 from splitleak.datasets import DatasetError
@@ -87,6 +87,9 @@ def resume_run(args: argparse.Namespace, console: Console) -> int:
         raise BadInput(f"--resume: {err}" + (
             f"; its analysis is missing: `attacker analyze {run.root}` writes it"
             if unanalysed else "")) from None
+    problem = missing_log(run.root, manifest)  # this command's sidecar logs into the run
+    if problem is not None:
+        raise BadInput(f"--resume: {problem}")
     at = f"step {manifest.step} ({manifest.reason} checkpoint)" if manifest else "step 0 (no checkpoint)"
     console.print(f"[bold]{cfg.run.name}[/]: resuming {run.root} at {at}")
     outcome = _distributed(cfg, run, args, console, resume=True)
@@ -138,20 +141,23 @@ def _distributed(cfg: ExperimentConfig, run: RunDir, args: argparse.Namespace, c
     except RunFailed as err:
         console.print(f"[bold red]run failed:[/] {err}")
         console.print(f"logs: {run.logs}")
-        _resume_hint(console, run)
+        _resume_hint(console, run, refused=err.exit_code == EXIT_BAD_INPUT)
         raise SystemExit(err.exit_code) from None
     except KeyboardInterrupt:
         _resume_hint(console, run)
         raise
 
 
-def _resume_hint(console: Console, run: RunDir) -> None:
+def _resume_hint(console: Console, run: RunDir, refused: bool = False) -> None:
+    """How to go on; `refused`: a role refused its input (e.g. a resume's metrics), which a
+    resume as such will refuse again until what it named is fixed."""
     if read_outcome(run).get("status") == "ok":  # stopped after training, before its analysis
         console.print(f"training finished; analyse it with [bold]attacker analyze {run.root}[/]")
         return
     newest = latest(run.root)
     if newest is not None:
-        console.print(f"checkpoint at step {newest.step}: finish the run with "
+        fixed = "once what is named above is fixed, " if refused else ""
+        console.print(f"checkpoint at step {newest.step}: {fixed}finish the run with "
                       f"[bold]splitleak run --resume {run.root}[/]")
 
 

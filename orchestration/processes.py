@@ -26,6 +26,7 @@ class Child:
     serves: bool = False  # serves until stopped: never waited for
     stopped: bool = False  # the orchestrator signalled it while it was running
     exited_at: float | None = None  # when the orchestrator first saw it exited (monotonic)
+    log_start: int = 0  # the log's size when it started: what came before is an earlier attempt's
 
     @property
     def returncode(self) -> int | None:
@@ -45,10 +46,15 @@ class Child:
         return f"exited with code {code}"
 
     def log_tail(self, lines: int = 20) -> str:
+        """The last `lines` lines this process wrote (a resumed run appends to its log: the
+        attempt before is not this process's word)."""
         try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+            with self.log_path.open("rb") as log:
+                log.seek(self.log_start)
+                text = log.read().decode(errors="replace")
         except OSError:
             return ""
+        return "\n".join(text.splitlines()[-lines:])
 
     def last_error(self) -> str | None:
         """The last ERROR line the process logged, without its timestamp prefix (or, if it
@@ -65,12 +71,13 @@ def spawn(name: str, args: list[str], log_path: Path, env: dict[str, str] | None
           essential: bool = True, serves: bool = False) -> Child:
     """Start `python -m <args>` with stdout+stderr into `log_path`."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    start = _size(log_path)
     zygote = zygote_client.current()
     if zygote is not None:
         try:
             child = zygote.spawn(args[0], args[1:], log_path,
                                  {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
-            return Child(name, child, log_path, essential, serves)
+            return Child(name, child, log_path, essential, serves, log_start=start)
         except zygote_client.ZygoteUnavailable:
             pass  # e.g. its imports failed: start Python anew
     log = log_path.open("ab")
@@ -80,7 +87,14 @@ def spawn(name: str, args: list[str], log_path: Path, env: dict[str, str] | None
     process = subprocess.Popen([sys.executable, "-m", *args], stdout=log, stderr=subprocess.STDOUT,
                                stdin=subprocess.DEVNULL, env=full_env, start_new_session=True)
     log.close()
-    return Child(name, process, log_path, essential, serves)
+    return Child(name, process, log_path, essential, serves, log_start=start)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def stop_all(children: list[Child], grace: float = 5.0) -> None:

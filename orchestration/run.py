@@ -76,6 +76,7 @@ def _run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress |
         stale.unlink(missing_ok=True)
     if resume:
         _cut_metrics_back(cfg, run)
+        run.outcome.unlink(missing_ok=True)  # the attempt before's: never this one's reason
     failure: RunFailed | None = None
     try:
         if cfg.topology.tls:  # a fresh CA and one identity per process, for this run only

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from splitleak.artifacts.gradient_shards import records_before
 from splitleak.artifacts.manifest import Manifest as Manifest
 from splitleak.artifacts.manifest import ManifestError
 from splitleak.artifacts.manifest import Position as Position
@@ -122,10 +123,44 @@ def check_files(run_root: Path, manifest: Manifest) -> str | None:
     return None
 
 
+def check_log(run_root: Path, manifest: Manifest) -> str | None:
+    """Why the sidecar's gradient log cannot continue from a checkpoint (None: it can): a
+    party's log holds fewer records of the steps before it than the manifest counts (a shard
+    cut short or removed; resuming would leave those steps out of the log for good). A log
+    that is not in this run directory (a sidecar on another host) is not checked here."""
+    gradients = RunDir(run_root).gradients
+    if not gradients.is_dir():
+        return None
+    for party, expected in sorted(manifest.recorded.items()):
+        folder = gradients / f"party_{party}"
+        held, shard = records_before(folder, manifest.step)
+        if held < expected:
+            where = (f"the count ends in {shard}" if shard is not None
+                     else f"{folder} holds no shard")
+            return (f"party {party}'s gradient log holds {held} record(s) of the steps before "
+                    f"{manifest.step} ({where}) but the checkpoint counts {expected}")
+    return None
+
+
+def missing_log(run_root: Path, manifest: Manifest | None) -> str | None:
+    """Why a run whose sidecar logs into its run directory (`splitleak run`) cannot resume from
+    `manifest` (None: it can): the checkpoint counts records of a log that is gone altogether
+    (`check_log` passes over a log that is elsewhere)."""
+    gradients = RunDir(run_root).gradients
+    if manifest is None or not manifest.recorded or gradients.is_dir():
+        return None
+    counts = ", ".join(f"{n} of party {k}" for k, n in sorted(manifest.recorded.items()))
+    return (f"the checkpoint of step {manifest.step} counts gradient records ({counts}), but the "
+            f"run's gradient log {gradients} is gone: a resume would leave those steps out of it "
+            "for good (put the log back, or remove the checkpoints directory to start the run "
+            "again from step 0)")
+
+
 def resumable(run_root: Path) -> Manifest | None:
-    """The newest complete checkpoint whose files are whole (None: there is none, resume at
-    step 0); an older one when the newest is torn or its manifest unreadable (the reason two
-    are kept). CheckpointError when there are checkpoints but none is whole."""
+    """The newest complete checkpoint whose files are whole and whose gradient log records the
+    sidecar still holds (None: there is none, resume at step 0); an older one when the newest
+    is torn, its manifest unreadable or the log short of it (the reason two are kept).
+    CheckpointError when there are checkpoints but none is whole."""
     unusable: list[str] = []
     for position, directory in reversed(_step_dirs(run_root)):
         if not (directory / MANIFEST).exists():
@@ -135,7 +170,7 @@ def resumable(run_root: Path) -> Manifest | None:
         except CheckpointError as err:
             problem: str | None = str(err)
         else:
-            problem = check_files(run_root, manifest)
+            problem = check_files(run_root, manifest) or check_log(run_root, manifest)
         if problem is None:
             if unusable:
                 log.warning("resuming from the checkpoint of step %d: %s", manifest.step,
@@ -232,7 +267,20 @@ def resume_point(run_root: Path, cfg: ExperimentConfig) -> Manifest | None:
                                             else "")
         raise CheckpointError(f"cannot resume {run_root} with a different config; it changes "
                               f"{shown}")
+    if manifest is not None:
+        check_data(run_root, manifest, cfg)
     return manifest
+
+
+def check_data(run_root: Path, manifest: Manifest, cfg: ExperimentConfig) -> None:
+    """CheckpointError unless `cfg` names the data files the checkpoint's run trained on, as
+    they were (the same absolute path, size and modification time)."""
+    from splitleak.data_files import data_changes, describe
+
+    changes = data_changes(manifest.data, cfg)
+    if changes:
+        raise CheckpointError(f"cannot resume {run_root} from the checkpoint of step "
+                              f"{manifest.step}: {describe(changes)}")
 
 
 def _outcome_status(run_root: Path) -> str | None:

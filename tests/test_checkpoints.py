@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -245,3 +246,99 @@ def test_a_run_made_with_output_dir_resumes_with_its_own_experiment_file(
     changed = cfg.model_copy(update={"run": cfg.run.model_copy(update={"seed": 99})})
     with pytest.raises(CheckpointError, match="run.seed: 3 -> 99"):
         resume_point(interrupted.root, changed)
+
+
+@pytest.mark.parametrize("before", ["interrupted", "failed"])
+def test_a_resume_the_label_party_refuses_is_reported_with_its_reason(
+        tmp_path: Path, straight_and_interrupted, capsys: pytest.CaptureFixture, before: str) -> None:
+    """The roles' logs are appended to: the interrupted attempt's last ERROR line ("resume it
+    with --resume") is not this attempt's reason, in the message or in outcome.json, nor is
+    the outcome of an attempt that failed."""
+    _, _, interrupted = straight_and_interrupted
+    run = _torn_copy(tmp_path, interrupted, [])
+    if before == "failed":
+        outcome = json.loads(run.outcome.read_text())
+        run.outcome.write_text(json.dumps({**outcome, "status": "failed", "code": "UNAVAILABLE",
+                                           "message": "training finished: interrupted"}))
+    run.logs.mkdir(exist_ok=True)
+    (run.logs / "label_party.log").write_text(
+        "2026-11-27 07:00:06,000 label-party ERROR training finished: interrupted (the run was "
+        f"interrupted at step 20; resume it with --resume {run.root})\n")
+    run.metrics.write_text("")  # the label party refuses: fewer records than the checkpoint counts
+    code, text = exit_code_and_text(splitleak_main, ["run", "--resume", str(run.root),
+                                                     "--no-progress"], capsys)
+    text = " ".join(text.split())
+    assert code == 2 and re.search(r"holds 0 records but the checkpoint of step \d+ counts", text), text
+    assert "training finished: interrupted" not in text, text
+    assert "once what is named above is fixed, finish the run with" in text, text
+    outcome = json.loads(run.outcome.read_text())
+    assert outcome["status"] == "failed" and "holds 0 records" in outcome["message"], outcome
+
+
+def _short_log(tmp_path: Path, run: RunDir, before_step: int) -> RunDir:
+    """A copy of `run` whose party 1 gradient log is cut after its records of steps before
+    `before_step` (as a shard truncated by hand)."""
+    from splitleak.artifacts.gradient_shards import shard_prefix, shards
+
+    copy = _torn_copy(tmp_path, run, [])
+    cut = False
+    for shard in shards(copy.gradients / "party_1"):
+        if cut:
+            shard.unlink()
+            continue
+        prefix = shard_prefix(shard, before_step=before_step)
+        if not prefix.whole:
+            shard.write_bytes(shard.read_bytes()[:prefix.end])
+            cut = True
+    return copy
+
+
+def test_a_log_short_of_the_newest_checkpoint_resumes_from_the_older_one(
+        tmp_path: Path, straight_and_interrupted, caplog: pytest.LogCaptureFixture) -> None:
+    cfg, straight, interrupted = straight_and_interrupted
+    older, newest = complete_manifests(interrupted.root)
+    assert older.recorded["1"] < newest.recorded["1"]
+    run = _short_log(tmp_path, interrupted, before_step=older.step + 1)
+    with caplog.at_level("WARNING", logger="splitleak"):
+        assert resume_point(run.root, cfg) == older
+    assert (f"the checkpoint of step {newest.step} is unusable: party 1's gradient log holds "
+            f"{older.step + 1} record(s)") in caplog.text, caplog.text
+    outcome, errors = asyncio.run(whole_run(cfg, run.root, resume=True))
+    assert outcome["status"] == "ok" and outcome["resumed_from"] == older.step, outcome
+    assert errors == [None, None]
+    assert_same_run(straight, run, parties=2)
+
+
+def test_a_log_short_of_every_checkpoint_is_refused_naming_shard_and_counts(
+        tmp_path: Path, straight_and_interrupted, capsys: pytest.CaptureFixture) -> None:
+    _, _, interrupted = straight_and_interrupted
+    older, newest = complete_manifests(interrupted.root)
+    run = _short_log(tmp_path, interrupted, before_step=older.step - 1)
+    code, text = exit_code_and_text(splitleak_main, ["run", "--resume", str(run.root),
+                                                     "--no-progress"], capsys)
+    text = " ".join(text.split())
+    assert code == 2 and "Traceback" not in text, text
+    for manifest in (older, newest):
+        assert (f"the checkpoint of step {manifest.step} is unusable: party 1's gradient log holds "
+                f"{older.step - 1} record(s) of the steps before {manifest.step} (the count ends in "
+                f"{run.gradients / 'party_1'}/shard-") in text, text
+        assert f"but the checkpoint counts {manifest.recorded['1']}" in text, text
+    assert not (run.root / "pids.json").exists()  # no party was started
+
+
+def test_a_gradient_log_gone_altogether_is_refused(
+        tmp_path: Path, straight_and_interrupted, capsys: pytest.CaptureFixture) -> None:
+    """`splitleak run`'s sidecar logs into the run directory: a checkpoint counting records of
+    a log that is gone cannot be resumed without losing those steps for good."""
+    _, _, interrupted = straight_and_interrupted
+    run = _torn_copy(tmp_path, interrupted, [])
+    shutil.rmtree(run.gradients)
+    newest = complete_manifests(run.root)[-1]
+    code, text = exit_code_and_text(splitleak_main, ["run", "--resume", str(run.root),
+                                                     "--no-progress"], capsys)
+    text = " ".join(text.split())
+    assert code == 2 and "Traceback" not in text, text
+    assert (f"the checkpoint of step {newest.step} counts gradient records "
+            f"({newest.recorded['1']} of party 1), but the run's gradient log {run.gradients} "
+            "is gone") in text, text
+    assert not (run.root / "pids.json").exists()  # no party was started

@@ -205,3 +205,19 @@ def test_a_sidecar_ended_by_its_parties_broken_stream_is_not_named(tmp_path: Pat
                 Child("passive party 2", _Ended(130), log, exited_at=1.0)]
     failure = _failure(children, run)
     assert failure.culprit == "passive party 2" and "attacker sidecar" not in str(failure), failure
+
+
+def test_a_resumed_process_is_reported_in_its_own_words(tmp_path: Path) -> None:
+    """A resume appends to the roles' logs: a refused resume is named by what this attempt
+    logged, never by the interrupted attempt's last ERROR line (it said "resume it with
+    --resume", the very thing that just failed)."""
+    from orchestration.processes import spawn
+
+    log = tmp_path / "label_party.log"
+    log.write_text("2026-11-27 07:00:06,000 label-party ERROR training finished: interrupted (the "
+                   "run was interrupted at step 40; resume it with --resume)\n")
+    child = spawn("label party", ["json.tool", str(tmp_path / "no-such.json")], log)
+    child.process.wait(scaled(30))
+    reason = child.last_error() or ""
+    assert child.returncode == 2 and "no-such.json" in reason, reason
+    assert "interrupted" not in child.log_tail(), child.log_tail()

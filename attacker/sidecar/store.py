@@ -30,13 +30,16 @@ from splitleak.artifacts.gradient_index import (
     read_index,
     write_index_text,
 )
+from splitleak.artifacts.gradient_shards import SHARD_SUFFIX
+from splitleak.artifacts.gradient_shards import ShardPrefix as _Prefix
+from splitleak.artifacts.gradient_shards import shard_prefix as _prefix
 from splitleak.artifacts.paths import GRADIENT_LOG_INDEX
 from splitleak.fileio import NO_SPACE, write_atomically
 
 log = logging.getLogger("attacker")
 INDEX = GRADIENT_LOG_INDEX
 LOCK = ".writer.lock"  # held by the process writing the log
-_SUFFIX = ".arrows"  # Arrow IPC streaming format
+_SUFFIX = SHARD_SUFFIX
 INT32_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 
@@ -61,50 +64,6 @@ def _vectors(rows: np.ndarray) -> pa.FixedSizeListArray:
     flat = np.ascontiguousarray(rows, dtype=np.float32).reshape(-1)
     width = flat.size // rows.shape[0] if rows.shape[0] else 0
     return pa.FixedSizeListArray.from_arrays(pa.array(flat), width)
-
-
-@dataclass(frozen=True)
-class _Prefix:
-    """The complete records at the start of a shard (before `before_step`, when given)."""
-
-    end: int  # byte offset just after the last of them
-    records: int
-    rows: int
-    first_step: int | None
-    last_step: int | None
-    schema: pa.Schema | None
-    whole: bool  # the shard holds nothing else (no torn tail, no later record)
-
-
-def _prefix(path: Path, before_step: int | None = None) -> _Prefix:
-    """Walk a shard message by message, stopping at a torn tail or at `before_step`."""
-    end = records = rows = 0
-    first = last = None
-    schema = None
-    whole = False
-    with pa.OSFile(str(path), "rb") as source:
-        reader = pa.ipc.MessageReader.open_stream(source)
-        while True:
-            try:
-                message = reader.read_next_message()
-            except StopIteration:
-                whole = True
-                break
-            except (OSError, pa.ArrowInvalid):
-                break  # torn: the sidecar stopped in the middle of this message
-            if message.type == "schema":
-                schema, end = pa.ipc.read_schema(message), source.tell()
-                continue
-            if schema is None or message.type != "record batch":
-                break
-            batch = pa.ipc.read_record_batch(message, schema)
-            step = int(batch.column(2)[0].as_py()) if batch.num_rows else last
-            if before_step is not None and step is not None and step >= before_step:
-                break
-            end, records, rows = source.tell(), records + 1, rows + batch.num_rows
-            first = step if first is None else first
-            last = step
-    return _Prefix(end, records, rows, first, last, schema, whole)
 
 
 def _cut(path: Path, prefix: _Prefix) -> bool:

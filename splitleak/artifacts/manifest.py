@@ -29,6 +29,16 @@ class ManifestError(ValueError):
     """A manifest that cannot be read, or of another format."""
 
 
+class DataFile(BaseModel):
+    """A data file a run reads, as it was when the run read it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    path: str  # absolute
+    size: int
+    mtime_ns: int
+
+
 class Manifest(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -40,6 +50,7 @@ class Manifest(BaseModel):
     config: dict[str, Any]  # the resolved config, to name what a resume would change
     files: dict[str, str]  # file name in the step directory -> SHA-256
     recorded: dict[str, int] = {}  # observed party -> log records
+    data: dict[str, DataFile] = {}  # dataset.params.<name> -> the file it named (none: not checked)
     reason: str = "periodic"  # periodic | interrupted | failed
     format: int = FORMAT
 
