@@ -171,15 +171,11 @@ def analyse_run(outcome: RunOutcome, console: Console,
     """The attacker's offline analysis of a finished run, and its report (and, unless told
     otherwise, its leak table in the terminal); `jobs` processes run its batch attacks (None:
     auto, the cores this run may use, its share of them in a sweep)."""
-    from attacker.analysis.analyze import analyze
-    from attacker.analysis.summary import write_summary
-    from attacker.report.report import write_report
+    from attacker.analysis.pipeline import analyse_and_report
     from attacker.report.terminal import print_leak_table, print_warnings
 
     # the attacks its config lists, else the defaults
-    summary = analyze(outcome.run.root, jobs=jobs or cores())
-    write_report(outcome.run, summary)
-    write_summary(outcome.run, summary)
+    summary = analyse_and_report(outcome.run.root, jobs=jobs or cores())
     if leak_table:
         print_leak_table(console, summary)
     print_warnings(console, summary)

@@ -14,11 +14,13 @@ import pyarrow.compute as pc
 
 from attacker.analysis.leak import pooled_accuracy, summarise
 from attacker.analysis.leak_file import Batches, LeakGroup, leak_groups, row_batches
+from attacker.analysis.staging import Outputs
 from attacker.attacks import ATTACKS
 from attacker.attacks._batch import SCALAR_ROWS
+from splitleak.artifacts.artifact import write_model
 from splitleak.artifacts.metrics_log import MetricsLog, StepBounds
 from splitleak.artifacts.paths import RunDir
-from splitleak.artifacts.summary import LeakSummary, write_leak_summary
+from splitleak.artifacts.summary import LeakSummary
 
 STATS = ("mean", "p95", "max")
 Row = Mapping[str, Any]  # a leak.parquet row: a dict, or the analysis's LeakRow
@@ -306,6 +308,12 @@ def _scalar_batches(group: LeakGroup) -> list[tuple[int, tuple[str, str, str, in
              (group.parties, group.layer, group.attack, batches))]
 
 
-def write_summary(run: RunDir, summary: dict[str, Any]) -> None:
-    """report/summary.json, stamped with its schema version (splitleak.artifacts.summary)."""
-    write_leak_summary(run, LeakSummary.of(summary))
+def write_summary(run: RunDir, summary: dict[str, Any], out: Outputs | None = None) -> None:
+    """report/summary.json, stamped with its schema version (splitleak.artifacts.summary).
+    `out`: the analysis's staging (none: it replaces the run's at once)."""
+    if out is None:
+        with Outputs(run) as own:
+            write_summary(run, summary, own)
+            own.commit()
+        return
+    write_model(out.staged(run.leak_summary), LeakSummary.of(summary))
