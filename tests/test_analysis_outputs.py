@@ -137,3 +137,26 @@ def test_a_missing_input_is_bad_input(run: RunDir, capsys: pytest.CaptureFixture
     assert code == 2, text
     assert f"cannot analyse {run.root}:" in text and "Traceback" not in text
     assert _files(run) == before
+
+
+def test_a_folder_that_cannot_be_written_is_refused_before_the_analysis(
+        run: RunDir, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    from attacker.analysis import staging
+
+    make = staging.tempfile.mkdtemp
+
+    def read_only(prefix: str, dir: Path) -> str:  # noqa: A002 - as tempfile names it
+        if dir == run.report:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), f"{dir}/{prefix}x")
+        return make(prefix=prefix, dir=dir)
+
+    def analysed(*args: object) -> None:
+        raise AssertionError("analysed, then refused")
+
+    monkeypatch.setattr(staging.tempfile, "mkdtemp", read_only)
+    monkeypatch.setattr(pipeline, "analyze", analysed)
+    before = _files(run)
+    code, text = _analyse(run, capsys)
+    assert code == 2, text
+    assert f"cannot write {run.report}: Permission denied" in text
+    assert _files(run) == before

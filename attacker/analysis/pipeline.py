@@ -29,6 +29,7 @@ def analyse_and_report(run_dir: Path, attacks: list[tuple[str, dict]] | None = N
     check_run_dir(run)
     with holding(run.lock, run.root, "analysing it"), Outputs(run) as out:
         out.clear_abandoned()
+        out.reserve()
         summary = analyze(run.root, attacks, hints, seed, draws, device, jobs, out)
         write_report(run, summary, out)
         write_summary(run, summary, out)

@@ -40,10 +40,20 @@ class Outputs:
         """Where this analysis writes the run's file `target`."""
         folder = self._folders.get(target.parent)
         if folder is None:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            folder = self._folders[target.parent] = Path(
-                tempfile.mkdtemp(prefix=STAGING, dir=target.parent))
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                folder = Path(tempfile.mkdtemp(prefix=STAGING, dir=target.parent))
+            except OSError as err:  # named as the run's folder, not the staging one
+                err.filename = str(target.parent)
+                raise
+            self._folders[target.parent] = folder
         return folder / target.name
+
+    def reserve(self) -> None:
+        """Make the staging folders now: a run folder that cannot be written is refused before
+        the analysis, not after it."""
+        self.staged(self.run.leak)
+        self.staged(self.run.report_md)
 
     @property
     def leak(self) -> Path:
