@@ -13,7 +13,7 @@ from orchestration.run import RunFailed, RunOutcome, run_distributed
 from splitleak.arguments import output_dir_problem
 from splitleak.artifacts.outcome import read_outcome
 from splitleak.artifacts.paths import RunDir
-from splitleak.artifacts.rundir import RunInUse, create_run_dir
+from splitleak.artifacts.rundir import create_run_dir
 from splitleak.checkpoint import CheckpointError, latest, resume_point
 from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, BadInput, checked_config_or_exit
 from splitleak.config import ExperimentConfig, PluginSpec
@@ -133,8 +133,6 @@ def _distributed(cfg: ExperimentConfig, run: RunDir, args: argparse.Namespace, c
     try:
         with RunProgress(f"{cfg.run.name}", console, enabled=not args.no_progress) as progress:
             return run_distributed(cfg, run, progress, resume=resume)
-    except RunInUse as err:
-        raise BadInput(str(err)) from None
     except RunFailed as err:
         console.print(f"[bold red]run failed:[/] {err}")
         console.print(f"logs: {run.logs}")
