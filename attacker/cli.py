@@ -173,8 +173,8 @@ def _jobs(text: str) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
-    from attacker.analysis.pipeline import STOPPED, analyse_and_report
     from attacker.attacks import build_attack
+    from attacker.report.pipeline import STOPPED, analyse_and_report
     from attacker.report.terminal import print_leak_table, print_warnings
 
     _check_device(args.device)

@@ -169,7 +169,7 @@ def analyse_run(outcome: RunOutcome, console: Console,
     """The attacker's offline analysis of a finished run, and its report (and, unless told
     otherwise, its leak table in the terminal); `jobs` processes run its batch attacks (None:
     auto, the cores this run may use, its share of them in a sweep)."""
-    from attacker.analysis.pipeline import analyse_and_report
+    from attacker.report.pipeline import analyse_and_report
     from attacker.report.terminal import print_leak_table, print_warnings
 
     # the attacks its config lists, else the defaults

@@ -1,6 +1,6 @@
 """What `attacker analyze` leaves in a run directory: a finished analysis replaces every file of
 the previous one, a failed or stopped one (Ctrl-C) none of them; one analysis of a run at a time;
-missing inputs are bad input (exit 2); two analyses of a run write the same bytes."""
+missing inputs are bad input (exit 2)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from attacker.analysis import pipeline
 from attacker.cli import main as attacker_main
+from attacker.report import pipeline
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.rundir import holding
 from tests.conftest import small_config

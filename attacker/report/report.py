@@ -101,7 +101,10 @@ class _Inputs:
     rows: pa.Table | None
 
     @classmethod
-    def read(cls, run: RunDir, leak: Path, rows: Path) -> _Inputs:
+    def read(cls, run: RunDir, leak: Path | None = None, rows: Path | None = None) -> _Inputs:
+        """The run's inputs, with the leak rows and row sample at `leak` and `rows` (default:
+        the run's own)."""
+        leak, rows = leak or run.leak, rows or run.leak_rows
         text = run.config.read_text() if run.config.exists() else ""
         found = re.search(r"hash (\w+)", text.partition("\n")[0])
         return cls(tomllib.loads(text), found.group(1) if found else "unknown",
