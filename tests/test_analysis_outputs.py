@@ -97,6 +97,9 @@ def test_a_finished_reanalysis_replaces_every_file_and_keeps_the_users_own(
     mine.write_text("my notes")
     stale = run.report / "leak_party9_cut.png"  # a plot no analysis of this run draws
     stale.write_bytes(b"old")
+    abandoned = run.attacker / ".analysis-killed"  # what an analysis killed by SIGKILL left
+    abandoned.mkdir()
+    (abandoned / "leak.parquet").write_bytes(b"half")
     code, text = _analyse(run, capsys, "--attacks", "norm")
     assert code == 0, text
     assert _leak_attacks(run) == _summary_attacks(run) == {"norm"}
