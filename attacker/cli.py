@@ -15,7 +15,7 @@ from attacker.analysis.parallel import SERIAL_BELOW, WorkerLost
 from attacker.bench import MAX_BATCH, MAX_DIM, MAX_ROWS, READS, bench_mode
 from splitleak.arguments import MAX_PARTIES, config_bound, device, host_port, int_in, seed
 from splitleak.artifacts.paths import RunDir
-from splitleak.artifacts.rundir import LinkedRunDir, refuse_symlinks
+from splitleak.artifacts.rundir import LinkedRunDir, RunInUse, refuse_symlinks
 from splitleak.artifacts.summary import describe_analysed_with
 from splitleak.cli_common import (
     EXIT_FAILED,
@@ -173,12 +173,9 @@ def _jobs(text: str) -> int:
 
 
 def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
-    from attacker.analysis.analyze import AnalysisInputError, analyze
-    from attacker.analysis.summary import write_summary
     from attacker.attacks import build_attack
-    from attacker.report.report import write_report
+    from attacker.report.pipeline import STOPPED, analyse_and_report
     from attacker.report.terminal import print_leak_table, print_warnings
-    from attacker.sidecar.store import LogFormatError
 
     _check_device(args.device)
     specs = [parse_attack(a) for a in args.attacks] if args.attacks else None
@@ -198,24 +195,21 @@ def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
     if specs is not None:
         _check_task(args.run_dir, specs)
     try:
-        summary = analyze(args.run_dir, specs, args.hints, args.seed, args.draws, args.device,
-                          args.jobs)
-    except (AnalysisInputError, LogFormatError, ConfigError) as err:
+        summary = analyse_and_report(args.run_dir, specs, args.hints, args.seed, args.draws,
+                                     args.device, args.jobs)
+    except KeyboardInterrupt:
+        console.print(f"[bold red]{STOPPED}[/]")
+        return EXIT_INTERRUPTED
+    except RunInUse as err:
         raise BadInput(f"cannot analyse {args.run_dir}: {err}") from None
-    except (FileNotFoundError, WorkerLost) as err:
+    except WorkerLost as err:  # the analysis itself failed
         console.print(f"[bold red]cannot analyse {args.run_dir}:[/] {err}")
         return EXIT_FAILED
+    except (FileNotFoundError, ValueError) as err:  # a missing or unreadable input
+        raise BadInput(f"cannot analyse {args.run_dir}: {err}") from None
     except OSError as err:
         raise BadInput(f"cannot analyse {args.run_dir}: {describe_os_error(err)}") from None
-    except ValueError as err:
-        console.print(f"[bold red]cannot analyse {args.run_dir}:[/] {err}")
-        return EXIT_FAILED
     run = RunDir(args.run_dir)
-    try:
-        write_report(run, summary)
-        write_summary(run, summary)
-    except OSError as err:
-        raise BadInput(f"cannot write the report of {args.run_dir}: {describe_os_error(err)}") from None
     print_leak_table(console, summary)
     print_warnings(console, summary)
     if summary.get("analysed_with"):

@@ -149,10 +149,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         from orchestration.commands import cmd_run
         from orchestration.stopping import EXIT_TERMINATED, Terminated, sigterm_interrupts, stopped_by
+        from splitleak.artifacts.rundir import RunInUse
+        from splitleak.cli_common import BadInput
 
         try:
             with sigterm_interrupts():  # SIGTERM as Ctrl-C: the parties checkpoint, then stop
                 return cmd_run(args, console)
+        except RunInUse as err:  # another process runs or analyses it (run.lock)
+            raise BadInput(str(err)) from None
         except KeyboardInterrupt as err:
             console.print(f"[bold red]{stopped_by(err)}[/]: every party was stopped")
             return EXIT_TERMINATED if isinstance(err, Terminated) else EXIT_INTERRUPTED

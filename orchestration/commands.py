@@ -13,7 +13,7 @@ from orchestration.run import RunFailed, RunOutcome, run_distributed
 from splitleak.arguments import output_dir_problem
 from splitleak.artifacts.outcome import read_outcome
 from splitleak.artifacts.paths import RunDir
-from splitleak.artifacts.rundir import RunInUse, create_run_dir
+from splitleak.artifacts.rundir import create_run_dir
 from splitleak.checkpoint import CheckpointError, latest, missing_log, resume_point
 from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, BadInput, checked_config_or_exit
 from splitleak.config import ExperimentConfig, PluginSpec
@@ -136,8 +136,6 @@ def _distributed(cfg: ExperimentConfig, run: RunDir, args: argparse.Namespace, c
     try:
         with RunProgress(f"{cfg.run.name}", console, enabled=not args.no_progress) as progress:
             return run_distributed(cfg, run, progress, resume=resume)
-    except RunInUse as err:
-        raise BadInput(str(err)) from None
     except RunFailed as err:
         console.print(f"[bold red]run failed:[/] {err}")
         console.print(f"logs: {run.logs}")
@@ -177,15 +175,11 @@ def analyse_run(outcome: RunOutcome, console: Console,
     """The attacker's offline analysis of a finished run, and its report (and, unless told
     otherwise, its leak table in the terminal); `jobs` processes run its batch attacks (None:
     auto, the cores this run may use, its share of them in a sweep)."""
-    from attacker.analysis.analyze import analyze
-    from attacker.analysis.summary import write_summary
-    from attacker.report.report import write_report
+    from attacker.report.pipeline import analyse_and_report
     from attacker.report.terminal import print_leak_table, print_warnings
 
     # the attacks its config lists, else the defaults
-    summary = analyze(outcome.run.root, jobs=jobs or cores())
-    write_report(outcome.run, summary)
-    write_summary(outcome.run, summary)
+    summary = analyse_and_report(outcome.run.root, jobs=jobs or cores())
     if leak_table:
         print_leak_table(console, summary)
     print_warnings(console, summary)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import os
+import secrets
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,26 +15,45 @@ NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 
 
 def write_atomically(path: Path, write: Callable[[Path], Any], mode: int | None = None) -> None:
-    """Call `write` on a temporary sibling, fsync it, then rename it over `path`.
+    """Call `write` on a temporary sibling of its own, fsync it, then rename it over `path`.
 
     `mode` creates the file with these permissions from the start (e.g. 0o600 for a private
-    key: there is no moment when others could read it). If anything fails, the temporary file
-    is removed and the error propagates; `path` keeps its old content.
+    key: there is no moment when others could read it). If anything fails, this call's
+    temporary file is removed (another writer's, of the same `path`, is not) and the error
+    propagates, naming `path`; `path` keeps its old content.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = _temporary_sibling(path, 0o666 if mode is None else mode)
     try:
-        if mode is not None:
-            tmp.unlink(missing_ok=True)
-            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode))
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(path))
         write(tmp)
         with tmp.open("rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        if err.filename == str(tmp):  # the file the caller asked for, not this one
+            err.filename = str(path)
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     fsync_directory(path.parent)
+
+
+def _temporary_sibling(path: Path, mode: int) -> Path:
+    """A new, empty `.NAME.XXXXXXXX.tmp` beside `path`, created with `mode` (less the umask)."""
+    while True:
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode))
+        except FileExistsError:
+            continue
+        except OSError as err:
+            err.filename = str(path)
+            raise
+        return tmp
 
 
 def fsync_directory(directory: Path) -> None:

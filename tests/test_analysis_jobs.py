@@ -195,7 +195,8 @@ def test_ctrl_c_stops_the_workers(tmp_path: Path) -> None:
             child.wait()
     assert child.returncode == 130, output
     assert "Traceback" not in output, output  # no worker cut off in its start
-    assert not run.leak.exists()
+    assert "stopped by Ctrl-C: the run's previous analysis" in " ".join(output.split()), output
+    assert not run.leak.exists() and not list(run.attacker.glob(".analysis-*"))
     # the workers end before the analysis does; the forkserver once it sees the analysis gone
     alive = [pid for pid in workers if not _ended(pid, scaled(10))]
     assert not alive, f"worker processes left running: {alive}"

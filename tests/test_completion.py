@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -208,3 +209,21 @@ def test_analyze_runs_model_completion_from_the_threat_model(tmp_path: Path) -> 
     summary = analyze(run.root, [("model_completion", {"steps": 20})])
     entry = next(e for e in summary["leak"] if e["layer"] == "bottom")
     assert "bottom.pt" in entry["error"] and any("bottom.pt" in w for w in summary["warnings"])
+
+
+def test_two_analyses_with_model_completion_write_the_same_bytes_and_time_it_apart(
+        tmp_path: Path) -> None:
+    from attacker.cli import main as attacker_main
+
+    run = _digits_run(tmp_path)
+    written = []
+    for _ in range(2):
+        assert attacker_main(["analyze", str(run.root), "--jobs", "1", "--attacks", "direct_label",
+                              "model_completion:steps=20"]) == 0
+        written.append((run.leak_summary.read_bytes(), run.report_md.read_bytes()))
+        timing = json.loads((run.report / "timing.json").read_text())
+        (entry,) = timing["run_attacks"]
+        assert entry["attack"].startswith("model_completion") and entry["parties"] == [1]
+        assert entry["cpu_seconds"] > 0 and len(entry["fit_cpu_seconds"]) == 3
+    assert written[0] == written[1]
+    assert b"seconds" not in written[0][0] and b"CPU s" not in written[0][1]

@@ -176,7 +176,7 @@ def test_the_training_plot_draws_the_records_arrays(logged: tuple[RunDir, list[d
     run, records = logged
     drawn: list[tuple[Any, ...]] = []
     monkeypatch.setattr(plots, "training_curves", lambda *args, path: drawn.append(args))
-    report._draw_plots(run, {"leak": []}, report._Inputs.read(run), [], [])
+    report._draw_plots(run, run.report, {"leak": []}, report._Inputs.read(run), [], [])
     (steps, loss, evals), = drawn
     old_steps, old_loss = old_training_arrays(records)
     assert np.array_equal(steps, old_steps) and np.array_equal(loss, old_loss, equal_nan=True)

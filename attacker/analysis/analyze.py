@@ -33,6 +33,7 @@ from attacker.analysis.inputs import (
 from attacker.analysis.leak import BatchLeak, attack_rng, evaluate_batch, premise_failed
 from attacker.analysis.leak_file import LEAK_SCHEMA, LeakRow, LeakWriter, parquet_batches
 from attacker.analysis.run_level import run_level_entries
+from attacker.analysis.staging import Outputs
 from attacker.analysis.summary import (
     LeakFigures,
     headline,
@@ -57,7 +58,6 @@ from attacker.sidecar.store import GradientLog, LoggedBatch
 from splitleak.anchors import CleanAnchors
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.run_config import edited_config
-from splitleak.fileio import write_atomically
 from splitleak.threat import DEFAULT_HINTS
 
 LAYERS = {"cut_gradient": "cut", "first_layer_gradient": "first", "activation": "activation"}
@@ -219,15 +219,21 @@ class Analysis:
 def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
             hints: Iterable[int] | None = None, seed: int | None = None,
             draws: int | None = None, device: str | None = None,
-            jobs: int = 1) -> dict[str, Any]:
+            jobs: int = 1, out: Outputs | None = None) -> dict[str, Any]:
     """Analyse `run_dir` under its threat model; writes attacker/leak.parquet and
     attacker/rows.parquet and returns the summary (also written by the report). `hints`,
     `seed` and `draws` override the threat model's for every attacker; `device` the run's
     run.devices.attacker for the run-level attacks (model completion, reconstruction); `jobs`
     the worker processes of the batch attacks (the files written are the same whatever it is;
     a caller other than a console script guards its own start with `if __name__ ==
-    "__main__"`, as multiprocessing asks)."""
+    "__main__"`, as multiprocessing asks). `out`: an analysis's staging, where its files go until
+    its report is written too (none: they replace the run's once written)."""
     run = RunDir(Path(run_dir))
+    if out is None:
+        with Outputs(run) as own:
+            summary = analyze(run_dir, attacks, hints, seed, draws, device, jobs, own)
+            own.commit()
+        return summary
     check_run_dir(run)
     analysis = Analysis(run, attacks, hints, seed, draws)
     analysis.device = device
@@ -238,20 +244,21 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
     attacked: list[GradientLog | None] = []  # the gradient log read (None: the run has none)
     run_entries: list[dict[str, Any]] = []
 
-    def attack_all(tmp: Path) -> None:  # a failure leaves no leak.parquet, not half of one
+    def attack_all(tmp: Path) -> None:  # a failure leaves the run's leak.parquet as it was
         with LeakWriter(tmp) as leak:
             attacked.append(_gradient_attacks(analysis, leak, sample, jobs))
         run_entries.extend(run_level_entries(analysis))
         if not run_entries and (attacked[0] is None or not attacked[0].read):
             raise _nothing_to_analyse(run, attacked[0])
 
-    write_atomically(run.leak, attack_all)
-    figures = leak_figures(parquet_batches(run.leak), analysis.describe, marvell_bounds(records),
+    attack_all(out.leak)
+    out.analysed = True
+    figures = leak_figures(parquet_batches(out.leak), analysis.describe, marvell_bounds(records),
                            analysis.sees_scored_label)
     analysis.warnings += _scalar_rows(figures)
     rows = sample.table()
     if rows.num_rows:
-        write_atomically(run.leak_rows, lambda tmp: pq.write_table(rows, tmp))
+        pq.write_table(rows, out.leak_rows)
     for (attack, layer), count in analysis.missing_anchors.items():
         analysis.warnings.append(
             f"{attack}, {layer} layer: {count} batch draw(s) had no clean anchor from the label "

@@ -14,13 +14,17 @@ import pyarrow.compute as pc
 
 from attacker.analysis.leak import pooled_accuracy, summarise
 from attacker.analysis.leak_file import Batches, LeakGroup, leak_groups, row_batches
+from attacker.analysis.staging import Outputs
 from attacker.attacks import ATTACKS
 from attacker.attacks._batch import SCALAR_ROWS
+from splitleak.artifacts.artifact import write_model
 from splitleak.artifacts.metrics_log import MetricsLog, StepBounds
 from splitleak.artifacts.paths import RunDir
-from splitleak.artifacts.summary import LeakSummary, write_leak_summary
+from splitleak.artifacts.summary import AnalysisTiming, LeakSummary
 
 STATS = ("mean", "p95", "max")
+# a run-level attack's figures that time it: in report/timing.json, never in the summary
+TIMING_KEYS = ("cpu_seconds", "fit_cpu_seconds", "seconds")
 Row = Mapping[str, Any]  # a leak.parquet row: a dict, or the analysis's LeakRow
 SUMMARY_COLUMNS = ["party_id", "epoch", "step", "draw", "name", "side_knowledge", "metric", "seed",
                    "skip_reason", "skip_kind", "auc_raw", "auc_flipped", "accuracy", "count_error",
@@ -308,6 +312,40 @@ def _scalar_batches(group: LeakGroup) -> list[tuple[int, tuple[str, str, str, in
              (group.parties, group.layer, group.attack, batches))]
 
 
-def write_summary(run: RunDir, summary: dict[str, Any]) -> None:
-    """report/summary.json, stamped with its schema version (splitleak.artifacts.summary)."""
-    write_leak_summary(run, LeakSummary.of(summary))
+def write_summary(run: RunDir, summary: dict[str, Any], out: Outputs | None = None) -> None:
+    """report/summary.json, stamped with its schema version (splitleak.artifacts.summary), and
+    report/timing.json, how long the run-level attacks took: what differs between two analyses
+    of a run is never in the summary. `out`: the analysis's staging (none: both replace the
+    run's at once)."""
+    if out is None:
+        with Outputs(run) as own:
+            write_summary(run, summary, own)
+            own.commit()
+        return
+    kept, timings = split_timing(summary)
+    write_model(out.staged(run.leak_summary), LeakSummary.of(kept))
+    out.superseded += (out.timing.name,)
+    if timings:
+        write_model(out.timing, AnalysisTiming(run_attacks=timings))
+    else:
+        out.timing.unlink(missing_ok=True)
+
+
+def split_timing(summary: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The summary without its run-level attacks' times, and those times, one dict per attack
+    and attacker (its party, parties, attack and layer, and the times its figures held)."""
+    entries, timings = [], []
+    for entry in summary.get("leak", []):
+        kept = {key: _without_timing(value) for key, value in entry.items()}
+        times = {name: value[name] for value in entry.values() if isinstance(value, dict)
+                 for name in TIMING_KEYS if name in value}
+        entries.append(kept)
+        if times:
+            timings.append({key: entry[key] for key in ("party_id", "parties", "attack", "layer")
+                            if key in entry} | times)
+    return {**summary, "leak": entries}, timings
+
+
+def _without_timing(value: Any) -> Any:
+    return {k: v for k, v in value.items() if k not in TIMING_KEYS} if isinstance(value, dict) \
+        else value

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from attacker.analysis.staging import Outputs
 from attacker.analysis.summary import headline, marvell_bounds, metric_stats
 from attacker.attacks.exact.report import exact_md
 from attacker.attacks.integrity.report import integrity_md
@@ -44,7 +45,6 @@ from splitleak.artifacts.metrics_log import MetricsLog, read_metrics_log
 from splitleak.artifacts.outcome import read_outcome
 from splitleak.artifacts.paths import RunDir
 from splitleak.config import NetworkConfig, WireConfig
-from splitleak.fileio import write_atomically
 from splitleak.markdown import fmt as _fmt
 from splitleak.markdown import fmt_figure
 from splitleak.markdown import md_table as _md_table
@@ -101,10 +101,12 @@ class _Inputs:
     rows: pa.Table | None
 
     @classmethod
-    def read(cls, run: RunDir) -> _Inputs:
+    def read(cls, run: RunDir, leak: Path | None = None, rows: Path | None = None) -> _Inputs:
+        """The run's inputs, with the leak rows and row sample at `leak` and `rows` (default:
+        the run's own)."""
+        leak, rows = leak or run.leak, rows or run.leak_rows
         text = run.config.read_text() if run.config.exists() else ""
         found = re.search(r"hash (\w+)", text.partition("\n")[0])
-        leak, rows = run.leak, run.leak_rows
         return cls(tomllib.loads(text), found.group(1) if found else "unknown",
                    read_metrics_log(run.metrics),
                    read_outcome(run),
@@ -112,17 +114,17 @@ class _Inputs:
                    pq.read_table(rows) if rows.exists() else None)
 
 
-def _draw_plots(run: RunDir, summary: dict[str, Any], inputs: _Inputs, notes: list[str],
-                failures: list[str]) -> list[tuple[str, str]]:
-    """Every plot the inputs allow, as (caption, file name); what is missing goes to `notes`,
-    a plot that failed to `failures`."""
+def _draw_plots(run: RunDir, folder: Path, summary: dict[str, Any], inputs: _Inputs,
+                notes: list[str], failures: list[str]) -> list[tuple[str, str]]:
+    """Every plot the inputs allow, drawn in `folder`, as (caption, file name); what is missing
+    goes to `notes`, a plot that failed to `failures`."""
     from attacker.report import plots  # matplotlib only when a report is written
 
     figures: list[tuple[str, str]] = []
 
     def figure(name: str, caption: str, draw: Callable[..., None], *args: Any, **kwargs: Any) -> None:
         try:
-            draw(*args, path=run.report / name, **kwargs)
+            draw(*args, path=folder / name, **kwargs)
             figures.append((caption, name))
         except Exception as err:  # noqa: BLE001 - a broken plot must not lose the rest of the report
             log.exception("plot %s failed", name)
@@ -175,19 +177,23 @@ def _draw_plots(run: RunDir, summary: dict[str, Any], inputs: _Inputs, notes: li
     return figures
 
 
-def write_report(run: RunDir, summary: dict[str, Any]) -> None:
+def write_report(run: RunDir, summary: dict[str, Any], out: Outputs | None = None) -> None:
     """Write report/report.md and its PNG plots; a missing input skips a part and says so there.
     What it warns of beyond the analysis (a leak above Marvell's bound, a plot that failed) is
     added to summary["warnings"], so summary.json and the terminal carry it too; what the
-    inputs lack (no first-layer log, no rows sample) is said in report.md only."""
-    run.report.mkdir(parents=True, exist_ok=True)
-    for pattern in PLOT_FILES:  # a plot this report cannot redraw must not outlive it
-        for stale in run.report.glob(pattern):
-            stale.unlink()
-    inputs = _Inputs.read(run)
+    inputs lack (no first-layer log, no rows sample) is said in report.md only. `out`: the
+    analysis's staging, whose leak files it reads and where it writes until all are written
+    (none: the report replaces the run's at once); a plot it does not draw again goes then."""
+    if out is None:
+        with Outputs(run) as own:
+            write_report(run, summary, own)
+            own.commit()
+        return
+    out.superseded += PLOT_FILES  # a plot this report cannot redraw must not outlive it
+    inputs = _Inputs.read(run, *out.reads())
     notes: list[str] = []
     failures: list[str] = []
-    figures = _draw_plots(run, summary, inputs, notes, failures)
+    figures = _draw_plots(run, out.report, summary, inputs, notes, failures)
     bounds = _bounds(inputs.metrics)
     summary["warnings"] = list(dict.fromkeys(
         [*above_bound_notes(summary), *summary.get("warnings", []), *few_test_rows(inputs.metrics),
@@ -205,7 +211,7 @@ def write_report(run: RunDir, summary: dict[str, Any]) -> None:
              *(f"- {w}" for w in warnings or ["none"]), "", "## Plots", "",
              *(f"### {caption}\n\n![{caption}]({name})\n" for caption, name in figures)]
     text = "\n".join(lines) + "\n"
-    write_atomically(run.report_md, lambda tmp: tmp.write_text(text))
+    (out.report / run.report_md.name).write_text(text)
 
 
 def _wire_words(config: dict[str, Any]) -> str:

@@ -57,7 +57,7 @@ def completion_md(summary: dict[str, Any]) -> list[str]:
         for name in ("labelled_only", "random_bottom"):
             cells.append(f"{fmt(base[name]['train']['top1'])} / {fmt(base[name]['test']['top1'])}"
                          if name in base else "-")
-        cells += [str(e["seed"]), fmt(c.get("cpu_seconds"), 0), role]
+        cells += [str(e["seed"]), role]
         rows.append(cells)
     lines = ["## Model completion", "",
              "Fu et al.'s passive (honest party) or active (malicious optimizer) label inference: a head "
@@ -72,7 +72,7 @@ def completion_md(summary: dict[str, Any]) -> list[str]:
     if rows:
         lines += md_table(["parties", "threat", "attack", "labelled", "train top-1", "train top-5",
                            "test top-1", "test top-5", "labelled only (train / test)",
-                           "random bottom (train / test)", "seed", "CPU s", "figure"], rows)
+                           "random bottom (train / test)", "seed", "figure"], rows)
     return lines + ([*failed, ""] if failed else [])
 
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from orchestration.processes import Child, spawn, stop_all
-from orchestration.stopping import interrupts_held, stopped_by
+from orchestration.stopping import stopped_by
 from orchestration.sweep.engine import (
     Engine,
     Listener,
@@ -22,6 +22,7 @@ from orchestration.sweep.points import Point
 from splitleak.artifacts.metrics import MetricsTail
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.sweep import read_result
+from splitleak.interrupts import interrupts_held
 from splitleak.placement import CORES_ENV, cores
 
 POINT_LOG = "sweep_point.log"  # the worker's output, in the point's logs/

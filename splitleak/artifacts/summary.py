@@ -65,6 +65,15 @@ class LeakSummary(Artifact):
         return cls.model_validate({"schema_version": SCHEMA_VERSION, **summary})
 
 
+class AnalysisTiming(Artifact):
+    """report/timing.json: how long each run-level attack of the analysis took (CPU seconds,
+    its trainings' CPU seconds, wall seconds), apart from the summary, whose bytes are the same
+    for every analysis of a run."""
+
+    schema_version: int = SCHEMA_VERSION
+    run_attacks: list[dict[str, Any]] = []
+
+
 def describe_analysed_with(overrides: dict[str, Any]) -> str:
     """A summary's `analysed_with` in words, e.g. "attacks norm, clustering(scope=epoch); seed 3"."""
     return "; ".join(f"{key} {', '.join(map(str, value)) if isinstance(value, list) else value}"

@@ -1,0 +1,165 @@
+"""What `attacker analyze` leaves in a run directory: a finished analysis replaces every file of
+the previous one, a failed or stopped one (Ctrl-C) none of them; one analysis of a run at a time;
+missing inputs are bad input (exit 2)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from attacker.cli import main as attacker_main
+from attacker.report import pipeline
+from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.rundir import holding
+from tests.conftest import small_config
+from tests.test_cli_refusals import exit_code_and_text
+
+OUTPUTS = ("attacker", "report")  # the folders an analysis writes
+
+
+@pytest.fixture(scope="module")
+def analysed(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny in-process run (3 train steps), analysed by `attacker analyze` as its config says."""
+    from tests.runs import reference_run
+
+    root = tmp_path_factory.mktemp("analysed")
+    run = reference_run(small_config(root, training={"epochs": 1, "max_steps": 3}))
+    assert attacker_main(["analyze", str(run.root), "--jobs", "1"]) == 0
+    return run.root
+
+
+@pytest.fixture
+def run(analysed: Path, tmp_path: Path) -> RunDir:
+    copy = tmp_path / analysed.name
+    shutil.copytree(analysed, copy)
+    return RunDir(copy)
+
+
+def _files(run: RunDir) -> dict[str, bytes]:
+    """Every file an analysis writes (and the gradient log), by its path in the run."""
+    return {str(p.relative_to(run.root)): p.read_bytes() for folder in OUTPUTS
+            for p in sorted((run.root / folder).rglob("*")) if p.is_file()}
+
+
+def _analyse(run: RunDir, capsys: pytest.CaptureFixture, *options: str) -> tuple[int, str]:
+    code, text = exit_code_and_text(attacker_main, ["analyze", str(run.root), "--jobs", "1",
+                                                    *options], capsys)
+    return code, " ".join(text.split())
+
+
+def _leak_attacks(run: RunDir) -> set[str]:
+    return set(pq.read_table(run.leak, columns=["attack"]).column("attack").to_pylist())
+
+
+def _summary_attacks(run: RunDir) -> set[str]:
+    return {e["attack"] for e in json.loads(run.leak_summary.read_text())["leak"]}
+
+
+def test_a_failed_reanalysis_leaves_every_previous_file_as_it_was(
+        run: RunDir, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = _files(run)
+    assert any(name.endswith(".png") for name in before) and "attacker/rows.parquet" in before
+
+    def full(run_: RunDir, summary: dict, out: object) -> None:  # the summary's disk is full
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(run_.leak_summary))
+
+    monkeypatch.setattr(pipeline, "write_summary", full)
+    code, text = _analyse(run, capsys, "--attacks", "norm")
+    assert code == 2, text
+    assert f"cannot write {run.leak_summary}: No space left on device" in text
+    assert _files(run) == before
+
+
+def test_ctrl_c_leaves_every_previous_file_and_says_so(
+        run: RunDir, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    before = _files(run)
+
+    def stopped(*args: object) -> None:  # Ctrl-C once the new leak files are written
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "write_report", stopped)
+    code, text = _analyse(run, capsys, "--attacks", "norm")
+    assert code == 130
+    assert "stopped by Ctrl-C: the run's previous analysis (leak files, report, summary) is as " \
+        "it was" in text
+    assert _files(run) == before
+
+
+def test_a_finished_reanalysis_replaces_every_file_and_keeps_the_users_own(
+        run: RunDir, capsys: pytest.CaptureFixture) -> None:
+    mine = run.report / "notes.md"
+    mine.write_text("my notes")
+    stale = run.report / "leak_party9_cut.png"  # a plot no analysis of this run draws
+    stale.write_bytes(b"old")
+    abandoned = run.attacker / ".analysis-killed"  # what an analysis killed by SIGKILL left
+    abandoned.mkdir()
+    (abandoned / "leak.parquet").write_bytes(b"half")
+    code, text = _analyse(run, capsys, "--attacks", "norm")
+    assert code == 0, text
+    assert _leak_attacks(run) == _summary_attacks(run) == {"norm"}
+    assert "| norm |" in run.report_md.read_text()
+    assert mine.read_text() == "my notes" and not stale.exists()
+    assert not [p for folder in OUTPUTS for p in (run.root / folder).glob(".*")
+                if p.name != ".gitignore"], "a staging or temporary file was left behind"
+
+
+def test_a_second_analysis_of_a_run_is_refused_naming_the_first(
+        run: RunDir, capsys: pytest.CaptureFixture) -> None:
+    before = _files(run)
+    with holding(run.lock, run.root, "analysing it"):  # as another process's analysis holds it
+        code, text = _analyse(run, capsys, "--attacks", "norm")
+    assert code == 2, text
+    assert f"is in use by another splitleak process (pid {os.getpid()})" in text
+    assert _files(run) == before
+
+
+def test_a_directory_in_place_of_an_output_is_named(
+        run: RunDir, capsys: pytest.CaptureFixture) -> None:
+    run.leak.unlink()
+    run.leak.mkdir()
+    before = _files(run)
+    code, text = _analyse(run, capsys)
+    assert code == 2, text
+    assert f"cannot write {run.leak}: Is a directory" in text and ".tmp" not in text
+    assert _files(run) == before
+
+
+@pytest.mark.parametrize("missing", ["label_party/labels.parquet", "attacker/gradients"])
+def test_a_missing_input_is_bad_input(run: RunDir, capsys: pytest.CaptureFixture,
+                                      missing: str) -> None:
+    path = run.root / missing
+    shutil.rmtree(path) if path.is_dir() else path.unlink()
+    before = _files(run)
+    code, text = _analyse(run, capsys)
+    assert code == 2, text
+    assert f"cannot analyse {run.root}:" in text and "Traceback" not in text
+    assert _files(run) == before
+
+
+def test_a_folder_that_cannot_be_written_is_refused_before_the_analysis(
+        run: RunDir, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    from attacker.analysis import staging
+
+    make = staging.tempfile.mkdtemp
+
+    def read_only(prefix: str, dir: Path) -> str:  # noqa: A002 - as tempfile names it
+        if dir == run.report:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), f"{dir}/{prefix}x")
+        return make(prefix=prefix, dir=dir)
+
+    def analysed(*args: object) -> None:
+        raise AssertionError("analysed, then refused")
+
+    monkeypatch.setattr(staging.tempfile, "mkdtemp", read_only)
+    monkeypatch.setattr(pipeline, "analyze", analysed)
+    before = _files(run)
+    code, text = _analyse(run, capsys)
+    assert code == 2, text
+    assert f"cannot write {run.report}: Permission denied" in text
+    assert _files(run) == before
