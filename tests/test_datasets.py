@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import math
 from pathlib import Path
 
@@ -234,6 +235,22 @@ def test_mnist_5k_without_the_extra_names_it(monkeypatch: pytest.MonkeyPatch) ->
     finally:
         mnist_module._mnist_table.cache_clear()
 
+
+
+def test_a_damaged_mnist_5k_file_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cut mnist_5k.csv.gz ended in pyarrow's OSError traceback, not a DatasetError."""
+    import splitleak.datasets.mnist as mnist_module
+
+    (tmp_path / "data" / "data").mkdir(parents=True)
+    packed = gzip.compress(("0," * 784 + "1\n").encode() * 50)
+    (tmp_path / "data" / "data" / "mnist_5k.csv.gz").write_bytes(packed[:len(packed) // 2])
+    monkeypatch.setattr(mnist_module.resources, "files", lambda package: tmp_path)
+    mnist_module._mnist_table.cache_clear()
+    try:
+        with pytest.raises(DatasetError, match=r"mnist_5k.csv.gz: cannot read"):
+            build_dataset("mnist_5k", {}).schema()
+    finally:
+        mnist_module._mnist_table.cache_clear()
 
 # --- synthetic CTR -------------------------------------------------------------------------
 
