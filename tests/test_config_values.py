@@ -68,6 +68,23 @@ def test_validate_refuses_naming_the_field(tmp_path: Path, override: dict[str, A
     assert message in refusal(tmp_path, **override)
 
 
+@pytest.mark.parametrize(("section", "field", "value", "bound"), [
+    ("training", "eval_interval", 10**20, "1000000000"),
+    ("training", "max_steps", 10**20, "1000000000"),
+    ("training", "checkpoint_every", 10**20, "1000000000"),
+    ("topology", "join_deadline_s", 1e10, "604800"),
+    ("topology", "step_deadline_s", 1e300, "604800"),
+])
+def test_counts_and_deadlines_beyond_their_bound_are_refused(
+        tmp_path: Path, section: str, field: str, value: float, bound: str) -> None:
+    """Each passed validate, then overflowed the Join's uint64 plan fields (UNKNOWN, exit 1) or
+    the gRPC deadline (an immediate DEADLINE_EXCEEDED)."""
+    message = refusal(tmp_path, **{section: {field: value}})
+    assert f"{section}.{field}: Input should be less than or equal to {bound}" in message, message
+    parse_config(small_config(tmp_path, **{section: {field: float(bound) if field.endswith("_s")
+                                                     else int(bound)}}))
+
+
 def test_values_as_written_still_pass(tmp_path: Path) -> None:
     """An integer for a float, a listed word ("auto"), a bounded count at its bound."""
     cfg = parse_config(small_config(tmp_path, run={"torch_threads": 4096},

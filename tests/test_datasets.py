@@ -84,6 +84,10 @@ def test_unknown_dataset_lists_the_allowed_names() -> None:
         ("wine", {"path": "x"}, "path"),
         ("criteo", {}, "path"),
         ("criteo", {"path": "x", "max_rows": 0}, "max_rows"),
+        # beyond the bound: pyarrow's slice overflowed (OverflowError, a traceback)
+        ("criteo", {"path": "x", "max_rows": 10**20}, "max_rows"),
+        ("avazu", {"path": "x", "max_rows": 10**20}, "max_rows"),
+        ("cifar10", {"path": "x", "max_rows": 10**20}, "max_rows"),
     ],
 )
 def test_bad_params_name_the_field(name: str, params: dict, field: str) -> None:

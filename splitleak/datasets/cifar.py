@@ -19,6 +19,7 @@ from splitleak.datasets.base import (
     Schema,
 )
 from splitleak.datasets.tabular import image_slice
+from splitleak.settings import MAX_ROWS
 
 SIDE, CHANNELS = 32, 3
 PIXEL_BYTES = CHANNELS * SIDE * SIDE  # 1,024 red, then green, then blue, each row by row
@@ -26,7 +27,7 @@ PIXEL_BYTES = CHANNELS * SIDE * SIDE  # 1,024 red, then green, then blue, each r
 
 class CifarParams(DatasetParams):
     path: DataPath  # a .bin file, or the folder the binary archive unpacks to
-    max_rows: int | None = Field(None, ge=2)  # only the first rows, in file order
+    max_rows: int | None = Field(None, ge=2, le=MAX_ROWS)  # only the first rows, in file order
 
 
 class Cifar100Params(CifarParams):
