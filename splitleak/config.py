@@ -20,6 +20,7 @@ from pydantic import (
     model_validator,
 )
 
+from splitleak.filekind import not_a_file
 from splitleak.settings import (
     MAX_BATCH,
     MAX_EPOCHS,
@@ -587,10 +588,8 @@ def load_config(path: str | Path | None = None) -> ExperimentConfig:
         source = "(built-in default)"
     else:
         p = Path(path)
-        if p.is_dir():
-            raise ConfigError(f"{p} is a directory; give the path of a config TOML file")
         if not p.is_file():
-            raise ConfigError(f"config file not found: {p}")
+            raise ConfigError(f"config file {p} {not_a_file(p)}; give the path of a config TOML file")
         text = read_toml_text(p, "config", ConfigError)
         source = str(p)
     try:

@@ -463,7 +463,7 @@ def test_leading_blank_lines_are_skipped_by_detection_and_reading(tmp_path: Path
 def test_file_loaders_name_a_missing_file(tmp_path: Path) -> None:
     for name in ("criteo", "avazu", "spambase", "adult", "bank"):
         missing = str(tmp_path / "absent.csv")
-        with pytest.raises(DatasetError, match="not found") as error:
+        with pytest.raises(DatasetError, match="does not exist") as error:
             build_dataset(name, {"path": missing})
         assert missing in str(error.value)
 

@@ -19,6 +19,7 @@ from splitleak.datasets.base import (
     Schema,
 )
 from splitleak.datasets.tabular import image_slice
+from splitleak.filekind import not_a_file
 from splitleak.settings import MAX_ROWS
 
 SIDE, CHANNELS = 32, 3
@@ -51,8 +52,8 @@ class Cifar10(Dataset):
         if path.is_file():
             return (path,)
         if not path.is_dir():
-            raise DatasetError(f"{self.KIND}: {self.params.path} not found (give a .bin file or "
-                               f"the folder holding {', '.join(self.FILES)})")
+            raise DatasetError(f"{self.KIND}: {self.params.path} {not_a_file(path)} (give a .bin "
+                               f"file or the folder holding {', '.join(self.FILES)})")
         found = tuple(path / name for name in self.FILES if (path / name).is_file())
         if not found:
             raise DatasetError(f"{self.KIND}: {self.params.path} holds none of "

@@ -19,6 +19,7 @@ import pyarrow.compute as pc
 from pyarrow import csv
 
 from splitleak.datasets.base import DatasetError
+from splitleak.filekind import not_a_file
 
 BLOCK_BYTES = 1 << 22  # text parsed per batch: bounds memory when streaming; larger is slower
 # How compressed files start: gzip is read decompressed, the others are refused.
@@ -40,13 +41,12 @@ class TextFormat:
 
 def require_file(path: str, kind: str) -> Path:
     file = Path(path).expanduser()
-    if file.is_dir():
-        raise DatasetError(f"{kind}: {path} is a directory; give the path of the file itself")
     if not file.is_file():
         # Each host of a deployment reads the same path: a relative one from the directory the
         # process was started in, which differs from host to host.
         where = "" if file.is_absolute() else f" (relative to the working directory {Path.cwd()})"
-        raise DatasetError(f"{kind}: file not found: {path}{where}")
+        raise DatasetError(f"{kind}: {path}{where} {not_a_file(file)}; give the path of the "
+                           "data file itself")
     return file
 
 
