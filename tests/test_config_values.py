@@ -42,6 +42,8 @@ def refusal(tmp_path: Path, **override: Any) -> str:
      "model.embedding_dim: Input should be less than or equal to 4096"),
     ({"attacker": {"attacks": [{"name": "clustering", "n_init": 10**18}]}},
      "n_init: Input should be less than or equal to 1000"),
+    ({"threat": {"parties": {"1": {"labelled_per_class": 10**20}}}},  # model completion's bound
+     "threat.parties.1.labelled_per_class: Input should be less than or equal to 100000000"),
     ({"defense": {"name": "laplace", "b": 0.1}},
      "defense: Value error, a list is expected, not one table; write one [[defense]] table"),
     ({"attacker": {"attacks": {"name": "norm"}}},
