@@ -141,25 +141,10 @@ def main(argv: list[str] | None = None) -> int:
 
         return cmd_relay(args)
     setup_logging("splitleak")
-    if _starts_parties(args):  # the zygote imports while this process validates and prepares
-        from orchestration.zygote_client import warm_up
-
-        warm_up()
     console = command_console()
     if args.command == "run":
-        from orchestration.commands import cmd_run
-        from orchestration.stopping import EXIT_TERMINATED, Terminated, sigterm_interrupts, stopped_by
-        from splitleak.artifacts.rundir import RunInUse
-        from splitleak.cli_common import BadInput
-
-        try:
-            with sigterm_interrupts():  # SIGTERM as Ctrl-C: the parties checkpoint, then stop
-                return cmd_run(args, console)
-        except RunInUse as err:  # another process runs or analyses it (run.lock)
-            raise BadInput(str(err)) from None
-        except KeyboardInterrupt as err:
-            console.print(f"[bold red]{stopped_by(err)}[/]: every party was stopped")
-            return EXIT_TERMINATED if isinstance(err, Terminated) else EXIT_INTERRUPTED
+        return _run(args, console)
+    _warm_up(args)
     if args.command in ("sweep", "compare"):
         return _sweep_or_compare(args, console)
     if args.command == "health":
@@ -187,6 +172,34 @@ def main(argv: list[str] | None = None) -> int:
     from orchestration.bench import run_bench
 
     return run_bench(args, console)
+
+
+def _run(args: argparse.Namespace, console: Console) -> int:
+    """`splitleak run`; a Ctrl-C or SIGTERM at any point of it, start-up included, is said."""
+    from orchestration.stopping import EXIT_TERMINATED, Terminated, sigterm_interrupts, stopped_by
+    from splitleak.artifacts.rundir import RunInUse
+    from splitleak.cli_common import BadInput
+
+    try:
+        with sigterm_interrupts():  # SIGTERM as Ctrl-C: the parties checkpoint, then stop
+            _warm_up(args)
+            from orchestration.commands import cmd_run
+
+            return cmd_run(args, console)
+    except RunInUse as err:  # another process runs or analyses it (run.lock)
+        raise BadInput(str(err)) from None
+    except KeyboardInterrupt as err:
+        console.print(f"[bold red]{stopped_by(err)}[/]: every party was stopped")
+        return EXIT_TERMINATED if isinstance(err, Terminated) else EXIT_INTERRUPTED
+
+
+def _warm_up(args: argparse.Namespace) -> None:
+    """Start the zygote of the parties' processes when the command starts some: it imports
+    while this process validates and prepares."""
+    if _starts_parties(args):
+        from orchestration.zygote_client import warm_up
+
+        warm_up()
 
 
 def _starts_parties(args: argparse.Namespace) -> bool:

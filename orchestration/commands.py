@@ -19,6 +19,7 @@ from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, BadInput, checked_
 from splitleak.config import ExperimentConfig, PluginSpec
 from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
+from splitleak.filekind import not_a_file
 from splitleak.placement import cores
 
 
@@ -76,6 +77,9 @@ def resume_run(args: argparse.Namespace, console: Console) -> int:
     run = RunDir(args.resume)
     if args.in_process:
         raise BadInput("--resume continues a distributed run; --in-process cannot resume")
+    if not run.root.is_dir():
+        raise BadInput(f"--resume: {run.root} {not_a_file(run.root)}; give the run directory to "
+                       "resume")
     if not run.config.is_file():
         raise BadInput(f"--resume: {run.root} is not a run directory (it has no config.toml)")
     cfg = checked_config_or_exit(args.config or run.config)

@@ -105,9 +105,29 @@ def command_console() -> Console:
     return Console(width=WIDE_OUTPUT)
 
 
+# This project's loggers (by the first part of their name): each of their lines is shown.
+OWN_LOGGERS = frozenset({"root", "splitleak", "orchestration", "label_party", "passive_party",
+                         "attacker", "sweep", "relay", "compare"})
+
+
+class LibraryChatter(logging.Filter):
+    """Keeps this project's lines; of other libraries' only warnings and worse, and of those not
+    matplotlib's findfont fallbacks (a font cache built by a matplotlib without its own fonts
+    gives ~20 a report; the text is drawn in DejaVu Sans all the same). torch's "FakeTensor
+    cache stats" (INFO, at exit) and the like stay off the terminal and the roles' logs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name.split(".", 1)[0] in OWN_LOGGERS:
+            return True
+        findfont = record.name == "matplotlib.font_manager" and str(record.msg).startswith("findfont:")
+        return record.levelno >= logging.WARNING and not findfont
+
+
 def setup_logging(role: str, verbose: bool = False) -> None:
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, stream=sys.stderr,
                         format=LOG_FORMAT.format(role=role), force=True)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(LibraryChatter())
 
 
 def tls_dir_or_exit(cfg: ExperimentConfig | None, tls_dir: Path | None,

@@ -20,9 +20,11 @@ from pydantic import (
     model_validator,
 )
 
+from splitleak.filekind import not_a_file
 from splitleak.settings import (
     MAX_BATCH,
     MAX_EPOCHS,
+    MAX_STEPS,
     MAX_WIDTH,
     Settings,
     StrictInt,
@@ -41,6 +43,9 @@ class ConfigError(ValueError):
 MAX_THREADS = 4096  # torch threads of one process
 MAX_EMBEDDING = 4096  # per categorical field: wider asks gigabytes of a vocabulary's table
 MAX_QUEUE = 65_536  # records in flight to the sidecar
+# A deadline's longest wait, one week: no step or join needs longer, and a gRPC deadline fails at
+# once from about 7e9 s on (the int64 nanoseconds of its absolute time overflow).
+MAX_DEADLINE_S = 604_800
 
 # A run's directory is `<run.name>[-suffix]-<time>-<hash>` (32 characters after the name, a
 # suffix such as "-relayed"), a sweep's is `<sweep.name>`: each must stay one plain directory
@@ -185,8 +190,9 @@ class OptimizerConfig(Settings):
 class TrainingConfig(Settings):
     batch_size: int = Field(256, gt=0, le=MAX_BATCH)
     epochs: int = Field(1, gt=0, le=MAX_EPOCHS)
-    eval_interval: int = Field(0, ge=0)  # train steps between evaluations; 0 = each epoch end
-    max_steps: PositiveInt | None = None  # stop after this many train steps (smoke runs, bench)
+    eval_interval: int = Field(0, ge=0, le=MAX_STEPS)  # train steps between evaluations; 0 = each epoch end
+    # stop after this many train steps (smoke runs, bench)
+    max_steps: int | None = Field(None, gt=0, le=MAX_STEPS)
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16: the models run under autocast
     eval_train: bool = False  # the final evaluation also scores the train rows (train_auc, ...)
     loss: Literal["auto", "bce", "ce"] = "auto"
@@ -196,7 +202,7 @@ class TrainingConfig(Settings):
     # Train steps between coordinated checkpoints of every party (0: none). At 100 a resumed
     # run redoes at most 100 steps, and the checkpoint's cost (a few small files, fsync'd,
     # per party) stays around 1 % of the steps between two checkpoints (docs/reliability.md).
-    checkpoint_every: int = Field(100, ge=0)
+    checkpoint_every: int = Field(100, ge=0, le=MAX_STEPS)
 
 
 ADDRESS = r"^[^\s:]+:\d{1,5}$"  # HOST:PORT
@@ -213,8 +219,8 @@ def port_in_range(address: str) -> str:
 class TopologyConfig(Settings):
     passive_parties: int = Field(2, ge=1, le=64)
     label_party_address: str = Field("127.0.0.1:0", pattern=ADDRESS)
-    step_deadline_s: PositiveFloat = 60.0
-    join_deadline_s: PositiveFloat = 120.0
+    step_deadline_s: float = Field(60.0, gt=0, le=MAX_DEADLINE_S)
+    join_deadline_s: float = Field(120.0, gt=0, le=MAX_DEADLINE_S)
     max_message_mb: int = Field(64, ge=1, le=1024)
     tls: bool = True  # mutual TLS, one identity per party; false: plaintext (trusted network only)
 
@@ -582,10 +588,8 @@ def load_config(path: str | Path | None = None) -> ExperimentConfig:
         source = "(built-in default)"
     else:
         p = Path(path)
-        if p.is_dir():
-            raise ConfigError(f"{p} is a directory; give the path of a config TOML file")
         if not p.is_file():
-            raise ConfigError(f"config file not found: {p}")
+            raise ConfigError(f"config file {p} {not_a_file(p)}; give the path of a config TOML file")
         text = read_toml_text(p, "config", ConfigError)
         source = str(p)
     try:

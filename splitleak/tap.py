@@ -65,6 +65,8 @@ class Tap:
         self.gap_records = 0
         self.gap_first_step: int | None = None
         self.summary: apb.RecordSummary | None = None
+        self.logged_before = 0  # the party's records the sidecar's log kept from before (a resume)
+        self.durable: int | None = None  # this stream's records the last checkpoint found logged
         self._call: asyncio.Task | None = None
         self.timeout = topology.join_deadline_s
         # Less than the label party's step deadline: the party names a stalled sidecar before
@@ -85,6 +87,7 @@ class Tap:
         if rewind_to is not None:
             kept = await self._sync(apb.SyncRequest.REWIND, rewind_to)
             if kept is not None:
+                self.logged_before = kept
                 log.info("the sidecar's log of party %d was cut back to step %d (%d records)",
                          party_id, rewind_to, kept)
         if self.error is None:
@@ -154,7 +157,16 @@ class Tap:
     async def sync(self, step: int) -> int:
         """Wait until the sidecar holds every record of steps < `step` durably; its count
         (0 when the run goes on unobserved)."""
-        return await self._sync(apb.SyncRequest.CHECKPOINT, step) or 0
+        count = await self._sync(apb.SyncRequest.CHECKPOINT, step)
+        if count is not None:
+            self.durable = count - self.logged_before
+        return count or 0
+
+    @property
+    def acknowledged(self) -> int | None:
+        """This stream's records the sidecar confirmed: every one it took, when the stream
+        closed; after a break, those the last checkpoint's Sync found logged (None: none)."""
+        return self.summary.records if self.summary is not None else self.durable
 
     async def _records(self) -> AsyncIterator[apb.GradientRecord]:
         first = True  # the record the sidecar admits the stream by: it names the experiment
@@ -257,6 +269,6 @@ class Tap:
         await self.channel.close()
         if self.error is not None and self.mode == "fail":
             raise TapError(self.error)
-        return TapReport(sent=self.sent, acknowledged=self.summary.records if self.summary else 0,
+        return TapReport(sent=self.sent, acknowledged=self.acknowledged,
                          gap_records=self.gap_records, gap_first_step=self.gap_first_step,
                          error=self.error)

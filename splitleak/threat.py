@@ -12,7 +12,7 @@ from pydantic import (
     model_validator,
 )
 
-from splitleak.settings import Settings, StrictFloat, StrictPositiveInt
+from splitleak.settings import MAX_ROWS, Settings, StrictFloat, StrictPositiveInt
 
 DEFAULT_HINTS = (1, 3, 5)
 # The attack scoring each integrity variant (splitleak.integrity.VARIANTS).
@@ -56,7 +56,8 @@ class ThreatParty(Settings):
     gamma: PositiveFloat = 1.0  # malicious optimizer: r = clamp(1 + gamma * g_t / g_(t-1), clamp)
     clamp: tuple[StrictFloat, StrictFloat] = (1.0, 5.0)
     hints: list[StrictPositiveInt] = list(DEFAULT_HINTS)  # k known positives per batch (hint attacks)
-    labelled_per_class: PositiveInt | None = None  # labelled train rows per class: model completion
+    # labelled train rows per class: model completion (whose own parameter has the same bound)
+    labelled_per_class: int | None = Field(None, gt=0, le=MAX_ROWS)
     seed: int | None = Field(None, ge=0, lt=2**63)  # draws of side knowledge; None: the run seed
     # Knows the label party's model at each snapshot step (Qiu et al.'s EXACT); [threat.white_box].
     white_box: bool = False

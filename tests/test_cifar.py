@@ -69,7 +69,8 @@ def test_cifar100_takes_the_fine_or_the_coarse_label(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("name", "content", "params", "message"), [
-    ("cifar10", None, {"path": "missing"}, "not found"),
+    ("cifar10", None, {"path": "missing"}, "missing does not exist"),
+    ("cifar10", None, {"path": "/dev/null"}, "exists but is not a regular file"),
     ("cifar10", {}, {}, "holds none of data_batch_1.bin"),
     ("cifar10", {"data_batch_1.bin": b"\x01" * 3072}, {}, "not a whole number of 3,073-byte"),
     ("cifar10", {"data_batch_1.bin": b""}, {}, "0 bytes"),
@@ -90,7 +91,7 @@ def test_bad_files_name_the_file_and_what_is_allowed(tmp_path: Path, name: str,
         folder.mkdir()
         for file, data in content.items():
             (folder / file).write_bytes(data)
-    path = str(tmp_path / params.pop("path")) if "path" in params else str(folder)
+    path = str(tmp_path / params.pop("path")) if "path" in params else str(folder)  # absolute: itself
     with pytest.raises(DatasetError, match=message):
         build_dataset(name, {"path": path, **params}).schema()
 

@@ -323,3 +323,24 @@ def test_a_run_with_nothing_to_analyse_says_so(tmp_path: Path, capsys: pytest.Ca
                                            str(tmp_path / "runs")], capsys)
     assert code == 0, text
     assert "no analysis, no report: the threat model has no curious" in " ".join(text.split())
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "missing"])
+def test_a_path_that_is_no_regular_file_is_told_from_a_missing_one(
+        tmp_path: Path, kind: str, capsys: pytest.CaptureFixture) -> None:
+    """/dev/null or a FIFO given as a config, sweep or data file was 'not found', as was a
+    --resume run directory that does not exist; a FIFO is never opened (never a hang)."""
+    path = {"device": Path("/dev/null"), "fifo": tmp_path / "pipe.toml",
+            "missing": tmp_path / "absent.toml"}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    what = {"device": "a character device", "fifo": "a named pipe (FIFO)"}.get(kind)
+    needle = f"exists but is not a regular file (it is {what})" if what else "does not exist"
+    data = write_config(tmp_path, small_config(tmp_path, dataset={
+        "name": "criteo", "params": {"path": str(path)}}, features={"ratios": [1, 1]}), "data.toml")
+    for argv in (["validate", str(path)], ["sweep", str(path)], ["validate", str(data)]):
+        code, text = exit_code_and_text(splitleak_main, argv, capsys)
+        assert code == 2 and f"{path} {needle}" in text and "not found" not in text, (argv, text)
+    if kind == "missing":
+        code, text = exit_code_and_text(splitleak_main, ["run", "--resume", str(path)], capsys)
+        assert code == 2 and f"--resume: {path} does not exist" in text, text

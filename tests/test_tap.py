@@ -208,3 +208,43 @@ def test_a_sidecar_of_another_run_id_says_which_id_to_start_it_with(tmp_path: Pa
     assert tap.error is not None and "FAILED_PRECONDITION" in tap.error, tap.error
     assert ("record of run 'exp2', but this sidecar records run 'exp1': start it with --run-id "
             "set to the name of the label party's run directory") in tap.error, tap.error
+
+
+class SyncingSidecar(FailingSidecar):
+    """Takes `accept` records, answers a checkpoint's Sync with its log's count (the records of
+    earlier streams, `before`, and this stream's), then fails the stream."""
+
+    def __init__(self, accept: int, before: int = 0) -> None:
+        super().__init__(accept)
+        self.before = before
+
+    async def Sync(self, request, timeout):  # noqa: N802 (the gRPC method's name)
+        return apb.RecordSummary(records=self.before + request.step)  # every step < step
+
+
+@pytest.mark.parametrize(("before", "checkpoint"), [(0, True), (25, True), (0, False)])
+def test_a_broken_stream_reports_what_its_last_checkpoint_found_logged(
+        before: int, checkpoint: bool) -> None:
+    """tap.json said "acknowledged": 0 when the sidecar died after durably logging 60 records;
+    now the count of this stream's records the last checkpoint's Sync found logged, and None
+    (not 0) when no Sync confirmed any."""
+    async def run() -> dict:
+        tap = Tap("127.0.0.1:9", AttackerConfig(on_sidecar_failure="continue", queue_size=1),
+                  TopologyConfig(tls=False))
+        sidecar = SyncingSidecar(accept=12, before=before)
+        tap.stub = sidecar
+
+        async def reached() -> None:
+            return None
+
+        tap._reach = reached  # type: ignore[method-assign]
+        await tap.start("r1", 1, rewind_to=0 if before else None)
+        for step in range(20):
+            await tap.record(apb.GradientRecord(step=step))
+            if step == 5 and checkpoint:
+                assert await tap.sync(6) == before + 6
+        return await tap.close()
+
+    report = asyncio.run(run())
+    assert report.error and "UNAVAILABLE" in report.error
+    assert report.acknowledged == (6 if checkpoint else None), report

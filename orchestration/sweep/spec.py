@@ -40,6 +40,7 @@ from splitleak.config import (
     plain_directory_name,
     read_toml_text,
 )
+from splitleak.filekind import not_a_file
 from splitleak.settings import Settings, StrictNonNegativeInt
 
 
@@ -126,10 +127,8 @@ def parse_sweep(data: dict[str, Any], source: str = "<dict>") -> SweepFile:
 
 def load_sweep(path: str | Path) -> SweepFile:
     p = Path(path)
-    if p.is_dir():
-        raise SweepError(f"{p} is a directory; give the path of a sweep TOML file")
     if not p.is_file():
-        raise SweepError(f"sweep file not found: {p}")
+        raise SweepError(f"sweep file {p} {not_a_file(p)}; give the path of a sweep TOML file")
     try:
         data = tomllib.loads(read_toml_text(p, "sweep file", SweepError))
     except tomllib.TOMLDecodeError as err:

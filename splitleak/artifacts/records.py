@@ -49,7 +49,9 @@ class TapReport(Artifact):
     and the gap it left when the run went on without it (attacker.on_sidecar_failure)."""
 
     sent: int
-    acknowledged: int
+    # Every record the sidecar took when the stream closed; when it broke, those its last
+    # checkpoint found logged; None: the sidecar confirmed none before the break.
+    acknowledged: int | None
     gap_records: int
     gap_first_step: int | None = None
     error: str | None = None

@@ -29,6 +29,7 @@ from splitleak.datasets.delimited import (
 )
 from splitleak.datasets.encoding import hash_buckets
 from splitleak.datasets.tabular import check_columns, field_ranges, make_slice, stack_columns
+from splitleak.settings import MAX_ROWS
 
 KIND = "Avazu CSV with header [id,]click,hour,..."
 TIME_FIELDS = ("hour_of_day", "weekday")  # from `hour` (YYMMDDHH); weekday 0 = Monday
@@ -37,7 +38,7 @@ LABELS = {"0": 0, "1": 1}
 
 class AvazuParams(DatasetParams):
     path: DataPath
-    max_rows: int | None = Field(None, ge=1)
+    max_rows: int | None = Field(None, ge=1, le=MAX_ROWS)
     vocab_size: int = Field(100_000, ge=2, le=2**31 - 1)
 
 

@@ -19,6 +19,8 @@ from splitleak.datasets.base import (
     Schema,
 )
 from splitleak.datasets.tabular import image_slice
+from splitleak.filekind import not_a_file
+from splitleak.settings import MAX_ROWS
 
 SIDE, CHANNELS = 32, 3
 PIXEL_BYTES = CHANNELS * SIDE * SIDE  # 1,024 red, then green, then blue, each row by row
@@ -26,7 +28,7 @@ PIXEL_BYTES = CHANNELS * SIDE * SIDE  # 1,024 red, then green, then blue, each r
 
 class CifarParams(DatasetParams):
     path: DataPath  # a .bin file, or the folder the binary archive unpacks to
-    max_rows: int | None = Field(None, ge=2)  # only the first rows, in file order
+    max_rows: int | None = Field(None, ge=2, le=MAX_ROWS)  # only the first rows, in file order
 
 
 class Cifar100Params(CifarParams):
@@ -50,8 +52,8 @@ class Cifar10(Dataset):
         if path.is_file():
             return (path,)
         if not path.is_dir():
-            raise DatasetError(f"{self.KIND}: {self.params.path} not found (give a .bin file or "
-                               f"the folder holding {', '.join(self.FILES)})")
+            raise DatasetError(f"{self.KIND}: {self.params.path} {not_a_file(path)} (give a .bin "
+                               f"file or the folder holding {', '.join(self.FILES)})")
         found = tuple(path / name for name in self.FILES if (path / name).is_file())
         if not found:
             raise DatasetError(f"{self.KIND}: {self.params.path} holds none of "

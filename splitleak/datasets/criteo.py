@@ -30,6 +30,7 @@ from splitleak.datasets.delimited import (
 )
 from splitleak.datasets.encoding import hash_buckets
 from splitleak.datasets.tabular import check_columns, field_ranges, make_slice, stack_columns
+from splitleak.settings import MAX_ROWS
 
 NUMERIC = tuple(f"I{i}" for i in range(1, 14))
 CATEGORICAL = tuple(f"C{i}" for i in range(1, 27))
@@ -48,7 +49,7 @@ def signed_log1p(values: np.ndarray) -> np.ndarray:
 
 class CriteoParams(DatasetParams):
     path: DataPath
-    max_rows: int | None = Field(None, ge=1)
+    max_rows: int | None = Field(None, ge=1, le=MAX_ROWS)
     vocab_size: int = Field(100_000, ge=2, le=2**31 - 1)
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import csv as pycsv
 import gzip
 import io
+import zlib
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -17,6 +19,7 @@ import pyarrow.compute as pc
 from pyarrow import csv
 
 from splitleak.datasets.base import DatasetError
+from splitleak.filekind import not_a_file
 
 BLOCK_BYTES = 1 << 22  # text parsed per batch: bounds memory when streaming; larger is slower
 # How compressed files start: gzip is read decompressed, the others are refused.
@@ -38,13 +41,12 @@ class TextFormat:
 
 def require_file(path: str, kind: str) -> Path:
     file = Path(path).expanduser()
-    if file.is_dir():
-        raise DatasetError(f"{kind}: {path} is a directory; give the path of the file itself")
     if not file.is_file():
         # Each host of a deployment reads the same path: a relative one from the directory the
         # process was started in, which differs from host to host.
         where = "" if file.is_absolute() else f" (relative to the working directory {Path.cwd()})"
-        raise DatasetError(f"{kind}: file not found: {path}{where}")
+        raise DatasetError(f"{kind}: {path}{where} {not_a_file(file)}; give the path of the "
+                           "data file itself")
     return file
 
 
@@ -59,11 +61,27 @@ def compression(file: Path) -> str | None:
     return kind
 
 
-def open_text(file: Path) -> TextIO:
+@contextmanager
+def intact(file: Path) -> Iterator[None]:
+    """Reads within of a damaged (cut or corrupted) gzip file raise a DatasetError naming it, not
+    pyarrow's OSError or gzip's EOFError / BadGzipFile / zlib.error."""
+    try:
+        yield
+    except (OSError, EOFError, zlib.error) as error:
+        if compression(file) != "gzip":
+            raise
+        raise DatasetError(f"{file}: its gzip stream is damaged ({error}): the file is cut short "
+                           "or corrupted; copy or compress it again") from None
+
+
+@contextmanager
+def open_text(file: Path) -> Iterator[TextIO]:
     """The file's text as pyarrow reads it: gzip decompressed, a UTF-8 byte-order mark dropped,
     bytes that are not UTF-8 kept as surrogates (so that errors can name them)."""
     opener = gzip.open if compression(file) else open
-    return opener(file, "rt", encoding="utf-8-sig", errors="surrogateescape", newline="")
+    with intact(file), opener(file, "rt", encoding="utf-8-sig", errors="surrogateescape",
+                              newline="") as text:
+        yield text
 
 
 def first_text_line(file: Path) -> tuple[int, str]:
@@ -115,6 +133,12 @@ class DelimitedFile:
         if not include:
             raise ValueError("include at least one column")  # pyarrow would read them all
 
+        with intact(self.file):
+            yield from self._batches(include, max_rows)
+
+    def _batches(
+        self, include: Sequence[str], max_rows: int | None
+    ) -> Iterator[tuple[int, dict[str, pa.Array]]]:
         first_row = 0
         source = pa.input_stream(str(self.file), compression=compression(self.file))
         if max_rows is not None:

