@@ -112,6 +112,19 @@ def test_a_partial_run_is_named(tmp_path: Path, told_by: str) -> None:
     assert warning in printed and warning in report
 
 
+def test_a_finished_run_whose_metrics_end_early_is_named_as_finished(tmp_path: Path) -> None:
+    """It said "partial run (ok): ... before it stopped" of a run that finished."""
+    none, marvell = _runs(tmp_path)
+    message = ("label_party/metrics.jsonl ends at train step 0, though the run finished after "
+               "3 train steps")
+    _summary(marvell, partial={"status": "ok", "step": None, "train_steps_done": 1,
+                               "train_steps_planned": 3, "message": message})
+    _, printed, report = _compare(tmp_path, none, marvell)
+    flat = " ".join(printed.split())
+    assert f"{marvell}: {message}" in flat and f"{marvell}: {message}" in report
+    assert "partial run (ok)" not in flat and "before it stopped" not in flat + report
+
+
 def test_a_premise_that_fails_in_one_setting_gives_its_reason_and_no_verdict(tmp_path: Path) -> None:
     """It read "(not measured for marvell s=4: their summaries lack this attack)" under a verdict."""
     anchorless = {**leak_entry("cosine_oracle", 0.5, 0.5), "premise": "no clean anchor here"}

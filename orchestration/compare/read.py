@@ -104,6 +104,8 @@ def _partial(root: Path, summary: LeakSummary, outcome: dict[str, Any]) -> list[
                                   if outcome and outcome.get("status") != "ok" else None)
     if partial is None:
         return []
+    if partial.get("status") == "ok":  # it finished, its metrics.jsonl cut short: the analysis's
+        return [f"{root}: {partial.get('message')}"]  # own words, not "before it stopped"
     step = partial.get("step")
     return [f"{root}: partial run ({partial.get('status')}"
             f"{'' if step is None else f' at step {step}'}): its utility and leak are of the steps "
