@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 
 from rich.console import Console
+from rich.markup import escape
 
 from orchestration.compare.command import compare_and_print
 from orchestration.sweep.command import cmd_sweep
 from splitleak.artifacts.paths import SweepDir
+from splitleak.cli_common import BadInput
 
 
 def run_study(args: argparse.Namespace, console: Console) -> int:
@@ -16,7 +18,11 @@ def run_study(args: argparse.Namespace, console: Console) -> int:
     sweep's (a failed point: 1; interrupted: 130)."""
     sweep = cmd_sweep(args, console)
     if sweep.sweep_dir is not None and sweep.done and not args.no_compare:
-        compare_and_print([sweep.sweep_dir], SweepDir(sweep.sweep_dir).compare, console,
-                          leak_stat=sweep.leak_stat, layer_asked=False)
+        try:
+            compare_and_print([sweep.sweep_dir], SweepDir(sweep.sweep_dir).compare, console,
+                              leak_stat=sweep.leak_stat, layer_asked=False)
+        except BadInput:  # it printed why, e.g. no run's summary has a leak entry; the sweep
+            console.print("[yellow]the sweep's comparison was not written (see above); "  # is done
+                          f"`splitleak compare {escape(str(sweep.sweep_dir))}` compares it later[/]")
     return sweep.code
 

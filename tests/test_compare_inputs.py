@@ -71,6 +71,30 @@ def test_runs_none_of_which_has_a_leak_entry_are_refused(tmp_path: Path,
     assert "no compared run's report/summary.json has a leak entry" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("code", [0, 1])
+def test_a_sweep_whose_runs_have_no_leak_entry_keeps_the_sweeps_exit_code(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+        code: int) -> None:
+    """The closing comparison's refusal ended a completed sweep with exit 2, not the sweep's."""
+    import argparse
+
+    from orchestration import study
+    from orchestration.sweep.command import SweepRun
+
+    none, marvell = _runs(tmp_path)
+    for run in (none, marvell):
+        _summary(run, leak=[])
+    monkeypatch.setattr(study, "cmd_sweep", lambda args, console: SweepRun(code, tmp_path, done=2))
+    real = study.compare_and_print
+    monkeypatch.setattr(study, "compare_and_print", lambda paths, out, console, **options: real(
+        [none, marvell], tmp_path / "compare", console, **options))
+    printed = io.StringIO()
+    assert study.run_study(argparse.Namespace(no_compare=False),
+                           Console(file=printed, width=400)) == code
+    assert "no compared run's report/summary.json has a leak entry" in capsys.readouterr().err
+    assert "the sweep's comparison was not written" in printed.getvalue()
+
+
 @pytest.mark.parametrize("inside", ["report", ".", "report/deeper"])
 def test_an_output_directory_in_a_run_directory_is_refused(
         tmp_path: Path, inside: str, capsys: pytest.CaptureFixture) -> None:
