@@ -172,6 +172,21 @@ def _jobs(text: str) -> int:
     return value
 
 
+def _input_errors() -> tuple[type[Exception], ...]:
+    """What reading a run directory raises for a missing or unreadable input (exit 2); a plain
+    ValueError, e.g. numpy's or pyarrow's inside an attack, is the analysis failing (exit 1)."""
+    from attacker.analysis.inputs import AnalysisInputError
+    from attacker.sidecar.store import LogFormatError, RecordError
+    from splitleak.artifacts.gradient_index import LogIndexError
+    from splitleak.artifacts.manifest import ManifestError
+    from splitleak.artifacts.metrics import MetricsError
+    from splitleak.artifacts.outcome import OutcomeError
+    from splitleak.artifacts.summary import SummaryError
+    return (FileNotFoundError, AnalysisInputError, LogFormatError, RecordError, LogIndexError,
+            ManifestError, MetricsError, OutcomeError, SummaryError, ConfigError, DatasetError,
+            LinkedRunDir)
+
+
 def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
     from attacker.attacks import build_attack
     from attacker.report.pipeline import STOPPED, analyse_and_report
@@ -205,8 +220,8 @@ def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
     except WorkerLost as err:  # the analysis itself failed
         console.print(f"[bold red]cannot analyse {args.run_dir}:[/] {err}")
         return EXIT_FAILED
-    except (FileNotFoundError, ValueError) as err:  # a missing or unreadable input
-        raise BadInput(f"cannot analyse {args.run_dir}: {err}") from None
+    except _input_errors() as err:  # a missing or unreadable input; any other error is the
+        raise BadInput(f"cannot analyse {args.run_dir}: {err}") from None  # analysis' own: 1
     except OSError as err:
         raise BadInput(f"cannot analyse {args.run_dir}: {describe_os_error(err)}") from None
     run = RunDir(args.run_dir)

@@ -343,3 +343,40 @@ def test_a_finished_run_with_every_train_record_is_not_partial(analysed_run: Pat
     summary = json.loads((analysed_run / SUMMARY).read_text())
     assert summary["partial"] is None and not any("ends at train step" in w
                                                   for w in summary["warnings"])
+
+
+@pytest.mark.parametrize("error", [ValueError("operands could not be broadcast together"),
+                                   pa.ArrowInvalid("Invalid cast")])
+def test_an_error_of_the_analysis_itself_is_no_bad_input(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+        error: Exception) -> None:
+    """A plain ValueError (numpy's, sklearn's, pyarrow's ArrowInvalid) raised inside an attack
+    exited 2 as bad input; it is the analysis failing: it propagates, a traceback and exit 1."""
+    import attacker.report.pipeline as pipeline
+
+    def fail(*args: object) -> None:
+        raise error
+
+    monkeypatch.setattr(pipeline, "analyse_and_report", fail)
+    with pytest.raises(type(error)):
+        attacker_main(["analyze", str(tmp_path)])
+
+
+@pytest.mark.parametrize("error", ["AnalysisInputError", "LogFormatError", "RecordError",
+                                   "LogIndexError", "ManifestError", "MetricsError",
+                                   "OutcomeError", "SummaryError", "ConfigError", "DatasetError",
+                                   "FileNotFoundError"])
+def test_an_unreadable_input_named_by_its_class_is_bad_input(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture,
+        error: str) -> None:
+    import attacker.report.pipeline as pipeline
+    from attacker.cli import _input_errors
+
+    found = next(kind for kind in _input_errors() if kind.__name__ == error)
+
+    def fail(*args: object) -> None:
+        raise found("cannot read it")
+
+    monkeypatch.setattr(pipeline, "analyse_and_report", fail)
+    code, text = exit_code_and_text(attacker_main, ["analyze", str(tmp_path)], capsys)
+    assert code == 2 and "cannot read it" in text, text
