@@ -119,6 +119,31 @@ def test_a_second_analysis_of_a_run_is_refused_naming_the_first(
     assert _files(run) == before
 
 
+@pytest.mark.parametrize("writer", ["analyze", "write_report", "write_summary"])
+def test_the_public_writers_take_the_runs_lock(run: RunDir, writer: str) -> None:
+    """analyze, write_report and write_summary without a staging wrote without run.lock: a
+    concurrent `attacker analyze` removed their staging folder mid-write as abandoned. Now
+    each is refused while another process holds the lock, the run's files as they were, and
+    the abandoned staging of a killed analysis goes once it holds it."""
+    from attacker.analysis.analyze import analyze
+    from attacker.analysis.summary import write_summary
+    from attacker.report.report import write_report
+    from splitleak.artifacts.rundir import RunInUse
+
+    summary = json.loads(run.leak_summary.read_text())
+    write = {"analyze": lambda: analyze(run.root, [("norm", {})]),
+             "write_report": lambda: write_report(run, dict(summary)),
+             "write_summary": lambda: write_summary(run, dict(summary))}[writer]
+    before = _files(run)
+    with holding(run.lock, run.root, "analysing it"), pytest.raises(RunInUse):
+        write()
+    assert _files(run) == before
+    abandoned = run.report / ".analysis-killed"
+    abandoned.mkdir()
+    write()
+    assert not abandoned.exists()
+
+
 def test_a_directory_in_place_of_an_output_is_named(
         run: RunDir, capsys: pytest.CaptureFixture) -> None:
     run.leak.unlink()

@@ -55,13 +55,14 @@ def test_a_gradient_log_index_reads_back_and_refuses_another_format(tmp_path: Pa
 def test_a_summary_is_strict_json_with_null_where_a_figure_is_not_a_number(tmp_path: Path) -> None:
     """An attack whose premise failed has no AUC: the file says null, not NaN (which JSON has
     not, and other languages' parsers refuse), and reads back equal to what was written."""
-    from splitleak.artifacts.summary import LeakSummary, read_leak_summary, write_leak_summary
+    from attacker.analysis.summary import write_summary
+    from splitleak.artifacts.summary import read_leak_summary
 
     run = RunDir(tmp_path)
     run.report.mkdir()
     entry = {"party_id": 1, "layer": "first", "attack": "norm", "scope": "run",
              "flipped": {"mean": float("nan"), "p95": float("inf")}, "n": 0}
-    write_leak_summary(run, LeakSummary.of({"leak": [entry], "warnings": []}))
+    write_summary(run, {"leak": [entry], "warnings": []})
 
     def refuse(constant: str) -> None:
         raise AssertionError(f"{constant} in {run.leak_summary}")

@@ -33,7 +33,7 @@ from attacker.analysis.inputs import (
 from attacker.analysis.leak import BatchLeak, attack_rng, evaluate_batch, premise_failed
 from attacker.analysis.leak_file import LEAK_SCHEMA, LeakRow, LeakWriter, parquet_batches
 from attacker.analysis.run_level import run_level_entries
-from attacker.analysis.staging import Outputs
+from attacker.analysis.staging import Outputs, locked_outputs
 from attacker.analysis.summary import (
     LeakFigures,
     headline,
@@ -227,10 +227,12 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
     the worker processes of the batch attacks (the files written are the same whatever it is;
     a caller other than a console script guards its own start with `if __name__ ==
     "__main__"`, as multiprocessing asks). `out`: an analysis's staging, where its files go until
-    its report is written too (none: they replace the run's once written)."""
+    its report is written too (none: they replace the run's once written, under the run's
+    lock: RunInUse while another process runs or analyses it)."""
     run = RunDir(Path(run_dir))
     if out is None:
-        with Outputs(run) as own:
+        check_run_dir(run)
+        with locked_outputs(run) as own:
             summary = analyze(run_dir, attacks, hints, seed, draws, device, jobs, own)
             own.commit()
         return summary

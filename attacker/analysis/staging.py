@@ -7,10 +7,13 @@ import errno
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 
 from splitleak.artifacts.paths import TIMING_FILE, RunDir
+from splitleak.artifacts.rundir import holding
 from splitleak.fileio import fsync_directory
 from splitleak.interrupts import interrupts_held
 
@@ -111,3 +114,14 @@ class Outputs:
         for path in stale:
             if path not in written:
                 path.unlink(missing_ok=True)
+
+
+@contextmanager
+def locked_outputs(run: RunDir) -> Iterator[Outputs]:
+    """An analysis's staging under the run's lock, the abandoned staging of killed analyses
+    removed and its own folders made; RunInUse, naming the holder's pid, while another process
+    runs or analyses the run (whose staging folders the removal would delete mid-write)."""
+    with holding(run.lock, run.root, "analysing it"), Outputs(run) as out:
+        out.clear_abandoned()
+        out.reserve()
+        yield out

@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from attacker.analysis.leak import pooled_accuracy, summarise
 from attacker.analysis.leak_file import Batches, LeakGroup, leak_groups, row_batches
-from attacker.analysis.staging import Outputs
+from attacker.analysis.staging import Outputs, locked_outputs
 from attacker.attacks import ATTACKS
 from attacker.attacks._batch import SCALAR_ROWS
 from splitleak.artifacts.artifact import write_model
@@ -316,9 +316,9 @@ def write_summary(run: RunDir, summary: dict[str, Any], out: Outputs | None = No
     """report/summary.json, stamped with its schema version (splitleak.artifacts.summary), and
     report/timing.json, how long the run-level attacks took: what differs between two analyses
     of a run is never in the summary. `out`: the analysis's staging (none: both replace the
-    run's at once)."""
+    run's at once, under the run's lock: RunInUse while another process runs or analyses it)."""
     if out is None:
-        with Outputs(run) as own:
+        with locked_outputs(run) as own:
             write_summary(run, summary, own)
             own.commit()
         return

@@ -9,11 +9,10 @@ from typing import Any
 
 from attacker.analysis.analyze import analyze
 from attacker.analysis.inputs import check_run_dir
-from attacker.analysis.staging import Outputs
+from attacker.analysis.staging import locked_outputs
 from attacker.analysis.summary import write_summary
 from attacker.report.report import write_report
 from splitleak.artifacts.paths import RunDir
-from splitleak.artifacts.rundir import holding
 
 STOPPED = "stopped by Ctrl-C: the run's previous analysis (leak files, report, summary) is as it was"
 
@@ -27,9 +26,7 @@ def analyse_and_report(run_dir: Path, attacks: list[tuple[str, dict]] | None = N
     Whatever fails or stops it, the run keeps its previous analysis's files as they were."""
     run = RunDir(Path(run_dir))
     check_run_dir(run)
-    with holding(run.lock, run.root, "analysing it"), Outputs(run) as out:
-        out.clear_abandoned()
-        out.reserve()
+    with locked_outputs(run) as out:
         summary = analyze(run.root, attacks, hints, seed, draws, device, jobs, out)
         write_report(run, summary, out)
         write_summary(run, summary, out)

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from attacker.analysis.staging import Outputs
+from attacker.analysis.staging import Outputs, locked_outputs
 from attacker.analysis.summary import headline, marvell_bounds, metric_stats
 from attacker.attacks.exact.report import exact_md
 from attacker.attacks.integrity.report import integrity_md
@@ -183,9 +183,10 @@ def write_report(run: RunDir, summary: dict[str, Any], out: Outputs | None = Non
     added to summary["warnings"], so summary.json and the terminal carry it too; what the
     inputs lack (no first-layer log, no rows sample) is said in report.md only. `out`: the
     analysis's staging, whose leak files it reads and where it writes until all are written
-    (none: the report replaces the run's at once); a plot it does not draw again goes then."""
+    (none: the report replaces the run's at once, under the run's lock: RunInUse while another
+    process runs or analyses it); a plot it does not draw again goes then."""
     if out is None:
-        with Outputs(run) as own:
+        with locked_outputs(run) as own:
             write_report(run, summary, own)
             own.commit()
         return

@@ -80,10 +80,6 @@ def describe_analysed_with(overrides: dict[str, Any]) -> str:
                      for key, value in overrides.items())
 
 
-def write_leak_summary(run: RunDir, summary: LeakSummary) -> None:
-    write_model(run.leak_summary, summary)
-
-
 def read_leak_summary(run: RunDir) -> LeakSummary:
     """SummaryError naming the file and the first bad field when it is not a leak summary."""
     return read_model(run.leak_summary, LeakSummary, SummaryError,
