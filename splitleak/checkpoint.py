@@ -40,6 +40,11 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be used: missing, incomplete, altered, or of another run."""
 
 
+class DataChanged(CheckpointError):
+    """The checkpoint is whole, but the data files the config names now are not the ones its run
+    trained on: the run must not go on, nor start over (that would discard the checkpoint)."""
+
+
 def step_dir(run_root: Path, position: Position) -> Path:
     return RunDir(run_root).checkpoint(position.step, position.batches)
 
@@ -239,9 +244,10 @@ def config_conflicts(reference: dict[str, Any], cfg: ExperimentConfig) -> list[s
             if change.split(":", 1)[0] not in WHERE_IT_LIVES]
 
 
-def resume_point(run_root: Path, cfg: ExperimentConfig) -> Manifest | None:
+def resume_point(run_root: Path, cfg: ExperimentConfig, data: bool = True) -> Manifest | None:
     """The checkpoint a resume of `run_root` with `cfg` starts from (None: step 0), after
-    checking that `cfg` is the config the run was started with."""
+    checking that `cfg` is the config the run was started with and, with `data`, that it names
+    the data files the checkpoint's run trained on (DataChanged: not)."""
     config = RunDir(run_root).config
     if not config.is_file():
         raise CheckpointError(f"{run_root} is not a run directory (it has no {config.name})")
@@ -267,19 +273,19 @@ def resume_point(run_root: Path, cfg: ExperimentConfig) -> Manifest | None:
                                             else "")
         raise CheckpointError(f"cannot resume {run_root} with a different config; it changes "
                               f"{shown}")
-    if manifest is not None:
+    if manifest is not None and data:
         check_data(run_root, manifest, cfg)
     return manifest
 
 
 def check_data(run_root: Path, manifest: Manifest, cfg: ExperimentConfig) -> None:
-    """CheckpointError unless `cfg` names the data files the checkpoint's run trained on, as
-    they were (the same absolute path, size and modification time)."""
+    """DataChanged unless `cfg` names the data files the checkpoint's run trained on, as they
+    were (the same absolute path, size and modification time)."""
     from splitleak.data_files import data_changes, describe
 
     changes = data_changes(manifest.data, cfg)
     if changes:
-        raise CheckpointError(f"cannot resume {run_root} from the checkpoint of step "
+        raise DataChanged(f"cannot resume {run_root} from the checkpoint of step "
                               f"{manifest.step}: {describe(changes)}")
 
 

@@ -30,9 +30,17 @@ from splitleak.cli_common import LOG_FORMAT
 from splitleak.config import ConfigError
 from splitleak.placement import cores
 
+POINT_LOG = "sweep_point.log"  # a point's engine and worker lines, in its logs/
+
 
 class EngineError(ValueError):
     """The engine cannot run these points as asked (e.g. --spread on too few nodes)."""
+
+
+class ResumeRefused(Exception):
+    """A point's earlier attempt holds a checkpoint that must be neither resumed (its data files
+    changed, or its gradient log is gone) nor thrown away by starting again from step 0: the
+    point fails, naming why, and its run directory is left as it is."""
 
 
 class Listener(Protocol):
@@ -85,14 +93,18 @@ def prepare_run_dir(point: Point, keep_logs: bool = False) -> RunDir:
     return run
 
 
-def resume_run_dir(point: Point, no_checkpoints: str | None = None
+def resume_run_dir(point: Point, no_checkpoints: str | None = None, data_here: bool = True
                    ) -> tuple[RunDir, tuple[str, ...], str | None]:
     """The run directory for another attempt at the point: the earlier attempt's, to resume (as
     `splitleak run --resume` does) when it holds a usable checkpoint, or to analyse when it was
     trained; else a fresh one with the earlier logs kept. `no_checkpoints`: why this engine
     cannot resume from a checkpoint (its point then starts again from step 0 unless trained).
-    Also the worker's flags for it, and why so in words (None: no earlier attempt)."""
-    from splitleak.checkpoint import CheckpointError, latest, resume_point
+    `data_here`: whether the data files the config names are checked here against the
+    checkpoint's (not where the label party checks them on a node of its own).
+    Also the worker's flags for it, and why so in words (None: no earlier attempt).
+    ResumeRefused, with the run directory untouched, when the checkpoint is whole but its data
+    files changed or its gradient log is gone (a fresh start would discard it)."""
+    from splitleak.checkpoint import CheckpointError, DataChanged, latest, missing_log, resume_point
 
     run = RunDir(point.run_dir)
     if not run.config.is_file():
@@ -103,9 +115,14 @@ def resume_run_dir(point: Point, no_checkpoints: str | None = None
     manifest, why = None, no_checkpoints or "its earlier attempt left no complete checkpoint"
     if no_checkpoints is None and latest(run.root) is not None:
         try:
-            manifest = resume_point(run.root, point.config)
+            manifest = resume_point(run.root, point.config, data=data_here)
+        except DataChanged as err:
+            raise ResumeRefused(f"{err}; the point's checkpoints are kept") from None
         except (CheckpointError, ConfigError) as err:
             why = f"its checkpoints cannot be resumed from: {err}"
+        problem = missing_log(run.root, manifest)  # the point's sidecar logs into its run dir
+        if problem is not None:
+            raise ResumeRefused(f"cannot resume {run.root}: {problem}")
     if manifest is None:
         return (prepare_run_dir(point, keep_logs=True), (),
                 f"{why}; the point starts again from step 0")
@@ -113,6 +130,14 @@ def resume_run_dir(point: Point, no_checkpoints: str | None = None
     truncate_records(run.metrics, manifest.metrics_records)  # before anything tails them
     return run, ("--resume",), (f"resuming the point's earlier attempt at step "
                                 f"{manifest.step} ({manifest.reason} checkpoint)")
+
+
+def refused_result(point: Point, err: ResumeRefused, seconds: float = 0.0) -> PointResult:
+    """The failed result of a point whose resume was refused, said in its log and result file."""
+    result = PointResult("failed", seconds, f"resume refused: {err}")
+    log_line(RunDir(point.run_dir).logs / POINT_LOG, result.message or "")
+    write_result(point.run_dir, result)
+    return result
 
 
 def log_line(path: Path, message: str) -> None:

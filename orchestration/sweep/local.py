@@ -11,11 +11,14 @@ from dataclasses import dataclass
 from orchestration.processes import Child, spawn, stop_all
 from orchestration.stopping import stopped_by
 from orchestration.sweep.engine import (
+    POINT_LOG,
     Engine,
     Listener,
     PointResult,
+    ResumeRefused,
     default_jobs,
     log_line,
+    refused_result,
     resume_run_dir,
 )
 from orchestration.sweep.points import Point
@@ -24,8 +27,6 @@ from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.sweep import read_result
 from splitleak.interrupts import interrupts_held
 from splitleak.placement import CORES_ENV, cores
-
-POINT_LOG = "sweep_point.log"  # the worker's output, in the point's logs/
 
 
 @dataclass
@@ -58,7 +59,13 @@ class LocalEngine(Engine):
             while queue or running:
                 while queue and len(running) < self.jobs:
                     point = queue.popleft()
-                    running[point.hash] = self._start(point)
+                    try:
+                        running[point.hash] = self._start(point)
+                    except ResumeRefused as err:  # fails, its checkpoints kept
+                        listener.started(point)
+                        results[point.hash] = refused_result(point, err)
+                        listener.finished(point, results[point.hash])
+                        continue
                     listener.started(point)
                 for key, job in list(running.items()):
                     for record in job.tail.read_new():

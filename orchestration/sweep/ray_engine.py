@@ -36,12 +36,15 @@ from orchestration.launch import roles as launch_roles
 from orchestration.processes import spawn, stop_all
 from orchestration.run import STOP_GRACE, collect_outcome
 from orchestration.sweep.engine import (
+    POINT_LOG,
     Engine,
     EngineError,
     Listener,
     PointResult,
+    ResumeRefused,
     log_line,
     read_result,
+    refused_result,
     resume_run_dir,
     write_result,
 )
@@ -55,7 +58,6 @@ from splitleak.placement import CORES_ENV, cores
 
 # A point that fits the cluster waits at most this long for other jobs to free its CPUs.
 PLACEMENT_TIMEOUT_S = 600.0
-POINT_LOG = "sweep_point.log"  # the driver's lines on the point and its analysis, in its logs/
 # Why a point whose roles stream their files back cannot resume: each role starts on a fresh
 # node-local directory, and a stopped point's files never came back.
 STREAMED = "its roles stream their files back (resume needs --shared-dir)"
@@ -239,7 +241,13 @@ class RayEngine(Engine):
             return None
         listener.started(point)
         started = time.monotonic()
-        run, flags, note = resume_run_dir(point, None if self.shared_dir is not None else STREAMED)
+        try:  # the label party checks the data files where it runs: not on this node
+            run, flags, note = resume_run_dir(point, None if self.shared_dir is not None else STREAMED,
+                                              data_here=False)
+        except ResumeRefused as err:  # fails, its checkpoints kept
+            result = refused_result(point, err, time.monotonic() - started)
+            listener.finished(point, result)
+            return result
         if note is not None:
             log_line(run.logs / POINT_LOG, note)
         if "--analysis-only" in flags:  # trained by an earlier attempt
