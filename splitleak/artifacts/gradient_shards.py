@@ -89,7 +89,10 @@ def records_before(folder: Path, step: int) -> tuple[int, Path | None]:
 def _whole_before(path: Path, step: int) -> int | None:
     """The record count of a shard that is a schema and whole records (closed, or ending at a
     record's end) all of steps < `step`, read from the messages' headers and its last record;
-    None for any other shard (torn, cut, holding step `step` or later: walk it instead)."""
+    None for any other shard (torn, cut, holding step `step` or later: walk it instead). The
+    headers are read here because pyarrow's message reader reads each body with its header
+    (a log can be tens of GB), and its zero-copy memory map would fault (SIGBUS) on a shard
+    a resuming sidecar cuts back meanwhile."""
     size = path.stat().st_size
     starts: list[int] = []  # of each record batch message
     with path.open("rb") as f:
