@@ -224,6 +224,10 @@ def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
         raise BadInput(f"cannot analyse {args.run_dir}: {err}") from None  # analysis' own: 1
     except OSError as err:
         raise BadInput(f"cannot analyse {args.run_dir}: {describe_os_error(err)}") from None
+    except ValueError as err:  # the analysis itself failed (numpy, scikit-learn, pyarrow)
+        console.print(f"[bold red]the analysis of {args.run_dir} failed:[/] "
+                      f"{type(err).__name__}: {err}")
+        return EXIT_FAILED
     run = RunDir(args.run_dir)
     print_leak_table(console, summary)
     print_warnings(console, summary)
