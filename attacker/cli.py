@@ -46,7 +46,7 @@ MAX_HINTS = 1000  # k known positives per batch: a sanity bound, as threat.draws
 
 
 def parse_attack(text: str) -> tuple[str, dict[str, Any]]:
-    """`name` or `name:key=value,key=value` (values as int, float or text)."""
+    """`name` or `name:key=value,key=value` (values as int, float, true/false as in TOML, or text)."""
     name, _, rest = text.partition(":")
     params: dict[str, Any] = {}
     for item in filter(None, rest.split(",")):
@@ -55,6 +55,9 @@ def parse_attack(text: str) -> tuple[str, dict[str, Any]]:
             raise BadInput(f"--attacks {text!r}: expected name:key=value,...")
         if key in params:
             raise BadInput(f"--attacks {text!r}: {key} is given twice")
+        if value in ("true", "false"):  # a boolean parameter, spelt as the config's TOML spells it
+            params[key] = value == "true"
+            continue
         for convert in (int, float):
             try:
                 params[key] = convert(value)

@@ -344,3 +344,14 @@ def test_a_path_that_is_no_regular_file_is_told_from_a_missing_one(
     if kind == "missing":
         code, text = exit_code_and_text(splitleak_main, ["run", "--resume", str(path)], capsys)
         assert code == 2 and f"--resume: {path} does not exist" in text, text
+
+
+def test_attack_parameters_take_toml_booleans() -> None:
+    """`--attacks model_completion:baselines=false` was refused as text ('false' is text): a
+    boolean parameter is spelt true/false, as in the config's TOML; other words stay text."""
+    from attacker.cli import parse_attack
+
+    assert parse_attack("model_completion:baselines=false,labelled_per_class=4") == (
+        "model_completion", {"baselines": False, "labelled_per_class": 4})
+    assert parse_attack("clustering:scope=epoch,flag=true") == (
+        "clustering", {"scope": "epoch", "flag": True})
