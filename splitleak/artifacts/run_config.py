@@ -8,8 +8,12 @@ from pathlib import Path
 from splitleak.artifacts.paths import RunDir, is_run_dir
 from splitleak.config import ConfigError, ExperimentConfig, load_config
 
-# the first line splitleak.artifacts.rundir.write_config writes
-HEADER = re.compile(r"# resolved config; hash ([0-9a-f]+); seed (-?\d+)")
+HEADER = re.compile(r"# resolved config; hash ([0-9a-f]+); seed (-?\d+)")  # of header_line's
+
+
+def header_line(cfg: ExperimentConfig) -> str:
+    """The first line of a run's config.toml (splitleak.artifacts.rundir.write_config)."""
+    return f"# resolved config; hash {cfg.hash}; seed {cfg.run.seed}\n"
 
 
 def recorded_hash(config: Path) -> str | None:

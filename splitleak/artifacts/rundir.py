@@ -15,6 +15,7 @@ import grpc
 import torch
 
 from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.run_config import header_line
 from splitleak.config import ExperimentConfig
 
 
@@ -31,7 +32,7 @@ def create_run_dir(cfg: ExperimentConfig, base: Path | None = None, suffix: str 
 def write_config(cfg: ExperimentConfig, run: RunDir) -> None:
     """config.toml: the config (resolved, as every CLI and sweep point passes it), with its hash,
     seed and versions."""
-    header = (f"# resolved config; hash {cfg.hash}; seed {cfg.run.seed}\n"
+    header = (header_line(cfg) +
               f"# python {platform.python_version()}, torch {torch.__version__}, "
               f"grpcio {grpc.__version__}\n")
     run.config.write_text(header + cfg.to_toml())
