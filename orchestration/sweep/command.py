@@ -20,6 +20,7 @@ from orchestration.sweep.points import Point, resolve
 from orchestration.sweep.ray_failures import bound_connect
 from orchestration.sweep.runner import SweepOutcome, run_points
 from orchestration.sweep.spec import SweepError, SweepFile, base_path, load_sweep
+from orchestration.sweep.workdir import check_working_directory
 from splitleak.arguments import output_dir_problem
 from splitleak.artifacts.paths import SweepDir
 from splitleak.artifacts.rundir import RunInUse, holding
@@ -133,6 +134,8 @@ def _sweep(args: argparse.Namespace, console: Console, sweep: SweepFile, engine:
         index = SweepIndex(sweep_dir, points, engine.name)
     except SweepIndexError as err:
         raise BadInput(str(err)) from None
+    if engine.name != "ray":  # on Ray the label party checks the data on its own node
+        check_working_directory(sweep_dir, points)
     shutil.copyfile(args.file, SweepDir(sweep_dir).sweep_file)
     console.print(f"sweep [bold]{sweep.sweep.name}[/]: {len(points)} points in {sweep_dir} "
                   f"({engine.name} engine, {engine.at_a_time()})")

@@ -218,6 +218,12 @@ class SweepDir:
         """Held by the `splitleak sweep` process running the sweep (an advisory lock)."""
         return self.root / "sweep.lock"
 
+    @property
+    def data_paths(self) -> Path:
+        """data_paths.json: the working directory the sweep ran from and the absolute data
+        files each point's config named there (orchestration.sweep.workdir)."""
+        return self.root / "data_paths.json"
+
     def point(self, run_dir: str) -> RunDir:
         """A point's run directory, by the name the index gives it."""
         return RunDir(self.root / run_dir)
