@@ -599,7 +599,7 @@ def load_config(path: str | Path | None = None) -> ExperimentConfig:
     if not data:
         raise ConfigError(f"invalid config {source}: it is empty (it holds no setting); an "
                           "experiment names at least its [dataset] and [features]")
-    if "sweep" in data and "variant" in data:
-        raise ConfigError(f"{source} is a sweep file (it has [sweep] and [[variant]]), not an "
+    if "sweep" in data:  # [axes] alone, or [[variant]] tables, come with it
+        raise ConfigError(f"{source} is a sweep file (it has a [sweep] table), not an "
                           f"experiment: run it with `splitleak sweep {source}`")
     return parse_config(data, source)

@@ -121,3 +121,6 @@ def test_a_sweep_file_given_as_an_experiment_says_how_to_run_it(tmp_path: Path) 
     path.write_text('[sweep]\nname = "wan"\n\n[[variant]]\nname = "lan"\n')
     with pytest.raises(ConfigError, match=r"sweep file .*splitleak sweep"):
         load_config(path)
+    path.write_text('[sweep]\nname = "wan"\n\n[axes]\n"training.epochs" = [1, 2]\n')  # no variant
+    with pytest.raises(ConfigError, match=r"is a sweep file .*`splitleak sweep .*wan.toml`"):
+        load_config(path)

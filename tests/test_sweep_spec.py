@@ -166,6 +166,17 @@ def test_cli_refuses_bad_sweeps_with_exit_2(tmp_path: Path, capsys: pytest.Captu
     assert exit_info.value.code == 2 and "not UTF-8 text (byte 0xff" in capsys.readouterr().err
 
 
+def test_an_experiment_given_as_a_sweep_says_how_to_run_it(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture) -> None:
+    exp = write_config(tmp_path, small_config(tmp_path))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", str(exp), "--no-progress"])
+    text = " ".join(capsys.readouterr().err.split())
+    assert exit_info.value.code == 2, text
+    assert f"{exp} is an experiment file" in text and f"`splitleak run {exp}`" in text, text
+    assert "Extra inputs" not in text, text
+
+
 def test_a_sweep_directory_in_use_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """A second `splitleak sweep` into a directory a first one is sweeping would re-create
     the first's run directories under it: refused, naming the holder."""

@@ -36,6 +36,7 @@ from pydantic import (
 from splitleak.config import (
     DIRECTORY_NAME,
     DIRECTORY_NAME_MAX,
+    ExperimentConfig,
     format_validation_error,
     plain_directory_name,
     read_toml_text,
@@ -49,6 +50,7 @@ class SweepError(ValueError):
 
 
 Axes = dict[str, list[Any]]
+EXPERIMENT_SECTIONS = frozenset(ExperimentConfig.model_fields)  # what an experiment file holds
 
 
 def _check_axes(axes: Axes, where: str) -> None:
@@ -133,6 +135,11 @@ def load_sweep(path: str | Path) -> SweepFile:
         data = tomllib.loads(read_toml_text(p, "sweep file", SweepError))
     except tomllib.TOMLDecodeError as err:
         raise SweepError(f"invalid sweep file {p}: not valid TOML: {err}") from None
+    if "sweep" not in data and EXPERIMENT_SECTIONS & data.keys():
+        raise SweepError(f"{p} is an experiment file (it has no [sweep] table but "
+                         f"[{sorted(EXPERIMENT_SECTIONS & data.keys())[0]}]), not a sweep: run it "
+                         f"with `splitleak run {p}`, or name it as a sweep file's base "
+                         "([sweep] base = ...)")
     return parse_sweep(data, str(p))
 
 
