@@ -111,8 +111,10 @@ def test_a_bad_point_names_itself_and_the_field(tmp_path: Path) -> None:
     with pytest.raises(SweepError, match="training.batch_size"):
         resolve(schema, base, tmp_path, check=validated)
     missing = parse_sweep(_sweep(axes={"defense.0.s": [1.0]}))
-    with pytest.raises(SweepError, match="'defense.0.s': defense has 0 entries"):
+    with pytest.raises(SweepError, match="'defense.0.s': defense has 0 entries") as err:
         resolve(missing, base, tmp_path)
+    assert str(err.value).startswith("axis 'defense.0.s'"), err.value  # the sweep has no variant
+    assert "variant" not in str(err.value), err.value
     same = parse_sweep(_sweep(variant=[{"name": "a"}, {"name": "b", "set": {"training.epochs": 2}}]))
     with pytest.raises(SweepError, match="'a, seed=3' and 'b, seed=3' are the same experiment"):
         resolve(same, base, tmp_path)  # small_config already trains 2 epochs

@@ -89,7 +89,8 @@ def resolve(sweep: SweepFile, base: ExperimentConfig, sweep_dir: Path,
             axes[SEED] = list(sweep.sweep.seeds)
         for values in itertools.product(*axes.values()):
             combo = list(zip(axes, values, strict=True))
-            point_data = _applied(data, combo, f"variant {variant.name!r} axis")
+            point_data = _applied(data, combo, f"variant {variant.name!r} axis" if sweep.variant
+                                  else "axis")  # without variants, the base config's name is no variant
             extra: list[Override] = []
             if sweep.sweep.subset is not None:
                 extra = [("dataset.subset", {"fraction": sweep.sweep.subset})]
