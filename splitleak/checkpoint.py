@@ -244,10 +244,13 @@ def config_conflicts(reference: dict[str, Any], cfg: ExperimentConfig) -> list[s
             if change.split(":", 1)[0] not in WHERE_IT_LIVES]
 
 
-def resume_point(run_root: Path, cfg: ExperimentConfig, data: bool = True) -> Manifest | None:
+def resume_point(run_root: Path, cfg: ExperimentConfig, data: bool = True,
+                 trained: bool = False) -> Manifest | None:
     """The checkpoint a resume of `run_root` with `cfg` starts from (None: step 0), after
     checking that `cfg` is the config the run was started with and, with `data`, that it names
-    the data files the checkpoint's run trained on (DataChanged: not)."""
+    the data files the checkpoint's run trained on (DataChanged: not). `trained`: a run whose
+    outcome says ok may be resumed too (a sweep point stopped after its training, before its
+    processes were collected)."""
     config = RunDir(run_root).config
     if not config.is_file():
         raise CheckpointError(f"{run_root} is not a run directory (it has no {config.name})")
@@ -255,7 +258,7 @@ def resume_point(run_root: Path, cfg: ExperimentConfig, data: bool = True) -> Ma
         refuse_symlinks(run_root)  # a resume cuts files back: never one outside the run
     except LinkedRunDir as err:
         raise CheckpointError(str(err)) from None
-    if _outcome_status(run_root) == "ok":
+    if not trained and _outcome_status(run_root) == "ok":
         raise CheckpointError(f"{run_root} finished ({RunDir(run_root).outcome.relative_to(run_root)} says "
                               "ok); "
                               "there is nothing to resume")

@@ -109,13 +109,15 @@ def resume_run_dir(point: Point, no_checkpoints: str | None = None, data_here: b
     run = RunDir(point.run_dir)
     if not run.config.is_file():
         return prepare_run_dir(point), (), None
-    if read_outcome(run).get("status") == "ok" and run.summary.is_file():
+    trained = read_outcome(run).get("status") == "ok"
+    if trained and run.summary.is_file():
         run.point_result.unlink(missing_ok=True)
         return run, ("--analysis-only",), "its earlier attempt finished training: analysing it"
+    # trained without summary.json: stopped while its processes ended, before they were collected
     manifest, why = None, no_checkpoints or "its earlier attempt left no complete checkpoint"
     if no_checkpoints is None and latest(run.root) is not None:
         try:
-            manifest = resume_point(run.root, point.config, data=data_here)
+            manifest = resume_point(run.root, point.config, data=data_here, trained=trained)
         except DataChanged as err:
             raise ResumeRefused(f"{err}; the point's checkpoints are kept") from None
         except (CheckpointError, ConfigError) as err:
@@ -127,6 +129,8 @@ def resume_run_dir(point: Point, no_checkpoints: str | None = None, data_here: b
         return (prepare_run_dir(point, keep_logs=True), (),
                 f"{why}; the point starts again from step 0")
     run.point_result.unlink(missing_ok=True)  # the earlier attempt's, never this one's
+    if trained:  # an outcome that says ok would refuse the roles' resume
+        run.outcome.unlink()
     truncate_records(run.metrics, manifest.metrics_records)  # before anything tails them
     return run, ("--resume",), (f"resuming the point's earlier attempt at step "
                                 f"{manifest.step} ({manifest.reason} checkpoint)")
