@@ -11,12 +11,15 @@ import tomli_w
 
 from orchestration.cli import main
 from orchestration.sweep.command import sweep_points
+from orchestration.sweep.points import Point
 from orchestration.sweep.spec import load_sweep
 from orchestration.sweep.workdir import check_working_directory
 from splitleak.artifacts.paths import SweepDir
+from splitleak.cli_common import BadInput
 from tests.conftest import small_config
 from tests.test_cli_refusals import exit_code_and_text
 from tests.test_resume_data import spam_file
+from tests.test_sweep_resume_refused import started_in_a  # noqa: F401 - a fixture
 
 
 def test_a_sweep_run_again_from_another_folder_is_refused_once(
@@ -64,3 +67,21 @@ def test_absolute_data_paths_run_from_anywhere(tmp_path: Path, monkeypatch: pyte
         monkeypatch.chdir(folder)
         check_working_directory(sweep_dir, sweep_points(load_sweep(sweep_file), sweep_file,
                                                         sweep_dir))
+
+
+def test_a_sweep_without_a_record_is_refused_by_its_checkpoints(
+        started_in_a, monkeypatch: pytest.MonkeyPatch,  # noqa: F811 - the fixture
+        capsys: pytest.CaptureFixture) -> None:
+    """A sweep run before data_paths.json existed: its points' checkpoints say where they read."""
+    cfg, run, base = started_in_a
+    point = Point(0, "v", (), (), cfg, run.root)
+    monkeypatch.chdir(base / "B")
+    with pytest.raises(BadInput) as caught:
+        check_working_directory(base / "sweep", [point])
+    text = " ".join(capsys.readouterr().err.split())
+    assert caught.value.code == 2, text
+    assert "was run from another folder" in text and str(base / "A" / "spam.data") in text, text
+    assert f"names {base / 'B' / 'spam.data'}" in text and "1 of 1 points differ" in text, text
+    assert not (base / "sweep").exists()
+    monkeypatch.chdir(base / "A")
+    check_working_directory(base / "sweep", [point])

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from orchestration.sweep.points import Point
-from splitleak.artifacts.paths import SweepDir
+from splitleak.artifacts.paths import RunDir, SweepDir
 from splitleak.cli_common import BadInput
 from splitleak.data_files import data_paths
 from splitleak.fileio import write_atomically
@@ -27,16 +27,32 @@ def check_working_directory(sweep_dir: Path, points: Sequence[Point]) -> None:
     here = os.getcwd()
     now = {p.hash: {key: str(path) for key, path in data_paths(p.config).items()} for p in points}
     moved = [(p, key, then, now[p.hash].get(key)) for p in points
-             for key, then in sorted(dict(known.get(p.hash) or {}).items())
+             for key, then in sorted(dict(known[p.hash] if p.hash in known else _trained_on(p)).items())
              if now[p.hash].get(key) != then]
     if moved:
         _, key, then, path = moved[0]
+        where = ran_from or "another folder"
+        moved_on_purpose = (f", or remove {record} if the data itself moved (its finished "
+                            "points are kept)" if ran_from else "")
         raise BadInput(
-            f"sweep {sweep_dir} was run from {ran_from}, where its points' {key} named {then}; "
+            f"sweep {sweep_dir} was run from {where}, where its points' {key} named {then}; "
             f"run from {here} it names {path or 'no file'} (a relative path is read from the "
             f"working directory; {len({p.hash for p, *_ in moved})} of {len(points)} points "
-            f"differ). Run the sweep from {ran_from}, or give the data file's absolute path in "
-            "the experiment file (its points are then new ones); nothing was run")
+            f"differ). Run the sweep from {ran_from or 'the folder it was started in'}, or give "
+            "the data file's absolute path in the experiment file (its points are then new "
+            f"ones){moved_on_purpose}; nothing was run")
     known |= now
     write_atomically(record, lambda tmp: tmp.write_text(json.dumps(
         {"working_directory": here, "points": known}, indent=1, sort_keys=True) + "\n"))
+
+
+def _trained_on(point: Point) -> dict[str, str]:
+    """The data files an unfinished point's newest checkpoint records ({}: none, or finished),
+    for a sweep that ran before data_paths.json was written."""
+    from splitleak.checkpoint import complete_manifests  # imports torch: only when needed
+
+    run = RunDir(point.run_dir)
+    if not run.root.is_dir() or run.summary.is_file():
+        return {}  # a point that ran to its end is kept, never resumed
+    manifests = complete_manifests(run.root)
+    return {key: file.path for key, file in manifests[-1].data.items()} if manifests else {}
