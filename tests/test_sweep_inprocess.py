@@ -5,6 +5,7 @@ worker processes side by side at --jobs 2, with the local engine's numbers."""
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 from typing import Any
@@ -154,3 +155,18 @@ def test_a_stopped_point_runs_again_keeping_its_logs_and_a_trained_one_is_only_a
     assert "finished training: analysing it" in (trained.logs / POINT_LOG).read_text()
     assert trained.metrics.read_bytes() == metrics  # not trained again
     _same_numbers(trained.root, sweep_dir / read_index(sweep_dir)[1]["run_dir"])
+
+
+def test_a_point_run_here_logs_as_a_worker_does(tmp_path: Path) -> None:
+    """`--jobs 1` logs a point into its own log with the roles' filter: matplotlib's findfont
+    fallbacks and other libraries' chatter stay out, the project's lines go in."""
+    from orchestration.sweep.inprocess import _point_log
+
+    run = RunDir(tmp_path / "point")
+    with _point_log(run):
+        logging.getLogger("matplotlib.font_manager").warning(
+            "findfont: Font family ['STIXGeneral'] not found. Falling back to DejaVu Sans.")
+        logging.getLogger("urllib3").info("chatter")
+        logging.getLogger("orchestration.sweep").info("the point's own line")
+    text = (run.logs / "sweep_point.log").read_text()
+    assert "the point's own line" in text and "findfont" not in text and "chatter" not in text

@@ -25,7 +25,7 @@ from orchestration.sweep.points import Point
 from orchestration.sweep.worker import run_point
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.sweep import PointResult, write_result
-from splitleak.cli_common import LOG_FORMAT
+from splitleak.cli_common import LOG_FORMAT, LibraryChatter
 
 
 class InProcessEngine(LocalEngine):
@@ -76,6 +76,7 @@ def _point_log(run: RunDir) -> Iterator[Console]:
     with path.open("a") as log:
         handler = logging.StreamHandler(log)
         handler.setFormatter(logging.Formatter(LOG_FORMAT.format(role="sweep-point")))
+        handler.addFilter(LibraryChatter())  # as a worker's own log: no findfont fallbacks
         root.handlers = [handler]
         root.setLevel(logging.INFO)
         try:
