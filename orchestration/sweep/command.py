@@ -137,7 +137,7 @@ def _sweep(args: argparse.Namespace, console: Console, sweep: SweepFile, engine:
     if engine.name != "ray":  # on Ray the label party checks the data on its own node
         check_working_directory(sweep_dir, points)
     shutil.copyfile(args.file, SweepDir(sweep_dir).sweep_file)
-    console.print(f"sweep [bold]{sweep.sweep.name}[/]: {len(points)} points in {sweep_dir} "
+    console.print(f"sweep [bold]{sweep.sweep.name}[/]: {_points(len(points))} in {sweep_dir} "
                   f"({engine.name} engine, {engine.at_a_time()})")
     try:  # the points run in this process too, with --engine inprocess --jobs 1
         with sigterm_interrupts():
@@ -155,13 +155,17 @@ def _sweep(args: argparse.Namespace, console: Console, sweep: SweepFile, engine:
                     sweep.sweep.leak_stat, outcome.counts.get("done", 0))
 
 
+def _points(count: int) -> str:
+    return f"{count} point" + ("" if count == 1 else "s")
+
+
 def _counts(counts: dict[str, int]) -> str:
     return ", ".join(f"{n} {status}" for status, n in counts.items())
 
 
 def _print_outcome(console: Console, outcome: SweepOutcome, index: SweepIndex) -> None:
     ran = len(outcome.results)
-    console.print(f"{outcome.points} points: {ran} run now, {outcome.skipped} skipped "
+    console.print(f"{_points(outcome.points)}: {ran} run now, {outcome.skipped} skipped "
                   f"(finished earlier, or failed earlier without --retry-failed); index: "
                   f"{_counts(outcome.counts)}")
     failed = [row for row in index.rows.values() if row["status"] == "failed"]
