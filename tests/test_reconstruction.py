@@ -3,6 +3,8 @@ hand computations, and both attacks end to end on a recorded run (images and a t
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import numpy as np
@@ -223,3 +225,32 @@ def test_an_rgb_grid_shows_standardised_pixels_mapped_onto_the_unit_range(
     assert not [r for r in caplog.records if "Clipping input data" in r.getMessage()]
     pixels = matplotlib.image.imread(tmp_path / "grid.png")[..., :3]
     assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 100  # not a few saturated colours
+
+
+def test_a_reanalysis_swaps_the_grids_in_with_the_rest(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The grids' .npz are staged like the leak files: a re-analysis that fails leaves the
+    previous ones as they were (none beside the old summary from the new one), and one that
+    finishes removes a grid its summary no longer has."""
+    from attacker.report import pipeline
+
+    run = reference_run(_receiver_config(tmp_path, training={
+        "batch_size": 64, "epochs": 1, "eval_interval": 0}))
+    attacks = [("inversion", {"steps": 20}), ("back_mapping", {"steps": 50})]
+    pipeline.analyse_and_report(run.root, attacks, jobs=1)
+    grids = {name: run.attacker / "reconstruction" / f"{name}_party1.npz" for name, _ in attacks}
+    before = {name: path.read_bytes() for name, path in grids.items()}
+
+    def full(*args: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(run.leak_summary))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(pipeline, "write_summary", full)
+        with pytest.raises(OSError, match="No space left"):
+            pipeline.analyse_and_report(run.root, attacks, seed=7, jobs=1)  # other victim rows
+    assert {name: path.read_bytes() for name, path in grids.items()} == before
+    left = sorted(p.name for p in (run.attacker / "reconstruction").iterdir())
+    assert left == sorted(p.name for p in grids.values())  # no staging folder left either
+    pipeline.analyse_and_report(run.root, attacks[1:], seed=7, jobs=1)
+    assert not grids["inversion"].exists() and grids["back_mapping"].read_bytes() != before["back_mapping"]
+    assert (run.report / "reconstruction_party1.png").exists()

@@ -4,7 +4,7 @@ batch (R draws of random side knowledge), run-level attacks once per attacker, s
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -175,6 +175,7 @@ class Analysis:
         self.top_model, self.perturbed = set_up(config)
         self.device: str | None = None  # the run-level attacks' device (None: the run's own)
         self.sees_scored_label: set[str] = set()  # labels of attacks no gradient-only bound covers
+        self.staged: Callable[[Path], Path] = lambda path: path  # where a run attack writes a file
 
     def describe(self, parties: str) -> str:
         """The threat model of an attacker by its parties key ("1", "1+2")."""
@@ -239,6 +240,7 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
     check_run_dir(run)
     analysis = Analysis(run, attacks, hints, seed, draws)
     analysis.device = device
+    analysis.staged = out.staged  # a reconstruction's grids are swapped in with the rest
     partial = partial_run(run, records := read_records(run))  # refused now, before the long part
     analysis.warnings += _not_for_classes(attacks, analysis.num_classes)
     analysis.warnings += recording_gaps(run)

@@ -299,7 +299,8 @@ def save_grid(path: Path, ids: np.ndarray, labels: np.ndarray, truth: np.ndarray
 
 
 def grid_path(context: RunContext, attack: str, party: int) -> Path:
-    return context.run.attacker / "reconstruction" / f"{attack}_party{party}.npz"
+    """Where this analysis writes the grid (its staging, swapped in with the leak files)."""
+    return context.written(context.run.reconstruction_grid(attack, party))
 
 
 def score(context: RunContext, view: PartyView, ids: np.ndarray, prior_ids: np.ndarray,
