@@ -63,6 +63,19 @@ def test_tabular_scores_by_hand() -> None:
     assert scores["metric"] == "r2" and scores["value"] == pytest.approx(0.5)
 
 
+def test_one_tabular_victim_row_is_refused_with_a_sentence() -> None:
+    """max_rows = 1 (its lower bound) on a table: R² of one row is undefined, so the attack is
+    skipped with the reason (a ValueError the analysis turns into a warning), not a traceback;
+    categorical columns alone are still scored."""
+    one = np.array([[1.0, 2.0]])
+    with pytest.raises(ValueError, match="R² needs at least 2 victim rows, and 1 was scored"):
+        tabular_scores(one, one, np.zeros((1, 0), dtype=np.int64), np.zeros((1, 0), dtype=np.int64),
+                       ["a", "b"])
+    codes = np.array([[3]])
+    scores = tabular_scores(np.zeros((1, 0)), np.zeros((1, 0)), codes, codes, ["c"])
+    assert scores["value"] == 1.0 and scores["metric"] == "feature_accuracy"
+
+
 def test_the_grid_shows_the_first_row_of_each_class_first() -> None:
     ids = np.array([10, 11, 12, 13, 14])
     labels = np.array([1, 0, 1, 0, 2])

@@ -250,6 +250,10 @@ def tabular_scores(numeric: np.ndarray, rebuilt_numeric: np.ndarray, categorical
     from sklearn.metrics import r2_score
 
     p = numeric.shape[1]
+    if p and numeric.shape[0] < 2:  # R² of one row is undefined (scikit-learn: a nan scalar)
+        raise ValueError(f"per-feature R² needs at least 2 victim rows, and {numeric.shape[0]} "
+                         "was scored (max_rows, or the last recorded epoch's rows outside the "
+                         "auxiliary set)")
     r2 = (r2_score(numeric, rebuilt_numeric, multioutput="raw_values").tolist() if p else [])
     accuracy = [float((categorical[:, j] == rebuilt_categorical[:, j]).mean())
                 for j in range(categorical.shape[1])]
