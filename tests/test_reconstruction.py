@@ -267,3 +267,15 @@ def test_a_reanalysis_swaps_the_grids_in_with_the_rest(tmp_path: Path,
     pipeline.analyse_and_report(run.root, attacks[1:], seed=7, jobs=1)
     assert not grids["inversion"].exists() and grids["back_mapping"].read_bytes() != before["back_mapping"]
     assert (run.report / "reconstruction_party1.png").exists()
+
+
+def test_a_diverged_reconstruction_is_skipped_saying_so(tmp_path: Path) -> None:
+    """An lr far too large (its bound is only > 0) gives NaN: the entry is skipped with a
+    sentence that says the attack diverged, not scikit-learn's "Input contains NaN"."""
+    data = small_config(tmp_path, training={"epochs": 1, "eval_interval": 0},
+                        threat={"parties": {"1": {}}, "receiver": {"victims": [1]}})
+    run = reference_run(data)
+    summary = analyze(run.root, [("inversion", {"lr": 1e30, "steps": 3})])
+    entry = next(e for e in summary["leak"] if e["layer"] == "input" and e["party_id"] == 1)
+    assert entry["skipped"] == 1 and "inversion diverged" in entry["error"], entry
+    assert any("inversion diverged" in w for w in summary["warnings"])

@@ -319,6 +319,9 @@ def score(context: RunContext, view: PartyView, ids: np.ndarray, prior_ids: np.n
     prior_n, prior_c = view.rows(torch.from_numpy(prior_ids))
     prior = np.broadcast_to(prior_n.mean(0).numpy(), truth_n.shape)
     rebuilt_n = numeric.detach().numpy()
+    if not np.isfinite(rebuilt_n).all():
+        raise ValueError(f"{attack} diverged: its reconstruction holds NaN or infinite values "
+                         "(a smaller lr, or fewer steps, may fit)")
     if view.inputs.spec.image_shape is not None:
         scale = view.inputs.pixel_scale
         figures = image_scores(truth_n, rebuilt_n, labels, scale)
