@@ -227,3 +227,13 @@ def test_two_analyses_with_model_completion_write_the_same_bytes_and_time_it_apa
         assert entry["cpu_seconds"] > 0 and len(entry["fit_cpu_seconds"]) == 3
     assert written[0] == written[1]
     assert b"seconds" not in written[0][0] and b"CPU s" not in written[0][1]
+
+
+def test_a_batch_of_one_row_is_refused_naming_the_bound() -> None:
+    """batch_size = 1 was accepted, then every training failed on the head's BatchNorm (the
+    attack skipped with PyTorch's "Expected more than 1 value per channel"): its bound is 2."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="greater than or equal to 2"):
+        build_attack("model_completion", {"batch_size": 1})
+    assert build_attack("model_completion", {"batch_size": 2}).params.batch_size == 2

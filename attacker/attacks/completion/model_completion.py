@@ -26,7 +26,7 @@ from splitleak.settings import MAX_BATCH, MAX_ITERATIONS, MAX_ROWS
 class CompletionParams(AttackParams):
     labelled_per_class: int = Field(4, ge=1, le=MAX_ROWS, description="labelled train rows per class (Fu: 4)")
     steps: int = Field(2000, ge=1, le=MAX_ITERATIONS, description="optimizer steps of each training")
-    batch_size: int = Field(16, ge=1, le=MAX_BATCH,
+    batch_size: int = Field(16, ge=2, le=MAX_BATCH,  # the head's BatchNorm needs 2 rows
                             description="labelled (and unlabelled) rows per step (Fu: 16)")
     lr: float = Field(2e-3, gt=0, description="Adam learning rate (Fu: 2e-3)")
     augmentations: int = Field(2, ge=1, le=64, description="K augmented views per unlabelled row")
