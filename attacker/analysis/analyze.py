@@ -47,6 +47,7 @@ from attacker.analysis.summary import (
 from attacker.attacks import (
     DEFAULT_ATTACKS,
     DEFAULT_MULTICLASS_ATTACKS,
+    HINT_ATTACKS,
     Attack,
     AttackPlugin,
     RunAttack,
@@ -62,7 +63,6 @@ from splitleak.threat import DEFAULT_HINTS
 
 LAYERS = {"cut_gradient": "cut", "first_layer_gradient": "first", "activation": "activation"}
 SAMPLED_BATCHES = 5  # early and late batches whose per-row figures feed the plots
-HINT_ATTACKS = ("hint_distance", "hint_inner")  # k known positives: the threat model's hints
 NO_CLEAN_ANCHOR = "none"  # a draw's anchor source under a defense when the artifact lacks it
 MISSING_ANCHOR = ("no clean anchor for this batch draw in label_party/clean_anchors.arrows (absent, "
                   "damaged or shorter), and under a defense the received row is a noised anchor")
@@ -164,7 +164,7 @@ class Analysis:
         self.num_classes = max(int(self.labels.max()) + 1 if self.labels.size else 2, 2)
         self.configured = configured_attacks(config)
         self.specs = attacks if attacks is not None else self.configured
-        self.warnings: list[str] = config_warnings(config)  # what validate warned of, too
+        self.warnings: list[str] = config_warnings(config, self.num_classes)  # as validate
         self.warnings += edited_config(run)  # a config.toml changed since the run
         if self.specs is not None:  # a named list is what runs: say what the threat model adds
             left_out = self.threat.left_out([name for name, _ in self.specs],
