@@ -125,6 +125,8 @@ def test_a_protection_needs_a_cnn(tmp_path: Path) -> None:
     ({"name": "antign"}, "protection.name: unknown protection 'antign'; allowed: antigan, none"),
     ({"params": {"mix": 1.5}}, r"protection.params.mix"),
     ({"params": {"windows": 4}}, r"protection.params.windows"),
+    # a batch of 1 passed, then the party failed on the generator's BatchNorm (exit 1)
+    ({"params": {"batch_size": 1}}, r"protection.params.batch_size.*greater than or equal to 2"),
 ])
 def test_validation_checks_the_plugin(tmp_path: Path, change: dict, message: str) -> None:
     from splitleak.validation import validate

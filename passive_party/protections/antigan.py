@@ -27,7 +27,8 @@ class AntiGanParams(ProtectionParams):
     mix: float = Field(0.5, gt=0, lt=1, description="μ: the real image's share of its mixture")
     latent_dim: int = Field(32, ge=1, le=MAX_WIDTH, description="size of the generator's noise z")
     steps: int = Field(1500, ge=1, le=1_000_000, description="GAN training steps")
-    batch_size: int = Field(64, ge=1, le=MAX_BATCH, description="real (and generated) images per GAN step")
+    batch_size: int = Field(64, ge=2, le=MAX_BATCH,  # the generator's BatchNorm needs 2 rows
+                            description="real (and generated) images per GAN step")
     lr: float = Field(1e-4, gt=0, description="Adam learning rate of G and D (betas 0.5, 0.999)")
     pretrain_epochs: int = Field(3, ge=0, le=1000, description="epochs pre-training the first "
                                  "conv block")
