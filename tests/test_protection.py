@@ -127,6 +127,9 @@ def test_a_protection_needs_a_cnn(tmp_path: Path) -> None:
     ({"params": {"windows": 4}}, r"protection.params.windows"),
     # a batch of 1 passed, then the party failed on the generator's BatchNorm (exit 1)
     ({"params": {"batch_size": 1}}, r"protection.params.batch_size.*greater than or equal to 2"),
+    # a window wider than the party's 8x4 half passed, then the party failed the run (exit 1)
+    ({"params": {"window": 5}}, r"protection.params.window = 5: the party's images of 8x4 pixels "
+                                r"hold no 5x5 window \(allowed: 2..4\) \(party 1\)"),
 ])
 def test_validation_checks_the_plugin(tmp_path: Path, change: dict, message: str) -> None:
     from splitleak.validation import validate

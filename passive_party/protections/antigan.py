@@ -168,6 +168,14 @@ class AntiGan(Protection):
     Params = AntiGanParams
     params: AntiGanParams
 
+    def check_images(self, image_shape: tuple[int, int, int]) -> str | None:
+        _, height, width = image_shape
+        if self.params.window > min(height, width):
+            return (f"window = {self.params.window}: the party's images of {height}x{width} "
+                    f"pixels hold no {self.params.window}x{self.params.window} window (allowed: "
+                    f"2..{min(height, width)})")
+        return None
+
     def __call__(self, images: torch.Tensor, first_block: nn.Module, seed: int) -> Protected:
         """Pre-train C from the party's first conv block, train the GAN, then mix every real
         image exactly once with its own generated image."""
