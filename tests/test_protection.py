@@ -87,6 +87,15 @@ def test_antigan_mixes_every_image_once_and_is_deterministic() -> None:
     assert f["window_variance"]["real"] == pytest.approx(float(window_variances(images, 4).mean()))
 
 
+def test_a_diverged_generator_is_named_not_sent_on() -> None:
+    """lr = 1e30 (its only bound is > 0) gave NaN images, and the run failed later on the label
+    party's refusal of NaN activations, naming neither Anti-GAN nor its lr."""
+    images = torch.rand(64, 1, 8, 8)
+    protection = build_protection("antigan", {**FAST, "steps": 2, "lr": 1e30})
+    with pytest.raises(ValueError, match=r"antigan diverged: .* after 2 steps at lr = 1e\+30"):
+        protection(images, first_conv_block(_block()), seed=7)
+
+
 def test_the_registry_names_what_is_allowed() -> None:
     assert PROTECTIONS.names() == ["antigan"]
     with pytest.raises(KeyError, match="unknown protection 'antign'; allowed: antigan"):
