@@ -237,3 +237,14 @@ def test_a_batch_of_one_row_is_refused_naming_the_bound() -> None:
     with pytest.raises(ValidationError, match="greater than or equal to 2"):
         build_attack("model_completion", {"batch_size": 1})
     assert build_attack("model_completion", {"batch_size": 2}).params.batch_size == 2
+
+
+def test_a_diverged_completion_is_skipped_not_scored(tmp_path: Path) -> None:
+    """lr = 1e30 (its only bound is > 0) left NaN weights whose argmax labels every row 0, and
+    the attack reported that as its accuracy (0.090 train on digits); it now says it diverged."""
+    run = _digits_run(tmp_path)
+    attack = build_attack("model_completion", {"labelled_per_class": 2, "steps": 5, "batch_size": 8,
+                                               "lr": 1e30, "baselines": False})
+    with pytest.raises(ValueError, match=r"model completion diverged: its model gives NaN or "
+                                         r"infinite logits after 5 steps at lr = 1e\+30"):
+        attack.run(_context(run))
