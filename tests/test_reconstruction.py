@@ -279,3 +279,23 @@ def test_a_diverged_reconstruction_is_skipped_saying_so(tmp_path: Path) -> None:
     entry = next(e for e in summary["leak"] if e["layer"] == "input" and e["party_id"] == 1)
     assert entry["skipped"] == 1 and "inversion diverged" in entry["error"], entry
     assert any("inversion diverged" in w for w in summary["warnings"])
+
+
+def test_a_named_reconstruction_takes_the_threat_models_rows(tmp_path: Path) -> None:
+    """`--attacks inversion` (or [[attacker.attacks]]) scored 512 rows with 10 % auxiliary rows
+    although [threat.receiver] said max_rows = 50 and auxiliary_fraction = 0.3: a named attack
+    takes the threat model's side knowledge, as a named model completion its labels do; a
+    parameter it names still wins."""
+    data = small_config(tmp_path, training={"epochs": 1, "eval_interval": 0},
+                        threat={"parties": {"2": {}}, "receiver": {
+                            "victims": [1], "auxiliary_fraction": 0.3, "max_rows": 50}})
+    run = reference_run(data)
+    own = {e["party_id"]: e for e in analyze(run.root)["leak"] if e.get("name") == "inversion"}
+    named = {e["party_id"]: e for e in analyze(run.root, [("inversion", {})])["leak"]
+             if e.get("name") == "inversion"}
+    assert named[1]["attack"] == own[1]["attack"] == "inversion(auxiliary_fraction=0.3, max_rows=50)"
+    assert named[1]["reconstruction"] == own[1]["reconstruction"]
+    assert named[1]["reconstruction"]["rows"] == 50
+    assert "inversion" == named[2]["attack"] and named[2]["skipped"] == 1  # not a victim
+    mine = analyze(run.root, [("inversion", {"max_rows": 20})])["leak"]
+    assert next(e for e in mine if e["party_id"] == 1)["reconstruction"]["rows"] == 20

@@ -208,10 +208,13 @@ class Analysis:
     def run_attacks(self, unit: Attacker) -> list[RunAttack]:
         labelled = [e.labelled_per_class for k in unit.parties
                     if (e := self.threat.party(k)) is not None and e.labelled_per_class]
-        if self.specs is not None:  # a named model completion takes the threat model's labels
+        if self.specs is not None:  # a named model completion takes the threat model's labels,
+            # a named reconstruction of a victim its [threat.receiver] rows
+            victim = len(unit.parties) == 1 and unit.parties[0] in self.threat.receiver.victims
             built: list[AttackPlugin] = [build_attack(n, {"labelled_per_class": labelled[0], **p}
                                                       if n == "model_completion" and labelled
-                                                      else p) for n, p in self.specs]
+                                                      else {**self.threat.receiver_params(n), **p}
+                                                      if victim else p) for n, p in self.specs]
             return [a for a in built if isinstance(a, RunAttack)]
         built = [build_attack(n, p) for n, p in self.threat.run_attacks(unit.parties)]
         return [a for a in built if isinstance(a, RunAttack)]
