@@ -18,7 +18,9 @@ from passive_party.protections import Protection, build_protection
 from splitleak.artifacts.paths import RunDir
 from splitleak.config import ConfigError, ExperimentConfig, plugin_param_errors
 from splitleak.datasets import train_test_ids
+from splitleak.datasets.base import Schema
 from splitleak.fileio import write_atomically
+from splitleak.partition import passive_columns
 from splitleak.plugins import PluginGroup
 from splitleak.registry import UnknownPluginError
 from splitleak.seeding import derive_seed
@@ -36,16 +38,17 @@ def configured_protection(cfg: ExperimentConfig) -> Protection:
         raise ConfigError(plugin_param_errors("protection.params", err)) from None
 
 
-def check_protection(cfg: ExperimentConfig) -> None:
-    """[protection] names a registered protection, with parameters it accepts, for parties that
-    hold images through a CNN bottom; ConfigError naming the field."""
+def check_protection(cfg: ExperimentConfig, schema: Schema | None = None) -> None:
+    """[protection] names a registered protection, with parameters it accepts (for the images
+    each of its parties holds, with the dataset's `schema`), for parties that hold images
+    through a CNN bottom; ConfigError naming the field."""
     p = cfg.protection
     if p.name == "none":
         if p.parties or p.params:
             raise ConfigError("protection.parties / params are set but protection.name = 'none' "
                               "(e.g. name = 'antigan')")
         return
-    configured_protection(cfg)
+    protection = configured_protection(cfg)
     if len(set(p.parties)) != len(p.parties):
         raise ConfigError(f"protection.parties = {p.parties} names a party twice")
     if not p.parties:
@@ -54,9 +57,19 @@ def check_protection(cfg: ExperimentConfig) -> None:
     if cfg.model.kind != "cnn":
         raise ConfigError(f"protection.name = '{p.name}' needs model.kind = 'cnn': its feature "
                           f"extractor is the party's first conv block (got '{cfg.model.kind}')")
+    if schema is None or schema.image_shape is None:
+        return
+    channels, height, _ = schema.image_shape
+    columns = passive_columns(cfg, schema)
+    for k in p.parties:
+        if k in columns:
+            start, stop = columns[k]
+            reason = protection.check_images((channels, height, stop - start))
+            if reason is not None:
+                raise ConfigError(f"protection.params.{reason} (party {k})")
 
 
-PLUGINS = PluginGroup("protection", lambda cfg, schema: check_protection(cfg))
+PLUGINS = PluginGroup("protection", check_protection)
 
 
 def first_conv_block(model: nn.Module) -> nn.Sequential:

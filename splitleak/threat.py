@@ -260,12 +260,17 @@ class ThreatConfig(Settings):
         entry = self.party(party)
         if entry is not None:
             named += [(INTEGRITY_ATTACKS[variant], {}) for variant in entry.integrity]
-        receiver = self.receiver
-        if party in receiver.victims:
-            shared = {"auxiliary_fraction": receiver.auxiliary_fraction, "max_rows": receiver.max_rows}
-            named += [(name, shared if name in ("inversion", "back_mapping") else
-                       {"max_rows": receiver.max_rows}) for name in receiver.attacks]
+        if party in self.receiver.victims:
+            named += [(name, self.receiver_params(name)) for name in self.receiver.attacks]
         return named
+
+    def receiver_params(self, name: str) -> dict[str, Any]:
+        """What [threat.receiver] gives reconstruction attack `name` (its side knowledge: the
+        auxiliary rows and the rows scored); {} for another attack."""
+        receiver = self.receiver
+        if name in ("inversion", "back_mapping"):
+            return {"auxiliary_fraction": receiver.auxiliary_fraction, "max_rows": receiver.max_rows}
+        return {"max_rows": receiver.max_rows} if name in ("grn", "cafe") else {}
 
     def left_out(self, named: list[str], field: str) -> str | None:
         """The warning for a named attack list (`field`: attacker.attacks or --attacks) that

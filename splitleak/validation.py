@@ -298,13 +298,6 @@ def ignored_warnings(cfg: ExperimentConfig) -> list[str]:
     if not cfg.attacker.enabled and cfg.attacker.attacks:
         warnings.append("attacker.attacks is not used: attacker.enabled = false (no sidecar "
                         "records and nothing is analysed)")
-    batch = cfg.training.batch_size
-    for party, threat in sorted(cfg.threat.parties.items()):
-        over = [k for k in threat.hints if k >= batch]
-        if over:
-            warnings.append(f"threat.parties.{party}.hints: {over} known positives per batch of "
-                            f"{batch} rows (training.batch_size) leave no row to infer: the hint "
-                            "attacks will skip every batch")
     return warnings
 
 

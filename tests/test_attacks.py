@@ -236,7 +236,12 @@ def test_leave_one_out_needs_two_rows_of_each_class() -> None:
     gradients = np.arange(10, dtype=np.float32).reshape(5, 2)
     labels = np.array([0, 0, 0, 0, 1])  # one positive: its class has no center without it
     result = build_attack("mean", {"centers": "oracle_loo"})(gradients, SideKnowledge(labels, None))
-    assert result.exclude.all()
+    assert result.skip_reason == ("1 positive row(s): leave-one-out centers need two rows of "
+                                  "each class")  # it said "side knowledge unusable (0 row(s)
+    # revealed)", though this attack is told every label
+    leak = evaluate("median", {"centers": "oracle_loo"}, gradients[:3], np.array([0, 1, 1]))
+    assert leak.skipped and leak.skip_reason == ("1 negative row(s): leave-one-out centers need "
+                                                 "two rows of each class")
 
 
 @pytest.mark.parametrize("name", ["mean", "median"])

@@ -227,3 +227,24 @@ def test_two_analyses_with_model_completion_write_the_same_bytes_and_time_it_apa
         assert entry["cpu_seconds"] > 0 and len(entry["fit_cpu_seconds"]) == 3
     assert written[0] == written[1]
     assert b"seconds" not in written[0][0] and b"CPU s" not in written[0][1]
+
+
+def test_a_batch_of_one_row_is_refused_naming_the_bound() -> None:
+    """batch_size = 1 was accepted, then every training failed on the head's BatchNorm (the
+    attack skipped with PyTorch's "Expected more than 1 value per channel"): its bound is 2."""
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="greater than or equal to 2"):
+        build_attack("model_completion", {"batch_size": 1})
+    assert build_attack("model_completion", {"batch_size": 2}).params.batch_size == 2
+
+
+def test_a_diverged_completion_is_skipped_not_scored(tmp_path: Path) -> None:
+    """lr = 1e30 (its only bound is > 0) left NaN weights whose argmax labels every row 0, and
+    the attack reported that as its accuracy (0.090 train on digits); it now says it diverged."""
+    run = _digits_run(tmp_path)
+    attack = build_attack("model_completion", {"labelled_per_class": 2, "steps": 5, "batch_size": 8,
+                                               "lr": 1e30, "baselines": False})
+    with pytest.raises(ValueError, match=r"model completion diverged: its model gives NaN or "
+                                         r"infinite logits after 5 steps at lr = 1e\+30"):
+        attack.run(_context(run))

@@ -101,6 +101,9 @@ def test_settings_the_run_would_not_use_are_warned_of(tmp_path: Path) -> None:
         threat={"parties": {"1": {"hints": [1, 64]}}})))
     assert any("attacker.attacks is not used: attacker.enabled = false" in w
                for w in validated.warnings), validated.warnings
+    assert not any("known positives" in w for w in validated.warnings)  # no hint attack runs
+    validated = validate(parse_config(small_config(
+        tmp_path, threat={"parties": {"1": {"hints": [1, 64]}}})))  # the defaults: they run
     assert any("threat.parties.1.hints: [64] known positives per batch of 64 rows" in w
                for w in validated.warnings), validated.warnings
 
@@ -178,3 +181,25 @@ def test_a_plugin_wide_error_names_the_plugin_not_an_empty_field(tmp_path: Path)
         validate(parse_config(small_config(
             tmp_path, defense=[{"name": "dp_gaussian", "noise_multiplier": 1.0}])))
     assert "defense[0]: Value error, give exactly one of clip" in str(err.value), str(err.value)
+
+
+def test_hint_counts_that_leave_no_pair_to_score_are_warned_of_only_where_hint_attacks_run(
+        tmp_path: Path) -> None:
+    """k ≥ batch_size − 1 leaves at most one row once the k known positives are left out, so
+    the hint attack skips every batch: batches of 4 with k = 3 did so without a word (only
+    k ≥ 4 was named), and a multi-class run, which runs no hint attack, was warned of them."""
+    def hint_warnings(**sections: Any) -> list[str]:
+        warnings = validate(parse_config(small_config(tmp_path, **sections))).warnings
+        return [w for w in warnings if "known positives" in w]
+
+    binary = hint_warnings(training={"batch_size": 4}, threat={"parties": {"1": {"hints": [1, 2, 3, 5]}}})
+    assert binary == ["threat.parties.1.hints: [3, 5] known positives per batch of 4 rows "
+                      "(training.batch_size) leave at most one row to infer, never a positive "
+                      "and a negative: the hint attacks with these k will skip every batch"]
+    assert hint_warnings(training={"batch_size": 4}, attacker={"attacks": ["norm"]}) == []
+    named = hint_warnings(training={"batch_size": 4},
+                          attacker={"attacks": [{"name": "hint_inner", "k": 3}]})
+    assert len(named) == 1 and named[0].startswith("attacker.attacks[0] (hint_inner(k=3)): 3 known")
+    digits = hint_warnings(dataset={"name": "digits"}, features={"passive": [[0, 4], [4, 8]]},
+                           training={"batch_size": 2})
+    assert digits == []

@@ -54,6 +54,22 @@ def test_the_generator_learns_the_victim_features_from_the_prediction() -> None:
                                                  again.state_dict().values(), strict=True))
 
 
+def test_a_victim_of_one_numeric_column_has_no_variance_term() -> None:
+    """The unbiased variance over a row's one numeric feature is NaN: GRN's loss was NaN, so a
+    victim holding one column (or none but categoricals) was skipped as 'diverged'."""
+    torch.manual_seed(0)
+    own_x = torch.rand(100, 2)
+    empty = torch.zeros(100, 0, dtype=torch.int64)
+    victim = PartyView(1, PartyInputs(own_x[:, :1] * 0.5, empty, InputSpec(1, ())),
+                       Bottom(None, nn.Linear(1, 4)))
+    top = TopModel("sum", None, own_bottom=Bottom(None, nn.Linear(2, 4)))
+    for module in (top, victim.bottom):
+        module.requires_grad_(False)
+    model = TrainedModel([victim], 0, PartyInputs(own_x, empty, InputSpec(2, ())), top)
+    net, _ = train_grn(model, np.arange(100), GrnParams(epochs=2, batch_size=50), seed=0)
+    assert all(torch.isfinite(p).all() for p in net.parameters())
+
+
 def _grn_config(tmp_path: Path, **overrides: object) -> dict:
     """digits: the victim holds 3 pixel columns (24 pixels), the label party 3 others and the
     sum of both parties' 10 logits (VFLAIR's MNIST set-up, narrowed to make it invertible)."""

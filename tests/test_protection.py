@@ -87,6 +87,15 @@ def test_antigan_mixes_every_image_once_and_is_deterministic() -> None:
     assert f["window_variance"]["real"] == pytest.approx(float(window_variances(images, 4).mean()))
 
 
+def test_a_diverged_generator_is_named_not_sent_on() -> None:
+    """lr = 1e30 (its only bound is > 0) gave NaN images, and the run failed later on the label
+    party's refusal of NaN activations, naming neither Anti-GAN nor its lr."""
+    images = torch.rand(64, 1, 8, 8)
+    protection = build_protection("antigan", {**FAST, "steps": 2, "lr": 1e30})
+    with pytest.raises(ValueError, match=r"antigan diverged: .* after 2 steps at lr = 1e\+30"):
+        protection(images, first_conv_block(_block()), seed=7)
+
+
 def test_the_registry_names_what_is_allowed() -> None:
     assert PROTECTIONS.names() == ["antigan"]
     with pytest.raises(KeyError, match="unknown protection 'antign'; allowed: antigan"):
@@ -125,6 +134,11 @@ def test_a_protection_needs_a_cnn(tmp_path: Path) -> None:
     ({"name": "antign"}, "protection.name: unknown protection 'antign'; allowed: antigan, none"),
     ({"params": {"mix": 1.5}}, r"protection.params.mix"),
     ({"params": {"windows": 4}}, r"protection.params.windows"),
+    # a batch of 1 passed, then the party failed on the generator's BatchNorm (exit 1)
+    ({"params": {"batch_size": 1}}, r"protection.params.batch_size.*greater than or equal to 2"),
+    # a window wider than the party's 8x4 half passed, then the party failed the run (exit 1)
+    ({"params": {"window": 5}}, r"protection.params.window = 5: the party's images of 8x4 pixels "
+                                r"hold no 5x5 window \(allowed: 2..4\) \(party 1\)"),
 ])
 def test_validation_checks_the_plugin(tmp_path: Path, change: dict, message: str) -> None:
     from splitleak.validation import validate

@@ -3,6 +3,8 @@ hand computations, and both attacks end to end on a recorded run (images and a t
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import numpy as np
@@ -59,6 +61,19 @@ def test_tabular_scores_by_hand() -> None:
     scores = tabular_scores(numeric, rebuilt, codes, np.array([[0], [1], [0], [0]]), ["a", "b", "c"])
     assert scores["r2"] == {"a": 1.0, "b": 0.0} and scores["accuracy"] == {"c": 0.5}
     assert scores["metric"] == "r2" and scores["value"] == pytest.approx(0.5)
+
+
+def test_one_tabular_victim_row_is_refused_with_a_sentence() -> None:
+    """max_rows = 1 (its lower bound) on a table: R² of one row is undefined, so the attack is
+    skipped with the reason (a ValueError the analysis turns into a warning), not a traceback;
+    categorical columns alone are still scored."""
+    one = np.array([[1.0, 2.0]])
+    with pytest.raises(ValueError, match="R² needs at least 2 victim rows, and 1 was scored"):
+        tabular_scores(one, one, np.zeros((1, 0), dtype=np.int64), np.zeros((1, 0), dtype=np.int64),
+                       ["a", "b"])
+    codes = np.array([[3]])
+    scores = tabular_scores(np.zeros((1, 0)), np.zeros((1, 0)), codes, codes, ["c"])
+    assert scores["value"] == 1.0 and scores["metric"] == "feature_accuracy"
 
 
 def test_the_grid_shows_the_first_row_of_each_class_first() -> None:
@@ -223,3 +238,64 @@ def test_an_rgb_grid_shows_standardised_pixels_mapped_onto_the_unit_range(
     assert not [r for r in caplog.records if "Clipping input data" in r.getMessage()]
     pixels = matplotlib.image.imread(tmp_path / "grid.png")[..., :3]
     assert len(np.unique(pixels.reshape(-1, 3), axis=0)) > 100  # not a few saturated colours
+
+
+def test_a_reanalysis_swaps_the_grids_in_with_the_rest(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The grids' .npz are staged like the leak files: a re-analysis that fails leaves the
+    previous ones as they were (none beside the old summary from the new one), and one that
+    finishes removes a grid its summary no longer has."""
+    from attacker.report import pipeline
+
+    run = reference_run(_receiver_config(tmp_path, training={
+        "batch_size": 64, "epochs": 1, "eval_interval": 0}))
+    attacks = [("inversion", {"steps": 20}), ("back_mapping", {"steps": 50})]
+    pipeline.analyse_and_report(run.root, attacks, jobs=1)
+    grids = {name: run.attacker / "reconstruction" / f"{name}_party1.npz" for name, _ in attacks}
+    before = {name: path.read_bytes() for name, path in grids.items()}
+
+    def full(*args: object) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(run.leak_summary))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(pipeline, "write_summary", full)
+        with pytest.raises(OSError, match="No space left"):
+            pipeline.analyse_and_report(run.root, attacks, seed=7, jobs=1)  # other victim rows
+    assert {name: path.read_bytes() for name, path in grids.items()} == before
+    left = sorted(p.name for p in (run.attacker / "reconstruction").iterdir())
+    assert left == sorted(p.name for p in grids.values())  # no staging folder left either
+    pipeline.analyse_and_report(run.root, attacks[1:], seed=7, jobs=1)
+    assert not grids["inversion"].exists() and grids["back_mapping"].read_bytes() != before["back_mapping"]
+    assert (run.report / "reconstruction_party1.png").exists()
+
+
+def test_a_diverged_reconstruction_is_skipped_saying_so(tmp_path: Path) -> None:
+    """An lr far too large (its bound is only > 0) gives NaN: the entry is skipped with a
+    sentence that says the attack diverged, not scikit-learn's "Input contains NaN"."""
+    data = small_config(tmp_path, training={"epochs": 1, "eval_interval": 0},
+                        threat={"parties": {"1": {}}, "receiver": {"victims": [1]}})
+    run = reference_run(data)
+    summary = analyze(run.root, [("inversion", {"lr": 1e30, "steps": 3})])
+    entry = next(e for e in summary["leak"] if e["layer"] == "input" and e["party_id"] == 1)
+    assert entry["skipped"] == 1 and "inversion diverged" in entry["error"], entry
+    assert any("inversion diverged" in w for w in summary["warnings"])
+
+
+def test_a_named_reconstruction_takes_the_threat_models_rows(tmp_path: Path) -> None:
+    """`--attacks inversion` (or [[attacker.attacks]]) scored 512 rows with 10 % auxiliary rows
+    although [threat.receiver] said max_rows = 50 and auxiliary_fraction = 0.3: a named attack
+    takes the threat model's side knowledge, as a named model completion its labels do; a
+    parameter it names still wins."""
+    data = small_config(tmp_path, training={"epochs": 1, "eval_interval": 0},
+                        threat={"parties": {"2": {}}, "receiver": {
+                            "victims": [1], "auxiliary_fraction": 0.3, "max_rows": 50}})
+    run = reference_run(data)
+    own = {e["party_id"]: e for e in analyze(run.root)["leak"] if e.get("name") == "inversion"}
+    named = {e["party_id"]: e for e in analyze(run.root, [("inversion", {})])["leak"]
+             if e.get("name") == "inversion"}
+    assert named[1]["attack"] == own[1]["attack"] == "inversion(auxiliary_fraction=0.3, max_rows=50)"
+    assert named[1]["reconstruction"] == own[1]["reconstruction"]
+    assert named[1]["reconstruction"]["rows"] == 50
+    assert "inversion" == named[2]["attack"] and named[2]["skipped"] == 1  # not a victim
+    mine = analyze(run.root, [("inversion", {"max_rows": 20})])["leak"]
+    assert next(e for e in mine if e["party_id"] == 1)["reconstruction"]["rows"] == 20

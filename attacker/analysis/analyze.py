@@ -4,7 +4,7 @@ batch (R draws of random side knowledge), run-level attacks once per attacker, s
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ from attacker.analysis.summary import (
 from attacker.attacks import (
     DEFAULT_ATTACKS,
     DEFAULT_MULTICLASS_ATTACKS,
+    HINT_ATTACKS,
     Attack,
     AttackPlugin,
     RunAttack,
@@ -62,7 +63,6 @@ from splitleak.threat import DEFAULT_HINTS
 
 LAYERS = {"cut_gradient": "cut", "first_layer_gradient": "first", "activation": "activation"}
 SAMPLED_BATCHES = 5  # early and late batches whose per-row figures feed the plots
-HINT_ATTACKS = ("hint_distance", "hint_inner")  # k known positives: the threat model's hints
 NO_CLEAN_ANCHOR = "none"  # a draw's anchor source under a defense when the artifact lacks it
 MISSING_ANCHOR = ("no clean anchor for this batch draw in label_party/clean_anchors.arrows (absent, "
                   "damaged or shorter), and under a defense the received row is a noised anchor")
@@ -164,7 +164,7 @@ class Analysis:
         self.num_classes = max(int(self.labels.max()) + 1 if self.labels.size else 2, 2)
         self.configured = configured_attacks(config)
         self.specs = attacks if attacks is not None else self.configured
-        self.warnings: list[str] = config_warnings(config)  # what validate warned of, too
+        self.warnings: list[str] = config_warnings(config, self.num_classes)  # as validate
         self.warnings += edited_config(run)  # a config.toml changed since the run
         if self.specs is not None:  # a named list is what runs: say what the threat model adds
             left_out = self.threat.left_out([name for name, _ in self.specs],
@@ -175,6 +175,7 @@ class Analysis:
         self.top_model, self.perturbed = set_up(config)
         self.device: str | None = None  # the run-level attacks' device (None: the run's own)
         self.sees_scored_label: set[str] = set()  # labels of attacks no gradient-only bound covers
+        self.staged: Callable[[Path], Path] = lambda path: path  # where a run attack writes a file
 
     def describe(self, parties: str) -> str:
         """The threat model of an attacker by its parties key ("1", "1+2")."""
@@ -207,10 +208,13 @@ class Analysis:
     def run_attacks(self, unit: Attacker) -> list[RunAttack]:
         labelled = [e.labelled_per_class for k in unit.parties
                     if (e := self.threat.party(k)) is not None and e.labelled_per_class]
-        if self.specs is not None:  # a named model completion takes the threat model's labels
+        if self.specs is not None:  # a named model completion takes the threat model's labels,
+            # a named reconstruction of a victim its [threat.receiver] rows
+            victim = len(unit.parties) == 1 and unit.parties[0] in self.threat.receiver.victims
             built: list[AttackPlugin] = [build_attack(n, {"labelled_per_class": labelled[0], **p}
                                                       if n == "model_completion" and labelled
-                                                      else p) for n, p in self.specs]
+                                                      else {**self.threat.receiver_params(n), **p}
+                                                      if victim else p) for n, p in self.specs]
             return [a for a in built if isinstance(a, RunAttack)]
         built = [build_attack(n, p) for n, p in self.threat.run_attacks(unit.parties)]
         return [a for a in built if isinstance(a, RunAttack)]
@@ -239,6 +243,7 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
     check_run_dir(run)
     analysis = Analysis(run, attacks, hints, seed, draws)
     analysis.device = device
+    analysis.staged = out.staged  # a reconstruction's grids are swapped in with the rest
     partial = partial_run(run, records := read_records(run))  # refused now, before the long part
     analysis.warnings += _not_for_classes(attacks, analysis.num_classes)
     analysis.warnings += recording_gaps(run)

@@ -76,10 +76,10 @@ def read_run_outcome(run: RunDir) -> dict[str, Any]:
         raise AnalysisInputError(str(err)) from None
 
 
-def config_warnings(config: dict[str, Any]) -> list[str]:
+def config_warnings(config: dict[str, Any], num_classes: int) -> list[str]:
     """What is allowed in the run's config but probably a mistake (the warnings `splitleak
     validate` and the parties log), for the report: e.g. parties sharing columns."""
-    from attacker.attacks.checks import capped_hints
+    from attacker.attacks.checks import capped_hints, unscorable_hints
     from splitleak.config import ConfigError, parse_config
     from splitleak.validation import ignored_warnings, overlap_warnings
 
@@ -87,7 +87,8 @@ def config_warnings(config: dict[str, Any]) -> list[str]:
         cfg = parse_config(config, "the run's config")
     except ConfigError:
         return []
-    return overlap_warnings(cfg) + ignored_warnings(cfg) + capped_hints(cfg)
+    return (overlap_warnings(cfg) + ignored_warnings(cfg) + unscorable_hints(cfg, num_classes)
+            + capped_hints(cfg))
 
 
 def configured_attacks(config: dict[str, Any]) -> list[tuple[str, dict]] | None:

@@ -42,7 +42,8 @@ def run_level_entries(analysis: Analysis) -> list[dict[str, Any]]:
             field = "--device" if analysis.device else "run.devices.attacker"
             device = resolve_device(analysis.device or requested_device(cfg, ATTACKER), field)
             context = RunContext(analysis.run, cfg, unit.parties, unit.seed, analysis.train_ids,
-                                 analysis.test_ids, analysis.labels, device=device)
+                                 analysis.test_ids, analysis.labels, device=device,
+                                 written=analysis.staged)
             threat = (f"{analysis.threat.receiver.describe()}; victim: party {unit.key}"
                       if attack.receiver else analysis.threat.describe(list(unit.parties)))
             entry = {"party_id": unit.parties[0], "parties": list(unit.parties),

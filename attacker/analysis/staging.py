@@ -76,6 +76,14 @@ class Outputs:
         """report/timing.json: how long the run-level attacks took (never in the summary)."""
         return self.staged(self.run.report / TIMING_FILE)
 
+    def written(self, target: Path) -> Path | None:
+        """Where this analysis wrote the run's file `target` (None: it wrote none there), or
+        the run's own file when the leak files read are the run's (a report alone)."""
+        if not self.analysed:
+            return target
+        folder = self._folders.get(target.parent)
+        return None if folder is None else folder / target.name
+
     def reads(self) -> tuple[Path, Path]:
         """The leak rows and the row sample a report reads: this analysis's once written."""
         return (self.leak, self.leak_rows) if self.analysed else (self.run.leak, self.run.leak_rows)
@@ -83,14 +91,15 @@ class Outputs:
     def clear_abandoned(self) -> None:
         """Remove the staging folders of analyses that were killed (call it holding the run's
         lock, when no other analysis can be writing)."""
-        for folder in (self.run.attacker, self.run.report):
+        for folder in (self.run.attacker, self.run.reconstruction, self.run.report):
             for abandoned in folder.glob(STAGING + "*") if folder.is_dir() else ():
                 if abandoned not in self._folders.values():
                     shutil.rmtree(abandoned, ignore_errors=True)
 
     def commit(self) -> None:
         """Rename every written file into place, summary.json last, then remove what this
-        analysis replaces without writing it again (a row sample, plots it did not draw).
+        analysis replaces without writing it again (a row sample, reconstruction grids, plots
+        it did not draw).
         Refused, with nothing changed, when a file's place holds a directory; Ctrl-C waits."""
         moves = [(staged / name, run_folder / name) for run_folder, staged in self._folders.items()
                  for name in sorted(os.listdir(staged))]
@@ -109,7 +118,7 @@ class Outputs:
                 fsync_directory(run_folder)
 
     def _remove_superseded(self, written: set[Path]) -> None:
-        stale = [self.run.leak_rows] if self.analysed else []
+        stale = [self.run.leak_rows, *self.run.reconstruction.glob("*.npz")] if self.analysed else []
         stale += [path for pattern in self.superseded for path in self.run.report.glob(pattern)]
         for path in stale:
             if path not in written:

@@ -57,6 +57,9 @@ DEFAULT_ATTACKS: list[tuple[str, dict[str, Any]]] = [
     ("clustering", {}),
 ]
 
+# k known positives per batch: the threat model's hints (a k named in the attack's params wins).
+HINT_ATTACKS = ("hint_distance", "hint_inner")
+
 # Run on every multi-class run.
 DEFAULT_MULTICLASS_ATTACKS: list[tuple[str, dict[str, Any]]] = [
     ("direct_label", {}),
@@ -75,6 +78,7 @@ __all__ = [
     "FAMILIES",
     "DEFAULT_ATTACKS",
     "DEFAULT_MULTICLASS_ATTACKS",
+    "HINT_ATTACKS",
     "NO_PREDICTION",
     "RUN_ATTACKS",
     "Attack",

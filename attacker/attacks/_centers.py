@@ -9,7 +9,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from attacker.attacks._batch import as_rows, distances, unscored
+from attacker.attacks._batch import as_rows, distances, not_applicable, unscored
 from attacker.attacks.base import Attack, AttackParams, AttackResult, SideKnowledge
 from attacker.attacks.thresholds import NEARER_POSITIVE_CENTER
 from splitleak.settings import MAX_BATCH
@@ -112,8 +112,12 @@ class CenterAttack(Attack):
 
     def _leave_one_out(self, rows: np.ndarray, positive: np.ndarray) -> AttackResult:
         """Each row against its own class's center without it and the other class's center."""
-        if min(np.count_nonzero(positive), np.count_nonzero(~positive)) < 2:
-            return unscored(rows.shape[0])  # a lone row of a class has no center to leave
+        counts = {"positive": int(np.count_nonzero(positive)),
+                  "negative": int(np.count_nonzero(~positive))}
+        lone = [f"{n} {cls}" for cls, n in counts.items() if n < 2]
+        if lone:  # a lone row of a class has no center to leave it out of
+            return not_applicable(rows.shape[0], f"{' and '.join(lone)} row(s): leave-one-out "
+                                  "centers need two rows of each class")
         to_center = np.empty((rows.shape[0], 2))
         for cls, members in enumerate((~positive, positive)):
             whole, without_each = self.centers_without_each(rows[members])

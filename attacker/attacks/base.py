@@ -4,7 +4,9 @@ run-level attacks that read what a party keeps after training (e.g. its bottom m
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
@@ -206,6 +208,10 @@ def label_without_defaults(attack: AttackPlugin) -> str:
     return f"{attack.name}({args})" if args else attack.name
 
 
+def _in_place(path: Path) -> Path:
+    return path
+
+
 @dataclass
 class RunContext:
     """What a run-level attack may read: the run directory, the experiment file, the attacking
@@ -221,6 +227,8 @@ class RunContext:
     # labelled_examples (side knowledge) and truth (scoring), never to train on
     labelled: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     device: torch.device = torch.device("cpu")  # where the attack trains its models
+    written: Callable[[Path], Path] = _in_place  # where it writes the run's file (an
+    # analysis's staging: swapped in with the leak files and summary once all are written)
 
     @property
     def num_classes(self) -> int:

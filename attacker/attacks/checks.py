@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from attacker.attacks import ATTACKS, DEFAULT_ATTACKS, Attack, build_attack
+from attacker.attacks import ATTACKS, DEFAULT_ATTACKS, HINT_ATTACKS, Attack, build_attack
 from attacker.attacks._centers import CenterAttack, reveal_cap
 from attacker.attacks.base import RunFacts
 from splitleak.config import ConfigError, ExperimentConfig, plugin_param_errors
@@ -82,6 +82,36 @@ def needed_artifacts(cfg: ExperimentConfig, num_classes: int) -> frozenset[Artif
     return frozenset()
 
 
+def unscorable_hints(cfg: ExperimentConfig, num_classes: int) -> list[str]:
+    """Hint counts k that leave a full batch at most one row once its k known positives are
+    left out (k ≥ batch_size − 1), where no batch keeps a positive and a negative to score: the
+    hint attacks with that k skip every batch. Only where the analysis runs hint attacks (a
+    binary run's defaults, or named in attacker.attacks); a k named there wins over the
+    threat model's hints."""
+    batch = cfg.training.batch_size
+    named = [(i, build_attack(spec.name, spec.params)) for i, spec in enumerate(cfg.attacker.attacks)
+             if spec.name in HINT_ATTACKS]
+    if cfg.attacker.attacks:
+        uses_party_hints = any("k" not in cfg.attacker.attacks[i].params for i, _ in named)
+    else:
+        uses_party_hints = num_classes == 2
+    warnings = []
+    why = (f"per batch of {batch} rows (training.batch_size) leave at most one row to infer, "
+           "never a positive and a negative: the hint attacks with")
+    if uses_party_hints:
+        for party, threat in sorted(cfg.threat.parties.items()):
+            over = [k for k in threat.hints if k >= batch - 1]
+            if over:
+                warnings.append(f"threat.parties.{party}.hints: {over} known positives {why} "
+                                f"{'these' if len(over) > 1 else 'this'} k will skip every batch")
+    for i, attack in named:
+        k = cfg.attacker.attacks[i].params.get("k")
+        if k is not None and k >= batch - 1:
+            warnings.append(f"attacker.attacks[{i}] ({attack.label}): {k} known positives {why} "
+                            "this k will skip every batch")
+    return warnings
+
+
 def capped_hints(cfg: ExperimentConfig) -> list[str]:
     """Hint centers asking for more labels per class than a batch reveals (reveal_cap), so that
     the centers come from fewer."""
@@ -111,5 +141,6 @@ def left_out_attacks(cfg: ExperimentConfig) -> list[str]:
 
 PLUGINS = PluginGroup("attacks", lambda cfg, schema: check_attacks(cfg, schema.num_classes),
                       lambda cfg, schema: needed_artifacts(cfg, schema.num_classes),
-                      lambda cfg, schema: capped_hints(cfg) + left_out_attacks(cfg)
+                      lambda cfg, schema: unscorable_hints(cfg, schema.num_classes)
+                      + capped_hints(cfg) + left_out_attacks(cfg)
                       + premise_warnings(cfg))

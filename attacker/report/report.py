@@ -114,17 +114,17 @@ class _Inputs:
                    pq.read_table(rows) if rows.exists() else None)
 
 
-def _draw_plots(run: RunDir, folder: Path, summary: dict[str, Any], inputs: _Inputs,
+def _draw_plots(run: RunDir, out: Outputs, summary: dict[str, Any], inputs: _Inputs,
                 notes: list[str], failures: list[str]) -> list[tuple[str, str]]:
-    """Every plot the inputs allow, drawn in `folder`, as (caption, file name); what is missing
-    goes to `notes`, a plot that failed to `failures`."""
+    """Every plot the inputs allow, drawn in `out.report`, as (caption, file name); what is
+    missing goes to `notes`, a plot that failed to `failures`."""
     from attacker.report import plots  # matplotlib only when a report is written
 
     figures: list[tuple[str, str]] = []
 
     def figure(name: str, caption: str, draw: Callable[..., None], *args: Any, **kwargs: Any) -> None:
         try:
-            draw(*args, path=folder / name, **kwargs)
+            draw(*args, path=out.report / name, **kwargs)
             figures.append((caption, name))
         except Exception as err:  # noqa: BLE001 - a broken plot must not lose the rest of the report
             log.exception("plot %s failed", name)
@@ -172,7 +172,7 @@ def _draw_plots(run: RunDir, folder: Path, summary: dict[str, Any], inputs: _Inp
     if metrics.train_steps:
         figure("training.png", "Train loss and test metric over training", plots.training_curves,
                metrics.steps, metrics.loss, evals)
-    for name, caption, victim in reconstruction_grids(run, summary):
+    for name, caption, victim in reconstruction_grids(run, summary, out.written):
         figure(name, caption, plots.reconstruction_grid, victim)
     return figures
 
@@ -194,7 +194,7 @@ def write_report(run: RunDir, summary: dict[str, Any], out: Outputs | None = Non
     inputs = _Inputs.read(run, *out.reads())
     notes: list[str] = []
     failures: list[str] = []
-    figures = _draw_plots(run, out.report, summary, inputs, notes, failures)
+    figures = _draw_plots(run, out, summary, inputs, notes, failures)
     bounds = _bounds(inputs.metrics)
     summary["warnings"] = list(dict.fromkeys(
         [*above_bound_notes(summary), *summary.get("warnings", []), *few_test_rows(inputs.metrics),

@@ -27,7 +27,8 @@ class AntiGanParams(ProtectionParams):
     mix: float = Field(0.5, gt=0, lt=1, description="μ: the real image's share of its mixture")
     latent_dim: int = Field(32, ge=1, le=MAX_WIDTH, description="size of the generator's noise z")
     steps: int = Field(1500, ge=1, le=1_000_000, description="GAN training steps")
-    batch_size: int = Field(64, ge=1, le=MAX_BATCH, description="real (and generated) images per GAN step")
+    batch_size: int = Field(64, ge=2, le=MAX_BATCH,  # the generator's BatchNorm needs 2 rows
+                            description="real (and generated) images per GAN step")
     lr: float = Field(1e-4, gt=0, description="Adam learning rate of G and D (betas 0.5, 0.999)")
     pretrain_epochs: int = Field(3, ge=0, le=1000, description="epochs pre-training the first "
                                  "conv block")
@@ -167,6 +168,14 @@ class AntiGan(Protection):
     Params = AntiGanParams
     params: AntiGanParams
 
+    def check_images(self, image_shape: tuple[int, int, int]) -> str | None:
+        _, height, width = image_shape
+        if self.params.window > min(height, width):
+            return (f"window = {self.params.window}: the party's images of {height}x{width} "
+                    f"pixels hold no {self.params.window}x{self.params.window} window (allowed: "
+                    f"2..{min(height, width)})")
+        return None
+
     def __call__(self, images: torch.Tensor, first_block: nn.Module, seed: int) -> Protected:
         """Pre-train C from the party's first conv block, train the GAN, then mix every real
         image exactly once with its own generated image."""
@@ -178,6 +187,10 @@ class AntiGan(Protection):
         with torch.no_grad():
             z = torch.randn(images.shape[0], p.latent_dim, generator=generator(seed, "antigan", "mix"))
             generated = g(z.to(images.device))
+        if not bool(torch.isfinite(generated).all()):
+            raise ValueError(f"antigan diverged: its generator gives NaN or infinite pixels after "
+                             f"{p.steps} steps at lr = {p.lr:g} (a smaller protection.params.lr "
+                             "may fit), so it has no protected images to train on")
         mixed = mix(images, generated, p.mix)
         figures = {
             "final_losses": losses,

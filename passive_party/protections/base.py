@@ -33,6 +33,11 @@ class Protection(ABC):
     def __init__(self, params: ProtectionParams) -> None:
         self.params = params
 
+    def check_images(self, image_shape: tuple[int, int, int]) -> str | None:
+        """Why the protection cannot run on a party's images of `image_shape` (C, H, W), naming
+        the parameter (validate refuses the config with it); None: it can."""
+        return None
+
     @abstractmethod
     def __call__(self, images: torch.Tensor, first_block: nn.Module, seed: int) -> Protected:
         """Protect `images` ([n, C, H, W], the party's train rows); `first_block` is the party's

@@ -165,6 +165,14 @@ class RunDir:
         return self.attacker / "rows.parquet"
 
     @property
+    def reconstruction(self) -> Path:
+        """The image reconstructions' grid examples (`<attack>_party<k>.npz`) for report.md."""
+        return self.attacker / "reconstruction"
+
+    def reconstruction_grid(self, attack: str, party: int) -> Path:
+        return self.reconstruction / f"{attack}_party{party}.npz"
+
+    @property
     def report(self) -> Path:
         return self.root / "report"
 

@@ -26,7 +26,7 @@ from splitleak.settings import MAX_BATCH, MAX_ITERATIONS, MAX_ROWS
 class CompletionParams(AttackParams):
     labelled_per_class: int = Field(4, ge=1, le=MAX_ROWS, description="labelled train rows per class (Fu: 4)")
     steps: int = Field(2000, ge=1, le=MAX_ITERATIONS, description="optimizer steps of each training")
-    batch_size: int = Field(16, ge=1, le=MAX_BATCH,
+    batch_size: int = Field(16, ge=2, le=MAX_BATCH,  # the head's BatchNorm needs 2 rows
                             description="labelled (and unlabelled) rows per step (Fu: 16)")
     lr: float = Field(2e-3, gt=0, description="Adam learning rate (Fu: 2e-3)")
     augmentations: int = Field(2, ge=1, le=64, description="K augmented views per unlabelled row")
@@ -105,20 +105,21 @@ class ModelCompletionAttack(RunAttack):
         settings = self.settings()
         fit_cpu: list[float] = []  # CPU-s of each training's steps (the rest: loading, scoring)
 
-        def train(use_views: list, with_unlabelled: bool) -> dict[str, Any]:
+        def train(use_views: list, with_unlabelled: bool, what: str) -> dict[str, Any]:
             trainer = Trainer(build_model(use_views, num_classes, settings, seed), use_views,
                               num_classes, settings, seed)
             began = time.process_time()
             trainer.fit(labelled, labels, unlabelled if with_unlabelled else None)
             fit_cpu.append(time.process_time() - began)
-            return {split: _score(trainer, ids, context.truth(ids), num_classes)
+            return {split: _score(trainer, ids, context.truth(ids), num_classes, what)
                     for split, ids in (("train", unlabelled), ("test", context.test_ids))}
 
-        figures: dict[str, Any] = train(views, True)
+        figures: dict[str, Any] = train(views, True, "its model")
         if self.params.baselines:
             figures["baselines"] = {
-                "labelled_only": train(views, False),
-                "random_bottom": train(random_bottoms(context.cfg, views, num_classes, seed), True)}
+                "labelled_only": train(views, False, "its labelled-only baseline"),
+                "random_bottom": train(random_bottoms(context.cfg, views, num_classes, seed), True,
+                                       "its random-bottom baseline")}
         figures.update(labelled=int(labelled.size), classes=num_classes, steps=settings.steps,
                        cpu_seconds=time.process_time() - started, fit_cpu_seconds=fit_cpu,
                        seconds=time.perf_counter() - wall, device=str(context.device))
@@ -127,9 +128,15 @@ class ModelCompletionAttack(RunAttack):
                          rows=train_split["rows"], figures=figures)
 
 
-def _score(trainer: Trainer, ids: np.ndarray, truth: np.ndarray, num_classes: int) -> dict[str, Any]:
-    """Top-1 (and top-5 for ten or more classes) accuracy pooled over the rows."""
+def _score(trainer: Trainer, ids: np.ndarray, truth: np.ndarray, num_classes: int,
+           what: str) -> dict[str, Any]:
+    """Top-1 (and top-5 for ten or more classes) accuracy pooled over the rows; ValueError when
+    the training diverged (`what` it trained), whose NaN logits rank no class."""
     logits = trainer.predict(ids)
+    if not bool(torch.isfinite(logits).all()):
+        raise ValueError(f"model completion diverged: {what} gives NaN or infinite logits after "
+                         f"{trainer.s.steps} steps at lr = {trainer.s.lr:g} (a smaller lr may fit), "
+                         "so it infers no label")
     correct = top_k_correct(logits, truth, 1)
     rows = int(ids.size)
     out: dict[str, Any] = {"top1": correct / rows if rows else None, "correct": correct, "rows": rows}

@@ -250,6 +250,10 @@ def tabular_scores(numeric: np.ndarray, rebuilt_numeric: np.ndarray, categorical
     from sklearn.metrics import r2_score
 
     p = numeric.shape[1]
+    if p and numeric.shape[0] < 2:  # R² of one row is undefined (scikit-learn: a nan scalar)
+        raise ValueError(f"per-feature R² needs at least 2 victim rows, and {numeric.shape[0]} "
+                         "was scored (max_rows, or the last recorded epoch's rows outside the "
+                         "auxiliary set)")
     r2 = (r2_score(numeric, rebuilt_numeric, multioutput="raw_values").tolist() if p else [])
     accuracy = [float((categorical[:, j] == rebuilt_categorical[:, j]).mean())
                 for j in range(categorical.shape[1])]
@@ -299,7 +303,8 @@ def save_grid(path: Path, ids: np.ndarray, labels: np.ndarray, truth: np.ndarray
 
 
 def grid_path(context: RunContext, attack: str, party: int) -> Path:
-    return context.run.attacker / "reconstruction" / f"{attack}_party{party}.npz"
+    """Where this analysis writes the grid (its staging, swapped in with the leak files)."""
+    return context.written(context.run.reconstruction_grid(attack, party))
 
 
 def score(context: RunContext, view: PartyView, ids: np.ndarray, prior_ids: np.ndarray,
@@ -314,6 +319,9 @@ def score(context: RunContext, view: PartyView, ids: np.ndarray, prior_ids: np.n
     prior_n, prior_c = view.rows(torch.from_numpy(prior_ids))
     prior = np.broadcast_to(prior_n.mean(0).numpy(), truth_n.shape)
     rebuilt_n = numeric.detach().numpy()
+    if not np.isfinite(rebuilt_n).all():
+        raise ValueError(f"{attack} diverged: its reconstruction holds NaN or infinite values "
+                         "(a smaller lr, or fewer steps, may fit)")
     if view.inputs.spec.image_shape is not None:
         scale = view.inputs.pixel_scale
         figures = image_scores(truth_n, rebuilt_n, labels, scale)

@@ -173,7 +173,7 @@ def train_grn(model: TrainedModel, train_ids: np.ndarray, params: GrnParams,
             dummy = list(real)
             dummy[model.victim] = soft_forward(victim.bottom, numeric, logits)
             loss = ((model.predict(dummy, ids) - target) ** 2).sum()
-            if params.variance_weight:
+            if params.variance_weight and numeric.flatten(1).shape[1] > 1:  # one value: no spread
                 loss = loss + params.variance_weight * numeric.flatten(1).var(1).sum()
             optimizer.zero_grad(set_to_none=True)
             loss.backward()

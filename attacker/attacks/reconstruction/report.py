@@ -4,6 +4,7 @@ the input protection the victims trained with."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -168,13 +169,15 @@ def protection_md(run: RunDir, config: dict[str, Any]) -> list[str]:
     return lines + [*missing, ""] if missing else lines
 
 
-def grids(run: RunDir, summary: dict[str, Any]) -> list[tuple[str, str, list[tuple[str, Any]]]]:
+def grids(run: RunDir, summary: dict[str, Any],
+          where: Callable[[Path], Path | None] = lambda p: p) -> list[tuple[str, str, list[tuple[str, Any]]]]:
     """One grid per victim, for report.md's Plots: (file name, caption, [(attack, its saved
-    originals and reconstructions)])."""
+    originals and reconstructions)]); `where`: where the summary's analysis wrote a run's grid
+    file (its staging, until it is swapped in)."""
     by_party: dict[int, list[tuple[str, Path]]] = {}
     for e in _entries(summary):
-        path = run.attacker / "reconstruction" / f"{e['attack'].split('(')[0]}_party{e['party_id']}.npz"
-        if "error" not in e and e.get("metric") == "ssim" and path.exists():
+        path = where(run.reconstruction_grid(e["attack"].split("(")[0], e["party_id"]))
+        if "error" not in e and e.get("metric") == "ssim" and path is not None and path.exists():
             by_party.setdefault(e["party_id"], []).append((e["attack"].split("(")[0], path))
     return [(GRID_FILE.format(party=party), f"Reconstructed inputs of party {party}: originals "
              "(top) and each attack's reconstruction, same rows",
