@@ -8,6 +8,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from splitleak import tls
 from splitleak.config import TopologyConfig
 from splitleak.transport import closed_unanswered, create_channel, tls_refusal
 
@@ -38,6 +39,14 @@ def _why(err: grpc.aio.AioRpcError, tls_dir: Path | None, identity: str) -> str:
     if refusal is not None and "wrong_version_number" in refusal.lower():
         return ("it speaks plaintext (topology.tls = false), this probe used TLS: probe it "
                 "without --tls-dir")
+    if refusal is not None and tls_dir is not None:
+        if "expired" in refusal.lower() or "not yet valid" in refusal.lower():
+            return (f"it presents a TLS certificate outside its validity window ({refusal}): "
+                    f"{tls.REMAKE}")
+        return (f"this probe refused its TLS certificate ({refusal}): it is not signed by "
+                f"{tls_dir / 'ca.pem'}: the server runs another run's identities, or --tls-dir "
+                "is another run's; give every host ca.pem and its own pair from the same "
+                "`splitleak certs DIR --parties N`")
     if closed_unanswered(err):
         if tls_dir is None:
             return ("it closed the connection unanswered, as a server speaking TLS closes a "

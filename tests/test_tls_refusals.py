@@ -323,6 +323,13 @@ def test_a_health_probe_names_a_tls_or_plaintext_mismatch(certs: Path) -> None:
     line = probed(None, certs)
     assert "it speaks plaintext (topology.tls = false), this probe used TLS" in line, line
     assert "SSL_ERROR" not in line, line
+    # Another run's identities on the probe's side: it printed gRPC's "UNAVAILABLE: failed to
+    # connect to all addresses; last error: UNKNOWN: ... certificate signature failure: OK".
+    other = certs.parent / "other"
+    tls.generate(other, tls.identities(1))
+    line = probed(certs, other)
+    assert f"not signed by {other / 'ca.pem'}" in line and "splitleak certs" in line, line
+    assert "failed to connect to all addresses" not in line, line
 
 
 def test_a_host_asked_for_an_identity_it_lacks_names_the_ones_it_holds(
