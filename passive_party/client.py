@@ -33,7 +33,7 @@ from splitleak.checkpoint import (
 )
 from splitleak.codec import WIRE_FLOATS, CodecError, decode_ids, decode_tensor, encode_tensor
 from splitleak.config import PROTOCOL_VERSION, ConfigError, ExperimentConfig, WireConfig
-from splitleak.data_files import data_changes, data_files, describe
+from splitleak.data_files import data_changes, data_digests, data_files, describe
 from splitleak.datasets import build_dataset
 from splitleak.fileio import describe_os_error
 from splitleak.inputs import load_party_inputs
@@ -244,7 +244,8 @@ async def _join(stub: pb_grpc.LabelPartyStub, cfg: ExperimentConfig, bottom: Bot
     request = pb.JoinRequest(protocol_version=PROTOCOL_VERSION, party_id=bottom.party_id,
                              embedding_shape=bottom.embedding_shape, config_hash=cfg.hash,
                              num_rows=bottom.inputs.num_rows,
-                             config_sections=cfg.section_hashes(), config_fields=fields)
+                             config_sections=cfg.section_hashes(), config_fields=fields,
+                             data_digests=data_digests(cfg))
     # Until the label party listens, every attempt fails at once (UNAVAILABLE): try again
     # until the join deadline. A TLS handshake it refused cannot get better by waiting (not
     # waiting for the channel to be ready is what lets it show at once).
