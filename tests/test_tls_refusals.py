@@ -59,6 +59,21 @@ def test_an_unparsable_identity_file_is_named(certs: Path, damaged: str, said: s
     assert said in message and "splitleak certs" in message, message
 
 
+def test_a_pair_its_own_ca_did_not_sign_is_refused_at_start(
+        tmp_path: Path, certs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A host given ca.pem and its own pair from different `splitleak certs` runs started, and
+    every handshake failed, told only on the other side (a label party's own mixed directory:
+    each party said the label party refused its certificate)."""
+    other = tmp_path / "other"
+    tls.generate(other, tls.identities(1))
+    shutil.copy(other / "ca.pem", certs / "ca.pem")
+    with pytest.raises(BadInput):
+        tls_dir_or_exit(None, certs, tls.LABEL_PARTY)
+    message = capsys.readouterr().err
+    assert f"label-party.pem is not signed by the CA beside it, {certs / 'ca.pem'}" in message, message
+    assert "splitleak certs" in message, message
+
+
 def test_a_key_of_another_identity_is_named(certs: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     shutil.copy(certs / "attacker.key", certs / "label-party.key")
@@ -198,8 +213,10 @@ def test_a_plaintext_party_names_a_tls_label_party(tmp_path: Path, certs: Path) 
         in message, message
 
 
-def _own_pair_of_another_run(tmp_path: Path, certs: Path) -> Path:
-    """Passive party 1's host given the run's ca.pem but its own pair from another run."""
+def _own_pair_of_another_run(tmp_path: Path, certs: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Passive party 1's host given the run's ca.pem but its own pair from another run (its own
+    start check, which refuses such a pair, bypassed: the server's side is what is tested)."""
+    monkeypatch.setattr(tls, "signed_by", lambda *args: None)
     other = tmp_path / "other"
     tls.generate(other, tls.identities(1))
     mixed = tmp_path / "mixed"
@@ -210,22 +227,22 @@ def _own_pair_of_another_run(tmp_path: Path, certs: Path) -> Path:
     return mixed
 
 
-def test_a_party_whose_own_identity_is_another_runs_is_told_at_once(tmp_path: Path,
-                                                                     certs: Path) -> None:
+def test_a_party_whose_own_identity_is_another_runs_is_told_at_once(
+        tmp_path: Path, certs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The run's ca.pem but this party's pair from another `splitleak certs`: the label party
     refuses the party's certificate after the handshake. It waited its join deadline in
     silence, then said UNAVAILABLE: ... Socket closed."""
-    seconds, message = _party_against(tmp_path, _own_pair_of_another_run(tmp_path, certs), certs)
+    seconds, message = _party_against(tmp_path, _own_pair_of_another_run(tmp_path, certs, monkeypatch), certs)
     assert seconds < scaled(15), (seconds, message)
     assert "refused this party's certificate" in message, message
     assert "passive-party-1.pem" in message and "splitleak certs" in message, message
 
 
-def test_a_tap_whose_own_identity_is_another_runs_is_told_at_once(tmp_path: Path,
-                                                                  certs: Path) -> None:
+def test_a_tap_whose_own_identity_is_another_runs_is_told_at_once(
+        tmp_path: Path, certs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """As for the label party: the sidecar refuses the tap's certificate after the handshake;
     the tap waited its join deadline in silence, then said 'not reachable'."""
-    seconds, message = _tap_against(_own_pair_of_another_run(tmp_path, certs), certs,
+    seconds, message = _tap_against(_own_pair_of_another_run(tmp_path, certs, monkeypatch), certs,
                                     tls.ATTACKER)
     assert seconds < scaled(15), (seconds, message)
     assert "refused this party's certificate" in message, message
