@@ -210,6 +210,11 @@ def _restore(bottom: BottomTrainer, run: RunDir, plan: pb.TrainingPlan, resuming
     """Load this party's checkpoint when the label party resumes the run from one, unless this
     party's own data files (`cfg`'s) are no longer those the checkpoint's run read: on another
     host, the label party's check of its own files says nothing of this party's."""
+    if resuming and not plan.resumed:  # its checkpoints would be pruned by another run's
+        raise PartyError(f"this party was started with --resume {run.root}, but the label party "
+                         f"starts run {plan.run_id} afresh: start the label party with --resume "
+                         "too, or this party with --run-dir for a new run (a new directory: "
+                         f"{run.root} keeps the checkpoints of the run to resume)")
     if not plan.resumed or plan.resume_batches == 0:
         return
     if not resuming:

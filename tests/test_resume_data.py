@@ -178,3 +178,20 @@ def test_a_passive_partys_own_data_file_changed_since_its_checkpoint_is_refused(
     with pytest.raises(PartyDataChanged, match=f"cannot resume at step 3 from .*: {data} was "
                                                "modified at .*, after the run read it"):
         _restore(load_bottom(cfg, 2), run, plan, True, cfg)
+
+
+def test_a_party_started_to_resume_refuses_a_label_party_starting_afresh(tmp_path: Path) -> None:
+    """Passive parties started with --resume runs/exp1 joined a label party started anew
+    (--run-dir runs/exp2): they trained run exp2 into runs/exp1, pruning the checkpoints of the
+    run they were to resume and replacing its bottom model, without a word."""
+    from passive_party.client import PartyError, _restore, load_bottom
+    from splitleak.v1 import split_learning_pb2 as pb
+
+    cfg = spam_config(tmp_path, str(spam_file(tmp_path / "spam.data", seed=0)))
+    run = RunDir(tmp_path / "runs" / "exp1")
+    fresh = pb.TrainingPlan(run_id="exp2", resumed=False)
+    with pytest.raises(PartyError, match=f"started with --resume {run.root}, but the label party "
+                                         "starts run exp2 afresh: start the label party with "
+                                         "--resume too, or this party with --run-dir"):
+        _restore(load_bottom(cfg, 1), run, fresh, True, cfg)
+    _restore(load_bottom(cfg, 1), run, fresh, False, cfg)  # a new run: nothing to restore
