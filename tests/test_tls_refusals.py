@@ -116,14 +116,14 @@ def test_the_sidecar_refuses_a_garbage_certificate_at_once(certs: Path, tmp_path
     assert "cannot listen" not in result.stderr and "Traceback" not in result.stderr
 
 
-async def _serving(certs: Path | None, identity: str) -> tuple[object, str]:
+async def _serving(certs: Path | None, identity: str, host: str = "127.0.0.1") -> tuple[object, str]:
     server = create_server(TopologyConfig())
     from grpc_health.v1 import health, health_pb2_grpc
 
     health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
-    port = bind(server, "127.0.0.1:0", certs, identity)
+    port = bind(server, f"{host}:0", certs, identity)
     await server.start()
-    return server, f"127.0.0.1:{port}"
+    return server, f"{host}:{port}"
 
 
 def _tap_against(tap_certs: Path | None, server_certs: Path,
@@ -361,3 +361,20 @@ def test_a_host_asked_for_an_identity_it_lacks_names_the_ones_it_holds(
         tls_dir_or_exit(None, host, tls.ATTACKER)
     message = capsys.readouterr().err
     assert "missing" in message and "holds the identities label-party" in message, message
+
+
+@pytest.mark.parametrize("role", [tls.LABEL_PARTY, tls.ATTACKER])
+def test_a_health_probe_of_the_hosts_own_address_passes(certs: Path, role: str) -> None:
+    """`splitleak health HOST:PORT --tls-dir` of a role by its host's own name or address (any
+    but localhost and 127.0.0.1, the only ones its certificate names) said "Hostname
+    Verification Check failed": the probe, unlike the parties, did not pin the server's role."""
+    from splitleak.health import check
+
+    async def go() -> str:
+        server, address = await _serving(certs, role, host="127.0.0.2")
+        try:
+            return await check(address, timeout=scaled(5), tls_dir=certs, identity=tls.LABEL_PARTY)
+        finally:
+            await server.stop(0)  # type: ignore[attr-defined]
+
+    assert asyncio.run(go()) == "SERVING"
