@@ -15,6 +15,7 @@ from label_party.setup import LabelPartyData
 from splitleak.artifacts.paths import checkpoint_party_file
 from splitleak.checkpoint import Manifest
 from splitleak.config import PROTOCOL_VERSION, ExperimentConfig
+from splitleak.data_files import data_digests, data_paths
 from splitleak.tls import passive_identity
 from splitleak.v1 import split_learning_pb2 as pb
 from splitleak.validation import expected_embedding_shapes
@@ -132,6 +133,8 @@ class Session:
         self.party_ids = list(range(1, cfg.topology.passive_parties + 1))
         # What each party's Join must announce, fixed before anyone can send a shape.
         self.expected_shapes = expected_embedding_shapes(cfg, data.schema)
+        self.data_paths = data_paths(cfg)  # each party's copy of these files must match
+        self.data_digests = data_digests(cfg)
         self.joined: dict[int, pb.JoinRequest] = {}
         self.refused: dict[int, str] = {}  # the last refusal of each known party id
         self.refusals = RefusalLog(log)
@@ -184,7 +187,8 @@ class Session:
             raise SessionError(grpc.StatusCode.FAILED_PRECONDITION,
                                "training has already started; no party can join now", k)
         for name, hashes in (("config_sections", request.config_sections),
-                             ("config_fields", request.config_fields)):
+                             ("config_fields", request.config_fields),
+                             ("data_digests", request.data_digests)):
             problem = config_map_problem(f"JoinRequest.{name}", hashes)
             if problem is not None:
                 raise SessionError(grpc.StatusCode.INVALID_ARGUMENT,
@@ -201,12 +205,26 @@ class Session:
                                f"passive party {k} holds {request.num_rows} rows but the label "
                                f"party has {self.data.schema.num_rows}: sample ids do not align; "
                                "every host needs the same data file, row for row", k)
+        self._check_data(k, request.data_digests)
         expected = self.expected_shapes[k]
         if tuple(request.embedding_shape) != expected:
             raise SessionError(grpc.StatusCode.INVALID_ARGUMENT,
                                f"passive party {k} announced embedding shape "
                                f"{echo(list(request.embedding_shape))}, but the shared config "
                                f"gives its bottom model the output shape {list(expected)}", k)
+
+    def _check_data(self, k: int, digests: Mapping[str, str]) -> None:
+        """The same config names the same data files on every host: each party's copy must be
+        the label party's (another version, sample or order of the rows would train on rows
+        whose sample ids do not align, without a word)."""
+        other = [f"{key} ({self.data_paths[key]} on the label party's host)" for key, digest
+                 in sorted(digests.items()) if self.data_digests.get(key, digest) != digest]
+        if other:
+            raise SessionError(grpc.StatusCode.FAILED_PRECONDITION,
+                               f"passive party {k}'s copy of {', '.join(other)} differs from "
+                               "the label party's (another size, or other bytes in its first or "
+                               "last MiB): sample ids would not align; every host needs the same "
+                               "data file, row for row", k)
 
     def _plan(self, k: int) -> pb.TrainingPlan:
         plan = self.data.plan

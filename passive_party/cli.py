@@ -10,7 +10,13 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, NoReturn
 
-from passive_party.client import PartyError, PartyStopped, StopRequest, run_party
+from passive_party.client import (
+    PartyDataChanged,
+    PartyError,
+    PartyStopped,
+    StopRequest,
+    run_party,
+)
 from splitleak.addresses import AddressFileError, check_peer
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.rundir import LinkedRunDir, refuse_symlinks
@@ -81,6 +87,9 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except AddressFileError as err:
         raise BadInput(f"passive-party run: {err}") from None
+    except PartyDataChanged as err:  # the label party was told; put the data back, resume
+        log.error("passive party %d: %s", args.party_id, err)
+        return EXIT_BAD_INPUT
     except (PartyError, TapError) as err:
         log.error("passive party %d: %s", args.party_id, err)
         return EXIT_FAILED

@@ -18,6 +18,7 @@ from passive_party.bottom_trainer import BottomTrainer
 from passive_party.integrity import party_integrity
 from passive_party.protection import protect_party, write_figures
 from splitleak.addresses import AddressError, resolve
+from splitleak.artifacts.manifest import DataFile
 from splitleak.artifacts.paths import RunDir, checkpoint_party_file
 from splitleak.artifacts.records import write_tap_report
 from splitleak.checkpoint import (
@@ -32,6 +33,7 @@ from splitleak.checkpoint import (
 )
 from splitleak.codec import WIRE_FLOATS, CodecError, decode_ids, decode_tensor, encode_tensor
 from splitleak.config import PROTOCOL_VERSION, ConfigError, ExperimentConfig, WireConfig
+from splitleak.data_files import data_changes, data_digests, data_files, describe
 from splitleak.datasets import build_dataset
 from splitleak.fileio import describe_os_error
 from splitleak.inputs import load_party_inputs
@@ -66,6 +68,11 @@ JOIN_RETRY = 0.2  # s between two attempts to join a label party that does not a
 
 class PartyError(Exception):
     """This passive party cannot go on; the message says why."""
+
+
+class PartyDataChanged(PartyError):
+    """A resume would train on other data than this party's checkpoint: its own data file
+    changed (or a relative path is read from another directory) since the run read it."""
 
 
 class PartyStopped(Exception):
@@ -106,6 +113,7 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
         raise PartyError(f"--party-id {party_id} is not in this run's parties "
                          f"1..{cfg.topology.passive_parties}")
     tapped = attacker is not None
+    data = data_files(cfg)  # what this party trains on, as its checkpoints record it
     if bottom is None:
         try:
             device = prepare_role(cfg, str(party_id))
@@ -134,7 +142,7 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
     tap = (Tap(attacker, cfg.attacker, cfg.topology, tls_dir, passive_identity(party_id),
                config_hash=cfg.hash) if attacker else None)
     try:
-        await _train(cfg, party_id, address, run, bottom, tap, tls_dir, resuming, stop)
+        await _train(cfg, party_id, address, run, bottom, tap, tls_dir, resuming, stop, data)
     except BaseException as err:  # noqa: BLE001 - re-raised: every way out tells the sidecar
         if tap is not None:
             with contextlib.suppress(asyncio.CancelledError):  # a second stop: it is bounded
@@ -144,7 +152,7 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
 
 async def _train(cfg: ExperimentConfig, party_id: int, address: str, run: RunDir,
                  bottom: BottomTrainer, tap: Tap | None, tls_dir: Path | None, resuming: bool,
-                 stop: StopRequest | None) -> None:
+                 stop: StopRequest | None, data: dict[str, DataFile] | None = None) -> None:
     """Join, train until the label party says done, save; close the tap's stream."""
     identity = passive_identity(party_id)
     async with create_channel(address, cfg.topology, tls_dir, identity,
@@ -158,14 +166,14 @@ async def _train(cfg: ExperimentConfig, party_id: int, address: str, run: RunDir
                  f", resuming at step {plan.resume_step}" if plan.resumed else "")
         call = stub.Train(metadata=((PARTY_ID_KEY, str(party_id)), (SESSION_KEY, plan.session)))
         try:
-            _restore(bottom, run, plan, resuming)
+            _restore(bottom, run, plan, resuming, cfg)
             if tap is not None:
                 await tap.start(plan.run_id, party_id, plan.resume_step if plan.resumed else None)
         except (PartyError, TapError) as err:  # the label party hears why, at once
             await _report(call, SIDECAR if isinstance(err, TapError) else identity_name(party_id),
                           str(err))
             raise
-        steps = StepLoop(bottom, tap, plan.run_id, run, cfg.wire, stop)
+        steps = StepLoop(bottom, tap, plan.run_id, run, cfg.wire, stop, data)
         await steps.run(call)
     bottom.save(run.bottom_model(party_id))
     note(**memory_facts(bottom.device), cuda_graphs=bottom.cuda_graphs)
@@ -197,8 +205,16 @@ def identity_name(party_id: int) -> str:
     return f"passive party {party_id}"
 
 
-def _restore(bottom: BottomTrainer, run: RunDir, plan: pb.TrainingPlan, resuming: bool) -> None:
-    """Load this party's checkpoint when the label party resumes the run from one."""
+def _restore(bottom: BottomTrainer, run: RunDir, plan: pb.TrainingPlan, resuming: bool,
+             cfg: ExperimentConfig | None = None) -> None:
+    """Load this party's checkpoint when the label party resumes the run from one, unless this
+    party's own data files (`cfg`'s) are no longer those the checkpoint's run read: on another
+    host, the label party's check of its own files says nothing of this party's."""
+    if resuming and not plan.resumed:  # its checkpoints would be pruned by another run's
+        raise PartyError(f"this party was started with --resume {run.root}, but the label party "
+                         f"starts run {plan.run_id} afresh: start the label party with --resume "
+                         "too, or this party with --run-dir for a new run (a new directory: "
+                         f"{run.root} keeps the checkpoints of the run to resume)")
     if not plan.resumed or plan.resume_batches == 0:
         return
     if not resuming:
@@ -207,12 +223,20 @@ def _restore(bottom: BottomTrainer, run: RunDir, plan: pb.TrainingPlan, resuming
                          "checkpoints)")
     path = step_dir(run.root, Position(plan.resume_step, plan.resume_batches)) / checkpoint_party_file(
         bottom.party_id)
+    try:
+        state = load_state(path, plan.resume_sha256)
+        trained = {key: DataFile.model_validate(file) for key, file in state.get("data", {}).items()}
+    except (CheckpointError, ValueError) as err:
+        raise PartyError(f"cannot resume at step {plan.resume_step}: {err}") from None
+    changes = data_changes(trained, cfg) if cfg is not None else []
+    if changes:  # refused before anything of the run is cut back
+        raise PartyDataChanged(f"cannot resume at step {plan.resume_step} from {path}: "
+                               f"{describe(changes)}")
     if bottom.snapshots is not None:  # the steps after the checkpoint are redone
         bottom.snapshots.keep_before(plan.resume_step)
     try:
-        state = load_state(path, plan.resume_sha256)
         bottom.load_state_dict(state["bottom"])
-    except (CheckpointError, KeyError, ValueError, RuntimeError) as err:
+    except (KeyError, ValueError, RuntimeError) as err:
         raise PartyError(f"cannot resume at step {plan.resume_step}: {err}") from None
     set_rng_state(state["rng"])
 
@@ -225,7 +249,8 @@ async def _join(stub: pb_grpc.LabelPartyStub, cfg: ExperimentConfig, bottom: Bot
     request = pb.JoinRequest(protocol_version=PROTOCOL_VERSION, party_id=bottom.party_id,
                              embedding_shape=bottom.embedding_shape, config_hash=cfg.hash,
                              num_rows=bottom.inputs.num_rows,
-                             config_sections=cfg.section_hashes(), config_fields=fields)
+                             config_sections=cfg.section_hashes(), config_fields=fields,
+                             data_digests=data_digests(cfg))
     # Until the label party listens, every attempt fails at once (UNAVAILABLE): try again
     # until the join deadline. A TLS handshake it refused cannot get better by waiting (not
     # waiting for the channel to be ready is what lets it show at once).
@@ -278,8 +303,10 @@ class StepLoop:
 
     def __init__(self, bottom: BottomTrainer, tap: Tap | None, run_id: str,
                  run_dir: RunDir | None = None, wire: WireConfig | None = None,
-                 stop: StopRequest | None = None) -> None:
+                 stop: StopRequest | None = None,
+                 data: dict[str, DataFile] | None = None) -> None:
         self.bottom = bottom
+        self.data = data or {}  # this party's data files, as each checkpoint records them
         self.stop = stop
         wire = wire or WireConfig()
         self.wire = WIRE_FLOATS[wire.dtype]  # what activations travel as, gradients come as
@@ -401,7 +428,8 @@ class StepLoop:
         position = Position(request.step, request.batches)
         name = checkpoint_party_file(self.bottom.party_id)
         path = step_dir(self.run_dir.root, position) / name
-        state = {"bottom": self.bottom.state_dict(), "rng": rng_state(), "step": request.step}
+        state = {"bottom": self.bottom.state_dict(), "rng": rng_state(), "step": request.step,
+                 "data": {key: file.model_dump() for key, file in self.data.items()}}
         sha256 = save_state(path, state)
         prune_own(self.run_dir.root, name)
         return pb.PartyMessage(checkpoint=pb.CheckpointAck(step=request.step, sha256=sha256,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import os
 from pathlib import Path
 from typing import get_args
@@ -54,6 +55,28 @@ def data_files(cfg: ExperimentConfig) -> dict[str, DataFile]:
             continue  # the loader says it is missing
         files[key] = DataFile(path=str(path), size=stat.st_size, mtime_ns=stat.st_mtime_ns)
     return files
+
+
+DIGEST_SPAN = 1 << 20  # bytes read at each end of a file for its digest
+
+
+def data_digests(cfg: ExperimentConfig) -> dict[str, str]:
+    """A digest of each data file `cfg` names, as it is on this host (SHA-256 of its size, its
+    first and last MiB: cheap for any size of file, yet another version, sample or order of
+    the rows differs); a file that cannot be read is left out (the loader names it)."""
+    digests = {}
+    for key, path in data_paths(cfg).items():
+        try:
+            with path.open("rb") as file:
+                size = os.fstat(file.fileno()).st_size
+                digest = hashlib.sha256(str(size).encode() + b"\0" + file.read(DIGEST_SPAN))
+                if size > DIGEST_SPAN:
+                    file.seek(max(DIGEST_SPAN, size - DIGEST_SPAN))
+                    digest.update(file.read(DIGEST_SPAN))
+        except OSError:
+            continue
+        digests[key] = digest.hexdigest()
+    return digests
 
 
 def data_changes(trained: dict[str, DataFile], cfg: ExperimentConfig) -> list[str]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import grpc
 from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
@@ -183,6 +184,23 @@ def check(ca_file: Path, ca: bytes, cert_file: Path, cert: bytes, key_file: Path
     for path, certificates in ((ca_file, authorities), (cert_file, chain)):
         for certificate in certificates:
             _in_validity(path, certificate, now)
+    signed_by(ca_file, authorities, cert_file, chain[0])
+
+
+def signed_by(ca_file: Path, authorities: list[x509.Certificate], cert_file: Path,
+              certificate: x509.Certificate) -> None:
+    """Refuse an identity its own ca.pem did not sign: every peer of this run trusts that CA,
+    so each handshake would fail, told only on the other side (a host given ca.pem and its pair
+    from different `splitleak certs` runs)."""
+    for authority in authorities:
+        try:
+            certificate.verify_directly_issued_by(authority)
+            return
+        except (ValueError, TypeError, InvalidSignature):
+            continue
+    raise IdentityError(f"{cert_file} is not signed by the CA beside it, {ca_file}: they come "
+                        "from different `splitleak certs` runs (give each host ca.pem and its "
+                        f"own pair from the same one); {REMAKE}")
 
 
 def server_credentials(directory: Path, name: str) -> grpc.ServerCredentials:

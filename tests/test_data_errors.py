@@ -285,3 +285,47 @@ def test_a_damaged_gzip_file_is_named_not_a_traceback(tmp_path: Path, damage: st
         features={"passive": [[0, 20], [20, 39]]}))
     code, output = exit_code_and_text(splitleak_main, ["validate", str(config)], capsys)
     assert code == 2 and "its gzip stream is damaged" in output and "Traceback" not in output, output
+
+
+def test_a_passive_party_whose_copy_of_the_data_differs_is_refused_at_join(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One party per host, each with its own copy of `spam.data`: a copy with other rows but as
+    many (another sample, or the rows in another order) joined, and the run trained on rows
+    whose sample ids did not align, without a word (only the row count was compared)."""
+    import asyncio
+
+    import grpc
+
+    from passive_party.client import load_bottom
+    from splitleak.data_files import data_digests
+    from splitleak.v1 import split_learning_pb2_grpc as pb_grpc
+    from tests.live import join_request, label_party
+    from tests.test_resume_data import spam_config, spam_file
+
+    for host, seed in (("label-host", 0), ("same-host", 0), ("other-host", 1)):
+        spam_file(tmp_path / host / "spam.data", seed=seed)
+    cfg = spam_config(tmp_path, "spam.data")
+
+    async def join_from(host: str) -> grpc.aio.AioRpcError | None:
+        monkeypatch.chdir(tmp_path / host)
+        request = join_request(cfg, load_bottom(cfg, 1), data_digests=data_digests(cfg))
+        async with grpc.aio.insecure_channel(serving.address) as channel:
+            try:
+                await pb_grpc.LabelPartyStub(channel).Join(request, timeout=scaled(10))
+            except grpc.aio.AioRpcError as err:
+                return err
+        return None
+
+    async def go() -> tuple[grpc.aio.AioRpcError | None, grpc.aio.AioRpcError | None]:
+        nonlocal serving
+        monkeypatch.chdir(tmp_path / "label-host")
+        async with label_party(cfg, tmp_path / "run") as (serving, _):
+            return await join_from("other-host"), await join_from("same-host")
+
+    serving = None
+    refused, joined = asyncio.run(go())
+    assert refused is not None and refused.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert (f"passive party 1's copy of dataset.params.path ({tmp_path / 'label-host' / 'spam.data'}"
+            " on the label party's host) differs from the label party's") in refused.details()
+    assert "every host needs the same data file, row for row" in refused.details()
+    assert joined is None, joined.details()

@@ -153,3 +153,45 @@ def test_a_checkpoint_from_before_data_files_were_recorded_is_not_checked(
                                     if k != "data"}))
     monkeypatch.chdir(base / "B")
     assert resume_point(copy.root, cfg) == complete_manifests(copy.root)[-1]
+
+
+def test_a_passive_partys_own_data_file_changed_since_its_checkpoint_is_refused(
+        tmp_path: Path) -> None:
+    """On its own host a passive party reads its own copy of the data, which the label party's
+    check of its files never sees: the party's checkpoint records it, and a resume checks it."""
+    from passive_party.client import PartyDataChanged, StepLoop, _restore, load_bottom
+    from splitleak.data_files import data_files
+    from splitleak.v1 import split_learning_pb2 as pb
+
+    data = spam_file(tmp_path / "party-host" / "spam.data", seed=0)
+    cfg = spam_config(tmp_path, str(data))
+    run = RunDir(tmp_path / "run")
+    bottom = load_bottom(cfg, 2)
+    loop = StepLoop(bottom, None, "r", run, cfg.wire, data=data_files(cfg))
+    ack = asyncio.run(loop._checkpoint(pb.CheckpointRequest(step=3, batches=3))).checkpoint
+    plan = pb.TrainingPlan(run_id="r", resumed=True, resume_step=3, resume_batches=3,
+                           resume_sha256=ack.sha256)
+    _restore(load_bottom(cfg, 2), run, plan, True, cfg)  # the same file: it resumes
+    before, stat = data.read_bytes(), data.stat()
+    data.write_bytes(before.replace(b"0", b"1", 1))  # the same size, written again
+    os.utime(data, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    with pytest.raises(PartyDataChanged, match=f"cannot resume at step 3 from .*: {data} was "
+                                               "modified at .*, after the run read it"):
+        _restore(load_bottom(cfg, 2), run, plan, True, cfg)
+
+
+def test_a_party_started_to_resume_refuses_a_label_party_starting_afresh(tmp_path: Path) -> None:
+    """Passive parties started with --resume runs/exp1 joined a label party started anew
+    (--run-dir runs/exp2): they trained run exp2 into runs/exp1, pruning the checkpoints of the
+    run they were to resume and replacing its bottom model, without a word."""
+    from passive_party.client import PartyError, _restore, load_bottom
+    from splitleak.v1 import split_learning_pb2 as pb
+
+    cfg = spam_config(tmp_path, str(spam_file(tmp_path / "spam.data", seed=0)))
+    run = RunDir(tmp_path / "runs" / "exp1")
+    fresh = pb.TrainingPlan(run_id="exp2", resumed=False)
+    with pytest.raises(PartyError, match=f"started with --resume {run.root}, but the label party "
+                                         "starts run exp2 afresh: start the label party with "
+                                         "--resume too, or this party with --run-dir"):
+        _restore(load_bottom(cfg, 1), run, fresh, True, cfg)
+    _restore(load_bottom(cfg, 1), run, fresh, False, cfg)  # a new run: nothing to restore

@@ -59,6 +59,21 @@ def test_an_unparsable_identity_file_is_named(certs: Path, damaged: str, said: s
     assert said in message and "splitleak certs" in message, message
 
 
+def test_a_pair_its_own_ca_did_not_sign_is_refused_at_start(
+        tmp_path: Path, certs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A host given ca.pem and its own pair from different `splitleak certs` runs started, and
+    every handshake failed, told only on the other side (a label party's own mixed directory:
+    each party said the label party refused its certificate)."""
+    other = tmp_path / "other"
+    tls.generate(other, tls.identities(1))
+    shutil.copy(other / "ca.pem", certs / "ca.pem")
+    with pytest.raises(BadInput):
+        tls_dir_or_exit(None, certs, tls.LABEL_PARTY)
+    message = capsys.readouterr().err
+    assert f"label-party.pem is not signed by the CA beside it, {certs / 'ca.pem'}" in message, message
+    assert "splitleak certs" in message, message
+
+
 def test_a_key_of_another_identity_is_named(certs: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     shutil.copy(certs / "attacker.key", certs / "label-party.key")
@@ -101,14 +116,14 @@ def test_the_sidecar_refuses_a_garbage_certificate_at_once(certs: Path, tmp_path
     assert "cannot listen" not in result.stderr and "Traceback" not in result.stderr
 
 
-async def _serving(certs: Path | None, identity: str) -> tuple[object, str]:
+async def _serving(certs: Path | None, identity: str, host: str = "127.0.0.1") -> tuple[object, str]:
     server = create_server(TopologyConfig())
     from grpc_health.v1 import health, health_pb2_grpc
 
     health_pb2_grpc.add_HealthServicer_to_server(health.aio.HealthServicer(), server)
-    port = bind(server, "127.0.0.1:0", certs, identity)
+    port = bind(server, f"{host}:0", certs, identity)
     await server.start()
-    return server, f"127.0.0.1:{port}"
+    return server, f"{host}:{port}"
 
 
 def _tap_against(tap_certs: Path | None, server_certs: Path,
@@ -198,8 +213,10 @@ def test_a_plaintext_party_names_a_tls_label_party(tmp_path: Path, certs: Path) 
         in message, message
 
 
-def _own_pair_of_another_run(tmp_path: Path, certs: Path) -> Path:
-    """Passive party 1's host given the run's ca.pem but its own pair from another run."""
+def _own_pair_of_another_run(tmp_path: Path, certs: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Passive party 1's host given the run's ca.pem but its own pair from another run (its own
+    start check, which refuses such a pair, bypassed: the server's side is what is tested)."""
+    monkeypatch.setattr(tls, "signed_by", lambda *args: None)
     other = tmp_path / "other"
     tls.generate(other, tls.identities(1))
     mixed = tmp_path / "mixed"
@@ -210,22 +227,22 @@ def _own_pair_of_another_run(tmp_path: Path, certs: Path) -> Path:
     return mixed
 
 
-def test_a_party_whose_own_identity_is_another_runs_is_told_at_once(tmp_path: Path,
-                                                                     certs: Path) -> None:
+def test_a_party_whose_own_identity_is_another_runs_is_told_at_once(
+        tmp_path: Path, certs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The run's ca.pem but this party's pair from another `splitleak certs`: the label party
     refuses the party's certificate after the handshake. It waited its join deadline in
     silence, then said UNAVAILABLE: ... Socket closed."""
-    seconds, message = _party_against(tmp_path, _own_pair_of_another_run(tmp_path, certs), certs)
+    seconds, message = _party_against(tmp_path, _own_pair_of_another_run(tmp_path, certs, monkeypatch), certs)
     assert seconds < scaled(15), (seconds, message)
     assert "refused this party's certificate" in message, message
     assert "passive-party-1.pem" in message and "splitleak certs" in message, message
 
 
-def test_a_tap_whose_own_identity_is_another_runs_is_told_at_once(tmp_path: Path,
-                                                                  certs: Path) -> None:
+def test_a_tap_whose_own_identity_is_another_runs_is_told_at_once(
+        tmp_path: Path, certs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """As for the label party: the sidecar refuses the tap's certificate after the handshake;
     the tap waited its join deadline in silence, then said 'not reachable'."""
-    seconds, message = _tap_against(_own_pair_of_another_run(tmp_path, certs), certs,
+    seconds, message = _tap_against(_own_pair_of_another_run(tmp_path, certs, monkeypatch), certs,
                                     tls.ATTACKER)
     assert seconds < scaled(15), (seconds, message)
     assert "refused this party's certificate" in message, message
@@ -323,6 +340,13 @@ def test_a_health_probe_names_a_tls_or_plaintext_mismatch(certs: Path) -> None:
     line = probed(None, certs)
     assert "it speaks plaintext (topology.tls = false), this probe used TLS" in line, line
     assert "SSL_ERROR" not in line, line
+    # Another run's identities on the probe's side: it printed gRPC's "UNAVAILABLE: failed to
+    # connect to all addresses; last error: UNKNOWN: ... certificate signature failure: OK".
+    other = certs.parent / "other"
+    tls.generate(other, tls.identities(1))
+    line = probed(certs, other)
+    assert f"not signed by {other / 'ca.pem'}" in line and "splitleak certs" in line, line
+    assert "failed to connect to all addresses" not in line, line
 
 
 def test_a_host_asked_for_an_identity_it_lacks_names_the_ones_it_holds(
@@ -337,3 +361,20 @@ def test_a_host_asked_for_an_identity_it_lacks_names_the_ones_it_holds(
         tls_dir_or_exit(None, host, tls.ATTACKER)
     message = capsys.readouterr().err
     assert "missing" in message and "holds the identities label-party" in message, message
+
+
+@pytest.mark.parametrize("role", [tls.LABEL_PARTY, tls.ATTACKER])
+def test_a_health_probe_of_the_hosts_own_address_passes(certs: Path, role: str) -> None:
+    """`splitleak health HOST:PORT --tls-dir` of a role by its host's own name or address (any
+    but localhost and 127.0.0.1, the only ones its certificate names) said "Hostname
+    Verification Check failed": the probe, unlike the parties, did not pin the server's role."""
+    from splitleak.health import check
+
+    async def go() -> str:
+        server, address = await _serving(certs, role, host="127.0.0.2")
+        try:
+            return await check(address, timeout=scaled(5), tls_dir=certs, identity=tls.LABEL_PARTY)
+        finally:
+            await server.stop(0)  # type: ignore[attr-defined]
+
+    assert asyncio.run(go()) == "SERVING"

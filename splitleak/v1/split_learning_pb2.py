@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from splitleak.v1 import tensor_pb2 as splitleak_dot_v1_dot_tensor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!splitleak/v1/split_learning.proto\x12\x0csplitleak.v1\x1a\x19splitleak/v1/tensor.proto\"\xf1\x02\n\x0bJoinRequest\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x10\n\x08party_id\x18\x02 \x01(\r\x12\x17\n\x0f\x65mbedding_shape\x18\x03 \x03(\x03\x12\x13\n\x0b\x63onfig_hash\x18\x04 \x01(\t\x12\x10\n\x08num_rows\x18\x05 \x01(\x04\x12\x46\n\x0f\x63onfig_sections\x18\x06 \x03(\x0b\x32-.splitleak.v1.JoinRequest.ConfigSectionsEntry\x12\x42\n\rconfig_fields\x18\x07 \x03(\x0b\x32+.splitleak.v1.JoinRequest.ConfigFieldsEntry\x1a\x35\n\x13\x43onfigSectionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x33\n\x11\x43onfigFieldsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xd7\x02\n\x0cTrainingPlan\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0f\n\x07session\x18\x02 \x01(\t\x12\x0e\n\x06\x65pochs\x18\x03 \x01(\r\x12\x12\n\nbatch_size\x18\x04 \x01(\r\x12\x0c\n\x04seed\x18\x05 \x01(\x04\x12\x17\n\x0fsteps_per_epoch\x18\x06 \x01(\x04\x12\x19\n\x11total_train_steps\x18\x07 \x01(\x04\x12\x15\n\reval_interval\x18\x08 \x01(\x04\x12\x1b\n\x13num_passive_parties\x18\t \x01(\r\x12\x1d\n\x15step_deadline_seconds\x18\n \x01(\x01\x12\x0f\n\x07resumed\x18\x0b \x01(\x08\x12\x13\n\x0bresume_step\x18\x0c \x01(\x04\x12\x16\n\x0eresume_batches\x18\r \x01(\x04\x12\x15\n\rresume_sha256\x18\x0e \x01(\t\x12\x18\n\x10\x63heckpoint_every\x18\x0f \x01(\x04\"\x83\x01\n\x05\x42\x61tch\x12\"\n\x05phase\x18\x01 \x01(\x0e\x32\x13.splitleak.v1.Phase\x12\r\n\x05\x65poch\x18\x02 \x01(\r\x12\x0c\n\x04step\x18\x03 \x01(\x04\x12(\n\nsample_ids\x18\x04 \x01(\x0b\x32\x14.splitleak.v1.Tensor\x12\x0f\n\x07variant\x18\x05 \x01(\t\"\xda\x01\n\x11LabelPartyMessage\x12*\n\x0c\x63ut_gradient\x18\x01 \x01(\x0b\x32\x14.splitleak.v1.Tensor\x12\x15\n\rgradient_step\x18\x02 \x01(\x04\x12\x16\n\x0egradient_epoch\x18\x03 \x01(\r\x12\'\n\nnext_batch\x18\x04 \x01(\x0b\x32\x13.splitleak.v1.Batch\x12\x0c\n\x04\x64one\x18\x05 \x01(\x08\x12\x33\n\ncheckpoint\x18\x06 \x01(\x0b\x32\x1f.splitleak.v1.CheckpointRequest\"2\n\x11\x43heckpointRequest\x12\x0c\n\x04step\x18\x01 \x01(\x04\x12\x0f\n\x07\x62\x61tches\x18\x02 \x01(\x04\"\xc8\x01\n\x0cPartyMessage\x12\"\n\x05phase\x18\x01 \x01(\x0e\x32\x13.splitleak.v1.Phase\x12\x0c\n\x04step\x18\x02 \x01(\x04\x12(\n\nactivation\x18\x03 \x01(\x0b\x32\x14.splitleak.v1.Tensor\x12/\n\ncheckpoint\x18\x04 \x01(\x0b\x32\x1b.splitleak.v1.CheckpointAck\x12+\n\x07\x66\x61ilure\x18\x05 \x01(\x0b\x32\x1a.splitleak.v1.PartyFailure\"?\n\rCheckpointAck\x12\x0c\n\x04step\x18\x01 \x01(\x04\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x10\n\x08recorded\x18\x03 \x01(\x04\"2\n\x0cPartyFailure\x12\x11\n\tcomponent\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t*3\n\x05Phase\x12\x15\n\x11PHASE_UNSPECIFIED\x10\x00\x12\t\n\x05TRAIN\x10\x01\x12\x08\n\x04\x45VAL\x10\x02\x32\x95\x01\n\nLabelParty\x12=\n\x04Join\x12\x19.splitleak.v1.JoinRequest\x1a\x1a.splitleak.v1.TrainingPlan\x12H\n\x05Train\x12\x1a.splitleak.v1.PartyMessage\x1a\x1f.splitleak.v1.LabelPartyMessage(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!splitleak/v1/split_learning.proto\x12\x0csplitleak.v1\x1a\x19splitleak/v1/tensor.proto\"\xe7\x03\n\x0bJoinRequest\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x10\n\x08party_id\x18\x02 \x01(\r\x12\x17\n\x0f\x65mbedding_shape\x18\x03 \x03(\x03\x12\x13\n\x0b\x63onfig_hash\x18\x04 \x01(\t\x12\x10\n\x08num_rows\x18\x05 \x01(\x04\x12\x46\n\x0f\x63onfig_sections\x18\x06 \x03(\x0b\x32-.splitleak.v1.JoinRequest.ConfigSectionsEntry\x12\x42\n\rconfig_fields\x18\x07 \x03(\x0b\x32+.splitleak.v1.JoinRequest.ConfigFieldsEntry\x12@\n\x0c\x64\x61ta_digests\x18\x08 \x03(\x0b\x32*.splitleak.v1.JoinRequest.DataDigestsEntry\x1a\x35\n\x13\x43onfigSectionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x33\n\x11\x43onfigFieldsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\x10\x44\x61taDigestsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xd7\x02\n\x0cTrainingPlan\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0f\n\x07session\x18\x02 \x01(\t\x12\x0e\n\x06\x65pochs\x18\x03 \x01(\r\x12\x12\n\nbatch_size\x18\x04 \x01(\r\x12\x0c\n\x04seed\x18\x05 \x01(\x04\x12\x17\n\x0fsteps_per_epoch\x18\x06 \x01(\x04\x12\x19\n\x11total_train_steps\x18\x07 \x01(\x04\x12\x15\n\reval_interval\x18\x08 \x01(\x04\x12\x1b\n\x13num_passive_parties\x18\t \x01(\r\x12\x1d\n\x15step_deadline_seconds\x18\n \x01(\x01\x12\x0f\n\x07resumed\x18\x0b \x01(\x08\x12\x13\n\x0bresume_step\x18\x0c \x01(\x04\x12\x16\n\x0eresume_batches\x18\r \x01(\x04\x12\x15\n\rresume_sha256\x18\x0e \x01(\t\x12\x18\n\x10\x63heckpoint_every\x18\x0f \x01(\x04\"\x83\x01\n\x05\x42\x61tch\x12\"\n\x05phase\x18\x01 \x01(\x0e\x32\x13.splitleak.v1.Phase\x12\r\n\x05\x65poch\x18\x02 \x01(\r\x12\x0c\n\x04step\x18\x03 \x01(\x04\x12(\n\nsample_ids\x18\x04 \x01(\x0b\x32\x14.splitleak.v1.Tensor\x12\x0f\n\x07variant\x18\x05 \x01(\t\"\xda\x01\n\x11LabelPartyMessage\x12*\n\x0c\x63ut_gradient\x18\x01 \x01(\x0b\x32\x14.splitleak.v1.Tensor\x12\x15\n\rgradient_step\x18\x02 \x01(\x04\x12\x16\n\x0egradient_epoch\x18\x03 \x01(\r\x12\'\n\nnext_batch\x18\x04 \x01(\x0b\x32\x13.splitleak.v1.Batch\x12\x0c\n\x04\x64one\x18\x05 \x01(\x08\x12\x33\n\ncheckpoint\x18\x06 \x01(\x0b\x32\x1f.splitleak.v1.CheckpointRequest\"2\n\x11\x43heckpointRequest\x12\x0c\n\x04step\x18\x01 \x01(\x04\x12\x0f\n\x07\x62\x61tches\x18\x02 \x01(\x04\"\xc8\x01\n\x0cPartyMessage\x12\"\n\x05phase\x18\x01 \x01(\x0e\x32\x13.splitleak.v1.Phase\x12\x0c\n\x04step\x18\x02 \x01(\x04\x12(\n\nactivation\x18\x03 \x01(\x0b\x32\x14.splitleak.v1.Tensor\x12/\n\ncheckpoint\x18\x04 \x01(\x0b\x32\x1b.splitleak.v1.CheckpointAck\x12+\n\x07\x66\x61ilure\x18\x05 \x01(\x0b\x32\x1a.splitleak.v1.PartyFailure\"?\n\rCheckpointAck\x12\x0c\n\x04step\x18\x01 \x01(\x04\x12\x0e\n\x06sha256\x18\x02 \x01(\t\x12\x10\n\x08recorded\x18\x03 \x01(\x04\"2\n\x0cPartyFailure\x12\x11\n\tcomponent\x18\x01 \x01(\t\x12\x0f\n\x07message\x18\x02 \x01(\t*3\n\x05Phase\x12\x15\n\x11PHASE_UNSPECIFIED\x10\x00\x12\t\n\x05TRAIN\x10\x01\x12\x08\n\x04\x45VAL\x10\x02\x32\x95\x01\n\nLabelParty\x12=\n\x04Join\x12\x19.splitleak.v1.JoinRequest\x1a\x1a.splitleak.v1.TrainingPlan\x12H\n\x05Train\x12\x1a.splitleak.v1.PartyMessage\x1a\x1f.splitleak.v1.LabelPartyMessage(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,28 +36,32 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_JOINREQUEST_CONFIGSECTIONSENTRY']._serialized_options = b'8\001'
   _globals['_JOINREQUEST_CONFIGFIELDSENTRY']._loaded_options = None
   _globals['_JOINREQUEST_CONFIGFIELDSENTRY']._serialized_options = b'8\001'
-  _globals['_PHASE']._serialized_start=1523
-  _globals['_PHASE']._serialized_end=1574
+  _globals['_JOINREQUEST_DATADIGESTSENTRY']._loaded_options = None
+  _globals['_JOINREQUEST_DATADIGESTSENTRY']._serialized_options = b'8\001'
+  _globals['_PHASE']._serialized_start=1641
+  _globals['_PHASE']._serialized_end=1692
   _globals['_JOINREQUEST']._serialized_start=79
-  _globals['_JOINREQUEST']._serialized_end=448
-  _globals['_JOINREQUEST_CONFIGSECTIONSENTRY']._serialized_start=342
-  _globals['_JOINREQUEST_CONFIGSECTIONSENTRY']._serialized_end=395
-  _globals['_JOINREQUEST_CONFIGFIELDSENTRY']._serialized_start=397
-  _globals['_JOINREQUEST_CONFIGFIELDSENTRY']._serialized_end=448
-  _globals['_TRAININGPLAN']._serialized_start=451
-  _globals['_TRAININGPLAN']._serialized_end=794
-  _globals['_BATCH']._serialized_start=797
-  _globals['_BATCH']._serialized_end=928
-  _globals['_LABELPARTYMESSAGE']._serialized_start=931
-  _globals['_LABELPARTYMESSAGE']._serialized_end=1149
-  _globals['_CHECKPOINTREQUEST']._serialized_start=1151
-  _globals['_CHECKPOINTREQUEST']._serialized_end=1201
-  _globals['_PARTYMESSAGE']._serialized_start=1204
-  _globals['_PARTYMESSAGE']._serialized_end=1404
-  _globals['_CHECKPOINTACK']._serialized_start=1406
-  _globals['_CHECKPOINTACK']._serialized_end=1469
-  _globals['_PARTYFAILURE']._serialized_start=1471
-  _globals['_PARTYFAILURE']._serialized_end=1521
-  _globals['_LABELPARTY']._serialized_start=1577
-  _globals['_LABELPARTY']._serialized_end=1726
+  _globals['_JOINREQUEST']._serialized_end=566
+  _globals['_JOINREQUEST_CONFIGSECTIONSENTRY']._serialized_start=408
+  _globals['_JOINREQUEST_CONFIGSECTIONSENTRY']._serialized_end=461
+  _globals['_JOINREQUEST_CONFIGFIELDSENTRY']._serialized_start=463
+  _globals['_JOINREQUEST_CONFIGFIELDSENTRY']._serialized_end=514
+  _globals['_JOINREQUEST_DATADIGESTSENTRY']._serialized_start=516
+  _globals['_JOINREQUEST_DATADIGESTSENTRY']._serialized_end=566
+  _globals['_TRAININGPLAN']._serialized_start=569
+  _globals['_TRAININGPLAN']._serialized_end=912
+  _globals['_BATCH']._serialized_start=915
+  _globals['_BATCH']._serialized_end=1046
+  _globals['_LABELPARTYMESSAGE']._serialized_start=1049
+  _globals['_LABELPARTYMESSAGE']._serialized_end=1267
+  _globals['_CHECKPOINTREQUEST']._serialized_start=1269
+  _globals['_CHECKPOINTREQUEST']._serialized_end=1319
+  _globals['_PARTYMESSAGE']._serialized_start=1322
+  _globals['_PARTYMESSAGE']._serialized_end=1522
+  _globals['_CHECKPOINTACK']._serialized_start=1524
+  _globals['_CHECKPOINTACK']._serialized_end=1587
+  _globals['_PARTYFAILURE']._serialized_start=1589
+  _globals['_PARTYFAILURE']._serialized_end=1639
+  _globals['_LABELPARTY']._serialized_start=1695
+  _globals['_LABELPARTY']._serialized_end=1844
 # @@protoc_insertion_point(module_scope)

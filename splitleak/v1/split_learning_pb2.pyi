@@ -81,6 +81,26 @@ class JoinRequest(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class DataDigestsEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.str
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     PROTOCOL_VERSION_FIELD_NUMBER: _builtins.int
     PARTY_ID_FIELD_NUMBER: _builtins.int
     EMBEDDING_SHAPE_FIELD_NUMBER: _builtins.int
@@ -88,6 +108,7 @@ class JoinRequest(_message.Message):
     NUM_ROWS_FIELD_NUMBER: _builtins.int
     CONFIG_SECTIONS_FIELD_NUMBER: _builtins.int
     CONFIG_FIELDS_FIELD_NUMBER: _builtins.int
+    DATA_DIGESTS_FIELD_NUMBER: _builtins.int
     protocol_version: _builtins.int
     party_id: _builtins.int
     config_hash: _builtins.str
@@ -112,6 +133,13 @@ class JoinRequest(_message.Message):
         printable characters, hashes of at most 64 (splitleak/wire.py); more is INVALID_ARGUMENT.
         """
 
+    @_builtins.property
+    def data_digests(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]:
+        """A digest of each data file the config names, by its dataset.params.<name> key (SHA-256
+        of its size, first and last MiB: splitleak/data_files.py): the label party refuses a
+        party whose copy differs from its own. Empty: not checked (no file, or an older party).
+        """
+
     def __init__(
         self,
         *,
@@ -122,10 +150,11 @@ class JoinRequest(_message.Message):
         num_rows: _builtins.int = ...,
         config_sections: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
         config_fields: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        data_digests: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_fields", b"config_fields", "config_hash", b"config_hash", "config_sections", b"config_sections", "embedding_shape", b"embedding_shape", "num_rows", b"num_rows", "party_id", b"party_id", "protocol_version", b"protocol_version"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["config_fields", b"config_fields", "config_hash", b"config_hash", "config_sections", b"config_sections", "data_digests", b"data_digests", "embedding_shape", b"embedding_shape", "num_rows", b"num_rows", "party_id", b"party_id", "protocol_version", b"protocol_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
