@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from attacker.analysis.inputs import AnalysisInputError, partial_run, read_records
+from attacker.analysis.staging import Outputs
 from attacker.analysis.summary import marvell_bounds
 from attacker.attacks.integrity.base import variant_passes
 from attacker.report import report
@@ -176,7 +177,8 @@ def test_the_training_plot_draws_the_records_arrays(logged: tuple[RunDir, list[d
     run, records = logged
     drawn: list[tuple[Any, ...]] = []
     monkeypatch.setattr(plots, "training_curves", lambda *args, path: drawn.append(args))
-    report._draw_plots(run, run.report, {"leak": []}, report._Inputs.read(run), [], [])
+    with Outputs(run) as out:
+        report._draw_plots(run, out, {"leak": []}, report._Inputs.read(run), [], [])
     (steps, loss, evals), = drawn
     old_steps, old_loss = old_training_arrays(records)
     assert np.array_equal(steps, old_steps) and np.array_equal(loss, old_loss, equal_nan=True)

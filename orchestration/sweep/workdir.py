@@ -3,27 +3,23 @@ files, is refused once, up front, before any point runs (data_paths.json records
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from pathlib import Path
 
 from orchestration.sweep.points import Point
 from splitleak.artifacts.paths import RunDir, SweepDir
+from splitleak.artifacts.sweep import DataPaths, read_data_paths, write_data_paths
 from splitleak.cli_common import BadInput
 from splitleak.data_files import data_paths
-from splitleak.fileio import write_atomically
 
 
 def check_working_directory(sweep_dir: Path, points: Sequence[Point]) -> None:
     """BadInput (exit 2) naming the folder to run from when a point's data paths now resolve
     to other files than where the sweep ran before; else record where they resolve now."""
     record = SweepDir(sweep_dir).data_paths
-    try:
-        before = json.loads(record.read_text())
-        ran_from, known = str(before["working_directory"]), dict(before["points"])
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        ran_from, known = None, {}  # a sweep of an earlier version, or none yet
+    before = read_data_paths(sweep_dir)  # None: a sweep of an earlier version, or none yet
+    ran_from, known = (before.working_directory, before.points) if before else (None, {})
     here = os.getcwd()
     now = {p.hash: {key: str(path) for key, path in data_paths(p.config).items()} for p in points}
     moved = [(p, key, then, now[p.hash].get(key)) for p in points
@@ -41,9 +37,7 @@ def check_working_directory(sweep_dir: Path, points: Sequence[Point]) -> None:
             f"differ). Run the sweep from {ran_from or 'the folder it was started in'}, or give "
             "the data file's absolute path in the experiment file (its points are then new "
             f"ones){moved_on_purpose}; nothing was run")
-    known |= now
-    write_atomically(record, lambda tmp: tmp.write_text(json.dumps(
-        {"working_directory": here, "points": known}, indent=1, sort_keys=True) + "\n"))
+    write_data_paths(sweep_dir, DataPaths(working_directory=here, points=known | now))
 
 
 def _trained_on(point: Point) -> dict[str, str]:

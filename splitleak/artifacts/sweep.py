@@ -118,3 +118,24 @@ def read_result(run_dir: Path) -> PointResult | None:
         return TypeAdapter(PointResult).validate_json(RunDir(run_dir).point_result.read_bytes())
     except (OSError, ValidationError):
         return None
+
+
+class DataPaths(BaseModel):
+    """data_paths.json: the working directory a sweep last ran from and, per point hash, the
+    absolute data file each of its config's data paths named there."""
+
+    working_directory: str
+    points: dict[str, dict[str, str]]
+
+
+def read_data_paths(sweep_dir: Path) -> DataPaths | None:
+    """None: no record (a sweep of an earlier version, or none yet) or one that cannot be read."""
+    try:
+        return DataPaths.model_validate_json(SweepDir(sweep_dir).data_paths.read_bytes())
+    except (OSError, ValidationError):
+        return None
+
+
+def write_data_paths(sweep_dir: Path, record: DataPaths) -> None:
+    text = json.dumps(record.model_dump(), indent=1, sort_keys=True) + "\n"
+    write_atomically(SweepDir(sweep_dir).data_paths, lambda tmp: tmp.write_text(text))
