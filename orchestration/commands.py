@@ -119,11 +119,12 @@ def train_one(cfg: ExperimentConfig, args: argparse.Namespace, console: Console,
         from label_party.objectives import ObjectiveError
         from label_party.trainer import NonFiniteStep
         from orchestration.reference import train_in_process
+        from passive_party.protections.base import ProtectionFailed
 
         try:
             return train_in_process(cfg, run)
-        except NonFiniteStep as err:  # the run diverged: a failed run, said in one sentence
-            console.print(f"[bold red]run failed:[/] {err}")
+        except (NonFiniteStep, ProtectionFailed) as err:  # the run (or a party's protection)
+            console.print(f"[bold red]run failed:[/] {err}")  # diverged: said in one sentence
             raise SystemExit(EXIT_FAILED) from None
         except ObjectiveError as err:  # an installed objective that broke: as a distributed run
             console.print(f"[bold red]run failed:[/] {err}")

@@ -17,6 +17,7 @@ import torch
 from passive_party.bottom_trainer import BottomTrainer
 from passive_party.integrity import party_integrity
 from passive_party.protection import protect_party, write_figures
+from passive_party.protections.base import ProtectionFailed
 from splitleak.addresses import AddressError, resolve
 from splitleak.artifacts.manifest import DataFile
 from splitleak.artifacts.paths import RunDir, checkpoint_party_file
@@ -126,7 +127,7 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
         mark_startup("ready")
         try:  # before joining: once, seeded
             write_figures(run, party_id, protect_party(cfg, bottom))
-        except ConfigError as err:
+        except (ConfigError, ProtectionFailed) as err:
             raise PartyError(str(err)) from None
     if cafe_victim(cfg, party_id):  # CAFE's threat model: the attacker sees its gradients
         bottom.snapshots = SnapshotWriter(run.bottom_white_box(party_id), cfg.threat)

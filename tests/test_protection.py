@@ -19,9 +19,10 @@ from passive_party.protections.antigan import (
     spread,
     window_variances,
 )
+from passive_party.protections.base import ProtectionFailed
 from splitleak.config import ConfigError, parse_config
 from splitleak.validation import validate
-from tests.conftest import small_config
+from tests.conftest import small_config, write_config
 
 FAST = {"steps": 30, "pretrain_epochs": 1, "batch_size": 32}  # a few seconds, not a real GAN
 
@@ -92,8 +93,37 @@ def test_a_diverged_generator_is_named_not_sent_on() -> None:
     party's refusal of NaN activations, naming neither Anti-GAN nor its lr."""
     images = torch.rand(64, 1, 8, 8)
     protection = build_protection("antigan", {**FAST, "steps": 2, "lr": 1e30})
-    with pytest.raises(ValueError, match=r"antigan diverged: .* after 2 steps at lr = 1e\+30"):
+    with pytest.raises(ProtectionFailed, match=r"antigan diverged: .* after 2 steps at lr = 1e\+30"):
         protection(images, first_conv_block(_block()), seed=7)
+
+
+DIVERGING = {**FAST, "steps": 2, "lr": 1e30, "pretrain_epochs": 0}
+
+
+def test_a_party_whose_protection_diverged_stops_saying_so(tmp_path: Path) -> None:
+    """The party failed with a traceback (ValueError escaping run_party) before it joined."""
+    import asyncio
+
+    from passive_party.client import PartyError, run_party
+    from splitleak.artifacts.paths import RunDir
+
+    cfg = parse_config(_protected(tmp_path, params=DIVERGING))
+    run = RunDir(tmp_path / "run")
+    run.root.mkdir()
+    with pytest.raises(PartyError, match="antigan diverged"):
+        asyncio.run(run_party(cfg, 1, "127.0.0.1:1", run))
+
+
+def test_an_in_process_run_whose_protection_diverged_fails_in_one_sentence(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    from orchestration.cli import main
+    from tests.test_cli_refusals import exit_code_and_text
+
+    config = write_config(tmp_path, _protected(tmp_path, params=DIVERGING))
+    code, text = exit_code_and_text(main, ["run", str(config), "--in-process", "--no-progress"],
+                                    capsys)
+    assert code == 1 and "Traceback" not in text, text
+    assert "antigan diverged" in " ".join(text.split()), text
 
 
 def test_the_registry_names_what_is_allowed() -> None:

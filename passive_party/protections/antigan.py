@@ -12,7 +12,13 @@ from pydantic import Field
 from torch import nn
 from torch.nn import functional as F
 
-from passive_party.protections.base import PROTECTIONS, Protected, Protection, ProtectionParams
+from passive_party.protections.base import (
+    PROTECTIONS,
+    Protected,
+    Protection,
+    ProtectionFailed,
+    ProtectionParams,
+)
 from splitleak.seeding import derive_seed, generator
 from splitleak.settings import MAX_BATCH, MAX_WIDTH
 
@@ -188,7 +194,7 @@ class AntiGan(Protection):
             z = torch.randn(images.shape[0], p.latent_dim, generator=generator(seed, "antigan", "mix"))
             generated = g(z.to(images.device))
         if not bool(torch.isfinite(generated).all()):
-            raise ValueError(f"antigan diverged: its generator gives NaN or infinite pixels after "
+            raise ProtectionFailed(f"antigan diverged: its generator gives NaN or infinite pixels after "
                              f"{p.steps} steps at lr = {p.lr:g} (a smaller protection.params.lr "
                              "may fit), so it has no protected images to train on")
         mixed = mix(images, generated, p.mix)

@@ -14,6 +14,11 @@ from splitleak.registry import Registry
 from splitleak.settings import Settings
 
 
+class ProtectionFailed(Exception):
+    """A protection that could not protect the party's images (e.g. its training diverged): the
+    party stops, saying this sentence, before it joins."""
+
+
 class ProtectionParams(Settings):
     """Base of every protection's parameter model (the config's `[protection] params`)."""
 
