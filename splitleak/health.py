@@ -21,7 +21,9 @@ SERVERS = (tls.LABEL_PARTY, tls.ATTACKER)
 async def check(address: str, service: str = "", timeout: float = 5.0,
                 tls_dir: Path | None = None, identity: str = "attacker") -> str:
     """The serving status name of `service` at `address` (raises grpc.aio.AioRpcError)."""
-    names: tuple[str | None, ...] = SERVERS if tls_dir is not None else (None,)
+    own_first = sorted(SERVERS, key=lambda role: role != identity)  # a host probes its own
+    # role first: a failed try is an ERROR line in the server's log (a healthcheck every 5 s)
+    names: tuple[str | None, ...] = tuple(own_first) if tls_dir is not None else (None,)
     for name in names:
         try:
             async with create_channel(address, TopologyConfig(), tls_dir, identity,

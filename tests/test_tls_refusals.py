@@ -12,6 +12,7 @@ import sys
 import time
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -378,3 +379,29 @@ def test_a_health_probe_of_the_hosts_own_address_passes(certs: Path, role: str) 
             await server.stop(0)  # type: ignore[attr-defined]
 
     assert asyncio.run(go()) == "SERVING"
+
+
+def test_a_health_probe_tries_its_own_role_first(certs: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sidecar's healthcheck (identity attacker, every 5 s) dialled it as `label-party` first:
+    each probe left gRPC's 'No match found for server name' ERROR line in the sidecar's log."""
+    from splitleak import health
+
+    tried: list[str | None] = []
+    real = health.create_channel
+
+    def recording(*args: Any, server_identity: str | None = None, **kwargs: Any) -> Any:
+        tried.append(server_identity)
+        return real(*args, server_identity=server_identity, **kwargs)
+
+    monkeypatch.setattr(health, "create_channel", recording)
+
+    async def go() -> str:
+        server, address = await _serving(certs, tls.ATTACKER)
+        try:
+            return await health.check(address, timeout=scaled(5), tls_dir=certs,
+                                      identity=tls.ATTACKER)
+        finally:
+            await server.stop(0)  # type: ignore[attr-defined]
+
+    assert asyncio.run(go()) == "SERVING"
+    assert tried == [tls.ATTACKER], tried
