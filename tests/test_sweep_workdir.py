@@ -83,5 +83,30 @@ def test_a_sweep_without_a_record_is_refused_by_its_checkpoints(
     assert "was run from another folder" in text and str(base / "A" / "spam.data") in text, text
     assert f"names {base / 'B' / 'spam.data'}" in text and "1 of 1 points differ" in text, text
     assert not (base / "sweep").exists()
+    # the way out it names, where the data itself moved: that point's run directory
+    assert f"if the data itself moved, remove the run directories of the unfinished points " \
+        f"whose checkpoints name the old files ({run.root})" in text, text
     monkeypatch.chdir(base / "A")
     check_working_directory(base / "sweep", [point])
+
+
+def test_the_way_out_it_names_for_moved_data_lets_the_sweep_go_on(
+        started_in_a, monkeypatch: pytest.MonkeyPatch,  # noqa: F811 - the fixture
+        capsys: pytest.CaptureFixture) -> None:
+    """It said 'remove data_paths.json', after which the unfinished point's checkpoint refused
+    the sweep again, without a way out: it now names that point's run directory too."""
+    import shutil
+
+    cfg, run, base = started_in_a
+    point = Point(0, "v", (), (), cfg, run.root)
+    check_working_directory(base / "sweep", [point])  # recorded from A
+    monkeypatch.chdir(base / "B")
+    with pytest.raises(BadInput):
+        check_working_directory(base / "sweep", [point])
+    text = " ".join(capsys.readouterr().err.split())
+    record = SweepDir(base / "sweep").data_paths
+    assert f"remove {record} and the run directories of the unfinished points whose " \
+        f"checkpoints name the old files ({run.root})" in text, text
+    record.unlink()
+    shutil.rmtree(run.root)
+    check_working_directory(base / "sweep", [point])  # goes on, on B's data

@@ -28,8 +28,12 @@ def check_working_directory(sweep_dir: Path, points: Sequence[Point]) -> None:
     if moved:
         _, key, then, path = moved[0]
         where = ran_from or "another folder"
-        moved_on_purpose = (f", or remove {record} if the data itself moved (its finished "
-                            "points are kept)" if ran_from else "")
+        stale = [str(p.run_dir) for p in points if _trained_on(p)]  # checkpoints of old data
+        remove = ([str(record)] if ran_from else []) + (
+            [f"the run directories of the unfinished points whose checkpoints name the old "
+             f"files ({', '.join(stale)})"] if stale else [])
+        moved_on_purpose = (f", or, if the data itself moved, remove {' and '.join(remove)} "
+                            "(the finished points are kept)" if remove else "")
         raise BadInput(
             f"sweep {sweep_dir} was run from {where}, where its points' {key} named {then}; "
             f"run from {here} it names {path or 'no file'} (a relative path is read from the "
