@@ -203,3 +203,23 @@ def test_hint_counts_that_leave_no_pair_to_score_are_warned_of_only_where_hint_a
     digits = hint_warnings(dataset={"name": "digits"}, features={"passive": [[0, 4], [4, 8]]},
                            training={"batch_size": 2})
     assert digits == []
+
+
+def test_the_analysis_warns_of_hint_counts_for_the_attacks_it_runs(tmp_path: Path) -> None:
+    """`attacker analyze --attacks norm` was warned of the config's hints, though no hint attack
+    ran, and `--attacks hint_distance:k=63` on batches of 64 skipped every batch without a word:
+    the warnings looked at the config's attacker.attacks, not at what the analysis ran."""
+    from attacker.analysis.inputs import config_warnings
+
+    config = small_config(tmp_path, training={"batch_size": 64},
+                          threat={"parties": {"1": {"hints": [63]}}})
+
+    def hint_warnings(*args: Any) -> list[str]:
+        return [w for w in config_warnings(config, 2, *args) if "known positives" in w]
+
+    assert len(hint_warnings()) == 1  # the defaults run the hint attacks with the party's hints
+    assert hint_warnings([("norm", {})], None, "--attacks") == []
+    named = hint_warnings([("hint_distance", {"k": 63})], None, "--attacks")
+    assert len(named) == 1 and named[0].startswith("--attacks[0] (hint_distance(k=63)): 63 known")
+    given = hint_warnings([("hint_distance", {})], [1, 63], "--attacks")
+    assert len(given) == 1 and given[0].startswith("--hints: [63] known positives"), given

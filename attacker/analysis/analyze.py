@@ -164,7 +164,9 @@ class Analysis:
         self.num_classes = max(int(self.labels.max()) + 1 if self.labels.size else 2, 2)
         self.configured = configured_attacks(config)
         self.specs = attacks if attacks is not None else self.configured
-        self.warnings: list[str] = config_warnings(config, self.num_classes)  # as validate
+        field = "attacker.attacks" if attacks is None else "--attacks"
+        self.warnings: list[str] = config_warnings(config, self.num_classes, attacks, self.hints,
+                                                   field)  # as validate, for what runs
         self.warnings += edited_config(run)  # a config.toml changed since the run
         if self.specs is not None:  # a named list is what runs: say what the threat model adds
             left_out = self.threat.left_out([name for name, _ in self.specs],

@@ -76,9 +76,13 @@ def read_run_outcome(run: RunDir) -> dict[str, Any]:
         raise AnalysisInputError(str(err)) from None
 
 
-def config_warnings(config: dict[str, Any], num_classes: int) -> list[str]:
+def config_warnings(config: dict[str, Any], num_classes: int,
+                    specs: list[tuple[str, dict]] | None = None, hints: list[int] | None = None,
+                    field: str = "attacker.attacks") -> list[str]:
     """What is allowed in the run's config but probably a mistake (the warnings `splitleak
-    validate` and the parties log), for the report: e.g. parties sharing columns."""
+    validate` and the parties log), for the report: e.g. parties sharing columns; the hint
+    warnings for the attacks that run (`specs`, named in `field`; None: the config's) with
+    `hints` (--hints; None: the threat model's)."""
     from attacker.attacks.checks import capped_hints, unscorable_hints
     from splitleak.config import ConfigError, parse_config
     from splitleak.validation import ignored_warnings, overlap_warnings
@@ -87,8 +91,9 @@ def config_warnings(config: dict[str, Any], num_classes: int) -> list[str]:
         cfg = parse_config(config, "the run's config")
     except ConfigError:
         return []
-    return (overlap_warnings(cfg) + ignored_warnings(cfg) + unscorable_hints(cfg, num_classes)
-            + capped_hints(cfg))
+    return (overlap_warnings(cfg) + ignored_warnings(cfg)
+            + unscorable_hints(cfg, num_classes, specs, hints, field)
+            + capped_hints(cfg, specs, field))
 
 
 def configured_attacks(config: dict[str, Any]) -> list[tuple[str, dict]] | None:

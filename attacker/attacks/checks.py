@@ -82,49 +82,62 @@ def needed_artifacts(cfg: ExperimentConfig, num_classes: int) -> frozenset[Artif
     return frozenset()
 
 
-def unscorable_hints(cfg: ExperimentConfig, num_classes: int) -> list[str]:
+Specs = list[tuple[str, dict[str, Any]]]  # attacks by name and parameters, as they run
+
+
+def _named(cfg: ExperimentConfig, specs: Specs | None) -> Specs:
+    """The attacks named for the analysis: `specs` (e.g. --attacks), else attacker.attacks."""
+    return [(spec.name, spec.params) for spec in cfg.attacker.attacks] if specs is None else specs
+
+
+def unscorable_hints(cfg: ExperimentConfig, num_classes: int, specs: Specs | None = None,
+                     hints: list[int] | None = None, field: str = "attacker.attacks") -> list[str]:
     """Hint counts k that leave a full batch at most one row once its k known positives are
     left out (k ≥ batch_size − 1), where no batch keeps a positive and a negative to score: the
     hint attacks with that k skip every batch. Only where the analysis runs hint attacks (a
-    binary run's defaults, or named in attacker.attacks); a k named there wins over the
-    threat model's hints."""
+    binary run's defaults, or named in `specs` / attacker.attacks, which `field` names); a k
+    named there wins over the threat model's hints (or `hints`, --hints, where given)."""
     batch = cfg.training.batch_size
-    named = [(i, build_attack(spec.name, spec.params)) for i, spec in enumerate(cfg.attacker.attacks)
-             if spec.name in HINT_ATTACKS]
-    if cfg.attacker.attacks:
-        uses_party_hints = any("k" not in cfg.attacker.attacks[i].params for i, _ in named)
+    attacks = _named(cfg, specs)
+    named = [(i, name, params) for i, (name, params) in enumerate(attacks) if name in HINT_ATTACKS]
+    if attacks:
+        uses_party_hints = any("k" not in params for _, _, params in named)
     else:
         uses_party_hints = num_classes == 2
     warnings = []
     why = (f"per batch of {batch} rows (training.batch_size) leave at most one row to infer, "
            "never a positive and a negative: the hint attacks with")
     if uses_party_hints:
-        for party, threat in sorted(cfg.threat.parties.items()):
-            over = [k for k in threat.hints if k >= batch - 1]
+        given = [("--hints", hints)] if hints is not None else [
+            (f"threat.parties.{party}.hints", threat.hints)
+            for party, threat in sorted(cfg.threat.parties.items())]
+        for where, ks in given:
+            over = [k for k in ks if k >= batch - 1]
             if over:
-                warnings.append(f"threat.parties.{party}.hints: {over} known positives {why} "
+                warnings.append(f"{where}: {over} known positives {why} "
                                 f"{'these' if len(over) > 1 else 'this'} k will skip every batch")
-    for i, attack in named:
-        k = cfg.attacker.attacks[i].params.get("k")
+    for i, name, params in named:
+        k = params.get("k")
         if k is not None and k >= batch - 1:
-            warnings.append(f"attacker.attacks[{i}] ({attack.label}): {k} known positives {why} "
-                            "this k will skip every batch")
+            warnings.append(f"{field}[{i}] ({build_attack(name, params).label}): {k} known "
+                            f"positives {why} this k will skip every batch")
     return warnings
 
 
-def capped_hints(cfg: ExperimentConfig) -> list[str]:
+def capped_hints(cfg: ExperimentConfig, specs: Specs | None = None,
+                 field: str = "attacker.attacks") -> list[str]:
     """Hint centers asking for more labels per class than a batch reveals (reveal_cap), so that
-    the centers come from fewer."""
+    the centers come from fewer (`specs` / `field` as for unscorable_hints)."""
     batch = cfg.training.batch_size
     warnings = []
-    for i, spec in enumerate(cfg.attacker.attacks):
-        attack = build_attack(spec.name, spec.params)
+    for i, (name, params) in enumerate(_named(cfg, specs)):
+        attack = build_attack(name, params)
         if not isinstance(attack, CenterAttack) or attack.params.centers != "hint":
             continue
         hints = attack.params.hints
         if 2 * hints > reveal_cap(batch):
             warnings.append(
-                f"attacker.attacks[{i}] ({attack.label}): {hints} known labels of each class need "
+                f"{field}[{i}] ({attack.label}): {hints} known labels of each class need "
                 f"{2 * hints} rows, but a batch of {batch} rows (training.batch_size) reveals at "
                 f"most {reveal_cap(batch)} (half of it, leaving the rest to measure): its class "
                 "centers come from those")
