@@ -26,11 +26,20 @@ def data_paths(cfg: ExperimentConfig) -> dict[str, Path]:
     found: dict[str, Path] = {}
     for key, value in _path_params(cfg).items():
         path = Path(os.path.abspath(Path(value).expanduser()))
-        if path.is_dir():
-            found |= {f"{key}/{f.name}": f for f in sorted(path.iterdir()) if f.is_file()}
+        if path.is_dir():  # the files the loader reads there (a readme or stray file is none)
+            read = _folder_files(cfg)
+            found |= {f"{key}/{f.name}": f for f in sorted(path.iterdir())
+                      if f.is_file() and (read is None or f.name in read)}
         else:
             found[key] = path
     return found
+
+
+def _folder_files(cfg: ExperimentConfig) -> tuple[str, ...] | None:
+    try:
+        return DATASETS.get(cfg.dataset.name).FOLDER_FILES
+    except UnknownPluginError:
+        return None
 
 
 def _path_params(cfg: ExperimentConfig) -> dict[str, str]:
@@ -82,8 +91,11 @@ def data_digests(cfg: ExperimentConfig) -> dict[str, str]:
 def data_changes(trained: dict[str, DataFile], cfg: ExperimentConfig) -> list[str]:
     """How the data `cfg` names now differs from the files a run was trained on."""
     now = data_paths(cfg)
+    read = _folder_files(cfg)
     changes = []
     for key, then in sorted(trained.items()):
+        if read is not None and "/" in key and key.split("/", 1)[1] not in read:
+            continue  # a folder's file the loader does not read (recorded by an earlier version)
         path = now.get(key)
         if path is None or str(path) != then.path:
             changes.append(f"{key} now names {path or 'no file'}, not {then.path}")

@@ -125,3 +125,28 @@ def test_cifar10_examples_train_and_analyse_on_a_file_in_the_binary_layout(tmp_p
     entry = next(e for e in summary["leak"] if e["layer"] == "bottom")
     assert entry["threat"].startswith("curious, malicious optimizer")
     assert entry["completion"]["labelled"] == 40 and entry["completion"]["test"]["rows"] > 0
+
+
+def test_a_folders_files_the_loader_does_not_read_are_not_the_runs_data(tmp_path: Path) -> None:
+    """A readme or stray file in the CIFAR folder was recorded as the run's data: a party whose
+    copy of it differed was refused at join, and touching it refused a resume."""
+    from splitleak.artifacts.manifest import DataFile
+    from splitleak.data_files import data_changes, data_digests, data_files, data_paths
+    from tests.conftest import small_config
+
+    folder = tmp_path / "cifar"
+    folder.mkdir()
+    write_cifar10(folder, 40, 10)
+    (folder / "readme.html").write_text("the archive's readme")
+    cfg = parse_config(small_config(tmp_path, dataset={"name": "cifar10",
+                                                       "params": {"path": str(folder)}}))
+    key = "dataset.params.path"
+    read = {f"{key}/data_batch_1.bin", f"{key}/test_batch.bin"}
+    assert set(data_paths(cfg)) == set(data_files(cfg)) == set(data_digests(cfg)) == read
+    # a checkpoint of an earlier version that recorded the readme still resumes
+    recorded = data_files(cfg) | {f"{key}/readme.html": DataFile(
+        path=str(folder / "readme.html"), size=1, mtime_ns=1)}
+    assert data_changes(recorded, cfg) == []
+    (folder / "test_batch.bin").write_bytes(b"")
+    assert data_changes(recorded, cfg) == [f"{folder / 'test_batch.bin'} holds 0 bytes, not "
+                                           f"{recorded[f'{key}/test_batch.bin'].size}"]

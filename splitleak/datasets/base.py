@@ -79,6 +79,9 @@ class Dataset(ABC):
     """
 
     Params: ClassVar[type[DatasetParams]] = DatasetParams
+    # The files a folder named by a data path is read for (None: every file in it): what a
+    # checkpoint records and what a party's copy is compared by (splitleak.data_files).
+    FOLDER_FILES: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, params: DatasetParams) -> None:
         self.params = params

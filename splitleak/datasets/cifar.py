@@ -45,6 +45,7 @@ class Cifar10(Dataset):
     params: CifarParams
     KIND = "CIFAR-10 binary version"
     FILES = (*(f"data_batch_{i}.bin" for i in range(1, 6)), "test_batch.bin")
+    FOLDER_FILES = FILES
     LABELS: ClassVar[tuple[tuple[str, int], ...]] = (("label", 10),)  # (name, classes) per byte
 
     def _files(self) -> tuple[Path, ...]:
@@ -90,6 +91,7 @@ class Cifar100(Cifar10):
     params: Cifar100Params
     KIND = "CIFAR-100 binary version"
     FILES = ("train.bin", "test.bin")
+    FOLDER_FILES = FILES
     LABELS = (("coarse label", 20), ("fine label", 100))
 
     def _label(self) -> int:
