@@ -192,6 +192,20 @@ def test_the_console_table_fits_80_columns() -> None:
                                 "400", "16"] for line in lines)
 
 
+@pytest.mark.parametrize("metric", ["ssim", "r2"])
+def test_the_console_table_explains_ssim_only_where_it_shows_it(metric: str) -> None:
+    """A table of tabular reconstructions only was captioned with SSIM's definition."""
+    from attacker.attacks.reconstruction.report import reconstruction_table
+
+    figures = {"metric": metric, "ssim": 0.5, "mse": 0.2, "value": 0.5, "r2": {}, "accuracy": {},
+               "rows": 512, "prior": {"ssim": 0.1, "mse": 0.7, "value": 0.0}}
+    summary = {"leak": [{"scope": "run", "layer": "input", "party_id": 1, "attack": "inversion",
+                         "metric": metric, "reconstruction": figures}]}
+    table = reconstruction_table(summary)
+    assert table is not None and "prior: every row rebuilt" in str(table.caption)
+    assert ("SSIM: class-conditional" in str(table.caption)) == (metric == "ssim")
+
+
 def test_mse_on_range_scaled_features_by_hand() -> None:
     """VFLAIR's feature-reconstruction AP reads the MSE of features scaled to [0, 1]: an image's
     on its [0, 1] pixels (the reconstruction clipped to them, as its SSIM), a table's per column

@@ -90,10 +90,12 @@ def reconstruction_table(summary: dict[str, Any]) -> Table | None:
     rows = _rows(summary)
     if not rows:
         return None
+    images = _images(summary)  # else tabular victims only: no SSIM to explain
     table = Table(title="feature reconstruction by the label party (received activations)",
                   box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True,
-                  caption="SSIM: class-conditional, on [0, 1] pixels (data range 1); prior: every "
-                          "row rebuilt as the mean of the attacker's auxiliary (aux.) rows")
+                  caption=("SSIM: class-conditional, on [0, 1] pixels (data range 1); " if images
+                           else "") + "prior: every row rebuilt as the mean of the attacker's "
+                                      "auxiliary (aux.) rows")
     for i, column in enumerate(_header(summary)):
         if i == DIAGNOSTIC:
             continue
