@@ -287,6 +287,14 @@ def test_kdk_soft_labels_arazzi_rule() -> None:
     assert KDkParams().soft_labels == "true_class"
 
 
+def test_kdk_k_above_the_class_count_names_the_range_the_field_allows(tmp_path: Path) -> None:
+    cfg = config(tmp_path, top="mlp", label_party=True, objective={"name": "kdk", "k": 4})
+    with pytest.raises(ConfigError, match=r"objective\.k = 4 exceeds the 3 classes .*allowed: 2\.\.3$"):
+        check_chain(cfg, 3)
+    with pytest.raises(ValidationError, match="greater than or equal to 2"):
+        KDkParams.model_validate({"k": 1})  # so 1..K, as the message said, was never allowed
+
+
 def test_kdk_needs_the_label_partys_features(tmp_path: Path) -> None:
     cfg = config(tmp_path, top="mlp", objective={"name": "kdk"})
     with pytest.raises(ConfigError, match=r"features\.label_party"):
