@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from splitleak.artifacts.metrics import read_metrics
-from splitleak.artifacts.outcome import Outcome, read_outcome_model, read_outcome_model_or_refuse
+from splitleak.artifacts.outcome import Outcome, OutcomeError, read_outcome_model_or_refuse
 from splitleak.artifacts.paths import CompareDir, RunDir, SweepDir, is_run_dir, is_sweep_dir
 from splitleak.artifacts.run_config import edited_config
 from splitleak.artifacts.summary import LeakSummary, read_leak_summary
@@ -130,7 +130,7 @@ class Sweep:
 
         rows = []
         for row in read_index_rows(self.root):
-            outcome = read_outcome_model(self.dir.point(row.run_dir))
+            outcome = _point_outcome(self.dir.point(row.run_dir))
             rows.append({"point": row.point, "label": row.label, "setting": row.setting,
                          "variant": row.variant, **(row.axes_dict() or {}), "seed": row.seed,
                          "status": row.status, "seconds": row.seconds, "message": row.message,
@@ -150,6 +150,16 @@ class Sweep:
         """The points' runs in point order (`status`: only those with it; None: every point)."""
         return [Run(self.dir.point(row.run_dir)) for row in read_index_rows(self.root)
                 if status is None or row.status == status]
+
+
+def _point_outcome(run: RunDir) -> Outcome | None:
+    """A point's outcome; None, with a UserWarning naming the file, when it is unreadable (one
+    damaged point does not hide the others, nor passes for one still running unsaid)."""
+    try:
+        return read_outcome_model_or_refuse(run)
+    except OutcomeError as err:
+        warnings.warn(f"{err}; its outcome is left empty in Sweep.points", stacklevel=4)
+        return None
 
 
 def open_run(path: str | Path) -> Run:

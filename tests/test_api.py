@@ -107,3 +107,21 @@ def test_a_missing_or_damaged_table_is_named_with_what_writes_it(tmp_path: Path)
     table.write_text("setting,attack\n")
     with pytest.raises(ValueError, match=rf"{re.escape(str(table))} is not a readable comparison"):
         _ = open_sweep(sweep.root).comparison
+
+
+def test_a_points_damaged_outcome_is_named_not_read_as_still_running(tmp_path: Path) -> None:
+    from splitleak.artifacts.paths import SweepDir
+    from splitleak.artifacts.sweep import SCHEMA, write_index_rows
+
+    sweep = SweepDir(tmp_path / "sweep")
+    point = sweep.point("p0")
+    point.outcome.parent.mkdir(parents=True)
+    point.outcome.write_text("{")
+    row = dict.fromkeys(SCHEMA.names) | {"point": 0, "hash": "p0", "label": "none",
+                                         "setting": "none", "variant": "none", "seed": 0,
+                                         "status": "done", "run_dir": "p0"}
+    write_index_rows(sweep.root, [row])
+    with pytest.warns(UserWarning, match=rf"{re.escape(str(point.outcome))} is not a readable "
+                                         r"outcome.*left empty in Sweep.points"):
+        points = open_sweep(sweep.root).points
+    assert list(points["status"]) == ["done"] and list(points["outcome"]) == [None]
