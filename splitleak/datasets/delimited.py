@@ -115,8 +115,9 @@ def read_header(file: Path, kind: str, delimiter: str) -> tuple[str, ...]:
 
 def starts_with_header(file: Path, delimiter: str, first_name: str) -> bool:
     """Whether the first line that is not blank names the columns (public copies of some sets
-    add a header row the original lacks), told by its first field being `first_name`."""
-    return first_line(file).split(delimiter)[0].strip().strip('"') == first_name
+    add a header row the original lacks), told by its first field being `first_name` in any
+    case (`Age`, `LABEL`: the header's check then says what it must name)."""
+    return first_line(file).split(delimiter)[0].strip().strip('"').lower() == first_name.lower()
 
 
 class DelimitedFile:
