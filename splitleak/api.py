@@ -16,10 +16,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from splitleak.artifacts.metrics import read_metrics
-from splitleak.artifacts.outcome import Outcome, read_outcome_model, read_outcome_model_or_refuse
+from splitleak.artifacts.outcome import Outcome, OutcomeError, read_outcome_model_or_refuse
 from splitleak.artifacts.paths import CompareDir, RunDir, SweepDir, is_run_dir, is_sweep_dir
 from splitleak.artifacts.run_config import edited_config
 from splitleak.artifacts.summary import LeakSummary, read_leak_summary
@@ -29,6 +30,22 @@ from splitleak.config import ExperimentConfig, load_config
 
 if TYPE_CHECKING:
     import pandas as pd
+
+
+class TableError(ValueError):
+    """A table of a run or sweep directory that is missing or unreadable; the message names the
+    file and what writes it."""
+
+
+def read_table(path: Path, what: str, writer: str) -> pd.DataFrame:
+    """The parquet table at `path` as a DataFrame; TableError naming the file, `what` it is and
+    the `writer` that makes it, when it is missing or not a parquet table."""
+    try:
+        return pq.read_table(path).to_pandas()
+    except FileNotFoundError:
+        raise TableError(f"{path} does not exist: no {what} yet ({writer})") from None
+    except (OSError, pa.ArrowInvalid) as err:
+        raise TableError(f"{path} is not a readable {what} ({err}); {writer} again") from None
 
 
 @dataclass(frozen=True)
@@ -71,8 +88,10 @@ class Run:
 
     @cached_property
     def leaks(self) -> pd.DataFrame:
-        """The per-batch leak rows (one per party, layer, attack, step and draw)."""
-        return pq.read_table(self.dir.leak).to_pandas()
+        """The per-batch leak rows (one per party, layer, attack, step and draw); TableError
+        naming the file when the run was not analysed or its table is unreadable."""
+        return read_table(self.dir.leak, "leak table",
+                          f"`attacker analyze {self.root}` writes it")
 
     @cached_property
     def timing(self) -> pd.DataFrame:
@@ -111,7 +130,7 @@ class Sweep:
 
         rows = []
         for row in read_index_rows(self.root):
-            outcome = read_outcome_model(self.dir.point(row.run_dir))
+            outcome = _point_outcome(self.dir.point(row.run_dir))
             rows.append({"point": row.point, "label": row.label, "setting": row.setting,
                          "variant": row.variant, **(row.axes_dict() or {}), "seed": row.seed,
                          "status": row.status, "seconds": row.seconds, "message": row.message,
@@ -121,13 +140,26 @@ class Sweep:
 
     @cached_property
     def comparison(self) -> pd.DataFrame:
-        """`splitleak compare`'s table (one row per setting and attack), as it wrote it."""
-        return pq.read_table(CompareDir(self.dir.compare).table_parquet).to_pandas()
+        """`splitleak compare`'s table (one row per setting and attack), as it wrote it;
+        TableError naming the file when the sweep was not compared or its table is unreadable."""
+        return read_table(CompareDir(self.dir.compare).table_parquet, "comparison table",
+                          f"`splitleak compare {self.root}` writes it; a sweep runs it once "
+                          "every point is done")
 
     def runs(self, status: str | None = "done") -> list[Run]:
         """The points' runs in point order (`status`: only those with it; None: every point)."""
         return [Run(self.dir.point(row.run_dir)) for row in read_index_rows(self.root)
                 if status is None or row.status == status]
+
+
+def _point_outcome(run: RunDir) -> Outcome | None:
+    """A point's outcome; None, with a UserWarning naming the file, when it is unreadable (one
+    damaged point does not hide the others, nor passes for one still running unsaid)."""
+    try:
+        return read_outcome_model_or_refuse(run)
+    except OutcomeError as err:
+        warnings.warn(f"{err}; its outcome is left empty in Sweep.points", stacklevel=4)
+        return None
 
 
 def open_run(path: str | Path) -> Run:

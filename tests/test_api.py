@@ -75,3 +75,53 @@ def test_a_runs_timing_has_one_row_per_role_and_span(tmp_path: Path) -> None:
         {"role": "label party", "span": "wait", "seconds": 0.2, "count": 10, "ms_per_step": 20.0},
         {"role": "passive party 2", "span": "forward", "seconds": 0.1, "count": 10,
          "ms_per_step": 10.0}]
+
+
+def test_a_missing_or_damaged_table_is_named_with_what_writes_it(tmp_path: Path) -> None:
+    from splitleak.api import TableError
+    from splitleak.artifacts.paths import RunDir, SweepDir
+    from splitleak.artifacts.rundir import write_config
+    from splitleak.artifacts.sweep import write_index_rows
+    from splitleak.config import parse_config
+    from tests.conftest import small_config
+
+    run = RunDir(tmp_path / "run")
+    run.root.mkdir()
+    write_config(parse_config(small_config(tmp_path)), run)
+    with pytest.raises(TableError, match=rf"{re.escape(str(run.leak))} does not exist: no leak "
+                                         rf"table yet \(`attacker analyze {re.escape(str(run.root))}`"):
+        _ = open_run(run.root).leaks
+    run.leak.parent.mkdir(parents=True)
+    run.leak.write_bytes(b"PAR1 cut short")
+    with pytest.raises(TableError, match=rf"{re.escape(str(run.leak))} is not a readable leak table"):
+        _ = open_run(run.root).leaks
+
+    sweep = SweepDir(tmp_path / "sweep")
+    sweep.root.mkdir()
+    write_index_rows(sweep.root, [])
+    table = sweep.compare / "table.parquet"
+    with pytest.raises(TableError, match=rf"{re.escape(str(table))} does not exist: no comparison "
+                                         rf"table yet \(`splitleak compare "):
+        _ = open_sweep(sweep.root).comparison
+    table.parent.mkdir()
+    table.write_text("setting,attack\n")
+    with pytest.raises(ValueError, match=rf"{re.escape(str(table))} is not a readable comparison"):
+        _ = open_sweep(sweep.root).comparison
+
+
+def test_a_points_damaged_outcome_is_named_not_read_as_still_running(tmp_path: Path) -> None:
+    from splitleak.artifacts.paths import SweepDir
+    from splitleak.artifacts.sweep import SCHEMA, write_index_rows
+
+    sweep = SweepDir(tmp_path / "sweep")
+    point = sweep.point("p0")
+    point.outcome.parent.mkdir(parents=True)
+    point.outcome.write_text("{")
+    row = dict.fromkeys(SCHEMA.names) | {"point": 0, "hash": "p0", "label": "none",
+                                         "setting": "none", "variant": "none", "seed": 0,
+                                         "status": "done", "run_dir": "p0"}
+    write_index_rows(sweep.root, [row])
+    with pytest.warns(UserWarning, match=rf"{re.escape(str(point.outcome))} is not a readable "
+                                         r"outcome.*left empty in Sweep.points"):
+        points = open_sweep(sweep.root).points
+    assert list(points["status"]) == ["done"] and list(points["outcome"]) == [None]

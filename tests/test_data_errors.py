@@ -154,6 +154,52 @@ def test_a_row_longer_than_a_block_is_named_with_the_limit(tmp_path: Path) -> No
         build_dataset("criteo", {"path": criteo_file(tmp_path, "huge.txt", text)}).labels()
 
 
+# The row starts early in the first block, or 163 bytes before its end (two boundaries crossed).
+@pytest.mark.parametrize("before", [2, 15_397])
+@pytest.mark.parametrize("packed", [False, True])
+def test_a_row_of_5_mib_is_refused_wherever_it_sits(tmp_path: Path, before: int,
+                                                    packed: bool) -> None:
+    """pyarrow refuses only a row that straddles two block boundaries: a 5 MiB row at line 3
+    was once read, the same row 4 MiB into the file refused."""
+    text = criteo_lines(before + 5, {before + 1: (20, "x" * 5_000_000)})
+    path = Path(criteo_file(tmp_path, "huge.txt", text))
+    if packed:
+        path.write_bytes(gzip.compress(path.read_bytes(), compresslevel=1))
+    with pytest.raises(DatasetError, match=rf"line {before + 1}: the row is 5,000,\d+ bytes long; "
+                                           r"a row may be at most 4,194,304 bytes"):
+        build_dataset("criteo", {"path": str(path)}).labels()
+    # Beyond max_rows it is never read, as any other line there.
+    assert build_dataset("criteo", {"path": str(path), "max_rows": before}).labels().size == before
+
+
+def test_rows_of_exactly_a_block_are_read(tmp_path: Path) -> None:
+    from splitleak.datasets.delimited import BLOCK_BYTES, RowLimit, RowTooLong
+
+    def read_all(data: bytes, chunk: int) -> bytes:
+        import io
+
+        limited, parts = RowLimit(io.BufferedReader(io.BytesIO(data), chunk), 10), []
+        while part := limited.read(chunk):
+            parts.append(part)
+        return b"".join(parts)
+
+    fits = b"123456789\n" * 5 + b"abc\n" + b"123456789\n"  # lines of 10 bytes, line end included
+    for chunk in (1, 3, 10, 11, 64):
+        assert read_all(fits, chunk) == fits
+        for bad in (b"1234567890\n", b"ab\n1234567890\n", b"12\n" + b"x" * 11):
+            with pytest.raises(RowTooLong):
+                read_all(fits + bad, chunk)
+    text = criteo_lines(4)
+    row = text.split("\n")[1]
+    exact = row.split("\t")
+    exact[20] = "x" * (BLOCK_BYTES - len(row) - 1 + len(exact[20]))  # the row and its \n: a block
+    lines = text.split("\n")
+    lines[1] = "\t".join(exact)
+    assert len(lines[1]) + 1 == BLOCK_BYTES
+    path = criteo_file(tmp_path, "block.txt", "\n".join(lines))
+    assert build_dataset("criteo", {"path": path}).labels().size == 4
+
+
 def test_gzip_files_are_read_as_their_text(tmp_path: Path) -> None:
     """Separator, header and error lines come from the decompressed text, told by the file's
     first bytes (not its name); another compression is refused."""

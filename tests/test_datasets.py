@@ -662,6 +662,22 @@ def test_adult_checks_the_order_a_header_names(tmp_path: Path) -> None:
         build_dataset("adult", {"path": path})
 
 
+def test_a_header_is_told_in_any_case(tmp_path: Path) -> None:
+    """docs/data.md: adult's header names its columns in any case. An upper-case one (`AGE,...,
+    INCOME`) was once read as a data row and refused as "column 'income' is 'INCOME'"."""
+    header = ("AGE,WORKCLASS,FNLWGT,EDUCATION,EDUCATION_NUM,MARITAL_STATUS,OCCUPATION,"
+              "RELATIONSHIP,RACE,SEX,CAPITAL_GAIN,CAPITAL_LOSS,HOURS_PER_WEEK,NATIVE_COUNTRY,INCOME")
+    rows = [row.replace(", ", ",") for row in ADULT_ROWS]
+    upper = build_dataset("adult", {"path": write(tmp_path / "upper.csv", [header, *rows])})
+    assert upper.labels().tolist() == [0, 1, 0, 0]
+    assert upper.schema().num_rows == 4
+    criteo = ["Label", *(f"I{i}" for i in range(1, 14)), *(f"C{i}" for i in range(1, 27))]
+    path = write(tmp_path / "criteo.csv", [",".join(criteo), ",".join(["1"] * 14 + ["a"] * 26)])
+    with pytest.raises(DatasetError, match=r"criteo.csv, line 1: a Criteo header must name "
+                                           r"label,I1,I2,...,C26 in order, got 'Label,I1"):
+        build_dataset("criteo", {"path": path})
+
+
 @pytest.mark.parametrize(
     ("lines", "message"),
     [

@@ -211,6 +211,20 @@ def test_label_dp_perturbs_once_with_the_run_seed(tmp_path: Path) -> None:
     assert by_p.summary()["epsilon"] == pytest.approx(math.log(9))
 
 
+@pytest.mark.parametrize("num_classes, flip", [(2, 0.999), (2, 0.51), (3, 0.9)])
+def test_label_dp_flip_probability_above_k_minus_1_over_k_is_refused_before_start(
+        tmp_path: Path, num_classes: int, flip: float) -> None:
+    cfg = config(tmp_path, top="mlp", objective={"name": "label_dp", "flip_probability": flip})
+    allowed = rf"allowed: 0 < flip_probability ≤ {(num_classes - 1) / num_classes:.6g}"
+    with pytest.raises(ConfigError, match=rf"objective\.flip_probability = {flip}.*{allowed}"):
+        check_chain(cfg, num_classes)  # what `splitleak validate` runs
+    with pytest.raises(ConfigError, match=allowed):
+        build_objective("label_dp", {"flip_probability": flip}, setup_for(cfg, num_classes, 4))
+    edge = build_objective("label_dp", {"flip_probability": (num_classes - 1) / num_classes},
+                           setup_for(cfg, num_classes, 4))
+    assert edge.summary()["epsilon"] == pytest.approx(0.0, abs=1e-9)
+
+
 # --- KD^k ----------------------------------------------------------------------------------
 
 
@@ -271,6 +285,14 @@ def test_kdk_soft_labels_arazzi_rule() -> None:
     with pytest.raises(ValidationError, match="'true_class' or 'arazzi'"):
         KDkParams.model_validate({"soft_labels": "paper"})
     assert KDkParams().soft_labels == "true_class"
+
+
+def test_kdk_k_above_the_class_count_names_the_range_the_field_allows(tmp_path: Path) -> None:
+    cfg = config(tmp_path, top="mlp", label_party=True, objective={"name": "kdk", "k": 4})
+    with pytest.raises(ConfigError, match=r"objective\.k = 4 exceeds the 3 classes .*allowed: 2\.\.3$"):
+        check_chain(cfg, 3)
+    with pytest.raises(ValidationError, match="greater than or equal to 2"):
+        KDkParams.model_validate({"k": 1})  # so 1..K, as the message said, was never allowed
 
 
 def test_kdk_needs_the_label_partys_features(tmp_path: Path) -> None:

@@ -54,7 +54,7 @@ class KDkParams(ObjectiveParams):
 
 def too_many_classes(k: int, num_classes: int, dataset: str) -> str:
     return (f"objective.k = {k} exceeds the {num_classes} classes of {dataset}; allowed: "
-            f"1..{num_classes}")
+            f"2..{num_classes}")
 
 
 def check_setup(cfg: ExperimentConfig) -> None:

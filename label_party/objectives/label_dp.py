@@ -18,6 +18,7 @@ from pydantic import Field, model_validator
 
 from label_party.objectives.base import OBJECTIVES, ObjectiveParams, ObjectiveSetup
 from label_party.objectives.cross_entropy import CrossEntropy
+from splitleak.config import ConfigError, ExperimentConfig
 from splitleak.seeding import rng
 
 
@@ -40,6 +41,17 @@ def flip_probability(epsilon: float, num_classes: int) -> float:
     if epsilon > 700:  # e^ε overflows; the label is kept with probability 1 - 1e-304
         return 0.0
     return others / (math.exp(epsilon) + others)
+
+
+def too_likely(flip: float, num_classes: int, dataset: str) -> str | None:
+    """Why `flip` cannot be a randomized-response flip probability for K classes (ε would be
+    negative), or None when it can."""
+    most = (num_classes - 1) / num_classes
+    if flip <= most:
+        return None
+    return (f"objective.flip_probability = {flip} exceeds (K − 1)/K = {most:.6g} for the "
+            f"{num_classes} classes of {dataset} (randomized response needs ε ≥ 0); allowed: "
+            f"0 < flip_probability ≤ {most:.6g}")
 
 
 def epsilon_for(flip: float, num_classes: int) -> float:
@@ -69,6 +81,16 @@ class LabelDP(CrossEntropy):
     Params = LabelDPParams
     params: LabelDPParams
 
+    @classmethod
+    def check(cls, cfg: ExperimentConfig, num_classes: int | None = None) -> None:
+        if num_classes is None:  # the dataset's classes are not known yet: the run checks
+            return
+        flip = cls.Params.model_validate(cfg.objective.params).flip_probability
+        if flip is not None:
+            problem = too_likely(flip, num_classes, cfg.dataset.name)
+            if problem:
+                raise ConfigError(problem)
+
     def __init__(self, params: LabelDPParams, setup: ObjectiveSetup) -> None:
         super().__init__(params, setup)
         k = setup.num_classes
@@ -77,6 +99,9 @@ class LabelDP(CrossEntropy):
             self.flip = flip_probability(self.epsilon, k)
         else:
             self.flip = float(params.flip_probability)  # type: ignore[arg-type]
+            problem = too_likely(self.flip, k, setup.cfg.dataset.name)
+            if problem:
+                raise ConfigError(problem)
             self.epsilon = epsilon_for(self.flip, k)
         noisy = randomized_response(setup.labels, k, self.flip, rng(setup.seed, "label_dp"))
         self.noisy_labels = torch.from_numpy(noisy).to(setup.device)

@@ -115,8 +115,9 @@ def read_header(file: Path, kind: str, delimiter: str) -> tuple[str, ...]:
 
 def starts_with_header(file: Path, delimiter: str, first_name: str) -> bool:
     """Whether the first line that is not blank names the columns (public copies of some sets
-    add a header row the original lacks), told by its first field being `first_name`."""
-    return first_line(file).split(delimiter)[0].strip().strip('"') == first_name
+    add a header row the original lacks), told by its first field being `first_name` in any
+    case (`Age`, `LABEL`: the header's check then says what it must name)."""
+    return first_line(file).split(delimiter)[0].strip().strip('"').lower() == first_name.lower()
 
 
 class DelimitedFile:
@@ -143,6 +144,9 @@ class DelimitedFile:
         source = pa.input_stream(str(self.file), compression=compression(self.file))
         if max_rows is not None:
             source = FirstLines(source, self._skipped_lines + max_rows)
+        # pyarrow refuses a row only when it straddles two block boundaries, so a row of 4 to
+        # 8 MiB would pass or not depending on where it sits: every longer row is refused.
+        source = RowLimit(source, BLOCK_BYTES)
         try:
             reader = csv.open_csv(
                 source,
@@ -174,6 +178,10 @@ class DelimitedFile:
                         return
             finally:
                 reader.close()
+        except RowTooLong:
+            raise self._long_row() or DatasetError(
+                f"{self.file}: a row is longer than {BLOCK_BYTES:,} bytes, the most a row may "
+                f"be ({self.fmt.kind})") from None
         except pa.ArrowInvalid as error:
             if "Empty CSV file" not in str(error):
                 raise self._locate_parse_error(error, include, max_rows) from None
@@ -273,16 +281,23 @@ class DelimitedFile:
                 return f"line {line}"
         return f"data row {row + 1}"  # our line scan and pyarrow disagree; still say which row
 
+    def _long_row(self) -> DatasetError | None:
+        """The first row longer than a block, named by its line and size (None: there is none)."""
+        with open_text(self.file) as lines:
+            for number, text in enumerate(lines, 1):
+                size = len(text.encode(errors="surrogateescape"))
+                if size > BLOCK_BYTES:
+                    return DatasetError(f"{self.file}, line {number}: the row is {size:,} "
+                                        f"bytes long; a row may be at most {BLOCK_BYTES:,} "
+                                        f"bytes ({self.fmt.kind})")
+        return None
+
     def _locate_parse_error(self, error: pa.ArrowInvalid, include: Sequence[str],
                             max_rows: int | None) -> DatasetError:
         if "straddling object" in str(error):  # a row over a block or two
-            with open_text(self.file) as lines:
-                for number, text in enumerate(lines, 1):
-                    size = len(text.encode(errors="surrogateescape"))
-                    if size > BLOCK_BYTES:
-                        return DatasetError(f"{self.file}, line {number}: the row is {size:,} "
-                                            f"bytes long; a row may be at most {BLOCK_BYTES:,} "
-                                            f"bytes ({self.fmt.kind})")
+            long_row = self._long_row()
+            if long_row is not None:
+                return long_row
         expected = len(self.fmt.names)
         for line, fields in self._rows(max_rows):
             if len(fields) != expected:
@@ -297,6 +312,45 @@ class DelimitedFile:
                     return DatasetError(f"{self.file}, line {line}: column {name!r} is "
                                         f"{raw[:120]!r}, expected UTF-8 text ({self.fmt.kind})")
         return DatasetError(f"{self.file}: cannot read as {self.fmt.kind}: {error}")
+
+
+class RowTooLong(Exception):
+    """A line of the text stream is longer than RowLimit's limit."""
+
+
+class RowLimit(io.RawIOBase):
+    """The stream as it is, but RowTooLong once a line (its line end included) is longer than
+    `limit` bytes, wherever it sits; a few C-speed searches per chunk read."""
+
+    def __init__(self, source: pa.NativeFile | io.RawIOBase, limit: int) -> None:
+        super().__init__()
+        self.source, self.limit, self.open_bytes = source, limit, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        chunk = self.source.read(size if size > 0 else self.limit)
+        if not chunk:
+            return chunk
+        end = chunk.find(b"\n")
+        if end < 0:
+            self.open_bytes += len(chunk)
+            if self.open_bytes > self.limit:
+                raise RowTooLong
+            return chunk
+        if self.open_bytes + end + 1 > self.limit:
+            raise RowTooLong
+        # Lines that start and end in the chunk: from each line end, the next must come within
+        # `limit` bytes (the last one found there is the next place to look from).
+        while len(chunk) - (end + 1) > self.limit:
+            end = chunk.rfind(b"\n", end + 1, end + 1 + self.limit)
+            if end < 0:
+                raise RowTooLong
+        self.open_bytes = len(chunk) - chunk.rfind(b"\n") - 1
+        if self.open_bytes > self.limit:
+            raise RowTooLong
+        return chunk
 
 
 class FirstLines(io.RawIOBase):
