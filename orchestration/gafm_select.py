@@ -137,6 +137,8 @@ def select_delta(cfg: ExperimentConfig, *, deltas: Sequence[float] = DELTAS, fra
         raise ConfigError(f"fraction must be in (0, 1], got {fraction}")
     if any(not 0 <= d <= 0.5 for d in deltas):
         raise ConfigError(f"every Δ must be in [0, 0.5], got {list(deltas)}")
+    if repeated := repeated_deltas(deltas):
+        raise ConfigError(f"deltas repeat {repeated}: give each candidate Δ once")
     if repeats < 1:
         raise ConfigError(f"repeats must be at least 1, got {repeats}")
     from orchestration.sweep.index import SweepIndex
@@ -170,9 +172,26 @@ def select_delta(cfg: ExperimentConfig, *, deltas: Sequence[float] = DELTAS, fra
     return DeltaSelection(best, mean_ratio, trials, fraction, repeats, tuple(attacks), cfg.run.seed)
 
 
+def repeated_deltas(deltas: Sequence[float]) -> list[float]:
+    """The Δ values given more than once (each would be the same trial run twice)."""
+    return sorted({float(d) for d in deltas if list(map(float, deltas)).count(float(d)) > 1})
+
+
+class _Deltas(argparse.Action):
+    """--deltas: refused (exit 2) when a value repeats, before any trial runs."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        if repeated := repeated_deltas(values):
+            parser.error(f"argument --deltas: {', '.join(f'{d:g}' for d in repeated)} given "
+                         "more than once; give each candidate Δ once")
+        setattr(namespace, self.dest, values)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="experiment TOML with objective.name = 'gafm'")
     parser.add_argument("--deltas", type=float_in(0.0, 0.5), nargs="+", default=list(DELTAS),
+                        action=_Deltas,
                         help="candidate Δ values (default: %(default)s)")
     parser.add_argument("--fraction", type=float_in(0.0, 1.0, low_open=True), default=0.1,
                         help="share of the train (and test) rows per subset (default: 0.1)")

@@ -123,6 +123,7 @@ def test_bench_refuses_bad_options(paths: dict[str, str], args: list[str], needl
     (["--fraction", "0"], "argument --fraction: '0' is not a finite number (0, 1]"),
     (["--deltas", "0.7"], "argument --deltas: '0.7' is not a finite number [0, 0.5]"),
     (["--repeats", "0"], "argument --repeats: 0 is outside 1..1000"),
+    (["--deltas", "0.1", "0.2", "0.10"], "argument --deltas: 0.1 given more than once"),
     (["--engine", "ray", "--address", "x"], "argument --address: 'x' is not HOST:PORT"),
 ])
 def test_gafm_select_refuses_bad_options(tmp_path: Path, paths: dict[str, str], args: list[str],

@@ -492,6 +492,8 @@ def test_delta_selection_arguments(tmp_path: Path) -> None:
         select_delta(gafm, attacks=("cosine",))
     with pytest.raises(ConfigError, match="0.5"):
         select_delta(gafm, deltas=(0.7,))
+    with pytest.raises(ConfigError, match=r"deltas repeat \[0.1\]"):
+        select_delta(gafm, deltas=(0.1, 0.2, 0.1))
 
 
 def test_activation_gradients_name_an_activation_outside_the_loss() -> None:
