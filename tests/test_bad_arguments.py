@@ -135,8 +135,10 @@ def test_gafm_select_refuses_bad_options(tmp_path: Path, paths: dict[str, str], 
 
 
 @pytest.mark.parametrize(("args", "needle"), [
-    (["--parties", "0", "--skip-fuzz", "--steps", "5"], "argument --parties: 0 is outside 1..64"),
-    (["--parties", "-1", "--skip-fuzz"], "argument --parties: -1 is outside 1..64"),
+    (["--parties", "0", "--skip-fuzz", "--steps", "5"], "argument --parties: 0 is outside 1..30"),
+    (["--parties", "-1", "--skip-fuzz"], "argument --parties: -1 is outside 1..30"),
+    # the long run splits breast_cancer's 30 columns: refused before the fuzzing, not after it
+    (["--parties", "31", "--steps", "5"], "argument --parties: 31 is outside 1..30"),
     (["--steps", "0"], "argument --steps: 0 is outside 1.."),
     (["--steps", "-5"], "argument --steps: -5 is outside 1.."),
     (["--seed", "-1", "--messages", "1", "--skip-run"], "argument --seed: -1 is outside 0.."),
