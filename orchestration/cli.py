@@ -172,6 +172,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "soak":
         from orchestration.soak import run_soak
 
+        if args.skip_fuzz and args.skip_run:
+            k.error("--skip-fuzz and --skip-run together leave nothing to soak; give at most one")
+
         return run_soak(args, console)
     from orchestration.bench import run_bench
 

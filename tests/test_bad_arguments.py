@@ -139,6 +139,7 @@ def test_gafm_select_refuses_bad_options(tmp_path: Path, paths: dict[str, str], 
     (["--parties", "-1", "--skip-fuzz"], "argument --parties: -1 is outside 1..30"),
     # the long run splits breast_cancer's 30 columns: refused before the fuzzing, not after it
     (["--parties", "31", "--steps", "5"], "argument --parties: 31 is outside 1..30"),
+    (["--skip-fuzz", "--skip-run"], "--skip-fuzz and --skip-run together leave nothing to soak"),
     (["--steps", "0"], "argument --steps: 0 is outside 1.."),
     (["--steps", "-5"], "argument --steps: -5 is outside 1.."),
     (["--seed", "-1", "--messages", "1", "--skip-run"], "argument --seed: -1 is outside 0.."),
