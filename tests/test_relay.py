@@ -49,6 +49,14 @@ def test_network_section_is_validated(tmp_path: Path) -> None:
                            ({"bandwidth_mbit": 0}, "bandwidth_mbit"), ({"loss": 0.1}, "loss")]:
         with pytest.raises(ConfigError, match=field):
             parse_config(small_config(tmp_path, network=network))
+    # a round trip (the batch out, the activation back) at the step deadline fails every step
+    # after waiting for it: refused at validation, naming both fields
+    with pytest.raises(ConfigError, match=r"network.one_way_latency_ms = 3000 .* round trip 6 s, "
+                       r"at or over topology.step_deadline_s = 2"):
+        parse_config(small_config(tmp_path, network={"one_way_latency_ms": 3000},
+                                  topology={"step_deadline_s": 2}))
+    assert parse_config(small_config(tmp_path, network={"one_way_latency_ms": 900},
+                                     topology={"step_deadline_s": 2})).network.shaped
 
 
 async def _through_relay(network: NetworkConfig, payload: int) -> tuple[float, float, bytes]:
