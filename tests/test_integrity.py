@@ -157,6 +157,33 @@ def test_missing_features_accuracy_by_hand() -> None:
     assert mixed_accuracy(final) == pytest.approx((90 - 19 + 10) / 100)
 
 
+def test_the_backdoor_draws_its_rows_from_the_subset_the_label_party_trains_on(
+        tmp_path: Path) -> None:
+    from splitleak.datasets import build_dataset, train_test_ids
+    from splitleak.inputs import split_ids
+    from splitleak.integrity import known_targets, poisoned_rows
+
+    backdoor = {"known_targets": 10, "poison_fraction": 0.05}
+    dataset = build_dataset("digits", {})
+    rows = dataset.schema().num_rows
+    whole = parse_config(_config(tmp_path, {"backdoor": backdoor}))
+    train, _ = train_test_ids(rows, whole.dataset.test_fraction, whole.run.seed)
+    settings = whole.threat.party(1).backdoor
+    targets = known_targets(whole, dataset, 1, settings)
+    assert targets.size == 10 and np.isin(targets, train).all()
+    assert poisoned_rows(whole, rows, 1, settings).size == round(0.05 * train.size)
+    # dataset.subset: every known target and poisoned row is one the label party trains on (they
+    # were drawn from the whole train split: 2 of 10 known targets were ever in a batch)
+    data = _config(tmp_path, {"backdoor": backdoor})
+    data["dataset"] = {**data["dataset"], "subset": 0.2}
+    cfg = parse_config(data)
+    trained, _ = split_ids(cfg, rows)
+    targets = known_targets(cfg, dataset, 1, settings)
+    poisoned = poisoned_rows(cfg, rows, 1, settings)
+    assert targets.size == 10 and np.isin(targets, trained).all()
+    assert poisoned.size == round(0.05 * trained.size) and np.isin(poisoned, trained).all()
+
+
 # --- runs ----------------------------------------------------------------------------------
 
 
