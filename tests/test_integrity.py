@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import torch
 from torch import nn
@@ -206,6 +207,26 @@ def test_the_attacks_succeed_without_a_defense_and_fail_under_mid(tmp_path: Path
     defended = _integrity(reference_run(_config(tmp_path, objective={"name": "mid", "lambda": 1.0})))
     assert defended["replacement_backdoor"]["integrity"]["asr_non_target"] < 0.1
     assert defended["noisy_samples"]["integrity"]["paired_drop"] < 0.05
+
+
+def test_more_known_targets_than_the_class_has_are_reported_as_known(tmp_path: Path) -> None:
+    # the party knows at most the target class's train rows: the summary says how many, and warns
+    # that the config's count (printed in the threat model) was not what it knew
+    one_epoch = {"batch_size": 64, "epochs": 1, "eval_interval": 0}
+    many = {"backdoor": {"known_targets": 5000, "trigger_value": 100.0}}
+    run = reference_run(_config(tmp_path, many, training=one_epoch))
+    summary = analyze(run.root)
+    entry = next(e for e in summary["leak"] if e["name"] == "replacement_backdoor")
+    table = pq.read_table(run.labels).to_pydict()
+    labels = np.array(table["label"])[np.array(table["split"]) == "train"]
+    assert entry["integrity"]["known_targets"] == int((labels == 0).sum()) < 5000
+    assert any(f"backdoor.known_targets = 5000, but only {(labels == 0).sum()} train rows have "
+               "class 0" in w for w in summary["warnings"]), summary["warnings"]
+    run = reference_run(_config(tmp_path, {"backdoor": {"known_targets": 7}}, training=one_epoch))
+    summary = analyze(run.root)
+    entry = next(e for e in summary["leak"] if e["name"] == "replacement_backdoor")
+    assert entry["integrity"]["known_targets"] == 7
+    assert not any("known_targets" in w for w in summary["warnings"])
 
 
 def test_the_premise_is_the_declared_attack(tmp_path: Path) -> None:
