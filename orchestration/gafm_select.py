@@ -188,6 +188,15 @@ class _Deltas(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+def subsets(selection: DeltaSelection) -> str:
+    """E.g. `5 random 10% subsets (43 train rows each)`: the share as given (0.1%, not 0%) and
+    the rows it came to, which a small share makes too few to mean much."""
+    rows = sorted({t.train_rows for t in selection.trials})
+    each = f"{rows[0]}" if len(rows) == 1 else f"{rows[0]}-{rows[-1]}"
+    return (f"{selection.repeats} random {100 * selection.fraction:.3g}% subset"
+            f"{'s' if selection.repeats > 1 else ''} ({each} train rows each)")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="experiment TOML with objective.name = 'gafm'")
     parser.add_argument("--deltas", type=float_in(0.0, 0.5), nargs="+", default=list(DELTAS),
@@ -226,8 +235,8 @@ def run_cli(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("interrupted: every trial was stopped", file=sys.stderr)
         return EXIT_INTERRUPTED
-    print(f"GAFM Δ selection on {args.repeats} random {args.fraction:.0%} subsets, "
-          f"ratio = leakAUC ({', '.join(args.attacks)}) / trainAUC, seed {cfg.run.seed}")
+    print(f"GAFM Δ selection on {subsets(selection)}, ratio = leakAUC "
+          f"({', '.join(args.attacks)}) / trainAUC, seed {cfg.run.seed}")
     print(f"{'delta':>7} {'mean ratio':>11} {'leakAUC':>8} {'trainAUC':>9}")
     for delta, ratio in selection.mean_ratio.items():
         rows = [t for t in selection.trials if t.delta == delta]
