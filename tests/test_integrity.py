@@ -62,6 +62,14 @@ def test_settings_are_validated_naming_the_field(tmp_path: Path) -> None:
         check_core(parse_config(_config(tmp_path, {"backdoor": {"target_class": 12}})))
     cfg = parse_config(_config(tmp_path))
     assert "replacement backdoor (target class 0" in cfg.threat.describe([1])
+    assert "5% poisoned" in cfg.threat.describe([1])
+    # a share under 0.5 % was reported as 0 %: the threat model read "0% poisoned"
+    small = parse_config(_config(tmp_path, {"backdoor": {"poison_fraction": 0.004},
+                                            "noisy_samples": {"noise_rate": 0.001},
+                                            "missing_features": {"missing_rate": 0.125}}))
+    described = small.threat.describe([1])
+    assert "0.4% poisoned" in described and "0.1% of the test rows" in described, described
+    assert "missing features (12.5% of the rows" in described, described
     assert "honest" not in cfg.threat.describe([1])
 
 
