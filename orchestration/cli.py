@@ -28,6 +28,9 @@ from splitleak.cli_common import (
 )
 
 MAX_CERT_DAYS = 36_500  # a certificate's validity: 100 years ends well inside X.509's dates
+# The soak's long run splits breast_cancer's 30 columns among its parties (orchestration/soak.py):
+# at most one party per column.
+SOAK_MAX_PARTIES = 30
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,13 +83,14 @@ def main(argv: list[str] | None = None) -> int:
                        "long many-party run: crashes, hangs, status codes, RSS growth")
     k.add_argument("--messages", type=int_in(1, 10_000_000), default=10_000,
                    help="hostile cases per RPC")
-    k.add_argument("--parties", type=int_in(1, MAX_PARTIES), default=8,
-                   help="passive parties of the long run")
+    k.add_argument("--parties", type=int_in(1, SOAK_MAX_PARTIES), default=8,
+                   help=f"passive parties of the long run, 1..{SOAK_MAX_PARTIES} (it splits "
+                   f"breast_cancer's {SOAK_MAX_PARTIES} columns among them)")
     k.add_argument("--steps", type=int_in(1, 10_000_000), default=10_000,
                    help="train steps of the long run")
     k.add_argument("--seed", type=seed, default=0)
-    k.add_argument("--skip-fuzz", action="store_true")
-    k.add_argument("--skip-run", action="store_true")
+    k.add_argument("--skip-fuzz", action="store_true", help="no hostile messages")
+    k.add_argument("--skip-run", action="store_true", help="no long run")
     y = sub.add_parser("relay", help="a shaping TCP relay: emulated latency, jitter and "
                        "bandwidth in front of a label party (what [network] starts per party)")
     y.add_argument("--to", type=host_port(at_file=True), required=True, metavar="HOST:PORT",
@@ -167,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "soak":
         from orchestration.soak import run_soak
+
+        if args.skip_fuzz and args.skip_run:
+            k.error("--skip-fuzz and --skip-run together leave nothing to soak; give at most one")
 
         return run_soak(args, console)
     from orchestration.bench import run_bench

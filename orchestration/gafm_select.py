@@ -137,6 +137,8 @@ def select_delta(cfg: ExperimentConfig, *, deltas: Sequence[float] = DELTAS, fra
         raise ConfigError(f"fraction must be in (0, 1], got {fraction}")
     if any(not 0 <= d <= 0.5 for d in deltas):
         raise ConfigError(f"every Δ must be in [0, 0.5], got {list(deltas)}")
+    if repeated := repeated_deltas(deltas):
+        raise ConfigError(f"deltas repeat {repeated}: give each candidate Δ once")
     if repeats < 1:
         raise ConfigError(f"repeats must be at least 1, got {repeats}")
     from orchestration.sweep.index import SweepIndex
@@ -170,9 +172,35 @@ def select_delta(cfg: ExperimentConfig, *, deltas: Sequence[float] = DELTAS, fra
     return DeltaSelection(best, mean_ratio, trials, fraction, repeats, tuple(attacks), cfg.run.seed)
 
 
+def repeated_deltas(deltas: Sequence[float]) -> list[float]:
+    """The Δ values given more than once (each would be the same trial run twice)."""
+    return sorted({float(d) for d in deltas if list(map(float, deltas)).count(float(d)) > 1})
+
+
+class _Deltas(argparse.Action):
+    """--deltas: refused (exit 2) when a value repeats, before any trial runs."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        if repeated := repeated_deltas(values):
+            parser.error(f"argument --deltas: {', '.join(f'{d:g}' for d in repeated)} given "
+                         "more than once; give each candidate Δ once")
+        setattr(namespace, self.dest, values)
+
+
+def subsets(selection: DeltaSelection) -> str:
+    """E.g. `5 random 10% subsets (43 train rows each)`: the share as given (0.1%, not 0%) and
+    the rows it came to, which a small share makes too few to mean much."""
+    rows = sorted({t.train_rows for t in selection.trials})
+    each = f"{rows[0]}" if len(rows) == 1 else f"{rows[0]}-{rows[-1]}"
+    return (f"{selection.repeats} random {100 * selection.fraction:.3g}% subset"
+            f"{'s' if selection.repeats > 1 else ''} ({each} train rows each)")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("config", help="experiment TOML with objective.name = 'gafm'")
     parser.add_argument("--deltas", type=float_in(0.0, 0.5), nargs="+", default=list(DELTAS),
+                        action=_Deltas,
                         help="candidate Δ values (default: %(default)s)")
     parser.add_argument("--fraction", type=float_in(0.0, 1.0, low_open=True), default=0.1,
                         help="share of the train (and test) rows per subset (default: 0.1)")
@@ -207,8 +235,8 @@ def run_cli(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("interrupted: every trial was stopped", file=sys.stderr)
         return EXIT_INTERRUPTED
-    print(f"GAFM Δ selection on {args.repeats} random {args.fraction:.0%} subsets, "
-          f"ratio = leakAUC ({', '.join(args.attacks)}) / trainAUC, seed {cfg.run.seed}")
+    print(f"GAFM Δ selection on {subsets(selection)}, ratio = leakAUC "
+          f"({', '.join(args.attacks)}) / trainAUC, seed {cfg.run.seed}")
     print(f"{'delta':>7} {'mean ratio':>11} {'leakAUC':>8} {'trainAUC':>9}")
     for delta, ratio in selection.mean_ratio.items():
         rows = [t for t in selection.trials if t.delta == delta]

@@ -474,7 +474,7 @@ def long_run(parties: int, steps: int, workdir: Path, console: Console) -> dict[
     })
     workdir.mkdir(parents=True, exist_ok=True)
     run = create_run_dir(cfg, workdir)
-    samples: dict[str, list[tuple[float, float]]] = {}
+    samples: dict[str, list[tuple[int, float]]] = {}
     result: dict[str, Any] = {}
 
     def train() -> None:
@@ -496,12 +496,23 @@ def long_run(parties: int, steps: int, workdir: Path, console: Console) -> dict[
             mb = rss_mb(pid)
             if mb is not None:
                 samples.setdefault(name, []).append((done, mb))
+    return {"run": run, "error": result.get("error"), "growth": rss_growth(samples, steps),
+            "steps": _steps_done(run)}
+
+
+def rss_growth(samples: dict[str, list[tuple[int, float]]],
+               steps: int) -> dict[str, tuple[float, float]]:
+    """Each process's (first, last) RSS in MiB from `samples` of (train steps done, MiB) taken
+    once the run has settled: after a tenth of its steps, and never before its first step (a
+    process still importing its libraries has not grown; it has not started). A process with
+    no such sample (the run ended first, or failed before training) has no figure."""
+    floor = max(1, steps // 10)
     growth = {}
     for name, points in samples.items():
-        settled = [mb for done, mb in points if done >= steps // 10] or [points[-1][1]]
-        growth[name] = (settled[0], settled[-1])
-    return {"run": run, "error": result.get("error"), "growth": growth,
-            "steps": _steps_done(run)}
+        settled = [mb for done, mb in points if done >= floor]
+        if settled:
+            growth[name] = (settled[0], settled[-1])
+    return growth
 
 
 def _steps_done(run: RunDir) -> int:
@@ -539,6 +550,8 @@ def print_report(console: Console, fuzz: dict[str, Any] | None, run: dict[str, A
                       f"{'ok' if run['error'] is None else 'FAILED: ' + run['error']}")
         for name, (first, last) in sorted(run["growth"].items()):
             console.print(f"  {name}: RSS {first:.0f} -> {last:.0f} MiB ({last - first:+.1f} MiB)")
+        if not run["growth"]:
+            console.print("  RSS growth: no process was sampled after the run's first train step")
         failed |= run["error"] is not None
     return 1 if failed else 0
 

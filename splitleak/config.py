@@ -264,7 +264,10 @@ MIN_BANDWIDTH_MBIT = 0.01
 
 class NetworkConfig(Settings):
     """An emulated wide-area link between each passive party and the label party: `splitleak
-    run` puts a shaping relay (orchestration/relay.py) on each party's connection when set."""
+    run` puts a shaping relay (orchestration/relay.py) on each party's connection when set. A
+    train step's round trip, twice the latency, must stay under topology.step_deadline_s, and
+    so must that plus a full batch's activation and cut gradient at bandwidth_mbit (checked
+    where their bytes are known before the run: no gzip / deflate, no sparse wire)."""
 
     one_way_latency_ms: float = Field(0.0, ge=0.0, le=10_000.0)
     jitter_ms: float = Field(0.0, ge=0.0, le=10_000.0)  # std of the one-way latency (normal)
@@ -413,6 +416,7 @@ class ExperimentConfig(Settings):
         if self.threat.receiver.victims:
             self._check_receiver()
         self._check_protection_parties()
+        self._check_network()
         if self.model.kind == "wide_deep" and self.features.label_party is None:
             raise ValueError("model.kind = 'wide_deep' puts the wide part on the label party: "
                              "give it features (features.label_party = [start, stop])")
@@ -423,6 +427,18 @@ class ExperimentConfig(Settings):
         if strangers:
             raise ValueError(f"protection.parties names {strangers}; this run has passive parties "
                              f"1..{self.topology.passive_parties}")
+
+    def _check_network(self) -> None:
+        """A train step crosses the emulated link twice (the batch out, the activation back):
+        a round trip at or over the step deadline fails every step, after the deadline."""
+        round_trip_s = 2 * self.network.one_way_latency_ms / 1e3
+        deadline = self.topology.step_deadline_s
+        if round_trip_s >= deadline:
+            raise ValueError(f"network.one_way_latency_ms = {self.network.one_way_latency_ms:g} "
+                             f"makes every train step's round trip {round_trip_s:g} s, at or over "
+                             f"topology.step_deadline_s = {deadline:g}, so every step would time "
+                             f"out; raise topology.step_deadline_s above {round_trip_s:g} (with "
+                             "room for the step's compute and jitter) or lower the latency")
 
     def _check_receiver(self) -> None:
         """Feature reconstruction (ALGORITHMS.md §2.11) reads the activations the label party's

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from splitleak.config import ConfigError, ExperimentConfig
-from splitleak.datasets import Dataset, Schema, train_test_ids
+from splitleak.datasets import Dataset, Schema
+from splitleak.inputs import split_ids
 from splitleak.models import input_spec
 from splitleak.partition import passive_columns
 from splitleak.seeding import rng
@@ -53,10 +54,11 @@ def known_targets(cfg: ExperimentConfig, dataset: Dataset, party_id: int,
                   settings: ReplacementBackdoor) -> np.ndarray:
     """The target-class train rows the backdoor party knows: its declared side knowledge (as
     labelled_per_class is model completion's), drawn with its side-knowledge seed. The only
-    label-derived input of a passive party, and only when [threat] declares the backdoor."""
+    label-derived input of a passive party, and only when [threat] declares the backdoor. Drawn
+    from the rows the label party trains on (dataset.subset's share of the train split)."""
     schema = dataset.schema()
     check_integrity(cfg, schema)
-    train_ids, _ = train_test_ids(schema.num_rows, cfg.dataset.test_fraction, cfg.run.seed)
+    train_ids, _ = split_ids(cfg, schema.num_rows)
     labels = dataset.labels()
     targets = train_ids[labels[train_ids] == settings.target_class]
     if targets.size == 0:
@@ -69,8 +71,9 @@ def known_targets(cfg: ExperimentConfig, dataset: Dataset, party_id: int,
 
 def poisoned_rows(cfg: ExperimentConfig, num_rows: int, party_id: int,
                   settings: ReplacementBackdoor) -> np.ndarray:
-    """The train rows the backdoor party triggers and swaps in for its known targets."""
-    train_ids, _ = train_test_ids(num_rows, cfg.dataset.test_fraction, cfg.run.seed)
+    """The train rows the backdoor party triggers and swaps in for its known targets: a share of
+    the rows the label party trains on (dataset.subset's share of the train split)."""
+    train_ids, _ = split_ids(cfg, num_rows)
     size = min(max(1, round(settings.poison_fraction * train_ids.size)), train_ids.size)
     draw = rng(cfg.run.seed, "backdoor", "poisoned", party_id)
     return np.sort(draw.choice(train_ids, size=size, replace=False))

@@ -90,14 +90,14 @@ class ThreatParty(Settings):
         if self.backdoor is not None:
             b = self.backdoor
             words.append(f"replacement backdoor (target class {b.target_class}, {b.known_targets} "
-                         f"known target rows, {b.poison_fraction:.0%} poisoned)")
+                         f"known target rows, {_percent(b.poison_fraction)} poisoned)")
         if self.noisy_samples is not None:
             n = self.noisy_samples
-            words.append(f"noisy samples at inference (λ={n.noise_lambda:g}, {n.noise_rate:.0%} "
+            words.append(f"noisy samples at inference (λ={n.noise_lambda:g}, {_percent(n.noise_rate)} "
                          "of the test rows)")
         if self.missing_features is not None:
             m = self.missing_features
-            words.append(f"missing features ({m.missing_rate:.0%} of the rows"
+            words.append(f"missing features ({_percent(m.missing_rate)} of the rows"
                          f"{', in training too' if m.during_training else ' at inference'})")
         return ", ".join(words)
 
@@ -156,11 +156,16 @@ class ReceiverThreat(Settings):
     def describe(self) -> str:
         """e.g. `label party: white-box inversion, back-mapping on 10 % auxiliary rows`."""
         ways = (["white-box inversion (knows the bottom model)"] if self.white_box else []) + \
-            ([f"back-mapping decoder on {self.auxiliary_fraction:.0%} auxiliary train rows"]
+            ([f"back-mapping decoder on {_percent(self.auxiliary_fraction)} auxiliary train rows"]
              if self.back_mapping else []) + \
             (["generative regression network (knows the trained model)"] if self.grn else []) + \
             (["CAFE (knows the bottom and its aggregated gradients per step)"] if self.cafe else [])
         return "label party, on received activations: " + ", ".join(ways)
+
+
+def _percent(share: float) -> str:
+    """A share for a report, as set: 0.004 is `0.4%` (`:.0%` made it `0%`), 0.01 `1%`."""
+    return f"{100 * share:.3g}%"
 
 
 def _default_parties() -> dict[str, ThreatParty]:

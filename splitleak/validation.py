@@ -23,7 +23,7 @@ from splitleak.datasets import (
     check_against_schema,
 )
 from splitleak.datasets.base import origin
-from splitleak.inputs import check_classes, split_ids, train_size_warnings
+from splitleak.inputs import check_classes, split_ids, train_rows, train_size_warnings
 from splitleak.integrity import check_integrity
 from splitleak.models import InputSpec, build_bottom, build_top, input_spec
 from splitleak.partition import label_party_columns, passive_columns
@@ -191,6 +191,7 @@ def check_models(cfg: ExperimentConfig, schema: Schema, columns: dict[int, tuple
     except (ValueError, RuntimeError, MemoryError) as err:
         raise ConfigError(f"model: {_allocation(err) or err}") from None
     check_message_sizes(cfg, bottoms)
+    check_link_time(cfg, bottoms, schema.num_rows)
 
 
 # Training holds each weight four times: the weight, its gradient and Adam's two moments.
@@ -290,6 +291,38 @@ def check_message_sizes(cfg: ExperimentConfig,
                 f"topology.max_message_mb = {cfg.topology.max_message_mb}: passive party {k}'s "
                 f"{what} for a batch of {rows} rows takes {size / (1 << 20):.1f} MiB; raise "
                 f"max_message_mb to at least {needed} or lower training.batch_size")
+
+
+def check_link_time(cfg: ExperimentConfig,
+                    bottoms: dict[int, tuple[tuple[int, ...], tuple[int, ...]]],
+                    num_rows: int | None) -> None:
+    """On an emulated link ([network] bandwidth_mbit) a full train batch's activation up and
+    cut gradient down (with the next batch, from the second step on), plus the round trip, must
+    cross within topology.step_deadline_s, or every step times out. A lower bound, so skipped
+    where the bytes are not known before the run (gzip / deflate, the sparse wire) or the train
+    rows are not counted yet."""
+    n = cfg.network
+    if not n.bandwidth_mbit or cfg.wire.compression != "none" or cfg.wire.sparse \
+            or num_rows is None:
+        return
+    train = train_rows(cfg, num_rows)
+    rows = min(cfg.training.batch_size, train)
+    steps = -(-train // cfg.training.batch_size) * cfg.training.epochs
+    ways = 2 if min(steps, cfg.training.max_steps or steps) >= 2 else 1  # a gradient comes back
+    width = 2 if cfg.wire.dtype in ("float16", "bfloat16") else 4
+    deadline = cfg.topology.step_deadline_s
+    for k, (shape, _) in sorted(bottoms.items()):
+        tensor = rows * math.prod(shape) * width  # the activation, and its gradient back
+        seconds = 2 * n.one_way_latency_ms / 1e3 + ways * tensor * 8 / (n.bandwidth_mbit * 1e6)
+        if seconds >= deadline:
+            what = ("activation and cut gradient", "take", " each way") if ways == 2 else (
+                "activation", "takes", "")
+            raise ConfigError(
+                f"network.bandwidth_mbit = {n.bandwidth_mbit:g}: passive party {k}'s {what[0]} "
+                f"for a batch of {rows} rows ({tensor / (1 << 10):.0f} KiB{what[2]}) {what[1]} "
+                f"at least {seconds:.3g} s per train step over the link, at or over "
+                f"topology.step_deadline_s = {deadline:g}, so every step would time out; raise "
+                "the bandwidth or the step deadline, or lower training.batch_size")
 
 
 def ignored_warnings(cfg: ExperimentConfig) -> list[str]:

@@ -63,3 +63,31 @@ def test_example_sweep_is_valid(path: Path, tmp_path: Path) -> None:
         assert [p.setting for p in points] == ["none", "marvell, defense.0.s=4.0"]
     else:  # a measuring sweep (speedup, wan): small, but points to run side by side
         assert len(points) >= 4 and len({p.setting for p in points}) >= 2
+
+
+def test_vflair_tdcs_refuses_what_is_not_a_finished_vflair_sweep(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """examples/vflair/README.md's `python examples/vflair/tdcs.py SWEEP_DIR` ended in a traceback
+    (IndexError, ValueError, KeyError) without an argument, on a directory that is no sweep, and
+    on a sweep whose MP* point (no defense, clean scenario) had not finished."""
+    import importlib.util
+
+    from tests.conftest import tiny_sweep_file
+
+    spec = importlib.util.spec_from_file_location("tdcs", ROOT / "vflair" / "tdcs.py")
+    assert spec is not None and spec.loader is not None
+    tdcs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tdcs)
+    with pytest.raises(SystemExit) as exited:
+        tdcs.cli([])
+    assert exited.value.code == 2 and "required: sweep_dir" in capsys.readouterr().err
+    assert tdcs.cli([str(tmp_path)]) == 2
+    assert "is not a sweep directory" in capsys.readouterr().err
+    from orchestration.sweep.index import SweepIndex
+
+    path = tiny_sweep_file(tmp_path)
+    sweep = load_sweep(path)
+    sweep_dir = tmp_path / "sweep"
+    SweepIndex(sweep_dir, sweep_points(sweep, path, sweep_dir), "local").write()  # all pending
+    assert tdcs.cli([str(sweep_dir)]) == 2
+    assert "no finished point of variant 'none' in the clean scenario" in capsys.readouterr().err

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 import torch
 from torch import nn
@@ -61,6 +62,14 @@ def test_settings_are_validated_naming_the_field(tmp_path: Path) -> None:
         check_core(parse_config(_config(tmp_path, {"backdoor": {"target_class": 12}})))
     cfg = parse_config(_config(tmp_path))
     assert "replacement backdoor (target class 0" in cfg.threat.describe([1])
+    assert "5% poisoned" in cfg.threat.describe([1])
+    # a share under 0.5 % was reported as 0 %: the threat model read "0% poisoned"
+    small = parse_config(_config(tmp_path, {"backdoor": {"poison_fraction": 0.004},
+                                            "noisy_samples": {"noise_rate": 0.001},
+                                            "missing_features": {"missing_rate": 0.125}}))
+    described = small.threat.describe([1])
+    assert "0.4% poisoned" in described and "0.1% of the test rows" in described, described
+    assert "missing features (12.5% of the rows" in described, described
     assert "honest" not in cfg.threat.describe([1])
 
 
@@ -157,6 +166,33 @@ def test_missing_features_accuracy_by_hand() -> None:
     assert mixed_accuracy(final) == pytest.approx((90 - 19 + 10) / 100)
 
 
+def test_the_backdoor_draws_its_rows_from_the_subset_the_label_party_trains_on(
+        tmp_path: Path) -> None:
+    from splitleak.datasets import build_dataset, train_test_ids
+    from splitleak.inputs import split_ids
+    from splitleak.integrity import known_targets, poisoned_rows
+
+    backdoor = {"known_targets": 10, "poison_fraction": 0.05}
+    dataset = build_dataset("digits", {})
+    rows = dataset.schema().num_rows
+    whole = parse_config(_config(tmp_path, {"backdoor": backdoor}))
+    train, _ = train_test_ids(rows, whole.dataset.test_fraction, whole.run.seed)
+    settings = whole.threat.party(1).backdoor
+    targets = known_targets(whole, dataset, 1, settings)
+    assert targets.size == 10 and np.isin(targets, train).all()
+    assert poisoned_rows(whole, rows, 1, settings).size == round(0.05 * train.size)
+    # dataset.subset: every known target and poisoned row is one the label party trains on (they
+    # were drawn from the whole train split: 2 of 10 known targets were ever in a batch)
+    data = _config(tmp_path, {"backdoor": backdoor})
+    data["dataset"] = {**data["dataset"], "subset": 0.2}
+    cfg = parse_config(data)
+    trained, _ = split_ids(cfg, rows)
+    targets = known_targets(cfg, dataset, 1, settings)
+    poisoned = poisoned_rows(cfg, rows, 1, settings)
+    assert targets.size == 10 and np.isin(targets, trained).all()
+    assert poisoned.size == round(0.05 * trained.size) and np.isin(poisoned, trained).all()
+
+
 # --- runs ----------------------------------------------------------------------------------
 
 
@@ -179,6 +215,26 @@ def test_the_attacks_succeed_without_a_defense_and_fail_under_mid(tmp_path: Path
     defended = _integrity(reference_run(_config(tmp_path, objective={"name": "mid", "lambda": 1.0})))
     assert defended["replacement_backdoor"]["integrity"]["asr_non_target"] < 0.1
     assert defended["noisy_samples"]["integrity"]["paired_drop"] < 0.05
+
+
+def test_more_known_targets_than_the_class_has_are_reported_as_known(tmp_path: Path) -> None:
+    # the party knows at most the target class's train rows: the summary says how many, and warns
+    # that the config's count (printed in the threat model) was not what it knew
+    one_epoch = {"batch_size": 64, "epochs": 1, "eval_interval": 0}
+    many = {"backdoor": {"known_targets": 5000, "trigger_value": 100.0}}
+    run = reference_run(_config(tmp_path, many, training=one_epoch))
+    summary = analyze(run.root)
+    entry = next(e for e in summary["leak"] if e["name"] == "replacement_backdoor")
+    table = pq.read_table(run.labels).to_pydict()
+    labels = np.array(table["label"])[np.array(table["split"]) == "train"]
+    assert entry["integrity"]["known_targets"] == int((labels == 0).sum()) < 5000
+    assert any(f"backdoor.known_targets = 5000, but only {(labels == 0).sum()} train rows have "
+               "class 0" in w for w in summary["warnings"]), summary["warnings"]
+    run = reference_run(_config(tmp_path, {"backdoor": {"known_targets": 7}}, training=one_epoch))
+    summary = analyze(run.root)
+    entry = next(e for e in summary["leak"] if e["name"] == "replacement_backdoor")
+    assert entry["integrity"]["known_targets"] == 7
+    assert not any("known_targets" in w for w in summary["warnings"])
 
 
 def test_the_premise_is_the_declared_attack(tmp_path: Path) -> None:

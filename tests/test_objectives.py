@@ -503,6 +503,20 @@ def test_gafm_refuses_unequal_party_outputs(tmp_path: Path) -> None:
         build_objective("gafm", {}, uneven)
 
 
+def test_delta_selection_names_its_subsets_as_given() -> None:
+    """--fraction 0.001 printed '1 random 0% subsets' (and 0.125 '12%'), not saying that the
+    subsets came to 2 train rows each."""
+    from orchestration.gafm_select import DeltaSelection, DeltaTrial, subsets
+
+    def selection(fraction: float, rows: list[int]) -> DeltaSelection:
+        trials = [DeltaTrial(0.1, r, r, n, 0.9, 0.8, None) for r, n in enumerate(rows)]
+        return DeltaSelection(0.1, {0.1: 1.1}, trials, fraction, len(rows), ("norm",), 0)
+
+    assert subsets(selection(0.001, [2])) == "1 random 0.1% subset (2 train rows each)"
+    assert subsets(selection(0.125, [53, 54])) == "2 random 12.5% subsets (53-54 train rows each)"
+    assert subsets(selection(0.1, [43] * 5)) == "5 random 10% subsets (43 train rows each)"
+
+
 def test_delta_selection_arguments(tmp_path: Path) -> None:
     ids = np.arange(1000)
     picked = subset_ids(ids, 0.1, np.random.default_rng(0))
@@ -514,6 +528,8 @@ def test_delta_selection_arguments(tmp_path: Path) -> None:
         select_delta(gafm, attacks=("cosine",))
     with pytest.raises(ConfigError, match="0.5"):
         select_delta(gafm, deltas=(0.7,))
+    with pytest.raises(ConfigError, match=r"deltas repeat \[0.1\]"):
+        select_delta(gafm, deltas=(0.1, 0.2, 0.1))
 
 
 def test_activation_gradients_name_an_activation_outside_the_loss() -> None:

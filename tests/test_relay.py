@@ -49,6 +49,34 @@ def test_network_section_is_validated(tmp_path: Path) -> None:
                            ({"bandwidth_mbit": 0}, "bandwidth_mbit"), ({"loss": 0.1}, "loss")]:
         with pytest.raises(ConfigError, match=field):
             parse_config(small_config(tmp_path, network=network))
+    # a round trip (the batch out, the activation back) at the step deadline fails every step
+    # after waiting for it: refused at validation, naming both fields
+    with pytest.raises(ConfigError, match=r"network.one_way_latency_ms = 3000 .* round trip 6 s, "
+                       r"at or over topology.step_deadline_s = 2"):
+        parse_config(small_config(tmp_path, network={"one_way_latency_ms": 3000},
+                                  topology={"step_deadline_s": 2}))
+    assert parse_config(small_config(tmp_path, network={"one_way_latency_ms": 900},
+                                     topology={"step_deadline_s": 2})).network.shaped
+
+
+
+def test_a_link_too_slow_for_a_batch_is_refused_before_the_run(tmp_path: Path) -> None:
+    """0.01 Mbit/s: a batch of 64 rows x 16 float32 (4 KiB) up and its gradient down take 6.6 s;
+    against a 5 s step deadline every step timed out (after the processes had started, naming
+    the party, not the link); refused now at validation. float16 halves it (3.3 s: allowed);
+    gzip or the sparse wire make the bytes unknown beforehand (not refused)."""
+    from splitleak.validation import validate
+
+    def config(**wire: object) -> object:
+        return parse_config(small_config(tmp_path, network={"bandwidth_mbit": 0.01},
+                                         topology={"step_deadline_s": 5}, wire=wire))
+
+    with pytest.raises(ConfigError, match=r"network.bandwidth_mbit = 0.01: passive party 1's "
+                       r"activation and cut gradient for a batch of 64 rows \(4 KiB each way\) "
+                       r"take at least 6.55 s .* topology.step_deadline_s = 5"):
+        validate(config())
+    for wire in ({"dtype": "float16"}, {"compression": "gzip"}, {"sparse": True}):
+        validate(config(**wire))
 
 
 async def _through_relay(network: NetworkConfig, payload: int) -> tuple[float, float, bytes]:

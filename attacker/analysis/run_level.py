@@ -63,6 +63,7 @@ def run_level_entries(analysis: Analysis) -> list[dict[str, Any]]:
                                 **({"layer": "output"} if isinstance(attack, IntegrityAttack) else {})})
                 continue
             value = result.accuracy
+            analysis.warnings += [f"{attack.label}, parties {unit.key}: {w}" for w in result.warnings]
             if isinstance(attack, IntegrityAttack):
                 entries.append({**entry, "layer": "output", "metric": result.metric,
                                 "integrity": result.figures,

@@ -263,6 +263,7 @@ class RunResult:
     rows: int
     figures: dict[str, Any]
     metric: str = "accuracy"
+    warnings: tuple[str, ...] = ()  # what makes its figures other than the settings say
 
 
 class RunAttack(AttackPlugin):

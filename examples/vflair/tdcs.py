@@ -10,6 +10,7 @@ Usage: python examples/vflair/tdcs.py SWEEP_DIR   (e.g. sweeps/vflair_mnist)
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -33,10 +34,18 @@ def final_accuracy(run: Run) -> float:
     return float(evals["test_accuracy"].iloc[-1])
 
 
+class NotReady(ValueError):
+    """The directory is not a vflair_mnist sweep this table can be computed from."""
+
+
 def main(sweep_dir: Path) -> None:
     sweep = open_sweep(sweep_dir)
     runs = {(row.variant, scenario(row.overrides_dict())): Run(sweep.dir.point(row.run_dir))
             for row in read_index_rows(sweep_dir) if row.status == "done"}
+    if ("none", "clean") not in runs:
+        raise NotReady(f"{sweep_dir} has no finished point of variant 'none' in the clean scenario, "
+                       "whose accuracy is MP*: run (or finish) the sweep first, e.g. `splitleak sweep "
+                       "examples/vflair/sweep.toml` (it resumes)")
     mp_star = final_accuracy(runs[("none", "clean")])
     per_attack: dict[str, dict[str, tuple[str, float, float, float]]] = defaultdict(dict)
     for (defense, _), run in sorted(runs.items()):
@@ -64,5 +73,19 @@ def main(sweep_dir: Path) -> None:
             print(f"| {defense} | {name} ({family}) | {ap:.4f} | {mp:.4f} | {score:.4f} |")
 
 
+def cli(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python examples/vflair/tdcs.py",
+                                     description=__doc__.split("\n\n")[0])
+    parser.add_argument("sweep_dir", type=Path, help="a vflair_mnist sweep directory, e.g. "
+                        "sweeps/vflair_mnist")
+    args = parser.parse_args(argv)
+    try:
+        main(args.sweep_dir)
+    except ValueError as err:  # not a sweep directory, or no MP* point yet
+        print(f"tdcs.py: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    sys.exit(cli())

@@ -64,9 +64,11 @@ class IntegrityAttack(RunAttack):
         passes = variant_passes(context, self.variant, self.name)
         figures = self.figures(context, passes)
         final = passes[-1]
+        warnings = tuple(figures.pop("warnings", ()))
         figures |= {"evaluations": len(passes), "rows": final.rows, "step": final.step,
                     "test_accuracy": final.test_accuracy}
-        return RunResult(figures["value"], 0, final.rows, figures, metric=figures["metric"])
+        return RunResult(figures["value"], 0, final.rows, figures, metric=figures["metric"],
+                         warnings=warnings)
 
     def figures(self, context: RunContext, passes: list[VariantPass]) -> dict[str, Any]:
         """The attack's figures: `metric`, `value` (the headline, final pass), `ap` (VFLAIR's

@@ -36,7 +36,15 @@ class ReplacementBackdoorAttack(IntegrityAttack):
         target = entry.backdoor.target_class
         rates = [success_rates(p.confusion, target) for p in passes]
         asr, non_target = rates[-1]
+        # the party knows at most the target class's train rows (splitleak.integrity.known_targets)
+        available = int((context.truth(context.train_ids) == target).sum())
+        known = min(entry.backdoor.known_targets, available)
+        warnings = [] if known == entry.backdoor.known_targets else [
+            f"backdoor.known_targets = {entry.backdoor.known_targets}, but only {available} train "
+            f"rows have class {target}: the party knew those {known} (summary.json: "
+            "integrity.known_targets)"]
         return {"metric": "asr", "value": asr, "ap": asr, "target_class": target,
+                "known_targets": known, "warnings": warnings,
                 "asr_non_target": non_target, "triggered_accuracy": passes[-1].accuracy,
                 "vflair_mean": {"asr": float(np.mean([r[0] for r in rates])),
                                 "test_accuracy": float(np.mean([p.test_accuracy for p in passes]))}}
