@@ -30,6 +30,7 @@ import json
 import math
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -174,7 +175,7 @@ def select_delta(cfg: ExperimentConfig, *, deltas: Sequence[float] = DELTAS, fra
 
 def repeated_deltas(deltas: Sequence[float]) -> list[float]:
     """The Δ values given more than once (each would be the same trial run twice)."""
-    return sorted({float(d) for d in deltas if list(map(float, deltas)).count(float(d)) > 1})
+    return sorted(d for d, n in Counter(map(float, deltas)).items() if n > 1)
 
 
 class _Deltas(argparse.Action):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import re
 import tomllib
 from collections import defaultdict
 from collections.abc import Callable
@@ -44,6 +43,7 @@ from attacker.report.threat import above_bound_notes, completion_md, threat_md
 from splitleak.artifacts.metrics_log import MetricsLog, read_metrics_log
 from splitleak.artifacts.outcome import read_outcome
 from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.run_config import recorded_hash
 from splitleak.config import NetworkConfig, WireConfig
 from splitleak.markdown import fmt as _fmt
 from splitleak.markdown import fmt_figure
@@ -106,8 +106,7 @@ class _Inputs:
         the run's own)."""
         leak, rows = leak or run.leak, rows or run.leak_rows
         text = run.config.read_text() if run.config.exists() else ""
-        found = re.search(r"hash (\w+)", text.partition("\n")[0])
-        return cls(tomllib.loads(text), found.group(1) if found else "unknown",
+        return cls(tomllib.loads(text), recorded_hash(run.config) or "unknown",
                    read_metrics_log(run.metrics),
                    read_outcome(run),
                    leak if leak.exists() else None,

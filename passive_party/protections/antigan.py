@@ -194,9 +194,10 @@ class AntiGan(Protection):
             z = torch.randn(images.shape[0], p.latent_dim, generator=generator(seed, "antigan", "mix"))
             generated = g(z.to(images.device))
         if not bool(torch.isfinite(generated).all()):
-            raise ProtectionFailed(f"antigan diverged: its generator gives NaN or infinite pixels after "
-                             f"{p.steps} steps at lr = {p.lr:g} (a smaller protection.params.lr "
-                             "may fit), so it has no protected images to train on")
+            raise ProtectionFailed(f"antigan diverged: its generator gives NaN or infinite pixels "
+                                   f"after {p.steps} steps at lr = {p.lr:g} (a smaller "
+                                   "protection.params.lr may fit), so it has no protected images "
+                                   "to train on")
         mixed = mix(images, generated, p.mix)
         figures = {
             "final_losses": losses,
