@@ -58,7 +58,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         print_summary(console, outcome)
         summary = None
         if analysable(variant):
-            summary = analyse_run(outcome, console, leak_table=not side_by_side)
+            summary = _analyse_trained(outcome, console, leak_table=not side_by_side)
         else:
             console.print(NOTHING_TO_ANALYSE)
         compared.append((label, summary, outcome))
@@ -99,7 +99,7 @@ def resume_run(args: argparse.Namespace, console: Console) -> int:
     outcome = _distributed(cfg, run, args, console, resume=True)
     print_summary(console, outcome)
     if analysable(cfg):
-        analyse_run(outcome, console)
+        _analyse_trained(outcome, console)
     else:
         console.print(NOTHING_TO_ANALYSE)
     return 0
@@ -173,6 +173,21 @@ def analysable(cfg: ExperimentConfig) -> bool:
     """A run has something to analyse: a tapped party, or a run-level attack of the threat model."""
     return cfg.attacker.enabled and bool(cfg.tapped_parties or cfg.received_parties or any(
         p.labelled_per_class or p.integrity for p in cfg.threat.parties.values()))
+
+
+def _analyse_trained(outcome: RunOutcome, console: Console, leak_table: bool = True) -> dict:
+    """analyse_run for `splitleak run`: its training is done whatever stops the analysis (a
+    full or read-only disk: exit 2; Ctrl-C), so say so, and how to write the analysis."""
+    later = f"[bold]attacker analyze {outcome.run.root}[/]"
+    try:
+        return analyse_run(outcome, console, leak_table=leak_table)
+    except OSError as err:
+        raise BadInput(f"training finished, but its analysis could not be written: "
+                       f"{describe_os_error(err)}; once that is fixed, `attacker analyze "
+                       f"{outcome.run.root}` writes it (the training need not run again)") from None
+    except KeyboardInterrupt:
+        console.print(f"training finished; its analysis was stopped: {later} writes it")
+        raise
 
 
 def analyse_run(outcome: RunOutcome, console: Console,

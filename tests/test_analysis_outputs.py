@@ -188,3 +188,52 @@ def test_a_folder_that_cannot_be_written_is_refused_before_the_analysis(
     assert code == 2, text
     assert f"cannot write {run.report}: Permission denied" in text
     assert _files(run) == before
+
+
+def _disk_full_at_plots(monkeypatch: pytest.MonkeyPatch) -> None:
+    def full(fig: object, path: Path) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr("attacker.report.plots._save", full)
+
+
+def test_a_full_disk_at_a_plot_stops_the_analysis_without_a_traceback(
+        run: RunDir, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """A plot that finds the disk full was logged with a traceback and the report went on (to
+    fail at its next file); it now stops the analysis at once: exit 2, one sentence."""
+    before = _files(run)
+    _disk_full_at_plots(monkeypatch)
+    code, text = _analyse(run, capsys, "--attacks", "norm")
+    assert code == 2 and "No space left on device" in text, text
+    assert "Traceback" not in text + caplog.text and "plot" not in caplog.text, caplog.text
+    assert _files(run) == before
+
+
+def test_splitleak_run_whose_analysis_fails_or_stops_says_the_training_is_done(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`splitleak run` whose analysis found the disk full ended with a traceback (exit 1), and
+    one whose analysis was stopped by Ctrl-C said only "every party was stopped": both now say
+    the training is done and that `attacker analyze RUN` writes the analysis."""
+    from orchestration.cli import main as splitleak_main
+    from tests.conftest import write_config
+
+    config = write_config(tmp_path, small_config(tmp_path, training={"epochs": 1, "max_steps": 3}))
+    _disk_full_at_plots(monkeypatch)
+    code, text = exit_code_and_text(splitleak_main, ["run", str(config), "--in-process",
+                                                     "--no-progress"], capsys)
+    text = " ".join(text.split())
+    assert code == 2 and "Traceback" not in text, text
+    assert "training finished, but its analysis could not be written: cannot write" in text, text
+    assert "No space left on device" in text and "attacker analyze" in text, text
+    monkeypatch.undo()
+
+    def stopped(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "write_report", stopped)
+    code, text = exit_code_and_text(splitleak_main, ["run", str(config), "--in-process",
+                                                     "--no-progress"], capsys)
+    text = " ".join(text.split())
+    assert code == 130, text
+    assert "training finished; its analysis was stopped: attacker analyze" in text, text

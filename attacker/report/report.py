@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import math
 import tomllib
@@ -45,6 +46,7 @@ from splitleak.artifacts.outcome import read_outcome
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.run_config import recorded_hash
 from splitleak.config import NetworkConfig, WireConfig
+from splitleak.fileio import NO_SPACE
 from splitleak.markdown import fmt as _fmt
 from splitleak.markdown import fmt_figure
 from splitleak.markdown import md_table as _md_table
@@ -126,6 +128,8 @@ def _draw_plots(run: RunDir, out: Outputs, summary: dict[str, Any], inputs: _Inp
             draw(*args, path=out.report / name, **kwargs)
             figures.append((caption, name))
         except Exception as err:  # noqa: BLE001 - a broken plot must not lose the rest of the report
+            if isinstance(err, OSError) and (err.errno in NO_SPACE or err.errno == errno.EROFS):
+                raise  # a full or read-only disk: nothing after it can be written either
             log.exception("plot %s failed", name)
             failures.append(f"plot {name} failed: {type(err).__name__}: {err}")
 
