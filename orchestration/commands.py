@@ -146,6 +146,8 @@ def _distributed(cfg: ExperimentConfig, run: RunDir, args: argparse.Namespace, c
         console.print(f"logs: {run.logs}")
         _resume_hint(console, run, refused=err.exit_code == EXIT_BAD_INPUT)
         raise SystemExit(err.exit_code) from None
+    except OSError as err:  # e.g. a read-only run directory: its lock cannot be taken
+        raise BadInput(f"run {run.root}: {describe_os_error(err)}") from None
     except KeyboardInterrupt:
         _resume_hint(console, run)
         raise

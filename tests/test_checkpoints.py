@@ -342,3 +342,26 @@ def test_a_gradient_log_gone_altogether_is_refused(
             f"({newest.recorded['1']} of party 1), but the run's gradient log {run.gradients} "
             "is gone") in text, text
     assert not (run.root / "pids.json").exists()  # no party was started
+
+
+def test_a_read_only_run_directory_is_refused_in_one_sentence(
+        tmp_path: Path, straight_and_interrupted, capsys: pytest.CaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`splitleak run --resume` of a run on a read-only file system ended in a traceback (the
+    run's lock could not be created, exit 1); it is now bad input naming the file and why."""
+    import errno
+    import os
+
+    _, _, interrupted = straight_and_interrupted
+    run = _torn_copy(tmp_path, interrupted, [])
+
+    def read_only(_: RunDir) -> None:  # as os.open of run.lock on a read-only mount
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(run.lock))
+
+    monkeypatch.setattr("orchestration.run.exclusive", read_only)
+    code, text = exit_code_and_text(splitleak_main, ["run", "--resume", str(run.root),
+                                                     "--no-progress"], capsys)
+    text = " ".join(text.split())
+    assert code == 2 and "Traceback" not in text, text
+    assert f"cannot write {run.lock}: Read-only file system" in text, text
+    assert not (run.root / "pids.json").exists()  # no party was started
