@@ -110,13 +110,17 @@ def _run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress |
 
 def _cut_metrics_back(cfg: ExperimentConfig, run: RunDir) -> None:
     """Cut the metrics back to the resumed checkpoint before any role starts, as the label
-    party will: the progress tail then never reads a line the label party cuts."""
-    from splitleak.checkpoint import CheckpointError, resume_point
+    party will: the progress tail then never reads a line the label party cuts. Every party
+    keeps its checkpoints in this run directory, so one a party's file is gone from is passed
+    over, and removed with any newer one, so that the label party resumes from the same one."""
+    from splitleak.checkpoint import CheckpointError, discard_after, resume_point
 
     try:
-        manifest = resume_point(run.root, cfg)
+        manifest = resume_point(run.root, cfg, every_party=True)
     except CheckpointError:
         return  # the label party refuses the run and says why
+    if manifest is not None:  # under the run's lock: no other process writes a checkpoint now
+        discard_after(run.root, manifest.position)
     truncate_records(run.metrics, manifest.metrics_records if manifest else 0)
 
 

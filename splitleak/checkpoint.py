@@ -112,14 +112,15 @@ def complete_manifests(run_root: Path) -> list[Manifest]:
     return found
 
 
-def check_files(run_root: Path, manifest: Manifest) -> str | None:
+def check_files(run_root: Path, manifest: Manifest, every_party: bool = False) -> str | None:
     """Why a complete checkpoint cannot be resumed from (None: it can): a file it names is
     missing, torn or changed. The label party's own file must be there; a passive party's file
-    is checked where this run directory holds it (a party on another host checks its own)."""
+    is checked where this run directory holds it (a party on another host checks its own),
+    and with `every_party` (every party's run directory is this one) it must be there too."""
     directory = step_dir(run_root, manifest.position)
     for name, sha256 in sorted(manifest.files.items()):
         path = directory / name
-        if not path.exists() and name != LABEL_PARTY_FILE:
+        if not path.exists() and name != LABEL_PARTY_FILE and not every_party:
             continue
         if not path.is_file():
             return f"{path} is {'not a regular file' if path.exists() else 'missing'}"
@@ -161,10 +162,11 @@ def missing_log(run_root: Path, manifest: Manifest | None) -> str | None:
             "again from step 0)")
 
 
-def resumable(run_root: Path) -> Manifest | None:
+def resumable(run_root: Path, every_party: bool = False) -> Manifest | None:
     """The newest complete checkpoint whose files are whole and whose gradient log records the
     sidecar still holds (None: there is none, resume at step 0); an older one when the newest
-    is torn, its manifest unreadable or the log short of it (the reason two are kept).
+    is torn, its manifest unreadable or the log short of it (the reason two are kept), or,
+    with `every_party` (check_files), a party's file gone from it.
     CheckpointError when there are checkpoints but none is whole."""
     unusable: list[str] = []
     for position, directory in reversed(_step_dirs(run_root)):
@@ -175,7 +177,8 @@ def resumable(run_root: Path) -> Manifest | None:
         except CheckpointError as err:
             problem: str | None = str(err)
         else:
-            problem = check_files(run_root, manifest) or check_log(run_root, manifest)
+            problem = (check_files(run_root, manifest, every_party)
+                       or check_log(run_root, manifest))
         if problem is None:
             if unusable:
                 log.warning("resuming from the checkpoint of step %d: %s", manifest.step,
@@ -245,12 +248,15 @@ def config_conflicts(reference: dict[str, Any], cfg: ExperimentConfig) -> list[s
 
 
 def resume_point(run_root: Path, cfg: ExperimentConfig, data: bool = True,
-                 trained: bool = False) -> Manifest | None:
+                 trained: bool = False, every_party: bool = False) -> Manifest | None:
     """The checkpoint a resume of `run_root` with `cfg` starts from (None: step 0), after
     checking that `cfg` is the config the run was started with and, with `data`, that it names
     the data files the checkpoint's run trained on (DataChanged: not). `trained`: a run whose
     outcome says ok may be resumed too (a sweep point stopped after its training, before its
-    processes were collected)."""
+    processes were collected). `every_party`: every party keeps its checkpoints in `run_root`
+    (`splitleak run`, a sweep point), so one whose party file is gone is passed over too; the
+    caller then discards the checkpoints after the one returned (discard_after, holding the
+    run's lock) before the label party, which cannot tell, starts."""
     config = RunDir(run_root).config
     if not config.is_file():
         raise CheckpointError(f"{run_root} is not a run directory (it has no {config.name})")
@@ -262,7 +268,7 @@ def resume_point(run_root: Path, cfg: ExperimentConfig, data: bool = True,
         raise CheckpointError(f"{run_root} finished ({RunDir(run_root).outcome.relative_to(run_root)} says "
                               "ok); "
                               "there is nothing to resume")
-    manifest = resumable(run_root)
+    manifest = resumable(run_root, every_party)
     if manifest is not None:
         reference = manifest.config
     else:

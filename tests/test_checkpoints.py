@@ -365,3 +365,60 @@ def test_a_read_only_run_directory_is_refused_in_one_sentence(
     assert code == 2 and "Traceback" not in text, text
     assert f"cannot write {run.lock}: Read-only file system" in text, text
     assert not (run.root / "pids.json").exists()  # no party was started
+
+
+def test_a_party_file_gone_from_the_newest_checkpoint_resumes_from_the_older_one(
+        tmp_path: Path, straight_and_interrupted, capsys: pytest.CaptureFixture,
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`splitleak run` keeps every party's checkpoints in the run directory. A party file gone
+    from the newest one failed the resume (exit 1: the party could not load it), and the hint
+    printed, `--resume` again, failed the same way every time; the resume now passes over that
+    checkpoint as over a torn one (a warning naming the file) and equals a straight run."""
+    cfg, straight, interrupted = straight_and_interrupted
+    run = _torn_copy(tmp_path, interrupted, [])
+    older, newest = complete_manifests(run.root)
+    gone = step_dir(run.root, newest.position) / "passive_party_1.pt"
+    gone.unlink()
+    assert resume_point(run.root, cfg) == newest  # the label party alone cannot tell (hosts)
+
+    def started(*args: object, **kwargs: object) -> None:
+        raise SystemExit(0)  # where the parties would start
+
+    monkeypatch.setattr("orchestration.run.launch_plan", started)
+    with caplog.at_level("WARNING", logger="splitleak"):
+        code, text = exit_code_and_text(splitleak_main, ["run", "--resume", str(run.root),
+                                                         "--no-progress"], capsys)
+    text = " ".join((text + caplog.text).split())
+    assert code == 0, text
+    assert f"the checkpoint of step {newest.step} is unusable: {gone} is missing" in text, text
+    assert f"at step {older.step}" in text, text
+    assert complete_manifests(run.root) == [older]  # the label party resumes from it too
+    outcome, errors = asyncio.run(whole_run(cfg, run.root, resume=True))
+    assert outcome["status"] == "ok" and outcome["resumed_from"] == older.step, outcome
+    assert errors == [None, None]
+    assert_same_run(straight, run, parties=2)
+
+
+def test_a_resume_refused_by_the_lock_removes_no_checkpoint(
+        tmp_path: Path, straight_and_interrupted, capsys: pytest.CaptureFixture) -> None:
+    """The resume that holds the run may be writing a checkpoint (no manifest yet): a second
+    resume, refused, must leave it (and every other file) as it is."""
+    import fcntl
+    import os
+
+    _, _, interrupted = straight_and_interrupted
+    run = _torn_copy(tmp_path, interrupted, [])
+    newest = complete_manifests(run.root)[-1]
+    (step_dir(run.root, newest.position) / "passive_party_1.pt").unlink()  # passed over
+    writing = run.root / "checkpoints" / "step-00000099-batch-00000999"  # the holder's
+    writing.mkdir()
+    holder = os.open(run.root / "run.lock", os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(holder, b"4242\n")
+        code, text = exit_code_and_text(splitleak_main, ["run", "--resume", str(run.root),
+                                                         "--no-progress"], capsys)
+    finally:
+        os.close(holder)
+    assert code == 2 and "(pid 4242)" in " ".join(text.split()), text
+    assert writing.is_dir() and step_dir(run.root, newest.position).is_dir()

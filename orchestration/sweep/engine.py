@@ -117,7 +117,8 @@ def resume_run_dir(point: Point, no_checkpoints: str | None = None, data_here: b
     manifest, why = None, no_checkpoints or "its earlier attempt left no complete checkpoint"
     if no_checkpoints is None and latest(run.root) is not None:
         try:
-            manifest = resume_point(run.root, point.config, data=data_here, trained=trained)
+            manifest = resume_point(run.root, point.config, data=data_here, trained=trained,
+                                    every_party=True)  # every role's run directory is this one
         except DataChanged as err:
             raise ResumeRefused(f"{err}; the point's checkpoints are kept") from None
         except (CheckpointError, ConfigError) as err:
