@@ -22,6 +22,7 @@ from label_party.schedule import Batch, Phase, schedule
 from label_party.setup import load_label_party_data, plan_record
 from label_party.trainer import LabelPartyTrainer, NonFiniteStep
 from orchestration.run import RunOutcome, collect_outcome
+from orchestration.stopping import stopped_by
 from passive_party.bottom_trainer import BottomTrainer
 from passive_party.integrity import party_integrity
 from passive_party.protection import protect_party, write_figures
@@ -33,6 +34,7 @@ from splitleak.config import ExperimentConfig
 from splitleak.datasets import build_dataset
 from splitleak.inputs import load_party_inputs
 from splitleak.integrity import variant_rows
+from splitleak.interrupts import interrupts_at_once
 from splitleak.partition import passive_columns
 from splitleak.placement import ATTACKER, LABEL, role_device, role_threads, roles
 from splitleak.timing import StepTimer, note
@@ -112,8 +114,22 @@ def train_in_process(cfg: ExperimentConfig, run: RunDir,
     """`splitleak run --in-process`: the reference run, then summary.json as a distributed run
     leaves it."""
     started = time.monotonic()
+    trained: list[int] = []  # the train steps done, for an interrupted run's outcome
+
+    def seen(record: dict[str, Any]) -> None:
+        if record.get("type") == "train":
+            trained.append(record["step"])
+        if on_record is not None:
+            on_record(record)
+
     try:
-        run_reference(cfg, run, on_record)
+        run_reference(cfg, run, seen)
+    except KeyboardInterrupt as err:  # Ctrl-C (SIGTERM: Terminated) between two steps
+        step = trained[-1] + 1 if trained else 0
+        write_outcome(run, {"status": "interrupted", "seconds": time.monotonic() - started,
+                            "step": step, "message": f"stopped at step {step} ({stopped_by(err)}); "
+                            "an in-process run writes no checkpoints: run it again"})
+        raise
     except NonFiniteStep as err:  # the run diverged: outcome.json says so, as a distributed one's
         write_outcome(run, {"status": "failed", "code": "INVALID_ARGUMENT", "message": str(err),
                             "party": err.party_id, "seconds": time.monotonic() - started})
@@ -170,7 +186,8 @@ def run_reference(cfg: ExperimentConfig, run: RunDir,
     exchange = LocalExchange(bottoms, store, observe, cfg.attacker.record_activation, cfg.wire.dtype,
                              received, receive, threads)
     timer = StepTimer()
-    asyncio.run(drive(trainer, batches, exchange, write, timer=timer))
+    with interrupts_at_once():  # not at the end of the run: asyncio.run's Ctrl-C waits for that
+        asyncio.run(drive(trainer, batches, exchange, write, timer=timer))
     note(cuda_graphs={str(k): b.cuda_graphs for k, b in bottoms.items()})
     timer.write(run.label_timing, per="compute")
     writer.close()
