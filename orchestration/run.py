@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -199,8 +200,8 @@ def _failure(children: list[Child], run: RunDir) -> RunFailed | None:
     # A relay is not essential (its party's failure fails the run), but its death is the cause.
     failed = sorted((c for c in children if (c.essential or c.name.startswith(RELAY))
                      and c.failed_on_its_own),
-                    key=lambda c: ((c.returncode or 0) >= 0, c.exited_at or float("inf"),
-                                   c is children[0]))
+                    key=lambda c: ((c.returncode or 0) >= 0, _told_by_a_party(c),
+                                   c.exited_at or float("inf"), c is children[0]))
     killed = next((c for c in failed if (c.returncode or 0) < 0), None)
     named = next((c for c in children[1:] if concluded and c.name == outcome.get("culprit")), None)
     if concluded is not None and named is not None and not named.failed_on_its_own and killed is None:
@@ -220,6 +221,13 @@ def _failure(children: list[Child], run: RunDir) -> RunFailed | None:
     if concluded and concluded not in message:
         message += f"\nthe label party reports: {concluded}"
     return RunFailed(message, first)
+
+
+def _told_by_a_party(child: Child) -> bool:
+    """A sidecar that ended because a party it records said why it stopped (its last line
+    names the party and quotes it): that party's failure, even when the sidecar exits first."""
+    return child.name == "attacker sidecar" and re.search(
+        r"finished streaming: .+ stopped: ", child.last_error() or "") is not None
 
 
 def _record_failure(run: RunDir, failure: RunFailed) -> None:

@@ -41,7 +41,7 @@ from splitleak.inputs import load_party_inputs
 from splitleak.integrity import VARIANTS
 from splitleak.partition import passive_columns
 from splitleak.placement import memory_facts, prepare_role
-from splitleak.tap import SIDECAR, Tap, TapError
+from splitleak.tap import SIDECAR, STOP_S, Tap, TapError
 from splitleak.timing import StepTimer, mark_startup, note, timed
 from splitleak.tls import LABEL_PARTY, passive_identity
 from splitleak.transport import (
@@ -113,6 +113,39 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
     if not 1 <= party_id <= cfg.topology.passive_parties:
         raise PartyError(f"--party-id {party_id} is not in this run's parties "
                          f"1..{cfg.topology.passive_parties}")
+    made: list[Tap] = []  # the tap, once made
+    try:
+        await _prepare_and_train(cfg, party_id, address, run, bottom, attacker, tls_dir,
+                                 resuming, stop, made)
+    except BaseException as err:  # noqa: BLE001 - re-raised: every way out tells the sidecar
+        if attacker is not None:
+            with contextlib.suppress(asyncio.CancelledError):  # a second stop: it is bounded
+                await _tell_sidecar(made[0] if made else None, attacker, cfg, tls_dir, party_id,
+                                    *_stop_reason(err, stop))
+        raise
+
+
+async def _tell_sidecar(tap: Tap | None, attacker: str, cfg: ExperimentConfig,
+                        tls_dir: Path | None, party_id: int, reason: str, resumable: bool) -> None:
+    """Say on the Record stream why this party stops before its run is done; a party that
+    failed before its tap was made (its data, its Join) opens the stream for that alone, so
+    the sidecar ends at once with the party's reason instead of waiting for a stream."""
+    if tap is None:
+        try:
+            attacker = await resolve(attacker, SIDECAR, STOP_S)
+        except AddressError:
+            return  # no address written: no sidecar to tell
+        tap = Tap(attacker, cfg.attacker, cfg.topology, tls_dir, passive_identity(party_id),
+                  config_hash=cfg.hash)
+    tap.party_id = tap.party_id or party_id
+    await tap.stop(reason, resumable)
+
+
+async def _prepare_and_train(cfg: ExperimentConfig, party_id: int, address: str, run: RunDir,
+                             bottom: BottomTrainer | None, attacker: str | None,
+                             tls_dir: Path | None, resuming: bool, stop: StopRequest | None,
+                             made: list[Tap]) -> None:
+    """run_party's work; the tap it makes is put in `made` (for run_party to stop)."""
     tapped = attacker is not None
     data = data_files(cfg)  # what this party trains on, as its checkpoints record it
     if bottom is None:
@@ -142,13 +175,8 @@ async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: Run
                  cfg.threat.describe([party_id]))
     tap = (Tap(attacker, cfg.attacker, cfg.topology, tls_dir, passive_identity(party_id),
                config_hash=cfg.hash) if attacker else None)
-    try:
-        await _train(cfg, party_id, address, run, bottom, tap, tls_dir, resuming, stop, data)
-    except BaseException as err:  # noqa: BLE001 - re-raised: every way out tells the sidecar
-        if tap is not None:
-            with contextlib.suppress(asyncio.CancelledError):  # a second stop: it is bounded
-                await tap.stop(*_stop_reason(err, stop))
-        raise
+    made.extend([tap] if tap is not None else [])
+    await _train(cfg, party_id, address, run, bottom, tap, tls_dir, resuming, stop, data)
 
 
 async def _train(cfg: ExperimentConfig, party_id: int, address: str, run: RunDir,

@@ -228,7 +228,11 @@ class Tap:
         """Tell the sidecar why the party stops before its run is done, after the records still
         queued, and close the stream; best-effort within STOP_S: a sidecar gone or slow leaves
         the stream cut off, and nothing is raised (the party's own failure is what it reports).
-        `resumable`: a stop requested on its host, the run to be resumed from a checkpoint."""
+        `resumable`: a stop requested on its host, the run to be resumed from a checkpoint.
+        A party that stops before its stream was opened (it never joined, or failed before its
+        tap started) opens it for the stop alone, so the sidecar need not wait for it."""
+        if self._call is None and self.error is None and self.party_id:
+            self._call = asyncio.ensure_future(self._stream())
         call = self._call
         try:
             if call is not None and not call.done() and self.error is None:

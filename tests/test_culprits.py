@@ -207,6 +207,30 @@ def test_a_sidecar_ended_by_its_parties_broken_stream_is_not_named(tmp_path: Pat
     assert failure.culprit == "passive party 2" and "attacker sidecar" not in str(failure), failure
 
 
+def test_a_sidecar_told_by_a_failed_party_is_not_named_though_it_exits_first(
+        tmp_path: Path) -> None:
+    """A party that fails before its tap started now tells the sidecar why, and the sidecar
+    ends at once, often before the party is seen to exit: the run names the party, in its own
+    words and with its exit code (2: its data file), never the sidecar."""
+    from orchestration.processes import Child
+    from orchestration.run import _failure
+
+    run = RunDir(tmp_path)
+    run.label_party.mkdir()
+    reason = "passive party 1: DatasetError: train.txt, line 7: column 'I2' is 'abc'"
+    sidecar_log = tmp_path / "attacker.log"
+    sidecar_log.write_text("2026-11-27 07:00:06,000 attacker ERROR stopped before passive party 1 "
+                           f"finished streaming: passive party 1 stopped: {reason}\n")
+    party_log = tmp_path / "passive_party_1.log"
+    party_log.write_text(f"2026-11-27 07:00:06,000 passive-party-1 ERROR {reason}\n")
+    children = [Child("label party", _Ended(None), tmp_path / "none.log"),
+                Child("attacker sidecar", _Ended(1), sidecar_log, exited_at=1.0),
+                Child("passive party 1", _Ended(2), party_log, exited_at=1.1)]
+    failure = _failure(children, run)
+    assert failure.culprit == "passive party 1" and failure.exit_code == 2, failure
+    assert str(failure).startswith(f"passive party 1 exited with code 2: {reason}"), failure
+
+
 def test_a_resumed_process_is_reported_in_its_own_words(tmp_path: Path) -> None:
     """A resume appends to the roles' logs: a refused resume is named by what this attempt
     logged, never by the interrupted attempt's last ERROR line (it said "resume it with

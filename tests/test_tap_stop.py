@@ -322,3 +322,33 @@ def test_a_party_stopped_by_sigterm_tells_its_sidecar_and_still_dies_of_it(tmp_p
         f"stopped before passive party 1 finished streaming: passive party 1 stopped: {reason}"), out
     steps = _logged_steps(tmp_path / "sidecar" / "run")
     assert steps == list(range(len(steps))) and len(steps) >= 3  # what it sent, kept in order
+
+
+def test_a_party_that_fails_before_its_tap_started_has_the_sidecar_end_with_its_reason(
+        tmp_path: Path) -> None:
+    """A party that failed before its tap opened its Record stream (the label party's address,
+    its data, its Join) left the sidecar waiting 2 x join_deadline_s (240 s by default), then
+    saying only that the party 'never opened a Record stream'. The party now opens the stream
+    for its stop alone (it knows no run id yet), and the sidecar ends at once with its reason."""
+    from passive_party.client import run_party
+    from splitleak.artifacts.paths import RunDir
+
+    cfg = parse_config(small_config(tmp_path, topology={"join_deadline_s": 1}))
+    proc, address = _start_sidecar(tmp_path, "--party", "1", "--run-id", "r1")
+    started = time.monotonic()
+    try:
+        run = RunDir(tmp_path / "party1")
+        run.root.mkdir()
+        with pytest.raises(PartyError, match="label party") as err:
+            asyncio.run(run_party(cfg, 1, f"@{tmp_path / 'never-written'}", run, attacker=address))
+        out, _ = proc.communicate(timeout=scaled(30))
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 1, out
+    assert time.monotonic() - started < scaled(30), out
+    last = out.strip().splitlines()[-1]
+    reason = " ".join(str(err.value).split())[:REASON_CHARS]
+    assert "stopped before passive party 1 finished streaming: passive party 1 stopped: " in last, out
+    assert reason[:60] in last, (reason, out)
+    assert "never opened a Record stream" not in out, out

@@ -160,7 +160,10 @@ class AttackerServicer(pb_grpc.AttackerSidecarServicer):
                     raise RecordError(record.describe(), status=record.code.name)
                 claimed = (record.observer, record.party_id)
                 if key is None:
-                    key = self._admit(record.run_id, claimed, peer_identity(context),
+                    run_id = record.run_id
+                    if not run_id and record.HasField("stopped"):  # its party stops before it
+                        run_id = self.run_id or ""  # joined: it knows no run to name
+                    key = self._admit(run_id, claimed, peer_identity(context),
                                       config_hash=record.config_hash)
                     self._opened(key)
                 if stop is not None:
