@@ -237,3 +237,33 @@ def test_a_no_defense_verdict_names_the_setting_a_sweep_called_otherwise() -> No
     assert Verdict("norm", 0.01, row, row).sentence() == (
         "norm: no defense (none); none on the frontier within the budget leaks less than no "
         "defense (none)'s 0.914")
+
+
+def _refused_exact(**extra: Any) -> dict[str, Any]:
+    """A run-level attack's entry for a run it gave up on, as analysis/run_level.py writes it."""
+    return {"scope": "run", "party_id": 1, "layer": "bottom", "attack": "exact", "name": "exact",
+            "metric": "accuracy", "side_knowledge": "white box", "batches": 1, "skipped": 1,
+            "family": "label_inference", "vflair": None,
+            "error": "parties [1]: EXACT runs for one party declared white_box = true", **extra}
+
+
+def test_a_run_level_attack_that_skipped_its_runs_is_named_with_its_reason(tmp_path: Path) -> None:
+    """EXACT skipped in every run (its summary entry: skipped 1 and the error) read as a row of
+    blanks at the bottom layer with 'no verdict, no setting has a paired run without a defense',
+    and the DCS section said it was left out for having no VFLAIR counterpart; the reason was
+    nowhere."""
+    why = "parties [1]: EXACT runs for one party declared white_box = true"
+    none = fake_run(tmp_path / "runs" / "none", small_config(tmp_path), 0.95,
+                    [leak_entry("norm", 0.9, 0.95), _refused_exact()])
+    marvell = fake_run(tmp_path / "runs" / "marvell", small_config(tmp_path, defense=MARVELL),
+                       0.945, [leak_entry("norm", 0.6, 0.65), _refused_exact()])
+    comparison, printed, report = _compare(tmp_path, none, marvell)
+    warning = f"exact (party 1, bottom layer): not scored, skipped in these runs: {why}"
+    assert warning in printed and warning in report
+    assert "`exact`" not in report  # not listed among the attacks VFLAIR lacks, as if measured
+    assert all(r["attack"] != "exact" for r in comparison.capability)
+    comparison, printed, report = _compare(tmp_path, none, marvell, layer="bottom")
+    assert not comparison.rows and "## exact" not in report
+    warning = f"exact: not scored, its premise fails in these runs: {why}"
+    assert warning in printed and warning in report
+    assert "no setting has a paired run" not in printed + report

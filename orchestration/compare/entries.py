@@ -54,7 +54,9 @@ class LeakEntry:
     # score attacks: mean over batches of the threshold rule's accuracy (VFLAIR's AP), the rule
     threshold_accuracy: float | None = None
     threshold_rule: str | None = None
-    premise: str | None = None  # why the attack does not apply to the run (never scored)
+    # why the attack was not scored in the run: its premise fails (`premise`), or a run-level
+    # attack gave up on it (`error`, e.g. EXACT without a white-box party); never a figure
+    premise: str | None = None
     diagnostic: str | None = None  # why the figure is a diagnostic, not the comparable one
     ap: float | None = None  # VFLAIR's attack performance, as the attack's plug-in reads it
     vflair: str | None = None  # VFLAIR's name for the attack (NS, DS, …), if it has one
@@ -118,11 +120,17 @@ def leak_entries(summary: LeakSummary) -> list[LeakEntry]:
             accuracy=number(pooled if pooled is not None else accuracy.get("mean")),
             spread=_spread(e, "flipped" if metric == "auc" else "accuracy"),
             threshold_accuracy=number((e.get("threshold_accuracy") or {}).get("mean")),
-            threshold_rule=e.get("threshold_rule"), premise=e.get("premise"),
+            threshold_rule=e.get("threshold_rule"), premise=e.get("premise") or _refused(e),
             diagnostic=e.get("diagnostic"), ap=number((e.get("ap") or {}).get("value")),
             vflair=e.get("vflair"), vflair_declared="vflair" in e.as_dict(),
             **_batch_stats(e, metric), figures=_figures(e)))
     return entries
+
+
+def _refused(entry: LeakSummaryEntry) -> str | None:
+    """Why a run-level attack skipped the run (its entry's `error`), else None."""
+    error = entry.get("error")
+    return str(error) if error and entry.get("skipped") else None
 
 
 def _batch_stats(entry: LeakSummaryEntry, metric: str) -> dict[str, float | None]:

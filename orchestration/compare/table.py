@@ -174,6 +174,7 @@ def compare(runs: list[RunResult], layer: str = "cut", party: int | None = None,
     warnings += [f"{attack}: not scored for {setting}, its premise fails in its runs: {why}; no "
                  "verdict for this attack" for attack, failed in premise_failed.items()
                  for setting, why in failed.items()]
+    warnings += _skipped_elsewhere(runs, settings, party, layer)
     warnings += checks.missing_ap(rows, dcs_ap) + checks.undeclared_vflair(runs)
     warnings += checks.some_seeds(rows, settings)
     warnings += checks.unpaired_seeds(settings)
@@ -189,6 +190,24 @@ def compare(runs: list[RunResult], layer: str = "cut", party: int | None = None,
     speed = {s.key: _speed(s, target) for s in settings}
     return Comparison(rows, settings, party, layer, leak_stat, warnings, speed, target, common,
                       dcs_ap, max_utility_cost, not_applied, premise_failed, left_out, capability)
+
+
+def _skipped_elsewhere(runs: list[RunResult], settings: list[Setting], party: int | None,
+                       layer: str) -> list[str]:
+    """Why an attack measured at another layer than `layer` (model completion's bottom, a
+    reconstruction's input, ...) was not scored, where the report's capability section and DCS
+    would otherwise leave it out unsaid."""
+    out = []
+    for where in CAPABILITY_LAYERS:
+        if where == layer:
+            continue
+        at = observed_party(settings, where, party)
+        out += [f"{attack} (party {at}, {where} layer): not scored, skipped in these runs: {why}"
+                for attack, why in checks.not_applied(runs, at, where).items()]
+        out += [f"{attack} (party {at}, {where} layer): not scored for {setting}, skipped in its "
+                f"runs: {why}" for attack, failed in checks.premise_failed(settings, at, where).items()
+                for setting, why in failed.items()]
+    return out
 
 
 def _speed(setting: Setting, target: float | None) -> dict[str, Any]:
