@@ -324,11 +324,13 @@ def _changes(setting: Setting, attack: str, party: int | None, layer: str,
 def _figures(setting: Setting, entries: dict[int, LeakEntry], attack: str, party: int | None,
              layer: str) -> dict[str, dict[str, Any]]:
     """A run-level attack's further figures (model completion's test top-1, its baselines): each
-    over seeds, with its relative change against no defense where both runs have it."""
+    over seeds (each a top-1 accuracy: its interval clipped to [0, 1]), with its relative change
+    against no defense where both runs have it."""
     names = dict.fromkeys(name for e in entries.values() for name in e.figures)
     out = {}
     for name in names:
-        values = _columns("value", [e.figures.get(name) for e in entries.values()], False, UNBOUNDED)
+        values = _columns("value", [e.figures.get(name) for e in entries.values()], False,
+                          PROBABILITY)
         change = _columns("change", _changes(setting, attack, party, layer,
                                              partial(_figure, name=name)), False)
         out[name] = values | change
