@@ -382,3 +382,23 @@ def test_an_unreadable_input_named_by_its_class_is_bad_input(
     monkeypatch.setattr(pipeline, "analyse_and_report", fail)
     code, text = exit_code_and_text(attacker_main, ["analyze", str(tmp_path)], capsys)
     assert code == 2 and "cannot read it" in text, text
+
+
+def test_a_tapped_runs_missing_gradient_log_is_refused_and_its_results_kept(
+        analysed_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """With attacker/gradients gone, a re-analysis with a run-level attack warned 'no gradient
+    log (no party was tapped)' of a run whose party 1 was tapped, and replaced its results by
+    model completion's alone."""
+    run = tmp_path / "run"
+    shutil.copytree(analysed_run, run)
+    shutil.rmtree(run / "attacker" / "gradients")
+    before = (run / SUMMARY).read_bytes()
+    code, text = exit_code_and_text(
+        attacker_main, ["analyze", str(run), "--attacks", "norm", "model_completion", "--jobs", "1"],
+        capsys)
+    flat = " ".join(text.split())
+    assert code == 2, text
+    assert f"no gradient log at {run / 'attacker' / 'gradients'}, though the run's threat model " \
+           "taps party 1 and it trained 3 step(s)" in flat, text
+    assert "no party was tapped" not in flat and "Traceback" not in text, text
+    assert (run / SUMMARY).read_bytes() == before
