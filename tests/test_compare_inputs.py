@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -267,3 +268,21 @@ def test_a_run_level_attack_that_skipped_its_runs_is_named_with_its_reason(tmp_p
     warning = f"exact: not scored, its premise fails in these runs: {why}"
     assert warning in printed and warning in report
     assert "no setting has a paired run" not in printed + report
+
+
+def test_a_run_still_running_is_named_as_such_not_sent_to_be_analysed(tmp_path: Path) -> None:
+    """A run `splitleak run` was still training read 'no report/summary.json (run `attacker
+    analyze` on it)', an analysis that is refused while the run holds its directory."""
+    from splitleak.artifacts.rundir import holding
+
+    none, marvell = _runs(tmp_path)
+    RunDir(marvell).leak_summary.unlink()
+    with holding(RunDir(marvell).lock, marvell, "comparing"):
+        with pytest.raises(ValueError, match=r"no report/summary.json: it is still being run or "
+                                             rf"analysed \(pid {os.getpid()} holds run.lock\); "
+                                             "compare it once that has finished"):
+            find_runs([none, marvell])
+        _, warnings = find_runs([tmp_path / "runs"])
+        assert any("still being run or analysed" in w for w in warnings)
+    with pytest.raises(ValueError, match=r"no report/summary.json \(run `attacker analyze` on it\)"):
+        find_runs([none, marvell])  # nothing holds it: killed before its analysis
