@@ -286,3 +286,20 @@ def test_a_run_still_running_is_named_as_such_not_sent_to_be_analysed(tmp_path: 
         assert any("still being run or analysed" in w for w in warnings)
     with pytest.raises(ValueError, match=r"no report/summary.json \(run `attacker analyze` on it\)"):
         find_runs([none, marvell])  # nothing holds it: killed before its analysis
+
+
+def test_a_statistic_edited_into_a_string_is_refused_naming_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """flipped.p95 edited by hand to "0.65" read as no figure: the table showed '–' and the
+    run had no verdict, unsaid."""
+    edited = leak_entry("norm", 0.60, 0.65)
+    edited["flipped"]["p95"] = "0.65"
+    none, marvell = _runs(tmp_path, [edited])
+    with pytest.raises(SystemExit) as stop:
+        main(["compare", str(none), str(marvell), "--output-dir", str(tmp_path / "out")])
+    assert stop.value.code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{RunDir(marvell).leak_summary}: leak entry norm (party 1, cut layer, run): " \
+           "flipped.p95 is '0.65', not a number" in err, err
+    _, warnings = find_runs([tmp_path / "runs"])  # inside a directory: skipped, by name
+    assert any("flipped.p95 is '0.65', not a number" in w for w in warnings)

@@ -78,8 +78,12 @@ def read_run(root: Path, point: SweepPoint | None = None) -> RunResult:
     metric = utility_metric(num_classes)
     outcome = read_outcome_or_refuse(run)
     notes = _partial(root, summary, outcome) + edited_config(run, config)
+    try:
+        leak = leak_entries(summary)
+    except ValueError as err:
+        raise ValueError(f"{run.leak_summary}: {err}") from None
     return RunResult(root, config, point, num_classes, evals[-1] if evals else {},
-                     leak_entries(summary), metrics.ms_per_step,
+                     leak, metrics.ms_per_step,
                      tuple(utility_curve(evals, metric)), _bytes_per_step(outcome, metrics.train_steps),
                      _not_its_config(summary.analysed_with, config), tuple(notes))
 
