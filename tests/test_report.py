@@ -345,3 +345,17 @@ def test_a_first_layer_the_run_chose_not_to_record_is_no_gap(tmp_path: Path) -> 
     run.config.write_text(run.config.read_text() + "\n[attacker]\nrecord_first_layer = false\n")
     write_report(run, summary)
     assert "no first-layer gradient recorded" not in (run.report / "report.md").read_text()
+
+
+def test_the_completion_tables_caption_says_what_the_brackets_hold() -> None:
+    """The caption read 'train rows exclude the labelled ones; (top-5); baselines ...', on a
+    binary run whose cells have no top-5 at all."""
+    from attacker.report.terminal import completion_table
+
+    entry = {"scope": "run", "party_id": 1, "layer": "bottom", "attack": "model_completion",
+             "name": "model_completion", "threat": "curious, honest",
+             "completion": {"labelled": 8, "train": {"top1": 0.644}, "test": {"top1": 0.711}}}
+    console = Console(width=200, record=True)
+    console.print(completion_table({"leak": [entry]}))
+    text = " ".join(console.export_text().split())
+    assert "(top-5) beside top-1 for ten or more classes" in text and "; (top-5);" not in text
