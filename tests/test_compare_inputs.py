@@ -303,3 +303,23 @@ def test_a_statistic_edited_into_a_string_is_refused_naming_it(
            "flipped.p95 is '0.65', not a number" in err, err
     _, warnings = find_runs([tmp_path / "runs"])  # inside a directory: skipped, by name
     assert any("flipped.p95 is '0.65', not a number" in w for w in warnings)
+
+
+def test_an_attack_that_skipped_every_batch_is_named_not_a_blank(tmp_path: Path) -> None:
+    """cosine_majority skipped every batch of the Marvell run (its entry: skipped = batches, no
+    figure): the table showed '-' with no reason, and the verdict read 'no defense; none on the
+    frontier within the budget leaks less', as if Marvell had been measured and leaked more."""
+    skipped = {**leak_entry("cosine_majority", 0.5, 0.5), "skipped": 10, "degenerate": 10,
+               "flipped": {"mean": None, "p95": None, "max": None},
+               "raw": {"mean": None, "p95": None, "max": None}, "threshold_accuracy": {"mean": None}}
+    none = fake_run(tmp_path / "runs" / "none", small_config(tmp_path), 0.95,
+                    [leak_entry("norm", 0.9, 0.95), leak_entry("cosine_majority", 0.9, 0.95)])
+    marvell = fake_run(tmp_path / "runs" / "marvell", small_config(tmp_path, defense=MARVELL),
+                       0.945, [leak_entry("norm", 0.6, 0.65), skipped])
+    comparison, printed, report = _compare(tmp_path, none, marvell)
+    why = "every one of its 10 batch(es) was skipped, 10 of them degenerate: no figure"
+    verdict = {v.attack: v.sentence() for v in comparison.verdicts()}
+    assert why in verdict["cosine_majority"] and "leaks less" not in verdict["cosine_majority"]
+    assert f"cosine_majority: not scored for marvell s=4, its premise fails in its runs: {why}" \
+        in printed and why in report
+    assert [r["setting"] for r in comparison.rows if r["attack"] == "cosine_majority"] == ["no defense"]

@@ -137,7 +137,8 @@ def leak_entries(summary: LeakSummary) -> list[LeakEntry]:
             accuracy=number(pooled if pooled is not None else accuracy.get("mean")),
             spread=_spread(e, "flipped" if metric == "auc" else "accuracy"),
             threshold_accuracy=number((e.get("threshold_accuracy") or {}).get("mean")),
-            threshold_rule=e.get("threshold_rule"), premise=e.get("premise") or _refused(e),
+            threshold_rule=e.get("threshold_rule"),
+            premise=e.get("premise") or _refused(e) or _all_skipped(e),
             diagnostic=e.get("diagnostic"), ap=number((e.get("ap") or {}).get("value")),
             vflair=e.get("vflair"), vflair_declared="vflair" in e.as_dict(),
             **_batch_stats(e, metric), figures=_figures(e)))
@@ -148,6 +149,17 @@ def _refused(entry: LeakSummaryEntry) -> str | None:
     """Why a run-level attack skipped the run (its entry's `error`), else None."""
     error = entry.get("error")
     return str(error) if error and entry.get("skipped") else None
+
+
+def _all_skipped(entry: LeakSummaryEntry) -> str | None:
+    """Why a batch attack has no figure when every batch it met was skipped (one class only,
+    rows it cannot tell apart: the run's report.md gives the reasons), else None."""
+    batches, skipped = entry.batches or 0, entry.skipped or 0
+    if not batches or skipped < batches:
+        return None
+    degenerate = f", {entry.degenerate} of them degenerate" if entry.degenerate else ""
+    return (f"every one of its {batches} batch(es) was skipped{degenerate}: no figure; the run's "
+            "report.md says why")
 
 
 def _batch_stats(entry: LeakSummaryEntry, metric: str) -> dict[str, float | None]:
