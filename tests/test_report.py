@@ -161,6 +161,11 @@ def test_full_report(tmp_path: Path) -> None:
     assert f"seed {SEED}" in text and "`abcdef0123456789`" in text
     assert "| norm | 0.880 | - | curious | none |" in text  # headline: p95 of 0.50, 0.52, ..., 0.90
     assert "Party 1 (curious, honest), cut layer" in text
+    # the headline says once what a label or count attack's figure is (it said both twice,
+    # 'label accuracy' and then 'the accuracy pooled over rows')
+    headline = next(line for line in text.splitlines() if line.startswith("Party 1 (curious"))
+    assert headline.count("label attacks:") == 1 and headline.count("count attacks:") == 1
+    assert "label attacks: not a p95 but the label accuracy pooled over rows" in headline
     # cosine oracle at the cut layer: raw mean, p95, max, then flipped mean, p95, max, spread, skipped
     raw, flipped = "0.300 | 0.480 | 0.500", "0.700 | 0.880 | 0.900"
     assert f"| cosine_oracle | 1 clean positive/batch | {raw} | {flipped} | - | 1/22 |" in text
