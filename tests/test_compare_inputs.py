@@ -165,6 +165,7 @@ def test_a_premise_that_fails_in_one_setting_gives_its_reason_and_no_verdict(tmp
     warning = "cosine_oracle: not scored for marvell s=4, its premise fails in its runs: no clean anchor here"
     assert warning in printed and warning in report
     assert "their summaries lack this attack" not in printed + report
+    assert "marvell s=4 0.9450 0.739 0.650* skipped" in printed, printed  # not a bare '-'
 
 
 def test_a_re_analysis_with_the_configs_own_options_is_no_re_analysis(tmp_path: Path) -> None:
@@ -323,3 +324,6 @@ def test_an_attack_that_skipped_every_batch_is_named_not_a_blank(tmp_path: Path)
     assert f"cosine_majority: not scored for marvell s=4, its premise fails in its runs: {why}" \
         in printed and why in report
     assert [r["setting"] for r in comparison.rows if r["attack"] == "cosine_majority"] == ["no defense"]
+    # the terminal's cell says so, never a bare '-' that reads like a figure left out
+    assert "marvell s=4 0.9450 0.739 0.650* skipped" in printed, printed
+    assert "skipped = not scored in the setting's runs (why: the warnings below)" in printed
