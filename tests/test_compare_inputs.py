@@ -327,3 +327,31 @@ def test_an_attack_that_skipped_every_batch_is_named_not_a_blank(tmp_path: Path)
     # the terminal's cell says so, never a bare '-' that reads like a figure left out
     assert "marvell s=4 0.9450 0.739 0.650* skipped" in printed, printed
     assert "skipped = not scored in the setting's runs (why: the warnings below)" in printed
+
+
+def test_the_terminals_c_dcs_is_report_mds(tmp_path: Path) -> None:
+    """With model completion (VFLAIR's PMC, bottom layer) beside norm (cut), the terminal's
+    C-DCS was norm's alone (0.676 on the breast cancer sweep) while report.md's Defense
+    capability gave the C-DCS over both (0.650) under the same name."""
+    from tests.test_compare import declared
+
+    def completion(accuracy: float) -> dict[str, Any]:
+        return {"scope": "run", "party_id": 1, "parties": [1], "layer": "bottom",
+                "attack": "model_completion", "metric": "accuracy", "side_knowledge": "own bottom",
+                "batches": 1, "skipped": 0, **declared("model_completion"),
+                "accuracy": {"mean": accuracy, "p95": accuracy, "max": accuracy},
+                "pooled": {"accuracy": accuracy}, "ap": {"metric": "accuracy", "value": accuracy}}
+
+    none, marvell = _runs(tmp_path)
+    for run, accuracy in ((none, 0.9), (marvell, 0.7)):
+        path = RunDir(run).leak_summary
+        summary = json.loads(path.read_text())
+        summary["leak"].append(completion(accuracy))
+        path.write_text(json.dumps(summary))
+    comparison, printed, _ = _compare(tmp_path, none, marvell)
+    for setting in ("no defense", "marvell s=4"):
+        both = next(r["c_dcs_mean"] for r in comparison.capability
+                    if r["setting"] == setting and r["in_t_dcs"])
+        cut = next(r["c_dcs_mean"] for r in comparison.rows if r["setting"] == setting)
+        assert f"{both:.3f}" != f"{cut:.3f}"  # the two differ here
+        assert f"{setting} " in printed and f" {both:.3f} " in printed.split(setting, 1)[1][:40]

@@ -121,7 +121,10 @@ def summary_table(comparison: Comparison, width: int = 80) -> Group:
         if not own:
             continue
         value = next(iter(own.values()))["utility_mean"]
-        c_dcs = next((r["c_dcs_mean"] for r in own.values() if r["in_t_dcs"]), None)
+        # report.md's C-DCS: over VFLAIR's attacks at every layer measured (model completion's
+        # bottom too), not only the compared layer's
+        c_dcs = next((r["c_dcs_mean"] for r in [*comparison.capability, *own.values()]
+                      if r["setting_key"] == setting.key and r["in_t_dcs"]), None)
         first_cells.append([_unbroken(setting.label), *([str(len(setting.runs))] if len(seeds) > 1 else []),
                             f"{value:.4f}" if value is not None else "-",
                             f"{c_dcs:.3f}" if c_dcs is not None else "-"])
@@ -135,7 +138,7 @@ def summary_table(comparison: Comparison, width: int = 80) -> Group:
         not r["ranked"] for r in rows) else ""
     caption = (f"{each}leak: {comparison.leak_stat} (accuracy-type attacks: accuracy; "
                f"reconstruction: SSIM or R²{counts}); * = on the Pareto frontier; C-DCS: VFLAIR's, from "
-               f"the {comparison.dcs_ap} attack performance"
+               f"the {comparison.dcs_ap} attack performance, over every layer measured"
                + (f"; not in C-DCS (diagnostics, attacks VFLAIR lacks): {escape(', '.join(left_out))}"
                   if left_out else "")
                + _blank_words([cell for cells in leak_cells for cell in cells])
