@@ -355,3 +355,17 @@ def test_the_terminals_c_dcs_is_report_mds(tmp_path: Path) -> None:
         cut = next(r["c_dcs_mean"] for r in comparison.rows if r["setting"] == setting)
         assert f"{both:.3f}" != f"{cut:.3f}"  # the two differ here
         assert f"{setting} " in printed and f" {both:.3f} " in printed.split(setting, 1)[1][:40]
+
+
+def test_a_colluding_groups_entry_is_not_read_as_its_first_partys(tmp_path: Path) -> None:
+    """With [threat] collusion = [[1, 2]] the group's entry (party_id 1, parties [1, 2]) came
+    after party 1's own, and compare's 'leak at party 1' was the group's p95 (0.641, party 1's
+    being 0.660)."""
+    own = {**leak_entry("norm", 0.56, 0.66), "parties": [1]}
+    group = {**leak_entry("norm", 0.54, 0.64), "parties": [1, 2]}
+    run = fake_run(tmp_path / "runs" / "marvell", small_config(tmp_path, defense=MARVELL), 0.94,
+                   [own, group])
+    comparison, _, report = _compare(tmp_path, run)
+    assert comparison.party == 1
+    assert [r["leak_mean"] for r in comparison.rows] == [0.66]
+    assert "| 0.660 |" in report and "0.640" not in report

@@ -107,7 +107,8 @@ def _spread(entry: LeakSummaryEntry, part: str) -> float | None:
 
 
 def leak_entries(summary: LeakSummary) -> list[LeakEntry]:
-    """The run-level entries of a report/summary.json. The one place that knows its layout:
+    """The run-level entries of a report/summary.json, each of one party (a colluding group's
+    entries are not a party's: the comparison reads one party). The one place that knows its layout:
     `flipped`/`raw` (mean, p95, max over batches) for AUC attacks, `accuracy` (mean over batches,
     or `pooled` over rows) for accuracy attacks, and, when present, `spread` across random
     side-knowledge draws (a number, or per part {"flipped": ..., "accuracy": ...}, each per
@@ -116,8 +117,8 @@ def leak_entries(summary: LeakSummary) -> list[LeakEntry]:
     attack's further figures (FIGURES)."""
     entries = []
     for e in summary.leak:
-        if e.scope != "run":
-            continue
+        if e.scope != "run" or len(e.parties or [e.party_id]) > 1:
+            continue  # an epoch's, or a colluding group's (its party_id is its first party's)
         _checked(e)
         flipped, raw, accuracy = (e.get(k) or {} for k in ("flipped", "raw", "accuracy"))
         metric = e.get("metric") or ("auc" if flipped else "accuracy")
