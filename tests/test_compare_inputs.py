@@ -369,3 +369,13 @@ def test_a_colluding_groups_entry_is_not_read_as_its_first_partys(tmp_path: Path
     assert comparison.party == 1
     assert [r["leak_mean"] for r in comparison.rows] == [0.66]
     assert "| 0.660 |" in report and "0.640" not in report
+
+
+def test_the_speed_sections_blank_kib_is_explained(tmp_path: Path) -> None:
+    """Runs trained in-process record no bytes: the Speed table's 'KiB / step' read '–' under a
+    caption that only spoke of the protobuf messages sent, as if a figure were missing."""
+    none, marvell = _runs(tmp_path)
+    _, _, report = _compare(tmp_path, none, marvell)
+    speed = report.split("## Speed", 1)[1].split("##", 1)[0]
+    assert "| float32 | " in speed and " | – | " in speed
+    assert "– where the runs record no bytes: a run trained in-process" in speed
