@@ -332,7 +332,8 @@ def test_an_attack_that_skipped_every_batch_is_named_not_a_blank(tmp_path: Path)
 def test_the_terminals_c_dcs_is_report_mds(tmp_path: Path) -> None:
     """With model completion (VFLAIR's PMC, bottom layer) beside norm (cut), the terminal's
     C-DCS was norm's alone (0.676 on the breast cancer sweep) while report.md's Defense
-    capability gave the C-DCS over both (0.650) under the same name."""
+    capability gave the C-DCS over both (0.650) under the same name; table.parquet's c_dcs
+    columns were the terminal's."""
     from tests.test_compare import declared
 
     def completion(accuracy: float) -> dict[str, Any]:
@@ -352,9 +353,10 @@ def test_the_terminals_c_dcs_is_report_mds(tmp_path: Path) -> None:
     for setting in ("no defense", "marvell s=4"):
         both = next(r["c_dcs_mean"] for r in comparison.capability
                     if r["setting"] == setting and r["in_t_dcs"])
-        cut = next(r["c_dcs_mean"] for r in comparison.rows if r["setting"] == setting)
-        assert f"{both:.3f}" != f"{cut:.3f}"  # the two differ here
+        norm = next(r for r in comparison.rows if r["setting"] == setting)
+        assert f"{both:.3f}" != f"{norm['dcs_mean']:.3f}"  # norm's alone differs here
         assert f"{setting} " in printed and f" {both:.3f} " in printed.split(setting, 1)[1][:40]
+        assert norm["c_dcs_mean"] == both  # table.parquet's as well
 
 
 def test_a_colluding_groups_entry_is_not_read_as_its_first_partys(tmp_path: Path) -> None:

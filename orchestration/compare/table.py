@@ -184,12 +184,28 @@ def compare(runs: list[RunResult], layer: str = "cut", party: int | None = None,
                   for r in _setting_rows(setting, observed_party(settings, where, party), where,
                                          leak_stat, dcs_ap)]
     _add_type_scores(capability, settings)
+    _same_type_scores(rows, capability)
     finals = [r.utility for r in runs if r.utility is not None]
     common = target is None
     target = min(finals) if common and finals else target
     speed = {s.key: _speed(s, target) for s in settings}
     return Comparison(rows, settings, party, layer, leak_stat, warnings, speed, target, common,
                       dcs_ap, max_utility_cost, not_applied, premise_failed, left_out, capability)
+
+
+TYPE_SCORES = [f"{name}_{k}" for name in ("t_dcs", "c_dcs", "t_dcs_ours", "c_dcs_ours")
+               for k in ("mean", "ci_low", "ci_high", "worst", "best", "ci_clipped")] + [
+    "t_dcs_of_means", "c_dcs_of_means"]
+
+
+def _same_type_scores(rows: list[dict[str, Any]], capability: list[dict[str, Any]]) -> None:
+    """The compared rows' T-DCS and C-DCS as the capability rows have them (over every layer
+    measured, report.md's Defense capability), not over the compared layer's attacks alone."""
+    found = {(r["setting_key"], r["attack"], r["layer"]): r for r in capability}
+    for row in rows:
+        same = found.get((row["setting_key"], row["attack"], row["layer"]))
+        if same is not None:
+            row |= {name: same[name] for name in TYPE_SCORES}
 
 
 def _skipped_elsewhere(runs: list[RunResult], settings: list[Setting], party: int | None,
