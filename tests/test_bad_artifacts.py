@@ -92,6 +92,8 @@ NEEDLES = {
     "summary a list": ("summary.json", "not a readable leak summary"),
     "summary wrong types": ("summary.json", "field num_classes"),
     "metrics missing": ("metrics.jsonl", "no label_party"),
+    "summary from a newer splitleak": ("summary.json", "version 99 is newer than the 1 this "
+                                       "splitleak reads"),
 }
 ANALYZE_ONLY = {
     "shard a directory": lambda r: _replace(r, SHARD, None),
@@ -103,6 +105,9 @@ COMPARE_ONLY = {
     "summary a list": lambda r: _replace(r, SUMMARY, b"[]"),
     "summary wrong types": lambda r: _replace(r, SUMMARY, b'{"num_classes": "x", "leak": []}'),
     "metrics missing": lambda r: (r / METRICS).unlink(),
+    # read as if it were this version's layout before
+    "summary from a newer splitleak": lambda r: _replace(
+        r, SUMMARY, (r / SUMMARY).read_bytes().replace(b'"schema_version": 1', b'"schema_version": 99')),
 }
 
 
