@@ -130,7 +130,7 @@ class Sweep:
 
         rows = []
         for row in read_index_rows(self.root):
-            outcome = _point_outcome(self.dir.point(row.run_dir))
+            outcome = _point_outcome(self.dir.point(row.run_dir), row.status)
             rows.append({"point": row.point, "label": row.label, "setting": row.setting,
                          "variant": row.variant, **(row.axes_dict() or {}), "seed": row.seed,
                          "status": row.status, "seconds": row.seconds, "message": row.message,
@@ -147,14 +147,34 @@ class Sweep:
                           "every point is done")
 
     def runs(self, status: str | None = "done") -> list[Run]:
-        """The points' runs in point order (`status`: only those with it; None: every point)."""
-        return [Run(self.dir.point(row.run_dir)) for row in read_index_rows(self.root)
-                if status is None or row.status == status]
+        """The points' runs in point order (`status`: only those with it; None: every point but
+        a pending one not started, which has no run directory yet). ValueError naming the point
+        and the directory when the index lists a started point whose run directory is gone."""
+        runs = []
+        for row in read_index_rows(self.root):
+            if status is not None and row.status != status:
+                continue
+            run = self.dir.point(row.run_dir)
+            if not is_run_dir(run.root):
+                if row.status == "pending":
+                    continue
+                gone = f"has no {run.config.name}" if run.root.is_dir() else "does not exist"
+                raise ValueError(f"point {row.point} ({row.label}) of the sweep {self.root} is "
+                                 f"{row.status} in {self.dir.index.name}, but its run directory "
+                                 f"{run.root} {gone} (moved or deleted?); Sweep.points lists "
+                                 "each point's run_dir")
+            runs.append(Run(run))
+        return runs
 
 
-def _point_outcome(run: RunDir) -> Outcome | None:
-    """A point's outcome; None, with a UserWarning naming the file, when it is unreadable (one
-    damaged point does not hide the others, nor passes for one still running unsaid)."""
+def _point_outcome(run: RunDir, status: str) -> Outcome | None:
+    """A point's outcome; None, with a UserWarning naming the file, when it is unreadable, or
+    naming the directory when a started point's is gone (one damaged point does not hide the
+    others, nor passes for one still running unsaid)."""
+    if status != "pending" and not run.root.is_dir():
+        warnings.warn(f"{run.root} does not exist, though the sweep index says its point is "
+                      f"{status}; its outcome is left empty in Sweep.points", stacklevel=4)
+        return None
     try:
         return read_outcome_model_or_refuse(run)
     except OutcomeError as err:

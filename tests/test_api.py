@@ -125,3 +125,31 @@ def test_a_points_damaged_outcome_is_named_not_read_as_still_running(tmp_path: P
                                          r"outcome.*left empty in Sweep.points"):
         points = open_sweep(sweep.root).points
     assert list(points["status"]) == ["done"] and list(points["outcome"]) == [None]
+
+
+def test_a_started_points_missing_run_directory_is_named(tmp_path: Path) -> None:
+    """Sweep.runs() handed back a Run for a point whose directory was gone, whose config then
+    failed with 'config file .../config.toml does not exist; give the path of a config TOML
+    file' (the CLI's words), and Sweep.points showed its outcome empty, unsaid."""
+    from splitleak.artifacts.paths import SweepDir
+    from splitleak.artifacts.sweep import SCHEMA, write_index_rows
+
+    sweep = SweepDir(tmp_path / "sweep")
+    sweep.root.mkdir()
+    rows = [dict.fromkeys(SCHEMA.names) | {"point": n, "hash": f"p{n}", "label": "none, seed=0",
+                                           "setting": "none", "variant": "none", "seed": n,
+                                           "status": status, "run_dir": f"p{n}"}
+            for n, status in enumerate(("done", "pending"))]
+    write_index_rows(sweep.root, rows)
+    opened = open_sweep(sweep.root)
+    gone = re.escape(str(sweep.point("p0").root))
+    with pytest.raises(ValueError, match=rf"point 0 \(none, seed=0\) of the sweep .* is done in "
+                                         rf"sweep.parquet, but its run directory {gone} does not "
+                                         r"exist \(moved or deleted\?\)") as raised:
+        opened.runs()
+    assert "--" not in str(raised.value) and "give the path" not in str(raised.value)
+    assert opened.runs(status="pending") == []  # not started: no directory yet, nothing wrong
+    with pytest.warns(UserWarning, match=rf"{gone} does not exist, though the sweep index says "
+                                         r"its point is done"):
+        points = opened.points
+    assert list(points["outcome"]) == [None, None]

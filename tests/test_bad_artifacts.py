@@ -92,6 +92,8 @@ NEEDLES = {
     "summary a list": ("summary.json", "not a readable leak summary"),
     "summary wrong types": ("summary.json", "field num_classes"),
     "metrics missing": ("metrics.jsonl", "no label_party"),
+    "summary from a newer splitleak": ("summary.json", "version 99 is newer than the 1 this "
+                                       "splitleak reads"),
 }
 ANALYZE_ONLY = {
     "shard a directory": lambda r: _replace(r, SHARD, None),
@@ -103,6 +105,9 @@ COMPARE_ONLY = {
     "summary a list": lambda r: _replace(r, SUMMARY, b"[]"),
     "summary wrong types": lambda r: _replace(r, SUMMARY, b'{"num_classes": "x", "leak": []}'),
     "metrics missing": lambda r: (r / METRICS).unlink(),
+    # read as if it were this version's layout before
+    "summary from a newer splitleak": lambda r: _replace(
+        r, SUMMARY, (r / SUMMARY).read_bytes().replace(b'"schema_version": 1', b'"schema_version": 99')),
 }
 
 
@@ -382,3 +387,23 @@ def test_an_unreadable_input_named_by_its_class_is_bad_input(
     monkeypatch.setattr(pipeline, "analyse_and_report", fail)
     code, text = exit_code_and_text(attacker_main, ["analyze", str(tmp_path)], capsys)
     assert code == 2 and "cannot read it" in text, text
+
+
+def test_a_tapped_runs_missing_gradient_log_is_refused_and_its_results_kept(
+        analysed_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """With attacker/gradients gone, a re-analysis with a run-level attack warned 'no gradient
+    log (no party was tapped)' of a run whose party 1 was tapped, and replaced its results by
+    model completion's alone."""
+    run = tmp_path / "run"
+    shutil.copytree(analysed_run, run)
+    shutil.rmtree(run / "attacker" / "gradients")
+    before = (run / SUMMARY).read_bytes()
+    code, text = exit_code_and_text(
+        attacker_main, ["analyze", str(run), "--attacks", "norm", "model_completion", "--jobs", "1"],
+        capsys)
+    flat = " ".join(text.split())
+    assert code == 2, text
+    assert f"no gradient log at {run / 'attacker' / 'gradients'}, though the run's threat model " \
+           "taps party 1 and it trained 3 step(s)" in flat, text
+    assert "no party was tapped" not in flat and "Traceback" not in text, text
+    assert (run / SUMMARY).read_bytes() == before

@@ -6,6 +6,7 @@ that fits any width."""
 from __future__ import annotations
 
 import io
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -330,3 +331,20 @@ def test_a_family_of_attacks_vflair_lacks_has_no_t_dcs(tmp_path: Path) -> None:
     assert ("- marvell s=4: no T-DCS label inference, the only label inference attacks "
             "(`clustering`, `norm`) name no VFLAIR counterpart") in text
     assert "| marvell s=4 | – | – | – |" in text and "here over no family" in text
+
+
+def test_a_completion_figures_interval_is_clipped_to_an_accuracys_range(tmp_path: Path) -> None:
+    """Model completion's test top-1 over seeds 0.70, 0.99, 0.96 read 0.883 [0.487, 1.279] in
+    report.md: an accuracy's t interval past 1, unclipped and unmarked."""
+    for seed, test in zip((0, 1, 2), (0.70, 0.99, 0.96), strict=True):
+        entry = _completion("model_completion(labelled_per_class=4)", 0.8)
+        entry["completion"]["test"]["top1"] = test
+        fake_run(tmp_path / "runs" / f"none-{seed}",
+                 small_config(tmp_path, run={"seed": seed, "name": "none"}), 0.9, [entry],
+                 num_classes=10)
+    runs, _ = find_runs([tmp_path / "runs"])
+    comparison = compare(runs, layer="bottom")
+    test = json.loads(comparison.rows[0]["figures"])["test"]
+    assert test["value_ci_high"] == 1.0 and test["value_ci_clipped"] == "high"
+    text = write_report(comparison, tmp_path / "out", [tmp_path]).read_text()
+    assert "0.883 [0.487, 1.000†]" in text

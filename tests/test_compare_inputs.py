@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +165,7 @@ def test_a_premise_that_fails_in_one_setting_gives_its_reason_and_no_verdict(tmp
     warning = "cosine_oracle: not scored for marvell s=4, its premise fails in its runs: no clean anchor here"
     assert warning in printed and warning in report
     assert "their summaries lack this attack" not in printed + report
+    assert "marvell s=4 0.9450 0.739 0.650* skipped" in printed, printed  # not a bare '-'
 
 
 def test_a_re_analysis_with_the_configs_own_options_is_no_re_analysis(tmp_path: Path) -> None:
@@ -237,3 +239,145 @@ def test_a_no_defense_verdict_names_the_setting_a_sweep_called_otherwise() -> No
     assert Verdict("norm", 0.01, row, row).sentence() == (
         "norm: no defense (none); none on the frontier within the budget leaks less than no "
         "defense (none)'s 0.914")
+
+
+def _refused_exact(**extra: Any) -> dict[str, Any]:
+    """A run-level attack's entry for a run it gave up on, as analysis/run_level.py writes it."""
+    return {"scope": "run", "party_id": 1, "layer": "bottom", "attack": "exact", "name": "exact",
+            "metric": "accuracy", "side_knowledge": "white box", "batches": 1, "skipped": 1,
+            "family": "label_inference", "vflair": None,
+            "error": "parties [1]: EXACT runs for one party declared white_box = true", **extra}
+
+
+def test_a_run_level_attack_that_skipped_its_runs_is_named_with_its_reason(tmp_path: Path) -> None:
+    """EXACT skipped in every run (its summary entry: skipped 1 and the error) read as a row of
+    blanks at the bottom layer with 'no verdict, no setting has a paired run without a defense',
+    and the DCS section said it was left out for having no VFLAIR counterpart; the reason was
+    nowhere."""
+    why = "parties [1]: EXACT runs for one party declared white_box = true"
+    none = fake_run(tmp_path / "runs" / "none", small_config(tmp_path), 0.95,
+                    [leak_entry("norm", 0.9, 0.95), _refused_exact()])
+    marvell = fake_run(tmp_path / "runs" / "marvell", small_config(tmp_path, defense=MARVELL),
+                       0.945, [leak_entry("norm", 0.6, 0.65), _refused_exact()])
+    comparison, printed, report = _compare(tmp_path, none, marvell)
+    warning = f"exact (party 1, bottom layer): not scored, skipped in these runs: {why}"
+    assert warning in printed and warning in report
+    assert "`exact`" not in report  # not listed among the attacks VFLAIR lacks, as if measured
+    assert all(r["attack"] != "exact" for r in comparison.capability)
+    comparison, printed, report = _compare(tmp_path, none, marvell, layer="bottom")
+    assert not comparison.rows and "## exact" not in report
+    warning = f"exact: not scored, its premise fails in these runs: {why}"
+    assert warning in printed and warning in report
+    assert "no setting has a paired run" not in printed + report
+
+
+def test_a_run_still_running_is_named_as_such_not_sent_to_be_analysed(tmp_path: Path) -> None:
+    """A run `splitleak run` was still training read 'no report/summary.json (run `attacker
+    analyze` on it)', an analysis that is refused while the run holds its directory."""
+    from splitleak.artifacts.rundir import holding
+
+    none, marvell = _runs(tmp_path)
+    RunDir(marvell).leak_summary.unlink()
+    with holding(RunDir(marvell).lock, marvell, "comparing"):
+        with pytest.raises(ValueError, match=r"no report/summary.json: it is still being run or "
+                                             rf"analysed \(pid {os.getpid()} holds run.lock\); "
+                                             "compare it once that has finished"):
+            find_runs([none, marvell])
+        _, warnings = find_runs([tmp_path / "runs"])
+        assert any("still being run or analysed" in w for w in warnings)
+    with pytest.raises(ValueError, match=r"no report/summary.json \(run `attacker analyze` on it\)"):
+        find_runs([none, marvell])  # nothing holds it: killed before its analysis
+
+
+def test_a_statistic_edited_into_a_string_is_refused_naming_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """flipped.p95 edited by hand to "0.65" read as no figure: the table showed '–' and the
+    run had no verdict, unsaid."""
+    edited = leak_entry("norm", 0.60, 0.65)
+    edited["flipped"]["p95"] = "0.65"
+    none, marvell = _runs(tmp_path, [edited])
+    with pytest.raises(SystemExit) as stop:
+        main(["compare", str(none), str(marvell), "--output-dir", str(tmp_path / "out")])
+    assert stop.value.code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"{RunDir(marvell).leak_summary}: leak entry norm (party 1, cut layer, run): " \
+           "flipped.p95 is '0.65', not a number" in err, err
+    _, warnings = find_runs([tmp_path / "runs"])  # inside a directory: skipped, by name
+    assert any("flipped.p95 is '0.65', not a number" in w for w in warnings)
+
+
+def test_an_attack_that_skipped_every_batch_is_named_not_a_blank(tmp_path: Path) -> None:
+    """cosine_majority skipped every batch of the Marvell run (its entry: skipped = batches, no
+    figure): the table showed '-' with no reason, and the verdict read 'no defense; none on the
+    frontier within the budget leaks less', as if Marvell had been measured and leaked more."""
+    skipped = {**leak_entry("cosine_majority", 0.5, 0.5), "skipped": 10, "degenerate": 10,
+               "flipped": {"mean": None, "p95": None, "max": None},
+               "raw": {"mean": None, "p95": None, "max": None}, "threshold_accuracy": {"mean": None}}
+    none = fake_run(tmp_path / "runs" / "none", small_config(tmp_path), 0.95,
+                    [leak_entry("norm", 0.9, 0.95), leak_entry("cosine_majority", 0.9, 0.95)])
+    marvell = fake_run(tmp_path / "runs" / "marvell", small_config(tmp_path, defense=MARVELL),
+                       0.945, [leak_entry("norm", 0.6, 0.65), skipped])
+    comparison, printed, report = _compare(tmp_path, none, marvell)
+    why = "every one of its 10 batch(es) was skipped, 10 of them degenerate: no figure"
+    verdict = {v.attack: v.sentence() for v in comparison.verdicts()}
+    assert why in verdict["cosine_majority"] and "leaks less" not in verdict["cosine_majority"]
+    assert f"cosine_majority: not scored for marvell s=4, its premise fails in its runs: {why}" \
+        in printed and why in report
+    assert [r["setting"] for r in comparison.rows if r["attack"] == "cosine_majority"] == ["no defense"]
+    # the terminal's cell says so, never a bare '-' that reads like a figure left out
+    assert "marvell s=4 0.9450 0.739 0.650* skipped" in printed, printed
+    assert "skipped = not scored in the setting's runs (why: the warnings below)" in printed
+
+
+def test_the_terminals_c_dcs_is_report_mds(tmp_path: Path) -> None:
+    """With model completion (VFLAIR's PMC, bottom layer) beside norm (cut), the terminal's
+    C-DCS was norm's alone (0.676 on the breast cancer sweep) while report.md's Defense
+    capability gave the C-DCS over both (0.650) under the same name; table.parquet's c_dcs
+    columns were the terminal's."""
+    from tests.test_compare import declared
+
+    def completion(accuracy: float) -> dict[str, Any]:
+        return {"scope": "run", "party_id": 1, "parties": [1], "layer": "bottom",
+                "attack": "model_completion", "metric": "accuracy", "side_knowledge": "own bottom",
+                "batches": 1, "skipped": 0, **declared("model_completion"),
+                "accuracy": {"mean": accuracy, "p95": accuracy, "max": accuracy},
+                "pooled": {"accuracy": accuracy}, "ap": {"metric": "accuracy", "value": accuracy}}
+
+    none, marvell = _runs(tmp_path)
+    for run, accuracy in ((none, 0.9), (marvell, 0.7)):
+        path = RunDir(run).leak_summary
+        summary = json.loads(path.read_text())
+        summary["leak"].append(completion(accuracy))
+        path.write_text(json.dumps(summary))
+    comparison, printed, _ = _compare(tmp_path, none, marvell)
+    for setting in ("no defense", "marvell s=4"):
+        both = next(r["c_dcs_mean"] for r in comparison.capability
+                    if r["setting"] == setting and r["in_t_dcs"])
+        norm = next(r for r in comparison.rows if r["setting"] == setting)
+        assert f"{both:.3f}" != f"{norm['dcs_mean']:.3f}"  # norm's alone differs here
+        assert f"{setting} " in printed and f" {both:.3f} " in printed.split(setting, 1)[1][:40]
+        assert norm["c_dcs_mean"] == both  # table.parquet's as well
+
+
+def test_a_colluding_groups_entry_is_not_read_as_its_first_partys(tmp_path: Path) -> None:
+    """With [threat] collusion = [[1, 2]] the group's entry (party_id 1, parties [1, 2]) came
+    after party 1's own, and compare's 'leak at party 1' was the group's p95 (0.641, party 1's
+    being 0.660)."""
+    own = {**leak_entry("norm", 0.56, 0.66), "parties": [1]}
+    group = {**leak_entry("norm", 0.54, 0.64), "parties": [1, 2]}
+    run = fake_run(tmp_path / "runs" / "marvell", small_config(tmp_path, defense=MARVELL), 0.94,
+                   [own, group])
+    comparison, _, report = _compare(tmp_path, run)
+    assert comparison.party == 1
+    assert [r["leak_mean"] for r in comparison.rows] == [0.66]
+    assert "| 0.660 |" in report and "0.640" not in report
+
+
+def test_the_speed_sections_blank_kib_is_explained(tmp_path: Path) -> None:
+    """Runs trained in-process record no bytes: the Speed table's 'KiB / step' read '–' under a
+    caption that only spoke of the protobuf messages sent, as if a figure were missing."""
+    none, marvell = _runs(tmp_path)
+    _, _, report = _compare(tmp_path, none, marvell)
+    speed = report.split("## Speed", 1)[1].split("##", 1)[0]
+    assert "| float32 | " in speed and " | – | " in speed
+    assert "– where the runs record no bytes: a run trained in-process" in speed

@@ -161,6 +161,11 @@ def test_full_report(tmp_path: Path) -> None:
     assert f"seed {SEED}" in text and "`abcdef0123456789`" in text
     assert "| norm | 0.880 | - | curious | none |" in text  # headline: p95 of 0.50, 0.52, ..., 0.90
     assert "Party 1 (curious, honest), cut layer" in text
+    # the headline says once what a label or count attack's figure is (it said both twice,
+    # 'label accuracy' and then 'the accuracy pooled over rows')
+    headline = next(line for line in text.splitlines() if line.startswith("Party 1 (curious"))
+    assert headline.count("label attacks:") == 1 and headline.count("count attacks:") == 1
+    assert "label attacks: not a p95 but the label accuracy pooled over rows" in headline
     # cosine oracle at the cut layer: raw mean, p95, max, then flipped mean, p95, max, spread, skipped
     raw, flipped = "0.300 | 0.480 | 0.500", "0.700 | 0.880 | 0.900"
     assert f"| cosine_oracle | 1 clean positive/batch | {raw} | {flipped} | - | 1/22 |" in text
@@ -345,3 +350,17 @@ def test_a_first_layer_the_run_chose_not_to_record_is_no_gap(tmp_path: Path) -> 
     run.config.write_text(run.config.read_text() + "\n[attacker]\nrecord_first_layer = false\n")
     write_report(run, summary)
     assert "no first-layer gradient recorded" not in (run.report / "report.md").read_text()
+
+
+def test_the_completion_tables_caption_says_what_the_brackets_hold() -> None:
+    """The caption read 'train rows exclude the labelled ones; (top-5); baselines ...', on a
+    binary run whose cells have no top-5 at all."""
+    from attacker.report.terminal import completion_table
+
+    entry = {"scope": "run", "party_id": 1, "layer": "bottom", "attack": "model_completion",
+             "name": "model_completion", "threat": "curious, honest",
+             "completion": {"labelled": 8, "train": {"top1": 0.644}, "test": {"top1": 0.711}}}
+    console = Console(width=200, record=True)
+    console.print(completion_table({"leak": [entry]}))
+    text = " ".join(console.export_text().split())
+    assert "(top-5) beside top-1 for ten or more classes" in text and "; (top-5);" not in text

@@ -226,3 +226,41 @@ def test_the_reports_arrow_memory_is_a_row_group_not_the_table(tmp_path: Path,
     peak = int(found.stdout.strip().splitlines()[-1])
     assert pq.read_metadata(run.leak).num_rows == 32_000 and table > 2_000_000
     assert peak < table / 8, f"Arrow peak {peak / 1e6:.1f} MB for a {table / 1e6:.1f} MB table"
+
+
+def test_a_long_runs_plots_draw_a_bounded_number_of_points(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 200,000-step run's leak and training plots drew every step's point (and its rolling mean
+    by a convolution of window × steps): time grew with the steps. Each line now draws at most
+    DRAWN_AT_MOST points spanning what every point spans; the values handed in are untouched."""
+    from attacker.report.leak_read import LeakLine
+
+    saved: list[Any] = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: saved.append(fig))
+    rng = np.random.default_rng(0)
+    steps = np.arange(1, 200_001)
+    values = 0.5 + 0.5 * rng.random(steps.size)
+    loss = rng.random(steps.size)
+    loss[::3] = np.nan  # steps whose loss was not logged
+    line = LeakLine("norm", "auc", steps, values.copy())
+    bound = (steps, 0.7 + 0.01 * rng.random(steps.size))  # Marvell's, per batch
+    plots.leak_over_training([line], 1, "cut", 0, tmp_path / "leak.png", bound)
+    plots.training_curves(steps, loss, [{"step": 200_000, "test_auc": 0.9}], tmp_path / "t.png")
+    drawn = [artist for fig in saved for ax in fig.axes for artist in ax.get_lines()]
+    assert drawn and max(len(a.get_xdata()) for a in drawn) <= plots.DRAWN_AT_MOST
+    faint, mean = saved[0].axes[0].get_lines()[:2]
+    assert np.nanmin(faint.get_ydata()) == values.min() and np.nanmax(faint.get_ydata()) == values.max()
+    assert faint.get_xdata()[0] == 1 and faint.get_xdata()[-1] == 200_000
+    assert np.isfinite(mean.get_ydata()).all()
+    assert np.isfinite(saved[1].axes[0].get_lines()[1].get_ydata()).all()  # NaNs: not a blank mean
+    assert np.array_equal(line.values, values)
+
+
+def test_thinning_keeps_each_runs_extremes_and_a_gap() -> None:
+    steps = np.arange(10)
+    values = np.array([3.0, 1.0, 2.0, np.nan, np.nan, np.nan, 4.0, 0.0, 5.0, 6.0])
+    thin_steps, thin_values = plots._thin(steps, values, most=8)  # runs of 3, 3 and 4 points
+    assert list(thin_steps) == [0, 1, 3, 7, 9]  # each run's extremes in step order; a NaN run: one
+    assert np.array_equal(thin_values, [3.0, 1.0, np.nan, 0.0, 6.0], equal_nan=True)
+    assert list(plots._thin(steps, values + np.arange(10), most=8)[0]) == [0, 1, 2, 3, 7, 9]  # step 0 kept
+    assert plots._thin(steps, values, most=10)[1] is values

@@ -175,6 +175,11 @@ class Analysis:
         self.anchors: CleanAnchors | None = None  # read once the analysis reaches its batches
         self.missing_anchors: dict[tuple[str, str], int] = defaultdict(int)  # (attack, layer)
         self.top_model, self.perturbed = set_up(config)
+        # parties whose gradients the sidecar recorded, and the train steps the run did
+        self.tapped = self.threat.curious if (config.get("attacker") or {}).get("enabled", True) \
+            else []
+        self.train_steps = 0
+        self.recording_gap = False  # a sidecar missed records and the run went on
         self.device: str | None = None  # the run-level attacks' device (None: the run's own)
         self.sees_scored_label: set[str] = set()  # labels of attacks no gradient-only bound covers
         self.staged: Callable[[Path], Path] = lambda path: path  # where a run attack writes a file
@@ -247,8 +252,11 @@ def analyze(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,
     analysis.device = device
     analysis.staged = out.staged  # a reconstruction's grids are swapped in with the rest
     partial = partial_run(run, records := read_records(run))  # refused now, before the long part
+    analysis.train_steps = records.train_steps
     analysis.warnings += _not_for_classes(attacks, analysis.num_classes)
-    analysis.warnings += recording_gaps(run)
+    gaps = recording_gaps(run)
+    analysis.warnings += gaps
+    analysis.recording_gap = bool(gaps)
     sample = _RowSample()
     attacked: list[GradientLog | None] = []  # the gradient log read (None: the run has none)
     run_entries: list[dict[str, Any]] = []
@@ -354,9 +362,19 @@ def _gradient_attacks(analysis: Analysis, leak: LeakWriter, sample: _RowSample,
     try:
         log = GradientLog(analysis.run.gradients)
     except FileNotFoundError:
+        tapped = analysis.tapped
+        if tapped and analysis.train_steps and not analysis.recording_gap:
+            raise AnalysisInputError(
+                f"no gradient log at {analysis.run.gradients}, though the run's threat model taps "
+                f"part{'ies' if len(tapped) > 1 else 'y'} {', '.join(map(str, tapped))} and it "
+                f"trained {analysis.train_steps} step(s) (moved or deleted?): the batch attacks "
+                "have nothing to read, so nothing is analysed; the previous results are left as "
+                "they are") from None
         if not analysis.run_units() or not any(analysis.run_attacks(u) for u in analysis.run_units()):
             raise
-        analysis.warnings.append("no gradient log (no party was tapped): run-level attacks only")
+        why = ("no party was tapped" if not tapped else "the run trained no step"
+               if not analysis.train_steps else "the sidecar recorded none: see the gap warning")
+        analysis.warnings.append(f"no gradient log ({why}): run-level attacks only")
         return None
     analysis.anchors = CleanAnchors(analysis.run.clean_anchors)
     if analysis.anchors.warning:

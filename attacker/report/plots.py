@@ -13,6 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 import pyarrow.compute as pc  # noqa: E402
+from scipy.ndimage import uniform_filter1d  # noqa: E402
 
 from attacker.report.leak_read import LeakLine  # noqa: E402
 
@@ -21,6 +22,7 @@ CLASS_COLORS = {0: "tab:blue", 1: "tab:orange"}
 AUC_LABEL = "per-batch leak AUC, flip-corrected\nmax(AUC, 1 − AUC)"
 LINE_STYLES = ("-", "--", ":", "-.")
 SMOOTH_ABOVE = 400  # batches: beyond this a line is a rolling mean over the faint per-batch values
+DRAWN_AT_MOST = 2000  # points of one line: a longer one is thinned (_thin), its look kept
 
 
 def _column(table: pa.Table, name: str) -> np.ndarray:
@@ -41,10 +43,41 @@ def _save(fig: plt.Figure, path: Path) -> None:
 
 
 def _rolling_mean(values: np.ndarray, window: int) -> np.ndarray:
+    """The mean of the finite values among the `window` around each (the ends repeated; NaN
+    where there are none), in time linear in the values (a convolution took window × values,
+    the window growing with the steps)."""
     if window <= 1 or values.size < window:
         return values
-    padded = np.pad(values, (window // 2, window - 1 - window // 2), mode="edge")
-    return np.convolve(padded, np.ones(window) / window, mode="valid")
+    finite = np.isfinite(values)
+    sums = uniform_filter1d(np.where(finite, values, 0.0), window, mode="nearest")
+    counts = uniform_filter1d(finite.astype(np.float64), window, mode="nearest")
+    out = np.full(values.size, np.nan)
+    np.divide(sums, counts, out=out, where=counts > 0.5 / window)
+    return out
+
+
+def _thin(steps: np.ndarray, values: np.ndarray,
+          most: int = DRAWN_AT_MOST) -> tuple[np.ndarray, np.ndarray]:
+    """At most `most` points of a line for drawing: a longer one keeps its first and last point
+    and, of each of (`most` − 2) / 2 runs of consecutive points, its lowest and highest (in step
+    order), so the drawn line spans what every point spans at a figure's resolution while its
+    cost no longer grows with the steps. Only what is drawn: every table is computed from all
+    the values."""
+    if values.size <= most:
+        return steps, values
+    chunks = (most - 2) // 2
+    edges = np.linspace(0, values.size, chunks + 1).astype(np.int64)
+    filled = np.where(np.isnan(values), np.inf, values)  # a NaN is never a run's extreme
+    low = np.minimum.reduceat(filled, edges[:-1])
+    keep = [0]
+    for start, stop, lowest in zip(edges[:-1], edges[1:], low, strict=True):
+        if not np.isfinite(lowest):  # a run of NaNs: one of them, so the line breaks there
+            keep.append(start)
+            continue
+        part = values[start:stop]
+        keep += sorted({start + int(np.nanargmin(part)), start + int(np.nanargmax(part))})
+    at = np.unique(np.asarray([*keep, values.size - 1], dtype=np.int64))
+    return steps[at], values[at]
 
 
 def _panel_grid(count: int, width: float, height: float) -> tuple[plt.Figure, np.ndarray]:
@@ -70,8 +103,9 @@ def _leak_line(ax: plt.Axes, steps: np.ndarray, values: np.ndarray, style: str, 
         ax.plot(steps, values, ls=style, lw=1.2, label=label)
         return 1
     window = values.size // 50
-    (line,) = ax.plot(steps, values, lw=0.5, alpha=0.25)
-    ax.plot(steps, _rolling_mean(values, window), ls=style, lw=1.4, color=line.get_color(), label=label)
+    (line,) = ax.plot(*_thin(steps, values), lw=0.5, alpha=0.25)
+    ax.plot(*_thin(steps, _rolling_mean(values, window)), ls=style, lw=1.4, color=line.get_color(),
+            label=label)
     return window
 
 
@@ -100,7 +134,7 @@ def leak_over_training(lines: list[LeakLine], party: int, layer: str, seed: int,
         else:
             ax.set_title(family, fontsize=10, fontweight="bold")
         if bound is not None and not accuracy:
-            ax.plot(*bound, color="black", ls="--", lw=1.0)
+            ax.plot(*_thin(*bound), color="black", ls="--", lw=1.0)
         if not accuracy:
             ax.axhline(0.5, color="grey", lw=0.8, ls=":")
         ax.set_ylim(*((-0.02, 1.02) if accuracy else (0.45, 1.02)))
@@ -169,10 +203,10 @@ def training_curves(steps: np.ndarray, loss: np.ndarray, evals: list[dict[str, A
                              layout="constrained")
     ax = axes[0, 0]
     window = steps.size // 50 if steps.size > SMOOTH_ABOVE else 1
-    ax.plot(steps, loss, color="tab:blue", alpha=0.35 if window > 1 else 1.0, lw=0.8,
+    ax.plot(*_thin(steps, loss), color="tab:blue", alpha=0.35 if window > 1 else 1.0, lw=0.8,
             label="train loss (per batch)")
     if window > 1:
-        ax.plot(steps, _rolling_mean(loss, window), color="tab:blue", lw=1.6,
+        ax.plot(*_thin(steps, _rolling_mean(loss, window)), color="tab:blue", lw=1.6,
                 label=f"train loss ({window}-batch mean)")
     if evals:
         test_loss = [np.nan if r.get("test_loss") is None else r["test_loss"] for r in evals]

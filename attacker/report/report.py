@@ -258,8 +258,8 @@ def _headline_md(summary: dict[str, Any], metrics: MetricsLog,
              and e["layer"] == "cut" and len(e.get("parties") or [party]) == 1}
     threat = next(iter(entry.values())).get("threat") or "not recorded"
     lines = ["## Headline", "", f"Party {party} ({threat}), cut layer, seed {summary.get('seed')}: p95 over "
-             f"batches of the {FLIPPED} ({OTHER_METRICS}; label attacks: the accuracy pooled over "
-             "rows; count attacks: the mean count error); ± = its "
+             f"batches of the {FLIPPED} (label attacks: not a p95 but the label accuracy pooled "
+             "over rows; count attacks: the mean count error Σ|n̂ − n|/2B, 0 = exact); ± = its "
              "standard deviation over the draws of random side knowledge.", ""]
     utility_ = {k: v for k, v in _utility(metrics).items() if k != "train steps"} if not metrics.empty else {}
     if utility_:

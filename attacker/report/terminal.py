@@ -90,7 +90,8 @@ def completion_table(summary: dict[str, Any]) -> Table | None:
         return None
     table = Table(title="model completion (label inference accuracy pooled over rows)",
                   box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True,
-                  caption="train rows exclude the labelled ones; (top-5); baselines train/test: the "
+                  caption="train rows exclude the labelled ones; (top-5) beside top-1 for ten or more "
+                          "classes; baselines train/test: the "
                           "same head on the labelled rows alone, and MixMatch on a random bottom; "
                           "diag. = a diagnostic (bottom frozen), not the papers' comparable figure")
     for column in ("attacker", "labelled", "train", "test", "labelled\nonly", "random\nbottom"):

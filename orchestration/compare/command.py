@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from rich import box
 from rich.console import Console, Group
@@ -120,12 +121,16 @@ def summary_table(comparison: Comparison, width: int = 80) -> Group:
         if not own:
             continue
         value = next(iter(own.values()))["utility_mean"]
-        c_dcs = next((r["c_dcs_mean"] for r in own.values() if r["in_t_dcs"]), None)
+        # report.md's C-DCS: over VFLAIR's attacks at every layer measured (model completion's
+        # bottom too), not only the compared layer's
+        c_dcs = next((r["c_dcs_mean"] for r in [*comparison.capability, *own.values()]
+                      if r["setting_key"] == setting.key and r["in_t_dcs"]), None)
         first_cells.append([_unbroken(setting.label), *([str(len(setting.runs))] if len(seeds) > 1 else []),
                             f"{value:.4f}" if value is not None else "-",
                             f"{c_dcs:.3f}" if c_dcs is not None else "-"])
-        leak_cells.append([f"{own[a]['leak_mean']:.3f}{'*' if own[a]['pareto'] else ''}"
-                           if a in own and own[a]["leak_mean"] is not None else "-" for a in attacks])
+        failed = comparison.premise_failed
+        leak_cells.append([_leak_cell(own.get(a), setting.label in failed.get(a, {}))
+                           for a in attacks])
     first = ["setting", *(["seeds"] if len(seeds) > 1 else []), utility, "C-DCS"]
     each = f"{next(iter(seeds))} seed(s) each; " if len(seeds) == 1 else ""
     left_out = [a for a in attacks if any(not r["in_t_dcs"] for r in rows if r["attack"] == a)]
@@ -133,9 +138,10 @@ def summary_table(comparison: Comparison, width: int = 80) -> Group:
         not r["ranked"] for r in rows) else ""
     caption = (f"{each}leak: {comparison.leak_stat} (accuracy-type attacks: accuracy; "
                f"reconstruction: SSIM or R²{counts}); * = on the Pareto frontier; C-DCS: VFLAIR's, from "
-               f"the {comparison.dcs_ap} attack performance"
+               f"the {comparison.dcs_ap} attack performance, over every layer measured"
                + (f"; not in C-DCS (diagnostics, attacks VFLAIR lacks): {escape(', '.join(left_out))}"
                   if left_out else "")
+               + _blank_words([cell for cells in leak_cells for cell in cells])
                + ". Full report with CIs and DCS: report.md")
     title = "trade-off (mean over seeds)"
 
@@ -162,6 +168,21 @@ def summary_table(comparison: Comparison, width: int = 80) -> Group:
         return Group(part(groups[0], True, caption))
     return Group(*(part(columns, True, caption if i == len(groups) else "", f"{title}, {i}/{len(groups)}")
                    for i, columns in enumerate(groups, start=1)))
+
+
+def _leak_cell(row: dict[str, Any] | None, skipped: bool) -> str:
+    """A setting's seed-mean leak of an attack, * on the frontier; `skipped` where the attack
+    was not scored in the setting's runs (the warnings give why), - where no figure is."""
+    if row is not None and row["leak_mean"] is not None:
+        return f"{row['leak_mean']:.3f}{'*' if row['pareto'] else ''}"
+    return "skipped" if skipped else "-"
+
+
+def _blank_words(cells: list[str]) -> str:
+    """What the table's cells without a figure mean, for those it has."""
+    words = {"skipped": "skipped = not scored in the setting's runs (why: the warnings below)",
+             "-": "- = not measured"}
+    return "".join(f"; {line}" for cell, line in words.items() if cell in cells)
 
 
 def _unbroken(label: str) -> str:

@@ -54,7 +54,9 @@ class LeakEntry:
     # score attacks: mean over batches of the threshold rule's accuracy (VFLAIR's AP), the rule
     threshold_accuracy: float | None = None
     threshold_rule: str | None = None
-    premise: str | None = None  # why the attack does not apply to the run (never scored)
+    # why the attack was not scored in the run: its premise fails (`premise`), or a run-level
+    # attack gave up on it (`error`, e.g. EXACT without a white-box party); never a figure
+    premise: str | None = None
     diagnostic: str | None = None  # why the figure is a diagnostic, not the comparable one
     ap: float | None = None  # VFLAIR's attack performance, as the attack's plug-in reads it
     vflair: str | None = None  # VFLAIR's name for the attack (NS, DS, …), if it has one
@@ -79,6 +81,22 @@ def number(value: Any) -> float | None:
     return float(value)
 
 
+def _checked(entry: LeakSummaryEntry) -> None:
+    """ValueError naming the entry and the field when one of its statistics is neither a number
+    nor empty (a summary.json edited by hand: "0.9" in place of 0.9), which would read as no
+    figure at all."""
+    for key, value in entry.as_dict().items():
+        if not isinstance(value, dict):
+            continue
+        for stat, figure in value.items():
+            if stat in STATISTICS and isinstance(figure, bool | str):
+                raise ValueError(f"leak entry {entry.attack} (party {entry.party_id}, {entry.layer} "
+                                 f"layer, {entry.scope}): {key}.{stat} is {figure!r}, not a number")
+
+
+STATISTICS = ("mean", "p95", "max", "min", "std", "pooled", "accuracy", "value")
+
+
 def _spread(entry: LeakSummaryEntry, part: str) -> float | None:
     spread = entry.get("spread")
     if isinstance(spread, dict) and part in spread:
@@ -89,7 +107,8 @@ def _spread(entry: LeakSummaryEntry, part: str) -> float | None:
 
 
 def leak_entries(summary: LeakSummary) -> list[LeakEntry]:
-    """The run-level entries of a report/summary.json. The one place that knows its layout:
+    """The run-level entries of a report/summary.json, each of one party (a colluding group's
+    entries are not a party's: the comparison reads one party). The one place that knows its layout:
     `flipped`/`raw` (mean, p95, max over batches) for AUC attacks, `accuracy` (mean over batches,
     or `pooled` over rows) for accuracy attacks, and, when present, `spread` across random
     side-knowledge draws (a number, or per part {"flipped": ..., "accuracy": ...}, each per
@@ -98,8 +117,9 @@ def leak_entries(summary: LeakSummary) -> list[LeakEntry]:
     attack's further figures (FIGURES)."""
     entries = []
     for e in summary.leak:
-        if e.scope != "run":
-            continue
+        if e.scope != "run" or len(e.parties or [e.party_id]) > 1:
+            continue  # an epoch's, or a colluding group's (its party_id is its first party's)
+        _checked(e)
         flipped, raw, accuracy = (e.get(k) or {} for k in ("flipped", "raw", "accuracy"))
         metric = e.get("metric") or ("auc" if flipped else "accuracy")
         if metric in RECONSTRUCTION_METRICS:
@@ -118,11 +138,29 @@ def leak_entries(summary: LeakSummary) -> list[LeakEntry]:
             accuracy=number(pooled if pooled is not None else accuracy.get("mean")),
             spread=_spread(e, "flipped" if metric == "auc" else "accuracy"),
             threshold_accuracy=number((e.get("threshold_accuracy") or {}).get("mean")),
-            threshold_rule=e.get("threshold_rule"), premise=e.get("premise"),
+            threshold_rule=e.get("threshold_rule"),
+            premise=e.get("premise") or _refused(e) or _all_skipped(e),
             diagnostic=e.get("diagnostic"), ap=number((e.get("ap") or {}).get("value")),
             vflair=e.get("vflair"), vflair_declared="vflair" in e.as_dict(),
             **_batch_stats(e, metric), figures=_figures(e)))
     return entries
+
+
+def _refused(entry: LeakSummaryEntry) -> str | None:
+    """Why a run-level attack skipped the run (its entry's `error`), else None."""
+    error = entry.get("error")
+    return str(error) if error and entry.get("skipped") else None
+
+
+def _all_skipped(entry: LeakSummaryEntry) -> str | None:
+    """Why a batch attack has no figure when every batch it met was skipped (one class only,
+    rows it cannot tell apart: the run's report.md gives the reasons), else None."""
+    batches, skipped = entry.batches or 0, entry.skipped or 0
+    if not batches or skipped < batches:
+        return None
+    degenerate = f", {entry.degenerate} of them degenerate" if entry.degenerate else ""
+    return (f"every one of its {batches} batch(es) was skipped{degenerate}: no figure; the run's "
+            "report.md says why")
 
 
 def _batch_stats(entry: LeakSummaryEntry, metric: str) -> dict[str, float | None]:

@@ -66,7 +66,7 @@ def read_run(root: Path, point: SweepPoint | None = None) -> RunResult:
     for needed, why in ((run.config, ""), (run.metrics, ""),
                         (run.leak_summary, " (run `attacker analyze` on it)")):
         if not needed.exists():
-            raise ValueError(f"{root}: no {needed.relative_to(root)}{why}")
+            raise ValueError(f"{root}: no {needed.relative_to(root)}{_why_missing(run) or why}")
     try:
         config = load_config(run.config)
     except ConfigError as err:
@@ -78,10 +78,24 @@ def read_run(root: Path, point: SweepPoint | None = None) -> RunResult:
     metric = utility_metric(num_classes)
     outcome = read_outcome_or_refuse(run)
     notes = _partial(root, summary, outcome) + edited_config(run, config)
+    try:
+        leak = leak_entries(summary)
+    except ValueError as err:
+        raise ValueError(f"{run.leak_summary}: {err}") from None
     return RunResult(root, config, point, num_classes, evals[-1] if evals else {},
-                     leak_entries(summary), metrics.ms_per_step,
+                     leak, metrics.ms_per_step,
                      tuple(utility_curve(evals, metric)), _bytes_per_step(outcome, metrics.train_steps),
                      _not_its_config(summary.analysed_with, config), tuple(notes))
+
+
+def _why_missing(run: RunDir) -> str | None:
+    """Why a run directory lacks a file compare reads, when another process holds it: the run
+    (or its analysis) is still under way, and `attacker analyze` would be refused."""
+    from splitleak.artifacts.rundir import held_by
+
+    pid = held_by(run.lock)
+    return None if pid is None else (f": it is still being run or analysed (pid {pid} holds "
+                                     f"{run.lock.name}); compare it once that has finished")
 
 
 def _not_its_config(overrides: dict[str, Any] | None,

@@ -58,7 +58,9 @@ def _speed_md(comparison: Comparison) -> list[str]:
             f"passes left out), the seconds until the first evaluation at or above {utility} "
             f"{num(target, 4)} (the utility {reached}), and the KiB of protobuf messages the label "
             "party sent and received per train step (evaluation traffic included; before gRPC "
-            "compression, which `[wire] compression` applies on the socket). Time to the target needs "
+            "compression, which `[wire] compression` applies on the socket; – where the runs record "
+            "no bytes: a run trained in-process, as the sweep's inprocess engine trains, exchanges "
+            "no messages). Time to the target needs "
             "`training.eval_interval` > 0 for more than the last point.", "",
             *md_table(["setting", "network", "wire", "ms / step [CI]",
                         "s to target [CI]", "KiB / step", f"{utility} [CI]"], body)]

@@ -174,6 +174,7 @@ def compare(runs: list[RunResult], layer: str = "cut", party: int | None = None,
     warnings += [f"{attack}: not scored for {setting}, its premise fails in its runs: {why}; no "
                  "verdict for this attack" for attack, failed in premise_failed.items()
                  for setting, why in failed.items()]
+    warnings += _skipped_elsewhere(runs, settings, party, layer)
     warnings += checks.missing_ap(rows, dcs_ap) + checks.undeclared_vflair(runs)
     warnings += checks.some_seeds(rows, settings)
     warnings += checks.unpaired_seeds(settings)
@@ -183,12 +184,46 @@ def compare(runs: list[RunResult], layer: str = "cut", party: int | None = None,
                   for r in _setting_rows(setting, observed_party(settings, where, party), where,
                                          leak_stat, dcs_ap)]
     _add_type_scores(capability, settings)
+    _same_type_scores(rows, capability)
     finals = [r.utility for r in runs if r.utility is not None]
     common = target is None
     target = min(finals) if common and finals else target
     speed = {s.key: _speed(s, target) for s in settings}
     return Comparison(rows, settings, party, layer, leak_stat, warnings, speed, target, common,
                       dcs_ap, max_utility_cost, not_applied, premise_failed, left_out, capability)
+
+
+TYPE_SCORES = [f"{name}_{k}" for name in ("t_dcs", "c_dcs", "t_dcs_ours", "c_dcs_ours")
+               for k in ("mean", "ci_low", "ci_high", "worst", "best", "ci_clipped")] + [
+    "t_dcs_of_means", "c_dcs_of_means"]
+
+
+def _same_type_scores(rows: list[dict[str, Any]], capability: list[dict[str, Any]]) -> None:
+    """The compared rows' T-DCS and C-DCS as the capability rows have them (over every layer
+    measured, report.md's Defense capability), not over the compared layer's attacks alone."""
+    found = {(r["setting_key"], r["attack"], r["layer"]): r for r in capability}
+    for row in rows:
+        same = found.get((row["setting_key"], row["attack"], row["layer"]))
+        if same is not None:
+            row |= {name: same[name] for name in TYPE_SCORES}
+
+
+def _skipped_elsewhere(runs: list[RunResult], settings: list[Setting], party: int | None,
+                       layer: str) -> list[str]:
+    """Why an attack measured at another layer than `layer` (model completion's bottom, a
+    reconstruction's input, ...) was not scored, where the report's capability section and DCS
+    would otherwise leave it out unsaid."""
+    out = []
+    for where in CAPABILITY_LAYERS:
+        if where == layer:
+            continue
+        at = observed_party(settings, where, party)
+        out += [f"{attack} (party {at}, {where} layer): not scored, skipped in these runs: {why}"
+                for attack, why in checks.not_applied(runs, at, where).items()]
+        out += [f"{attack} (party {at}, {where} layer): not scored for {setting}, skipped in its "
+                f"runs: {why}" for attack, failed in checks.premise_failed(settings, at, where).items()
+                for setting, why in failed.items()]
+    return out
 
 
 def _speed(setting: Setting, target: float | None) -> dict[str, Any]:
@@ -305,11 +340,13 @@ def _changes(setting: Setting, attack: str, party: int | None, layer: str,
 def _figures(setting: Setting, entries: dict[int, LeakEntry], attack: str, party: int | None,
              layer: str) -> dict[str, dict[str, Any]]:
     """A run-level attack's further figures (model completion's test top-1, its baselines): each
-    over seeds, with its relative change against no defense where both runs have it."""
+    over seeds (each a top-1 accuracy: its interval clipped to [0, 1]), with its relative change
+    against no defense where both runs have it."""
     names = dict.fromkeys(name for e in entries.values() for name in e.figures)
     out = {}
     for name in names:
-        values = _columns("value", [e.figures.get(name) for e in entries.values()], False, UNBOUNDED)
+        values = _columns("value", [e.figures.get(name) for e in entries.values()], False,
+                          PROBABILITY)
         change = _columns("change", _changes(setting, attack, party, layer,
                                              partial(_figure, name=name)), False)
         out[name] = values | change

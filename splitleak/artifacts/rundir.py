@@ -89,6 +89,22 @@ def serving(run: RunDir) -> Iterator[None]:
         yield
 
 
+def held_by(lock: Path) -> str | None:
+    """The pid of the process holding `lock` (as `holding` wrote it; "?" if unwritten), or None
+    when no process holds it or it does not exist. Probes without creating the file."""
+    try:
+        fd = os.open(lock, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return os.read(fd, 32).decode(errors="replace").strip() or "?"
+    finally:
+        os.close(fd)  # releases the probe's own lock too
+    return None
+
+
 @contextmanager
 def holding(lock: Path, root: Path, doing: str) -> Iterator[None]:
     """An advisory lock on `lock` (holding the directory `root`) for this process; RunInUse,

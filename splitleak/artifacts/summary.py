@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import field_validator
+
 from splitleak.artifacts.artifact import Artifact, read_model, write_model
 from splitleak.artifacts.paths import RunDir
 
@@ -58,6 +60,15 @@ class LeakSummary(Artifact):
     # what `attacker analyze` was told in place of the run's config (attacks, hints, seed,
     # draws); absent when it analysed the run as its config says
     analysed_with: dict[str, Any] | None = None
+
+    @field_validator("schema_version")
+    @classmethod
+    def _known(cls, version: int) -> int:
+        """A layout from a newer splitleak is refused, never read as if it were this one's."""
+        if version > SCHEMA_VERSION:
+            raise ValueError(f"version {version} is newer than the {SCHEMA_VERSION} this splitleak "
+                             "reads (written by a newer splitleak?)")
+        return version
 
     @classmethod
     def of(cls, summary: dict[str, Any]) -> LeakSummary:
