@@ -563,19 +563,37 @@ def _drop_none(value: Any) -> Any:
     return value
 
 
+# Pydantic's words before a validator's own sentence: noise to a user, who reads the sentence.
+_NOISE = {"value_error": "Value error, ", "assertion_error": "Assertion failed, "}
+
+
+def error_sentence(error: Any) -> str:
+    """One pydantic error's message as a user reads it: a validator's own sentence without
+    pydantic's "Value error, " before it; pydantic's own messages as they are."""
+    msg = str(error["msg"])
+    noise = _NOISE.get(error["type"], "")
+    return msg[len(noise):] if noise and msg.startswith(noise) else msg
+
+
+def error_line(where: str, error: Any) -> str:
+    """"<field path>: <sentence>"; a check across sections (no path of its own) is its sentence
+    alone, which names the fields it compares."""
+    return f"{where}: {error_sentence(error)}" if where else error_sentence(error)
+
+
 def format_validation_error(err: ValidationError, source: str, what: str = "config") -> str:
     lines = [f"invalid {what} {source}:"]
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        loc = ".".join(str(p) for p in e["loc"])
         got = e.get("input")
         shown = "" if isinstance(got, dict) or e["type"] == "missing" else f" (got {got!r})"
-        lines.append(f"  {loc}: {e['msg']}{shown}")
+        lines.append(f"  {error_line(loc, e)}{shown}")
     return "\n".join(lines)
 
 
 def plugin_param_errors(prefix: str, err: ValidationError) -> str:
     """A plug-in's parameter errors, each under the config path `prefix` it came from."""
-    return "; ".join(f"{'.'.join([prefix, *map(str, e['loc'])])}: {e['msg']}" for e in err.errors())
+    return "; ".join(error_line(".".join([prefix, *map(str, e["loc"])]), e) for e in err.errors())
 
 
 def parse_config(data: dict[str, Any], source: str = "<dict>") -> ExperimentConfig:

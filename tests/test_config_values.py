@@ -23,12 +23,12 @@ def refusal(tmp_path: Path, **override: Any) -> str:
 
 
 @pytest.mark.parametrize(("override", "message"), [
-    ({"topology": {"tls": "false"}}, "topology.tls: Value error, 'false' is text; give true or false"),
+    ({"topology": {"tls": "false"}}, "topology.tls: 'false' is text; give true or false"),
     ({"run": {"torch_threads": "4"}},
-     "run.torch_threads: Value error, '4' is text; give a number or 'auto'"),
+     "run.torch_threads: '4' is text; give a number or 'auto'"),
     ({"training": {"batch_size": True}},
-     "training.batch_size: Value error, True is a boolean; give a number"),
-    ({"run": {"deterministic": 1}}, "run.deterministic: Value error, 1 is a number; give true or false"),
+     "training.batch_size: True is a boolean; give a number"),
+    ({"run": {"deterministic": 1}}, "run.deterministic: 1 is a number; give true or false"),
     ({"training": {"optimizer": {"name": "adam", "lr": math.inf}}},
      "training.optimizer.lr: Input should be a finite number"),
     ({"features": {"ratios": [math.inf, 1]}}, "features.ratios.0: Input should be a finite number"),
@@ -37,7 +37,7 @@ def refusal(tmp_path: Path, **override: Any) -> str:
     ({"threat": {"parties": {"1": {"backdoor": {"trigger_value": math.nan}}}}},
      "trigger_value: Input should be a finite number"),
     ({"run": {"torch_threads": 10**18}},
-     f"run.torch_threads: Value error, {10**18} threads; allowed: 'auto' or 1..4096"),
+     f"run.torch_threads: {10**18} threads; allowed: 'auto' or 1..4096"),
     ({"model": {"kind": "mlp", "layers": [16, 8], "cut_layer": 1, "embedding_dim": 100_000}},
      "model.embedding_dim: Input should be less than or equal to 4096"),
     ({"attacker": {"attacks": [{"name": "clustering", "n_init": 10**18}]}},
@@ -45,13 +45,13 @@ def refusal(tmp_path: Path, **override: Any) -> str:
     ({"threat": {"parties": {"1": {"labelled_per_class": 10**20}}}},  # model completion's bound
      "threat.parties.1.labelled_per_class: Input should be less than or equal to 100000000"),
     ({"defense": {"name": "laplace", "b": 0.1}},
-     "defense: Value error, a list is expected, not one table; write one [[defense]] table"),
+     "defense: a list is expected, not one table; write one [[defense]] table"),
     ({"attacker": {"attacks": {"name": "norm"}}},
-     "attacker.attacks: Value error, a list is expected, not one table"),
+     "attacker.attacks: a list is expected, not one table"),
     ({"training": {"optimizer": {"name": "adam", "momentum": 0.9}}},
      "momentum = 0.9 is SGD's; adam takes none"),
     ({"dataset": {"name": "spambase", "params": {"path": ""}}, "features": {"ratios": [1, 1]}},
-     "dataset.params.path: Value error, it is empty; give the path of the data file"),
+     "dataset.params.path: it is empty; give the path of the data file"),
     ({"dataset": {"name": "wine"}, "features": {"passive": [[0, 6], [6, 13]]},
       "objective": {"name": "gafm"}, "model": {"kind": "mlp", "layers": [16, 8], "cut_layer": 2,
                                                "top": "none", "aggregation": "sum"}},
@@ -176,11 +176,11 @@ def test_hint_centers_beyond_half_a_batch_are_warned_of(tmp_path: Path) -> None:
 
 
 def test_a_plugin_wide_error_names_the_plugin_not_an_empty_field(tmp_path: Path) -> None:
-    """`dp_gaussian` without clip said "defense[0].: Value error, …" (an empty field name)."""
+    """`dp_gaussian` without clip said "defense[0].: …" (an empty field name)."""
     with pytest.raises(ConfigError) as err:
         validate(parse_config(small_config(
             tmp_path, defense=[{"name": "dp_gaussian", "noise_multiplier": 1.0}])))
-    assert "defense[0]: Value error, give exactly one of clip" in str(err.value), str(err.value)
+    assert "defense[0]: give exactly one of clip" in str(err.value), str(err.value)
 
 
 def test_hint_counts_that_leave_no_pair_to_score_are_warned_of_only_where_hint_attacks_run(
@@ -223,3 +223,21 @@ def test_the_analysis_warns_of_hint_counts_for_the_attacks_it_runs(tmp_path: Pat
     assert len(named) == 1 and named[0].startswith("--attacks[0] (hint_distance(k=63)): 63 known")
     given = hint_warnings([("hint_distance", {})], [1, 63], "--attacks")
     assert len(given) == 1 and given[0].startswith("--hints: [63] known positives"), given
+
+
+@pytest.mark.parametrize(("override", "line"), [
+    ({"topology": {"passive_parties": 3}},  # a check across sections: its sentence names them
+     "features.passive lists 2 parties but topology.passive_parties = 3"),
+    ({"training": {"optimizer": {"name": "adam", "momentum": 0.9}}},
+     "training.optimizer: momentum = 0.9 is SGD's; adam takes none"),
+    ({"defense": [{"name": "dp_gaussian", "noise_multiplier": 1.0}]},
+     "defense[0]: give exactly one of clip"),
+])
+def test_a_validators_sentence_is_shown_without_pydantics_prefix(
+        tmp_path: Path, override: dict[str, Any], line: str) -> None:
+    """A model validator's refusal read "(top level): Value error, features.passive lists 3
+    parties ..."; a user reads "<field path>: <sentence>" (the sentence alone where it compares
+    fields across sections), with no "Value error," or "(top level)" noise."""
+    message = refusal(tmp_path, **override)
+    assert line in message, message
+    assert "Value error" not in message and "top level" not in message, message
