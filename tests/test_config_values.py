@@ -241,3 +241,25 @@ def test_a_validators_sentence_is_shown_without_pydantics_prefix(
     message = refusal(tmp_path, **override)
     assert line in message, message
     assert "Value error" not in message and "top level" not in message, message
+
+
+def test_cae_memory_is_bounded_at_validation(tmp_path: Path) -> None:
+    """CAE draws `rows` random label vectors (rows × K floats, three times over while they are
+    sharpened): rows = 100,000,000 (allowed up to MAX_ROWS) asked for gigabytes before the first
+    step, as did batch_size × hidden. Validation now refuses both, naming the fields and the
+    largest value allowed; the references' set-up and a few million rows pass."""
+    def cae(**params: Any) -> dict[str, Any]:
+        return {"objective": {"name": "cae", "lambda": 0.5, **params}}
+
+    message = refusal(tmp_path, **cae(rows=100_000_000))
+    assert "objective.rows = 100,000,000 random label vectors of 2 classes take 3.7 GiB while " \
+           "the autoencoder trains, over the 2 GiB allowed: give at most 53,687,091 rows" in message
+    ten = {"dataset": {"name": "digits"}, "features": {"passive": [[0, 4], [4, 8]]},
+           "model": {"kind": "cnn"}}
+    assert "give at most 15,790,320 rows (10 classes" in refusal(
+        tmp_path, **ten, **cae(rows=20_000_000))
+    message = refusal(tmp_path, **cae(rows=1_000_000, batch_size=1_000_000, hidden=65_536))
+    assert "objective.batch_size = 1,000,000 rows × objective.hidden = 65,536 units take " \
+           "1953.1 GiB" in message, message
+    for params in ({}, {"rows": 5_000_000}, {"rows": 100, "batch_size": 1_000_000, "hidden": 65_536}):
+        validate(parse_config(small_config(tmp_path, **cae(**params))))
