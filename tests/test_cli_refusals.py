@@ -355,3 +355,17 @@ def test_attack_parameters_take_toml_booleans() -> None:
         "model_completion", {"baselines": False, "labelled_per_class": 4})
     assert parse_attack("clustering:scope=epoch,flag=true") == (
         "clustering", {"scope": "epoch", "flag": True})
+
+
+def test_a_run_with_nothing_to_analyse_names_every_setting_it_points_to(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The note after a run with attacker.enabled = false read "(attacker.enabled, , )": the
+    terminal's markup took [threat.parties.K] and [threat.receiver] for style tags."""
+    from orchestration.cli import main
+    from tests.conftest import small_config, write_config
+
+    cfg = write_config(tmp_path, small_config(tmp_path, attacker={"enabled": False},
+                                              training={"max_steps": 2, "epochs": 1}))
+    code, text = exit_code_and_text(main, ["run", str(cfg), "--in-process", "--no-progress"], capsys)
+    assert code == 0, text
+    assert "(attacker.enabled, [threat.parties.K], [threat.receiver])" in " ".join(text.split()), text
