@@ -108,7 +108,8 @@ MAX_WIDTH = 65_536  # hidden layers, latent sizes, bins
 MAX_BATCH = 1 << 20  # rows per batch
 MAX_ROWS = 100_000_000  # rows drawn or known
 MAX_STEPS = 1_000_000_000  # train steps of a run (and between its evaluations, checkpoints)
-# A defense's noise scale or budget factor, and the smallest privacy ε: beyond them the noise
-# overflows float32 or drowns the gradient by more than any study needs.
+# A defense's noise scale or budget factor, an objective's weight of a term in its loss, and
+# the smallest privacy ε: beyond them the noise or the loss overflows float32 (α = 1e300 made
+# dcor's loss inf at step 0) or drowns the gradient by more than any study needs.
 MAX_SCALE = 1e6
 MIN_EPSILON = 1e-6

@@ -263,3 +263,44 @@ def test_cae_memory_is_bounded_at_validation(tmp_path: Path) -> None:
            "1953.1 GiB" in message, message
     for params in ({}, {"rows": 5_000_000}, {"rows": 100, "batch_size": 1_000_000, "hidden": 65_536}):
         validate(parse_config(small_config(tmp_path, **cae(**params))))
+
+
+@pytest.mark.parametrize(("objective", "field"), [
+    ({"name": "dcor", "alpha": 1e300}, "objective.alpha"),
+    ({"name": "pe_loss", "alpha": 1e300}, "objective.alpha"),
+    ({"name": "mid", "lambda": 1e300}, "objective.lambda"),
+    ({"name": "cae", "lambda": 1e300}, "objective.lambda"),
+    ({"name": "cae", "lambda": 0.5, "reconstruction_weight": 1e300}, "objective.reconstruction_weight"),
+    ({"name": "gafm", "sigma": 1e300, "delta": 0.1, "gamma": 1.0}, "objective.sigma"),
+    ({"name": "gafm", "sigma": 0.1, "delta": 0.1, "gamma": 1e300}, "objective.gamma"),
+])
+def test_an_objectives_loss_weight_that_overflows_is_refused_naming_it(
+        tmp_path: Path, objective: dict[str, Any], field: str) -> None:
+    """dcor with alpha = 1e300 (pe_loss, mid alike) validated, then failed at train step 0 with
+    "the loss of train step 0 is inf: the label party's model diverged", naming no field."""
+    over = {"model": {"kind": "mlp", "layers": [16, 8], "cut_layer": 2, "top": "none",
+                      "aggregation": "sum"}} if objective["name"] == "gafm" else {}
+    message = refusal(tmp_path, objective=objective, **over)
+    assert f"{field}: Input should be less than or equal to 1000000" in message, message
+
+
+def test_a_diverged_penalty_objective_names_its_weight(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loss that overflows under a penalty objective names the weight field with the divergence."""
+    import numpy as np
+    import torch
+
+    from label_party.objectives import dcor
+    from label_party.schedule import Batch, Phase
+    from label_party.trainer import LabelPartyTrainer, NonFiniteStep
+
+    monkeypatch.setattr(dcor, "distance_correlation",
+                        lambda activation, labels, squared: torch.tensor(1e35))
+    cfg = parse_config(small_config(tmp_path, objective={"name": "dcor", "alpha": 1e6}))
+    trainer = LabelPartyTrainer(cfg, np.arange(8) % 2, 2, {1: (4,), 2: (4,)})
+    acts = {k: torch.ones(8, 4) * k for k in (1, 2)}
+    with pytest.raises(NonFiniteStep) as err:
+        trainer.train_step(Batch(Phase.TRAIN, 0, 0, np.arange(8)), acts)
+    assert str(err.value).endswith("the label party's model diverged (the parties' activations "
+                                   "are at most 2 in size); objective.alpha = 1e+06 weighs a term "
+                                   "of its loss: a smaller weight may keep it finite"), str(err.value)

@@ -42,15 +42,15 @@ from label_party.objectives.base import OBJECTIVES, ObjectiveParams, ObjectiveSe
 from label_party.objectives.cross_entropy import CrossEntropy, load_top_state
 from splitleak.config import ConfigError, ExperimentConfig
 from splitleak.seeding import derive_seed, generator
-from splitleak.settings import MAX_BATCH, MAX_EPOCHS, MAX_ROWS, MAX_WIDTH
+from splitleak.settings import MAX_BATCH, MAX_EPOCHS, MAX_ROWS, MAX_SCALE, MAX_WIDTH
 
 
 class CAEParams(ObjectiveParams):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    confusion: float = Field(alias="lambda", ge=0.0)  # λ: weight of the soft labels' entropy
-    reconstruction_weight: PositiveFloat = 10.0  # w_rec
-    confusion_weight: float = Field(1.0, ge=0.0)  # w_conf
+    confusion: float = Field(alias="lambda", ge=0.0, le=MAX_SCALE)  # λ: weight of the soft labels' entropy
+    reconstruction_weight: float = Field(10.0, gt=0.0, le=MAX_SCALE)  # w_rec
+    confusion_weight: float = Field(1.0, ge=0.0, le=MAX_SCALE)  # w_conf
     hidden: int | None = Field(None, gt=0, le=MAX_WIDTH)  # None: 6K + 2
     epochs: int = Field(30, gt=0, le=MAX_EPOCHS)
     rows: int = Field(30000, gt=0, le=MAX_ROWS)  # random training vectors
