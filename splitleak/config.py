@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 import tomli_w
 from pydantic import (
+    BaseModel,
     ConfigDict,
     Field,
     PositiveFloat,
@@ -32,6 +33,7 @@ from splitleak.settings import (
     StrictPositiveInt,
 )
 from splitleak.threat import ThreatConfig, migration_message
+from splitleak.unknown_keys import unknown_key_hint
 
 PROTOCOL_VERSION = 2  # 2: checkpoints and resume in the Train stream and the training plan
 
@@ -581,26 +583,37 @@ def error_line(where: str, error: Any) -> str:
     return f"{where}: {error_sentence(error)}" if where else error_sentence(error)
 
 
-def format_validation_error(err: ValidationError, source: str, what: str = "config") -> str:
+def _hint(error: Any, model: type[BaseModel] | None) -> str:
+    """For an unknown key: the nearest key `model`'s table allows, and the keys it allows."""
+    return unknown_key_hint(model, tuple(error["loc"])) if error["type"] == "extra_forbidden" else ""
+
+
+def format_validation_error(err: ValidationError, source: str, what: str = "config",
+                            model: type[BaseModel] | None = None) -> str:
+    """Every error of `err` on its own line; `model`: the model validated, whose allowed keys
+    an unknown key's line names."""
     lines = [f"invalid {what} {source}:"]
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"])
         got = e.get("input")
         shown = "" if isinstance(got, dict) or e["type"] == "missing" else f" (got {got!r})"
-        lines.append(f"  {error_line(loc, e)}{shown}")
+        lines.append(f"  {error_line(loc, e)}{shown}{_hint(e, model)}")
     return "\n".join(lines)
 
 
-def plugin_param_errors(prefix: str, err: ValidationError) -> str:
-    """A plug-in's parameter errors, each under the config path `prefix` it came from."""
-    return "; ".join(error_line(".".join([prefix, *map(str, e["loc"])]), e) for e in err.errors())
+def plugin_param_errors(prefix: str, err: ValidationError,
+                        model: type[BaseModel] | None = None) -> str:
+    """A plug-in's parameter errors, each under the config path `prefix` it came from; `model`:
+    its parameter model, whose allowed keys an unknown key's error names."""
+    return "; ".join(error_line(".".join([prefix, *map(str, e["loc"])]), e) + _hint(e, model)
+                     for e in err.errors())
 
 
 def parse_config(data: dict[str, Any], source: str = "<dict>") -> ExperimentConfig:
     try:
         return ExperimentConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(format_validation_error(err, source)) from None
+        raise ConfigError(format_validation_error(err, source, model=ExperimentConfig)) from None
 
 
 def read_toml_text(path: Path, what: str, error: type[Exception]) -> str:

@@ -304,3 +304,33 @@ def test_a_diverged_penalty_objective_names_its_weight(tmp_path: Path,
     assert str(err.value).endswith("the label party's model diverged (the parties' activations "
                                    "are at most 2 in size); objective.alpha = 1e+06 weighs a term "
                                    "of its loss: a smaller weight may keep it finite"), str(err.value)
+
+
+@pytest.mark.parametrize(("override", "line"), [
+    ({"training": {"batchsize": 8}}, "training.batchsize: Extra inputs are not permitted (got 8) "
+     "(did you mean 'batch_size'? allowed keys: batch_size, epochs, eval_interval, max_steps"),
+    ({"trainin": {"epochs": 1}}, "trainin: Extra inputs are not permitted (did you mean "
+     "'training'? allowed keys: run, dataset, features, model, training, topology, objective"),
+    ({"training": {"optimizers": {"1": {"nmae": "sgd"}}}}, "training.optimizers.1.nmae: Extra "
+     "inputs are not permitted (got 'sgd') (did you mean 'name'? allowed keys: name, lr, momentum"),
+    ({"threat": {"parties": {"1": {"curiuos": True}}}},
+     "threat.parties.1.curiuos: Extra inputs are not permitted (got True) (did you mean 'curious'?"),
+    ({"objective": {"name": "dcor", "alfa": 1.0}},
+     "objective.alfa: Extra inputs are not permitted (did you mean 'alpha'? allowed keys: alpha, "
+     "squared)"),
+    ({"objective": {"name": "cae", "lamda": 1.0}},
+     "objective.lamda: Extra inputs are not permitted (did you mean 'lambda'?"),
+    ({"defense": [{"name": "marvell", "s": 1.0, "tol_": 2}]},
+     "defense[0].tol_: Extra inputs are not permitted (did you mean 'tol'? allowed keys: s, uv_choice"),
+    ({"attacker": {"attacks": [{"name": "clustering", "scop": "epoch"}]}},
+     "attacker.attacks[0].scop: Extra inputs are not permitted (did you mean 'scope'?"),
+    ({"attacker": {"attacks": [{"name": "norm", "scope": "epoch"}]}},
+     "attacker.attacks[0].scope: Extra inputs are not permitted (no parameter is allowed here)"),
+    ({"dataset": {"name": "breast_cancer", "params": {"path": "x"}}},
+     "dataset.params.path: Extra inputs are not permitted (no parameter is allowed here)"),
+])
+def test_an_unknown_key_names_the_nearest_allowed_key(tmp_path: Path, override: dict[str, Any],
+                                                      line: str) -> None:
+    """An unknown key said only "Extra inputs are not permitted": a typo (batchsize, alfa,
+    curiuos) now gets the nearest allowed key and the keys its table allows."""
+    assert line in refusal(tmp_path, **override)
