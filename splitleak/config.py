@@ -14,7 +14,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    PositiveFloat,
     PositiveInt,
     ValidationError,
     field_validator,
@@ -25,6 +24,7 @@ from splitleak.filekind import not_a_file
 from splitleak.settings import (
     MAX_BATCH,
     MAX_EPOCHS,
+    MAX_RATE,
     MAX_STEPS,
     MAX_WIDTH,
     Settings,
@@ -177,9 +177,9 @@ class ModelConfig(Settings):
 
 class OptimizerConfig(Settings):
     name: Literal["adam", "sgd", "adagrad"] = "adam"
-    lr: PositiveFloat = 1e-3
+    lr: float = Field(1e-3, gt=0.0, le=MAX_RATE)
     momentum: float = Field(0.0, ge=0.0, lt=1.0)  # SGD's only
-    weight_decay: float = Field(0.0, ge=0.0)
+    weight_decay: float = Field(0.0, ge=0.0, le=MAX_RATE)
 
     @model_validator(mode="after")
     def _momentum_is_sgds(self) -> OptimizerConfig:
@@ -569,12 +569,23 @@ def _drop_none(value: Any) -> Any:
 _NOISE = {"value_error": "Value error, ", "assertion_error": "Assertion failed, "}
 
 
+_BOUNDS = {"less_than_equal": "le", "less_than": "lt", "greater_than": "gt",
+           "greater_than_equal": "ge"}
+
+
 def error_sentence(error: Any) -> str:
     """One pydantic error's message as a user reads it: a validator's own sentence without
-    pydantic's "Value error, " before it; pydantic's own messages as they are."""
+    pydantic's "Value error, " before it; pydantic's own messages as they are, but a large float
+    bound as 1e+30, not its 31 digits."""
     msg = str(error["msg"])
     noise = _NOISE.get(error["type"], "")
-    return msg[len(noise):] if noise and msg.startswith(noise) else msg
+    if noise and msg.startswith(noise):
+        return msg[len(noise):]
+    bound = (error.get("ctx") or {}).get(_BOUNDS.get(error["type"], ""))
+    head, _, written = msg.rpartition(" ")
+    if isinstance(bound, float) and abs(bound) >= 1e7 and written.isdigit():
+        return f"{head} {bound:g}"
+    return msg
 
 
 def error_line(where: str, error: Any) -> str:

@@ -334,3 +334,26 @@ def test_an_unknown_key_names_the_nearest_allowed_key(tmp_path: Path, override: 
     """An unknown key said only "Extra inputs are not permitted": a typo (batchsize, alfa,
     curiuos) now gets the nearest allowed key and the keys its table allows."""
     assert line in refusal(tmp_path, **override)
+
+
+@pytest.mark.parametrize(("override", "line"), [
+    ({"training": {"optimizer": {"name": "adam", "lr": 1e300}}},
+     "training.optimizer.lr: Input should be less than or equal to 1e+30 (got 1e+300)"),
+    ({"training": {"optimizer": {"name": "sgd", "lr": 0.1, "weight_decay": 1e300}}},
+     "training.optimizer.weight_decay: Input should be less than or equal to 1e+30"),
+    ({"training": {"optimizers": {"label": {"name": "adam", "lr": 1e39}}}},
+     "training.optimizers.label.lr: Input should be less than or equal to 1e+30"),
+    ({"objective": {"name": "cae", "lambda": 0.5, "lr": 1e300}},
+     "objective.lr: Input should be less than or equal to 1e+30"),
+    ({"objective": {"name": "mid", "lambda": 0.1, "lr": 1e300}},
+     "objective.lr: Input should be less than or equal to 1e+30"),
+    ({"attacker": {"attacks": [{"name": "model_completion", "lr": 1e300}]}},
+     "attacker.attacks[0].lr: Input should be less than or equal to 1e+30"),
+])
+def test_a_learning_rate_that_overflows_is_refused_naming_it(
+        tmp_path: Path, override: dict[str, Any], line: str) -> None:
+    """training.optimizer.lr = 1e300 validated, then every process stopped at its first update
+    with a traceback ending in torch's "RuntimeError: value cannot be converted to type float
+    without overflow" (weight_decay = 1e300 alike); learning rates and weight decays are now at
+    most 1e6, refused at validation naming the field."""
+    assert line in refusal(tmp_path, **override)

@@ -42,7 +42,7 @@ from label_party.objectives.base import OBJECTIVES, ObjectiveParams, ObjectiveSe
 from label_party.objectives.cross_entropy import CrossEntropy, load_top_state
 from splitleak.config import ConfigError, ExperimentConfig
 from splitleak.seeding import derive_seed, generator
-from splitleak.settings import MAX_BATCH, MAX_EPOCHS, MAX_ROWS, MAX_SCALE, MAX_WIDTH
+from splitleak.settings import MAX_BATCH, MAX_EPOCHS, MAX_RATE, MAX_ROWS, MAX_SCALE, MAX_WIDTH
 
 
 class CAEParams(ObjectiveParams):
@@ -55,7 +55,7 @@ class CAEParams(ObjectiveParams):
     epochs: int = Field(30, gt=0, le=MAX_EPOCHS)
     rows: int = Field(30000, gt=0, le=MAX_ROWS)  # random training vectors
     batch_size: int = Field(128, gt=0, le=MAX_BATCH)
-    lr: PositiveFloat = 5e-4
+    lr: float = Field(5e-4, gt=0.0, le=MAX_RATE)
     temperature: PositiveFloat = 0.025  # T of the sharpened training vectors
 
 

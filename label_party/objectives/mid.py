@@ -26,7 +26,7 @@ from typing import Any, cast
 
 import numpy as np
 import torch
-from pydantic import ConfigDict, Field, PositiveFloat
+from pydantic import ConfigDict, Field
 from torch import nn
 
 from label_party.objectives.base import OBJECTIVES, ObjectiveParams, ObjectiveSetup, Own
@@ -35,7 +35,7 @@ from label_party.objectives.penalised import PartyPenalty
 from splitleak.models import Bottleneck
 from splitleak.optim import make_optimizer
 from splitleak.seeding import derive_seed, generator
-from splitleak.settings import MAX_SCALE, MAX_WIDTH
+from splitleak.settings import MAX_RATE, MAX_SCALE, MAX_WIDTH
 
 
 class MIDParams(ObjectiveParams):
@@ -45,7 +45,7 @@ class MIDParams(ObjectiveParams):
     width: int | None = Field(None, gt=0, le=MAX_WIDTH)  # w: bottleneck width; None = the activation width d
     hidden: int | None = Field(None, gt=0, le=MAX_WIDTH)  # decoder hidden width; None = 5w
     shift: float = 0.5  # σ = softplus(s − shift)
-    lr: PositiveFloat | None = None  # None: the label party's optimizer as configured
+    lr: float | None = Field(None, gt=0.0, le=MAX_RATE)  # None: the label party's optimizer as configured
 
 
 @OBJECTIVES.register("mid")
