@@ -50,6 +50,10 @@ def non_finite_step(step: int, loss: float, activations: dict[int, torch.Tensor]
     others = max((v for party, v in peaks.items() if party != k), default=0.0)
     what = f"the loss of train step {step} is {loss}" if not math.isfinite(loss) else (
         f"the cut gradients of train step {step} are not finite")
+    broken = sorted(party for party, peak in peaks.items() if not math.isfinite(peak))
+    if broken:  # in process, where no codec refuses it on receipt
+        return NonFiniteStep(f"{what}: passive party {broken[0]}'s activation is not finite "
+                             "(NaN or Inf): its bottom model diverged", broken[0])
     if peaks[k] >= OVERFLOW_ACTIVATION and peaks[k] >= 100 * others:
         return NonFiniteStep(f"{what}: passive party {k}'s activation overflows it (max |h| = "
                              f"{peaks[k]:.3g}; the other parties' at most {others:.3g})", k)

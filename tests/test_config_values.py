@@ -357,3 +357,16 @@ def test_a_learning_rate_that_overflows_is_refused_naming_it(
     without overflow" (weight_decay = 1e300 alike); learning rates and weight decays are now at
     most 1e6, refused at validation naming the field."""
     assert line in refusal(tmp_path, **override)
+
+
+def test_a_non_finite_activation_is_blamed_on_its_party_not_measured() -> None:
+    """In process (no codec refuses it on receipt), lr = 1e30 on every party failed with "the
+    label party's model diverged (the parties' activations are at most nan in size)"."""
+    import torch
+
+    from label_party.trainer import non_finite_step
+
+    error = non_finite_step(1, math.nan, {1: torch.ones(4, 2), 2: torch.full((4, 2), math.nan)})
+    assert str(error) == ("the loss of train step 1 is nan: passive party 2's activation is not "
+                          "finite (NaN or Inf): its bottom model diverged"), str(error)
+    assert error.party_id == 2
