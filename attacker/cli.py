@@ -51,8 +51,9 @@ def parse_attack(text: str) -> tuple[str, dict[str, Any]]:
     params: dict[str, Any] = {}
     for item in filter(None, rest.split(",")):
         key, sep, value = item.partition("=")
-        if not sep:
-            raise BadInput(f"--attacks {text!r}: expected name:key=value,...")
+        if not sep or not key.strip():
+            raise BadInput(f"--attacks {text!r}: expected name:key=value,... "
+                           f"({'no key before' if sep else 'no'} '=' in {item!r})")
         if key in params:
             raise BadInput(f"--attacks {text!r}: {key} is given twice")
         if value in ("true", "false"):  # a boolean parameter, spelt as the config's TOML spells it
