@@ -370,3 +370,19 @@ def test_a_non_finite_activation_is_blamed_on_its_party_not_measured() -> None:
     assert str(error) == ("the loss of train step 1 is nan: passive party 2's activation is not "
                           "finite (NaN or Inf): its bottom model diverged"), str(error)
     assert error.party_id == 2
+
+
+def test_synthetic_images_too_large_to_hold_are_refused_at_validation(tmp_path: Path) -> None:
+    """Every synthetic_images bound held alone (2,000,000 rows of 16 × 512 × 512), so a run
+    validated, then stopped with numpy's traceback "Unable to allocate 15.3 TiB"; the images'
+    size is now bounded at validation, naming the fields and the rows allowed."""
+    params = {"rows": 2_000_000, "channels": 16, "height": 512, "width": 512}
+    message = refusal(tmp_path, dataset={"name": "synthetic_images", "params": params},
+                      features={"passive": [[0, 256], [256, 512]]}, model={"kind": "cnn"},
+                      training={"batch_size": 2}, topology={"max_message_mb": 1024})
+    assert ("dataset.params: rows × channels × height × width = 2,000,000 × 16 × 512 × 512 = "
+            "8,388,608,000,000 float32 pixels take 31,250 GiB; allowed: at most 4,294,967,296 "
+            "(16 GiB), so at most 1,024 rows of this image size") in message, message
+    validate(parse_config(small_config(  # CIFAR's shape, as bench uses it
+        tmp_path, dataset={"name": "synthetic_images", "params": {"rows": 600}},
+        features={"passive": [[0, 16], [16, 32]]}, model={"kind": "cnn"})))
