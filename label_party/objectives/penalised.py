@@ -26,7 +26,9 @@ class PartyPenalty(CrossEntropy):
         """The unweighted scalar term of the `index`-th passive party (0-based)."""
 
     def loss_weights(self) -> dict[str, float]:
-        return {f"objective.{self.weight_field}": self.weight}
+        fields = type(self.params).model_fields  # a subclass may name its weight otherwise
+        named = set(fields) | {field.alias for field in fields.values() if field.alias}
+        return {f"objective.{self.weight_field}": self.weight} if self.weight_field in named else {}
 
     def penalty(self, activations: list[torch.Tensor],
                 labels: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, Any]]:
