@@ -583,7 +583,7 @@ def error_sentence(error: Any) -> str:
         return msg[len(noise):]
     bound = (error.get("ctx") or {}).get(_BOUNDS.get(error["type"], ""))
     head, _, written = msg.rpartition(" ")
-    if isinstance(bound, float) and abs(bound) >= 1e7 and written.isdigit():
+    if isinstance(bound, float) and abs(bound) >= 1e7 and written.lstrip("-").isdigit():
         return f"{head} {bound:g}"
     return msg
 

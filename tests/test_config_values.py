@@ -386,3 +386,17 @@ def test_synthetic_images_too_large_to_hold_are_refused_at_validation(tmp_path: 
     validate(parse_config(small_config(  # CIFAR's shape, as bench uses it
         tmp_path, dataset={"name": "synthetic_images", "params": {"rows": 600}},
         features={"passive": [[0, 16], [16, 32]]}, model={"kind": "cnn"})))
+
+
+@pytest.mark.parametrize(("value", "line"), [
+    (1e300, "threat.parties.1.backdoor.trigger_value: Input should be less than or equal to "
+            "3.40282e+38 (got 1e+300)"),
+    (-1e300, "threat.parties.1.backdoor.trigger_value: Input should be greater than or equal to "
+             "-3.40282e+38 (got -1e+300)"),
+])
+def test_a_backdoor_trigger_beyond_float32_is_refused(tmp_path: Path, value: float,
+                                                      line: str) -> None:
+    """trigger_value = 1e300 validated, then the malicious party stopped at its first triggered
+    batch with a traceback ending in torch's "value cannot be converted to type float without
+    overflow" (exit 1); a trigger must be a float32 value, refused at validation otherwise."""
+    assert line in refusal(tmp_path, threat={"parties": {"1": {"backdoor": {"trigger_value": value}}}})
