@@ -51,8 +51,9 @@ def parse_attack(text: str) -> tuple[str, dict[str, Any]]:
     params: dict[str, Any] = {}
     for item in filter(None, rest.split(",")):
         key, sep, value = item.partition("=")
-        if not sep:
-            raise BadInput(f"--attacks {text!r}: expected name:key=value,...")
+        if not sep or not key.strip():
+            raise BadInput(f"--attacks {text!r}: expected name:key=value,... "
+                           f"({'no key before' if sep else 'no'} '=' in {item!r})")
         if key in params:
             raise BadInput(f"--attacks {text!r}: {key} is given twice")
         if value in ("true", "false"):  # a boolean parameter, spelt as the config's TOML spells it
@@ -191,7 +192,7 @@ def _input_errors() -> tuple[type[Exception], ...]:
 
 
 def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
-    from attacker.attacks import build_attack
+    from attacker.attacks import ATTACKS, build_attack
     from attacker.report.pipeline import STOPPED, analyse_and_report
     from attacker.report.terminal import print_leak_table, print_warnings
 
@@ -204,7 +205,7 @@ def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
             raise BadInput(f"--attacks: {err}") from None
         except ValidationError as err:  # as validate names them, less TOML's quoting hint
             raise BadInput(re.sub(r" \(TOML: [^)]*\)", "", plugin_param_errors(
-                f"--attacks {name}", err))) from None
+                f"--attacks {name}", err, ATTACKS.get(name).Params))) from None
     written = RunDir(args.run_dir)
     try:  # what the analysis writes: never through a link out of the run directory
         refuse_symlinks(written.root, written.report, written.leak, written.leak_rows)

@@ -41,18 +41,27 @@ def all_finite(tensor: torch.Tensor) -> bool:
     return bool(torch.isfinite(tensor.sum())) or bool(torch.isfinite(tensor).all())
 
 
-def non_finite_step(step: int, loss: float, activations: dict[int, torch.Tensor]) -> NonFiniteStep:
-    """Blame the party whose (finite) activation is by far the largest, if one is."""
+def non_finite_step(step: int, loss: float, activations: dict[int, torch.Tensor],
+                    weights: dict[str, float] | None = None) -> NonFiniteStep:
+    """Blame the party whose (finite) activation is by far the largest, if one is; else the
+    label party's model, naming the objective's loss `weights` (field: value) that are set."""
     peaks = {k: float(a.detach().abs().max()) if a.numel() else 0.0 for k, a in activations.items()}
     k = max(peaks, key=lambda party: peaks[party])
     others = max((v for party, v in peaks.items() if party != k), default=0.0)
     what = f"the loss of train step {step} is {loss}" if not math.isfinite(loss) else (
         f"the cut gradients of train step {step} are not finite")
+    broken = sorted(party for party, peak in peaks.items() if not math.isfinite(peak))
+    if broken:  # in process, where no codec refuses it on receipt
+        return NonFiniteStep(f"{what}: passive party {broken[0]}'s activation is not finite "
+                             "(NaN or Inf): its bottom model diverged", broken[0])
     if peaks[k] >= OVERFLOW_ACTIVATION and peaks[k] >= 100 * others:
         return NonFiniteStep(f"{what}: passive party {k}'s activation overflows it (max |h| = "
                              f"{peaks[k]:.3g}; the other parties' at most {others:.3g})", k)
+    weighed = ", ".join(f"{field} = {value:g}" for field, value in (weights or {}).items() if value)
+    hint = (f"; {weighed} weighs a term of its loss: a smaller weight may keep it finite"
+            if weighed else "")
     return NonFiniteStep(f"{what}: the label party's model diverged (the parties' activations "
-                         f"are at most {peaks[k]:.3g} in size)", None)
+                         f"are at most {peaks[k]:.3g} in size){hint}", None)
 
 
 class LabelPartyTrainer:
@@ -129,7 +138,8 @@ class LabelPartyTrainer:
         self._update_pending = True
         check_step_result(type(self.objective), result, acts)
         if not math.isfinite(result.loss) or not all(all_finite(g) for g in result.gradients):
-            raise non_finite_step(batch.step, result.loss, activations)
+            raise non_finite_step(batch.step, result.loss, activations,
+                                  self.objective.loss_weights())
         per_class: Sequence[torch.Tensor | None] = result.class_gradients or [None] * len(self.party_ids)
         record: dict[str, Any] = {
             "type": "train", "epoch": batch.epoch, "step": batch.step, "loss": result.loss,

@@ -24,14 +24,16 @@ def check_chain(cfg: ExperimentConfig, num_classes: int | None = None) -> None:
     except UnknownPluginError as err:
         raise ConfigError(f"objective.name: {err}") from None
     except ValidationError as err:
-        raise ConfigError(plugin_param_errors("objective", err)) from None
+        raise ConfigError(plugin_param_errors("objective", err, cls.Params)) from None
     for i, spec in enumerate(cfg.defense):
         try:
             build_defense(spec.name, spec.params)
         except UnknownPluginError as err:
             raise ConfigError(f"defense[{i}].name: {err}") from None
         except ValidationError as err:
-            raise ConfigError(f"{spec.name}: {plugin_param_errors(f'defense[{i}]', err)}") from None
+            raise ConfigError(f"{spec.name}: "
+                              f"{plugin_param_errors(f'defense[{i}]', err, DEFENSES.get(spec.name).Params)}"
+                              ) from None
         if DEFENSES.get(spec.name).binary_only and num_classes not in (None, 2):
             raise ConfigError(f"defense[{i}]: {spec.name} is defined for two classes; "
                               f"{cfg.dataset.name} has {num_classes} (allowed: a two-class "

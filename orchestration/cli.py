@@ -82,13 +82,14 @@ def main(argv: list[str] | None = None) -> int:
     k = sub.add_parser("soak", help="hostile messages against every RPC of live services, then a "
                        "long many-party run: crashes, hangs, status codes, RSS growth")
     k.add_argument("--messages", type=int_in(1, 10_000_000), default=10_000,
-                   help="hostile cases per RPC")
+                   help="hostile cases per RPC (default 10,000)")
     k.add_argument("--parties", type=int_in(1, SOAK_MAX_PARTIES), default=8,
                    help=f"passive parties of the long run, 1..{SOAK_MAX_PARTIES} (it splits "
-                   f"breast_cancer's {SOAK_MAX_PARTIES} columns among them)")
+                   f"breast_cancer's {SOAK_MAX_PARTIES} columns among them; default 8)")
     k.add_argument("--steps", type=int_in(1, 10_000_000), default=10_000,
-                   help="train steps of the long run")
-    k.add_argument("--seed", type=seed, default=0)
+                   help="train steps of the long run (default 10,000)")
+    k.add_argument("--seed", type=seed, default=0,
+                   help="seed of the hostile messages (default 0)")
     k.add_argument("--skip-fuzz", action="store_true", help="no hostile messages")
     k.add_argument("--skip-run", action="store_true", help="no long run")
     y = sub.add_parser("relay", help="a shaping TCP relay: emulated latency, jitter and "
@@ -130,8 +131,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="choose GAFM's Δ on random 10 %% subsets (GAFM App. D.3); --help for more")
     c = sub.add_parser("certs", help="make a CA and one TLS identity per party (mutual TLS)")
     c.add_argument("directory", type=writable_dir)
-    c.add_argument("--parties", type=int, required=True, help="number of passive parties")
-    c.add_argument("--days", type=int, default=30, help=f"validity, 1..{MAX_CERT_DAYS}")
+    c.add_argument("--parties", type=int, required=True,
+                   help=f"number of passive parties, 1..{MAX_PARTIES}")
+    c.add_argument("--days", type=int, default=30,
+                   help=f"validity in days, 1..{MAX_CERT_DAYS} (default 30)")
     c.add_argument("--force", action="store_true",
                    help="replace the CA and identities already in DIRECTORY")
     argv = sys.argv[1:] if argv is None else argv

@@ -60,7 +60,7 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         if analysable(variant):
             summary = _analyse_trained(outcome, console, leak_table=not side_by_side)
         else:
-            console.print(NOTHING_TO_ANALYSE)
+            console.print(NOTHING_TO_ANALYSE, markup=False)
         compared.append((label, summary, outcome))
     if side_by_side and all(summary for _, summary, _ in compared):
         from attacker.report.report import utility
@@ -101,7 +101,7 @@ def resume_run(args: argparse.Namespace, console: Console) -> int:
     if analysable(cfg):
         _analyse_trained(outcome, console)
     else:
-        console.print(NOTHING_TO_ANALYSE)
+        console.print(NOTHING_TO_ANALYSE, markup=False)
     return 0
 
 

@@ -256,12 +256,20 @@ def _link(args: argparse.Namespace) -> tuple[NetworkConfig, int]:
     return cfg.network, link_seed(cfg.run.seed, args.party_id)
 
 
+# The flag that sets each NetworkConfig field (an error names the flag the user typed).
+FLAGS = {"one_way_latency_ms": "--latency-ms", "jitter_ms": "--jitter-ms",
+         "bandwidth_mbit": "--bandwidth-mbit"}
+
+
 def cmd_relay(args: argparse.Namespace) -> int:
     setup_logging("relay")
     try:
         network, seed = _link(args)
-    except ValidationError as err:
-        log.error("%s", format_validation_error(err, "relay options", "link"))
+    except ValidationError as err:  # each field as the flag that set it
+        text = format_validation_error(err, "relay options", "link")
+        for field, flag in FLAGS.items():
+            text = text.replace(f"\n  {field}: ", f"\n  {flag}: ")
+        log.error("%s", text)
         return EXIT_BAD_INPUT
     except (ValueError, ConfigError) as err:
         log.error("relay: %s", err)

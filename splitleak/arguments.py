@@ -57,8 +57,10 @@ def float_in(low: float, high: float = math.inf, low_open: bool = False) -> Call
             value = float(text)
         except ValueError:
             value = math.nan
-        if not math.isfinite(value) or value < low or (low_open and value == low) or value > high:
+        if not math.isfinite(value):
             raise argparse.ArgumentTypeError(f"{text!r} is not a finite number {allowed}")
+        if value < low or (low_open and value == low) or value > high:
+            raise argparse.ArgumentTypeError(f"{text} is out of range; allowed: {allowed}")
         return value
     return parse
 

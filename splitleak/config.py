@@ -11,9 +11,9 @@ from typing import Annotated, Any, Literal
 
 import tomli_w
 from pydantic import (
+    BaseModel,
     ConfigDict,
     Field,
-    PositiveFloat,
     PositiveInt,
     ValidationError,
     field_validator,
@@ -24,6 +24,7 @@ from splitleak.filekind import not_a_file
 from splitleak.settings import (
     MAX_BATCH,
     MAX_EPOCHS,
+    MAX_RATE,
     MAX_STEPS,
     MAX_WIDTH,
     Settings,
@@ -32,6 +33,7 @@ from splitleak.settings import (
     StrictPositiveInt,
 )
 from splitleak.threat import ThreatConfig, migration_message
+from splitleak.unknown_keys import unknown_key_hint
 
 PROTOCOL_VERSION = 2  # 2: checkpoints and resume in the Train stream and the training plan
 
@@ -175,9 +177,9 @@ class ModelConfig(Settings):
 
 class OptimizerConfig(Settings):
     name: Literal["adam", "sgd", "adagrad"] = "adam"
-    lr: PositiveFloat = 1e-3
+    lr: float = Field(1e-3, gt=0.0, le=MAX_RATE)
     momentum: float = Field(0.0, ge=0.0, lt=1.0)  # SGD's only
-    weight_decay: float = Field(0.0, ge=0.0)
+    weight_decay: float = Field(0.0, ge=0.0, le=MAX_RATE)
 
     @model_validator(mode="after")
     def _momentum_is_sgds(self) -> OptimizerConfig:
@@ -563,26 +565,66 @@ def _drop_none(value: Any) -> Any:
     return value
 
 
-def format_validation_error(err: ValidationError, source: str, what: str = "config") -> str:
+# Pydantic's words before a validator's own sentence: noise to a user, who reads the sentence.
+_NOISE = {"value_error": "Value error, ", "assertion_error": "Assertion failed, "}
+
+
+_BOUNDS = {"less_than_equal": "le", "less_than": "lt", "greater_than": "gt",
+           "greater_than_equal": "ge"}
+
+
+def error_sentence(error: Any) -> str:
+    """One pydantic error's message as a user reads it: a validator's own sentence without
+    pydantic's "Value error, " before it; pydantic's own messages as they are, but a large float
+    bound as 1e+30, not its 31 digits."""
+    msg = str(error["msg"])
+    noise = _NOISE.get(error["type"], "")
+    if noise and msg.startswith(noise):
+        return msg[len(noise):]
+    bound = (error.get("ctx") or {}).get(_BOUNDS.get(error["type"], ""))
+    head, _, written = msg.rpartition(" ")
+    if isinstance(bound, float) and abs(bound) >= 1e7 and written.lstrip("-").isdigit():
+        return f"{head} {bound:g}"
+    return msg
+
+
+def error_line(where: str, error: Any) -> str:
+    """"<field path>: <sentence>"; a check across sections (no path of its own) is its sentence
+    alone, which names the fields it compares."""
+    return f"{where}: {error_sentence(error)}" if where else error_sentence(error)
+
+
+def _hint(error: Any, model: type[BaseModel] | None) -> str:
+    """For an unknown key: the nearest key `model`'s table allows, and the keys it allows."""
+    return unknown_key_hint(model, tuple(error["loc"])) if error["type"] == "extra_forbidden" else ""
+
+
+def format_validation_error(err: ValidationError, source: str, what: str = "config",
+                            model: type[BaseModel] | None = None) -> str:
+    """Every error of `err` on its own line; `model`: the model validated, whose allowed keys
+    an unknown key's line names."""
     lines = [f"invalid {what} {source}:"]
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"]) or "(top level)"
+        loc = ".".join(str(p) for p in e["loc"])
         got = e.get("input")
         shown = "" if isinstance(got, dict) or e["type"] == "missing" else f" (got {got!r})"
-        lines.append(f"  {loc}: {e['msg']}{shown}")
+        lines.append(f"  {error_line(loc, e)}{shown}{_hint(e, model)}")
     return "\n".join(lines)
 
 
-def plugin_param_errors(prefix: str, err: ValidationError) -> str:
-    """A plug-in's parameter errors, each under the config path `prefix` it came from."""
-    return "; ".join(f"{'.'.join([prefix, *map(str, e['loc'])])}: {e['msg']}" for e in err.errors())
+def plugin_param_errors(prefix: str, err: ValidationError,
+                        model: type[BaseModel] | None = None) -> str:
+    """A plug-in's parameter errors, each under the config path `prefix` it came from; `model`:
+    its parameter model, whose allowed keys an unknown key's error names."""
+    return "; ".join(error_line(".".join([prefix, *map(str, e["loc"])]), e) + _hint(e, model)
+                     for e in err.errors())
 
 
 def parse_config(data: dict[str, Any], source: str = "<dict>") -> ExperimentConfig:
     try:
         return ExperimentConfig.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(format_validation_error(err, source)) from None
+        raise ConfigError(format_validation_error(err, source, model=ExperimentConfig)) from None
 
 
 def read_toml_text(path: Path, what: str, error: type[Exception]) -> str:

@@ -31,7 +31,8 @@ models in splitleak/config.py and splitleak/threat.py; edit those, not this page
 
 One TOML file, validated once at start (`splitleak validate FILE` runs the same checks and
 reads the data files); every party reads the same file and takes its part. A bad value stops
-with exit 2 naming the field and what is allowed. This page lists every section and field
+with exit 2 naming the field and what is allowed; an unknown key, the nearest allowed key and
+the keys its table allows. This page lists every section and field
 with its type, default and what it means, taken from the models' source. A tour with a worked
 example: [experiment-file.md](experiment-file.md); the data files each loader reads:
 [data.md](data.md); the plug-ins' own parameters (objective, defenses, attacks):

@@ -10,6 +10,7 @@ installed distributions are scanned once per process, for every registry and plu
 
 from __future__ import annotations
 
+import difflib
 import functools
 import inspect
 from collections.abc import Callable, Iterator
@@ -73,8 +74,10 @@ class Registry(Generic[T]):
         try:
             return self._entries[name]
         except KeyError:
+            near = difflib.get_close_matches(str(name), self.names(), n=1, cutoff=0.6)
+            guess = f" (did you mean {near[0]!r}?)" if near else ""
             raise UnknownPluginError(
-                f"unknown {self.kind} {name!r}; allowed: {', '.join(self.names())}"
+                f"unknown {self.kind} {name!r}{guess}; allowed: {', '.join(self.names())}"
             ) from None
 
     def names(self) -> list[str]:

@@ -108,7 +108,13 @@ MAX_WIDTH = 65_536  # hidden layers, latent sizes, bins
 MAX_BATCH = 1 << 20  # rows per batch
 MAX_ROWS = 100_000_000  # rows drawn or known
 MAX_STEPS = 1_000_000_000  # train steps of a run (and between its evaluations, checkpoints)
-# A defense's noise scale or budget factor, and the smallest privacy ε: beyond them the noise
-# overflows float32 or drowns the gradient by more than any study needs.
+# A defense's noise scale or budget factor, an objective's weight of a term in its loss, and
+# the smallest privacy ε: beyond them the noise or the loss overflows float32 (α = 1e300 made
+# dcor's loss inf at step 0) or drowns the gradient by more than any study needs.
 MAX_SCALE = 1e6
+# A learning rate or weight decay: torch's optimizers take it as a float32 scalar, so one over
+# 3.4e38 stopped every process at its first update with "value cannot be converted to type
+# float without overflow". Up to this bound a rate that is too large fails as a divergence,
+# named (lr = 1e30 is how the tests make a model diverge).
+MAX_RATE = 1e30
 MIN_EPSILON = 1e-6

@@ -14,6 +14,10 @@ from pydantic import (
 
 from splitleak.settings import MAX_ROWS, Settings, StrictFloat, StrictPositiveInt
 
+# The largest float32, what a feature may hold: a trigger_value of 1e300 passed, then stopped
+# the party with torch's "value cannot be converted to type float without overflow".
+FLOAT32_MAX = 3.4028234663852886e38
+
 DEFAULT_HINTS = (1, 3, 5)
 # The attack scoring each integrity variant (splitleak.integrity.VARIANTS).
 INTEGRITY_ATTACKS = {"backdoor": "replacement_backdoor", "noisy": "noisy_samples",
@@ -30,7 +34,8 @@ class ReplacementBackdoor(Settings):
     known_targets: PositiveInt = 10  # target-class train rows it knows (VFLAIR: the class count)
     poison_fraction: float = Field(0.01, gt=0, lt=1)  # train rows it triggers, and test rows
     # scored under the trigger (VFLAIR: 1 % of each)
-    trigger_value: float | None = None  # the trigger's value; None: its train features' maximum
+    trigger_value: float | None = Field(  # the trigger's value; None: its train features' maximum
+        None, ge=-3.4028234663852886e38, le=FLOAT32_MAX)
 
 
 class NoisySamples(Settings):

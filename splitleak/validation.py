@@ -111,7 +111,7 @@ def check_core(cfg: ExperimentConfig) -> Schema:
     try:
         params = cls.Params.model_validate(cfg.dataset.params)
     except ValidationError as err:
-        raise ConfigError(plugin_param_errors("dataset.params", err)) from None
+        raise ConfigError(plugin_param_errors("dataset.params", err, cls.Params)) from None
     try:
         schema = cls(params).layout()
     except DatasetError as err:

@@ -155,6 +155,8 @@ def test_a_full_disk_at_the_final_model_save_is_an_os_error(tmp_path: Path) -> N
     ("run", ["--attacks", "norm:foo=1"], "--attacks norm.foo: Extra inputs are not permitted"),
     ("run", ["--attacks", "mean:centers=hint,hints=abc"], "'abc' is text; give a number\n"),
     ("run", ["--attacks", "clustering:scope=epoch,scope=batch"], "scope is given twice"),
+    ("run", ["--attacks", "clustering:=epoch"],  # said "clustering.: Extra inputs ..."
+     "--attacks 'clustering:=epoch': expected name:key=value,... (no key before '=' in '=epoch')"),
     ("empty labels", [], "holds no labels"),
     ("corrupt config", [], "not a readable experiment config"),
 ])
@@ -355,3 +357,17 @@ def test_attack_parameters_take_toml_booleans() -> None:
         "model_completion", {"baselines": False, "labelled_per_class": 4})
     assert parse_attack("clustering:scope=epoch,flag=true") == (
         "clustering", {"scope": "epoch", "flag": True})
+
+
+def test_a_run_with_nothing_to_analyse_names_every_setting_it_points_to(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """The note after a run with attacker.enabled = false read "(attacker.enabled, , )": the
+    terminal's markup took [threat.parties.K] and [threat.receiver] for style tags."""
+    from orchestration.cli import main
+    from tests.conftest import small_config, write_config
+
+    cfg = write_config(tmp_path, small_config(tmp_path, attacker={"enabled": False},
+                                              training={"max_steps": 2, "epochs": 1}))
+    code, text = exit_code_and_text(main, ["run", str(cfg), "--in-process", "--no-progress"], capsys)
+    assert code == 0, text
+    assert "(attacker.enabled, [threat.parties.K], [threat.receiver])" in " ".join(text.split()), text

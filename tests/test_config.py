@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from splitleak.config import ConfigError, load_config, parse_config
+from splitleak.validation import validate
 from tests.conftest import small_config, write_config
 
 
@@ -124,3 +125,19 @@ def test_a_sweep_file_given_as_an_experiment_says_how_to_run_it(tmp_path: Path) 
     path.write_text('[sweep]\nname = "wan"\n\n[axes]\n"training.epochs" = [1, 2]\n')  # no variant
     with pytest.raises(ConfigError, match=r"is a sweep file .*`splitleak sweep .*wan.toml`"):
         load_config(path)
+
+
+@pytest.mark.parametrize(("override", "needle"), [
+    ({"dataset": {"name": "breast_cancr"}},
+     "dataset.name: unknown dataset 'breast_cancr' (did you mean 'breast_cancer'?); allowed: adult"),
+    ({"objective": {"name": "dcorr", "alpha": 1.0}},
+     "objective.name: unknown objective 'dcorr' (did you mean 'dcor'?); allowed: cae"),
+    ({"defense": [{"name": "marvel", "s": 1.0}]},
+     "defense[0].name: unknown defense 'marvel' (did you mean 'marvell'?); allowed: discrete_sgd"),
+])
+def test_a_misspelt_plugin_name_gets_the_nearest_one(tmp_path: Path, override: dict,
+                                                     needle: str) -> None:
+    """'marvel' was refused with the list of every defense only; the nearest name comes first."""
+    with pytest.raises(ConfigError) as err:
+        validate(parse_config(small_config(tmp_path, **override)))
+    assert needle in str(err.value), str(err.value)

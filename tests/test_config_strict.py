@@ -27,10 +27,10 @@ def refusal(tmp_path: Path, **override: Any) -> str:
 
 
 @pytest.mark.parametrize(("override", "message"), [
-    ({"defense": 0.5}, "defense: Value error, a list is expected, not the number 0.5; write one "
+    ({"defense": 0.5}, "defense: a list is expected, not the number 0.5; write one "
                        "[[defense]] table per defense (double brackets), or defense = [\"name\", ...]"),
-    ({"defense": False}, "defense: Value error, a list is expected, not the boolean false"),
-    ({"attacker": {"attacks": 3}}, "attacker.attacks: Value error, a list is expected, not the "
+    ({"defense": False}, "defense: a list is expected, not the boolean false"),
+    ({"attacker": {"attacks": 3}}, "attacker.attacks: a list is expected, not the "
                                    "number 3; write attacks = [\"norm\", ...]"),
 ])
 def test_a_plugin_list_that_is_not_a_list_is_refused(tmp_path: Path, override: dict[str, Any],
@@ -39,21 +39,21 @@ def test_a_plugin_list_that_is_not_a_list_is_refused(tmp_path: Path, override: d
 
 
 @pytest.mark.parametrize(("override", "message"), [
-    ({"model": {"layers": [True, 8]}}, "model.layers.0: Value error, true is a boolean; give an integer"),
-    ({"model": {"kind": "cnn", "channels": [True]}}, "model.channels.0: Value error, true is a boolean"),
+    ({"model": {"layers": [True, 8]}}, "model.layers.0: true is a boolean; give an integer"),
+    ({"model": {"kind": "cnn", "channels": [True]}}, "model.channels.0: true is a boolean"),
     ({"threat": {"parties": {"1": {"hints": [True]}}}},
-     "threat.parties.1.hints.0: Value error, true is a boolean; give an integer"),
+     "threat.parties.1.hints.0: true is a boolean; give an integer"),
     ({"features": {"passive": [[0.0, 15], [15, 30]]}},
-     "features.passive.0.0: Value error, 0.0 is not a whole number; give an integer (TOML: 8, not 8.0)"),
-    ({"features": {"ratios": [True, 1]}}, "features.ratios.0: Value error, true is a boolean; give a number"),
-    ({"threat": {"collusion": [[1, 2.0]]}}, "threat.collusion.0.1: Value error, 2.0 is not a whole number"),
+     "features.passive.0.0: 0.0 is not a whole number; give an integer (TOML: 8, not 8.0)"),
+    ({"features": {"ratios": [True, 1]}}, "features.ratios.0: true is a boolean; give a number"),
+    ({"threat": {"collusion": [[1, 2.0]]}}, "threat.collusion.0.1: 2.0 is not a whole number"),
     ({"threat": {"parties": {"1": {"clamp": [False, 5.0]}}}},
-     "threat.parties.1.clamp.0: Value error, false is a boolean; give a number"),
-    ({"protection": {"parties": [True]}}, "protection.parties.0: Value error, true is a boolean"),
-    ({"evaluation": {"clean_anchors": [1.0]}}, "evaluation.clean_anchors.0: Value error, 1.0 is not"),
-    ({"training": {"epochs": 2.0}}, "training.epochs: Value error, 2.0 is not a whole number"),
+     "threat.parties.1.clamp.0: false is a boolean; give a number"),
+    ({"protection": {"parties": [True]}}, "protection.parties.0: true is a boolean"),
+    ({"evaluation": {"clean_anchors": [1.0]}}, "evaluation.clean_anchors.0: 1.0 is not"),
+    ({"training": {"epochs": 2.0}}, "training.epochs: 2.0 is not a whole number"),
     ({"dataset": {"name": "mnist_5k_binary", "params": {"positive_digits": [True]}}},
-     "positive_digits.0: Value error, true is a boolean"),
+     "positive_digits.0: true is a boolean"),
 ])
 def test_list_items_and_counts_are_taken_as_written(tmp_path: Path, override: dict[str, Any],
                                                     message: str) -> None:
@@ -69,9 +69,9 @@ def test_numbers_as_written_still_pass(tmp_path: Path) -> None:
 
 def test_the_probe_files_exit_2_naming_the_field(tmp_path: Path,
                                                  capsys: pytest.CaptureFixture) -> None:
-    cases = {"defense = 0.5\n": "defense: Value error, a list is expected, not the number 0.5",
-             "[attacker]\nattacks = 3\n": "attacker.attacks: Value error, a list is expected",
-             "[model]\nlayers = [true, 8]\n": "model.layers.0: Value error, true is a boolean"}
+    cases = {"defense = 0.5\n": "defense: a list is expected, not the number 0.5",
+             "[attacker]\nattacks = 3\n": "attacker.attacks: a list is expected",
+             "[model]\nlayers = [true, 8]\n": "model.layers.0: true is a boolean"}
     base = '[dataset]\nname = "breast_cancer"\n[features]\npassive = [[0, 15], [15, 30]]\n'
     for i, (text, message) in enumerate(cases.items()):
         path = tmp_path / f"c{i}.toml"

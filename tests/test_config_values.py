@@ -23,12 +23,12 @@ def refusal(tmp_path: Path, **override: Any) -> str:
 
 
 @pytest.mark.parametrize(("override", "message"), [
-    ({"topology": {"tls": "false"}}, "topology.tls: Value error, 'false' is text; give true or false"),
+    ({"topology": {"tls": "false"}}, "topology.tls: 'false' is text; give true or false"),
     ({"run": {"torch_threads": "4"}},
-     "run.torch_threads: Value error, '4' is text; give a number or 'auto'"),
+     "run.torch_threads: '4' is text; give a number or 'auto'"),
     ({"training": {"batch_size": True}},
-     "training.batch_size: Value error, True is a boolean; give a number"),
-    ({"run": {"deterministic": 1}}, "run.deterministic: Value error, 1 is a number; give true or false"),
+     "training.batch_size: True is a boolean; give a number"),
+    ({"run": {"deterministic": 1}}, "run.deterministic: 1 is a number; give true or false"),
     ({"training": {"optimizer": {"name": "adam", "lr": math.inf}}},
      "training.optimizer.lr: Input should be a finite number"),
     ({"features": {"ratios": [math.inf, 1]}}, "features.ratios.0: Input should be a finite number"),
@@ -37,7 +37,7 @@ def refusal(tmp_path: Path, **override: Any) -> str:
     ({"threat": {"parties": {"1": {"backdoor": {"trigger_value": math.nan}}}}},
      "trigger_value: Input should be a finite number"),
     ({"run": {"torch_threads": 10**18}},
-     f"run.torch_threads: Value error, {10**18} threads; allowed: 'auto' or 1..4096"),
+     f"run.torch_threads: {10**18} threads; allowed: 'auto' or 1..4096"),
     ({"model": {"kind": "mlp", "layers": [16, 8], "cut_layer": 1, "embedding_dim": 100_000}},
      "model.embedding_dim: Input should be less than or equal to 4096"),
     ({"attacker": {"attacks": [{"name": "clustering", "n_init": 10**18}]}},
@@ -45,13 +45,13 @@ def refusal(tmp_path: Path, **override: Any) -> str:
     ({"threat": {"parties": {"1": {"labelled_per_class": 10**20}}}},  # model completion's bound
      "threat.parties.1.labelled_per_class: Input should be less than or equal to 100000000"),
     ({"defense": {"name": "laplace", "b": 0.1}},
-     "defense: Value error, a list is expected, not one table; write one [[defense]] table"),
+     "defense: a list is expected, not one table; write one [[defense]] table"),
     ({"attacker": {"attacks": {"name": "norm"}}},
-     "attacker.attacks: Value error, a list is expected, not one table"),
+     "attacker.attacks: a list is expected, not one table"),
     ({"training": {"optimizer": {"name": "adam", "momentum": 0.9}}},
      "momentum = 0.9 is SGD's; adam takes none"),
     ({"dataset": {"name": "spambase", "params": {"path": ""}}, "features": {"ratios": [1, 1]}},
-     "dataset.params.path: Value error, it is empty; give the path of the data file"),
+     "dataset.params.path: it is empty; give the path of the data file"),
     ({"dataset": {"name": "wine"}, "features": {"passive": [[0, 6], [6, 13]]},
       "objective": {"name": "gafm"}, "model": {"kind": "mlp", "layers": [16, 8], "cut_layer": 2,
                                                "top": "none", "aggregation": "sum"}},
@@ -176,11 +176,11 @@ def test_hint_centers_beyond_half_a_batch_are_warned_of(tmp_path: Path) -> None:
 
 
 def test_a_plugin_wide_error_names_the_plugin_not_an_empty_field(tmp_path: Path) -> None:
-    """`dp_gaussian` without clip said "defense[0].: Value error, …" (an empty field name)."""
+    """`dp_gaussian` without clip said "defense[0].: …" (an empty field name)."""
     with pytest.raises(ConfigError) as err:
         validate(parse_config(small_config(
             tmp_path, defense=[{"name": "dp_gaussian", "noise_multiplier": 1.0}])))
-    assert "defense[0]: Value error, give exactly one of clip" in str(err.value), str(err.value)
+    assert "defense[0]: give exactly one of clip" in str(err.value), str(err.value)
 
 
 def test_hint_counts_that_leave_no_pair_to_score_are_warned_of_only_where_hint_attacks_run(
@@ -223,3 +223,180 @@ def test_the_analysis_warns_of_hint_counts_for_the_attacks_it_runs(tmp_path: Pat
     assert len(named) == 1 and named[0].startswith("--attacks[0] (hint_distance(k=63)): 63 known")
     given = hint_warnings([("hint_distance", {})], [1, 63], "--attacks")
     assert len(given) == 1 and given[0].startswith("--hints: [63] known positives"), given
+
+
+@pytest.mark.parametrize(("override", "line"), [
+    ({"topology": {"passive_parties": 3}},  # a check across sections: its sentence names them
+     "features.passive lists 2 parties but topology.passive_parties = 3"),
+    ({"training": {"optimizer": {"name": "adam", "momentum": 0.9}}},
+     "training.optimizer: momentum = 0.9 is SGD's; adam takes none"),
+    ({"defense": [{"name": "dp_gaussian", "noise_multiplier": 1.0}]},
+     "defense[0]: give exactly one of clip"),
+])
+def test_a_validators_sentence_is_shown_without_pydantics_prefix(
+        tmp_path: Path, override: dict[str, Any], line: str) -> None:
+    """A model validator's refusal read "(top level): Value error, features.passive lists 3
+    parties ..."; a user reads "<field path>: <sentence>" (the sentence alone where it compares
+    fields across sections), with no "Value error," or "(top level)" noise."""
+    message = refusal(tmp_path, **override)
+    assert line in message, message
+    assert "Value error" not in message and "top level" not in message, message
+
+
+def test_cae_memory_is_bounded_at_validation(tmp_path: Path) -> None:
+    """CAE draws `rows` random label vectors (rows × K floats, three times over while they are
+    sharpened): rows = 100,000,000 (allowed up to MAX_ROWS) asked for gigabytes before the first
+    step, as did batch_size × hidden. Validation now refuses both, naming the fields and the
+    largest value allowed; the references' set-up and a few million rows pass."""
+    def cae(**params: Any) -> dict[str, Any]:
+        return {"objective": {"name": "cae", "lambda": 0.5, **params}}
+
+    message = refusal(tmp_path, **cae(rows=100_000_000))
+    assert "objective.rows = 100,000,000 random label vectors of 2 classes take 3.7 GiB while " \
+           "the autoencoder trains, over the 2 GiB allowed: give at most 53,687,091 rows" in message
+    ten = {"dataset": {"name": "digits"}, "features": {"passive": [[0, 4], [4, 8]]},
+           "model": {"kind": "cnn"}}
+    assert "give at most 15,790,320 rows (10 classes" in refusal(
+        tmp_path, **ten, **cae(rows=20_000_000))
+    message = refusal(tmp_path, **cae(rows=1_000_000, batch_size=1_000_000, hidden=65_536))
+    assert "objective.batch_size = 1,000,000 rows × objective.hidden = 65,536 units take " \
+           "1953.1 GiB" in message, message
+    for params in ({}, {"rows": 5_000_000}, {"rows": 100, "batch_size": 1_000_000, "hidden": 65_536}):
+        validate(parse_config(small_config(tmp_path, **cae(**params))))
+
+
+@pytest.mark.parametrize(("objective", "field"), [
+    ({"name": "dcor", "alpha": 1e300}, "objective.alpha"),
+    ({"name": "pe_loss", "alpha": 1e300}, "objective.alpha"),
+    ({"name": "mid", "lambda": 1e300}, "objective.lambda"),
+    ({"name": "cae", "lambda": 1e300}, "objective.lambda"),
+    ({"name": "cae", "lambda": 0.5, "reconstruction_weight": 1e300}, "objective.reconstruction_weight"),
+    ({"name": "gafm", "sigma": 1e300, "delta": 0.1, "gamma": 1.0}, "objective.sigma"),
+    ({"name": "gafm", "sigma": 0.1, "delta": 0.1, "gamma": 1e300}, "objective.gamma"),
+])
+def test_an_objectives_loss_weight_that_overflows_is_refused_naming_it(
+        tmp_path: Path, objective: dict[str, Any], field: str) -> None:
+    """dcor with alpha = 1e300 (pe_loss, mid alike) validated, then failed at train step 0 with
+    "the loss of train step 0 is inf: the label party's model diverged", naming no field."""
+    over = {"model": {"kind": "mlp", "layers": [16, 8], "cut_layer": 2, "top": "none",
+                      "aggregation": "sum"}} if objective["name"] == "gafm" else {}
+    message = refusal(tmp_path, objective=objective, **over)
+    assert f"{field}: Input should be less than or equal to 1000000" in message, message
+
+
+def test_a_diverged_penalty_objective_names_its_weight(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loss that overflows under a penalty objective names the weight field with the divergence."""
+    import numpy as np
+    import torch
+
+    from label_party.objectives import dcor
+    from label_party.schedule import Batch, Phase
+    from label_party.trainer import LabelPartyTrainer, NonFiniteStep
+
+    monkeypatch.setattr(dcor, "distance_correlation",
+                        lambda activation, labels, squared: torch.tensor(1e35))
+    cfg = parse_config(small_config(tmp_path, objective={"name": "dcor", "alpha": 1e6}))
+    trainer = LabelPartyTrainer(cfg, np.arange(8) % 2, 2, {1: (4,), 2: (4,)})
+    acts = {k: torch.ones(8, 4) * k for k in (1, 2)}
+    with pytest.raises(NonFiniteStep) as err:
+        trainer.train_step(Batch(Phase.TRAIN, 0, 0, np.arange(8)), acts)
+    assert str(err.value).endswith("the label party's model diverged (the parties' activations "
+                                   "are at most 2 in size); objective.alpha = 1e+06 weighs a term "
+                                   "of its loss: a smaller weight may keep it finite"), str(err.value)
+
+
+@pytest.mark.parametrize(("override", "line"), [
+    ({"training": {"batchsize": 8}}, "training.batchsize: Extra inputs are not permitted (got 8) "
+     "(did you mean 'batch_size'? allowed keys: batch_size, epochs, eval_interval, max_steps"),
+    ({"trainin": {"epochs": 1}}, "trainin: Extra inputs are not permitted (did you mean "
+     "'training'? allowed keys: run, dataset, features, model, training, topology, objective"),
+    ({"training": {"optimizers": {"1": {"nmae": "sgd"}}}}, "training.optimizers.1.nmae: Extra "
+     "inputs are not permitted (got 'sgd') (did you mean 'name'? allowed keys: name, lr, momentum"),
+    ({"threat": {"parties": {"1": {"curiuos": True}}}},
+     "threat.parties.1.curiuos: Extra inputs are not permitted (got True) (did you mean 'curious'?"),
+    ({"objective": {"name": "dcor", "alfa": 1.0}},
+     "objective.alfa: Extra inputs are not permitted (did you mean 'alpha'? allowed keys: alpha, "
+     "squared)"),
+    ({"objective": {"name": "cae", "lamda": 1.0}},
+     "objective.lamda: Extra inputs are not permitted (did you mean 'lambda'?"),
+    ({"defense": [{"name": "marvell", "s": 1.0, "tol_": 2}]},
+     "defense[0].tol_: Extra inputs are not permitted (did you mean 'tol'? allowed keys: s, uv_choice"),
+    ({"attacker": {"attacks": [{"name": "clustering", "scop": "epoch"}]}},
+     "attacker.attacks[0].scop: Extra inputs are not permitted (did you mean 'scope'?"),
+    ({"attacker": {"attacks": [{"name": "norm", "scope": "epoch"}]}},
+     "attacker.attacks[0].scope: Extra inputs are not permitted (no parameter is allowed here)"),
+    ({"dataset": {"name": "breast_cancer", "params": {"path": "x"}}},
+     "dataset.params.path: Extra inputs are not permitted (no parameter is allowed here)"),
+])
+def test_an_unknown_key_names_the_nearest_allowed_key(tmp_path: Path, override: dict[str, Any],
+                                                      line: str) -> None:
+    """An unknown key said only "Extra inputs are not permitted": a typo (batchsize, alfa,
+    curiuos) now gets the nearest allowed key and the keys its table allows."""
+    assert line in refusal(tmp_path, **override)
+
+
+@pytest.mark.parametrize(("override", "line"), [
+    ({"training": {"optimizer": {"name": "adam", "lr": 1e300}}},
+     "training.optimizer.lr: Input should be less than or equal to 1e+30 (got 1e+300)"),
+    ({"training": {"optimizer": {"name": "sgd", "lr": 0.1, "weight_decay": 1e300}}},
+     "training.optimizer.weight_decay: Input should be less than or equal to 1e+30"),
+    ({"training": {"optimizers": {"label": {"name": "adam", "lr": 1e39}}}},
+     "training.optimizers.label.lr: Input should be less than or equal to 1e+30"),
+    ({"objective": {"name": "cae", "lambda": 0.5, "lr": 1e300}},
+     "objective.lr: Input should be less than or equal to 1e+30"),
+    ({"objective": {"name": "mid", "lambda": 0.1, "lr": 1e300}},
+     "objective.lr: Input should be less than or equal to 1e+30"),
+    ({"attacker": {"attacks": [{"name": "model_completion", "lr": 1e300}]}},
+     "attacker.attacks[0].lr: Input should be less than or equal to 1e+30"),
+])
+def test_a_learning_rate_that_overflows_is_refused_naming_it(
+        tmp_path: Path, override: dict[str, Any], line: str) -> None:
+    """training.optimizer.lr = 1e300 validated, then every process stopped at its first update
+    with a traceback ending in torch's "RuntimeError: value cannot be converted to type float
+    without overflow" (weight_decay = 1e300 alike); learning rates and weight decays are now at
+    most 1e6, refused at validation naming the field."""
+    assert line in refusal(tmp_path, **override)
+
+
+def test_a_non_finite_activation_is_blamed_on_its_party_not_measured() -> None:
+    """In process (no codec refuses it on receipt), lr = 1e30 on every party failed with "the
+    label party's model diverged (the parties' activations are at most nan in size)"."""
+    import torch
+
+    from label_party.trainer import non_finite_step
+
+    error = non_finite_step(1, math.nan, {1: torch.ones(4, 2), 2: torch.full((4, 2), math.nan)})
+    assert str(error) == ("the loss of train step 1 is nan: passive party 2's activation is not "
+                          "finite (NaN or Inf): its bottom model diverged"), str(error)
+    assert error.party_id == 2
+
+
+def test_synthetic_images_too_large_to_hold_are_refused_at_validation(tmp_path: Path) -> None:
+    """Every synthetic_images bound held alone (2,000,000 rows of 16 × 512 × 512), so a run
+    validated, then stopped with numpy's traceback "Unable to allocate 15.3 TiB"; the images'
+    size is now bounded at validation, naming the fields and the rows allowed."""
+    params = {"rows": 2_000_000, "channels": 16, "height": 512, "width": 512}
+    message = refusal(tmp_path, dataset={"name": "synthetic_images", "params": params},
+                      features={"passive": [[0, 256], [256, 512]]}, model={"kind": "cnn"},
+                      training={"batch_size": 2}, topology={"max_message_mb": 1024})
+    assert ("dataset.params: rows × channels × height × width = 2,000,000 × 16 × 512 × 512 = "
+            "8,388,608,000,000 float32 pixels take 31,250 GiB; allowed: at most 4,294,967,296 "
+            "(16 GiB), so at most 1,024 rows of this image size") in message, message
+    validate(parse_config(small_config(  # CIFAR's shape, as bench uses it
+        tmp_path, dataset={"name": "synthetic_images", "params": {"rows": 600}},
+        features={"passive": [[0, 16], [16, 32]]}, model={"kind": "cnn"})))
+
+
+@pytest.mark.parametrize(("value", "line"), [
+    (1e300, "threat.parties.1.backdoor.trigger_value: Input should be less than or equal to "
+            "3.40282e+38 (got 1e+300)"),
+    (-1e300, "threat.parties.1.backdoor.trigger_value: Input should be greater than or equal to "
+             "-3.40282e+38 (got -1e+300)"),
+])
+def test_a_backdoor_trigger_beyond_float32_is_refused(tmp_path: Path, value: float,
+                                                      line: str) -> None:
+    """trigger_value = 1e300 validated, then the malicious party stopped at its first triggered
+    batch with a traceback ending in torch's "value cannot be converted to type float without
+    overflow" (exit 1); a trigger must be a float32 value, refused at validation otherwise."""
+    assert line in refusal(tmp_path, threat={"parties": {"1": {"backdoor": {"trigger_value": value}}}})

@@ -375,3 +375,28 @@ def test_a_passive_party_whose_copy_of_the_data_differs_is_refused_at_join(
             " on the label party's host) differs from the label party's") in refused.details()
     assert "every host needs the same data file, row for row" in refused.details()
     assert joined is None, joined.details()
+
+
+def test_a_spambase_file_with_a_header_line_is_named_as_such(tmp_path: Path) -> None:
+    """spambase.data has no header; a copy with one was refused as "line 1: column 'spam' is
+    'spam', expected one of '0', '1'", which says nothing of a header. It now says the file has
+    a header line, the format expected, and to delete the line; a gzip copy likewise."""
+    from splitleak.datasets.spambase import NUMERIC
+
+    rows = "".join(",".join([*("0.5" for _ in NUMERIC), str(i % 2)]) + "\n" for i in range(20))
+    plain = tmp_path / "spambase.data"
+    plain.write_text(",".join([*NUMERIC, "spam"]) + "\n" + rows)
+    packed = tmp_path / "spambase.data.gz"
+    packed.write_bytes(gzip.compress(("\n" + ",".join([*NUMERIC, "class"]) + "\n" + rows).encode()))
+    for file, line in ((plain, 1), (packed, 2)):
+        with pytest.raises(DatasetError) as err:
+            build_dataset("spambase", {"path": str(file)}).schema()
+        message = str(err.value)
+        assert f"{file}, line {line}: the file has a header line ('word_freq_make," in message, message
+        assert "but this format has none (UCI spambase.data: 57 numbers then a 0/1 label, " \
+               "comma-separated; every line is a row): delete the header line" in message, message
+    plain.write_text(rows)  # as distributed: read
+    assert build_dataset("spambase", {"path": str(plain)}).schema().num_rows == 20
+    plain.write_text("x" + rows)  # one bad number in the first row is a bad value, not a header
+    with pytest.raises(DatasetError, match="word_freq_make"):
+        build_dataset("spambase", {"path": str(plain)}).check_values()

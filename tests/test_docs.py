@@ -140,3 +140,21 @@ def test_experiment_file_lists_every_dataset() -> None:
     comment = re.sub(r"\([^)]*\)|#", " ", block.group(1))  # drop "(extra `images`)"
     listed = set(re.findall(r"[a-z][a-z0-9_]*", comment)) - {"and"}
     assert listed == set(DATASETS.built_in_names())
+
+
+def test_every_numeric_default_is_stated_in_its_help(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`splitleak certs --help` said "--days: validity, 1..36500" and `splitleak soak --help`
+    gave no default for --messages, --parties, --steps or --seed: a user learnt them only from
+    the code. Every option with a numeric default now says it in its --help."""
+    silent = []
+    for command, parser in _commands(monkeypatch).items():
+        for action in parser._actions:
+            default = action.default
+            if (not action.option_strings or isinstance(default, bool)
+                    or not isinstance(default, int | float)):
+                continue
+            shown = {str(default), f"{default:,}", f"{default:g}"}
+            text = action.help or ""
+            if "default" not in text or not any(s in text for s in shown):
+                silent.append(f"{command} {action.option_strings[-1]} (default {default})")
+    assert silent == [], silent

@@ -128,7 +128,8 @@ def test_an_in_process_run_whose_protection_diverged_fails_in_one_sentence(
 
 def test_the_registry_names_what_is_allowed() -> None:
     assert PROTECTIONS.names() == ["antigan"]
-    with pytest.raises(KeyError, match="unknown protection 'antign'; allowed: antigan"):
+    with pytest.raises(KeyError, match=r"unknown protection 'antign' \(did you mean 'antigan'\?\); "
+                                       "allowed: antigan"):
         build_protection("antign", {})
 
 
@@ -161,7 +162,8 @@ def test_a_protection_needs_a_cnn(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("change", "message"), [
-    ({"name": "antign"}, "protection.name: unknown protection 'antign'; allowed: antigan, none"),
+    ({"name": "antign"}, r"protection.name: unknown protection 'antign' \(did you mean "
+                         r"'antigan'\?\); allowed: antigan, none"),
     ({"params": {"mix": 1.5}}, r"protection.params.mix"),
     ({"params": {"windows": 4}}, r"protection.params.windows"),
     # a batch of 1 passed, then the party failed on the generator's BatchNorm (exit 1)

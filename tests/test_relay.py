@@ -377,3 +377,20 @@ def test_a_relay_stopped_while_it_holds_a_connection_says_one_line(tmp_path: Pat
     assert relay.returncode == 130, err
     assert "relay: stopped by Ctrl-C (1 connection(s) carried, 1 open)" in err, err
     assert "Traceback" not in err and "Exception in callback" not in err, err
+
+
+@pytest.mark.parametrize(("option", "line"), [
+    (["--latency-ms", "-5"], "--latency-ms: Input should be greater than or equal to 0 (got -5.0)"),
+    (["--bandwidth-mbit", "0.001"], "--bandwidth-mbit: Input should be greater than or equal to 0.01"),
+    (["--jitter-ms", "nan"], "--jitter-ms: Input should be a finite number"),
+])
+def test_a_bad_link_option_is_named_by_its_flag(option: list[str], line: str,
+                                                capsys: pytest.CaptureFixture) -> None:
+    """`splitleak relay --latency-ms -5` was refused naming "one_way_latency_ms", a config
+    field the user did not type; each option is now named by its flag."""
+    from orchestration.cli import main as splitleak_main
+    from tests.test_cli_refusals import exit_code_and_text
+
+    code, text = exit_code_and_text(splitleak_main, ["relay", "--to", "127.0.0.1:1", *option],
+                                    capsys)
+    assert code == 2 and line in text, text

@@ -67,8 +67,8 @@ def test_analyze_refuses_to_write_through_a_symlinked_report(tmp_path: Path,
 
 
 @pytest.mark.parametrize(("name", "needle"), [
-    ("..", "run.name: Value error, '..' is not a directory name of its own"),
-    (".", "run.name: Value error, '.' is not a directory name of its own"),
+    ("..", "run.name: '..' is not a directory name of its own"),
+    (".", "run.name: '.' is not a directory name of its own"),
     ("n" * 201, "run.name: String should have at most 200 characters"),
 ])
 def test_a_run_name_must_be_one_directory_name_that_fits(tmp_path: Path, name: str, needle: str,
@@ -80,7 +80,7 @@ def test_a_run_name_must_be_one_directory_name_that_fits(tmp_path: Path, name: s
 
 
 @pytest.mark.parametrize(("name", "needle"), [
-    ("..", "sweep.name: Value error, '..' is not a directory name of its own"),
+    ("..", "sweep.name: '..' is not a directory name of its own"),
     ("s" * 256, "sweep.name: String should have at most 255 characters"),
 ])
 def test_a_sweep_name_must_be_one_directory_name_that_fits(tmp_path: Path, name: str, needle: str,

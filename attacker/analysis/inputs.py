@@ -16,7 +16,7 @@ from splitleak.artifacts.metrics_log import MetricsLog, read_metrics_log
 from splitleak.artifacts.outcome import OutcomeError, read_outcome_or_refuse
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.records import read_tap_reports
-from splitleak.config import AttackerConfig
+from splitleak.config import AttackerConfig, plugin_param_errors
 from splitleak.threat import ThreatConfig
 
 
@@ -101,7 +101,8 @@ def configured_attacks(config: dict[str, Any]) -> list[tuple[str, dict]] | None:
     try:
         listed = AttackerConfig.model_validate(config.get("attacker") or {}).attacks
     except ValidationError as err:
-        raise AnalysisInputError(f"the run's config has an invalid [attacker] table: {err}") from None
+        raise AnalysisInputError("the run's config has an invalid [attacker] table: "
+                                 f"{plugin_param_errors('attacker', err)}") from None
     return [(spec.name, spec.params) for spec in listed] or None
 
 
@@ -157,7 +158,8 @@ def threat_of(config: dict[str, Any], run: RunDir) -> ThreatConfig:
     try:
         return ThreatConfig.model_validate(config.get("threat") or {})
     except ValidationError as err:
-        raise AnalysisInputError(f"{run.config}: invalid [threat] section: {err}") from None
+        raise AnalysisInputError(f"{run.config}: invalid [threat] section: "
+                                 f"{plugin_param_errors('threat', err)}") from None
 
 
 def set_up(config: dict[str, Any]) -> tuple[bool, bool]:

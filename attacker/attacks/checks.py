@@ -27,7 +27,8 @@ def check_attacks(cfg: ExperimentConfig, num_classes: int) -> None:
         except UnknownPluginError as err:
             raise ConfigError(f"attacker.attacks[{i}].name: {err}") from None
         except ValidationError as err:
-            raise ConfigError(plugin_param_errors(f"attacker.attacks[{i}]", err)) from None
+            raise ConfigError(plugin_param_errors(f"attacker.attacks[{i}]", err,
+                                                  ATTACKS.get(spec.name).Params)) from None
         except (TypeError, ValueError) as err:
             raise ConfigError(f"attacker.attacks[{i}] ({spec.name}): {err}") from None
     for name in ATTACKS.names():

@@ -103,6 +103,11 @@ class Objective(ABC):
     def predict(self, activations: list[torch.Tensor], own: Own) -> torch.Tensor:
         """Logits for evaluation: [B, 1] (binary, BCE) or [B, K]."""
 
+    def loss_weights(self) -> dict[str, float]:
+        """The config fields that weigh a term of the loss ("objective.alpha") and their values:
+        a step whose loss is not finite names them."""
+        return {}
+
     @classmethod
     def check(cls, cfg: ExperimentConfig, num_classes: int | None = None) -> None:
         """Config requirements beyond the parameters (features, model, loss, the dataset's

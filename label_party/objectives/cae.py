@@ -40,22 +40,54 @@ from torch.nn import functional as F
 
 from label_party.objectives.base import OBJECTIVES, ObjectiveParams, ObjectiveSetup, Own
 from label_party.objectives.cross_entropy import CrossEntropy, load_top_state
+from splitleak.config import ConfigError, ExperimentConfig
 from splitleak.seeding import derive_seed, generator
-from splitleak.settings import MAX_BATCH, MAX_EPOCHS, MAX_ROWS, MAX_WIDTH
+from splitleak.settings import MAX_BATCH, MAX_EPOCHS, MAX_RATE, MAX_ROWS, MAX_SCALE, MAX_WIDTH
 
 
 class CAEParams(ObjectiveParams):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    confusion: float = Field(alias="lambda", ge=0.0)  # λ: weight of the soft labels' entropy
-    reconstruction_weight: PositiveFloat = 10.0  # w_rec
-    confusion_weight: float = Field(1.0, ge=0.0)  # w_conf
+    confusion: float = Field(alias="lambda", ge=0.0, le=MAX_SCALE)  # λ: weight of the soft labels' entropy
+    reconstruction_weight: float = Field(10.0, gt=0.0, le=MAX_SCALE)  # w_rec
+    confusion_weight: float = Field(1.0, ge=0.0, le=MAX_SCALE)  # w_conf
     hidden: int | None = Field(None, gt=0, le=MAX_WIDTH)  # None: 6K + 2
     epochs: int = Field(30, gt=0, le=MAX_EPOCHS)
     rows: int = Field(30000, gt=0, le=MAX_ROWS)  # random training vectors
     batch_size: int = Field(128, gt=0, le=MAX_BATCH)
-    lr: PositiveFloat = 5e-4
+    lr: float = Field(5e-4, gt=0.0, le=MAX_RATE)
     temperature: PositiveFloat = 0.025  # T of the sharpened training vectors
+
+
+# Memory the autoencoder's training may take: its random label vectors (rows × K floats, three
+# times while they are drawn and sharpened, and each epoch's row order), and one batch's
+# hidden activations with their gradients. Far above the references' 30,000 rows (a few MiB).
+MEMORY_BYTES = 2 << 30
+
+
+def row_bytes(classes: int) -> int:
+    """Bytes per random training vector at the peak of drawing them (see MEMORY_BYTES)."""
+    return 12 * classes + 16
+
+
+def memory_problem(params: CAEParams, classes: int) -> str | None:
+    """Why training the autoencoder would exceed MEMORY_BYTES (naming the field), or None."""
+    gib = MEMORY_BYTES / (1 << 30)
+    need = params.rows * row_bytes(classes)
+    if need > MEMORY_BYTES:
+        most = MEMORY_BYTES // row_bytes(classes)
+        return (f"objective.rows = {params.rows:,} random label vectors of {classes} classes take "
+                f"{need / (1 << 30):.1f} GiB while the autoencoder trains, over the {gib:g} GiB "
+                f"allowed: give at most {most:,} rows ({classes} classes; the references use 30,000)")
+    hidden = params.hidden or 6 * classes + 2
+    batch = min(params.batch_size, params.rows)
+    need = 32 * batch * hidden  # 4 hidden layers' float32 outputs and their gradients
+    if need > MEMORY_BYTES:
+        return (f"objective.batch_size = {batch:,} rows × objective.hidden = {hidden:,} units "
+                f"take {need / (1 << 30):.1f} GiB of activations per autoencoder batch, over the "
+                f"{gib:g} GiB allowed: give a product of at most {MEMORY_BYTES // 32:,} "
+                "(the references: 128 × 6K + 2)")
+    return None
 
 
 class ConfusionalAutoencoder(nn.Module):
@@ -139,9 +171,22 @@ class CAE(CrossEntropy):
     Params = CAEParams
     params: CAEParams
 
+    @classmethod
+    def check(cls, cfg: ExperimentConfig, num_classes: int | None = None) -> None:
+        """Bounded memory: refuse `rows` (and `batch_size` × `hidden`) beyond MEMORY_BYTES, once
+        the dataset's classes are known (`__init__` checks its own parameters again)."""
+        if num_classes is None:
+            return
+        problem = memory_problem(cls.Params.model_validate(cfg.objective.params), num_classes)
+        if problem:
+            raise ConfigError(problem)
+
     def __init__(self, params: CAEParams, setup: ObjectiveSetup) -> None:
         super().__init__(params, setup)
         classes = setup.num_classes
+        problem = memory_problem(params, classes)
+        if problem:
+            raise ConfigError(problem)
         autoencoder, self.losses = train_autoencoder(classes, params, setup.seed)
         self.autoencoder = autoencoder.to(setup.device)  # trained on the CPU (K-wide layers)
         for p in self.autoencoder.parameters():

@@ -27,10 +27,11 @@ from pydantic import Field
 from label_party.objectives.base import OBJECTIVES, ObjectiveParams
 from label_party.objectives.pairwise import flat_rows, row_reduce
 from label_party.objectives.penalised import PartyPenalty
+from splitleak.settings import MAX_SCALE
 
 
 class DcorParams(ObjectiveParams):
-    alpha: float = Field(ge=0.0)  # weight of Σ_k dCor(y, h_k) in the loss
+    alpha: float = Field(ge=0.0, le=MAX_SCALE)  # weight of Σ_k dCor(y, h_k) in the loss
     squared: bool = False  # penalise dCor² (SecretFlow's DcorLoss) instead of dCor (NoPeek)
 
 

@@ -55,7 +55,7 @@ from label_party.objectives.base import (
 )
 from splitleak.config import ConfigError, ExperimentConfig
 from splitleak.seeding import derive_seed, generator
-from splitleak.settings import MAX_RESTARTS, MAX_WIDTH
+from splitleak.settings import MAX_RATE, MAX_RESTARTS, MAX_SCALE, MAX_WIDTH
 
 # The paper's per-dataset (σ, Δ, γ) (Table D.1).
 PRESETS: dict[str, tuple[float, float, float]] = {
@@ -71,15 +71,15 @@ class GAFMParams(ObjectiveParams):
     """An explicit sigma / delta / gamma overrides the preset's value."""
 
     preset: Literal["spambase", "imdb", "criteo", "isic"] | None = None
-    sigma: float | None = Field(None, ge=0.0)  # std of the noise added to the real labels
+    sigma: float | None = Field(None, ge=0.0, le=MAX_SCALE)  # std of the noise added to the real labels
     delta: float | None = Field(None, ge=0.0, le=0.5)  # randomized-response range of u
-    gamma: float | None = Field(None, gt=0.0)  # weight of the normalised GAN gradient
+    gamma: float | None = Field(None, gt=0.0, le=MAX_SCALE)  # weight of the normalised GAN gradient
     clip: PositiveFloat = 0.1  # critic weight clipping c
     aggregation: Literal["sum", "mean"] = "sum"  # F: how f(X) combines the parties' outputs
     generator_hidden: int = Field(32, gt=0, le=MAX_WIDTH)
     critic_hidden: int = Field(32, gt=0, le=MAX_WIDTH)
-    generator_lr: PositiveFloat | None = None  # None: the label party's configured lr
-    critic_lr: PositiveFloat | None = None  # None: the label party's configured lr
+    generator_lr: float | None = Field(None, gt=0.0, le=MAX_RATE)  # None: the label party's configured lr
+    critic_lr: float | None = Field(None, gt=0.0, le=MAX_RATE)  # None: the label party's configured lr
     critic_steps: int = Field(1, gt=0, le=MAX_RESTARTS)  # critic updates per step (Algorithm A.1: 1)
     # "train": predict with the orientation of Ŷ the training batches favour (see module doc);
     # "as_is": always logit(Ŷ).

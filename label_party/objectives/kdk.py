@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 import torch
-from pydantic import Field, PositiveFloat, PositiveInt
+from pydantic import Field, PositiveInt
 from torch import nn
 from torch.nn import functional as F
 
@@ -35,7 +35,7 @@ from splitleak.inputs import PartyInputs
 from splitleak.models import build_bottom
 from splitleak.optim import make_optimizer
 from splitleak.seeding import derive_seed, generator
-from splitleak.settings import MAX_EPOCHS
+from splitleak.settings import MAX_EPOCHS, MAX_RATE
 
 
 class KDkParams(ObjectiveParams):
@@ -43,7 +43,7 @@ class KDkParams(ObjectiveParams):
     epsilon: float = Field(0.45, gt=0.0, lt=1.0)  # mass moved off the true class (paper: 0.45)
     teacher_epochs: int = Field(20, gt=0, le=MAX_EPOCHS)  # reference: 20
     teacher_optimizer: Literal["adam", "sgd", "adagrad"] = "adam"  # reference: Adam
-    teacher_lr: PositiveFloat = 1e-4  # reference: 1e-4
+    teacher_lr: float = Field(1e-4, gt=0.0, le=MAX_RATE)  # reference: 1e-4
     teacher_batch_size: PositiveInt | None = None  # None: training.batch_size
     # Who gets 1 − ε: "true_class" (ours) or "arazzi" (the teacher's top class, eq. (9)).
     soft_labels: Literal["true_class", "arazzi"] = "true_class"

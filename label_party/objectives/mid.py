@@ -26,7 +26,7 @@ from typing import Any, cast
 
 import numpy as np
 import torch
-from pydantic import ConfigDict, Field, PositiveFloat
+from pydantic import ConfigDict, Field
 from torch import nn
 
 from label_party.objectives.base import OBJECTIVES, ObjectiveParams, ObjectiveSetup, Own
@@ -35,17 +35,17 @@ from label_party.objectives.penalised import PartyPenalty
 from splitleak.models import Bottleneck
 from splitleak.optim import make_optimizer
 from splitleak.seeding import derive_seed, generator
-from splitleak.settings import MAX_WIDTH
+from splitleak.settings import MAX_RATE, MAX_SCALE, MAX_WIDTH
 
 
 class MIDParams(ObjectiveParams):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    weight: float = Field(alias="lambda", ge=0.0)  # λ (VFLAIR: 0, 1e-4, 1e-2, 1e-1, 1)
+    weight: float = Field(alias="lambda", ge=0.0, le=MAX_SCALE)  # λ (VFLAIR: 0, 1e-4, 1e-2, 1e-1, 1)
     width: int | None = Field(None, gt=0, le=MAX_WIDTH)  # w: bottleneck width; None = the activation width d
     hidden: int | None = Field(None, gt=0, le=MAX_WIDTH)  # decoder hidden width; None = 5w
     shift: float = 0.5  # σ = softplus(s − shift)
-    lr: PositiveFloat | None = None  # None: the label party's optimizer as configured
+    lr: float | None = Field(None, gt=0.0, le=MAX_RATE)  # None: the label party's optimizer as configured
 
 
 @OBJECTIVES.register("mid")
@@ -87,6 +87,8 @@ class MID(PartyPenalty):
                      if training else None)  # drawn on the CPU: the same noise on any device
             decoded.append(bottleneck(activation, noise))
         return super().logits(decoded, own, training)
+
+    weight_field = "lambda"
 
     @property
     def weight(self) -> float:

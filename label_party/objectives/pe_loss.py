@@ -32,13 +32,14 @@ from torch.nn import functional as F
 from label_party.objectives.base import OBJECTIVES, ObjectiveParams
 from label_party.objectives.pairwise import flat_rows, row_reduce
 from label_party.objectives.penalised import PartyPenalty
+from splitleak.settings import MAX_SCALE
 
 # Keeps arccos's derivative finite for (anti)parallel rows.
 _COSINE_LIMIT = 1.0 - 1e-7
 
 
 class PELossParams(ObjectiveParams):
-    alpha: float = Field(ge=0.0)  # weight of Σ_k L_pe(h_k) in the loss
+    alpha: float = Field(ge=0.0, le=MAX_SCALE)  # weight of Σ_k L_pe(h_k) in the loss
     distance: Literal["euclidean", "angular"] = "euclidean"
     normalize: bool = True  # layer-normalise each row first (scale-free energy)
     softening: PositiveFloat = 1e-3  # δ in 1/sqrt(d² + δ²)

@@ -14,6 +14,7 @@ class PartyPenalty(CrossEntropy):
     """loss = supervised loss + weight · Σ_k term(k, h_k), one term per passive party."""
 
     term_name: ClassVar[str]  # metric prefix: "<term_name>.party_<k>" per batch
+    weight_field: ClassVar[str] = "alpha"  # the objective's parameter that holds `weight`
 
     @property
     @abstractmethod
@@ -23,6 +24,11 @@ class PartyPenalty(CrossEntropy):
     @abstractmethod
     def party_term(self, index: int, activation: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The unweighted scalar term of the `index`-th passive party (0-based)."""
+
+    def loss_weights(self) -> dict[str, float]:
+        fields = type(self.params).model_fields  # a subclass may name its weight otherwise
+        named = set(fields) | {field.alias for field in fields.values() if field.alias}
+        return {f"objective.{self.weight_field}": self.weight} if self.weight_field in named else {}
 
     def penalty(self, activations: list[torch.Tensor],
                 labels: torch.Tensor) -> tuple[torch.Tensor | None, dict[str, Any]]:

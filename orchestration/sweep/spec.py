@@ -124,7 +124,7 @@ def parse_sweep(data: dict[str, Any], source: str = "<dict>") -> SweepFile:
     try:
         return SweepFile.model_validate(data)
     except ValidationError as err:
-        raise SweepError(format_validation_error(err, source, "sweep file")) from None
+        raise SweepError(format_validation_error(err, source, "sweep file", SweepFile)) from None
 
 
 def load_sweep(path: str | Path) -> SweepFile:

@@ -20,7 +20,7 @@ from passive_party.protections.base import (
     ProtectionParams,
 )
 from splitleak.seeding import derive_seed, generator
-from splitleak.settings import MAX_BATCH, MAX_WIDTH
+from splitleak.settings import MAX_BATCH, MAX_RATE, MAX_WIDTH
 
 
 class AntiGanParams(ProtectionParams):
@@ -35,10 +35,12 @@ class AntiGanParams(ProtectionParams):
     steps: int = Field(1500, ge=1, le=1_000_000, description="GAN training steps")
     batch_size: int = Field(64, ge=2, le=MAX_BATCH,  # the generator's BatchNorm needs 2 rows
                             description="real (and generated) images per GAN step")
-    lr: float = Field(1e-4, gt=0, description="Adam learning rate of G and D (betas 0.5, 0.999)")
+    lr: float = Field(1e-4, gt=0, le=MAX_RATE,
+                      description="Adam learning rate of G and D (betas 0.5, 0.999)")
     pretrain_epochs: int = Field(3, ge=0, le=1000, description="epochs pre-training the first "
                                  "conv block")
-    pretrain_lr: float = Field(1e-3, gt=0, description="Adam learning rate of that pre-training")
+    pretrain_lr: float = Field(1e-3, gt=0, le=MAX_RATE,
+                               description="Adam learning rate of that pre-training")
 
 
 def window_variances(images: torch.Tensor, window: int) -> torch.Tensor:

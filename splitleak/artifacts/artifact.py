@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from splitleak.config import error_sentence
 from splitleak.fileio import write_atomically
 
 
@@ -59,7 +60,7 @@ def first_error(err: ValidationError) -> str:
     quoted = "" if isinstance(got, dict | list) or first["type"] in ("missing", "json_invalid") \
         else f" (got {repr(got)[:SHOWN]})"
     more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
-    return f"{f'field {where}: ' if where else ''}{first['msg']}{quoted}{more}"
+    return f"{f'field {where}: ' if where else ''}{error_sentence(first)}{quoted}{more}"
 
 
 def read_model(path: Path, model: type[Model], error: type[Exception], what: str) -> Model:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import cached_property
+from pathlib import Path
 from typing import ClassVar
 
 import numpy as np
@@ -19,6 +20,7 @@ from splitleak.datasets.base import (
 from splitleak.datasets.delimited import (
     DelimitedFile,
     TextFormat,
+    first_text_line,
     header_line,
     read_header,
     require_file,
@@ -63,7 +65,25 @@ class TextTable(Dataset):
                     f"({fmt.kind}), got {fmt.delimiter.join(header)[:200]!r}"
                 )
             fmt = replace(fmt, header=True)
+        elif not fmt.header:
+            self._refuse_header(file)
         return DelimitedFile(file, fmt)
+
+    def _refuse_header(self, file: Path) -> None:
+        """A format with no header line whose file starts with one (its numeric fields all
+        words): DatasetError saying so, rather than a bad value in its first "row"."""
+        number, first = first_text_line(file)
+        fmt = self.FORMAT
+        if not first or (fmt.preamble is not None and first.startswith(fmt.preamble)):
+            return
+        fields = [value.strip().strip('"') for value in first.split(fmt.delimiter)]
+        numeric = [value for name, value in zip(fmt.names, fields, strict=False)
+                   if name in self.NUMERIC]
+        if numeric and not any(_is_number(value) for value in numeric):
+            shown = first if len(first) <= 60 else first[:59] + "…"
+            raise DatasetError(
+                f"{file}, line {number}: the file has a header line ({shown!r}), but this format "
+                f"has none ({fmt.kind}; every line is a row): delete the header line")
 
     def _spelled(self, name: str) -> str:
         """A header's column name as FORMAT spells it (case, and `.` or `_` for `-`, aside)."""
@@ -116,3 +136,11 @@ class TextTable(Dataset):
         return self._file.codes(
             self.LABEL, self._file.read([self.LABEL])[self.LABEL], 0, self.LABELS
         )
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True

@@ -20,7 +20,7 @@ from attacker.attacks.completion.engine import (
 )
 from splitleak.placement import ATTACKER, role_threads
 from splitleak.seeding import derive_seed, rng
-from splitleak.settings import MAX_BATCH, MAX_ITERATIONS, MAX_ROWS
+from splitleak.settings import MAX_BATCH, MAX_ITERATIONS, MAX_RATE, MAX_ROWS
 
 
 class CompletionParams(AttackParams):
@@ -28,14 +28,14 @@ class CompletionParams(AttackParams):
     steps: int = Field(2000, ge=1, le=MAX_ITERATIONS, description="optimizer steps of each training")
     batch_size: int = Field(16, ge=2, le=MAX_BATCH,  # the head's BatchNorm needs 2 rows
                             description="labelled (and unlabelled) rows per step (Fu: 16)")
-    lr: float = Field(2e-3, gt=0, description="Adam learning rate (Fu: 2e-3)")
+    lr: float = Field(2e-3, gt=0, le=MAX_RATE, description="Adam learning rate (Fu: 2e-3)")
     augmentations: int = Field(2, ge=1, le=64, description="K augmented views per unlabelled row")
     temperature: float = Field(0.8, gt=0, le=1, description="sharpening T")
     alpha: float = Field(0.75, gt=0, description="MixUp Beta(α, α)")
     lambda_u: float = Field(50.0, ge=0, description="unlabelled loss weight")
     rampup: float = Field(1.0, gt=0, le=1, description="fraction of the steps λ_u ramps up over")
     ema_decay: float = Field(0.999, ge=0, lt=1, description="EMA of the weights (the model kept)")
-    weight_decay: float = Field(0.02, ge=0, description="MixMatch's per-step θ·(1 − wd·lr)")
+    weight_decay: float = Field(0.02, ge=0, le=MAX_RATE, description="MixMatch's per-step θ·(1 − wd·lr)")
     head_layers: int = Field(1, ge=1, le=64, description="(BatchNorm, ReLU, Linear) blocks (Fu: 1)")
     fine_tune_bottom: bool = Field(True, description="train the bottom too (Fu: images yes)")
     max_shift: float = Field(0.075, ge=0, lt=0.5, description="images: random translation up to "

@@ -12,13 +12,13 @@ from torch.nn import functional as F
 from attacker.attacks.base import ATTACKS
 from attacker.attacks.reconstruction.base import ReconstructionAttack, ReconstructionParams, Victim
 from splitleak.seeding import derive_seed, rng
-from splitleak.settings import MAX_BATCH, MAX_ITERATIONS, MAX_WIDTH
+from splitleak.settings import MAX_BATCH, MAX_ITERATIONS, MAX_RATE, MAX_WIDTH
 
 
 class BackMappingParams(ReconstructionParams):
     steps: int = Field(3000, ge=1, le=MAX_ITERATIONS, description="Adam steps of the decoder")
     batch_size: int = Field(64, ge=1, le=MAX_BATCH, description="auxiliary activation rows per step")
-    lr: float = Field(1e-3, gt=0, description="Adam learning rate")
+    lr: float = Field(1e-3, gt=0, le=MAX_RATE, description="Adam learning rate")
     hidden: int = Field(512, ge=1, le=MAX_WIDTH, description="width of the decoder's two hidden layers")
 
 

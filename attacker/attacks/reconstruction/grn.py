@@ -20,7 +20,7 @@ from splitleak.inputs import PartyInputs, load_party_inputs
 from splitleak.models import Bottleneck, TopModel, build_top
 from splitleak.partition import label_party_columns
 from splitleak.seeding import derive_seed, generator, rng
-from splitleak.settings import MAX_BATCH, MAX_EPOCHS
+from splitleak.settings import MAX_BATCH, MAX_EPOCHS, MAX_RATE
 
 # Objectives whose prediction is more than the top model (and MID's bottlenecks) in top.pt.
 NOT_PLAIN = {"cae": "its label decoder", "gafm": "its generator"}
@@ -30,7 +30,7 @@ class GrnParams(AttackParams):
     epochs: int = Field(60, ge=1, le=MAX_EPOCHS,
                         description="passes over the train rows (VFLAIR's MNIST config)")
     batch_size: int = Field(1024, ge=1, le=MAX_BATCH, description="train rows per generator step")
-    lr: float = Field(0.005, gt=0, description="Adam learning rate (VFLAIR's MNIST config)")
+    lr: float = Field(0.005, gt=0, le=MAX_RATE, description="Adam learning rate (VFLAIR's MNIST config)")
     variance_weight: float = Field(0.0625, ge=0, description="λ of Σ_rows Var(x̂_row), the "
                                    "regulariser on the generated features (VFLAIR: 0.25 · 0.25)")
     max_rows: int = Field(512, ge=1, le=100_000, description="test rows scored")

@@ -13,14 +13,14 @@ from attacker.attacks.reconstruction.base import (
     Victim,
     soft_forward,
 )
-from splitleak.settings import MAX_ITERATIONS
+from splitleak.settings import MAX_ITERATIONS, MAX_RATE
 
 
 class InversionParams(ReconstructionParams):
     steps: int = Field(400, ge=1, le=MAX_ITERATIONS,
                        description="Adam steps from the fixed start (every row at 0, the train "
                        "mean of the standardised features)")
-    lr: float = Field(0.05, gt=0, description="Adam learning rate")
+    lr: float = Field(0.05, gt=0, le=MAX_RATE, description="Adam learning rate")
     tv: float = Field(0.05, ge=0, description="λ of the total-variation prior (images)")
 
 
