@@ -63,7 +63,8 @@ class ListenError(OSError):
 def bind(server: grpc.aio.Server, address: str, tls_dir: Path | None = None,
          identity: str = "") -> int:
     """Listen on `address` (port 0 = any free port), with mutual TLS as `identity` when
-    `tls_dir` is given; returns the bound port."""
+    `tls_dir` is given; returns the bound port. ListenError names the address and why not."""
+    check_listen(address)  # before gRPC, which prints its own lines to stderr when it cannot
     credentials = tls.server_credentials(tls_dir, identity) if tls_dir is not None else None
     try:
         port = (server.add_secure_port(address, credentials) if credentials is not None
@@ -71,19 +72,27 @@ def bind(server: grpc.aio.Server, address: str, tls_dir: Path | None = None,
     except RuntimeError:  # grpc's "Failed to bind to address", without the reason
         port = 0
     if port == 0:
-        raise ListenError(f"cannot listen on {address}: {why_not_listening(address)}")
+        raise ListenError(f"cannot listen on {address}: "
+                          f"{why_not_listening(address) or 'gRPC could not bind it'}")
     return port
 
 
-def why_not_listening(address: str) -> str:
-    """The operating system's reason a server cannot listen on `address` (gRPC gives none)."""
+def check_listen(address: str) -> None:
+    """ListenError naming `address` and the operating system's reason when this process cannot
+    listen there (a port in use, an address not this host's), found without gRPC."""
+    if (why := why_not_listening(address)) is not None:
+        raise ListenError(f"cannot listen on {address}: {why}")
+
+
+def why_not_listening(address: str) -> str | None:
+    """The operating system's reason a server cannot listen on `address` (None: it can)."""
     host, _, port = address.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")  # [::1] -> ::1
     try:
-        socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        found = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family = found[0][0]  # an IPv6-only name too
         with socket.create_server((host, int(port)), family=family):
-            return "gRPC could not bind it"
+            return None
     except socket.gaierror as err:  # e.g. name or service not known
         return err.strerror or str(err)
     except OSError as err:  # e.g. address already in use, cannot assign requested address
