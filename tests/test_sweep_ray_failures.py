@@ -62,6 +62,37 @@ def test_a_dead_address_exits_2_naming_it_at_once(tmp_path: Path, capsys: pytest
     assert "Traceback" not in err and not ray.is_initialized()
 
 
+def test_a_dead_ray_client_address_exits_2_naming_it_at_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """ray://HOST:PORT with nothing there waited ~35 s for Ray's client, printed its INFO line
+    and UserWarning, then said the cluster 'refused this driver or did not answer'."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    started = time.monotonic()
+    assert _sweep_on(tmp_path, f"ray://127.0.0.1:{port}") == 2
+    assert time.monotonic() - started < 15
+    err = capsys.readouterr().err
+    assert f"no Ray cluster answers at --address ray://127.0.0.1:{port} (" in err, err
+    assert "UserWarning" not in err and not ray.is_initialized()
+
+
+def test_address_auto_without_a_running_instance_says_none_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It said the cluster at auto 'refused this driver or did not answer' and told of tokens."""
+    def none_here(**kwargs: object) -> None:
+        raise ConnectionError("Could not find any running Ray instance. Please specify the one to "
+                              "connect to by setting `--address` flag or `RAY_ADDRESS` environment "
+                              "variable.")
+
+    monkeypatch.setattr(ray, "init", none_here)
+    assert _sweep_on(tmp_path, "auto") == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert ("no Ray cluster answers at --address auto (no Ray instance runs on this machine); "
+            "give the GCS address") in err, err
+    assert "refused" not in err
+
+
 def test_a_cluster_that_refuses_the_driver_exits_2_in_one_sentence(
         tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """ray.init's ConnectionError (another auth token here) is a sentence, not a traceback, and

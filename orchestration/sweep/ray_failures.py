@@ -22,8 +22,9 @@ def bound_connect() -> None:
 
 
 def unreachable(address: str) -> str | None:
-    """Why nothing answers at HOST:PORT (None: something listens there, or it is not one)."""
-    host, sep, port = address.rpartition(":")
+    """Why nothing answers at HOST:PORT or ray://HOST:PORT (None: something listens there, or
+    it is neither)."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not port.isdigit() or "://" in host or not host:
         return None
     try:
@@ -44,6 +45,8 @@ def refused(address: str, err: BaseException) -> str:
     """ray.init failed at a listening address: another token, not a GCS, a cluster that broke."""
     lines = str(err.__cause__ or err).strip().splitlines() or [type(err).__name__]
     detail = lines[-1].removeprefix("ray.exceptions.").split(". ", 1)[0].rstrip(".")
+    if detail.startswith("Could not find any running Ray instance"):  # --address auto
+        return no_cluster(address, "no Ray instance runs on this machine")
     return (f"the Ray cluster at --address {address} refused this driver or did not answer "
             f"({detail}); check the address and, for a cluster with token authentication, run with "
             "RAY_AUTH_MODE=token and its token in ~/.ray/auth_token or RAY_AUTH_TOKEN")
