@@ -159,9 +159,11 @@ def own_certificate_refused(role: str, address: str, tls_dir: Path, identity: st
             "pair from the same `splitleak certs DIR --parties N`")
 
 
-def refused_server(refusal: str, role: str, address: str, flag: str) -> str:
+def refused_server(refusal: str, role: str, address: str, flag: str,
+                   tls_dir: Path | None = None) -> str:
     """One sentence for a TLS handshake (`tls_refusal`) that refused the server at `address`,
-    dialled as this run's `role` (given by `flag`): its actual reason when gRPC's words show it."""
+    dialled as this run's `role` (given by `flag`; this party's identities in `tls_dir`): its
+    actual reason when gRPC's words show it, naming the CA file it was checked against."""
     lower = refusal.lower()
     if "wrong_version_number" in lower:  # a TLS client hello answered in plaintext
         return (f"the {role} at {address} speaks plaintext, this party was started with TLS: "
@@ -169,8 +171,13 @@ def refused_server(refusal: str, role: str, address: str, flag: str) -> str:
     if "expired" in lower or "not yet valid" in lower:
         return (f"the {role} at {address} presents a TLS certificate outside its validity "
                 f"window ({refusal}): {tls.REMAKE}")
-    return (f"the server at {address} is not this run's {role}: its TLS certificate was "
-            f"refused ({refusal}); check {flag} and that every party has this run's ca.pem")
+    ca = tls_dir / "ca.pem" if tls_dir is not None else "this run's ca.pem"
+    if "hostname verification" in lower:  # signed by our CA, issued to another role
+        return (f"the server at {address} is not this run's {role}: its TLS certificate, signed "
+                f"by {ca}, is another role's ({refusal}); check {flag} (the {role}'s address)")
+    return (f"the server at {address} is not this run's {role}: its TLS certificate is not "
+            f"signed by {ca} ({refusal}); check {flag}, and that every host has ca.pem and its "
+            "own pair from the same `splitleak certs DIR --parties N`")
 
 
 def run_async(main: Coroutine[Any, Any, T]) -> T:
