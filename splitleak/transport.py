@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import socket
 from collections.abc import Coroutine
@@ -90,15 +91,28 @@ def why_not_listening(address: str) -> str | None:
     host = host.removeprefix("[").removesuffix("]")  # [::1] -> ::1
     try:
         found = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        family = found[0][0]  # an IPv6-only name too
-        with socket.create_server((host, int(port)), family=family):
-            return None
+        if host in ("0.0.0.0", "::"):  # gRPC's wildcard needs IPv4's port (IPv6's may be taken)
+            _try_listen("0.0.0.0", int(port), socket.AF_INET, host == "::")
+        else:
+            _try_listen(host, int(port), found[0][0])  # an IPv6-only name too
     except socket.gaierror as err:  # e.g. name or service not known
         return err.strerror or str(err)
     except OSError as err:  # e.g. address already in use, cannot assign requested address
         return os.strerror(err.errno) if err.errno else str(err)
     except (ValueError, OverflowError):
         return "it is not HOST:PORT with a port in 0..65535"
+    return None
+
+
+def _try_listen(host: str, port: int, family: int, in_use_only: bool = False) -> None:
+    """OSError when a socket cannot listen on (host, port); with `in_use_only`, only for a port
+    in use (a family this host lacks is no reason)."""
+    try:
+        with socket.create_server((host, port), family=family):
+            pass
+    except OSError as err:
+        if not in_use_only or err.errno == errno.EADDRINUSE:
+            raise
 
 
 def create_channel(address: str, topology: TopologyConfig, tls_dir: Path | None = None,

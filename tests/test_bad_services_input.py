@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -159,11 +160,13 @@ def test_a_port_in_use_is_told_in_one_sentence_without_grpcs_own_line(
         busy_port: int, capfd: pytest.CaptureFixture) -> None:
     """gRPC printed "E1128 ... add_port.cc:83] Failed to add port to server: ..." to fd 2
     before the sentence; the port is now checked before gRPC tries it."""
-    async def refused() -> None:
-        with pytest.raises(ListenError, match="Address already in use"):
-            bind(create_server(TopologyConfig(tls=False)), f"127.0.0.1:{busy_port}")
+    async def refused(address: str) -> None:
+        with pytest.raises(ListenError, match=f"cannot listen on {re.escape(address)}: Address "
+                                              "already in use"):
+            bind(create_server(TopologyConfig(tls=False)), address)
 
-    asyncio.run(refused())
+    for host in ("127.0.0.1", "0.0.0.0", "[::]"):  # a wildcard: gRPC listens on both families
+        asyncio.run(refused(f"{host}:{busy_port}"))
     assert "add_port" not in capfd.readouterr().err
 
 
