@@ -38,14 +38,14 @@ def _ray_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-def _sweep_on(tmp_path: Path, address: str) -> int:
+def _sweep_on(tmp_path: Path, address: str | None) -> int:
     base = write_config(tmp_path, small_config(tmp_path, training={"epochs": 1}))
     path = tmp_path / "sweep.toml"
     path.write_text(tomli_w.dumps({"sweep": {"name": "s", "base": str(base), "seeds": [1],
                                              "output_dir": str(tmp_path / "sweeps")}}))
     with pytest.raises(SystemExit) as exit_info:
         main(["sweep", str(path), "--no-progress", "--no-compare", "--engine", "ray",
-              "--address", address])
+              *(["--address", address] if address is not None else [])])
     return exit_info.value.code
 
 
@@ -75,6 +75,20 @@ def test_a_dead_ray_client_address_exits_2_naming_it_at_once(
     err = capsys.readouterr().err
     assert f"no Ray cluster answers at --address ray://127.0.0.1:{port} (" in err, err
     assert "UserWarning" not in err and not ray.is_initialized()
+
+
+def test_a_dead_ray_address_from_the_environment_is_named_as_such(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """RAY_ADDRESS with nothing there was called '--address' (none was given), and the advice
+    was to leave --address out, which changed nothing."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+    assert _sweep_on(tmp_path, None) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"no Ray cluster answers at RAY_ADDRESS 127.0.0.1:{port} (" in err, err
+    assert "unset RAY_ADDRESS" in err and not ray.is_initialized()
 
 
 def test_address_auto_without_a_running_instance_says_none_runs(

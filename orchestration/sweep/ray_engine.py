@@ -129,21 +129,22 @@ def private_auth_token() -> None:
         out.write(secrets.token_hex(32))  # what Ray itself writes: 256 random bits in hex
 
 
-def _init(address: str | None) -> None:
+def _init(address: str | None, given: str = "--address") -> None:
     """ray.init; at an address, EngineError naming it within about 20 s where no
-    cluster answers or the one there refuses this driver (Ray alone retries for minutes)."""
+    cluster answers or the one there refuses this driver (Ray alone retries for minutes);
+    `given`: where the address came from (--address, or RAY_ADDRESS), as messages name it."""
     if address is None:
         ray.init(log_to_driver=False)
         return
     if (why := unreachable(address)) is not None:
-        raise EngineError(no_cluster(address, why))
+        raise EngineError(no_cluster(address, why, given))
     tries = "RAY_gcs_server_port_wait_time_s"  # read by ray.init itself, not at import
     saved = os.environ.get(tries)
     os.environ.setdefault(tries, str(CONNECT_TRIES))
     try:
         ray.init(address=address, log_to_driver=False)
     except (ConnectionError, RuntimeError, ray.exceptions.RayError) as err:
-        raise EngineError(refused(address, err)) from None
+        raise EngineError(refused(address, err, given)) from None
     finally:
         if saved is None:
             os.environ.pop(tries, None)
@@ -195,7 +196,8 @@ class RayEngine(Engine):
             self.local = self.address is None and not os.environ.get("RAY_ADDRESS")
             if self.local:
                 private_auth_token()
-            _init(self.address or os.environ.get("RAY_ADDRESS"))
+            _init(self.address or os.environ.get("RAY_ADDRESS"),
+                  "--address" if self.address else "RAY_ADDRESS")
         nodes = [n for n in ray.nodes() if n["Alive"]]
         usable = [n for n in nodes if n["Resources"].get("CPU", 0) >= self.cpus_per_role]
         widest = max(len(_roles(p)) for p in points)

@@ -36,18 +36,21 @@ def unreachable(address: str) -> str | None:
         return err.strerror or type(err).__name__
 
 
-def no_cluster(address: str, why: str) -> str:
-    return (f"no Ray cluster answers at --address {address} ({why}); give the GCS address "
-            "(HOST:PORT) of a running cluster, or leave --address out to start one here")
+def no_cluster(address: str, why: str, given: str = "--address") -> str:
+    """Nothing answers at `address`, taken from `given` (--address, or RAY_ADDRESS)."""
+    instead = ("leave --address out" if given == "--address"
+               else "unset RAY_ADDRESS (and give no --address)")
+    return (f"no Ray cluster answers at {given} {address} ({why}); give the GCS address "
+            f"(HOST:PORT) of a running cluster, or {instead} to start one here")
 
 
-def refused(address: str, err: BaseException) -> str:
+def refused(address: str, err: BaseException, given: str = "--address") -> str:
     """ray.init failed at a listening address: another token, not a GCS, a cluster that broke."""
     lines = str(err.__cause__ or err).strip().splitlines() or [type(err).__name__]
     detail = lines[-1].removeprefix("ray.exceptions.").split(". ", 1)[0].rstrip(".")
     if detail.startswith("Could not find any running Ray instance"):  # --address auto
-        return no_cluster(address, "no Ray instance runs on this machine")
-    return (f"the Ray cluster at --address {address} refused this driver or did not answer "
+        return no_cluster(address, "no Ray instance runs on this machine", given)
+    return (f"the Ray cluster at {given} {address} refused this driver or did not answer "
             f"({detail}); check the address and, for a cluster with token authentication, run with "
             "RAY_AUTH_MODE=token and its token in ~/.ray/auth_token or RAY_AUTH_TOKEN")
 
