@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -121,7 +122,8 @@ def test_a_cluster_that_refuses_the_driver_exits_2_in_one_sentence(
         raise ConnectionError(f"Failed to connect to Ray cluster at {kwargs['address']}") from cause
 
     monkeypatch.setattr(ray, "init", refuse)
-    with socket.socket() as gcs:  # something listens at the address
+    monkeypatch.setattr("orchestration.sweep.ray_engine._not_a_gcs", lambda address: None)
+    with socket.socket() as gcs:  # something listens at the address, answering as a GCS
         gcs.bind(("127.0.0.1", 0))
         gcs.listen()
         address = f"127.0.0.1:{gcs.getsockname()[1]}"
@@ -132,6 +134,38 @@ def test_a_cluster_that_refuses_the_driver_exits_2_in_one_sentence(
             "(AuthenticationError: RPC error: InvalidAuthToken: Authentication token is missing or "
             "incorrect); check the address") in " ".join(err.split()), err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("speaks", ["nothing", "HTTP"])
+def test_an_address_where_no_ray_cluster_answers_is_told_without_rays_own_lines(
+        speaks: str, tmp_path: Path, capfd: pytest.CaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A port that accepts but is no GCS (a dashboard's, say): ray.init printed Ray's C++
+    warnings ('[... W ...] rpc_client.h:153: Failed to connect to GCS at address ... within 5
+    seconds', three of them) for 15 s, then said the cluster 'refused this driver'."""
+    def no_init(**kwargs: object) -> None:
+        raise AssertionError("ray.init was called")
+
+    monkeypatch.setattr(ray, "init", no_init)
+    with socket.socket() as port:
+        port.bind(("127.0.0.1", 0))
+        port.listen()
+        address = f"127.0.0.1:{port.getsockname()[1]}"
+        if speaks == "HTTP":
+            def answer() -> None:
+                connection, _ = port.accept()
+                with connection:
+                    connection.recv(1024)
+                    connection.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+
+            threading.Thread(target=answer, daemon=True).start()
+        started = time.monotonic()
+        assert _sweep_on(tmp_path, address) == 2
+    assert time.monotonic() - started < 15
+    err = " ".join(capfd.readouterr().err.split())
+    assert (f"something listens at --address {address}, but it does not answer as a Ray cluster"
+            in err), err
+    assert "GCS address" in err and "rpc_client" not in err and "refused" not in err
 
 
 def test_a_dead_actor_is_named_as_its_role_with_its_node_pid_and_rays_reason() -> None:

@@ -21,7 +21,9 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+import grpc
 import ray
+from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 from ray.exceptions import RayActorError
 from ray.util.placement_group import (
     PlacementGroup,
@@ -49,7 +51,15 @@ from orchestration.sweep.engine import (
     write_result,
 )
 from orchestration.sweep.points import Point
-from orchestration.sweep.ray_failures import CONNECT_TRIES, died, no_cluster, refused, unreachable
+from orchestration.sweep.ray_failures import (
+    CONNECT_TIMEOUT_S,
+    CONNECT_TRIES,
+    died,
+    no_cluster,
+    not_a_gcs,
+    refused,
+    unreachable,
+)
 from orchestration.sweep.roles import RoleHost, receive
 from splitleak import tls
 from splitleak.artifacts.outcome import read_outcome
@@ -138,6 +148,8 @@ def _init(address: str | None, given: str = "--address") -> None:
         return
     if (why := unreachable(address)) is not None:
         raise EngineError(no_cluster(address, why, given))
+    if (why := _not_a_gcs(address)) is not None:
+        raise EngineError(not_a_gcs(address, why, given))
     tries = "RAY_gcs_server_port_wait_time_s"  # read by ray.init itself, not at import
     saved = os.environ.get(tries)
     os.environ.setdefault(tries, str(CONNECT_TRIES))
@@ -148,6 +160,24 @@ def _init(address: str | None, given: str = "--address") -> None:
     finally:
         if saved is None:
             os.environ.pop(tries, None)
+
+
+def _not_a_gcs(address: str) -> str | None:
+    """Why what listens at HOST:PORT is no Ray GCS, in one gRPC call of at most
+    CONNECT_TIMEOUT_S (None: it answers as one, or refuses this driver, as ray.init then says).
+    Without it ray.init printed Ray's own C++ warnings of a GCS that never answers."""
+    if address == "auto" or "://" in address or os.environ.get("RAY_USE_TLS", "0") not in ("", "0"):
+        return None  # Ray Client, found on this machine, or a GCS over TLS: ray.init's to reach
+    with grpc.insecure_channel(address) as channel:
+        try:
+            gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetClusterId(
+                gcs_service_pb2.GetClusterIdRequest(),  # type: ignore[attr-defined]
+                timeout=CONNECT_TIMEOUT_S)
+        except grpc.RpcError as err:
+            if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                              grpc.StatusCode.UNIMPLEMENTED):
+                return f"{err.code().name}: {err.details()}"
+    return None
 
 
 def _names(point: Point) -> dict[str, str]:

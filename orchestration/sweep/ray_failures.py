@@ -44,6 +44,13 @@ def no_cluster(address: str, why: str, given: str = "--address") -> str:
             f"(HOST:PORT) of a running cluster, or {instead} to start one here")
 
 
+def not_a_gcs(address: str, why: str, given: str = "--address") -> str:
+    """Something listens at `address`, but no Ray GCS answers there (a dashboard's port, say)."""
+    return (f"something listens at {given} {address}, but it does not answer as a Ray cluster "
+            f"({why}); give the head node's GCS address (HOST:PORT, 6379 unless `ray start "
+            "--head --port` said otherwise), or ray://HOST:PORT for a Ray Client server")
+
+
 def refused(address: str, err: BaseException, given: str = "--address") -> str:
     """ray.init failed at a listening address: another token, not a GCS, a cluster that broke."""
     lines = str(err.__cause__ or err).strip().splitlines() or [type(err).__name__]
