@@ -156,6 +156,17 @@ def test_a_port_in_use_is_bad_input_to_the_label_party_and_the_sidecar(
     assert code == 2 and f"cannot listen on {listen}: Address already in use" in text, text
 
 
+def test_a_port_in_use_is_worded_by_the_relay_as_by_the_roles(
+        busy_port: int, capsys: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture) -> None:
+    """It said "[Errno 98] error while attempting to bind on address ('127.0.0.1', P): address
+    already in use", asyncio's words, where the roles say "Address already in use"."""
+    listen = f"127.0.0.1:{busy_port}"
+    code, text = run_main(splitleak_main, ["relay", "--listen", listen, "--to", "127.0.0.1:1"],
+                          capsys, caplog)
+    assert code == 2 and f"relay: cannot listen on {listen}: Address already in use" in text, text
+    assert "Errno" not in text, text
+
+
 def test_a_port_in_use_is_told_in_one_sentence_without_grpcs_own_line(
         busy_port: int, capfd: pytest.CaptureFixture) -> None:
     """gRPC printed "E1128 ... add_port.cc:83] Failed to add port to server: ..." to fd 2
