@@ -63,6 +63,21 @@ def test_a_dead_address_exits_2_naming_it_at_once(tmp_path: Path, capsys: pytest
     assert "Traceback" not in err and not ray.is_initialized()
 
 
+def test_output_dir_and_shared_dir_together_are_refused(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    """--shared-dir silently won: the sweep went to SHARED/<name>, not to --output-dir."""
+    base = write_config(tmp_path, small_config(tmp_path, training={"epochs": 1}))
+    path = tmp_path / "sweep.toml"
+    path.write_text(tomli_w.dumps({"sweep": {"name": "s", "base": str(base), "seeds": [1]}}))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", str(path), "--no-progress", "--engine", "ray", "--shared-dir",
+              str(tmp_path / "shared"), "--output-dir", str(tmp_path / "out")])
+    err = " ".join(capsys.readouterr().err.split())
+    assert exit_info.value.code == 2 and "both say where the sweep goes" in err, err
+    assert not (tmp_path / "shared").exists() and not (tmp_path / "out").exists()
+    assert not ray.is_initialized()
+
+
 def test_a_dead_ray_client_address_exits_2_naming_it_at_once(
         tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """ray://HOST:PORT with nothing there waited ~35 s for Ray's client, printed its INFO line

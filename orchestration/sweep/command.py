@@ -114,6 +114,10 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> SweepRun:
     except SweepError as err:
         raise BadInput(str(err)) from None
     engine = build_engine(args)
+    if args.shared_dir is not None and args.output_dir is not None:  # one would be ignored
+        raise BadInput(f"--output-dir {args.output_dir} and --shared-dir {args.shared_dir} both "
+                       "say where the sweep goes (with --shared-dir: SHARED_DIR/<sweep.name>, "
+                       "which every node mounts): drop one")
     output_dir = args.shared_dir or args.output_dir or sweep.sweep.output_dir
     sweep_dir = Path(output_dir).resolve() / sweep.sweep.name if args.shared_dir else (
         Path(output_dir) / sweep.sweep.name)
