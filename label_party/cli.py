@@ -32,7 +32,7 @@ from splitleak.config import ExperimentConfig
 from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
 from splitleak.tls import LABEL_PARTY
-from splitleak.transport import ListenError, run_async
+from splitleak.transport import ListenError, check_listen, run_async
 
 log = logging.getLogger("label_party")
 
@@ -59,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
     check_addresses(args)
     cfg = checked_config_or_exit(args.config or RunDir(args.resume).config, role_log=log)
     tls_dir = tls_dir_or_exit(cfg, args.tls_dir, LABEL_PARTY)
+    listen = args.listen or cfg.topology.label_party_address
+    try:
+        check_listen(listen)  # now, not after the data has loaded
+    except ListenError as err:
+        raise BadInput(f"label party: {err}") from None
     manifest: Manifest | None = None
     if args.resume is not None:
         run = RunDir(args.resume)
@@ -71,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         run = prepare_run_dir(cfg, args.run_dir)
     try:
         with serving(run):
-            return run_async(serve(cfg, run, args.listen or cfg.topology.label_party_address,
+            return run_async(serve(cfg, run, listen,
                                    args.port_file, tls_dir, args.resume is not None, manifest,
                                    args.attacker))
     except RunInUse as err:

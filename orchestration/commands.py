@@ -21,6 +21,7 @@ from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
 from splitleak.filekind import not_a_file
 from splitleak.placement import cores
+from splitleak.transport import why_not_listening
 
 
 def default_variants(cfg: ExperimentConfig) -> list[tuple[str, ExperimentConfig]]:
@@ -47,6 +48,8 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
         raise BadInput("[network] sets an emulated wide-area link, which an --in-process run has "
                        "no network to shape (its parties call each other in one process): drop "
                        "--in-process to measure it, or drop the [network] table")
+    if not args.in_process:
+        check_label_party_address(cfg)
     if args.output_dir is not None:
         cfg = cfg.model_copy(update={"run": cfg.run.model_copy(update={"output_dir": args.output_dir})})
     variants = default_variants(cfg) if args.config is None and not args.single else [
@@ -72,6 +75,15 @@ def cmd_run(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def check_label_party_address(cfg: ExperimentConfig) -> None:
+    """A fixed topology.label_party_address this host cannot listen on is refused before any
+    role starts (the label party would say so only after its imports and its data)."""
+    address = cfg.topology.label_party_address
+    if not address.endswith(":0") and (why := why_not_listening(address)) is not None:
+        raise BadInput(f"topology.label_party_address = {address!r}: the label party cannot "
+                       f"listen there ({why}); free that port, or use port 0 (any free port)")
+
+
 def resume_run(args: argparse.Namespace, console: Console) -> int:
     """`splitleak run [CONFIG] --resume RUN_DIR`: finish an interrupted run."""
     run = RunDir(args.resume)
@@ -94,6 +106,7 @@ def resume_run(args: argparse.Namespace, console: Console) -> int:
     problem = missing_log(run.root, manifest)  # this command's sidecar logs into the run
     if problem is not None:
         raise BadInput(f"--resume: {problem}")
+    check_label_party_address(cfg)
     at = f"step {manifest.step} ({manifest.reason} checkpoint)" if manifest else "step 0 (no checkpoint)"
     console.print(f"[bold]{cfg.run.name}[/]: resuming {run.root} at {at}")
     outcome = _distributed(cfg, run, args, console, resume=True)

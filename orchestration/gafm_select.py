@@ -217,15 +217,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run_cli(args: argparse.Namespace) -> int:
     from orchestration.sweep.command import build_engine
-    from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, config_or_exit
+    from splitleak.cli_common import (
+        EXIT_BAD_INPUT,
+        EXIT_FAILED,
+        EXIT_INTERRUPTED,
+        BadInput,
+        config_or_exit,
+    )
     from splitleak.validation import validate
 
     cfg = config_or_exit(args.config)
+    output_dir = args.output_dir
+    if args.shared_dir is not None:  # the roles write the trials in place: on the shared mount
+        if output_dir is not None:
+            raise BadInput(f"--output-dir {output_dir} and --shared-dir {args.shared_dir} both "
+                           "say where the trials go (with --shared-dir: SHARED_DIR/gafm_select, "
+                           "which every node mounts): drop one")
+        output_dir = args.shared_dir.resolve()
     try:
         validate(cfg)
         selection = select_delta(cfg, deltas=args.deltas, fraction=args.fraction,
                                  repeats=args.repeats, attacks=args.attacks,
-                                 output_dir=args.output_dir, engine=build_engine(args),
+                                 output_dir=output_dir, engine=build_engine(args),
                                  console=Console(stderr=True))
     except ConfigError as err:
         print(f"invalid config {args.config}: {err}", file=sys.stderr)

@@ -37,7 +37,7 @@ from splitleak.cli_common import (
 )
 from splitleak.config import ConfigError, NetworkConfig, format_validation_error, load_config
 from splitleak.fileio import write_atomically
-from splitleak.transport import run_async
+from splitleak.transport import run_async, why_not_listening
 from splitleak.wire import RefusalLog
 
 log = logging.getLogger("relay")
@@ -290,8 +290,9 @@ def cmd_relay(args: argparse.Namespace) -> int:
     except PortFileError as err:
         log.error("relay: %s", err)
         return EXIT_BAD_INPUT
-    except OSError as err:
-        log.error("relay: cannot listen on %s: %s", args.listen, err)
+    except OSError as err:  # the operating system's reason, as the roles word it
+        log.error("relay: cannot listen on %s: %s", args.listen,
+                  why_not_listening(args.listen) or err)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         log.warning("relay: stopped by Ctrl-C (%s)", relay.carried())

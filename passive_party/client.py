@@ -294,7 +294,7 @@ async def _join(stub: pb_grpc.LabelPartyStub, cfg: ExperimentConfig, bottom: Bot
             refusal = tls_refusal(err)
             if refusal is not None:
                 raise PartyError(refused_server(refusal, "label party", address,
-                                                "--label-party")) from None
+                                                "--label-party", tls_dir)) from None
             closed = closed + 1 if closed_unanswered(err) else 0
             if closed >= CLOSED_IN_A_ROW:  # with TLS: the label party refused our certificate
                 raise PartyError(plaintext_against_tls("label party", address) if tls_dir is None

@@ -110,7 +110,8 @@ class Tap:
             except grpc.aio.AioRpcError as err:
                 refusal = tls_refusal(err)
                 if refusal is not None:
-                    return refused_server(refusal, SIDECAR, self.address, "--attacker")
+                    return refused_server(refusal, SIDECAR, self.address, "--attacker",
+                                          self.tls_dir)
                 closed = closed + 1 if closed_unanswered(err) else 0
                 if closed >= CLOSED_IN_A_ROW:  # a TLS sidecar closed every connection
                     return (plaintext_against_tls(SIDECAR, self.address) if self.tls_dir is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import socket
 from collections.abc import Coroutine
@@ -63,7 +64,8 @@ class ListenError(OSError):
 def bind(server: grpc.aio.Server, address: str, tls_dir: Path | None = None,
          identity: str = "") -> int:
     """Listen on `address` (port 0 = any free port), with mutual TLS as `identity` when
-    `tls_dir` is given; returns the bound port."""
+    `tls_dir` is given; returns the bound port. ListenError names the address and why not."""
+    check_listen(address)  # before gRPC, which prints its own lines to stderr when it cannot
     credentials = tls.server_credentials(tls_dir, identity) if tls_dir is not None else None
     try:
         port = (server.add_secure_port(address, credentials) if credentials is not None
@@ -71,25 +73,46 @@ def bind(server: grpc.aio.Server, address: str, tls_dir: Path | None = None,
     except RuntimeError:  # grpc's "Failed to bind to address", without the reason
         port = 0
     if port == 0:
-        raise ListenError(f"cannot listen on {address}: {why_not_listening(address)}")
+        raise ListenError(f"cannot listen on {address}: "
+                          f"{why_not_listening(address) or 'gRPC could not bind it'}")
     return port
 
 
-def why_not_listening(address: str) -> str:
-    """The operating system's reason a server cannot listen on `address` (gRPC gives none)."""
+def check_listen(address: str) -> None:
+    """ListenError naming `address` and the operating system's reason when this process cannot
+    listen there (a port in use, an address not this host's), found without gRPC."""
+    if (why := why_not_listening(address)) is not None:
+        raise ListenError(f"cannot listen on {address}: {why}")
+
+
+def why_not_listening(address: str) -> str | None:
+    """The operating system's reason a server cannot listen on `address` (None: it can)."""
     host, _, port = address.rpartition(":")
     host = host.removeprefix("[").removesuffix("]")  # [::1] -> ::1
     try:
-        socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        with socket.create_server((host, int(port)), family=family):
-            return "gRPC could not bind it"
+        found = socket.getaddrinfo(host, int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        if host in ("0.0.0.0", "::"):  # gRPC's wildcard needs IPv4's port (IPv6's may be taken)
+            _try_listen("0.0.0.0", int(port), socket.AF_INET, host == "::")
+        else:
+            _try_listen(host, int(port), found[0][0])  # an IPv6-only name too
     except socket.gaierror as err:  # e.g. name or service not known
         return err.strerror or str(err)
     except OSError as err:  # e.g. address already in use, cannot assign requested address
         return os.strerror(err.errno) if err.errno else str(err)
     except (ValueError, OverflowError):
         return "it is not HOST:PORT with a port in 0..65535"
+    return None
+
+
+def _try_listen(host: str, port: int, family: int, in_use_only: bool = False) -> None:
+    """OSError when a socket cannot listen on (host, port); with `in_use_only`, only for a port
+    in use (a family this host lacks is no reason)."""
+    try:
+        with socket.create_server((host, port), family=family):
+            pass
+    except OSError as err:
+        if not in_use_only or err.errno == errno.EADDRINUSE:
+            raise
 
 
 def create_channel(address: str, topology: TopologyConfig, tls_dir: Path | None = None,
@@ -150,9 +173,11 @@ def own_certificate_refused(role: str, address: str, tls_dir: Path, identity: st
             "pair from the same `splitleak certs DIR --parties N`")
 
 
-def refused_server(refusal: str, role: str, address: str, flag: str) -> str:
+def refused_server(refusal: str, role: str, address: str, flag: str,
+                   tls_dir: Path | None = None) -> str:
     """One sentence for a TLS handshake (`tls_refusal`) that refused the server at `address`,
-    dialled as this run's `role` (given by `flag`): its actual reason when gRPC's words show it."""
+    dialled as this run's `role` (given by `flag`; this party's identities in `tls_dir`): its
+    actual reason when gRPC's words show it, naming the CA file it was checked against."""
     lower = refusal.lower()
     if "wrong_version_number" in lower:  # a TLS client hello answered in plaintext
         return (f"the {role} at {address} speaks plaintext, this party was started with TLS: "
@@ -160,8 +185,13 @@ def refused_server(refusal: str, role: str, address: str, flag: str) -> str:
     if "expired" in lower or "not yet valid" in lower:
         return (f"the {role} at {address} presents a TLS certificate outside its validity "
                 f"window ({refusal}): {tls.REMAKE}")
-    return (f"the server at {address} is not this run's {role}: its TLS certificate was "
-            f"refused ({refusal}); check {flag} and that every party has this run's ca.pem")
+    ca = tls_dir / "ca.pem" if tls_dir is not None else "this run's ca.pem"
+    if "hostname verification" in lower:  # signed by our CA, issued to another role
+        return (f"the server at {address} is not this run's {role}: its TLS certificate, signed "
+                f"by {ca}, is another role's ({refusal}); check {flag} (the {role}'s address)")
+    return (f"the server at {address} is not this run's {role}: its TLS certificate is not "
+            f"signed by {ca} ({refusal}); check {flag}, and that every host has ca.pem and its "
+            "own pair from the same `splitleak certs DIR --parties N`")
 
 
 def run_async(main: Coroutine[Any, Any, T]) -> T:

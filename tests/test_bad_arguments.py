@@ -125,6 +125,8 @@ def test_bench_refuses_bad_options(paths: dict[str, str], args: list[str], needl
     (["--repeats", "0"], "argument --repeats: 0 is outside 1..1000"),
     (["--deltas", "0.1", "0.2", "0.10"], "argument --deltas: 0.1 given more than once"),
     (["--engine", "ray", "--address", "x"], "argument --address: 'x' is not HOST:PORT"),
+    (["--engine", "ray", "--shared-dir", "{dir}", "--output-dir", "{dir}"],
+     "both say where the trials go"),
 ])
 def test_gafm_select_refuses_bad_options(tmp_path: Path, paths: dict[str, str], args: list[str],
                                          needle: str, capsys: pytest.CaptureFixture) -> None:
@@ -132,6 +134,29 @@ def test_gafm_select_refuses_bad_options(tmp_path: Path, paths: dict[str, str], 
     argv = [str(config), *(a.format(**paths) for a in args)]
     assert_refused(gafm_select_main, argv, needle.format(**paths), capsys)
     assert_refused(splitleak_main, ["gafm-select", *argv], needle.format(**paths), capsys)
+
+
+def test_gafm_select_puts_its_trials_in_the_shared_dir(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """--shared-dir D left the trials in a temporary directory of the driver (the Ray roles
+    write in place: on another node, not on the mount every node shares), D unused."""
+    from orchestration import gafm_select
+
+    given = {}
+
+    def select(cfg, **kwargs):
+        given.update(kwargs)
+        raise KeyboardInterrupt  # enough: where the trials would go is known
+
+    monkeypatch.setattr(gafm_select, "select_delta", select)
+    monkeypatch.setattr("orchestration.sweep.command.build_engine", lambda args: None)
+    config = write_config(tmp_path, small_config(
+        tmp_path, objective={"name": "gafm"}, model={"kind": "mlp", "layers": [16], "cut_layer": 1,
+                                                     "top": "none", "aggregation": "sum"}))
+    (tmp_path / "shared").mkdir()
+    assert gafm_select_main([str(config), "--engine", "ray", "--shared-dir",
+                             str(tmp_path / "shared")]) == 130
+    assert given["output_dir"] == (tmp_path / "shared").resolve()
 
 
 @pytest.mark.parametrize(("args", "needle"), [

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import re
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -153,6 +154,57 @@ def test_a_port_in_use_is_bad_input_to_the_label_party_and_the_sidecar(
     code, text = run_main(attacker_main, ["serve", "--listen", listen, "--out",
                                           str(tmp_path / "out")], capsys)
     assert code == 2 and f"cannot listen on {listen}: Address already in use" in text, text
+
+
+def test_a_port_in_use_is_worded_by_the_relay_as_by_the_roles(
+        busy_port: int, capsys: pytest.CaptureFixture, caplog: pytest.LogCaptureFixture) -> None:
+    """It said "[Errno 98] error while attempting to bind on address ('127.0.0.1', P): address
+    already in use", asyncio's words, where the roles say "Address already in use"."""
+    listen = f"127.0.0.1:{busy_port}"
+    code, text = run_main(splitleak_main, ["relay", "--listen", listen, "--to", "127.0.0.1:1"],
+                          capsys, caplog)
+    assert code == 2 and f"relay: cannot listen on {listen}: Address already in use" in text, text
+    assert "Errno" not in text, text
+
+
+def test_a_port_in_use_is_told_in_one_sentence_without_grpcs_own_line(
+        busy_port: int, capfd: pytest.CaptureFixture) -> None:
+    """gRPC printed "E1128 ... add_port.cc:83] Failed to add port to server: ..." to fd 2
+    before the sentence; the port is now checked before gRPC tries it."""
+    async def refused(address: str) -> None:
+        with pytest.raises(ListenError, match=f"cannot listen on {re.escape(address)}: Address "
+                                              "already in use"):
+            bind(create_server(TopologyConfig(tls=False)), address)
+
+    for host in ("127.0.0.1", "0.0.0.0", "[::]"):  # a wildcard: gRPC listens on both families
+        asyncio.run(refused(f"{host}:{busy_port}"))
+    assert "add_port" not in capfd.readouterr().err
+
+
+def test_the_label_party_refuses_a_port_in_use_before_its_data_and_run_directory(
+        busy_port: int, tmp_path: Path, config: Path, capsys: pytest.CaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """It loaded its data (minutes for a large file) and made the run directory first."""
+    def no_data(*_: object) -> None:
+        raise AssertionError("the data was loaded")
+
+    monkeypatch.setattr("label_party.server.load_label_party_data", no_data)
+    listen = f"127.0.0.1:{busy_port}"
+    code, text = run_main(label_party_main, ["serve", "--config", str(config), "--listen", listen,
+                                             "--run-dir", str(tmp_path / "run")], capsys)
+    assert code == 2 and f"cannot listen on {listen}: Address already in use" in text, text
+    assert not (tmp_path / "run").exists()
+
+
+def test_splitleak_run_refuses_a_fixed_label_party_address_in_use_before_starting(
+        busy_port: int, tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """It started every role and said so ~20 s later, after the label party's imports."""
+    address = f"127.0.0.1:{busy_port}"
+    config = write_config(tmp_path, small_config(tmp_path, topology={"label_party_address": address}))
+    code, text = run_main(splitleak_main, ["run", str(config), "--no-progress"], capsys)
+    assert code == 2, text
+    assert f"topology.label_party_address = '{address}'" in text and "Address already in use" in text
+    assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.parametrize("address", ["127.0.0.1:99999", "127.0.0.1:0"])

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -38,14 +39,14 @@ def _ray_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
-def _sweep_on(tmp_path: Path, address: str) -> int:
+def _sweep_on(tmp_path: Path, address: str | None) -> int:
     base = write_config(tmp_path, small_config(tmp_path, training={"epochs": 1}))
     path = tmp_path / "sweep.toml"
     path.write_text(tomli_w.dumps({"sweep": {"name": "s", "base": str(base), "seeds": [1],
                                              "output_dir": str(tmp_path / "sweeps")}}))
     with pytest.raises(SystemExit) as exit_info:
         main(["sweep", str(path), "--no-progress", "--no-compare", "--engine", "ray",
-              "--address", address])
+              *(["--address", address] if address is not None else [])])
     return exit_info.value.code
 
 
@@ -62,6 +63,66 @@ def test_a_dead_address_exits_2_naming_it_at_once(tmp_path: Path, capsys: pytest
     assert "Traceback" not in err and not ray.is_initialized()
 
 
+def test_output_dir_and_shared_dir_together_are_refused(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture) -> None:
+    """--shared-dir silently won: the sweep went to SHARED/<name>, not to --output-dir."""
+    base = write_config(tmp_path, small_config(tmp_path, training={"epochs": 1}))
+    path = tmp_path / "sweep.toml"
+    path.write_text(tomli_w.dumps({"sweep": {"name": "s", "base": str(base), "seeds": [1]}}))
+    with pytest.raises(SystemExit) as exit_info:
+        main(["sweep", str(path), "--no-progress", "--engine", "ray", "--shared-dir",
+              str(tmp_path / "shared"), "--output-dir", str(tmp_path / "out")])
+    err = " ".join(capsys.readouterr().err.split())
+    assert exit_info.value.code == 2 and "both say where the sweep goes" in err, err
+    assert not (tmp_path / "shared").exists() and not (tmp_path / "out").exists()
+    assert not ray.is_initialized()
+
+
+def test_a_dead_ray_client_address_exits_2_naming_it_at_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """ray://HOST:PORT with nothing there waited ~35 s for Ray's client, printed its INFO line
+    and UserWarning, then said the cluster 'refused this driver or did not answer'."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    started = time.monotonic()
+    assert _sweep_on(tmp_path, f"ray://127.0.0.1:{port}") == 2
+    assert time.monotonic() - started < 15
+    err = capsys.readouterr().err
+    assert f"no Ray cluster answers at --address ray://127.0.0.1:{port} (" in err, err
+    assert "UserWarning" not in err and not ray.is_initialized()
+
+
+def test_a_dead_ray_address_from_the_environment_is_named_as_such(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """RAY_ADDRESS with nothing there was called '--address' (none was given), and the advice
+    was to leave --address out, which changed nothing."""
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
+    assert _sweep_on(tmp_path, None) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"no Ray cluster answers at RAY_ADDRESS 127.0.0.1:{port} (" in err, err
+    assert "unset RAY_ADDRESS" in err and not ray.is_initialized()
+
+
+def test_address_auto_without_a_running_instance_says_none_runs(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It said the cluster at auto 'refused this driver or did not answer' and told of tokens."""
+    def none_here(**kwargs: object) -> None:
+        raise ConnectionError("Could not find any running Ray instance. Please specify the one to "
+                              "connect to by setting `--address` flag or `RAY_ADDRESS` environment "
+                              "variable.")
+
+    monkeypatch.setattr(ray, "init", none_here)
+    assert _sweep_on(tmp_path, "auto") == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert ("no Ray cluster answers at --address auto (no Ray instance runs on this machine); "
+            "give the GCS address") in err, err
+    assert "refused" not in err
+
+
 def test_a_cluster_that_refuses_the_driver_exits_2_in_one_sentence(
         tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """ray.init's ConnectionError (another auth token here) is a sentence, not a traceback, and
@@ -76,7 +137,8 @@ def test_a_cluster_that_refuses_the_driver_exits_2_in_one_sentence(
         raise ConnectionError(f"Failed to connect to Ray cluster at {kwargs['address']}") from cause
 
     monkeypatch.setattr(ray, "init", refuse)
-    with socket.socket() as gcs:  # something listens at the address
+    monkeypatch.setattr("orchestration.sweep.ray_engine._not_a_gcs", lambda address: None)
+    with socket.socket() as gcs:  # something listens at the address, answering as a GCS
         gcs.bind(("127.0.0.1", 0))
         gcs.listen()
         address = f"127.0.0.1:{gcs.getsockname()[1]}"
@@ -87,6 +149,38 @@ def test_a_cluster_that_refuses_the_driver_exits_2_in_one_sentence(
             "(AuthenticationError: RPC error: InvalidAuthToken: Authentication token is missing or "
             "incorrect); check the address") in " ".join(err.split()), err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("speaks", ["nothing", "HTTP"])
+def test_an_address_where_no_ray_cluster_answers_is_told_without_rays_own_lines(
+        speaks: str, tmp_path: Path, capfd: pytest.CaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A port that accepts but is no GCS (a dashboard's, say): ray.init printed Ray's C++
+    warnings ('[... W ...] rpc_client.h:153: Failed to connect to GCS at address ... within 5
+    seconds', three of them) for 15 s, then said the cluster 'refused this driver'."""
+    def no_init(**kwargs: object) -> None:
+        raise AssertionError("ray.init was called")
+
+    monkeypatch.setattr(ray, "init", no_init)
+    with socket.socket() as port:
+        port.bind(("127.0.0.1", 0))
+        port.listen()
+        address = f"127.0.0.1:{port.getsockname()[1]}"
+        if speaks == "HTTP":
+            def answer() -> None:
+                connection, _ = port.accept()
+                with connection:
+                    connection.recv(1024)
+                    connection.sendall(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+
+            threading.Thread(target=answer, daemon=True).start()
+        started = time.monotonic()
+        assert _sweep_on(tmp_path, address) == 2
+    assert time.monotonic() - started < 15
+    err = " ".join(capfd.readouterr().err.split())
+    assert (f"something listens at --address {address}, but it does not answer as a Ray cluster"
+            in err), err
+    assert "GCS address" in err and "rpc_client" not in err and "refused" not in err
 
 
 def test_a_dead_actor_is_named_as_its_role_with_its_node_pid_and_rays_reason() -> None:

@@ -156,6 +156,18 @@ def test_a_tap_dialling_another_role_fails_at_once(certs: Path) -> None:
     assert "--attacker" in message, message
 
 
+def test_a_tap_dialling_another_runs_sidecar_names_the_ca_it_checked(certs: Path,
+                                                                     tmp_path: Path) -> None:
+    """A sidecar of another `splitleak certs`: the tap said 'its TLS certificate was refused
+    (... certificate signature failure ...)' and 'this run's ca.pem', not which file."""
+    others = tmp_path / "others"
+    tls.generate(others, tls.identities(1))
+    seconds, message = _tap_against(certs, others, tls.ATTACKER)
+    assert seconds < scaled(15), (seconds, message)
+    assert f"its TLS certificate is not signed by {certs / 'ca.pem'}" in message, message
+    assert "--attacker" in message and "splitleak certs" in message, message
+
+
 def test_a_plaintext_tap_names_a_tls_sidecar_at_once(certs: Path) -> None:
     """A party started with topology.tls = false tapping a TLS sidecar: it waited the join
     deadline, then said 'attacker sidecar ... is not reachable'."""

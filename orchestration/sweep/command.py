@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from orchestration.commands import check_label_party_address
 from orchestration.stopping import EXIT_TERMINATED, Terminated, sigterm_interrupts, stopped_by
 from orchestration.sweep.arguments import MAX_CPUS_PER_ROLE
 from orchestration.sweep.engine import Engine, EngineError
@@ -70,6 +71,8 @@ def check_ports(points: Sequence[Point], engine: Engine) -> None:
         raise BadInput(f"topology.label_party_address = {fixed[0]!r} is a fixed port, but --jobs "
                        f"{engine.jobs} runs points at the same time: use port 0 (any free port) or "
                        "--jobs 1")
+    if fixed and engine.name == "local":
+        check_label_party_address(points[0].config)  # every point's, the one fixed address
 
 
 def check_network(points: Sequence[Point], engine: Engine) -> None:
@@ -111,6 +114,10 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> SweepRun:
     except SweepError as err:
         raise BadInput(str(err)) from None
     engine = build_engine(args)
+    if args.shared_dir is not None and args.output_dir is not None:  # one would be ignored
+        raise BadInput(f"--output-dir {args.output_dir} and --shared-dir {args.shared_dir} both "
+                       "say where the sweep goes (with --shared-dir: SHARED_DIR/<sweep.name>, "
+                       "which every node mounts): drop one")
     output_dir = args.shared_dir or args.output_dir or sweep.sweep.output_dir
     sweep_dir = Path(output_dir).resolve() / sweep.sweep.name if args.shared_dir else (
         Path(output_dir) / sweep.sweep.name)

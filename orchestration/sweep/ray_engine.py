@@ -21,7 +21,9 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
+import grpc
 import ray
+from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 from ray.exceptions import RayActorError
 from ray.util.placement_group import (
     PlacementGroup,
@@ -49,7 +51,15 @@ from orchestration.sweep.engine import (
     write_result,
 )
 from orchestration.sweep.points import Point
-from orchestration.sweep.ray_failures import CONNECT_TRIES, died, no_cluster, refused, unreachable
+from orchestration.sweep.ray_failures import (
+    CONNECT_TIMEOUT_S,
+    CONNECT_TRIES,
+    died,
+    no_cluster,
+    not_a_gcs,
+    refused,
+    unreachable,
+)
 from orchestration.sweep.roles import RoleHost, receive
 from splitleak import tls
 from splitleak.artifacts.outcome import read_outcome
@@ -129,24 +139,45 @@ def private_auth_token() -> None:
         out.write(secrets.token_hex(32))  # what Ray itself writes: 256 random bits in hex
 
 
-def _init(address: str | None) -> None:
+def _init(address: str | None, given: str = "--address") -> None:
     """ray.init; at an address, EngineError naming it within about 20 s where no
-    cluster answers or the one there refuses this driver (Ray alone retries for minutes)."""
+    cluster answers or the one there refuses this driver (Ray alone retries for minutes);
+    `given`: where the address came from (--address, or RAY_ADDRESS), as messages name it."""
     if address is None:
         ray.init(log_to_driver=False)
         return
     if (why := unreachable(address)) is not None:
-        raise EngineError(no_cluster(address, why))
+        raise EngineError(no_cluster(address, why, given))
+    if (why := _not_a_gcs(address)) is not None:
+        raise EngineError(not_a_gcs(address, why, given))
     tries = "RAY_gcs_server_port_wait_time_s"  # read by ray.init itself, not at import
     saved = os.environ.get(tries)
     os.environ.setdefault(tries, str(CONNECT_TRIES))
     try:
         ray.init(address=address, log_to_driver=False)
     except (ConnectionError, RuntimeError, ray.exceptions.RayError) as err:
-        raise EngineError(refused(address, err)) from None
+        raise EngineError(refused(address, err, given)) from None
     finally:
         if saved is None:
             os.environ.pop(tries, None)
+
+
+def _not_a_gcs(address: str) -> str | None:
+    """Why what listens at HOST:PORT is no Ray GCS, in one gRPC call of at most
+    CONNECT_TIMEOUT_S (None: it answers as one, or refuses this driver, as ray.init then says).
+    Without it ray.init printed Ray's own C++ warnings of a GCS that never answers."""
+    if address == "auto" or "://" in address or os.environ.get("RAY_USE_TLS", "0") not in ("", "0"):
+        return None  # Ray Client, found on this machine, or a GCS over TLS: ray.init's to reach
+    with grpc.insecure_channel(address) as channel:
+        try:
+            gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetClusterId(
+                gcs_service_pb2.GetClusterIdRequest(),  # type: ignore[attr-defined]
+                timeout=CONNECT_TIMEOUT_S)
+        except grpc.RpcError as err:
+            if err.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
+                              grpc.StatusCode.UNIMPLEMENTED):
+                return f"{err.code().name}: {err.details()}"
+    return None
 
 
 def _names(point: Point) -> dict[str, str]:
@@ -195,7 +226,8 @@ class RayEngine(Engine):
             self.local = self.address is None and not os.environ.get("RAY_ADDRESS")
             if self.local:
                 private_auth_token()
-            _init(self.address or os.environ.get("RAY_ADDRESS"))
+            _init(self.address or os.environ.get("RAY_ADDRESS"),
+                  "--address" if self.address else "RAY_ADDRESS")
         nodes = [n for n in ray.nodes() if n["Alive"]]
         usable = [n for n in nodes if n["Resources"].get("CPU", 0) >= self.cpus_per_role]
         widest = max(len(_roles(p)) for p in points)

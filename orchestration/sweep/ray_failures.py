@@ -22,8 +22,9 @@ def bound_connect() -> None:
 
 
 def unreachable(address: str) -> str | None:
-    """Why nothing answers at HOST:PORT (None: something listens there, or it is not one)."""
-    host, sep, port = address.rpartition(":")
+    """Why nothing answers at HOST:PORT or ray://HOST:PORT (None: something listens there, or
+    it is neither)."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
     if not sep or not port.isdigit() or "://" in host or not host:
         return None
     try:
@@ -35,16 +36,28 @@ def unreachable(address: str) -> str | None:
         return err.strerror or type(err).__name__
 
 
-def no_cluster(address: str, why: str) -> str:
-    return (f"no Ray cluster answers at --address {address} ({why}); give the GCS address "
-            "(HOST:PORT) of a running cluster, or leave --address out to start one here")
+def no_cluster(address: str, why: str, given: str = "--address") -> str:
+    """Nothing answers at `address`, taken from `given` (--address, or RAY_ADDRESS)."""
+    instead = ("leave --address out" if given == "--address"
+               else "unset RAY_ADDRESS (and give no --address)")
+    return (f"no Ray cluster answers at {given} {address} ({why}); give the GCS address "
+            f"(HOST:PORT) of a running cluster, or {instead} to start one here")
 
 
-def refused(address: str, err: BaseException) -> str:
+def not_a_gcs(address: str, why: str, given: str = "--address") -> str:
+    """Something listens at `address`, but no Ray GCS answers there (a dashboard's port, say)."""
+    return (f"something listens at {given} {address}, but it does not answer as a Ray cluster "
+            f"({why}); give the head node's GCS address (HOST:PORT, 6379 unless `ray start "
+            "--head --port` said otherwise), or ray://HOST:PORT for a Ray Client server")
+
+
+def refused(address: str, err: BaseException, given: str = "--address") -> str:
     """ray.init failed at a listening address: another token, not a GCS, a cluster that broke."""
     lines = str(err.__cause__ or err).strip().splitlines() or [type(err).__name__]
     detail = lines[-1].removeprefix("ray.exceptions.").split(". ", 1)[0].rstrip(".")
-    return (f"the Ray cluster at --address {address} refused this driver or did not answer "
+    if detail.startswith("Could not find any running Ray instance"):  # --address auto
+        return no_cluster(address, "no Ray instance runs on this machine", given)
+    return (f"the Ray cluster at {given} {address} refused this driver or did not answer "
             f"({detail}); check the address and, for a cluster with token authentication, run with "
             "RAY_AUTH_MODE=token and its token in ~/.ray/auth_token or RAY_AUTH_TOKEN")
 
