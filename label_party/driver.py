@@ -12,6 +12,7 @@ import torch
 from label_party.schedule import Batch, Phase
 from label_party.trainer import LabelPartyTrainer
 from splitleak.checkpoint import Position
+from splitleak.heap import freeze_start_up
 from splitleak.timing import StepTimer, timed
 
 
@@ -79,6 +80,7 @@ async def drive(trainer: LabelPartyTrainer, batches: Iterable[Batch], exchange: 
     decoding) and `compute` (the label's step up to its cut gradients)."""
     timer = timer or StepTimer()
     progress = progress or Progress()
+    freeze_start_up()
     started = time.monotonic()
     pending: dict[int, torch.Tensor] | None = None
     pending_batch: Batch | None = None

@@ -37,6 +37,7 @@ from splitleak.config import PROTOCOL_VERSION, ConfigError, ExperimentConfig, Wi
 from splitleak.data_files import data_changes, data_digests, data_files, describe
 from splitleak.datasets import build_dataset
 from splitleak.fileio import describe_os_error
+from splitleak.heap import freeze_start_up
 from splitleak.inputs import load_party_inputs
 from splitleak.integrity import VARIANTS
 from splitleak.partition import passive_columns
@@ -353,6 +354,7 @@ class StepLoop:
         ended = EndStatus(call)
         if self.stop is not None:
             self.stop.training = True
+        freeze_start_up()
         try:
             while True:
                 began = time.perf_counter()

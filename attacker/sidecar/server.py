@@ -17,6 +17,7 @@ from splitleak.artifacts.paths import RunDir
 from splitleak.cli_common import EXIT_INTERRUPTED
 from splitleak.config import ExperimentConfig, TopologyConfig
 from splitleak.fileio import write_atomically
+from splitleak.heap import freeze_start_up
 from splitleak.timing import mark_startup, write_cpu
 from splitleak.tls import ATTACKER
 from splitleak.transport import ListenError, bind, create_server
@@ -78,6 +79,7 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
         raise ServeError(str(err)) from None
     await server.start()
     mark_startup("serving")
+    freeze_start_up()  # its imports out of the collections while it records
     for name in ("", SERVICE_NAME):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     host = listen.rsplit(":", 1)[0]
