@@ -233,6 +233,7 @@ def test_a_run_in_use_is_not_resumed_a_second_time(tmp_path: Path, straight_and_
         os.close(holder)
     text = " ".join(text.split())
     assert code == 2 and "is in use by another splitleak process (pid 4242)" in text, text
+    assert f"resuming {run.root}" not in text, text  # said only once the run is held
     assert not (run.root / "pids.json").exists()  # no party was started
 
 
