@@ -97,7 +97,9 @@ def resume_run(args: argparse.Namespace, console: Console) -> int:
         raise BadInput(f"--resume: {run.root} is not a run directory (it has no config.toml)")
     cfg = checked_config_or_exit(args.config or run.config)
     try:
-        manifest = resume_point(run.root, cfg, every_party=True)  # all in this run directory
+        # all in this run directory; why newer checkpoints are passed over is said under the
+        # run's lock, with the step it resumes at (a resume refused as in use says neither)
+        manifest = resume_point(run.root, cfg, every_party=True, warn=False)
     except CheckpointError as err:
         unanalysed = (read_outcome(run).get("status") == "ok" and analysable(cfg)
                       and not run.leak_summary.exists())  # stopped between training and analysis
