@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 from rich import box
 from rich.console import Console
@@ -14,7 +15,7 @@ from splitleak.arguments import output_dir_problem
 from splitleak.artifacts.outcome import read_outcome
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.rundir import create_run_dir
-from splitleak.checkpoint import CheckpointError, latest, missing_log, resume_point
+from splitleak.checkpoint import CheckpointError, Manifest, latest, missing_log, resume_point
 from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, BadInput, checked_config_or_exit
 from splitleak.config import ExperimentConfig, PluginSpec
 from splitleak.datasets import DatasetError
@@ -96,7 +97,9 @@ def resume_run(args: argparse.Namespace, console: Console) -> int:
         raise BadInput(f"--resume: {run.root} is not a run directory (it has no config.toml)")
     cfg = checked_config_or_exit(args.config or run.config)
     try:
-        manifest = resume_point(run.root, cfg, every_party=True)  # all in this run directory
+        # all in this run directory; why newer checkpoints are passed over is said under the
+        # run's lock, with the step it resumes at (a resume refused as in use says neither)
+        manifest = resume_point(run.root, cfg, every_party=True, warn=False)
     except CheckpointError as err:
         unanalysed = (read_outcome(run).get("status") == "ok" and analysable(cfg)
                       and not run.leak_summary.exists())  # stopped between training and analysis
@@ -107,9 +110,13 @@ def resume_run(args: argparse.Namespace, console: Console) -> int:
     if problem is not None:
         raise BadInput(f"--resume: {problem}")
     check_label_party_address(cfg)
-    at = f"step {manifest.step} ({manifest.reason} checkpoint)" if manifest else "step 0 (no checkpoint)"
-    console.print(f"[bold]{cfg.run.name}[/]: resuming {run.root} at {at}")
-    outcome = _distributed(cfg, run, args, console, resume=True)
+
+    def resuming(manifest: Manifest | None) -> None:
+        at = (f"step {manifest.step} ({manifest.reason} checkpoint)" if manifest
+              else "step 0 (no checkpoint)")
+        console.print(f"[bold]{cfg.run.name}[/]: resuming {run.root} at {at}")
+
+    outcome = _distributed(cfg, run, args, console, resume=True, resuming=resuming)
     print_summary(console, outcome)
     if analysable(cfg):
         _analyse_trained(outcome, console)
@@ -150,10 +157,11 @@ def train_one(cfg: ExperimentConfig, args: argparse.Namespace, console: Console,
 
 
 def _distributed(cfg: ExperimentConfig, run: RunDir, args: argparse.Namespace, console: Console,
-                 resume: bool = False) -> RunOutcome:
+                 resume: bool = False,
+                 resuming: Callable[[Manifest | None], None] | None = None) -> RunOutcome:
     try:
         with RunProgress(f"{cfg.run.name}", console, enabled=not args.no_progress) as progress:
-            return run_distributed(cfg, run, progress, resume=resume)
+            return run_distributed(cfg, run, progress, resume=resume, resuming=resuming)
     except RunFailed as err:
         console.print(f"[bold red]run failed:[/] {err}")
         console.print(f"logs: {run.logs}")

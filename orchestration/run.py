@@ -7,7 +7,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestration.launch import RELAY, address_files, launch_plan
 from orchestration.processes import Child, spawn, stop_all, stop_one
@@ -23,6 +23,9 @@ from splitleak.artifacts.timing import read_timing_file
 from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED
 from splitleak.config import ExperimentConfig
 from splitleak.fileio import write_atomically
+
+if TYPE_CHECKING:
+    from splitleak.checkpoint import Manifest
 
 # After the first process fails, the others get this long to end on their own (the label
 # party names the party that broke the run in its outcome); then every process is stopped.
@@ -59,24 +62,26 @@ class RunOutcome:
 
 def run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | None = None,
                     poll: float = 0.1, route: Callable[[str], str] | None = None,
-                    resume: bool = False) -> RunOutcome:
+                    resume: bool = False,
+                    resuming: Callable[[Manifest | None], None] | None = None) -> RunOutcome:
     """Start every role of the launch plan at once; wait for all; raise RunFailed (RunInUse
     when another process runs or resumes `run`). `route`: the parties reach the label party
     at route(its address) instead. `resume`: continue the run in `run` from its newest
-    complete checkpoint."""
+    complete checkpoint; `resuming` is told which (None: step 0) once the run is held."""
     with exclusive(run):
-        return _run_distributed(cfg, run, progress, poll, route, resume)
+        return _run_distributed(cfg, run, progress, poll, route, resume, resuming)
 
 
 def _run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress | None,
-                     poll: float, route: Callable[[str], str] | None, resume: bool) -> RunOutcome:
+                     poll: float, route: Callable[[str], str] | None, resume: bool,
+                     resuming: Callable[[Manifest | None], None] | None = None) -> RunOutcome:
     started = time.monotonic()
     launched = time.time()
     children: list[Child] = []
     for stale in address_files(cfg, run):  # a resumed run's old addresses
         stale.unlink(missing_ok=True)
     if resume:
-        _cut_metrics_back(cfg, run)
+        _cut_metrics_back(cfg, run, resuming)
         run.outcome.unlink(missing_ok=True)  # the attempt before's: never this one's reason
     failure: RunFailed | None = None
     try:
@@ -109,11 +114,13 @@ def _run_distributed(cfg: ExperimentConfig, run: RunDir, progress: RunProgress |
     return collect_outcome(run, "distributed", time.monotonic() - started, launched)
 
 
-def _cut_metrics_back(cfg: ExperimentConfig, run: RunDir) -> None:
+def _cut_metrics_back(cfg: ExperimentConfig, run: RunDir,
+                      resuming: Callable[[Manifest | None], None] | None = None) -> None:
     """Cut the metrics back to the resumed checkpoint before any role starts, as the label
     party will: the progress tail then never reads a line the label party cuts. Every party
     keeps its checkpoints in this run directory, so one a party's file is gone from is passed
-    over, and removed with any newer one, so that the label party resumes from the same one."""
+    over, and removed with any newer one, so that the label party resumes from the same one.
+    `resuming` is told the checkpoint (this is where a resume is first sure of it)."""
     from splitleak.checkpoint import CheckpointError, discard_after, resume_point
 
     try:
@@ -123,6 +130,8 @@ def _cut_metrics_back(cfg: ExperimentConfig, run: RunDir) -> None:
     if manifest is not None:  # under the run's lock: no other process writes a checkpoint now
         discard_after(run.root, manifest.position)
     truncate_records(run.metrics, manifest.metrics_records if manifest else 0)
+    if resuming is not None:
+        resuming(manifest)
 
 
 def _interrupt(children: list[Child], timeout: float) -> None:

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from splitleak.config import ExperimentConfig
+from splitleak.fileio import naming
 from splitleak.seeding import rng
 
 SCHEMA_FIELDS = [("party_id", pa.int32()), ("epoch", pa.int32()), ("step", pa.int64()),
@@ -61,16 +62,17 @@ class CleanAnchorWriter:
                    pa.FixedSizeListArray.from_arrays(pa.array(gradients.reshape(-1)),
                                                      gradients.shape[1])]
         batch = pa.RecordBatch.from_arrays(columns, schema=self._schema(gradients.shape[1]))
-        if self._writer is None or self._sink is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._sink = pa.OSFile(str(self.path), "wb")
-            self._writer = pa.ipc.new_stream(self._sink, batch.schema)
-            self._width = gradients.shape[1]
-        elif gradients.shape[1] != self._width:
+        if self._writer is not None and gradients.shape[1] != self._width:
             raise ValueError(f"party {party_id} step {step}: clean gradient width "
                              f"{gradients.shape[1]} differs from the anchors written so far")
-        self._writer.write_batch(batch)
-        self._sink.flush()
+        with naming(self.path):  # pyarrow's errors name no file (e.g. a full disk)
+            if self._writer is None or self._sink is None:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._sink = pa.OSFile(str(self.path), "wb")
+                self._writer = pa.ipc.new_stream(self._sink, batch.schema)
+                self._width = gradients.shape[1]
+            self._writer.write_batch(batch)
+            self._sink.flush()
 
     def keep_before(self, step: int) -> None:
         """Keep only the records of train steps before `step` (a resumed run redoes the rest,
@@ -89,12 +91,13 @@ class CleanAnchorWriter:
             self.path.unlink(missing_ok=True)
             return
         tmp = self.path.with_name(self.path.name + ".tmp")
-        self._sink = pa.OSFile(str(tmp), "wb")
-        self._writer = pa.ipc.new_stream(self._sink, kept[0].schema)
-        for batch in kept:
-            self._writer.write_batch(batch)
-        self._sink.flush()
-        os.replace(tmp, self.path)
+        with naming(self.path):
+            self._sink = pa.OSFile(str(tmp), "wb")
+            self._writer = pa.ipc.new_stream(self._sink, kept[0].schema)
+            for batch in kept:
+                self._writer.write_batch(batch)
+            self._sink.flush()
+            os.replace(tmp, self.path)
         self._width = kept[0].schema.field("gradient").type.list_size
 
     @staticmethod
@@ -103,9 +106,10 @@ class CleanAnchorWriter:
 
     def close(self) -> None:
         if self._writer is not None and self._sink is not None:
-            self._writer.close()
-            self._sink.close()
-            self._writer = self._sink = None
+            writer, sink, self._writer, self._sink = self._writer, self._sink, None, None
+            with naming(self.path):
+                writer.close()
+                sink.close()
 
 
 @dataclass(frozen=True)

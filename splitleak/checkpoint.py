@@ -162,11 +162,11 @@ def missing_log(run_root: Path, manifest: Manifest | None) -> str | None:
             "again from step 0)")
 
 
-def resumable(run_root: Path, every_party: bool = False) -> Manifest | None:
+def resumable(run_root: Path, every_party: bool = False, warn: bool = True) -> Manifest | None:
     """The newest complete checkpoint whose files are whole and whose gradient log records the
     sidecar still holds (None: there is none, resume at step 0); an older one when the newest
     is torn, its manifest unreadable or the log short of it (the reason two are kept), or,
-    with `every_party` (check_files), a party's file gone from it.
+    with `every_party` (check_files), a party's file gone from it, which `warn` logs.
     CheckpointError when there are checkpoints but none is whole."""
     unusable: list[str] = []
     for position, directory in reversed(_step_dirs(run_root)):
@@ -180,7 +180,7 @@ def resumable(run_root: Path, every_party: bool = False) -> Manifest | None:
             problem = (check_files(run_root, manifest, every_party)
                        or check_log(run_root, manifest))
         if problem is None:
-            if unusable:
+            if unusable and warn:
                 log.warning("resuming from the checkpoint of step %d: %s", manifest.step,
                             "; ".join(unusable))
             return manifest
@@ -248,7 +248,8 @@ def config_conflicts(reference: dict[str, Any], cfg: ExperimentConfig) -> list[s
 
 
 def resume_point(run_root: Path, cfg: ExperimentConfig, data: bool = True,
-                 trained: bool = False, every_party: bool = False) -> Manifest | None:
+                 trained: bool = False, every_party: bool = False,
+                 warn: bool = True) -> Manifest | None:
     """The checkpoint a resume of `run_root` with `cfg` starts from (None: step 0), after
     checking that `cfg` is the config the run was started with and, with `data`, that it names
     the data files the checkpoint's run trained on (DataChanged: not). `trained`: a run whose
@@ -256,7 +257,9 @@ def resume_point(run_root: Path, cfg: ExperimentConfig, data: bool = True,
     processes were collected). `every_party`: every party keeps its checkpoints in `run_root`
     (`splitleak run`, a sweep point), so one whose party file is gone is passed over too; the
     caller then discards the checkpoints after the one returned (discard_after, holding the
-    run's lock) before the label party, which cannot tell, starts."""
+    run's lock) before the label party, which cannot tell, starts. `warn`: log why newer
+    checkpoints are passed over (off for a check before the run's lock is held, which the
+    resume itself repeats)."""
     config = RunDir(run_root).config
     if not config.is_file():
         raise CheckpointError(f"{run_root} is not a run directory (it has no {config.name})")
@@ -268,7 +271,7 @@ def resume_point(run_root: Path, cfg: ExperimentConfig, data: bool = True,
         raise CheckpointError(f"{run_root} finished ({RunDir(run_root).outcome.relative_to(run_root)} says "
                               "ok); "
                               "there is nothing to resume")
-    manifest = resumable(run_root, every_party)
+    manifest = resumable(run_root, every_party, warn)
     if manifest is not None:
         reference = manifest.config
     else:

@@ -319,7 +319,9 @@ class AttackerConfig(Settings):
     enabled: bool = True
     record_first_layer: bool = True  # also the gradient at the party's first layer
     record_activation: bool = False  # also the activation the party sent
-    queue_size: int = Field(64, gt=0, le=MAX_QUEUE)  # records in flight before the tap applies backpressure
+    # records in flight before the tap applies backpressure; `splitleak validate` checks they
+    # fit 4096 MiB
+    queue_size: int = Field(64, gt=0, le=MAX_QUEUE)
     on_sidecar_failure: Literal["fail", "continue"] = "fail"  # continue: record the gap
     # empty: every default attack for the run's task and the threat model's run-level attacks;
     # a named list is exactly what runs (validate warns of the run-level ones it leaves out)

@@ -6,7 +6,8 @@ import errno
 import hashlib
 import os
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ def write_atomically(path: Path, write: Callable[[Path], Any], mode: int | None 
         tmp.unlink(missing_ok=True)
         if err.filename == str(tmp):  # the file the caller asked for, not this one
             err.filename = str(path)
+        name_file(err, path)
         raise
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -71,6 +73,27 @@ def sha256_file(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def name_file(err: OSError, path: Path) -> OSError:
+    """`err`, naming `path` where it names no file, as pyarrow's writers' errors do not
+    ("Error writing bytes to file. Detail: [errno 28] No space left on device"): then in the
+    system's words for its errno."""
+    if not err.filename:
+        err.filename = str(path)
+        if err.errno:
+            err.strerror = os.strerror(err.errno)
+    return err
+
+
+@contextmanager
+def naming(path: Path) -> Iterator[None]:
+    """Writes to `path` within: an OSError raised names it (name_file)."""
+    try:
+        yield
+    except OSError as err:
+        name_file(err, path)
+        raise
 
 
 def describe_os_error(err: OSError) -> str:

@@ -35,6 +35,9 @@ from splitleak.white_box import own_columns
 
 # Protobuf framing and the small fields of a message, on top of its tensors' bytes.
 MESSAGE_OVERHEAD = 16 << 10
+# What a tap may hold in memory while its sidecar is slow (attacker.queue_size records): the
+# default queue (64) of records as large as the default topology.max_message_mb (64) allows.
+MAX_TAP_QUEUE_MB = 4096
 
 
 @dataclass(frozen=True)
@@ -275,7 +278,8 @@ def check_message_sizes(cfg: ExperimentConfig,
     gradients plus the next batch's ids down, and the tap's records to the sidecar."""
     limit = cfg.topology.max_message_mb << 20
     rows = cfg.training.batch_size
-    observed = set(cfg.tapped_parties)
+    observed, received = set(cfg.tapped_parties), set(cfg.received_parties)
+    queues: list[tuple[int, str, int]] = []  # (party, which side taps it, one record's bytes)
     for k, (shape, first) in sorted(bottoms.items()):
         activation = rows * math.prod(shape) * 4
         sizes = {"activation": activation, "cut gradient": activation + rows * 8}
@@ -284,6 +288,9 @@ def check_message_sizes(cfg: ExperimentConfig,
             record += activation if cfg.attacker.record_activation else 0
             record += rows * math.prod(first) * 4 if cfg.attacker.record_first_layer else 0
             sizes["gradient record to the sidecar"] = record
+            queues.append((k, "passive party", record))
+        if k in received:  # the label party's tap: the activation it received, and the ids
+            queues.append((k, "label party", activation + rows * 8))
         what, size = max(sizes.items(), key=lambda item: item[1])
         if size + MESSAGE_OVERHEAD > limit:
             needed = math.ceil((size + MESSAGE_OVERHEAD) / (1 << 20))
@@ -291,6 +298,23 @@ def check_message_sizes(cfg: ExperimentConfig,
                 f"topology.max_message_mb = {cfg.topology.max_message_mb}: passive party {k}'s "
                 f"{what} for a batch of {rows} rows takes {size / (1 << 20):.1f} MiB; raise "
                 f"max_message_mb to at least {needed} or lower training.batch_size")
+    for k, side, record in queues:
+        check_tap_queue(cfg, k, side, record)
+
+
+def check_tap_queue(cfg: ExperimentConfig, k: int, side: str, record: int) -> None:
+    """A tap holds up to attacker.queue_size records while its sidecar is slow: at most
+    MAX_TAP_QUEUE_MB of memory in the tapping party, whatever the batch."""
+    held = cfg.attacker.queue_size * record
+    if held > MAX_TAP_QUEUE_MB << 20:
+        largest = max(1, (MAX_TAP_QUEUE_MB << 20) // record)
+        raise ConfigError(
+            f"attacker.queue_size = {cfg.attacker.queue_size}: the {side}'s tap of passive party "
+            f"{k} would hold up to {held / (1 << 20):.0f} MiB ({cfg.attacker.queue_size} records "
+            f"of {record / (1 << 20):.1f} MiB for a batch of training.batch_size = "
+            f"{cfg.training.batch_size} rows) while the sidecar is slow; at most "
+            f"{MAX_TAP_QUEUE_MB} MiB: lower attacker.queue_size to at most {largest} or lower "
+            "training.batch_size")
 
 
 def check_link_time(cfg: ExperimentConfig,

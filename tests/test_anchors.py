@@ -308,3 +308,28 @@ def test_an_oracle_never_scored_for_want_of_anchors_is_not_applicable_despite_a_
     assert _premise(rows.slice(1)) == MISSING_ANCHOR
     scored = pa.table({"skip_kind": ["premise", None], "skip_reason": [f"premise: {MISSING_ANCHOR}", None]})
     assert _premise(scored) is None
+
+
+def test_a_full_disk_names_the_anchor_file(tmp_path: Path) -> None:
+    """The label party, its disk full, said "cannot write: Error writing bytes to file. Detail:
+    [errno 28] No space left on device": pyarrow names no file. Now the file and the full disk
+    are named, for the anchors and for a pyarrow file written atomically."""
+    from splitleak.fileio import describe_os_error, write_atomically
+    from tests.test_cli_refusals import full_directory
+
+    cfg = parse_config(small_config(tmp_path))
+    with full_directory(tmp_path) as full:
+        path = full / "clean_anchors.arrows"
+        writer = CleanAnchorWriter(path, cfg, [1])
+        labels = np.ones(64, dtype=np.int64)
+        with pytest.raises(OSError) as caught:
+            for step in range(1000):  # the stream's first bytes may fit a page the filler left
+                writer.record(1, 0, step, np.arange(64), labels, np.ones((64, 256), np.float32))
+        said = describe_os_error(caught.value)
+        assert said == (f"cannot write {path}: No space left on device (the disk or the "
+                        "file-size limit is full)"), said
+        table = pa.table({"x": np.zeros(1 << 16)})
+        with pytest.raises(OSError) as caught:
+            write_atomically(full / "labels.parquet", lambda tmp: pq.write_table(table, tmp))
+        said = describe_os_error(caught.value)
+        assert said.startswith(f"cannot write {full / 'labels.parquet'}: No space left"), said

@@ -233,7 +233,32 @@ def test_a_run_in_use_is_not_resumed_a_second_time(tmp_path: Path, straight_and_
         os.close(holder)
     text = " ".join(text.split())
     assert code == 2 and "is in use by another splitleak process (pid 4242)" in text, text
+    assert f"resuming {run.root}" not in text, text  # said only once the run is held
     assert not (run.root / "pids.json").exists()  # no party was started
+
+
+def test_a_fallback_to_an_older_checkpoint_is_said_once(
+        tmp_path: Path, straight_and_interrupted, capsys: pytest.CaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The newest checkpoint torn: why it is passed over was logged twice (the resume point was
+    found before the run's lock and again under it); now once, then the step it resumes at."""
+    from orchestration.run import RunFailed
+
+    cfg, _, interrupted = straight_and_interrupted
+    run = _torn_copy(tmp_path, interrupted, ["passive_party_1.pt"])
+    older, _ = complete_manifests(run.root)
+
+    def no_roles(*args, **kwargs):  # stop the run where its roles would start
+        raise RunFailed("stopped by the test")
+
+    monkeypatch.setattr("orchestration.run.launch_plan", no_roles)
+    code, text = exit_code_and_text(splitleak_main, ["run", "--resume", str(run.root),
+                                                     "--no-progress"], capsys)
+    text = " ".join(text.split())
+    assert code == 1 and "stopped by the test" in text, text
+    assert text.count("is unusable") == 1, text
+    assert f"resuming from the checkpoint of step {older.step}" in text, text
+    assert f"resuming {run.root} at step {older.step} (" in text, text
 
 
 def test_a_run_made_with_output_dir_resumes_with_its_own_experiment_file(

@@ -381,3 +381,16 @@ def test_the_speed_sections_blank_kib_is_explained(tmp_path: Path) -> None:
     speed = report.split("## Speed", 1)[1].split("##", 1)[0]
     assert "| float32 | " in speed and " | – | " in speed
     assert "– where the runs record no bytes: a run trained in-process" in speed
+
+
+def test_the_network_of_an_in_process_run_is_in_process(tmp_path: Path) -> None:
+    """A run trained in-process (summary.json's mode) uses no network: the speed tables said
+    LAN for it; they now say in-process, and LAN still for a distributed run."""
+    none, marvell = _runs(tmp_path, wire={"dtype": "float16"})  # two wires: the speed table too
+    for run, mode in ((none, "in-process"), (marvell, "distributed")):
+        RunDir(run).summary.write_text(json.dumps({"run_id": run.name, "mode": mode,
+                                                   "seconds": 1.0, "train_steps": 1}))
+    _, printed, report = _compare(tmp_path, none, marvell)
+    speed = report.split("## Speed", 1)[1].split("##", 1)[0]
+    assert "| in-process | float16 |" in speed and "| LAN | float32 |" in speed, speed
+    assert "in-process" in printed.split("speed (mean over seeds)", 1)[1], printed

@@ -113,6 +113,19 @@ def test_validate_refuses_messages_that_cannot_fit(tmp_path: Path) -> None:
         check_core(cfg)
 
 
+def test_validate_bounds_the_tap_queue_memory(tmp_path: Path) -> None:
+    """attacker.queue_size records of a full batch each: a slow sidecar could make the tapping
+    party hold them all; refused naming both fields, the memory and the largest queue allowed."""
+    big = small_config(tmp_path, model={"kind": "mlp", "layers": [4096, 8], "cut_layer": 1},
+                       training={"batch_size": 512}, topology={"max_message_mb": 64},
+                       attacker={"queue_size": 65_536})
+    with pytest.raises(ConfigError, match=r"attacker.queue_size = 65536: .* training.batch_size = "
+                                          r"512 .* at most 4096 MiB: lower attacker.queue_size "
+                                          r"to at most \d+"):
+        check_core(parse_config(big))
+    check_core(parse_config(small_config(tmp_path, attacker={"queue_size": 65_536})))  # tiny
+
+
 # --- item 4: the passive party keeps the real reason ----------------------------------------
 
 

@@ -103,7 +103,15 @@ def test_spread_point_runs_each_role_on_its_own_node_with_the_local_numbers(clus
     local_leak = json.loads((twin.run_dir / "report" / "summary.json").read_text())
     assert ray_leak == local_leak
     assert (point.run_dir / "summary.json").exists()
-    assert json.loads((point.run_dir / "summary.json").read_text())["mode"] == "ray"
+    ray_summary = json.loads((point.run_dir / "summary.json").read_text())
+    local_summary = json.loads((twin.run_dir / "summary.json").read_text())
+    assert ray_summary["mode"] == "ray"
+    # the start-up as the local engine's summary gives it (it lacked these four)
+    assert set(ray_summary) == set(local_summary), set(local_summary) ^ set(ray_summary)
+    assert set(ray_summary["startup_s"]) == set(local_summary["startup_s"])
+    assert ray_summary["devices"] == local_summary["devices"]
+    assert 0 < ray_summary["time_to_first_step_s"] < ray_summary["seconds"]
+    assert ray_summary["launched_at"] > 0
 
 
 def _scratch() -> set[Path]:

@@ -14,6 +14,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from splitleak.fileio import naming
+
 LEAK_SCHEMA = pa.schema([
     ("party_id", pa.int32()), ("layer", pa.string()), ("epoch", pa.int32()), ("step", pa.int64()),
     ("attack", pa.string()), ("name", pa.string()), ("side_knowledge", pa.string()),
@@ -88,7 +90,9 @@ class LeakWriter:
     (the same batches as the whole list cut in chunks): never more than a chunk held."""
 
     def __init__(self, path: Path) -> None:
-        self._writer = pq.ParquetWriter(path, LEAK_SCHEMA)
+        self._path = path
+        with naming(path):  # pyarrow's errors name no file (e.g. a full disk)
+            self._writer = pq.ParquetWriter(path, LEAK_SCHEMA)
         self._chunk: list[Mapping[str, Any]] = []
 
     def add(self, rows: Iterable[Mapping[str, Any]]) -> None:
@@ -99,12 +103,14 @@ class LeakWriter:
 
     def _flush(self) -> None:
         if self._chunk:
-            self._writer.write_batch(_batch(self._chunk))
+            with naming(self._path):
+                self._writer.write_batch(_batch(self._chunk))
             self._chunk = []
 
     def close(self) -> None:
         self._flush()
-        self._writer.close()
+        with naming(self._path):
+            self._writer.close()
 
     def __enter__(self) -> LeakWriter:
         return self

@@ -204,9 +204,9 @@ def speed_table(comparison: Comparison) -> Table:
     """Per setting: its network, ms per step, seconds to the target, KiB per step."""
     body = []
     for setting in comparison.settings:
-        cfg, pace = setting.first.config, comparison.speed[setting.key]
+        pace = comparison.speed[setting.key]
         kib = pace["kib_per_step"]
-        body.append([escape(setting.label), escape(cfg.network.describe(compact=True)),
+        body.append([escape(setting.label), escape(setting.first.network(compact=True)),
                      _seconds(pace["ms_per_step_mean"], "{:.1f}"),
                      _seconds(pace["seconds_to_target_mean"], "{:.1f}"),
                      f"{kib:,.0f}" if kib is not None else "-"])

@@ -15,7 +15,12 @@ from splitleak.artifacts.metrics_log import read_metrics_log
 from splitleak.artifacts.outcome import read_outcome_or_refuse
 from splitleak.artifacts.paths import CONFIG_FILE, SWEEP_INDEX_FILE, RunDir, is_run_dir, is_sweep_dir
 from splitleak.artifacts.run_config import edited_config
-from splitleak.artifacts.summary import LeakSummary, read_leak_summary
+from splitleak.artifacts.summary import (
+    LeakSummary,
+    SummaryError,
+    read_leak_summary,
+    read_training_summary,
+)
 from splitleak.artifacts.sweep import read_index_rows
 from splitleak.config import ConfigError, ExperimentConfig, load_config
 from splitleak.pace import utility_curve
@@ -40,6 +45,7 @@ class RunResult:
     bytes_per_step: float | None = None  # both directions at the label party (outcome.json)
     analysed_with: dict[str, Any] | None = None  # `attacker analyze`'s options its config lacks
     notes: tuple[str, ...] = ()  # what to warn of: a partial run, an edited config.toml
+    mode: str | None = None  # how it trained (summary.json: distributed, in-process, ray)
 
     @property
     def seed(self) -> int:
@@ -57,6 +63,11 @@ class RunResult:
     @property
     def utility(self) -> float | None:
         return number(self.final_eval.get(self.utility_metric))
+
+    def network(self, compact: bool = False) -> str:
+        """Its [network] in words; `in-process` for a run trained in one process, whose
+        parties exchange no messages over any network."""
+        return "in-process" if self.mode == "in-process" else self.config.network.describe(compact)
 
 
 def read_run(root: Path, point: SweepPoint | None = None) -> RunResult:
@@ -85,7 +96,15 @@ def read_run(root: Path, point: SweepPoint | None = None) -> RunResult:
     return RunResult(root, config, point, num_classes, evals[-1] if evals else {},
                      leak, metrics.ms_per_step,
                      tuple(utility_curve(evals, metric)), _bytes_per_step(outcome, metrics.train_steps),
-                     _not_its_config(summary.analysed_with, config), tuple(notes))
+                     _not_its_config(summary.analysed_with, config), tuple(notes), _mode(run))
+
+
+def _mode(run: RunDir) -> str | None:
+    """How the run trained, from its summary.json (None: none, or unreadable)."""
+    try:
+        return read_training_summary(run).mode
+    except (SummaryError, OSError):
+        return None
 
 
 def _why_missing(run: RunDir) -> str | None:

@@ -47,7 +47,7 @@ def _speed_md(comparison: Comparison) -> list[str]:
     for setting in comparison.settings:
         speed = comparison.speed[setting.key]
         cfg = setting.first.config
-        body.append([setting.label, cfg.network.describe(), cfg.wire.describe(),
+        body.append([setting.label, setting.first.network(), cfg.wire.describe(),
                      ci(speed, "ms_per_step"), ci(speed, "seconds_to_target") + (
                          f" ({speed['reached']} of {speed['runs']} runs reached it)"
                          if speed["reached"] < speed["runs"] else ""),

@@ -302,12 +302,14 @@ class RayEngine(Engine):
         essential: list[str] = []
         message: str | None = None
         phases = _Phases()
+        launched: float | None = None  # wall clock: when the roles' actors were asked for
         try:
             try:
                 self._wait(group.ready(), cancel, PLACEMENT_TIMEOUT_S,
                            f"the cluster did not free {len(roles)} x {self.cpus_per_role:g} CPU for "
                            f"this point's roles within {PLACEMENT_TIMEOUT_S:g} s (other jobs hold them?)")
                 phases.mark("placement")
+                launched = time.time()  # as the local engine's launch: the start-up is after it
                 actors = self._place(point, run, roles, group, "--resume" in flags)
                 nodes = {role: ray.get(actor.where.remote()) for role, actor in actors.items()}
                 phases.mark("actors")
@@ -332,7 +334,9 @@ class RayEngine(Engine):
             self._release(actors, group)
         placed = nodes or None
         if message is None:
-            collect_outcome(run, "ray", time.monotonic() - started)
+            # the roles' timing.json came back with their files: their start-up marks and
+            # devices (a multi-node cluster's marks are on each node's clock)
+            collect_outcome(run, "ray", time.monotonic() - started, launched)
             result = self._analyse(point, run, started, placed, cancel)
             phases.mark("analysis")
         else:
