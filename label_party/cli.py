@@ -60,10 +60,6 @@ def main(argv: list[str] | None = None) -> int:
     cfg = checked_config_or_exit(args.config or RunDir(args.resume).config, role_log=log)
     tls_dir = tls_dir_or_exit(cfg, args.tls_dir, LABEL_PARTY)
     listen = args.listen or cfg.topology.label_party_address
-    try:
-        check_listen(listen)  # now, not after the data has loaded
-    except ListenError as err:
-        raise BadInput(f"label party: {err}") from None
     manifest: Manifest | None = None
     if args.resume is not None:
         run = RunDir(args.resume)
@@ -73,9 +69,15 @@ def main(argv: list[str] | None = None) -> int:
             raise BadInput(f"--resume: {err}") from None
         writable_or_exit(run.label_party)
     else:
+        try:
+            check_listen(listen)  # before a run directory is made for it
+        except ListenError as err:
+            raise BadInput(f"label party: {err}") from None
         run = prepare_run_dir(cfg, args.run_dir)
     try:
         with serving(run):
+            if args.resume is not None:  # held: a run in use is named so, not its port
+                check_listen(listen)  # before the data loads
             return run_async(serve(cfg, run, listen,
                                    args.port_file, tls_dir, args.resume is not None, manifest,
                                    args.attacker))

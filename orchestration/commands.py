@@ -109,9 +109,9 @@ def resume_run(args: argparse.Namespace, console: Console) -> int:
     problem = missing_log(run.root, manifest)  # this command's sidecar logs into the run
     if problem is not None:
         raise BadInput(f"--resume: {problem}")
-    check_label_party_address(cfg)
 
     def resuming(manifest: Manifest | None) -> None:
+        check_label_party_address(cfg)  # under the run's lock: its own live run is named so
         at = (f"step {manifest.step} ({manifest.reason} checkpoint)" if manifest
               else "step 0 (no checkpoint)")
         console.print(f"[bold]{cfg.run.name}[/]: resuming {run.root} at {at}")

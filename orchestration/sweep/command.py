@@ -71,8 +71,10 @@ def check_ports(points: Sequence[Point], engine: Engine) -> None:
         raise BadInput(f"topology.label_party_address = {fixed[0]!r} is a fixed port, but --jobs "
                        f"{engine.jobs} runs points at the same time: use port 0 (any free port) or "
                        "--jobs 1")
-    if fixed and engine.name == "local":
-        check_label_party_address(points[0].config)  # every point's, the one fixed address
+    if engine.name == "local":  # each fixed address, once; port 0 is any free port
+        for address in fixed:
+            check_label_party_address(next(p.config for p in points
+                                           if p.config.topology.label_party_address == address))
 
 
 def check_network(points: Sequence[Point], engine: Engine) -> None:
@@ -124,7 +126,6 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> SweepRun:
     if (problem := output_dir_problem(sweep_dir)) is not None:
         raise BadInput(f"cannot write the sweep directory {sweep_dir}: {problem}")
     points = sweep_points(sweep, args.file, sweep_dir)
-    check_ports(points, engine)
     check_network(points, engine)
     sweep_dir.mkdir(parents=True, exist_ok=True)
     with ExitStack() as held:
@@ -132,6 +133,7 @@ def cmd_sweep(args: argparse.Namespace, console: Console) -> SweepRun:
             held.enter_context(holding(SweepDir(sweep_dir).lock, sweep_dir, "sweeping it again"))
         except RunInUse as err:
             raise BadInput(str(err)) from None
+        check_ports(points, engine)  # held: a port in use by this sweep's own run is named so
         return _sweep(args, console, sweep, engine, sweep_dir, points)
 
 
