@@ -251,3 +251,24 @@ def test_the_spread_refusal_says_what_it_counts(one_node: list) -> None:
 
     with pytest.raises(EngineError, match=r"cluster has 1 node\(s\) with at least 1 CPU; add nodes"):
         RayEngine(spread=True)._connect(one_node)
+
+
+def test_the_gcs_probe_goes_around_an_http_proxy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe dialled through the environment's http_proxy (Ray's own gRPC does not), so a
+    live cluster behind a proxy setting was refused as 'not a Ray cluster'. A gRPC server
+    answers UNIMPLEMENTED (no GCS service) when reached directly, not the proxy's UNAVAILABLE."""
+    from concurrent import futures
+
+    import grpc
+
+    from orchestration.sweep.ray_engine import _not_a_gcs
+
+    monkeypatch.setenv("http_proxy", "http://127.0.0.1:9")
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        why = _not_a_gcs(f"127.0.0.1:{port}")
+    finally:
+        server.stop(None)
+    assert why is not None and why.startswith("UNIMPLEMENTED"), why

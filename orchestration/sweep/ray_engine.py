@@ -168,7 +168,8 @@ def _not_a_gcs(address: str) -> str | None:
     Without it ray.init printed Ray's own C++ warnings of a GCS that never answers."""
     if address == "auto" or "://" in address or os.environ.get("RAY_USE_TLS", "0") not in ("", "0"):
         return None  # Ray Client, found on this machine, or a GCS over TLS: ray.init's to reach
-    with grpc.insecure_channel(address) as channel:
+    # as Ray's own gRPC, never through an http_proxy the environment names
+    with grpc.insecure_channel(address, options=[("grpc.enable_http_proxy", 0)]) as channel:
         try:
             gcs_service_pb2_grpc.NodeInfoGcsServiceStub(channel).GetClusterId(
                 gcs_service_pb2.GetClusterIdRequest(),  # type: ignore[attr-defined]
