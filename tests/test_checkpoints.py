@@ -424,6 +424,25 @@ def test_a_party_file_gone_from_the_newest_checkpoint_resumes_from_the_older_one
     assert_same_run(straight, run, parties=2)
 
 
+def test_a_sweep_point_whose_party_file_is_gone_resumes_every_role_from_the_older_one(
+        tmp_path: Path, straight_and_interrupted) -> None:
+    """A sweep point's driver (the Ray engine with --shared-dir resumes the point itself)
+    passed over a checkpoint a party's file is gone from, but left it on disk: the label party,
+    which cannot tell, resumed from it, the party failed to load its file on every retry and
+    the driver had cut the metrics back to the older one. The driver now removes it."""
+    from orchestration.sweep.engine import resume_run_dir
+    from orchestration.sweep.points import Point
+
+    cfg, _, interrupted = straight_and_interrupted
+    run = _torn_copy(tmp_path, interrupted, [])
+    older, newest = complete_manifests(run.root)
+    (step_dir(run.root, newest.position) / "passive_party_1.pt").unlink()
+    _, flags, why = resume_run_dir(Point(0, "v", (), (), cfg, run.root))
+    assert flags == ("--resume",) and f"at step {older.step}" in (why or ""), why
+    assert complete_manifests(run.root) == [older]
+    assert resume_point(run.root, cfg) == older  # what the label party's role resumes from
+
+
 def test_a_resume_refused_by_the_lock_removes_no_checkpoint(
         tmp_path: Path, straight_and_interrupted, capsys: pytest.CaptureFixture) -> None:
     """The resume that holds the run may be writing a checkpoint (no manifest yet): a second

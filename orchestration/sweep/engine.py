@@ -104,7 +104,14 @@ def resume_run_dir(point: Point, no_checkpoints: str | None = None, data_here: b
     Also the worker's flags for it, and why so in words (None: no earlier attempt).
     ResumeRefused, with the run directory untouched, when the checkpoint is whole but its data
     files changed or its gradient log is gone (a fresh start would discard it)."""
-    from splitleak.checkpoint import CheckpointError, DataChanged, latest, missing_log, resume_point
+    from splitleak.checkpoint import (
+        CheckpointError,
+        DataChanged,
+        discard_after,
+        latest,
+        missing_log,
+        resume_point,
+    )
 
     run = RunDir(point.run_dir)
     if not run.config.is_file():
@@ -132,6 +139,9 @@ def resume_run_dir(point: Point, no_checkpoints: str | None = None, data_here: b
     run.point_result.unlink(missing_ok=True)  # the earlier attempt's, never this one's
     if trained:  # an outcome that says ok would refuse the roles' resume
         run.outcome.unlink()
+    # any newer checkpoint was passed over (a party's file gone from it): removed, so that
+    # every role, the label party on any node included, resumes from this one
+    discard_after(run.root, manifest.position)
     truncate_records(run.metrics, manifest.metrics_records)  # before anything tails them
     return run, ("--resume",), (f"resuming the point's earlier attempt at step "
                                 f"{manifest.step} ({manifest.reason} checkpoint)")
