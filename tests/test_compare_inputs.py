@@ -359,6 +359,26 @@ def test_the_terminals_c_dcs_is_report_mds(tmp_path: Path) -> None:
         assert norm["c_dcs_mean"] == both  # table.parquet's as well
 
 
+def test_a_diagnostic_layers_rows_carry_the_capability_c_dcs(tmp_path: Path) -> None:
+    """--layer first: table.parquet's row had the C-DCS over the first layer's attacks alone
+    (0.702) while the terminal and report.md gave it over the capability layers (0.739), under a
+    caption saying "over every layer measured"."""
+    none, marvell = _runs(tmp_path)
+    for run, (mean, p95) in ((none, (0.9, 0.95)), (marvell, (0.7, 0.75))):
+        path = RunDir(run).leak_summary
+        summary = json.loads(path.read_text())
+        summary["leak"].append(leak_entry("norm", mean, p95, layer="first"))
+        path.write_text(json.dumps(summary))
+    comparison, printed, _ = _compare(tmp_path, none, marvell, layer="first")
+    for setting in ("no defense", "marvell s=4"):
+        capability = next(r for r in comparison.capability
+                          if r["setting"] == setting and r["in_t_dcs"])
+        row = next(r for r in comparison.rows if r["setting"] == setting)
+        assert row["layer"] == "first" and row["c_dcs_mean"] == capability["c_dcs_mean"]
+        assert row["t_dcs_mean"] == capability["t_dcs_mean"]
+    assert "every layer measured of cut, bottom, input, output" in " ".join(printed.split())
+
+
 def test_a_colluding_groups_entry_is_not_read_as_its_first_partys(tmp_path: Path) -> None:
     """With [threat] collusion = [[1, 2]] the group's entry (party_id 1, parties [1, 2]) came
     after party 1's own, and compare's 'leak at party 1' was the group's p95 (0.641, party 1's

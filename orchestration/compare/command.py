@@ -15,7 +15,7 @@ from rich.table import Table
 from orchestration.compare.markdown import UTILITY_LABELS
 from orchestration.compare.read import RunResult, find_runs
 from orchestration.compare.report import REPORT_TITLE, write_report
-from orchestration.compare.table import Comparison, compare
+from orchestration.compare.table import CAPABILITY_LAYERS, Comparison, compare
 from orchestration.compare.verdict import MAX_UTILITY_COST
 from splitleak.arguments import output_dir_problem
 from splitleak.artifacts.paths import COMPARE_DIR, CompareDir, SweepDir, is_sweep_dir
@@ -138,7 +138,8 @@ def summary_table(comparison: Comparison, width: int = 80) -> Group:
         not r["ranked"] for r in rows) else ""
     caption = (f"{each}leak: {comparison.leak_stat} (accuracy-type attacks: accuracy; "
                f"reconstruction: SSIM or R²{counts}); * = on the Pareto frontier; C-DCS: VFLAIR's, from "
-               f"the {comparison.dcs_ap} attack performance, over every layer measured"
+               f"the {comparison.dcs_ap} attack performance, over its attacks at every layer measured "
+               f"of {', '.join(CAPABILITY_LAYERS)}"
                + (f"; not in C-DCS (diagnostics, attacks VFLAIR lacks): {escape(', '.join(left_out))}"
                   if left_out else "")
                + _blank_words([cell for cells in leak_cells for cell in cells])

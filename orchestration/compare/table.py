@@ -199,11 +199,17 @@ TYPE_SCORES = [f"{name}_{k}" for name in ("t_dcs", "c_dcs", "t_dcs_ours", "c_dcs
 
 
 def _same_type_scores(rows: list[dict[str, Any]], capability: list[dict[str, Any]]) -> None:
-    """The compared rows' T-DCS and C-DCS as the capability rows have them (over every layer
-    measured, report.md's Defense capability), not over the compared layer's attacks alone."""
+    """The compared rows' T-DCS and C-DCS as the capability rows have them (over every
+    CAPABILITY_LAYERS layer measured, report.md's Defense capability), not over the compared
+    layer's attacks alone; a row of another layer (first, activation: diagnostics of the same
+    attacks) carries its attack's, measured at the first of those layers that has it."""
     found = {(r["setting_key"], r["attack"], r["layer"]): r for r in capability}
+    for r in capability:
+        found.setdefault((r["setting_key"], r["attack"], None), r)
     for row in rows:
         same = found.get((row["setting_key"], row["attack"], row["layer"]))
+        if same is None and row["layer"] not in CAPABILITY_LAYERS:
+            same = found.get((row["setting_key"], row["attack"], None))
         if same is not None:
             row |= {name: same[name] for name in TYPE_SCORES}
 
