@@ -355,7 +355,7 @@ def test_a_learning_rate_that_overflows_is_refused_naming_it(
     """training.optimizer.lr = 1e300 validated, then every process stopped at its first update
     with a traceback ending in torch's "RuntimeError: value cannot be converted to type float
     without overflow" (weight_decay = 1e300 alike); learning rates and weight decays are now at
-    most 1e6, refused at validation naming the field."""
+    most 1e30, refused at validation naming the field."""
     assert line in refusal(tmp_path, **override)
 
 
