@@ -19,6 +19,11 @@ def main(mode: str, arg: str = "") -> int:
 
         print(f"datasets={','.join(DATASETS.names())}", flush=True)
         return 0
+    if mode == "gc":  # how many inherited objects the child's collections pass over
+        import gc
+
+        print(f"frozen={gc.get_freeze_count()}", flush=True)
+        return 0
     if mode == "exit":
         return int(arg)
     if mode == "message":
