@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from splitleak.artifacts.records import write_pids
 from splitleak.artifacts.rundir import exclusive
 from splitleak.artifacts.summary import TrainingSummary, write_training_summary
 from splitleak.artifacts.timing import read_timing_file
-from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED
+from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_PARTY_STOPPED
 from splitleak.config import ExperimentConfig
 from splitleak.fileio import write_atomically
 
@@ -233,10 +232,9 @@ def _failure(children: list[Child], run: RunDir) -> RunFailed | None:
 
 
 def _told_by_a_party(child: Child) -> bool:
-    """A sidecar that ended because a party it records said why it stopped (its last line
-    names the party and quotes it): that party's failure, even when the sidecar exits first."""
-    return child.name == "attacker sidecar" and re.search(
-        r"finished streaming: .+ stopped: ", child.last_error() or "") is not None
+    """A sidecar that ended because a party it records said why it stopped: that party's
+    failure, even when the sidecar exits first."""
+    return child.name == "attacker sidecar" and child.returncode == EXIT_PARTY_STOPPED
 
 
 def _record_failure(run: RunDir, failure: RunFailed) -> None:

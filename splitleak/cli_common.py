@@ -19,6 +19,9 @@ from splitleak.config import ConfigError, ExperimentConfig, load_config
 from splitleak.fileio import check_writable, describe_os_error
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+# The attacker sidecar ended because a party it records stopped and said why: that party's
+# failure (the orchestrator names it, not the sidecar that may exit first).
+EXIT_PARTY_STOPPED = 3
 LOG_FORMAT = "%(asctime)s {role} %(levelname)s %(message)s"  # every process's log lines
 
 

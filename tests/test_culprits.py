@@ -214,6 +214,7 @@ def test_a_sidecar_told_by_a_failed_party_is_not_named_though_it_exits_first(
     words and with its exit code (2: its data file), never the sidecar."""
     from orchestration.processes import Child
     from orchestration.run import _failure
+    from splitleak.cli_common import EXIT_PARTY_STOPPED
 
     run = RunDir(tmp_path)
     run.label_party.mkdir()
@@ -224,7 +225,7 @@ def test_a_sidecar_told_by_a_failed_party_is_not_named_though_it_exits_first(
     party_log = tmp_path / "passive_party_1.log"
     party_log.write_text(f"2026-11-27 07:00:06,000 passive-party-1 ERROR {reason}\n")
     children = [Child("label party", _Ended(None), tmp_path / "none.log"),
-                Child("attacker sidecar", _Ended(1), sidecar_log, exited_at=1.0),
+                Child("attacker sidecar", _Ended(EXIT_PARTY_STOPPED), sidecar_log, exited_at=1.0),
                 Child("passive party 1", _Ended(2), party_log, exited_at=1.1)]
     failure = _failure(children, run)
     assert failure.culprit == "passive party 1" and failure.exit_code == 2, failure

@@ -18,6 +18,7 @@ import pytest
 from attacker.sidecar.server import _unfinished
 from attacker.sidecar.servicer import LABEL, PASSIVE, AttackerServicer
 from passive_party.client import PartyError
+from splitleak.cli_common import EXIT_PARTY_STOPPED
 from splitleak.codec import encode_tensor
 from splitleak.config import AttackerConfig, TopologyConfig, parse_config
 from splitleak.tap import REASON_CHARS, STOP_S, Tap
@@ -61,7 +62,7 @@ def test_a_party_that_will_not_come_back_has_the_sidecar_end_naming_its_reason(
     finally:
         proc.kill()
         proc.wait()
-    assert proc.returncode == 1, out
+    assert proc.returncode == EXIT_PARTY_STOPPED, out
     last = out.strip().splitlines()[-1]
     assert last.endswith("stopped before passive party 1 finished streaming: passive party 1 "
                          f"stopped: {reason}"), out
@@ -315,7 +316,7 @@ def test_a_party_stopped_by_sigterm_tells_its_sidecar_and_still_dies_of_it(tmp_p
     assert ended["message"] == f"passive party 1 stopped: {reason}", ended
     assert returncode == -signal.SIGTERM, err
     assert "passive party 1: stopped by SIGTERM; the label party was told" in err, err
-    assert sidecar.returncode == 1, out
+    assert sidecar.returncode == EXIT_PARTY_STOPPED, out
     assert (f"passive party 1 stopped before its run was done: {reason} (stopped on its host: its "
             "stream may open again)") in out
     assert out.strip().splitlines()[-1].endswith(
@@ -345,7 +346,7 @@ def test_a_party_that_fails_before_its_tap_started_has_the_sidecar_end_with_its_
     finally:
         proc.kill()
         proc.wait()
-    assert proc.returncode == 1, out
+    assert proc.returncode == EXIT_PARTY_STOPPED, out
     assert time.monotonic() - started < scaled(30), out
     last = out.strip().splitlines()[-1]
     reason = " ".join(str(err.value).split())[:REASON_CHARS]

@@ -14,7 +14,7 @@ from attacker.sidecar.servicer import LABEL, PASSIVE, AttackerServicer, Key, add
 from attacker.sidecar.store import INDEX, GradientStore
 from splitleak.addresses import check_address, check_address_file
 from splitleak.artifacts.paths import RunDir
-from splitleak.cli_common import EXIT_INTERRUPTED
+from splitleak.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_PARTY_STOPPED
 from splitleak.config import ExperimentConfig, TopologyConfig
 from splitleak.fileio import write_atomically
 from splitleak.heap import freeze_start_up
@@ -122,7 +122,9 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
                  "; ".join(_held(servicer, key) for key in sorted(servicer.expected)), gradients)
     if stopped.done():  # a stop is no finished run, whatever streams had ended by then
         return EXIT_INTERRUPTED
-    return 1 if missing else 0
+    if any(key in servicer.stopped for key in missing):  # a party stopped and said why
+        return EXIT_PARTY_STOPPED
+    return EXIT_FAILED if missing else 0
 
 
 class ServeError(ValueError):
