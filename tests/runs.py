@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +68,18 @@ def wait_for_step(run: RunDir, step: int, proc: subprocess.Popen | None = None,
             raise AssertionError(f"the run ended before step {step}:\n{proc.communicate()[0]}")
         time.sleep(0.02)
     raise AssertionError(f"step {step} never came")
+
+
+@contextmanager
+def held_by_another(lock: Path) -> Iterator[None]:
+    """`lock` held as another splitleak process holds it (flock, its pid 4242 written)."""
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.write(fd, b"4242\n")
+        yield
+    finally:
+        os.close(fd)
 
 
 def alive(pid: int) -> bool:

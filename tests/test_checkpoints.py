@@ -28,7 +28,7 @@ from splitleak.tap import Tap, TapError
 from tests.conftest import scaled, small_config
 from tests.conftest import write_config as write_toml
 from tests.live import whole_run
-from tests.runs import assert_same_run
+from tests.runs import assert_same_run, held_by_another
 from tests.test_cli_refusals import exit_code_and_text
 
 
@@ -218,19 +218,11 @@ def test_a_run_in_use_is_not_resumed_a_second_time(tmp_path: Path, straight_and_
                                                    capsys: pytest.CaptureFixture) -> None:
     """Two resumes of one run would each start a label party, and the parties of one could
     join the other's; the second is refused while the first holds the run."""
-    import fcntl
-    import os
-
     _, _, interrupted = straight_and_interrupted
     run = _torn_copy(tmp_path, interrupted, [])
-    holder = os.open(run.root / "run.lock", os.O_RDWR | os.O_CREAT)
-    try:
-        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.write(holder, b"4242\n")
+    with held_by_another(run.root / "run.lock"):
         code, text = exit_code_and_text(splitleak_main, ["run", "--resume", str(run.root),
                                                          "--no-progress"], capsys)
-    finally:
-        os.close(holder)
     text = " ".join(text.split())
     assert code == 2 and "is in use by another splitleak process (pid 4242)" in text, text
     assert f"resuming {run.root}" not in text, text  # said only once the run is held
@@ -447,22 +439,14 @@ def test_a_resume_refused_by_the_lock_removes_no_checkpoint(
         tmp_path: Path, straight_and_interrupted, capsys: pytest.CaptureFixture) -> None:
     """The resume that holds the run may be writing a checkpoint (no manifest yet): a second
     resume, refused, must leave it (and every other file) as it is."""
-    import fcntl
-    import os
-
     _, _, interrupted = straight_and_interrupted
     run = _torn_copy(tmp_path, interrupted, [])
     newest = complete_manifests(run.root)[-1]
     (step_dir(run.root, newest.position) / "passive_party_1.pt").unlink()  # passed over
     writing = run.root / "checkpoints" / "step-00000099-batch-00000999"  # the holder's
     writing.mkdir()
-    holder = os.open(run.root / "run.lock", os.O_RDWR | os.O_CREAT)
-    try:
-        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.write(holder, b"4242\n")
+    with held_by_another(run.root / "run.lock"):
         code, text = exit_code_and_text(splitleak_main, ["run", "--resume", str(run.root),
                                                          "--no-progress"], capsys)
-    finally:
-        os.close(holder)
     assert code == 2 and "(pid 4242)" in " ".join(text.split()), text
     assert writing.is_dir() and step_dir(run.root, newest.position).is_dir()

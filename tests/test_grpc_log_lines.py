@@ -6,11 +6,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from splitleak import tls
 from tests.conftest import scaled
+from tests.test_tls import serve_sidecar
 
 ROOT = Path(__file__).resolve().parents[1]
 CORE_LINE = ".cc:"  # gRPC's prefix: "I1128 06:40:09.588691 31877 ssl_transport_security.cc:2563]"
@@ -22,24 +22,11 @@ def _env() -> dict[str, str]:
     return {**env, "PYTHONPATH": str(ROOT)}
 
 
-def _sidecar(certs: Path, tmp_path: Path) -> tuple[subprocess.Popen, str]:
-    port_file = tmp_path / "attacker.address"
-    proc = subprocess.Popen([sys.executable, "-m", "attacker", "serve", "--listen", "127.0.0.1:0",
-                             "--out", str(tmp_path / "run"), "--tls-dir", str(certs),
-                             "--port-file", str(port_file)], env=_env(), cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    end = time.monotonic() + scaled(60)
-    while not port_file.exists():
-        assert proc.poll() is None and time.monotonic() < end, proc.communicate()[0]
-        time.sleep(0.05)
-    return proc, port_file.read_text().strip()
-
-
 def test_refused_handshakes_print_no_grpc_core_lines_on_either_side(tmp_path: Path) -> None:
     certs, others = tmp_path / "certs", tmp_path / "others"
     tls.generate(certs, tls.identities(1))
     tls.generate(others, tls.identities(1))  # another run's CA: its sidecar is refused
-    server, address = _sidecar(certs, tmp_path)
+    server, address = serve_sidecar(tmp_path / "run", certs, tmp_path / "attacker.address", _env())
     try:
         said = []
         for tls_args in ([], ["--tls-dir", str(others), "--identity", "attacker"]):

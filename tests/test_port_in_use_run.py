@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import fcntl
-import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,6 +18,7 @@ from splitleak.cli_common import BadInput
 from splitleak.config import parse_config
 from splitleak.validation import validated
 from tests.conftest import small_config, write_config
+from tests.runs import held_by_another
 from tests.test_checkpoints import fresh_run
 from tests.test_cli_refusals import exit_code_and_text
 
@@ -31,14 +30,6 @@ def busy_port() -> Iterator[int]:
         yield sock.getsockname()[1]
 
 
-def _held(lock: Path) -> int:
-    """`lock` held by another process's splitleak (its pid 4242 written), as flock holds it."""
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT)
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    os.write(fd, b"4242\n")
-    return fd
-
-
 def test_a_resume_of_a_run_in_use_names_the_run_not_its_port(
         tmp_path: Path, busy_port: int, capsys: pytest.CaptureFixture) -> None:
     """The port check ran before the run's lock: a second `--resume` of a live run with a fixed
@@ -46,12 +37,9 @@ def test_a_resume_of_a_run_in_use_names_the_run_not_its_port(
     cfg = validated(parse_config(small_config(
         tmp_path, topology={"label_party_address": f"127.0.0.1:{busy_port}"})))
     run = fresh_run(cfg, tmp_path / "run")
-    fd = _held(run.root / "run.lock")
-    try:
+    with held_by_another(run.root / "run.lock"):
         code, text = exit_code_and_text(main, ["run", "--resume", str(run.root), "--no-progress"],
                                         capsys)
-    finally:
-        os.close(fd)
     assert code == 2 and "in use by another splitleak process (pid 4242)" in text, text
     assert "free that port" not in text, text
 
@@ -64,12 +52,9 @@ def test_a_sweep_in_use_is_named_not_its_port(tmp_path: Path, busy_port: int,
     sweep.write_text(tomli_w.dumps({"sweep": {"name": "s", "base": str(base), "seeds": [1, 2],
                                               "output_dir": str(tmp_path / "sweeps")}}))
     (tmp_path / "sweeps" / "s").mkdir(parents=True)
-    fd = _held(tmp_path / "sweeps" / "s" / "sweep.lock")
-    try:
+    with held_by_another(tmp_path / "sweeps" / "s" / "sweep.lock"):
         code, text = exit_code_and_text(main, ["sweep", str(sweep), "--no-progress", "--jobs", "1"],
                                         capsys)
-    finally:
-        os.close(fd)
     assert code == 2 and "pid 4242" in text and "free that port" not in text, text
 
 
@@ -93,10 +78,7 @@ def test_a_label_party_resuming_a_run_it_serves_names_the_run_not_its_port(
         tmp_path, topology={"label_party_address": f"127.0.0.1:{busy_port}"})))
     run = fresh_run(cfg, tmp_path / "run")
     run.label_party.mkdir()
-    fd = _held(run.serving_lock)
-    try:
+    with held_by_another(run.serving_lock):
         code, text = exit_code_and_text(label_party_main, ["serve", "--resume", str(run.root)],
                                         capsys)
-    finally:
-        os.close(fd)
     assert code == 2 and "pid 4242" in text and "free that port" not in text, text

@@ -103,10 +103,17 @@ def _serve_health_as(certs: Path, identity: str) -> tuple[subprocess.Popen, str]
     shutil.copy(certs / "ca.pem", impostor / "ca.pem")
     for suffix in (".pem", ".key"):
         shutil.copy(certs / f"{identity}{suffix}", impostor / f"attacker{suffix}")
-    port_file = certs.parent / f"{identity}.address"
+    return serve_sidecar(certs.parent / f"run-{identity}", impostor,
+                         certs.parent / f"{identity}.address")
+
+
+def serve_sidecar(out: Path, tls_dir: Path, port_file: Path,
+                  env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
+    """`attacker serve` with mutual TLS from `tls_dir`, its output (stdout and stderr) piped;
+    returns it and its address once it serves."""
     proc = subprocess.Popen([sys.executable, "-m", "attacker", "serve", "--listen", "127.0.0.1:0",
-                             "--out", str(certs.parent / f"run-{identity}"), "--tls-dir",
-                             str(impostor), "--port-file", str(port_file)],
+                             "--out", str(out), "--tls-dir", str(tls_dir), "--port-file",
+                             str(port_file)], env=env, cwd=Path(__file__).resolve().parents[1],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     end = time.monotonic() + scaled(60)
     while not port_file.exists():
