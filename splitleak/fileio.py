@@ -96,13 +96,28 @@ def naming(path: Path) -> Iterator[None]:
         raise
 
 
+# What a failed write's errno means for the file it names, and what to do about it.
+_MEANINGS = {
+    **dict.fromkeys(NO_SPACE, "the disk or the file-size limit is full"),
+    errno.EACCES: "this user may not write there: see the owner and mode of it and its folder",
+    errno.EPERM: "this user may not write there: see the owner and mode of it and its folder",
+    errno.EROFS: "its file system is mounted read-only: remount it read-write or write elsewhere",
+    errno.ENAMETOOLONG: "a name on its path is longer than its file system allows: choose a "
+                        "shorter output folder or run name",
+    errno.ENOENT: "its folder does not exist: was it moved or removed while this ran?",
+    errno.ENOTDIR: "a file stands where a folder on its path should be",
+    errno.EEXIST: "a file stands where this folder should be",
+    errno.EISDIR: "a folder stands where this file should be",
+}
+
+
 def describe_os_error(err: OSError) -> str:
-    """One sentence for a failed file operation: what, where, why."""
+    """One sentence for a failed file operation: what, where, why in the system's words and
+    what that means for the file (a full disk, a read-only file system, a missing folder...)."""
     where = f" {err.filename}" if err.filename else ""
     reason = err.strerror or str(err)
-    if err.errno in NO_SPACE:
-        reason += " (the disk or the file-size limit is full)"
-    return f"cannot write{where}: {reason}"
+    meaning = _MEANINGS.get(err.errno) if err.errno is not None else None
+    return f"cannot write{where}: {reason}" + (f" ({meaning})" if meaning else "")
 
 
 def check_writable(directory: Path) -> None:

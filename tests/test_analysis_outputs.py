@@ -72,7 +72,31 @@ def test_a_failed_reanalysis_leaves_every_previous_file_as_it_was(
     monkeypatch.setattr(pipeline, "write_summary", full)
     code, text = _analyse(run, capsys, "--attacks", "norm")
     assert code == 2, text
-    assert f"cannot write {run.leak_summary}: No space left on device" in text
+    assert (f"cannot write {run.leak_summary}: No space left on device (the disk or the "
+            "file-size limit is full)") in text, text
+    assert _files(run) == before
+
+
+@pytest.mark.parametrize(("code", "meaning"), [
+    (errno.EROFS, "its file system is mounted read-only"),
+    (errno.EACCES, "this user may not write there"),
+    (errno.ENAMETOOLONG, "longer than its file system allows"),
+])
+def test_a_failed_write_says_what_happened_and_leaves_every_previous_file(
+        run: RunDir, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch, code: int,
+        meaning: str) -> None:
+    """A read-only file system, a permission error and a name too long all read "cannot write
+    FILE: REASON" with nothing more, as a full disk did not: each now says what it means."""
+    before = _files(run)
+
+    def refused(run_: RunDir, summary: dict, out: object) -> None:
+        raise OSError(code, os.strerror(code), str(run_.leak_summary))
+
+    monkeypatch.setattr(pipeline, "write_summary", refused)
+    code_, text = _analyse(run, capsys, "--attacks", "norm")
+    assert code_ == 2, text
+    assert f"cannot write {run.leak_summary}: {os.strerror(code)} (" in text, text
+    assert meaning in text, text
     assert _files(run) == before
 
 
