@@ -27,6 +27,31 @@ class StepClock:
             self._previous = wall
 
 
+class RunClock:
+    """The seconds a run trained, from its records' clocks ("wall", seconds since the process's
+    first batch), fed a record at a time: a clock that went back started again in a resumed
+    process, whose seconds count on from the last record kept before it (the time between the
+    kill and the resume is not counted, nor the work the resume redid after its checkpoint)."""
+
+    def __init__(self) -> None:
+        self.seconds: float | None = None  # the latest record's time on the whole run's clock
+        self.resumes = 0  # how many times the clock started again
+        self._offset = 0.0
+        self._previous: float | None = None
+
+    def add(self, record: dict[str, Any]) -> None:
+        wall = record.get("wall")
+        if record.get("type") not in ("train", "eval") or isinstance(wall, bool) \
+                or not isinstance(wall, int | float):
+            return
+        if self._previous is not None and wall < self._previous:
+            self._offset += self._previous
+            self.resumes += 1
+        self._previous = wall
+        self.seconds = self._offset + wall if self.seconds is None \
+            else max(self.seconds, self._offset + wall)
+
+
 def median_step_ms(seconds: Sequence[float]) -> float | None:
     """The median of `seconds` in milliseconds (None when empty)."""
     return 1000 * median(seconds) if len(seconds) else None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from attacker.report.report import _pace_md
 from splitleak.artifacts.metrics_log import MetricsLog
 from splitleak.pace import StepClock, time_to, utility_curve
 
@@ -27,6 +28,23 @@ def test_step_times_skip_evaluations_and_restarts() -> None:
     assert clock.seconds.tolist() == pytest.approx([0.2, 0.3, 0.4])
     assert MetricsLog.of(RECORDS).ms_per_step == pytest.approx(300.0)
     assert MetricsLog.of([{"type": "train", "step": 0, "wall": 1.0}]).ms_per_step is None
+
+
+def test_the_pace_of_a_resumed_run_covers_the_whole_run() -> None:
+    """After `splitleak run --resume`, report.md said "training took 1.8 s": the part before the
+    kill alone (or the resumed part alone, had it been longer), the clock having started again
+    at the resume; it now sums both parts (1.8 + 0.9 s) and says the run was resumed."""
+    metrics = MetricsLog.of(RECORDS)
+    assert metrics.trained_seconds == pytest.approx(2.7) and metrics.resumes == 1
+    (line, _) = _pace_md(metrics)
+    assert line.startswith("Pace: median train step 300.0 ms; training took 2.7 s (label "
+                           "party's clock, evaluation passes included; resumed 1 time(s): the "
+                           "whole run, each part's time summed"), line
+    whole = MetricsLog.of(RECORDS[:6])  # before the kill: as it was
+    assert whole.trained_seconds == 1.80 and whole.resumes == 0
+    assert _pace_md(whole)[0] == ("Pace: median train step 250.0 ms; training took 1.8 s (label "
+                                  "party's clock, evaluation passes included; `splitleak compare` "
+                                  "gives the time to a target utility).")
 
 
 def test_time_to_target_is_the_first_evaluation_reaching_it() -> None:

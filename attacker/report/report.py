@@ -284,14 +284,15 @@ def _utility_md(metrics: MetricsLog, partial: bool) -> list[str]:
 
 
 def _pace_md(metrics: MetricsLog) -> list[str]:
-    step = metrics.ms_per_step
-    walls = [w for w in (metrics.max_train_wall, *(r.get("wall") for r in metrics.evals))
-             if isinstance(w, int | float)]
-    if step is None or not walls:
+    step, seconds = metrics.ms_per_step, metrics.trained_seconds
+    if step is None or seconds is None:
         return []
-    return [f"Pace: median train step {step:.1f} ms; training took {max(walls):.1f} s "
-            "(label party's clock, evaluation passes included; `splitleak compare` gives the time "
-            "to a target utility).", ""]
+    resumed = "" if not metrics.resumes else (
+        f"; resumed {metrics.resumes} time(s): the whole run, each part's time summed, the time "
+        "between them and the steps redone after a checkpoint not counted")
+    return [f"Pace: median train step {step:.1f} ms; training took {seconds:.1f} s "
+            f"(label party's clock, evaluation passes included{resumed}; `splitleak compare` "
+            "gives the time to a target utility).", ""]
 
 
 def _objective_md(config: dict[str, Any], outcome: dict[str, Any]) -> list[str]:

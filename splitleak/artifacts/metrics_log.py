@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from splitleak.artifacts.metrics import MetricsError, read_metrics
-from splitleak.pace import StepClock, median_step_ms
+from splitleak.pace import RunClock, StepClock, median_step_ms
 
 DEFENSE_PREFIX = "defense."  # a train record's "defense.<party>": that party's defense diagnostics
 AUC_BOUND_SUFFIX = "auc_bound"  # a diagnostic bounding every attack's AUC (Marvell's Theorem 1)
@@ -48,7 +48,8 @@ class MetricsLog:
     steps: np.ndarray  # int64: each train record's step, in file order
     loss: np.ndarray  # float64: its loss, NaN where null or absent
     step_seconds: np.ndarray  # float64: the train steps' wall-clock seconds (pace.StepClock)
-    max_train_wall: float | None  # the train records' largest clock ("wall"), None without one
+    trained_seconds: float | None  # how long it trained, evaluations included (pace.RunClock)
+    resumes: int  # how many times its clock started again (a resumed run)
     auc_bounds: dict[int, StepBounds]  # party -> step -> the lowest AUC bound its defenses logged
     others: list[dict[str, Any]]  # every other record, in file order
 
@@ -93,29 +94,28 @@ class _Collector:
         self.source = source
         self.steps, self.loss = array("q"), array("d")
         self.clock = StepClock()
-        self.max_wall: float | None = None
+        self.run_clock = RunClock()
         self.bounds: dict[int, tuple[array, array]] = defaultdict(lambda: (array("q"), array("d")))
         self.others: list[dict[str, Any]] = []
 
     def collect(self, records: Iterable[dict[str, Any]]) -> MetricsLog:
         for line, record in enumerate(records, start=1):
             self.clock.add(record)
+            self.run_clock.add(record)
             if record.get("type") == "train":
                 self._train(record, f"{self.source} line {line}")
             else:
                 self.others.append(record)
         bounds = {party: _step_bounds(steps, values) for party, (steps, values) in self.bounds.items()}
         return MetricsLog(_numbers(self.steps), _numbers(self.loss), _numbers(self.clock.seconds),
-                          self.max_wall, bounds, self.others)
+                          self.run_clock.seconds, self.run_clock.resumes, bounds, self.others)
 
     def _train(self, record: dict[str, Any], where: str) -> None:
-        step, loss, wall = record.get("step"), record.get("loss"), record.get("wall")
+        step, loss = record.get("step"), record.get("loss")
         if isinstance(step, bool) or not isinstance(step, int):
             raise MetricsError(f"{where}: a train record's \"step\" is its integer number, got {step!r}")
         self.steps.append(step)
         self.loss.append(np.nan if loss is None else loss)
-        if isinstance(wall, int | float) and (self.max_wall is None or wall > self.max_wall):
-            self.max_wall = wall
         for key, diagnostics in record.items():
             if key.startswith(DEFENSE_PREFIX) and isinstance(diagnostics, dict):
                 bound = _lowest_bound(diagnostics, key, where)
