@@ -300,10 +300,36 @@ def test_a_statistic_edited_into_a_string_is_refused_naming_it(
         main(["compare", str(none), str(marvell), "--output-dir", str(tmp_path / "out")])
     assert stop.value.code == 2
     err = " ".join(capsys.readouterr().err.split())
-    assert f"{RunDir(marvell).leak_summary}: leak entry norm (party 1, cut layer, run): " \
-           "flipped.p95 is '0.65', not a number" in err, err
+    assert f"{RunDir(marvell).leak_summary} is not a readable leak summary" in err, err
+    assert "leak entry norm (party 1, cut layer, run): flipped.p95 is '0.65', not a number (a " \
+           "number or null)" in err, err
     _, warnings = find_runs([tmp_path / "runs"])  # inside a directory: skipped, by name
     assert any("flipped.p95 is '0.65', not a number" in w for w in warnings)
+
+
+@pytest.mark.parametrize("scope", ["run", "epoch", "collusion"])
+def test_every_reader_of_a_summary_refuses_a_statistic_edited_into_a_string(
+        tmp_path: Path, scope: str) -> None:
+    """compare alone checked the statistics (its run-level entries of one party): open_run's
+    summary read "0.65" (or an epoch's, a colluding group's) as it was, to be taken for no
+    figure; the summary's model now refuses it for every reader, naming file, entry and value."""
+    from splitleak.api import open_run
+    from splitleak.artifacts.summary import SummaryError
+
+    edited = leak_entry("norm", 0.60, 0.65)
+    edited["flipped"]["p95"] = "0.65"
+    if scope == "epoch":
+        edited.update(scope="epoch", epoch=0)
+    elif scope == "collusion":
+        edited["parties"] = [1, 2]
+    _, marvell = _runs(tmp_path, [edited])
+    with pytest.raises(SummaryError) as refused:
+        _ = open_run(marvell).summary
+    said = " ".join(str(refused.value).split())
+    shown = "run" if scope == "collusion" else scope
+    assert said.startswith(f"{RunDir(marvell).leak_summary} is not a readable leak summary"), said
+    assert f"leak entry norm (party 1, cut layer, {shown}): flipped.p95 is '0.65', not a " \
+           "number (a number or null)" in said, said
 
 
 def test_an_attack_that_skipped_every_batch_is_named_not_a_blank(tmp_path: Path) -> None:

@@ -81,22 +81,6 @@ def number(value: Any) -> float | None:
     return float(value)
 
 
-def _checked(entry: LeakSummaryEntry) -> None:
-    """ValueError naming the entry and the field when one of its statistics is neither a number
-    nor empty (a summary.json edited by hand: "0.9" in place of 0.9), which would read as no
-    figure at all."""
-    for key, value in entry.as_dict().items():
-        if not isinstance(value, dict):
-            continue
-        for stat, figure in value.items():
-            if stat in STATISTICS and isinstance(figure, bool | str):
-                raise ValueError(f"leak entry {entry.attack} (party {entry.party_id}, {entry.layer} "
-                                 f"layer, {entry.scope}): {key}.{stat} is {figure!r}, not a number")
-
-
-STATISTICS = ("mean", "p95", "max", "min", "std", "pooled", "accuracy", "value")
-
-
 def _spread(entry: LeakSummaryEntry, part: str) -> float | None:
     spread = entry.get("spread")
     if isinstance(spread, dict) and part in spread:
@@ -119,7 +103,6 @@ def leak_entries(summary: LeakSummary) -> list[LeakEntry]:
     for e in summary.leak:
         if e.scope != "run" or len(e.parties or [e.party_id]) > 1:
             continue  # an epoch's, or a colluding group's (its party_id is its first party's)
-        _checked(e)
         flipped, raw, accuracy = (e.get(k) or {} for k in ("flipped", "raw", "accuracy"))
         metric = e.get("metric") or ("auc" if flipped else "accuracy")
         if metric in RECONSTRUCTION_METRICS:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import field_validator
+from pydantic import field_validator, model_validator
 
 from splitleak.artifacts.artifact import Artifact, read_model, write_model
 from splitleak.artifacts.paths import RunDir
@@ -17,6 +17,10 @@ class SummaryError(ValueError):
 
 # 1: the first versioned layout (files written before have none and read as version 0).
 SCHEMA_VERSION = 1
+
+
+# The statistics of an entry's metric (`flipped`: {"mean": .., "p95": ..}, ...): numbers or null.
+STATISTICS = ("mean", "p95", "max", "min", "std", "pooled", "accuracy", "value")
 
 
 class LeakSummaryEntry(Artifact):
@@ -42,6 +46,20 @@ class LeakSummaryEntry(Artifact):
     # a row's score read that row's own label (oracle class centers): an upper bound, outside
     # Marvell's Theorem-1 bound
     sees_scored_label: bool = False
+
+    @model_validator(mode="after")
+    def _numbers(self) -> LeakSummaryEntry:
+        """A statistic of its metric that is neither a number nor null (a summary.json edited by
+        hand: "0.9" in place of 0.9) is refused, naming the entry, the statistic and its value:
+        every reader would take it for no figure at all."""
+        for key, value in (self.model_extra or {}).items():
+            for stat, figure in value.items() if isinstance(value, dict) else ():
+                if stat in STATISTICS and isinstance(figure, bool | str):
+                    raise ValueError(
+                        f"leak entry {self.attack} (party {self.party_id}, {self.layer} layer, "
+                        f"{self.scope}): {key}.{stat} is {figure!r}, not a number (a number or "
+                        "null)")
+        return self
 
 
 class LeakSummary(Artifact):
