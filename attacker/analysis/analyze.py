@@ -116,28 +116,30 @@ class _RowSample:
     """Per-row norms and cosines of the first and last few batches, for the histograms."""
 
     def __init__(self) -> None:
-        # Per batch (party, layer, step, labels, norms, cosines): rows are built only for the
-        # batches kept, not for each of the log's thousands of batches.
+        # Per batch (party, layer, step, gradients, labels, its random anchor's stream): the
+        # figures are computed only for the batches kept, not for each of the log's thousands.
         self.early: dict[tuple[int, str], list[tuple]] = defaultdict(list)
         self.late: dict[tuple[int, str], deque[tuple]] = defaultdict(
             lambda: deque(maxlen=SAMPLED_BATCHES))
 
     def add(self, party: int, layer: str, step: int, grads: np.ndarray, labels: np.ndarray,
-            rng: np.random.Generator) -> None:
-        norms = np.linalg.norm(grads, axis=1)
-        positives = np.flatnonzero(labels == 1)
-        cosine = np.full(labels.shape, np.nan)
-        if positives.size:
-            anchor = grads[rng.choice(positives)]
-            denominator = norms * np.linalg.norm(anchor)
-            np.divide(grads @ anchor, denominator, out=cosine, where=denominator > 0)
+            stream: tuple[int, int, int | str, str]) -> None:
+        """`stream`: attack_rng's arguments for the batch's anchor (a positive row's gradient).
+        The gradients are copied: a view would hold its whole shard read until the end."""
         early = self.early[(party, layer)]
-        batch = (party, layer, step, labels, norms, cosine)
+        batch = (party, layer, step, grads.copy(), labels, stream)
         (early if len(early) < SAMPLED_BATCHES else self.late[(party, layer)]).append(batch)
 
     @staticmethod
     def _rows(batch: tuple, phase: str) -> list[dict[str, Any]]:
-        party, layer, step, labels, norms, cosine = batch
+        party, layer, step, grads, labels, stream = batch
+        norms = np.linalg.norm(grads, axis=1)
+        positives = np.flatnonzero(labels == 1)
+        cosine = np.full(labels.shape, np.nan)
+        if positives.size:
+            anchor = grads[attack_rng(*stream).choice(positives)]
+            denominator = norms * np.linalg.norm(anchor)
+            np.divide(grads @ anchor, denominator, out=cosine, where=denominator > 0)
         return [{"party_id": party, "layer": layer, "step": step, "label": int(y),
                  "norm": float(n), "cosine_oracle": float(c), "phase": phase}
                 for y, n, c in zip(labels, norms, cosine, strict=True)]
@@ -388,15 +390,17 @@ def _gradient_attacks(analysis: Analysis, leak: LeakWriter, sample: _RowSample,
     # cores and on `jobs`.
     with threadpool_limits(1), parallel.batches(jobs, logged, _score, scoring, leak.add) as out:
         for unit in units:
-            _unit_attacks(analysis, unit, scoring.units[unit.key][1], log, out, sample)
+            _unit_attacks(analysis, unit, scoring, log, out, sample)
     analysis.anchors.close()
     analysis.warnings.extend(log.warnings)
     return log
 
 
-def _unit_attacks(analysis: Analysis, unit: Attacker, built: list[Attack], log: GradientLog,
+def _unit_attacks(analysis: Analysis, unit: Attacker, scoring: _Scoring, log: GradientLog,
                   out: parallel.Batches[list[LeakRow]], sample: _RowSample) -> None:
-    """One attacker's batches: the per-batch attacks to `out` as work, the rest made here."""
+    """One attacker's batches: the per-batch attacks to `out` as work (a batch layer's attacks
+    one item), the rest made here."""
+    built = scoring.units[unit.key][1]
     analysis.sees_scored_label |= {a.label for a in built if a.sees_scored_label}
     facts = analysis.facts(unit)
     epoch_attacks = [a for a in built if a.per_epoch]
@@ -413,25 +417,31 @@ def _unit_attacks(analysis: Analysis, unit: Attacker, built: list[Attack], log: 
         if batch.epoch != pool.epoch:
             out.add(pool.evaluate(analysis, unit, epoch_attacks))
             pool = _EpochPool(batch.epoch)
+        positive = bool(np.any(y == 1))
         for column, grads in batch.tensors.items():
             layer = LAYERS.get(column)
             if layer is None:
                 continue
+            tasks: list[_Task] = []  # the layer's attacks, in order: one work item for them all
             for index, attack in enumerate(built):
                 if not _applies(attack, layer, analysis.num_classes):
                     continue
                 reason = attack.premise(facts, layer)
                 if reason is not None:  # skipped with the reason, never scored
-                    result = premise_failed(attack, ids.size, analysis.num_classes, reason)
-                    out.add([_row(unit, layer, batch.epoch, batch.step, attack, result, 0)])
+                    tasks.append((index, reason, []))
                 elif attack.per_epoch:
                     pool.add(layer, batch.step, grads, y)
                 else:
-                    out.submit(_Scored(unit.key, layer, batch.epoch, batch.step, index, grads, y,
-                                       _anchors(analysis, unit, batch, layer, attack, y)))
+                    tasks.append((index, None, _anchors(analysis, unit, batch, layer, attack,
+                                                        positive)))
+            if any(reason is None for _, reason, _ in tasks):
+                out.submit(_Scored(unit.key, layer, batch.epoch, batch.step, grads, y, tasks))
+            elif tasks:  # premises alone: nothing for a worker to do
+                out.add(_score(scoring, _Scored(unit.key, layer, batch.epoch, batch.step, grads, y,
+                                                tasks)))
             if analysis.num_classes == 2 and len(unit.parties) == 1 and layer != "activation":
                 sample.add(unit.parties[0], layer, batch.step, grads, y,
-                           attack_rng(unit.seed, batch.step, unit.rng_party, f"{layer}:sample"))
+                           (unit.seed, batch.step, unit.rng_party, f"{layer}:sample"))
         out.end_batch()
     out.add(pool.evaluate(analysis, unit, epoch_attacks))
 
@@ -444,33 +454,53 @@ class _Scoring:
     units: dict[str, tuple[Attacker, list[Attack]]]
 
 
+Anchor = tuple[tuple[int, np.ndarray] | None, str | None]  # a draw's clean anchor, its source
+# An attack on a batch's layer: its index in the attacker's attacks, why its premise fails (None:
+# it is scored), each draw's anchor
+_Task = tuple[int, str | None, list[Anchor]]
+
+
 @dataclass(frozen=True)
 class _Scored:
-    """One attack on one batch's layer, with each draw's anchor: a work item of `_score`."""
+    """A batch's layer and its attacks, in order: a work item of `_score` (the gradients sent
+    once for them all, not once an attack)."""
 
     unit: str
     layer: str
     epoch: int
     step: int
-    attack: int  # its index in the attacker's attacks
     grads: np.ndarray
     labels: np.ndarray
-    anchors: list[tuple[tuple[int, np.ndarray] | None, str | None]]
+    tasks: list[_Task]
 
 
 def _anchors(analysis: Analysis, unit: Attacker, batch: LoggedBatch, layer: str, attack: Attack,
-             y: np.ndarray) -> list[tuple[tuple[int, np.ndarray] | None, str | None]]:
-    """Each draw's clean anchor and its source, one draw unless the attack is randomised."""
-    return [_clean_anchor(analysis, unit, batch, layer, attack, draw, y)
-            for draw in range(analysis.draws if attack.randomised else 1)]
+             positive: bool) -> list[Anchor]:
+    """Each draw's clean anchor and its source, one draw unless the attack is randomised;
+    `positive`: the batch has a positive row (without one there is no anchor to draw)."""
+    draws = analysis.draws if attack.randomised else 1
+    if not attack.needs_clean_anchors or not positive:
+        return [(None, None)] * draws
+    return [_clean_anchor(analysis, unit, batch, layer, attack, draw) for draw in range(draws)]
 
 
 def _score(scoring: _Scoring, item: _Scored) -> list[LeakRow]:
-    """One attack on one batch, once per draw of its random side knowledge."""
+    """A batch layer's attacks, in order."""
+    return [row for index, reason, anchors in item.tasks
+            for row in _attack_rows(scoring, item, index, reason, anchors)]
+
+
+def _attack_rows(scoring: _Scoring, item: _Scored, index: int, reason: str | None,
+                 anchors: list[Anchor]) -> list[LeakRow]:
+    """One attack on a batch's layer, once per draw of its random side knowledge; one row
+    saying why when its premise fails."""
     unit, built = scoring.units[item.unit]
-    attack = built[item.attack]
+    attack = built[index]
+    if reason is not None:
+        result = premise_failed(attack, item.labels.size, scoring.num_classes, reason)
+        return [_row(unit, item.layer, item.epoch, item.step, attack, result, 0)]
     rows = []
-    for draw, (anchor, source) in enumerate(item.anchors):
+    for draw, (anchor, source) in enumerate(anchors):
         if source == NO_CLEAN_ANCHOR:  # the attack's premise fails for this draw
             result = premise_failed(attack, item.labels.size, scoring.num_classes, MISSING_ANCHOR)
         else:
@@ -527,14 +557,12 @@ class _EpochPool:
 
 
 def _clean_anchor(analysis: Analysis, unit: Attacker, batch: LoggedBatch, layer: str, attack: Attack,
-                  draw: int, y: np.ndarray) -> tuple[tuple[int, np.ndarray] | None, str | None]:
+                  draw: int) -> Anchor:
     """Draw `draw`'s clean anchor of this batch (cut layer, one party), if the run wrote it, and
     where the anchor comes from: "clean", or NO_CLEAN_ANCHOR when the run did not write it under
     a defense (the draw is skipped, never scored with a noised anchor; counted per layer for the
-    warning). A batch without a positive has no anchor to draw (the label party writes none):
-    nothing is missing."""
-    if not attack.needs_clean_anchors or not np.any(y == 1):
-        return None, None
+    warning). Asked only of an attack that needs one, on a batch with a positive row (without
+    one the label party writes none: nothing is missing)."""
     if layer == "cut" and len(unit.parties) == 1:
         found = analysis.anchors.get((unit.parties[0], batch.step)) if analysis.anchors else None
         if found is not None and draw < found.sample_ids.size:

@@ -96,16 +96,19 @@ class LeakWriter:
         self._chunk: list[Mapping[str, Any]] = []
 
     def add(self, rows: Iterable[Mapping[str, Any]]) -> None:
-        for row in rows:
-            self._chunk.append(row)
-            if len(self._chunk) == LEAK_CHUNK_ROWS:
-                self._flush()
+        self._chunk.extend(rows)
+        while len(self._chunk) >= LEAK_CHUNK_ROWS:  # the same batches as a row at a time
+            full, self._chunk = self._chunk[:LEAK_CHUNK_ROWS], self._chunk[LEAK_CHUNK_ROWS:]
+            self._write(full)
 
     def _flush(self) -> None:
         if self._chunk:
-            with naming(self._path):
-                self._writer.write_batch(_batch(self._chunk))
+            self._write(self._chunk)
             self._chunk = []
+
+    def _write(self, rows: list[Mapping[str, Any]]) -> None:
+        with naming(self._path):
+            self._writer.write_batch(_batch(rows))
 
     def close(self) -> None:
         self._flush()
