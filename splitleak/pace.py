@@ -39,17 +39,19 @@ class RunClock:
         self._offset = 0.0
         self._previous: float | None = None
 
-    def add(self, record: dict[str, Any]) -> None:
+    def add(self, record: dict[str, Any]) -> float | None:
+        """The record's time on the whole run's clock (None: a record without one)."""
         wall = record.get("wall")
         if record.get("type") not in ("train", "eval") or isinstance(wall, bool) \
                 or not isinstance(wall, int | float):
-            return
+            return None
         if self._previous is not None and wall < self._previous:
             self._offset += self._previous
             self.resumes += 1
         self._previous = wall
         self.seconds = self._offset + wall if self.seconds is None \
             else max(self.seconds, self._offset + wall)
+        return self._offset + wall
 
 
 def median_step_ms(seconds: Sequence[float]) -> float | None:
@@ -58,10 +60,17 @@ def median_step_ms(seconds: Sequence[float]) -> float | None:
 
 
 def utility_curve(records: Iterable[dict[str, Any]], metric: str) -> list[tuple[float, float]]:
-    """(seconds since training began, metric) of each evaluation that scored `metric`."""
-    return [(float(r["wall"]), float(r[metric])) for r in records
-            if r.get("type") == "eval" and isinstance(r.get(metric), int | float)
-            and isinstance(r.get("wall"), int | float)]
+    """(seconds since training began, on the whole run's clock: RunClock, metric) of each
+    evaluation that scored `metric`; `records` every record of the run, in its order (its
+    evaluations alone cannot tell every resume)."""
+    clock, curve = RunClock(), []
+    for record in records:
+        seconds = clock.add(record)
+        value = record.get(metric)
+        if record.get("type") == "eval" and seconds is not None and isinstance(value, int | float) \
+                and not isinstance(value, bool):
+            curve.append((seconds, float(value)))
+    return curve
 
 
 def time_to(curve: list[tuple[float, float]], target: float) -> float | None:

@@ -23,7 +23,6 @@ from splitleak.artifacts.summary import (
 )
 from splitleak.artifacts.sweep import read_index_rows
 from splitleak.config import ConfigError, ExperimentConfig, load_config
-from splitleak.pace import utility_curve
 
 
 def utility_metric(num_classes: int) -> str:
@@ -95,7 +94,7 @@ def read_run(root: Path, point: SweepPoint | None = None) -> RunResult:
         raise ValueError(f"{run.leak_summary}: {err}") from None
     return RunResult(root, config, point, num_classes, evals[-1] if evals else {},
                      leak, metrics.ms_per_step,
-                     tuple(utility_curve(evals, metric)), _bytes_per_step(outcome, metrics.train_steps),
+                     tuple(metrics.utility_curve(metric)), _bytes_per_step(outcome, metrics.train_steps),
                      _not_its_config(summary.analysed_with, config), tuple(notes), _mode(run))
 
 

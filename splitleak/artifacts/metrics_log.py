@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from splitleak.artifacts.metrics import MetricsError, read_metrics
-from splitleak.pace import RunClock, StepClock, median_step_ms
+from splitleak.pace import RunClock, StepClock, median_step_ms, utility_curve
 
 DEFENSE_PREFIX = "defense."  # a train record's "defense.<party>": that party's defense diagnostics
 AUC_BOUND_SUFFIX = "auc_bound"  # a diagnostic bounding every attack's AUC (Marvell's Theorem 1)
@@ -52,6 +52,7 @@ class MetricsLog:
     resumes: int  # how many times its clock started again (a resumed run)
     auc_bounds: dict[int, StepBounds]  # party -> step -> the lowest AUC bound its defenses logged
     others: list[dict[str, Any]]  # every other record, in file order
+    others_seconds: list[float | None]  # each one's time on the whole run's clock (RunClock)
 
     @classmethod
     def of(cls, records: Iterable[dict[str, Any]], source: str = "metrics") -> MetricsLog:
@@ -81,6 +82,12 @@ class MetricsLog:
     def evals(self) -> list[dict[str, Any]]:
         return [r for r in self.others if r.get("type") == "eval"]
 
+    def utility_curve(self, metric: str) -> list[tuple[float, float]]:
+        """pace.utility_curve of the whole log: each evaluation's time on the run's clock."""
+        return utility_curve([{**r, "wall": t} for r, t in zip(self.others, self.others_seconds,
+                                                               strict=True)
+                              if r.get("type") == "eval" and t is not None], metric)
+
     @property
     def ms_per_step(self) -> float | None:
         """The median train step in milliseconds (None without two consecutive train records)."""
@@ -97,18 +104,21 @@ class _Collector:
         self.run_clock = RunClock()
         self.bounds: dict[int, tuple[array, array]] = defaultdict(lambda: (array("q"), array("d")))
         self.others: list[dict[str, Any]] = []
+        self.others_seconds: list[float | None] = []
 
     def collect(self, records: Iterable[dict[str, Any]]) -> MetricsLog:
         for line, record in enumerate(records, start=1):
             self.clock.add(record)
-            self.run_clock.add(record)
+            seconds = self.run_clock.add(record)
             if record.get("type") == "train":
                 self._train(record, f"{self.source} line {line}")
             else:
                 self.others.append(record)
+                self.others_seconds.append(seconds)
         bounds = {party: _step_bounds(steps, values) for party, (steps, values) in self.bounds.items()}
         return MetricsLog(_numbers(self.steps), _numbers(self.loss), _numbers(self.clock.seconds),
-                          self.run_clock.seconds, self.run_clock.resumes, bounds, self.others)
+                          self.run_clock.seconds, self.run_clock.resumes, bounds, self.others,
+                          self.others_seconds)
 
     def _train(self, record: dict[str, Any], where: str) -> None:
         step, loss = record.get("step"), record.get("loss")
