@@ -332,6 +332,22 @@ def test_every_reader_of_a_summary_refuses_a_statistic_edited_into_a_string(
            "number (a number or null)" in said, said
 
 
+@pytest.mark.parametrize("value", [0.9, "0.9", [0.9]])
+def test_a_statistics_group_edited_into_a_value_is_refused_naming_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture, value: object) -> None:
+    """"flipped": 0.9 in place of {"mean": .., "p95": ..} stopped splitleak compare with a
+    traceback (AttributeError: 'float' object has no attribute 'get'); exit 2, one sentence."""
+    edited = leak_entry("norm", 0.60, 0.65)
+    edited["flipped"] = value
+    none, marvell = _runs(tmp_path, [edited])
+    with pytest.raises(SystemExit) as stop:
+        main(["compare", str(none), str(marvell), "--output-dir", str(tmp_path / "out")])
+    assert stop.value.code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert f"leak entry norm (party 1, cut layer, run): flipped is {value!r}, not an object of " \
+           "statistics" in err and "Traceback" not in err, err
+
+
 def test_an_attack_that_skipped_every_batch_is_named_not_a_blank(tmp_path: Path) -> None:
     """cosine_majority skipped every batch of the Marvell run (its entry: skipped = batches, no
     figure): the table showed '-' with no reason, and the verdict read 'no defense; none on the

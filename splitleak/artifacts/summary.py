@@ -21,6 +21,9 @@ SCHEMA_VERSION = 1
 
 # The statistics of an entry's metric (`flipped`: {"mean": .., "p95": ..}, ...): numbers or null.
 STATISTICS = ("mean", "p95", "max", "min", "std", "pooled", "accuracy", "value")
+# The entry's fields that hold such statistics (and the one its `metric` names): objects or null.
+STATISTIC_GROUPS = ("flipped", "raw", "accuracy", "pooled", "count_error", "threshold_accuracy",
+                    "integrity", "ap")
 
 
 class LeakSummaryEntry(Artifact):
@@ -51,15 +54,22 @@ class LeakSummaryEntry(Artifact):
     def _numbers(self) -> LeakSummaryEntry:
         """A statistic of its metric that is neither a number nor null (a summary.json edited by
         hand: "0.9" in place of 0.9) is refused, naming the entry, the statistic and its value:
-        every reader would take it for no figure at all."""
+        every reader would take it for no figure at all. So is a group of them that is not an
+        object ("flipped": 0.9)."""
+        groups = (*STATISTIC_GROUPS, self.metric) if self.metric else STATISTIC_GROUPS
         for key, value in (self.model_extra or {}).items():
+            if key in groups and value is not None and not isinstance(value, dict):
+                raise ValueError(
+                    f"{self._named()}: {key} is {value!r}, not an object of statistics (as "
+                    "{\"mean\": 0.9, \"p95\": 0.95}) or null")
             for stat, figure in value.items() if isinstance(value, dict) else ():
                 if stat in STATISTICS and isinstance(figure, bool | str):
-                    raise ValueError(
-                        f"leak entry {self.attack} (party {self.party_id}, {self.layer} layer, "
-                        f"{self.scope}): {key}.{stat} is {figure!r}, not a number (a number or "
-                        "null)")
+                    raise ValueError(f"{self._named()}: {key}.{stat} is {figure!r}, not a "
+                                     "number (a number or null)")
         return self
+
+    def _named(self) -> str:
+        return f"leak entry {self.attack} (party {self.party_id}, {self.layer} layer, {self.scope})"
 
 
 class LeakSummary(Artifact):
