@@ -104,9 +104,19 @@ def ray_address(text: str) -> str:
 
 
 def _nearest_existing(path: Path) -> Path:
-    while not path.exists() and path != path.parent:
+    while _lookup_problem(path) is None and not path.exists() and path != path.parent:
         path = path.parent
     return path
+
+
+def _lookup_problem(path: Path) -> str | None:
+    """Why `path` cannot even be looked up, in the system's words (a name longer than its file
+    system allows, a folder this user may not search), None when it can."""
+    try:
+        path.exists()
+    except OSError as err:
+        return f"cannot be looked up: {err.strerror or err}"
+    return None
 
 
 def not_a_directory(path: Path) -> str:
@@ -122,6 +132,8 @@ def parent_problem(path: Path) -> str | None:
 
 def output_dir_problem(path: Path) -> str | None:
     """Why a directory could not be made and written at `path`, in a few words (None: it can)."""
+    if (problem := _lookup_problem(path)) is not None:
+        return problem
     existing = _nearest_existing(path)
     if not existing.is_dir():
         return not_a_directory(existing)
@@ -145,7 +157,9 @@ def writable_file(text: str) -> Path:
     path = Path(text)
     existing = _nearest_existing(path.parent)
     problem: str | None
-    if path.is_dir():
+    if (problem := _lookup_problem(path)) is not None:
+        pass
+    elif path.is_dir():
         problem = "is a directory; give a file name"
     elif not existing.is_dir():
         problem = not_a_directory(existing)

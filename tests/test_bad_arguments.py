@@ -290,3 +290,20 @@ def test_run_refuses_options_it_would_ignore(tmp_path: Path, capsys: pytest.Capt
     assert_refused(splitleak_main, ["run", "--resume", str(tmp_path), "--output-dir", str(tmp_path)],
                    "--output-dir: a resumed run continues in its own directory", capsys)
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("option", ["compare", "certs", "gafm"])
+def test_an_output_dir_whose_name_is_too_long_is_refused_not_a_traceback(
+        tmp_path: Path, capsys: pytest.CaptureFixture, option: str) -> None:
+    """A 300-character folder name stopped `splitleak compare --output-dir` (and every other
+    output folder's check) with a traceback: OSError: [Errno 36] File name too long."""
+    too_long = str(tmp_path / ("x" * 300))
+    argv = {"compare": ["compare", str(tmp_path), "--output-dir", too_long],
+            "certs": ["certs", too_long], "gafm": ["gafm-select", "--output-dir", too_long]}[option]
+    if option == "gafm":
+        code, text = exit_code_and_text(gafm_select_main, argv[1:], capsys)
+    else:
+        code, text = exit_code_and_text(splitleak_main, argv, capsys)
+    assert code == 2, text
+    assert "cannot be looked up: File name too long" in " ".join(text.split()), text
+    assert "Traceback" not in text, text
