@@ -174,6 +174,23 @@ def test_a_full_disk_mid_checkpoint_is_an_os_error_however_much_room_was_left(
             assert [p.name for p in directory.iterdir()] == ["filler"]
 
 
+def test_a_full_disk_at_a_metrics_record_names_the_file(tmp_path: Path) -> None:
+    """On a 400 KB disk a run failed 'the label party cannot go on: cannot write: No space left
+    on device': which file was left to guess (label_party/metrics.jsonl, cut at 4096 bytes).
+    The metrics writer's error now names it."""
+    import errno
+
+    from splitleak.artifacts.metrics import MetricsWriter
+
+    with full_directory(tmp_path) as directory:
+        writer = MetricsWriter(directory / "metrics.jsonl")
+        with pytest.raises(OSError) as err:
+            for step in range(1000):  # the first flush past the free room fails
+                writer.write({"type": "train", "step": step, "loss": 0.5, "pad": "x" * 100})
+        assert err.value.errno == errno.ENOSPC
+        assert err.value.filename == str(directory / "metrics.jsonl"), err.value
+
+
 @pytest.mark.parametrize(("setup", "args", "needle"), [
     ("missing", [], "does not exist"),
     ("not a run", [], "not a run directory"),
