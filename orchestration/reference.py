@@ -168,7 +168,7 @@ def run_reference(cfg: ExperimentConfig, run: RunDir,
             bottom.snapshots = SnapshotWriter(run.bottom_white_box(k), cfg.threat)
     store = GradientStore(run.gradients, run.root.name) if observe else None
     receive = set(cfg.received_parties)
-    received = GradientStore(run.attacker / "received", run.root.name) if receive else None
+    received = GradientStore(run.received, run.root.name) if receive else None
     anchors = clean_anchor_writer(run, cfg)
     trainer = LabelPartyTrainer(cfg, data.labels, data.num_classes,
                                 {k: b.embedding_shape for k, b in bottoms.items()}, data.own_inputs,
