@@ -160,6 +160,23 @@ def test_every_numeric_default_is_stated_in_its_help(monkeypatch: pytest.MonkeyP
     assert silent == [], silent
 
 
+def test_every_default_is_stated_in_its_help(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`splitleak compare --help` gave no default for --layer (cut), `splitleak health --help`
+    none for --identity (attacker), `splitleak relay --help` none for --listen (127.0.0.1:0)
+    and `passive-party run --help` none for --run-dir (the current directory, where the
+    party's bottom model then lands): every option with a default other than unset or a flag's
+    off now says "default" in its --help."""
+    silent = []
+    for command, parser in _commands(monkeypatch).items():
+        for action in parser._actions:
+            if (not action.option_strings or action.default in (None, "", argparse.SUPPRESS)
+                    or isinstance(action.default, bool)):
+                continue
+            if "default" not in (action.help or ""):
+                silent.append(f"{command} {action.option_strings[-1]} (default {action.default!r})")
+    assert silent == [], silent
+
+
 def _run_dir_paths() -> dict[str, str]:
     """Every path RunDir names, relative to the run directory, a party's id written `<k>`."""
     import inspect
