@@ -189,9 +189,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace, console: Console) -> int:
     """`splitleak run`; a Ctrl-C or SIGTERM at any point of it, start-up included, is said."""
-    from orchestration.stopping import EXIT_TERMINATED, Terminated, sigterm_interrupts, stopped_by
     from splitleak.artifacts.rundir import RunInUse
     from splitleak.cli_common import BadInput
+    from splitleak.stopping import EXIT_TERMINATED, Terminated, sigterm_interrupts, stopped_by
 
     try:
         with sigterm_interrupts():  # SIGTERM as Ctrl-C: the parties checkpoint, then stop

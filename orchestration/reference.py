@@ -22,7 +22,6 @@ from label_party.schedule import Batch, Phase, schedule
 from label_party.setup import load_label_party_data, plan_record
 from label_party.trainer import LabelPartyTrainer, NonFiniteStep
 from orchestration.run import RunOutcome, collect_outcome
-from orchestration.stopping import stopped_by
 from passive_party.bottom_trainer import BottomTrainer
 from passive_party.integrity import party_integrity
 from passive_party.protection import protect_party, write_figures
@@ -37,6 +36,7 @@ from splitleak.integrity import variant_rows
 from splitleak.interrupts import interrupts_at_once
 from splitleak.partition import passive_columns
 from splitleak.placement import ATTACKER, LABEL, role_device, role_threads, roles
+from splitleak.stopping import stopped_by
 from splitleak.timing import StepTimer, note
 from splitleak.validation import resolved
 from splitleak.white_box import SnapshotWriter, cafe_victim
