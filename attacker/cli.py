@@ -32,6 +32,7 @@ from splitleak.config import ConfigError, TopologyConfig, plugin_param_errors
 from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
 from splitleak.registry import UnknownPluginError
+from splitleak.stopping import EXIT_TERMINATED, Terminated, sigterm_interrupts, stopped_by
 from splitleak.threat import ThreatConfig
 from splitleak.tls import ATTACKER
 from splitleak.transport import run_async
@@ -214,11 +215,12 @@ def cmd_analyze(args: argparse.Namespace, console: Console) -> int:
     if specs is not None:
         _check_task(args.run_dir, specs)
     try:
-        summary = analyse_and_report(args.run_dir, specs, args.hints, args.seed, args.draws,
-                                     args.device, args.jobs)
-    except KeyboardInterrupt:
-        console.print(f"[bold red]{STOPPED}[/]")
-        return EXIT_INTERRUPTED
+        with sigterm_interrupts():  # SIGTERM stops it as Ctrl-C does, its staging removed
+            summary = analyse_and_report(args.run_dir, specs, args.hints, args.seed, args.draws,
+                                         args.device, args.jobs)
+    except KeyboardInterrupt as stop:
+        console.print(f"[bold red]{stopped_by(stop)}: {STOPPED}[/]")
+        return EXIT_TERMINATED if isinstance(stop, Terminated) else EXIT_INTERRUPTED
     except RunInUse as err:
         raise BadInput(f"cannot analyse {args.run_dir}: {err}") from None
     except WorkerLost as err:  # the analysis itself failed

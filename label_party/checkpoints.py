@@ -28,6 +28,7 @@ from splitleak.checkpoint import (
 )
 from splitleak.config import ExperimentConfig
 from splitleak.data_files import data_files
+from splitleak.fileio import describe_os_error
 
 log = logging.getLogger("label_party")
 FAILURE_DEADLINE = 10.0  # s: a checkpoint after a failure waits at most this for the parties
@@ -113,6 +114,9 @@ class RunCheckpoints:
                                    deadline=min(FAILURE_DEADLINE, self.cfg.topology.step_deadline_s))
         except SessionError as err:
             log.warning("no checkpoint after the failure: %s", err.message)
+            return None
+        except OSError as err:  # e.g. the disk the failure itself filled: the failure is the news
+            log.warning("no checkpoint after the failure: %s", describe_os_error(err))
             return None
 
 

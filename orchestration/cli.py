@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     b.add_argument("--device", type=device, default="cpu", metavar="DEVICE",
                    help="where every role computes: cpu (default), cuda, cuda:K, auto")
     b.add_argument("--setup", default="ctr", choices=("ctr", "cifar-resnet18"),
-                   help="ctr: the default set-up (synthetic CTR, batch 1024); cifar-resnet18: "
+                   help="ctr (default): the default set-up (synthetic CTR, batch 1024); cifar-resnet18: "
                         "Fu et al.'s CIFAR-10 split with ResNet-18 bottoms, batch 32 (a GPU's)")
     b.add_argument("--plaintext", action="store_true",
                    help="also measure the distributed run without TLS: what mutual TLS costs a "
@@ -96,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
                        "bandwidth in front of a label party (what [network] starts per party)")
     y.add_argument("--to", type=host_port(at_file=True), required=True, metavar="HOST:PORT",
                    help="the label party (or @FILE: the address its process writes)")
-    y.add_argument("--listen", type=host_port(0), default="127.0.0.1:0", help="HOST:PORT (port 0: any free)")
+    y.add_argument("--listen", type=host_port(0), default="127.0.0.1:0",
+                   help="HOST:PORT (port 0: any free; default 127.0.0.1:0)")
     y.add_argument("--latency-ms", type=float, help="one-way latency (default 0)")
     y.add_argument("--jitter-ms", type=float, help="std of the one-way latency (default 0)")
     y.add_argument("--bandwidth-mbit", type=float, help="per direction (default: unlimited)")
@@ -112,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     h.add_argument("--timeout", type=float_in(0.0, 3600.0, low_open=True), default=5.0,
                    help="seconds (default 5)")
     h.add_argument("--tls-dir", type=Path, help="probe over mutual TLS with these identities")
-    h.add_argument("--identity", default="attacker", help="client identity for --tls-dir")
+    h.add_argument("--identity", default="attacker",
+                   help="client identity for --tls-dir (default attacker; on one party per host, "
+                        "the identity that host holds, e.g. label-party)")
     from orchestration.sweep.arguments import add_arguments as sweep_arguments
 
     sweep_arguments(sub.add_parser(
@@ -186,9 +189,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace, console: Console) -> int:
     """`splitleak run`; a Ctrl-C or SIGTERM at any point of it, start-up included, is said."""
-    from orchestration.stopping import EXIT_TERMINATED, Terminated, sigterm_interrupts, stopped_by
     from splitleak.artifacts.rundir import RunInUse
     from splitleak.cli_common import BadInput
+    from splitleak.stopping import EXIT_TERMINATED, Terminated, sigterm_interrupts, stopped_by
 
     try:
         with sigterm_interrupts():  # SIGTERM as Ctrl-C: the parties checkpoint, then stop

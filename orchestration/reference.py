@@ -22,7 +22,6 @@ from label_party.schedule import Batch, Phase, schedule
 from label_party.setup import load_label_party_data, plan_record
 from label_party.trainer import LabelPartyTrainer, NonFiniteStep
 from orchestration.run import RunOutcome, collect_outcome
-from orchestration.stopping import stopped_by
 from passive_party.bottom_trainer import BottomTrainer
 from passive_party.integrity import party_integrity
 from passive_party.protection import protect_party, write_figures
@@ -37,6 +36,7 @@ from splitleak.integrity import variant_rows
 from splitleak.interrupts import interrupts_at_once
 from splitleak.partition import passive_columns
 from splitleak.placement import ATTACKER, LABEL, role_device, role_threads, roles
+from splitleak.stopping import stopped_by
 from splitleak.timing import StepTimer, note
 from splitleak.validation import resolved
 from splitleak.white_box import SnapshotWriter, cafe_victim
@@ -168,7 +168,7 @@ def run_reference(cfg: ExperimentConfig, run: RunDir,
             bottom.snapshots = SnapshotWriter(run.bottom_white_box(k), cfg.threat)
     store = GradientStore(run.gradients, run.root.name) if observe else None
     receive = set(cfg.received_parties)
-    received = GradientStore(run.attacker / "received", run.root.name) if receive else None
+    received = GradientStore(run.received, run.root.name) if receive else None
     anchors = clean_anchor_writer(run, cfg)
     trainer = LabelPartyTrainer(cfg, data.labels, data.num_classes,
                                 {k: b.embedding_shape for k, b in bottoms.items()}, data.own_inputs,

@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--label-party", required=True, help="label party address HOST:PORT "
                    "(or @FILE: the address its process writes once it serves)")
     r.add_argument("--run-dir", type=Path, default=Path("."),
-                   help="where to save this party's bottom model and checkpoints")
+                   help="where to save this party's bottom model and checkpoints (default: the "
+                   "current directory)")
     r.add_argument("--resume", type=Path, metavar="RUN_DIR",
                    help="the run directory holding this party's checkpoints, when the label "
                         "party resumes the run (replaces --run-dir)")

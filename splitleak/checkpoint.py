@@ -54,7 +54,14 @@ def save_torch(path: Path, state: dict[str, Any]) -> None:
     the file (ENOSPC), not torch's own "enforce fail ... unexpected pos" RuntimeError."""
     def write(tmp: Path) -> None:
         with tmp.open("wb") as out:
-            torch.save(state, out)
+            try:
+                torch.save(state, out)
+            except RuntimeError as err:
+                # The file's write failed inside torch's zip writer, whose exit then raised
+                # "unexpected pos" over it: the OSError is the reason.
+                if isinstance(err.__context__, OSError):
+                    raise err.__context__ from None
+                raise
 
     try:
         write_atomically(path, write)

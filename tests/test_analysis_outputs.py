@@ -115,6 +115,34 @@ def test_ctrl_c_leaves_every_previous_file_and_says_so(
     assert _files(run) == before
 
 
+def test_sigterm_is_ctrl_c_exit_143_every_previous_file_kept(
+        run: RunDir, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SIGTERM to `attacker analyze` (a scheduler's stop, `timeout`) killed it silently: no
+    word, its staging folders (attacker/.analysis-*, report/.analysis-*) left behind, where
+    commands.md promises 143 and the previous analysis said to be as it was, as on Ctrl-C."""
+    import signal
+
+    before = _files(run)
+
+    def terminated(*args: object) -> None:  # SIGTERM once the new leak files are written
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    def unhandled(*args: object) -> None:  # in place of the default, which would end pytest
+        raise AssertionError("attacker analyze left SIGTERM unhandled")
+
+    monkeypatch.setattr(pipeline, "write_report", terminated)
+    previous = signal.signal(signal.SIGTERM, unhandled)
+    try:
+        code, text = _analyse(run, capsys, "--attacks", "norm")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert code == 143, text
+    assert "stopped by SIGTERM: the run's previous analysis (leak files, report, summary) is as " \
+        "it was" in " ".join(text.split())
+    assert _files(run) == before
+    assert not list(run.root.rglob(".analysis-*"))
+
+
 def test_a_finished_reanalysis_replaces_every_file_and_keeps_the_users_own(
         run: RunDir, capsys: pytest.CaptureFixture) -> None:
     mine = run.report / "notes.md"

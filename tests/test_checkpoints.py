@@ -10,6 +10,7 @@ import re
 import shutil
 from pathlib import Path
 
+import grpc
 import pytest
 
 from orchestration.cli import main as splitleak_main
@@ -18,6 +19,7 @@ from splitleak.artifacts.rundir import write_config
 from splitleak.checkpoint import (
     MANIFEST,
     CheckpointError,
+    Position,
     complete_manifests,
     latest,
     resume_point,
@@ -155,6 +157,32 @@ def test_no_checkpoint_claims_a_log_whose_sidecar_is_gone(mode: str) -> None:
             asyncio.run(sync_after_failure())
     else:
         assert asyncio.run(sync_after_failure()) == 0  # the run goes on unobserved, as configured
+
+
+def test_a_checkpoint_after_a_failure_that_cannot_be_written_leaves_the_failure_named(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With its disk full at a periodic checkpoint, the label party tried the checkpoint after
+    the failure again; its ENOSPC escaped, and the run said only 'label party exited with code
+    1: label party failed' (a traceback in its log). No checkpoint is written then; the
+    failure it is after (the full disk, named) is what the run reports."""
+    import errno
+    from types import SimpleNamespace
+
+    from label_party.checkpoints import RunCheckpoints
+    from label_party.driver import Progress
+    from label_party.session import SessionError
+
+    async def full(*_: object, **__: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device", str(tmp_path / "label_party.pt"))
+
+    checkpoints = RunCheckpoints.__new__(RunCheckpoints)
+    checkpoints.every, checkpoints.last = 20, Position(160, 190)
+    checkpoints.progress = Progress()
+    checkpoints.progress.boundary = Position(180, 225)
+    checkpoints.cfg = SimpleNamespace(topology=TopologyConfig())  # type: ignore[assignment]
+    monkeypatch.setattr(checkpoints, "take", full)
+    error = SessionError(grpc.StatusCode.RESOURCE_EXHAUSTED, "the label party cannot write")
+    assert asyncio.run(checkpoints.after_failure(error, connected=True)) is None
 
 
 @pytest.fixture(scope="module")

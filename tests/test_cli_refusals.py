@@ -148,6 +148,49 @@ def test_a_full_disk_at_the_final_model_save_is_an_os_error(tmp_path: Path) -> N
         assert not list(directory.rglob(".*.tmp")) and not run.top_model.exists()
 
 
+def test_a_full_disk_mid_checkpoint_is_an_os_error_however_much_room_was_left(
+        tmp_path: Path) -> None:
+    """With 1.3 MB of disk a run's label party failed at its checkpoint of step 180 with
+    torch's "enforce fail ... unexpected pos 36096 vs 35988" RuntimeError (its zip writer's exit
+    raising over the ENOSPC of the file's write), and the run said only 'label party exited with
+    code 1: label party failed'. Whatever room is left, save_torch now raises the ENOSPC,
+    naming the file, and leaves nothing behind."""
+    import errno
+
+    import torch
+
+    from splitleak.checkpoint import save_torch
+
+    state = {"trainer": {f"w{i}": torch.zeros(n) for i, n in enumerate([20000, 64, 1000, 20000, 7])},
+             "rng": torch.get_rng_state()}
+    with full_directory(tmp_path) as directory:
+        filler = directory / "filler"
+        for _ in range(16):  # a page more room each time, up to the whole tmpfs
+            os.truncate(filler, max(filler.stat().st_size - 4096, 0))
+            with pytest.raises(OSError) as err:
+                save_torch(directory / "label_party.pt", state)
+            assert err.value.errno == errno.ENOSPC, err.value
+            assert err.value.filename == str(directory / "label_party.pt")
+            assert [p.name for p in directory.iterdir()] == ["filler"]
+
+
+def test_a_full_disk_at_a_metrics_record_names_the_file(tmp_path: Path) -> None:
+    """On a 400 KB disk a run failed 'the label party cannot go on: cannot write: No space left
+    on device': which file was left to guess (label_party/metrics.jsonl, cut at 4096 bytes).
+    The metrics writer's error now names it."""
+    import errno
+
+    from splitleak.artifacts.metrics import MetricsWriter
+
+    with full_directory(tmp_path) as directory:
+        writer = MetricsWriter(directory / "metrics.jsonl")
+        with pytest.raises(OSError) as err:
+            for step in range(1000):  # the first flush past the free room fails
+                writer.write({"type": "train", "step": step, "loss": 0.5, "pad": "x" * 100})
+        assert err.value.errno == errno.ENOSPC
+        assert err.value.filename == str(directory / "metrics.jsonl"), err.value
+
+
 @pytest.mark.parametrize(("setup", "args", "needle"), [
     ("missing", [], "does not exist"),
     ("not a run", [], "not a run directory"),

@@ -158,3 +158,56 @@ def test_every_numeric_default_is_stated_in_its_help(monkeypatch: pytest.MonkeyP
             if "default" not in text or not any(s in text for s in shown):
                 silent.append(f"{command} {action.option_strings[-1]} (default {default})")
     assert silent == [], silent
+
+
+def test_every_default_is_stated_in_its_help(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`splitleak compare --help` gave no default for --layer (cut), `splitleak health --help`
+    none for --identity (attacker), `splitleak relay --help` none for --listen (127.0.0.1:0)
+    and `passive-party run --help` none for --run-dir (the current directory, where the
+    party's bottom model then lands): every option with a default other than unset or a flag's
+    off now says "default" in its --help."""
+    silent = []
+    for command, parser in _commands(monkeypatch).items():
+        for action in parser._actions:
+            if (not action.option_strings or action.default in (None, "", argparse.SUPPRESS)
+                    or isinstance(action.default, bool)):
+                continue
+            if "default" not in (action.help or ""):
+                silent.append(f"{command} {action.option_strings[-1]} (default {action.default!r})")
+    assert silent == [], silent
+
+
+def _run_dir_paths() -> dict[str, str]:
+    """Every path RunDir names, relative to the run directory, a party's id written `<k>`."""
+    import inspect
+
+    from splitleak.artifacts.paths import RunDir
+
+    root = Path("RUN")
+    run = RunDir(root)
+    found = {}
+    for name, member in inspect.getmembers(RunDir):
+        if isinstance(member, property):
+            path = getattr(run, name)
+        elif inspect.isfunction(member) and list(inspect.signature(member).parameters) == [
+                "self", "party_id"]:
+            path = member(run, 7)
+        else:
+            continue
+        if isinstance(path, Path) and path != root:
+            found[name] = str(path.relative_to(root)).replace("7", "<k>")
+    return found
+
+
+def test_run_directory_page_names_every_path_of_a_run() -> None:
+    """attacker/received/ (the sidecar's log of what the label party receives from its
+    [threat.receiver] victims) was on no page about the run directory. Every path RunDir names
+    is now on run-directory.md, a sweep point's own files on sweeps.md."""
+    pages = {"run-directory.md": (ROOT / "docs" / "run-directory.md").read_text(),
+             "sweeps.md": (ROOT / "docs" / "sweeps.md").read_text()}
+    elsewhere = {"point_result": "sweeps.md", "ray": "sweeps.md"}
+    paths = _run_dir_paths()
+    assert {"received", "gradients", "tap", "relay_address"} <= set(paths)
+    missing = [f"{path} ({name})" for name, path in paths.items()
+               if path not in pages[elsewhere.get(name, "run-directory.md")]]
+    assert missing == [], missing

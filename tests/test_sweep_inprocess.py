@@ -82,7 +82,7 @@ def test_records_reach_the_progress_and_ctrl_c_stops_the_sweep(tmp_path: Path) -
 
 
 def test_sigterm_stops_the_sweep_saying_so(tmp_path: Path) -> None:
-    from orchestration.stopping import Terminated
+    from splitleak.stopping import Terminated
 
     points = tiny_points(tmp_path, "terminated")
     index = SweepIndex(points[0].run_dir.parent, points, "inprocess")

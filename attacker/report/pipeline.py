@@ -14,7 +14,7 @@ from attacker.analysis.summary import write_summary
 from attacker.report.report import write_report
 from splitleak.artifacts.paths import RunDir
 
-STOPPED = "stopped by Ctrl-C: the run's previous analysis (leak files, report, summary) is as it was"
+STOPPED = "the run's previous analysis (leak files, report, summary) is as it was"
 
 
 def analyse_and_report(run_dir: Path, attacks: list[tuple[str, dict]] | None = None,

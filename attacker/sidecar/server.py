@@ -64,7 +64,7 @@ async def serve(out: Path, listen: str, observe: set[int], run_id: str,
     BROKEN_GRACE_S; at once if its party said it failed), 130 stopped by a signal."""
     gradients = RunDir(out).gradients
     store = GradientStore(gradients, run_id, resume=resume)
-    received = (GradientStore(RunDir(out).attacker / "received", run_id, resume=resume)
+    received = (GradientStore(RunDir(out).received, run_id, resume=resume)
                 if receive else None)
     servicer = AttackerServicer(store, observe, run_id or None, tls=tls_dir is not None,
                                 received=received, receive=receive, shapes=shapes,
@@ -144,7 +144,7 @@ def check_arguments(out: Path, listen: str, port_file: Path | None, resume: bool
 
 def check_resumable(run: RunDir) -> None:
     """ServeError unless `run` is a run directory or holds a gradient log to continue."""
-    logs = [run.gradients / INDEX, run.attacker / "received" / INDEX]
+    logs = [run.gradients / INDEX, run.received / INDEX]
     if not run.config.is_file() and not any(i.exists() for i in logs):
         raise ServeError(f"--resume {run.root} is not a run directory (it has neither "
                          f"{run.config.name} nor a gradient log to continue)")

@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the leak is measured: cut or first (gradient layers), "
                              "activation (what the party sent, e.g. clustering on it), bottom "
                              "(model completion), or input (feature reconstruction from received "
-                             "activations)")
+                             "activations); default cut")
     parser.add_argument("--party", type=int_in(1, MAX_PARTIES),
                         help="observed passive party (default: the lowest)")
     parser.add_argument("--dcs-ap", choices=("vflair", "auc"), default="vflair",

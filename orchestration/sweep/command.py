@@ -13,7 +13,6 @@ from pathlib import Path
 from rich.console import Console
 
 from orchestration.commands import check_label_party_address
-from orchestration.stopping import EXIT_TERMINATED, Terminated, sigterm_interrupts, stopped_by
 from orchestration.sweep.arguments import MAX_CPUS_PER_ROLE
 from orchestration.sweep.engine import Engine, EngineError
 from orchestration.sweep.index import SweepIndex
@@ -28,6 +27,7 @@ from splitleak.artifacts.rundir import RunInUse, holding
 from splitleak.artifacts.sweep import SweepIndexError
 from splitleak.cli_common import EXIT_FAILED, EXIT_INTERRUPTED, BadInput
 from splitleak.config import ConfigError, ExperimentConfig, load_config
+from splitleak.stopping import EXIT_TERMINATED, Terminated, sigterm_interrupts, stopped_by
 from splitleak.validation import validated
 
 

@@ -18,7 +18,6 @@ from collections.abc import Iterator, Sequence
 
 from rich.console import Console
 
-from orchestration.stopping import stopped_by
 from orchestration.sweep.engine import Listener
 from orchestration.sweep.local import POINT_LOG, LocalEngine
 from orchestration.sweep.points import Point
@@ -26,6 +25,7 @@ from orchestration.sweep.worker import run_point
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.sweep import PointResult, write_result
 from splitleak.cli_common import LOG_FORMAT, LibraryChatter
+from splitleak.stopping import stopped_by
 
 
 class InProcessEngine(LocalEngine):

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from orchestration.processes import Child, spawn, stop_all
-from orchestration.stopping import stopped_by
 from orchestration.sweep.engine import (
     POINT_LOG,
     Engine,
@@ -27,6 +26,7 @@ from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.sweep import read_result
 from splitleak.interrupts import interrupts_held
 from splitleak.placement import CORES_ENV, cores
+from splitleak.stopping import stopped_by
 
 
 @dataclass

@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from splitleak.fileio import naming
+
 
 def _clean(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
@@ -34,14 +36,16 @@ class MetricsWriter:
         self._file = path.open("a", encoding="utf-8")
 
     def write(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(_clean(record), separators=(",", ":")) + "\n")
-        self._file.flush()
+        with naming(self.path):  # a full disk names this file, as every other write does
+            self._file.write(json.dumps(_clean(record), separators=(",", ":")) + "\n")
+            self._file.flush()
         self.records += 1
 
     def sync(self) -> None:
         """Make every record written so far survive a machine crash (before a checkpoint)."""
-        self._file.flush()
-        os.fsync(self._file.fileno())
+        with naming(self.path):
+            self._file.flush()
+            os.fsync(self._file.fileno())
 
     def close(self) -> None:
         self._file.close()

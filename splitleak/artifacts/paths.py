@@ -155,6 +155,12 @@ class RunDir:
         return self.attacker / "gradients"
 
     @property
+    def received(self) -> Path:
+        """The sidecar's log of the activations the label party received from its victims
+        ([threat.receiver]), laid out as the gradient log."""
+        return self.attacker / "received"
+
+    @property
     def leak(self) -> Path:
         """The per-batch leak rows of `attacker analyze`."""
         return self.attacker / "leak.parquet"

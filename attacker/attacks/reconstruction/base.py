@@ -136,7 +136,7 @@ def load_victim(context: RunContext, params: ReconstructionParams, what: str) ->
     draw = rng(context.seed, "reconstruction", "auxiliary", k)
     n_aux = max(1, round(params.auxiliary_fraction * context.train_ids.size))
     aux = np.sort(draw.choice(context.train_ids, size=n_aux, replace=False))
-    last, aux_rows = _read_activations(context.run.attacker / "received", k, aux, what)
+    last, aux_rows = _read_activations(context.run.received, k, aux, what)
     epoch, ids, received = last
     keep = ~np.isin(ids, aux)
     ids, received = ids[keep], received[keep]

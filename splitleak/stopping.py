@@ -1,5 +1,6 @@
 """How a command is stopped: Ctrl-C, or SIGTERM handled as Ctrl-C (the label party checkpoints
-every party before they stop), and the exit code and words for each."""
+every party before they stop; an analysis leaves the previous one as it was), and the exit code
+and words for each."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ EXIT_TERMINATED = 128 + signal.SIGTERM  # 143, as a shell reports a process SIGT
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM to a run or a sweep: what is running is stopped as on Ctrl-C."""
+    """SIGTERM to a run, a sweep or an analysis: what is running is stopped as on Ctrl-C."""
 
 
 def stopped_by(err: BaseException) -> str:
