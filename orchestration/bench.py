@@ -318,6 +318,10 @@ def run_bench(args: argparse.Namespace, console: Console) -> int:
     parties = sorted(set(args.parties or []))
     args.parties = parties
     console.print(bench_header(args, rounds_wanted))
+    if args.setup == "cifar-resnet18" and device.type == "cpu":
+        console.print("[yellow]warning:[/] --setup cifar-resnet18 is sized for a GPU (ResNet-18 "
+                      "bottoms); on the CPU each of its runs takes seconds a step, minutes a "
+                      "round: give --device cuda where there is one, or --steps 10 --quick")
 
     done: list[dict[str, Any]] = []
 

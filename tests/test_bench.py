@@ -559,3 +559,21 @@ def test_an_interval_equal_to_the_range_but_for_the_last_bits_is_not_printed_twi
          "ci95": [0.85, 1.1189617498733564]}
     assert describe(s) == "1.04 [0.85–1.12] (3 rounds)"
     assert "95 % CI 0.86–1.11" in describe({**s, "ci95": [0.86, 1.11]})
+
+
+def test_the_gpu_sized_set_up_on_the_cpu_is_warned_of_before_any_round(monkeypatch, capsys):
+    class Stop(Exception):
+        pass
+
+    def stop(wait: float = 0.0) -> None:
+        if wait:  # the bench's own warm-up, the first thing after its header: no round runs
+            raise Stop
+
+    monkeypatch.setattr(zygote_client, "warm_up", stop)
+    with pytest.raises(Stop):
+        main(["bench", "--setup", "cifar-resnet18", "--device", "cpu", "--quick"])
+    said = " ".join(capsys.readouterr().out.split())
+    assert "--setup cifar-resnet18 is sized for a GPU" in said and "--device cuda" in said
+    with pytest.raises(Stop):
+        main(["bench", "--device", "cpu", "--quick"])
+    assert "sized for a GPU" not in capsys.readouterr().out
