@@ -40,7 +40,8 @@ def build_engine(args: argparse.Namespace) -> Engine:
                                        ("--shared-dir", args.shared_dir),
                                        ("--cpus-per-role", args.cpus_per_role is not None)) if given]
         if ray_only:
-            raise BadInput(f"{', '.join(ray_only)} only apply to --engine ray")
+            verb = "applies" if len(ray_only) == 1 else "apply"
+            raise BadInput(f"{', '.join(ray_only)} {verb} only to --engine ray")
     if args.engine == "local":
         from orchestration.sweep.local import LocalEngine
 
