@@ -50,17 +50,26 @@ def _sweep_on(tmp_path: Path, address: str | None) -> int:
     return exit_info.value.code
 
 
-def test_a_dead_address_exits_2_naming_it_at_once(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    """Ray alone kept retrying 'Failed to connect to GCS' for minutes."""
+def _free_port() -> int:
+    """A loopback port where nothing listens."""
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
+        return free.getsockname()[1]
+
+
+@pytest.mark.parametrize("scheme", ["", "ray://"])
+def test_a_dead_address_exits_2_naming_it_at_once(scheme: str, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture) -> None:
+    """Ray alone kept retrying 'Failed to connect to GCS' for minutes; with ray://HOST:PORT it
+    waited ~35 s for Ray's client, printed its INFO line and a UserWarning, then said the
+    cluster 'refused this driver or did not answer'."""
+    address = f"{scheme}127.0.0.1:{_free_port()}"
     started = time.monotonic()
-    assert _sweep_on(tmp_path, f"127.0.0.1:{port}") == 2
+    assert _sweep_on(tmp_path, address) == 2
     assert time.monotonic() - started < 15
     err = capsys.readouterr().err
-    assert f"no Ray cluster answers at --address 127.0.0.1:{port} (" in err, err
-    assert "Traceback" not in err and not ray.is_initialized()
+    assert f"no Ray cluster answers at --address {address} (" in err, err
+    assert "Traceback" not in err and "UserWarning" not in err and not ray.is_initialized()
 
 
 def test_output_dir_and_shared_dir_together_are_refused(tmp_path: Path,
@@ -78,28 +87,11 @@ def test_output_dir_and_shared_dir_together_are_refused(tmp_path: Path,
     assert not ray.is_initialized()
 
 
-def test_a_dead_ray_client_address_exits_2_naming_it_at_once(
-        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    """ray://HOST:PORT with nothing there waited ~35 s for Ray's client, printed its INFO line
-    and UserWarning, then said the cluster 'refused this driver or did not answer'."""
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
-    started = time.monotonic()
-    assert _sweep_on(tmp_path, f"ray://127.0.0.1:{port}") == 2
-    assert time.monotonic() - started < 15
-    err = capsys.readouterr().err
-    assert f"no Ray cluster answers at --address ray://127.0.0.1:{port} (" in err, err
-    assert "UserWarning" not in err and not ray.is_initialized()
-
-
 def test_a_dead_ray_address_from_the_environment_is_named_as_such(
         tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """RAY_ADDRESS with nothing there was called '--address' (none was given), and the advice
     was to leave --address out, which changed nothing."""
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
+    port = _free_port()
     monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
     assert _sweep_on(tmp_path, None) == 2
     err = " ".join(capsys.readouterr().err.split())
