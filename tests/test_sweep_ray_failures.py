@@ -4,15 +4,18 @@ answers at --address, when the one there refuses the driver, and when a role's a
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import threading
 import time
+import weakref
 from pathlib import Path
 
 import pytest
 import tomli_w
 
 from orchestration.cli import main
+from orchestration.stopping import Terminated
 from orchestration.sweep.ray_failures import died
 from tests.conftest import small_config, write_config
 
@@ -264,3 +267,40 @@ def test_the_gcs_probe_goes_around_an_http_proxy(monkeypatch: pytest.MonkeyPatch
     finally:
         server.stop(None)
     assert why is not None and why.startswith("UNIMPLEMENTED"), why
+
+
+@pytest.mark.parametrize(("signum", "stopped"), [(signal.SIGINT, KeyboardInterrupt),
+                                                 (signal.SIGTERM, Terminated)])
+def test_a_stop_that_lands_in_a_weakref_callback_still_stops_the_sweep(
+        one_node: list, monkeypatch: pytest.MonkeyPatch, signum: int, stopped: type) -> None:
+    """Python raises Ctrl-C's KeyboardInterrupt wherever the main thread is: inside a weakref
+    callback (Ray's object references and thread pools run them) it was printed as 'Exception
+    ignored' and lost, and the sweep's points ran on to their end."""
+    from orchestration.sweep.ray_engine import RayEngine
+
+    def in_a_weakref_callback(signum_: int, frame: object) -> None:  # on the main thread
+        class Held:
+            pass
+
+        held = Held()
+        weakref.finalize(held, signal.raise_signal, signum)
+        del held  # the finalizer runs here, and the stop's handler inside it
+
+    told: list[str] = []
+
+    def a_point(point: object, listener: object, cancel: threading.Event) -> None:
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+        if cancel.wait(5):
+            told.append(cancel.why)  # type: ignore[attr-defined]
+
+    previous = signal.signal(signal.SIGUSR1, in_a_weakref_callback)
+    engine = RayEngine(jobs=1, poll=0.05)
+    monkeypatch.setattr(engine, "_run_point", a_point)
+    started = time.monotonic()
+    try:
+        with pytest.raises(stopped):
+            engine.run(one_node, None)  # type: ignore[arg-type]
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert time.monotonic() - started < 4
+    assert told == ["stopped by SIGTERM" if signum == signal.SIGTERM else "stopped by Ctrl-C"]

@@ -17,7 +17,7 @@ import secrets
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from orchestration.launch import LABEL_PARTY, Role, start_order, topology_of
 from orchestration.launch import roles as launch_roles
 from orchestration.processes import spawn, stop_all
 from orchestration.run import STOP_GRACE, collect_outcome
+from orchestration.stopping import StopNoted, stopped_by, stops_noted
 from orchestration.sweep.engine import (
     POINT_LOG,
     Engine,
@@ -102,6 +103,12 @@ class RoleActor:
 
 class _Cancelled(Exception):
     pass
+
+
+class _Cancel(threading.Event):
+    """Set when the sweep is stopped; `why` says by what (as the points' results say it)."""
+
+    why = "stopped by Ctrl-C"
 
 
 class _Phases:
@@ -248,28 +255,40 @@ class RayEngine(Engine):
     def run(self, points: Sequence[Point], listener: Listener) -> dict[str, PointResult]:
         if not points:
             return {}
-        self._connect(points)
-        cancel = threading.Event()
-        results: dict[str, PointResult] = {}
-        pool = ThreadPoolExecutor(self.jobs, thread_name_prefix="ray-point")
-        futures = {pool.submit(self._run_point, p, listener, cancel): p for p in points}
+        started_ray = not ray.is_initialized()
         try:
-            for future in as_completed(futures):
-                result = future.result()
-                if result is not None:
-                    results[futures[future].hash] = result
-        except KeyboardInterrupt:
-            cancel.set()  # running points stop their actors and report; queued ones never start
-            pool.shutdown(wait=True, cancel_futures=True)
-            for future, point in futures.items():
-                if future.done() and not future.cancelled() and (done := future.result()) is not None:
-                    results[point.hash] = done
-            raise
+            self._connect(points)
+            with stops_noted() as stop:  # Ray's weakref callbacks would swallow a KeyboardInterrupt
+                return self._run_points(points, listener, stop)
         finally:
-            pool.shutdown(wait=True)
-        return results
+            if started_ray and ray.is_initialized():  # its cluster, if it started one, goes too
+                ray.shutdown()
 
-    def _run_point(self, point: Point, listener: Listener, cancel: threading.Event) -> PointResult | None:
+    def _run_points(self, points: Sequence[Point], listener: Listener,
+                    stop: StopNoted) -> dict[str, PointResult]:
+        """Up to `jobs` points at a time, each in a thread of its own; on a noted Ctrl-C or
+        SIGTERM the running points stop their actors and report, queued ones never start."""
+        cancel = _Cancel()
+        results: dict[str, PointResult] = {}
+        with ThreadPoolExecutor(self.jobs, thread_name_prefix="ray-point") as pool:
+            futures = {pool.submit(self._run_point, p, listener, cancel): p for p in points}
+            pending = set(futures)
+            while pending and stop.signum is None:
+                done, pending = wait(pending, timeout=self.poll, return_when=FIRST_COMPLETED)
+                for future in done:
+                    if (result := future.result()) is not None:
+                        results[futures[future].hash] = result
+            if stop.signum is None:
+                return results
+            cancel.why = stopped_by(stop.error())
+            cancel.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+            for future in pending:
+                if not future.cancelled() and (result := future.result()) is not None:
+                    results[futures[future].hash] = result
+        raise stop.error()
+
+    def _run_point(self, point: Point, listener: Listener, cancel: _Cancel) -> PointResult | None:
         if cancel.is_set():
             return None
         listener.started(point)
@@ -324,7 +343,7 @@ class RayEngine(Engine):
             phases.mark("streaming")
             message = message or self._failure(run, status, essential)
         except _Cancelled:
-            result = PointResult("interrupted", time.monotonic() - started, "stopped by Ctrl-C",
+            result = PointResult("interrupted", time.monotonic() - started, cancel.why,
                                  nodes or None)
             write_result(run.root, result)
             listener.finished(point, result)
@@ -359,7 +378,7 @@ class RayEngine(Engine):
                 f"{len(nodes)} node(s) ({cpus:g} CPU in all) hold only {bundles} such role(s): add "
                 "nodes or CPUs, or give each role fewer CPUs with --cpus-per-role")
 
-    def _wait(self, ref: Any, cancel: threading.Event, timeout: float,
+    def _wait(self, ref: Any, cancel: _Cancel, timeout: float,
               what: str | None = None) -> Any:
         end = time.monotonic() + timeout
         while True:
@@ -395,7 +414,7 @@ class RayEngine(Engine):
             for i, role in enumerate(roles)}
 
     def _train(self, point: Point, actors: dict[str, Any], nodes: dict[str, Any], listener: Listener,
-               cancel: threading.Event) -> tuple[dict[str, dict[str, Any]], list[str]]:
+               cancel: _Cancel) -> tuple[dict[str, dict[str, Any]], list[str]]:
         """Start the servers, then the passive parties; follow until every essential role ended
         (a role whose actor died has ended, its status saying so in `died`). Returns each role's
         last status and the roles whose failure fails the run."""
@@ -481,16 +500,16 @@ class RayEngine(Engine):
 
     @staticmethod
     def _release(actors: dict[str, Any], group: PlacementGroup) -> None:
+        """Each living actor removes its node-local scratch (10 s at most for them all: a
+        stopped sweep waits no longer), then every actor is killed and the group removed."""
+        if cleaned := [actor.cleanup.remote() for actor in actors.values()]:
+            ray.wait(cleaned, num_returns=len(cleaned), timeout=10)  # a dead actor's: at once
         for actor in actors.values():
-            try:
-                ray.get(actor.cleanup.remote(), timeout=10)
-            except Exception:  # noqa: BLE001, S110 - a dead actor has nothing left to clean
-                pass
             ray.kill(actor)
         remove_placement_group(group)
 
     def _analyse(self, point: Point, run: RunDir, started: float, nodes: dict[str, Any] | None,
-                 cancel: threading.Event) -> PointResult:
+                 cancel: _Cancel) -> PointResult:
         """The attacker's analysis on the driver, in a worker process like the local engine's,
         with its share of the driver's cores (up to `jobs` points analyse at once)."""
         child = spawn(f"analysis of {point.label}",
@@ -499,7 +518,7 @@ class RayEngine(Engine):
         while child.returncode is None:
             if cancel.is_set():
                 stop_all([child])
-                return PointResult("interrupted", time.monotonic() - started, "stopped by Ctrl-C", nodes)
+                return PointResult("interrupted", time.monotonic() - started, cancel.why, nodes)
             time.sleep(self.poll)
         result = read_result(run.root)
         if result is None:
