@@ -81,6 +81,7 @@ class RoleActor:
     def __init__(self, role: str, config_toml: str, run_name: str, run_root: str | None,
                  identity: dict[str, bytes] | None, cpus: float, resume: bool) -> None:
         self.host = RoleHost(role, config_toml, run_name, run_root, identity, cpus, resume)
+        self.host.capture_output()  # this worker process is the role's alone
 
     def where(self) -> dict[str, Any]:
         return {"node_id": ray.get_runtime_context().get_node_id(),
