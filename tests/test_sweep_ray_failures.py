@@ -304,3 +304,25 @@ def test_a_stop_that_lands_in_a_weakref_callback_still_stops_the_sweep(
         signal.signal(signal.SIGUSR1, previous)
     assert time.monotonic() - started < 4
     assert told == ["stopped by SIGTERM" if signum == signal.SIGTERM else "stopped by Ctrl-C"]
+
+
+def test_a_lost_nodes_raylet_messages_stay_off_the_terminal(one_node: list,
+                                                            capfd: pytest.CaptureFixture) -> None:
+    """A node lost mid-sweep printed Ray's 'Raylet is terminated ...' with ~20 lines of state
+    dump, twice, and 'The node ... has been marked dead', ahead of the point's own sentence:
+    Ray's error listener on the driver prints every error a raylet publishes, whatever
+    log_to_driver says. Other output it prints passes on."""
+    from ray._private import worker as ray_worker
+
+    from orchestration.sweep.ray_engine import RayEngine
+
+    RayEngine()._connect(one_node)
+    lost = ("Raylet is terminated. Termination is unexpected. Possible reasons include: (1) "
+            "SIGKILL by the user or system OOM killer\n    [state-dump] NodeManager ...")
+    ray_worker.print_to_stdstream({"lines": [lost], "pid": "raylet", "is_err": False},
+                                  ignore_prefix=False)  # as Ray's listen_error_messages calls it
+    ray_worker.print_to_stdstream({"lines": ["an actor's own line"], "pid": 4321, "ip": "192.0.2.2",
+                                   "is_err": True, "task_name": "RoleActor.poll",
+                                   "actor_name": ""}, ignore_prefix=False)
+    printed = capfd.readouterr()
+    assert "Raylet" not in printed.out + printed.err and "an actor's own line" in printed.err, printed

@@ -23,6 +23,7 @@ from typing import Any
 
 import grpc
 import ray
+from ray._private import worker as ray_worker
 from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 from ray.exceptions import RayActorError
 from ray.util.placement_group import (
@@ -170,6 +171,25 @@ def _init(address: str | None, given: str = "--address") -> None:
             os.environ.pop(tries, None)
 
 
+def _quiet_raylet_messages() -> None:
+    """Ray's driver prints every error its raylets publish to this process's stdout, whatever
+    log_to_driver says: a node lost mid-sweep put 'Raylet is terminated ...' with ~20 lines of
+    the raylet's state dump, twice, and 'The node ... has been marked dead' ahead of the point's
+    own sentence, which names the role, its node and Ray's reason. They stay in Ray's log files
+    on their node (logs/raylet.out of its session); what else the driver prints passes on."""
+    if ray_worker.print_to_stdstream is not _quiet_raylet:  # Ray's error listener calls it so
+        _RAY_PRINTING[:] = [ray_worker.print_to_stdstream]
+        ray_worker.print_to_stdstream = _quiet_raylet
+
+
+_RAY_PRINTING: list[Any] = []  # Ray's own print_to_stdstream, once replaced
+
+
+def _quiet_raylet(data: dict[str, Any], ignore_prefix: bool) -> None:
+    if data.get("pid") != "raylet":
+        _RAY_PRINTING[0](data, ignore_prefix)
+
+
 def _not_a_gcs(address: str) -> str | None:
     """Why what listens at HOST:PORT is no Ray GCS, in one gRPC call of at most
     CONNECT_TIMEOUT_S (None: it answers as one, or refuses this driver, as ray.init then says).
@@ -229,6 +249,7 @@ class RayEngine(Engine):
         self.local = False  # this engine started a cluster on this machine alone (see _connect)
 
     def _connect(self, points: Sequence[Point]) -> None:
+        _quiet_raylet_messages()
         if not ray.is_initialized():
             # No address and none in RAY_ADDRESS: ray.init starts a cluster on this machine
             # alone, whose roles then listen on loopback only.
