@@ -187,6 +187,11 @@ def test_a_dead_actor_is_named_as_its_role_with_its_node_pid_and_rays_reason() -
         "label party (Ray actor on node at 192.0.2.2, pid 23687) died: Worker unexpectedly")
     assert died("attacker sidecar", None, "The actor died unexpectedly before finishing this task.") == (
         "attacker sidecar (Ray actor) died: The actor died unexpectedly before finishing this task")
+    lost = "67f1f4ecd84d8cf647f100c2856f26777537f8949ed7afb1c5a583e8"  # its node died
+    assert died("attacker sidecar", {"node_id": lost, "ip": "192.0.2.2", "pid": 20904},
+                f"The actor died because its node has died. Node Id: {lost}\n\tpid: 20904") == (
+        "attacker sidecar (Ray actor on node 67f1f4ec at 192.0.2.2, pid 20904) died: The actor "
+        "died because its node has died")
 
 
 @pytest.fixture
