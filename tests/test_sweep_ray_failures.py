@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import sys
 import threading
 import time
 import weakref
@@ -331,3 +332,32 @@ def test_a_lost_nodes_raylet_messages_stay_off_the_terminal(one_node: list,
                                    "actor_name": ""}, ignore_prefix=False)
     printed = capfd.readouterr()
     assert "Raylet" not in printed.out + printed.err and "an actor's own line" in printed.err, printed
+
+
+def test_sigterm_while_ray_starts_stops_the_sweep_saying_so(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ray.init puts in a SIGTERM handler of its own, sys.exit(15): a SIGTERM while Ray started
+    ended the sweep with exit 15 and not a word, and one after it (outside the points' run)
+    the same way."""
+    def ray_init(**kwargs: object) -> None:  # what Ray 2.60's ray.init does first
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises before this ends
+
+    monkeypatch.setattr(ray, "init", ray_init)
+    monkeypatch.setattr("orchestration.sweep.ray_engine.private_auth_token", lambda: None)
+    base = write_config(tmp_path, small_config(tmp_path, training={"epochs": 1}))
+    path = tmp_path / "sweep.toml"
+    path.write_text(tomli_w.dumps({"sweep": {"name": "s", "base": str(base), "seeds": [1],
+                                             "output_dir": str(tmp_path / "sweeps")}}))
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        code = main(["sweep", str(path), "--no-progress", "--no-compare", "--engine", "ray"])
+    except SystemExit as stop:
+        code = stop.code
+    finally:
+        kept = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, previous)
+    assert code == 143, code
+    assert "stopped by SIGTERM" in capsys.readouterr().out
+    assert kept is previous  # not Ray's, once the sweep is over

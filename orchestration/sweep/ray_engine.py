@@ -14,10 +14,12 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +40,7 @@ from orchestration.launch import LABEL_PARTY, Role, start_order, topology_of
 from orchestration.launch import roles as launch_roles
 from orchestration.processes import spawn, stop_all
 from orchestration.run import STOP_GRACE, collect_outcome
-from orchestration.stopping import StopNoted, stopped_by, stops_noted
+from orchestration.stopping import StopNoted, Terminated, stopped_by, stops_noted
 from orchestration.sweep.engine import (
     POINT_LOG,
     Engine,
@@ -153,7 +155,8 @@ def _init(address: str | None, given: str = "--address") -> None:
     cluster answers or the one there refuses this driver (Ray alone retries for minutes);
     `given`: where the address came from (--address, or RAY_ADDRESS), as messages name it."""
     if address is None:
-        ray.init(log_to_driver=False)
+        with _sigterm_kept():
+            ray.init(log_to_driver=False)
         return
     if (why := unreachable(address)) is not None:
         raise EngineError(no_cluster(address, why, given))
@@ -163,12 +166,31 @@ def _init(address: str | None, given: str = "--address") -> None:
     saved = os.environ.get(tries)
     os.environ.setdefault(tries, str(CONNECT_TRIES))
     try:
-        ray.init(address=address, log_to_driver=False)
+        with _sigterm_kept():
+            ray.init(address=address, log_to_driver=False)
     except (ConnectionError, RuntimeError, ray.exceptions.RayError) as err:
         raise EngineError(refused(address, err, given)) from None
     finally:
         if saved is None:
             os.environ.pop(tries, None)
+
+
+@contextmanager
+def _sigterm_kept() -> Iterator[None]:
+    """Around ray.init, which puts in a SIGTERM handler of its own for good: it exits with code
+    15 and not a word, where the sweep's says 'stopped by SIGTERM' and exits 143 with its index
+    saying so. The sweep's handler is put back, and a SIGTERM Ray's met meanwhile is the sweep's
+    Terminated."""
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    except SystemExit as stop:
+        if stop.code != signal.SIGTERM:
+            raise
+        raise Terminated from None
+    finally:
+        if previous is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _quiet_raylet_messages() -> None:
