@@ -59,12 +59,17 @@ class Child:
     def last_error(self) -> str | None:
         """The last ERROR line the process logged, without its timestamp prefix (or, if it
         exited with an error code but logged none, its last line: e.g. a traceback's end)."""
-        lines = [line for line in self.log_tail(200).splitlines() if line.strip()]
-        for line in reversed(lines):
-            if " ERROR " in line:
-                return line.split(" ERROR ", 1)[1]
-        exited = self.returncode is not None and self.returncode > 0
-        return lines[-1].strip() if lines and exited else None
+        return last_error(self.log_tail(200), self.returncode is not None and self.returncode > 0)
+
+
+def last_error(log: str, failed: bool) -> str | None:
+    """The last ERROR line of a process's `log`, without its timestamp prefix; where it logged
+    none, its last line if it `failed` on its own (e.g. a traceback's end), else None."""
+    lines = [line for line in log.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if " ERROR " in line:
+            return line.split(" ERROR ", 1)[1]
+    return lines[-1].strip() if lines and failed else None
 
 
 def spawn(name: str, args: list[str], log_path: Path, env: dict[str, str] | None = None,

@@ -7,6 +7,8 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +96,41 @@ def test_a_sweep_whose_runs_have_no_leak_entry_keeps_the_sweeps_exit_code(
                            Console(file=printed, width=400)) == code
     assert "no compared run's report/summary.json has a leak entry" in capsys.readouterr().err
     assert "the sweep's comparison was not written" in printed.getvalue()
+
+
+@pytest.mark.parametrize(("signum", "code", "said"), [(signal.SIGINT, 130, "Ctrl-C"),
+                                                     (signal.SIGTERM, 143, "SIGTERM")])
+def test_a_sweep_stopped_while_comparing_says_so(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signum: int, code: int, said: str) -> None:
+    """Ctrl-C in the closing comparison ended the sweep with exit 130 and not a word (SIGTERM:
+    with the handler of a run, not the sweep's words)."""
+    import argparse
+
+    from orchestration import study
+    from orchestration.sweep.command import SweepRun
+
+    def unhandled(signum: int, frame: object) -> None:  # not the pytest process's end
+        raise AssertionError("the signal reached a handler outside the comparison's")
+
+    previous = signal.signal(signal.SIGTERM, unhandled)
+
+    def stopped(*args: object, **options: object) -> None:
+        os.kill(os.getpid(), signum)
+        time.sleep(5)  # the signal's handler raises before this ends
+
+    monkeypatch.setattr(study, "cmd_sweep", lambda args, console: SweepRun(0, tmp_path, done=2))
+    monkeypatch.setattr(study, "compare_and_print", stopped)
+    printed = io.StringIO()
+    try:
+        assert study.run_study(argparse.Namespace(no_compare=False),
+                               Console(file=printed, width=400)) == code
+    except KeyboardInterrupt:
+        pytest.fail("the stop went past the sweep's comparison without a word")
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert (f"stopped by {said} while comparing: the sweep's points are kept as its index says, "
+            f"its comparison was not written; run the same command again, or `splitleak compare "
+            f"{tmp_path}`, to write it.") in printed.getvalue(), printed.getvalue()
 
 
 @pytest.mark.parametrize("inside", ["report", ".", "report/deeper"])

@@ -4,6 +4,9 @@ actor streams back (the role host, without Ray)."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -101,6 +104,49 @@ def test_role_files_stream_back_in_chunks(tmp_path: Path, monkeypatch: pytest.Mo
     with pytest.raises(RoleError, match="outside the run directory"):
         receive(tmp_path / "driver" / "abc123", iter([("../../escape", 0, b"x")]))
     assert not (tmp_path / "escape").exists()
+
+
+def test_a_role_that_fails_says_why_in_its_own_words(tmp_path: Path) -> None:
+    """A role that ended with an error code was reported as 'attacker exited with code 1 (see
+    logs/attacker.log)': the point's error gave no reason, which sat in that log on the node."""
+    cfg = parse_config(small_config(tmp_path, topology={"passive_parties": 1, "join_deadline_s": 1,
+                                                        "tls": False}, features={"passive": [[0, 30]]}))
+    host = RoleHost("attacker", cfg.to_toml(), "abc123", str(tmp_path / "abc123"))
+    try:
+        host.start("127.0.0.1")  # no party ever joins: it gives up after twice the deadline
+        deadline = time.monotonic() + 30
+        while not (status := host.poll())["done"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        host.cleanup()
+    assert status["code"] == 1 and status["error"] == (
+        "attacker exited with code 1: stopped before passive party 1 finished streaming"), status
+
+
+def test_a_role_in_a_process_of_its_own_logs_its_output(tmp_path: Path) -> None:
+    """A Ray role's stdout and stderr (a crash's last words, a library's warnings) went to Ray's
+    files on its node; they go to the role's log, where its failure is looked for, as a
+    `splitleak run` party's do."""
+    config = tmp_path / "config.toml"
+    config.write_text(parse_config(small_config(tmp_path)).to_toml())
+    child = f"""
+import os, sys
+from pathlib import Path
+from orchestration.sweep.roles import RoleHost
+host = RoleHost("passive_party_1", Path({str(config)!r}).read_text(), "abc123", {str(tmp_path / "abc123")!r})
+host.capture_output()
+print("a line on stdout")
+os.write(2, b"Fatal Python error: Segmentation fault\\n")
+sys.stdout.flush()
+print(host.last_words(), file=open({str(tmp_path / "words")!r}, "w"))
+host.cleanup()
+"""
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 0 and not done.stdout and not done.stderr, done
+    log = (tmp_path / "abc123" / "logs" / "passive_party_1.log").read_text()
+    assert "a line on stdout\nFatal Python error: Segmentation fault\n" in log, log
+    assert (tmp_path / "words").read_text() == "Fatal Python error: Segmentation fault\n"
 
 
 def test_a_point_left_out_and_given_again_keeps_its_finished_run(tmp_path: Path) -> None:

@@ -4,15 +4,19 @@ answers at --address, when the one there refuses the driver, and when a role's a
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 
 import pytest
 import tomli_w
 
 from orchestration.cli import main
+from orchestration.stopping import Terminated
 from orchestration.sweep.ray_failures import died
 from tests.conftest import small_config, write_config
 
@@ -50,17 +54,26 @@ def _sweep_on(tmp_path: Path, address: str | None) -> int:
     return exit_info.value.code
 
 
-def test_a_dead_address_exits_2_naming_it_at_once(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    """Ray alone kept retrying 'Failed to connect to GCS' for minutes."""
+def _free_port() -> int:
+    """A loopback port where nothing listens."""
     with socket.socket() as free:
         free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
+        return free.getsockname()[1]
+
+
+@pytest.mark.parametrize("scheme", ["", "ray://"])
+def test_a_dead_address_exits_2_naming_it_at_once(scheme: str, tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture) -> None:
+    """Ray alone kept retrying 'Failed to connect to GCS' for minutes; with ray://HOST:PORT it
+    waited ~35 s for Ray's client, printed its INFO line and a UserWarning, then said the
+    cluster 'refused this driver or did not answer'."""
+    address = f"{scheme}127.0.0.1:{_free_port()}"
     started = time.monotonic()
-    assert _sweep_on(tmp_path, f"127.0.0.1:{port}") == 2
+    assert _sweep_on(tmp_path, address) == 2
     assert time.monotonic() - started < 15
     err = capsys.readouterr().err
-    assert f"no Ray cluster answers at --address 127.0.0.1:{port} (" in err, err
-    assert "Traceback" not in err and not ray.is_initialized()
+    assert f"no Ray cluster answers at --address {address} (" in err, err
+    assert "Traceback" not in err and "UserWarning" not in err and not ray.is_initialized()
 
 
 def test_output_dir_and_shared_dir_together_are_refused(tmp_path: Path,
@@ -78,28 +91,11 @@ def test_output_dir_and_shared_dir_together_are_refused(tmp_path: Path,
     assert not ray.is_initialized()
 
 
-def test_a_dead_ray_client_address_exits_2_naming_it_at_once(
-        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
-    """ray://HOST:PORT with nothing there waited ~35 s for Ray's client, printed its INFO line
-    and UserWarning, then said the cluster 'refused this driver or did not answer'."""
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
-    started = time.monotonic()
-    assert _sweep_on(tmp_path, f"ray://127.0.0.1:{port}") == 2
-    assert time.monotonic() - started < 15
-    err = capsys.readouterr().err
-    assert f"no Ray cluster answers at --address ray://127.0.0.1:{port} (" in err, err
-    assert "UserWarning" not in err and not ray.is_initialized()
-
-
 def test_a_dead_ray_address_from_the_environment_is_named_as_such(
         tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
     """RAY_ADDRESS with nothing there was called '--address' (none was given), and the advice
     was to leave --address out, which changed nothing."""
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
+    port = _free_port()
     monkeypatch.setenv("RAY_ADDRESS", f"127.0.0.1:{port}")
     assert _sweep_on(tmp_path, None) == 2
     err = " ".join(capsys.readouterr().err.split())
@@ -192,6 +188,11 @@ def test_a_dead_actor_is_named_as_its_role_with_its_node_pid_and_rays_reason() -
         "label party (Ray actor on node at 192.0.2.2, pid 23687) died: Worker unexpectedly")
     assert died("attacker sidecar", None, "The actor died unexpectedly before finishing this task.") == (
         "attacker sidecar (Ray actor) died: The actor died unexpectedly before finishing this task")
+    lost = "67f1f4ecd84d8cf647f100c2856f26777537f8949ed7afb1c5a583e8"  # its node died
+    assert died("attacker sidecar", {"node_id": lost, "ip": "192.0.2.2", "pid": 20904},
+                f"The actor died because its node has died. Node Id: {lost}\n\tpid: 20904") == (
+        "attacker sidecar (Ray actor on node 67f1f4ec at 192.0.2.2, pid 20904) died: The actor "
+        "died because its node has died")
 
 
 @pytest.fixture
@@ -272,3 +273,91 @@ def test_the_gcs_probe_goes_around_an_http_proxy(monkeypatch: pytest.MonkeyPatch
     finally:
         server.stop(None)
     assert why is not None and why.startswith("UNIMPLEMENTED"), why
+
+
+@pytest.mark.parametrize(("signum", "stopped"), [(signal.SIGINT, KeyboardInterrupt),
+                                                 (signal.SIGTERM, Terminated)])
+def test_a_stop_that_lands_in_a_weakref_callback_still_stops_the_sweep(
+        one_node: list, monkeypatch: pytest.MonkeyPatch, signum: int, stopped: type) -> None:
+    """Python raises Ctrl-C's KeyboardInterrupt wherever the main thread is: inside a weakref
+    callback (Ray's object references and thread pools run them) it was printed as 'Exception
+    ignored' and lost, and the sweep's points ran on to their end."""
+    from orchestration.sweep.ray_engine import RayEngine
+
+    def in_a_weakref_callback(signum_: int, frame: object) -> None:  # on the main thread
+        class Held:
+            pass
+
+        held = Held()
+        weakref.finalize(held, signal.raise_signal, signum)
+        del held  # the finalizer runs here, and the stop's handler inside it
+
+    told: list[str] = []
+
+    def a_point(point: object, listener: object, cancel: threading.Event) -> None:
+        signal.pthread_kill(threading.main_thread().ident, signal.SIGUSR1)
+        if cancel.wait(5):
+            told.append(cancel.why)  # type: ignore[attr-defined]
+
+    previous = signal.signal(signal.SIGUSR1, in_a_weakref_callback)
+    engine = RayEngine(jobs=1, poll=0.05)
+    monkeypatch.setattr(engine, "_run_point", a_point)
+    started = time.monotonic()
+    try:
+        with pytest.raises(stopped):
+            engine.run(one_node, None)  # type: ignore[arg-type]
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    assert time.monotonic() - started < 4
+    assert told == ["stopped by SIGTERM" if signum == signal.SIGTERM else "stopped by Ctrl-C"]
+
+
+def test_a_lost_nodes_raylet_messages_stay_off_the_terminal(one_node: list,
+                                                            capfd: pytest.CaptureFixture) -> None:
+    """A node lost mid-sweep printed Ray's 'Raylet is terminated ...' with ~20 lines of state
+    dump, twice, and 'The node ... has been marked dead', ahead of the point's own sentence:
+    Ray's error listener on the driver prints every error a raylet publishes, whatever
+    log_to_driver says. Other output it prints passes on."""
+    from ray._private import worker as ray_worker
+
+    from orchestration.sweep.ray_engine import RayEngine
+
+    RayEngine()._connect(one_node)
+    lost = ("Raylet is terminated. Termination is unexpected. Possible reasons include: (1) "
+            "SIGKILL by the user or system OOM killer\n    [state-dump] NodeManager ...")
+    ray_worker.print_to_stdstream({"lines": [lost], "pid": "raylet", "is_err": False},
+                                  ignore_prefix=False)  # as Ray's listen_error_messages calls it
+    ray_worker.print_to_stdstream({"lines": ["an actor's own line"], "pid": 4321, "ip": "192.0.2.2",
+                                   "is_err": True, "task_name": "RoleActor.poll",
+                                   "actor_name": ""}, ignore_prefix=False)
+    printed = capfd.readouterr()
+    assert "Raylet" not in printed.out + printed.err and "an actor's own line" in printed.err, printed
+
+
+def test_sigterm_while_ray_starts_stops_the_sweep_saying_so(
+        tmp_path: Path, capsys: pytest.CaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ray.init puts in a SIGTERM handler of its own, sys.exit(15): a SIGTERM while Ray started
+    ended the sweep with exit 15 and not a word, and one after it (outside the points' run)
+    the same way."""
+    def ray_init(**kwargs: object) -> None:  # what Ray 2.60's ray.init does first
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(signum))
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises before this ends
+
+    monkeypatch.setattr(ray, "init", ray_init)
+    monkeypatch.setattr("orchestration.sweep.ray_engine.private_auth_token", lambda: None)
+    base = write_config(tmp_path, small_config(tmp_path, training={"epochs": 1}))
+    path = tmp_path / "sweep.toml"
+    path.write_text(tomli_w.dumps({"sweep": {"name": "s", "base": str(base), "seeds": [1],
+                                             "output_dir": str(tmp_path / "sweeps")}}))
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        code = main(["sweep", str(path), "--no-progress", "--no-compare", "--engine", "ray"])
+    except SystemExit as stop:
+        code = stop.code
+    finally:
+        kept = signal.getsignal(signal.SIGTERM)
+        signal.signal(signal.SIGTERM, previous)
+    assert code == 143, code
+    assert "stopped by SIGTERM" in capsys.readouterr().out
+    assert kept is previous  # not Ray's, once the sweep is over

@@ -14,15 +14,18 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import signal
 import threading
 import time
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from collections.abc import Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import grpc
 import ray
+from ray._private import worker as ray_worker
 from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 from ray.exceptions import RayActorError
 from ray.util.placement_group import (
@@ -37,6 +40,7 @@ from orchestration.launch import LABEL_PARTY, Role, start_order, topology_of
 from orchestration.launch import roles as launch_roles
 from orchestration.processes import spawn, stop_all
 from orchestration.run import STOP_GRACE, collect_outcome
+from orchestration.stopping import StopNoted, Terminated, stopped_by, stops_noted
 from orchestration.sweep.engine import (
     POINT_LOG,
     Engine,
@@ -80,6 +84,7 @@ class RoleActor:
     def __init__(self, role: str, config_toml: str, run_name: str, run_root: str | None,
                  identity: dict[str, bytes] | None, cpus: float, resume: bool) -> None:
         self.host = RoleHost(role, config_toml, run_name, run_root, identity, cpus, resume)
+        self.host.capture_output()  # this worker process is the role's alone
 
     def where(self) -> dict[str, Any]:
         return {"node_id": ray.get_runtime_context().get_node_id(),
@@ -102,6 +107,12 @@ class RoleActor:
 
 class _Cancelled(Exception):
     pass
+
+
+class _Cancel(threading.Event):
+    """Set when the sweep is stopped; `why` says by what (as the points' results say it)."""
+
+    why = "stopped by Ctrl-C"
 
 
 class _Phases:
@@ -144,7 +155,8 @@ def _init(address: str | None, given: str = "--address") -> None:
     cluster answers or the one there refuses this driver (Ray alone retries for minutes);
     `given`: where the address came from (--address, or RAY_ADDRESS), as messages name it."""
     if address is None:
-        ray.init(log_to_driver=False)
+        with _sigterm_kept():
+            ray.init(log_to_driver=False)
         return
     if (why := unreachable(address)) is not None:
         raise EngineError(no_cluster(address, why, given))
@@ -154,12 +166,50 @@ def _init(address: str | None, given: str = "--address") -> None:
     saved = os.environ.get(tries)
     os.environ.setdefault(tries, str(CONNECT_TRIES))
     try:
-        ray.init(address=address, log_to_driver=False)
+        with _sigterm_kept():
+            ray.init(address=address, log_to_driver=False)
     except (ConnectionError, RuntimeError, ray.exceptions.RayError) as err:
         raise EngineError(refused(address, err, given)) from None
     finally:
         if saved is None:
             os.environ.pop(tries, None)
+
+
+@contextmanager
+def _sigterm_kept() -> Iterator[None]:
+    """Around ray.init, which puts in a SIGTERM handler of its own for good: it exits with code
+    15 and not a word, where the sweep's says 'stopped by SIGTERM' and exits 143 with its index
+    saying so. The sweep's handler is put back, and a SIGTERM Ray's met meanwhile is the sweep's
+    Terminated."""
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    except SystemExit as stop:
+        if stop.code != signal.SIGTERM:
+            raise
+        raise Terminated from None
+    finally:
+        if previous is not None and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _quiet_raylet_messages() -> None:
+    """Ray's driver prints every error its raylets publish to this process's stdout, whatever
+    log_to_driver says: a node lost mid-sweep put 'Raylet is terminated ...' with ~20 lines of
+    the raylet's state dump, twice, and 'The node ... has been marked dead' ahead of the point's
+    own sentence, which names the role, its node and Ray's reason. They stay in Ray's log files
+    on their node (logs/raylet.out of its session); what else the driver prints passes on."""
+    if ray_worker.print_to_stdstream is not _quiet_raylet:  # Ray's error listener calls it so
+        _RAY_PRINTING[:] = [ray_worker.print_to_stdstream]
+        ray_worker.print_to_stdstream = _quiet_raylet
+
+
+_RAY_PRINTING: list[Any] = []  # Ray's own print_to_stdstream, once replaced
+
+
+def _quiet_raylet(data: dict[str, Any], ignore_prefix: bool) -> None:
+    if data.get("pid") != "raylet":
+        _RAY_PRINTING[0](data, ignore_prefix)
 
 
 def _not_a_gcs(address: str) -> str | None:
@@ -221,6 +271,7 @@ class RayEngine(Engine):
         self.local = False  # this engine started a cluster on this machine alone (see _connect)
 
     def _connect(self, points: Sequence[Point]) -> None:
+        _quiet_raylet_messages()
         if not ray.is_initialized():
             # No address and none in RAY_ADDRESS: ray.init starts a cluster on this machine
             # alone, whose roles then listen on loopback only.
@@ -248,28 +299,40 @@ class RayEngine(Engine):
     def run(self, points: Sequence[Point], listener: Listener) -> dict[str, PointResult]:
         if not points:
             return {}
-        self._connect(points)
-        cancel = threading.Event()
-        results: dict[str, PointResult] = {}
-        pool = ThreadPoolExecutor(self.jobs, thread_name_prefix="ray-point")
-        futures = {pool.submit(self._run_point, p, listener, cancel): p for p in points}
+        started_ray = not ray.is_initialized()
         try:
-            for future in as_completed(futures):
-                result = future.result()
-                if result is not None:
-                    results[futures[future].hash] = result
-        except KeyboardInterrupt:
-            cancel.set()  # running points stop their actors and report; queued ones never start
-            pool.shutdown(wait=True, cancel_futures=True)
-            for future, point in futures.items():
-                if future.done() and not future.cancelled() and (done := future.result()) is not None:
-                    results[point.hash] = done
-            raise
+            self._connect(points)
+            with stops_noted() as stop:  # Ray's weakref callbacks would swallow a KeyboardInterrupt
+                return self._run_points(points, listener, stop)
         finally:
-            pool.shutdown(wait=True)
-        return results
+            if started_ray and ray.is_initialized():  # its cluster, if it started one, goes too
+                ray.shutdown()
 
-    def _run_point(self, point: Point, listener: Listener, cancel: threading.Event) -> PointResult | None:
+    def _run_points(self, points: Sequence[Point], listener: Listener,
+                    stop: StopNoted) -> dict[str, PointResult]:
+        """Up to `jobs` points at a time, each in a thread of its own; on a noted Ctrl-C or
+        SIGTERM the running points stop their actors and report, queued ones never start."""
+        cancel = _Cancel()
+        results: dict[str, PointResult] = {}
+        with ThreadPoolExecutor(self.jobs, thread_name_prefix="ray-point") as pool:
+            futures = {pool.submit(self._run_point, p, listener, cancel): p for p in points}
+            pending = set(futures)
+            while pending and stop.signum is None:
+                done, pending = wait(pending, timeout=self.poll, return_when=FIRST_COMPLETED)
+                for future in done:
+                    if (result := future.result()) is not None:
+                        results[futures[future].hash] = result
+            if stop.signum is None:
+                return results
+            cancel.why = stopped_by(stop.error())
+            cancel.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+            for future in pending:
+                if not future.cancelled() and (result := future.result()) is not None:
+                    results[futures[future].hash] = result
+        raise stop.error()
+
+    def _run_point(self, point: Point, listener: Listener, cancel: _Cancel) -> PointResult | None:
         if cancel.is_set():
             return None
         listener.started(point)
@@ -324,7 +387,7 @@ class RayEngine(Engine):
             phases.mark("streaming")
             message = message or self._failure(run, status, essential)
         except _Cancelled:
-            result = PointResult("interrupted", time.monotonic() - started, "stopped by Ctrl-C",
+            result = PointResult("interrupted", time.monotonic() - started, cancel.why,
                                  nodes or None)
             write_result(run.root, result)
             listener.finished(point, result)
@@ -359,7 +422,7 @@ class RayEngine(Engine):
                 f"{len(nodes)} node(s) ({cpus:g} CPU in all) hold only {bundles} such role(s): add "
                 "nodes or CPUs, or give each role fewer CPUs with --cpus-per-role")
 
-    def _wait(self, ref: Any, cancel: threading.Event, timeout: float,
+    def _wait(self, ref: Any, cancel: _Cancel, timeout: float,
               what: str | None = None) -> Any:
         end = time.monotonic() + timeout
         while True:
@@ -395,7 +458,7 @@ class RayEngine(Engine):
             for i, role in enumerate(roles)}
 
     def _train(self, point: Point, actors: dict[str, Any], nodes: dict[str, Any], listener: Listener,
-               cancel: threading.Event) -> tuple[dict[str, dict[str, Any]], list[str]]:
+               cancel: _Cancel) -> tuple[dict[str, dict[str, Any]], list[str]]:
         """Start the servers, then the passive parties; follow until every essential role ended
         (a role whose actor died has ended, its status saying so in `died`). Returns each role's
         last status and the roles whose failure fails the run."""
@@ -481,16 +544,16 @@ class RayEngine(Engine):
 
     @staticmethod
     def _release(actors: dict[str, Any], group: PlacementGroup) -> None:
+        """Each living actor removes its node-local scratch (10 s at most for them all: a
+        stopped sweep waits no longer), then every actor is killed and the group removed."""
+        if cleaned := [actor.cleanup.remote() for actor in actors.values()]:
+            ray.wait(cleaned, num_returns=len(cleaned), timeout=10)  # a dead actor's: at once
         for actor in actors.values():
-            try:
-                ray.get(actor.cleanup.remote(), timeout=10)
-            except Exception:  # noqa: BLE001, S110 - a dead actor has nothing left to clean
-                pass
             ray.kill(actor)
         remove_placement_group(group)
 
     def _analyse(self, point: Point, run: RunDir, started: float, nodes: dict[str, Any] | None,
-                 cancel: threading.Event) -> PointResult:
+                 cancel: _Cancel) -> PointResult:
         """The attacker's analysis on the driver, in a worker process like the local engine's,
         with its share of the driver's cores (up to `jobs` points analyse at once)."""
         child = spawn(f"analysis of {point.label}",
@@ -499,7 +562,7 @@ class RayEngine(Engine):
         while child.returncode is None:
             if cancel.is_set():
                 stop_all([child])
-                return PointResult("interrupted", time.monotonic() - started, "stopped by Ctrl-C", nodes)
+                return PointResult("interrupted", time.monotonic() - started, cancel.why, nodes)
             time.sleep(self.poll)
         result = read_result(run.root)
         if result is None:

@@ -69,7 +69,10 @@ def died(role: str, where: dict[str, Any] | None, ray_message: str) -> str:
     ip = where.get("ip") or _field(ray_message, "ip")
     node = " ".join(p for p in (where.get("node_id", "")[:8], f"at {ip}" if ip else "") if p)
     place = ", ".join(p for p in (f"on node {node}" if node else "", f"pid {pid}" if pid else "") if p)
-    return f"{role} (Ray actor{' ' + place if place else ''}) died: {reason(ray_message)}"
+    why = reason(ray_message)
+    if where.get("node_id"):  # named already: Ray's 56 hex digits of it again say nothing more
+        why = why.replace(f" Node Id: {where['node_id']}", "").rstrip(".")
+    return f"{role} (Ray actor{' ' + place if place else ''}) died: {why}"
 
 
 def reason(ray_message: str) -> str:

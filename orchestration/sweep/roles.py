@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -21,6 +22,7 @@ from typing import Any
 
 from orchestration.launch import LABEL_PARTY, PASSIVE_PARTY, Role
 from orchestration.launch import SIDECAR as ATTACKER
+from orchestration.processes import last_error
 from splitleak import tls
 from splitleak.artifacts.metrics import MetricsTail
 from splitleak.artifacts.paths import RunDir
@@ -31,6 +33,7 @@ from splitleak.placement import THREADS_ENV
 from splitleak.transport import run_async
 
 CHUNK_BYTES = 4 * 1024 * 1024  # streamed files travel in pieces this size
+LAST_WORDS_BYTES = 64 * 1024  # how much of a failed role's log its reason is looked for in
 
 
 def passive_role(party_id: int) -> str:
@@ -71,7 +74,9 @@ class RoleHost:
                                      mode=0o600)
             for name in (n.removesuffix(".key") for n in identity if n.endswith(".key")):
                 tls.hold(self.tls_dir, name, identity[f"{name}.pem"], identity[f"{name}.key"])
-        self._log = self._log_to(self.run.logs / f"{role}.log")
+        self.log_path = self.run.logs / f"{role}.log"
+        self._log_start = self.log_path.stat().st_size if self.log_path.is_file() else 0
+        self._log = self._log_to(self.log_path)
         self._thread: threading.Thread | None = None
         self._code: int | None = None
         self._error: str | None = None
@@ -86,6 +91,27 @@ class RoleHost:
         root.addHandler(handler)
         root.setLevel(logging.INFO)
         return handler
+
+    def capture_output(self) -> None:
+        """This process's stdout and stderr into the role's log, as `splitleak run` sends each
+        party process's: for a host with a process of its own (a Ray actor), whose output went
+        to Ray's files on its node (a crash's last words, a library's warnings), out of sight."""
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        log = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.dup2(log, 1)
+        os.dup2(log, 2)
+        os.close(log)
+
+    def last_words(self) -> str | None:
+        """The role's own reason for failing: its last ERROR line this attempt (else its last
+        line), as the local engine names a failed process by its log."""
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(max(self._log_start, self.log_path.stat().st_size - LAST_WORDS_BYTES))
+                return last_error(log.read().decode(errors="replace"), failed=True)
+        except OSError:
+            return None
 
     def start(self, host: str, label_party: str | None = None, attacker: str | None = None) -> str | None:
         """Start the role; a server role returns the HOST:PORT it listens on once it serves."""
@@ -103,7 +129,8 @@ class RoleHost:
             if self._code is not None:
                 raise RoleError(f"{self.role} ended before serving: {self._error or 'no message'}")
             time.sleep(0.05)
-        raise RoleError(f"{self.role} did not serve within {self.cfg.topology.join_deadline_s:g} s")
+        raise RoleError(f"{self.role} did not serve within {self.cfg.topology.join_deadline_s:g} s"
+                        + (f"; its last words: {words}" if (words := self.last_words()) else ""))
 
     def _coroutine(self, listen: str, port_file: Path, label_party: str | None,
                    attacker: str | None) -> Coroutine[Any, Any, Any]:
@@ -136,7 +163,9 @@ class RoleHost:
             code = run_async(coroutine)
             self._code = code if isinstance(code, int) else 0
             if self._code:
-                self._error = f"{self.role} exited with code {self._code} (see logs/{self.role}.log)"
+                words = self.last_words()
+                self._error = (f"{self.role} exited with code {self._code}: "
+                               f"{words or f'no reason given (see logs/{self.role}.log)'}")
         except Exception as err:  # noqa: BLE001 - reported to the driver, which names the role
             logging.getLogger(self.role).exception("%s failed", self.role)
             self._error = f"{self.role}: {type(err).__name__}: {err}"
