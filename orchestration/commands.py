@@ -136,17 +136,17 @@ def train_one(cfg: ExperimentConfig, args: argparse.Namespace, console: Console,
             from None
     console.print(f"[bold]{label}[/]: run directory {run.root}")
     if args.in_process:
-        from label_party.objectives import ObjectiveError
         from label_party.trainer import NonFiniteStep
         from orchestration.reference import train_in_process
         from passive_party.protections.base import ProtectionFailed
+        from splitleak.provenance import PluginError
 
         try:
             return train_in_process(cfg, run)
         except (NonFiniteStep, ProtectionFailed) as err:  # the run (or a party's protection)
             console.print(f"[bold red]run failed:[/] {err}")  # diverged: said in one sentence
             raise SystemExit(EXIT_FAILED) from None
-        except ObjectiveError as err:  # an installed objective that broke: as a distributed run
+        except PluginError as err:  # an objective or defense that broke: as a distributed run
             console.print(f"[bold red]run failed:[/] {err}")
             raise SystemExit(EXIT_BAD_INPUT) from None
         except DatasetError as err:  # a bad value in a data file: bad input, in one sentence

@@ -8,8 +8,15 @@ from typing import Any, ClassVar
 
 import torch
 
+from splitleak.provenance import PluginError
 from splitleak.registry import Registry
 from splitleak.settings import Settings
+
+
+class DefenseError(PluginError):
+    """A defense that raised, or returned other than a finite tensor of its input's shape and
+    dtype; the message names the defense (its entry point and package where installed), the
+    party and the step."""
 
 
 class DefenseParams(Settings):
