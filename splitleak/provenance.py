@@ -9,6 +9,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from splitleak.config import ConfigError
 from splitleak.registry import describe_entry_point, installed_entry_points
 
@@ -66,6 +68,13 @@ def blamed(kind: str, name: str, entry: Any, method: str,
             raise
         raise error(f"{plugin_origin(kind, name, entry)}: {method}() raised "
                     f"{raised(err, entry)}") from err
+
+
+def described(value: Any) -> str:
+    """What a plug-in returned, in words: `an array of dtype float32 and shape [3, 2]`, `a list`."""
+    if isinstance(value, np.ndarray):
+        return f"an array of dtype {value.dtype} and shape {list(value.shape)}"
+    return f"a {type(value).__name__}"
 
 
 def _short(filename: str) -> str:
