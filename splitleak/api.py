@@ -24,7 +24,7 @@ from splitleak.artifacts.outcome import Outcome, OutcomeError, read_outcome_mode
 from splitleak.artifacts.paths import CompareDir, RunDir, SweepDir, is_run_dir, is_sweep_dir
 from splitleak.artifacts.run_config import edited_config
 from splitleak.artifacts.summary import LeakSummary, read_leak_summary
-from splitleak.artifacts.sweep import read_index_rows
+from splitleak.artifacts.sweep import STATUSES, read_index_rows
 from splitleak.artifacts.timing import read_timing_model
 from splitleak.config import ExperimentConfig, load_config
 
@@ -149,7 +149,12 @@ class Sweep:
     def runs(self, status: str | None = "done") -> list[Run]:
         """The points' runs in point order (`status`: only those with it; None: every point but
         a pending one not started, which has no run directory yet). ValueError naming the point
-        and the directory when the index lists a started point whose run directory is gone."""
+        and the directory when the index lists a started point whose run directory is gone;
+        ValueError naming the statuses a point can have for any other `status`."""
+        if status is not None and status not in STATUSES:
+            raise ValueError(f"status={status!r} is no sweep point's status: one of "
+                             f"{', '.join(map(repr, STATUSES))}, or None for every started point "
+                             "(how a run ended, e.g. 'ok', is the outcome column of Sweep.points)")
         runs = []
         for row in read_index_rows(self.root):
             if status is not None and row.status != status:

@@ -153,3 +153,20 @@ def test_a_started_points_missing_run_directory_is_named(tmp_path: Path) -> None
                                          r"its point is done"):
         points = opened.points
     assert list(points["outcome"]) == [None, None]
+
+
+def test_a_status_no_point_can_have_is_refused_naming_those_it_can(tmp_path: Path) -> None:
+    """`sweep.runs(status="ok")` (an outcome's word, not the index's) gave [] without a word, as
+    if no point had ended well."""
+    from splitleak.artifacts.paths import SweepDir
+    from splitleak.artifacts.sweep import write_index_rows
+
+    sweep = SweepDir(tmp_path / "sweep")
+    sweep.root.mkdir()
+    write_index_rows(sweep.root, [])
+    opened = open_sweep(sweep.root)
+    with pytest.raises(ValueError, match=r"status='ok' is no sweep point's status: one of "
+                                         r"'pending', 'running', 'done', 'failed', 'interrupted', "
+                                         r"or None .*the outcome column of Sweep.points"):
+        opened.runs(status="ok")
+    assert opened.runs(status="failed") == []
