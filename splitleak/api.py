@@ -23,7 +23,7 @@ from splitleak.artifacts.metrics import read_metrics
 from splitleak.artifacts.outcome import Outcome, OutcomeError, read_outcome_model_or_refuse
 from splitleak.artifacts.paths import CompareDir, RunDir, SweepDir, is_run_dir, is_sweep_dir
 from splitleak.artifacts.run_config import edited_config
-from splitleak.artifacts.summary import LeakSummary, read_leak_summary
+from splitleak.artifacts.summary import LeakSummary, SummaryError, read_leak_summary
 from splitleak.artifacts.sweep import STATUSES, read_index_rows
 from splitleak.artifacts.timing import read_timing_model
 from splitleak.config import ExperimentConfig, load_config
@@ -75,7 +75,11 @@ class Run:
 
     @cached_property
     def summary(self) -> LeakSummary:
-        """The run-level leak entries (report/summary.json; `attacker analyze` writes it)."""
+        """The run-level leak entries (report/summary.json; `attacker analyze` writes it);
+        SummaryError naming the file, and what writes it when the run was not analysed."""
+        if not self.dir.leak_summary.exists():
+            raise SummaryError(f"{self.dir.leak_summary} does not exist: no leak summary yet "
+                               f"(`attacker analyze {self.root}` writes it)")
         return read_leak_summary(self.dir)
 
     @cached_property

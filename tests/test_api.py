@@ -78,9 +78,12 @@ def test_a_runs_timing_has_one_row_per_role_and_span(tmp_path: Path) -> None:
 
 
 def test_a_missing_or_damaged_table_is_named_with_what_writes_it(tmp_path: Path) -> None:
+    """Run.summary of a run not analysed said 'cannot read .../summary.json: No such file or
+    directory', not what writes it, as Run.leaks does."""
     from splitleak.api import TableError
     from splitleak.artifacts.paths import RunDir, SweepDir
     from splitleak.artifacts.rundir import write_config
+    from splitleak.artifacts.summary import SummaryError
     from splitleak.artifacts.sweep import write_index_rows
     from splitleak.config import parse_config
     from tests.conftest import small_config
@@ -91,6 +94,9 @@ def test_a_missing_or_damaged_table_is_named_with_what_writes_it(tmp_path: Path)
     with pytest.raises(TableError, match=rf"{re.escape(str(run.leak))} does not exist: no leak "
                                          rf"table yet \(`attacker analyze {re.escape(str(run.root))}`"):
         _ = open_run(run.root).leaks
+    with pytest.raises(SummaryError, match=rf"{re.escape(str(run.leak_summary))} does not exist: "
+                                           r"no leak summary yet \(`attacker analyze "):
+        _ = open_run(run.root).summary
     run.leak.parent.mkdir(parents=True)
     run.leak.write_bytes(b"PAR1 cut short")
     with pytest.raises(TableError, match=rf"{re.escape(str(run.leak))} is not a readable leak table"):
