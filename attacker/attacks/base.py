@@ -283,7 +283,7 @@ class RunAttack(AttackPlugin):
         """Attack; raise ValueError with a sentence when the run lacks what it needs."""
 
 
-ATTACKS: Registry[type[AttackPlugin]] = Registry("attack")
+ATTACKS: Registry[type[AttackPlugin]] = Registry("attack", AttackPlugin)
 
 
 def build_attack(name: str, params: dict[str, Any]) -> AttackPlugin:

@@ -76,7 +76,7 @@ class Defense(ABC):
         return None
 
 
-DEFENSES: Registry[type[Defense]] = Registry("defense")
+DEFENSES: Registry[type[Defense]] = Registry("defense", Defense)
 
 
 def build_defense(name: str, params: dict[str, Any]) -> Defense:

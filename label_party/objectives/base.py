@@ -157,7 +157,7 @@ def per_class_gradients(logits: torch.Tensor, activations: list[torch.Tensor],
                                     retain_graph=True, is_grads_batched=True))
 
 
-OBJECTIVES: Registry[type[Objective]] = Registry("objective")
+OBJECTIVES: Registry[type[Objective]] = Registry("objective", Objective)
 
 
 class ObjectiveError(PluginError):

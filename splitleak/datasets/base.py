@@ -120,7 +120,7 @@ class Dataset(ABC):
         return None
 
 
-DATASETS: Registry[type[Dataset]] = Registry("dataset")
+DATASETS: Registry[type[Dataset]] = Registry("dataset", Dataset)
 
 
 def origin(dataset: type[Dataset]) -> str:
