@@ -32,6 +32,8 @@ class Faulty(Defense):
         fault = self.params.fault
         if fault == "raises":
             raise RuntimeError("no gradient")
+        if fault == "diagnostics":
+            ctx.diagnostics["faulty.norm"] = cut_gradient.norm()  # type: ignore[attr-defined]
         return {"nan": lambda g: g * float("nan"), "shape": lambda g: g[1:],
                 "float64": lambda g: g.double(),
                 "list": lambda g: g.tolist()}.get(fault, lambda g: g)(cut_gradient)
@@ -45,6 +47,9 @@ SAYS = {
              "must return a tensor of its input's shape and dtype (torch.float32 [4, 5])",
     "float64": "__call__() returned torch.float64 [4, 5] for passive party 2",
     "list": "__call__() returned a list for passive party 2 at train step 7",
+    # Before: "TypeError: Object of type Tensor is not JSON serializable" writing metrics.jsonl.
+    "diagnostics": "ctx.diagnostics['faulty.norm'] is a Tensor for passive party 2 at train step 7; "
+                   "each must be a float",
 }
 
 

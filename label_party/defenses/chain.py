@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -87,6 +88,7 @@ class DefenseChain:
             with blamed("defense", defense.name, type(defense), "__call__", DefenseError):
                 given, gradient = gradient, defense(gradient, ctx)
             _check_form(defense, given, gradient, party_id, step)
+            _check_diagnostics(defense, ctx.diagnostics, party_id, step)
             outputs.append(gradient)
             prefix = f"{position}:" if names.count(defense.name) > 1 else ""
             diagnostics.update({prefix + key: value for key, value in ctx.diagnostics.items()})
@@ -153,6 +155,18 @@ def _check_form(defense: Defense, given: torch.Tensor, returned: object, party_i
                        f"returned {found} for passive party {party_id} at train step {step}; it "
                        f"must return a tensor of its input's shape and dtype ({given.dtype} "
                        f"{list(given.shape)})")
+
+
+def _check_diagnostics(defense: Defense, diagnostics: dict[str, Any], party_id: int,
+                       step: int) -> None:
+    """DefenseError where a defense put other than a number in ctx.diagnostics (a tensor, say):
+    metrics.jsonl records them as numbers."""
+    for key, value in diagnostics.items():
+        if not isinstance(value, numbers.Real):
+            raise DefenseError(f"{plugin_origin('defense', defense.name, type(defense))}: "
+                               f"ctx.diagnostics[{key!r}] is a {type(value).__name__} for passive "
+                               f"party {party_id} at train step {step}; each must be a float "
+                               "(e.g. float(tensor))")
 
 
 def _blame_non_finite(defenses: list[Defense], outputs: list[torch.Tensor], party_id: int,
