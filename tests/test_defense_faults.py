@@ -4,6 +4,7 @@ step (a PluginError: exit 2), as a broken objective does."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -64,6 +65,28 @@ def test_a_broken_defense_is_named_with_the_party_and_step(monkeypatch: pytest.M
     said = str(raised.value)
     assert said.startswith("defense 'faulty' (") and "test_defense_faults.Faulty): " in said, said
     assert SAYS[fault] in said and "\n" not in said
+
+
+class NoSummary(Faulty):
+    def summary(self) -> dict:
+        if self.params.fault == "summary list":
+            return [1.0]  # type: ignore[return-value]
+        raise RuntimeError("no figures")
+
+
+@pytest.mark.parametrize(("fault", "says"), [
+    ("", "summary() raised RuntimeError: no figures (at tests/test_defense_faults.py:"),
+    ("summary list", "summary() returned a list; it must return a dict")])
+def test_a_defense_whose_summary_breaks_is_named(monkeypatch: pytest.MonkeyPatch, fault: str,
+                                                 says: str) -> None:
+    """Before: the run trained, then stopped with the summary's own traceback, or wrote a
+    list where the report reads the defense's figures."""
+    monkeypatch.setitem(DEFENSES._entries, "faulty", NoSummary)
+    chain = DefenseChain([("faulty", {"fault": fault})], seed=0)
+    chain.apply(torch.ones(4, 5), torch.tensor([0, 1, 0, 1]), party_id=1, epoch=0, step=0,
+                num_classes=2)
+    with pytest.raises(DefenseError, match=re.escape(says)):
+        chain.summary()
 
 
 def test_a_sound_chain_is_unchanged(monkeypatch: pytest.MonkeyPatch) -> None:

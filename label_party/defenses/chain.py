@@ -117,7 +117,7 @@ class DefenseChain:
             "seed": self.seed,
             "parties": {
                 str(party_id): [
-                    {"position": position, "name": defense.name, **defense.summary()}
+                    {"position": position, "name": defense.name, **_summary(defense)}
                     for position, defense in enumerate(defenses)
                 ]
                 for party_id, defenses in sorted(self._parties.items())
@@ -140,6 +140,15 @@ def chain_summaries(chains: Mapping[int, DefenseChain]) -> dict[int, dict[str, A
             for entries in summary["parties"].values():
                 entries[position].update(joint)
     return summaries
+
+
+def _summary(defense: Defense) -> dict[str, Any]:
+    with blamed("defense", defense.name, type(defense), "summary", DefenseError):
+        figures = defense.summary()
+    if not isinstance(figures, dict):
+        raise DefenseError(f"{plugin_origin('defense', defense.name, type(defense))}: summary() "
+                           f"returned a {type(figures).__name__}; it must return a dict")
+    return figures
 
 
 def _check_form(defense: Defense, given: torch.Tensor, returned: object, party_id: int,
