@@ -50,7 +50,9 @@ def read_table(path: Path, what: str, writer: str) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class Run:
-    """A run directory, read lazily: each property reads its file on first use."""
+    """A run directory, read lazily: each property reads its file on first use and keeps what
+    it read (a running run's: a snapshot; open it again to read on), but `outcome`, which is
+    read again until the run has ended."""
 
     dir: RunDir
 
@@ -66,12 +68,15 @@ class Run:
             warnings.warn(edited, stacklevel=3)  # the caller of .config
         return cfg
 
-    @cached_property
+    @property
     def outcome(self) -> Outcome | None:
-        """How the run ended (None while it runs, or if it was killed before concluding);
-        OutcomeError (a ValueError) naming the file when outcome.json is there but unreadable,
-        as `attacker analyze` refuses it."""
-        return read_outcome_model_or_refuse(self.dir)
+        """How the run ended (None while it runs, or if it was killed before concluding: read
+        again on each use until the run has one, then kept); OutcomeError (a ValueError) naming
+        the file when outcome.json is there but unreadable, as `attacker analyze` refuses it."""
+        ended = self.__dict__.get("_outcome")  # a frozen dataclass: set as cached_property does
+        if ended is None:
+            ended = self.__dict__["_outcome"] = read_outcome_model_or_refuse(self.dir)
+        return ended
 
     @cached_property
     def summary(self) -> LeakSummary:

@@ -176,3 +176,24 @@ def test_a_status_no_point_can_have_is_refused_naming_those_it_can(tmp_path: Pat
                                          r"or None .*the outcome column of Sweep.points"):
         opened.runs(status="ok")
     assert opened.runs(status="failed") == []
+
+
+def test_a_running_runs_outcome_is_read_again_until_it_has_ended(tmp_path: Path) -> None:
+    """`run.outcome` of a run still training was None, and stayed None on that Run after the
+    run had ended (a notebook polling it waited forever)."""
+    from splitleak.artifacts.outcome import write_outcome
+    from splitleak.artifacts.paths import RunDir
+    from splitleak.artifacts.rundir import write_config
+    from splitleak.config import parse_config
+    from tests.conftest import small_config
+
+    run = RunDir(tmp_path / "run")
+    run.root.mkdir()
+    write_config(parse_config(small_config(tmp_path)), run)
+    opened = open_run(run.root)
+    assert opened.outcome is None
+    run.outcome.parent.mkdir()
+    write_outcome(run, {"status": "ok", "seconds": 1.0})
+    assert opened.outcome is not None and opened.outcome.status == "ok"
+    run.outcome.unlink()
+    assert opened.outcome.status == "ok"  # once ended, kept
