@@ -108,3 +108,25 @@ def test_a_run_and_attacker_analyze_name_an_installed_attack_that_raises(tmp_pat
                            capture_output=True, text=True, timeout=scaled(300))
     out = " ".join((again.stdout + again.stderr).split())
     assert again.returncode == 2 and "Traceback" not in out and said in out, out
+
+
+class NoCheck(Faulty):
+    name = "nocheck"
+
+    @classmethod
+    def check_config(cls, cfg: object) -> None:
+        raise RuntimeError("no check")
+
+
+def test_an_attack_whose_config_check_raises_is_named(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
+    """Every registered attack's check_config runs for every config: one of one's own that
+    raised stopped `splitleak validate` (and every run) with its traceback, exit 1."""
+    from attacker.attacks import ATTACKS
+    from attacker.attacks.checks import check_attacks
+    from splitleak.config import ConfigError, parse_config
+
+    monkeypatch.setitem(ATTACKS._entries, "nocheck", NoCheck)
+    with pytest.raises(ConfigError, match=r"attack 'nocheck' \(.*NoCheck\): check_config\(\) "
+                                          r"raised RuntimeError: no check \(at tests/"):
+        check_attacks(parse_config(small_config(tmp_path)), 2)
