@@ -130,3 +130,19 @@ def test_an_attack_whose_config_check_raises_is_named(monkeypatch: pytest.Monkey
     with pytest.raises(ConfigError, match=r"attack 'nocheck' \(.*NoCheck\): check_config\(\) "
                                           r"raised RuntimeError: no check \(at tests/"):
         check_attacks(parse_config(small_config(tmp_path)), 2)
+
+
+class NoInit(Faulty):
+    def __init__(self, params: FaultParams) -> None:
+        raise RuntimeError("no state")
+
+
+def test_an_attack_whose_init_raises_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: its traceback from `splitleak validate` and `attacker analyze --attacks`."""
+    from attacker.attacks import ATTACKS, build_attack
+    from splitleak.config import ConfigError
+
+    monkeypatch.setitem(ATTACKS._entries, "noinit", NoInit)
+    with pytest.raises(ConfigError, match=r"attack 'noinit' \(.*NoInit\): __init__\(\) raised "
+                                          r"RuntimeError: no state \(at tests/"):
+        build_attack("noinit", {})

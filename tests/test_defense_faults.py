@@ -122,3 +122,22 @@ def test_an_in_process_run_names_an_installed_defense_that_raises(tmp_path: Path
     assert ("run failed: defense 'shake' (splitleak.defenses entry point 'shakeplugin:Shake' of "
             "package 'shakeplugin'): __call__() raised RuntimeError: defense boom (at "
             "shakeplugin/__init__.py:7)") in said
+
+
+class NoInit(Faulty):
+    def __init__(self, params: FaultParams) -> None:
+        raise RuntimeError("no state")
+
+
+def test_a_defense_whose_init_raises_is_named(monkeypatch: pytest.MonkeyPatch,
+                                              tmp_path: Path) -> None:
+    """Before: its traceback from `splitleak validate` (build_defense), exit 1."""
+    from label_party.validate import check_chain
+    from splitleak.config import ConfigError, parse_config
+
+    monkeypatch.setitem(DEFENSES._entries, "faulty", NoInit)
+    says = r"defense 'faulty' \(.*NoInit\): __init__\(\) raised RuntimeError: no state \(at tests/"
+    with pytest.raises(ConfigError, match=says):
+        check_chain(parse_config(small_config(tmp_path, defense=[{"name": "faulty"}])))
+    with pytest.raises(DefenseError, match=says):  # in the run: where each party's is built
+        DefenseChain([("faulty", {})], seed=0).defenses(1)

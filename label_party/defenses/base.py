@@ -8,7 +8,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from splitleak.provenance import PluginError
+from splitleak.config import ConfigError
+from splitleak.provenance import PluginError, blamed
 from splitleak.registry import Registry
 from splitleak.settings import Settings
 
@@ -80,5 +81,14 @@ DEFENSES: Registry[type[Defense]] = Registry("defense", Defense)
 
 
 def build_defense(name: str, params: dict[str, Any]) -> Defense:
+    """The defense `name` built from `params` (as validation checks it: ConfigError naming one
+    of one's own whose __init__ raised)."""
     cls = DEFENSES.get(name)
-    return cls(cls.Params.model_validate(params))
+    return instantiate(cls, cls.Params.model_validate(params), ConfigError)
+
+
+def instantiate(cls: type[Defense], params: DefenseParams,
+                error: type[Exception] = DefenseError) -> Defense:
+    """`cls(params)`; `error` naming a defense of one's own whose __init__ raised."""
+    with blamed("defense", cls.name, cls, "__init__", error):
+        return cls(params)

@@ -9,7 +9,14 @@ from typing import Any
 
 import torch
 
-from label_party.defenses.base import DEFENSES, Defense, DefenseContext, DefenseError, DefenseParams
+from label_party.defenses.base import (
+    DEFENSES,
+    Defense,
+    DefenseContext,
+    DefenseError,
+    DefenseParams,
+    instantiate,
+)
 from label_party.finite import all_finite
 from splitleak.provenance import blamed, plugin_origin
 from splitleak.seeding import generator
@@ -53,7 +60,7 @@ class DefenseChain:
     def defenses(self, party_id: int) -> list[Defense]:
         """The instances serving one passive party (created on first use)."""
         if party_id not in self._parties:
-            self._parties[party_id] = [cls(params) for cls, params in self._specs]
+            self._parties[party_id] = [instantiate(cls, params) for cls, params in self._specs]
         return self._parties[party_id]
 
     def apply(
