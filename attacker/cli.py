@@ -187,9 +187,10 @@ def _input_errors() -> tuple[type[Exception], ...]:
     from splitleak.artifacts.metrics import MetricsError
     from splitleak.artifacts.outcome import OutcomeError
     from splitleak.artifacts.summary import SummaryError
+    from splitleak.provenance import PluginError  # an attack of one's own that broke
     return (FileNotFoundError, AnalysisInputError, LogFormatError, RecordError, LogIndexError,
             ManifestError, MetricsError, OutcomeError, SummaryError, ConfigError, DatasetError,
-            LinkedRunDir)
+            LinkedRunDir, PluginError)
 
 
 def cmd_analyze(args: argparse.Namespace, console: Console) -> int:

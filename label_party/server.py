@@ -18,7 +18,6 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from label_party.checkpoints import Interrupted, RunCheckpoints, restore
 from label_party.driver import Progress, call_inline, drive
 from label_party.exchange import NetworkExchange
-from label_party.objectives import ObjectiveError
 from label_party.outputs import (
     clean_anchor_writer,
     snapshot_writer,
@@ -49,6 +48,7 @@ from splitleak.fileio import describe_os_error, write_atomically
 from splitleak.integrity import variant_rows
 from splitleak.lifeline import orphaned
 from splitleak.placement import LABEL, label_core_free, memory_facts, prepare_role
+from splitleak.provenance import PluginError
 from splitleak.tap import TapError
 from splitleak.timing import mark_startup, note
 from splitleak.tls import LABEL_PARTY
@@ -256,7 +256,7 @@ class LabelPartyRun:
         except NonFiniteStep as err:
             return await self._failed(SessionError(grpc.StatusCode.INVALID_ARGUMENT, str(err),
                                                    err.party_id))
-        except ObjectiveError as err:  # the installed objective broke: its one sentence
+        except PluginError as err:  # an installed objective or defense broke: its one sentence
             log.error("%s", err)
             outcome = await self._failed(SessionError(grpc.StatusCode.FAILED_PRECONDITION, str(err)))
             return {**outcome, "plugin_error": True}

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from label_party.defenses import DefenseChain, chain_summaries
+from label_party.finite import all_finite
 from label_party.objectives import ObjectiveSetup, build_objective, supervised_loss
 from label_party.objectives.base import Own, blamed, check_logits, check_step_result
 from label_party.schedule import Batch
@@ -32,13 +33,6 @@ class NonFiniteStep(ArithmeticError):
     def __init__(self, message: str, party_id: int | None) -> None:
         super().__init__(message)
         self.party_id = party_id
-
-
-def all_finite(tensor: torch.Tensor) -> bool:
-    """Whether every element is finite. The sum is checked first: a NaN or Inf anywhere makes
-    it non-finite, and it costs a twentieth of torch's element-wise isfinite on the CPU (0.25 ms
-    for a 1024 x 128 gradient, one thread); only a sum that overflows needs the full check."""
-    return bool(torch.isfinite(tensor.sum())) or bool(torch.isfinite(tensor).all())
 
 
 def non_finite_step(step: int, loss: float, activations: dict[int, torch.Tensor],

@@ -22,6 +22,7 @@ from splitleak.datasets import DatasetError
 from splitleak.fileio import describe_os_error
 from splitleak.filekind import not_a_file
 from splitleak.placement import cores
+from splitleak.provenance import PluginError
 from splitleak.transport import why_not_listening
 
 
@@ -136,7 +137,6 @@ def train_one(cfg: ExperimentConfig, args: argparse.Namespace, console: Console,
             from None
     console.print(f"[bold]{label}[/]: run directory {run.root}")
     if args.in_process:
-        from label_party.objectives import ObjectiveError
         from label_party.trainer import NonFiniteStep
         from orchestration.reference import train_in_process
         from passive_party.protections.base import ProtectionFailed
@@ -146,7 +146,7 @@ def train_one(cfg: ExperimentConfig, args: argparse.Namespace, console: Console,
         except (NonFiniteStep, ProtectionFailed) as err:  # the run (or a party's protection)
             console.print(f"[bold red]run failed:[/] {err}")  # diverged: said in one sentence
             raise SystemExit(EXIT_FAILED) from None
-        except ObjectiveError as err:  # an installed objective that broke: as a distributed run
+        except PluginError as err:  # an objective or defense that broke: as a distributed run
             console.print(f"[bold red]run failed:[/] {err}")
             raise SystemExit(EXIT_BAD_INPUT) from None
         except DatasetError as err:  # a bad value in a data file: bad input, in one sentence
@@ -211,6 +211,10 @@ def _analyse_trained(outcome: RunOutcome, console: Console, leak_table: bool = T
     except KeyboardInterrupt:
         console.print(f"training finished; its analysis was stopped: {later} writes it")
         raise
+    except PluginError as err:  # an attack of one's own that broke: bad input, one sentence
+        raise BadInput(f"training finished, but its analysis stopped: {err}; once that is fixed, "
+                       f"`attacker analyze {outcome.run.root}` writes it (the training need not "
+                       "run again)") from None
 
 
 def analyse_run(outcome: RunOutcome, console: Console,

@@ -11,7 +11,6 @@ import torch
 
 from attacker.sidecar.store import GradientStore
 from label_party.driver import drive
-from label_party.objectives import ObjectiveError
 from label_party.outputs import (
     clean_anchor_writer,
     snapshot_writer,
@@ -36,6 +35,7 @@ from splitleak.integrity import variant_rows
 from splitleak.interrupts import interrupts_at_once
 from splitleak.partition import passive_columns
 from splitleak.placement import ATTACKER, LABEL, role_device, role_threads, roles
+from splitleak.provenance import PluginError
 from splitleak.stopping import stopped_by
 from splitleak.timing import StepTimer, note
 from splitleak.validation import resolved
@@ -134,7 +134,7 @@ def train_in_process(cfg: ExperimentConfig, run: RunDir,
         write_outcome(run, {"status": "failed", "code": "INVALID_ARGUMENT", "message": str(err),
                             "party": err.party_id, "seconds": time.monotonic() - started})
         raise
-    except ObjectiveError as err:  # the installed objective broke, as the label party says it
+    except PluginError as err:  # an objective or defense broke, as the label party says it
         write_outcome(run, {"status": "failed", "code": "FAILED_PRECONDITION", "message": str(err),
                             "culprit": "label party", "seconds": time.monotonic() - started})
         raise

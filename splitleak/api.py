@@ -23,8 +23,8 @@ from splitleak.artifacts.metrics import read_metrics
 from splitleak.artifacts.outcome import Outcome, OutcomeError, read_outcome_model_or_refuse
 from splitleak.artifacts.paths import CompareDir, RunDir, SweepDir, is_run_dir, is_sweep_dir
 from splitleak.artifacts.run_config import edited_config
-from splitleak.artifacts.summary import LeakSummary, read_leak_summary
-from splitleak.artifacts.sweep import read_index_rows
+from splitleak.artifacts.summary import LeakSummary, SummaryError, read_leak_summary
+from splitleak.artifacts.sweep import STATUSES, read_index_rows
 from splitleak.artifacts.timing import read_timing_model
 from splitleak.config import ExperimentConfig, load_config
 
@@ -50,7 +50,9 @@ def read_table(path: Path, what: str, writer: str) -> pd.DataFrame:
 
 @dataclass(frozen=True)
 class Run:
-    """A run directory, read lazily: each property reads its file on first use."""
+    """A run directory, read lazily: each property reads its file on first use and keeps what
+    it read (a running run's: a snapshot; open it again to read on), but `outcome`, which is
+    read again until the run has ended."""
 
     dir: RunDir
 
@@ -66,16 +68,23 @@ class Run:
             warnings.warn(edited, stacklevel=3)  # the caller of .config
         return cfg
 
-    @cached_property
+    @property
     def outcome(self) -> Outcome | None:
-        """How the run ended (None while it runs, or if it was killed before concluding);
-        OutcomeError (a ValueError) naming the file when outcome.json is there but unreadable,
-        as `attacker analyze` refuses it."""
-        return read_outcome_model_or_refuse(self.dir)
+        """How the run ended (None while it runs, or if it was killed before concluding: read
+        again on each use until the run has one, then kept); OutcomeError (a ValueError) naming
+        the file when outcome.json is there but unreadable, as `attacker analyze` refuses it."""
+        ended = self.__dict__.get("_outcome")  # a frozen dataclass: set as cached_property does
+        if ended is None:
+            ended = self.__dict__["_outcome"] = read_outcome_model_or_refuse(self.dir)
+        return ended
 
     @cached_property
     def summary(self) -> LeakSummary:
-        """The run-level leak entries (report/summary.json; `attacker analyze` writes it)."""
+        """The run-level leak entries (report/summary.json; `attacker analyze` writes it);
+        SummaryError naming the file, and what writes it when the run was not analysed."""
+        if not self.dir.leak_summary.exists():
+            raise SummaryError(f"{self.dir.leak_summary} does not exist: no leak summary yet "
+                               f"(`attacker analyze {self.root}` writes it)")
         return read_leak_summary(self.dir)
 
     @cached_property
@@ -149,7 +158,12 @@ class Sweep:
     def runs(self, status: str | None = "done") -> list[Run]:
         """The points' runs in point order (`status`: only those with it; None: every point but
         a pending one not started, which has no run directory yet). ValueError naming the point
-        and the directory when the index lists a started point whose run directory is gone."""
+        and the directory when the index lists a started point whose run directory is gone;
+        ValueError naming the statuses a point can have for any other `status`."""
+        if status is not None and status not in STATUSES:
+            raise ValueError(f"status={status!r} is no sweep point's status: one of "
+                             f"{', '.join(map(repr, STATUSES))}, or None for every started point "
+                             "(how a run ended, e.g. 'ok', is the outcome column of Sweep.points)")
         runs = []
         for row in read_index_rows(self.root):
             if status is not None and row.status != status:

@@ -4,10 +4,21 @@ point and package (as the registry names a plug-in it refuses), and where its co
 from __future__ import annotations
 
 import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from splitleak.config import ConfigError
 from splitleak.registry import describe_entry_point, installed_entry_points
+
+
+class PluginError(RuntimeError):
+    """A plug-in that raised, or answered outside its interface (an objective's gradients, a
+    defense's gradient, an attack's result). The message names the plug-in, and its entry point
+    and package where installed: the run stops with it and exits 2, as for a bad config."""
 
 
 def plugin_origin(kind: str, name: str, entry: Any) -> str:
@@ -41,6 +52,29 @@ def raised(err: BaseException, entry: Any) -> str:
     found = own or frames
     where = f" (at {_short(found[-1].filename)}:{found[-1].lineno})" if found else ""
     return f"{type(err).__name__}: {err}{where}"
+
+
+@contextmanager
+def blamed(kind: str, name: str, entry: Any, method: str,
+           error: type[Exception] = PluginError) -> Iterator[None]:
+    """An exception out of an installed plug-in's `method` as `error` naming it and the line it
+    raised at (a built-in's, a PluginError and a ConfigError pass unchanged)."""
+    try:
+        yield
+    except (PluginError, ConfigError):
+        raise
+    except Exception as err:
+        if is_built_in(entry):
+            raise
+        raise error(f"{plugin_origin(kind, name, entry)}: {method}() raised "
+                    f"{raised(err, entry)}") from err
+
+
+def described(value: Any) -> str:
+    """What a plug-in returned, in words: `an array of dtype float32 and shape [3, 2]`, `a list`."""
+    if isinstance(value, np.ndarray):
+        return f"an array of dtype {value.dtype} and shape {list(value.shape)}"
+    return f"a {type(value).__name__}"
 
 
 def _short(filename: str) -> str:

@@ -53,8 +53,9 @@ def describe_entry_point(kind: str, ep: EntryPoint) -> str:
 class Registry(Generic[T]):
     """Maps a name to a plug-in (a class or a factory) of one kind."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, base: type | None = None) -> None:
         self.kind = kind
+        self.base = base  # what an installed package's plug-in of this kind must subclass
         self.entry_point_group = f"splitleak.{kind}s"
         self._entries: dict[str, T] = {}
         self._installed: set[str] = set()  # names an installed package's entry point added
@@ -115,7 +116,7 @@ class Registry(Generic[T]):
         if ep.name in self._entries and self._entries[ep.name] is not entry:
             raise PluginLoadError(f"{where}: importing it registered another {self.kind} under "
                                   f"{ep.name!r} ({_qualname(self._entries[ep.name])})")
-        problem = _incomplete(entry, ep.name)
+        problem = _incomplete(entry, ep.name, self.base)
         if problem:
             raise PluginLoadError(f"{where}: {problem}")
         self._entries[ep.name] = entry
@@ -126,12 +127,19 @@ def _qualname(entry: Any) -> str:
     return f"{getattr(entry, '__module__', '?')}.{getattr(entry, '__qualname__', repr(entry))}"
 
 
-def _incomplete(entry: Any, name: str) -> str | None:
-    """What a plug-in class lacks: abstract methods left unimplemented, class attributes its
-    base declares (`ClassVar` without a value) left unset, or a `name` other than its entry
-    point's. None when complete."""
+def _incomplete(entry: Any, name: str, base: type | None) -> str | None:
+    """What a plug-in class lacks: its kind's base class, abstract methods left unimplemented,
+    class attributes its base declares (`ClassVar` without a value) left unset, or a `name`
+    other than its entry point's. None when complete."""
     if not inspect.isclass(entry):
         return f"{entry!r} is not a class"
+    if base is not None and not issubclass(entry, base):
+        return (f"{entry.__qualname__} does not subclass {_qualname(base)}, the interface every "
+                "plug-in of its kind implements")
+    params, root = getattr(entry, "Params", None), getattr(base, "Params", None)
+    if inspect.isclass(root) and not (inspect.isclass(params) and issubclass(params, root)):
+        return (f"{entry.__qualname__}.Params is {params!r}; it must be a subclass of "
+                f"{_qualname(root)} (a pydantic model of its parameters)")
     if inspect.isabstract(entry):
         missing = ", ".join(sorted(getattr(entry, "__abstractmethods__", ())))
         return f"{entry.__qualname__} does not implement {missing}"

@@ -78,9 +78,12 @@ def test_a_runs_timing_has_one_row_per_role_and_span(tmp_path: Path) -> None:
 
 
 def test_a_missing_or_damaged_table_is_named_with_what_writes_it(tmp_path: Path) -> None:
+    """Run.summary of a run not analysed said 'cannot read .../summary.json: No such file or
+    directory', not what writes it, as Run.leaks does."""
     from splitleak.api import TableError
     from splitleak.artifacts.paths import RunDir, SweepDir
     from splitleak.artifacts.rundir import write_config
+    from splitleak.artifacts.summary import SummaryError
     from splitleak.artifacts.sweep import write_index_rows
     from splitleak.config import parse_config
     from tests.conftest import small_config
@@ -91,6 +94,9 @@ def test_a_missing_or_damaged_table_is_named_with_what_writes_it(tmp_path: Path)
     with pytest.raises(TableError, match=rf"{re.escape(str(run.leak))} does not exist: no leak "
                                          rf"table yet \(`attacker analyze {re.escape(str(run.root))}`"):
         _ = open_run(run.root).leaks
+    with pytest.raises(SummaryError, match=rf"{re.escape(str(run.leak_summary))} does not exist: "
+                                           r"no leak summary yet \(`attacker analyze "):
+        _ = open_run(run.root).summary
     run.leak.parent.mkdir(parents=True)
     run.leak.write_bytes(b"PAR1 cut short")
     with pytest.raises(TableError, match=rf"{re.escape(str(run.leak))} is not a readable leak table"):
@@ -153,3 +159,41 @@ def test_a_started_points_missing_run_directory_is_named(tmp_path: Path) -> None
                                          r"its point is done"):
         points = opened.points
     assert list(points["outcome"]) == [None, None]
+
+
+def test_a_status_no_point_can_have_is_refused_naming_those_it_can(tmp_path: Path) -> None:
+    """`sweep.runs(status="ok")` (an outcome's word, not the index's) gave [] without a word, as
+    if no point had ended well."""
+    from splitleak.artifacts.paths import SweepDir
+    from splitleak.artifacts.sweep import write_index_rows
+
+    sweep = SweepDir(tmp_path / "sweep")
+    sweep.root.mkdir()
+    write_index_rows(sweep.root, [])
+    opened = open_sweep(sweep.root)
+    with pytest.raises(ValueError, match=r"status='ok' is no sweep point's status: one of "
+                                         r"'pending', 'running', 'done', 'failed', 'interrupted', "
+                                         r"or None .*the outcome column of Sweep.points"):
+        opened.runs(status="ok")
+    assert opened.runs(status="failed") == []
+
+
+def test_a_running_runs_outcome_is_read_again_until_it_has_ended(tmp_path: Path) -> None:
+    """`run.outcome` of a run still training was None, and stayed None on that Run after the
+    run had ended (a notebook polling it waited forever)."""
+    from splitleak.artifacts.outcome import write_outcome
+    from splitleak.artifacts.paths import RunDir
+    from splitleak.artifacts.rundir import write_config
+    from splitleak.config import parse_config
+    from tests.conftest import small_config
+
+    run = RunDir(tmp_path / "run")
+    run.root.mkdir()
+    write_config(parse_config(small_config(tmp_path)), run)
+    opened = open_run(run.root)
+    assert opened.outcome is None
+    run.outcome.parent.mkdir()
+    write_outcome(run, {"status": "ok", "seconds": 1.0})
+    assert opened.outcome is not None and opened.outcome.status == "ok"
+    run.outcome.unlink()
+    assert opened.outcome.status == "ok"  # once ended, kept

@@ -51,6 +51,16 @@ class NoFamily(Attack):
     name = "nofamily"
     side_knowledge = "none"
     __call__ = MaxCoord.__call__
+
+class Plain:
+    name = "plain"
+    family = "label_inference"
+    side_knowledge = "none"
+    __call__ = MaxCoord.__call__
+
+class DictParams(MaxCoord):
+    name = "dictparams"
+    Params = dict
 '''
 
 PROBE = '''
@@ -100,6 +110,9 @@ def test_an_installed_attack_and_defense_are_found(tmp_path: Path) -> None:
     ('nocall = "myplugins:NoCall"', "NoCall does not implement __call__"),
     ('nofamily = "myplugins:NoFamily"', "does not set the class attribute(s) family"),
     ('other = "myplugins:MaxCoord"', "MaxCoord.name is 'max_coord'; it must be the entry point's"),
+    ('plain = "myplugins:Plain"', "Plain does not subclass attacker.attacks.base.AttackPlugin, "),
+    ('dictparams = "myplugins:DictParams"', "DictParams.Params is <class 'dict'>; it must be a "
+                                            "subclass of attacker.attacks.base.AttackParams"),
 ])
 def test_a_broken_installed_plugin_is_refused_in_one_sentence(tmp_path: Path, entry: str,
                                                               says: str) -> None:

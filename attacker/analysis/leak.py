@@ -10,6 +10,7 @@ from typing import Literal, TypedDict, Unpack
 
 import numpy as np
 
+from attacker.analysis.answers import attack_answer
 from attacker.attacks.base import NO_PREDICTION, Attack, SideKnowledge
 
 # Keeps these streams apart from any other SeedSequence the project derives from the same seed.
@@ -243,14 +244,12 @@ def evaluate_batch(
             return skipped("single_class", f"single class in batch (all {int(labels[0])})")
 
     side = SideKnowledge(labels, rng, num_classes, clean_anchor)
-    result = attack(gradients, side)
+    result = attack_answer(attack, gradients, side, metric, num_classes)
     if result.skip_reason is not None:
         return skipped("attack", result.skip_reason)
     if metric == "count_error":
         error = count_error(result.values, labels, num_classes)
         return BatchLeak(attack.label, metric, n_rows, 0, count_error=error)
-    if result.values.shape != (n_rows,) or result.exclude.shape != (n_rows,):
-        raise ValueError(f"{attack.label} returned values/exclude not of shape ({n_rows},)")
     keep = ~(result.exclude | side.used)
     n_used = int(np.count_nonzero(side.used))
     n_excluded = n_rows - int(np.count_nonzero(keep))

@@ -13,6 +13,8 @@ import numpy as np
 import torch
 
 from attacker.attacks.thresholds import MIN_MAX_HALF, ThresholdRule
+from splitleak.config import ConfigError
+from splitleak.provenance import blamed
 from splitleak.registry import Registry
 from splitleak.settings import Settings
 
@@ -283,9 +285,13 @@ class RunAttack(AttackPlugin):
         """Attack; raise ValueError with a sentence when the run lacks what it needs."""
 
 
-ATTACKS: Registry[type[AttackPlugin]] = Registry("attack")
+ATTACKS: Registry[type[AttackPlugin]] = Registry("attack", AttackPlugin)
 
 
 def build_attack(name: str, params: dict[str, Any]) -> AttackPlugin:
+    """The attack `name` built from `params`; a ConfigError naming an attack of one's own whose
+    __init__ raised."""
     cls = ATTACKS.get(name)
-    return cls(cls.Params.model_validate(params))
+    valid = cls.Params.model_validate(params)
+    with blamed("attack", name, cls, "__init__", ConfigError):
+        return cls(valid)

@@ -13,6 +13,7 @@ from attacker.attacks._centers import CenterAttack, reveal_cap
 from attacker.attacks.base import RunFacts
 from splitleak.config import ConfigError, ExperimentConfig, plugin_param_errors
 from splitleak.plugins import Artifact, PluginGroup
+from splitleak.provenance import blamed
 from splitleak.registry import UnknownPluginError
 
 
@@ -32,7 +33,9 @@ def check_attacks(cfg: ExperimentConfig, num_classes: int) -> None:
         except (TypeError, ValueError) as err:
             raise ConfigError(f"attacker.attacks[{i}] ({spec.name}): {err}") from None
     for name in ATTACKS.names():
-        ATTACKS.get(name).check_config(cfg)
+        cls = ATTACKS.get(name)
+        with blamed("attack", name, cls, "check_config", ConfigError):
+            cls.check_config(cfg)
     check_task(((spec.name, spec.params) for spec in cfg.attacker.attacks), num_classes,
                lambda i: f"attacker.attacks[{i}]", cfg.dataset.name)
 

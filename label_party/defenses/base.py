@@ -8,8 +8,16 @@ from typing import Any, ClassVar
 
 import torch
 
+from splitleak.config import ConfigError
+from splitleak.provenance import PluginError, blamed
 from splitleak.registry import Registry
 from splitleak.settings import Settings
+
+
+class DefenseError(PluginError):
+    """A defense that raised, or returned other than a finite tensor of its input's shape and
+    dtype; the message names the defense (its entry point and package where installed), the
+    party and the step."""
 
 
 class DefenseParams(Settings):
@@ -69,9 +77,18 @@ class Defense(ABC):
         return None
 
 
-DEFENSES: Registry[type[Defense]] = Registry("defense")
+DEFENSES: Registry[type[Defense]] = Registry("defense", Defense)
 
 
 def build_defense(name: str, params: dict[str, Any]) -> Defense:
+    """The defense `name` built from `params` (as validation checks it: ConfigError naming one
+    of one's own whose __init__ raised)."""
     cls = DEFENSES.get(name)
-    return cls(cls.Params.model_validate(params))
+    return instantiate(cls, cls.Params.model_validate(params), ConfigError)
+
+
+def instantiate(cls: type[Defense], params: DefenseParams,
+                error: type[Exception] = DefenseError) -> Defense:
+    """`cls(params)`; `error` naming a defense of one's own whose __init__ raised."""
+    with blamed("defense", cls.name, cls, "__init__", error):
+        return cls(params)

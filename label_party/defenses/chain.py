@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+import numbers
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import torch
 
-from label_party.defenses.base import DEFENSES, Defense, DefenseContext, DefenseParams
+from label_party.defenses.base import (
+    DEFENSES,
+    Defense,
+    DefenseContext,
+    DefenseError,
+    DefenseParams,
+    instantiate,
+)
+from label_party.finite import all_finite
+from splitleak.provenance import blamed, plugin_origin
 from splitleak.seeding import generator
 
 
@@ -50,7 +60,7 @@ class DefenseChain:
     def defenses(self, party_id: int) -> list[Defense]:
         """The instances serving one passive party (created on first use)."""
         if party_id not in self._parties:
-            self._parties[party_id] = [cls(params) for cls, params in self._specs]
+            self._parties[party_id] = [instantiate(cls, params) for cls, params in self._specs]
         return self._parties[party_id]
 
     def apply(
@@ -71,6 +81,7 @@ class DefenseChain:
         names = self.names
         diagnostics: dict[str, float] = {}
         gradient = cut_gradient
+        outputs = []
         for position, defense in enumerate(self.defenses(party_id)):
             ctx = DefenseContext(
                 labels=labels,
@@ -81,9 +92,15 @@ class DefenseChain:
                 generator=defense_generator(self.seed, position, party_id, step),
                 class_gradients=class_gradients,
             )
-            gradient = defense(gradient, ctx)
+            with blamed("defense", defense.name, type(defense), "__call__", DefenseError):
+                given, gradient = gradient, defense(gradient, ctx)
+            _check_form(defense, given, gradient, party_id, step)
+            _check_diagnostics(defense, ctx.diagnostics, party_id, step)
+            outputs.append(gradient)
             prefix = f"{position}:" if names.count(defense.name) > 1 else ""
             diagnostics.update({prefix + key: value for key, value in ctx.diagnostics.items()})
+        if outputs and not all_finite(gradient):  # one check of the chain's output; the
+            _blame_non_finite(self.defenses(party_id), outputs, party_id, step)  # input is finite
         return gradient, diagnostics
 
     def state_dict(self) -> dict[str, Any]:
@@ -107,7 +124,7 @@ class DefenseChain:
             "seed": self.seed,
             "parties": {
                 str(party_id): [
-                    {"position": position, "name": defense.name, **defense.summary()}
+                    {"position": position, "name": defense.name, **_summary(defense)}
                     for position, defense in enumerate(defenses)
                 ]
                 for party_id, defenses in sorted(self._parties.items())
@@ -130,6 +147,53 @@ def chain_summaries(chains: Mapping[int, DefenseChain]) -> dict[int, dict[str, A
             for entries in summary["parties"].values():
                 entries[position].update(joint)
     return summaries
+
+
+def _summary(defense: Defense) -> dict[str, Any]:
+    with blamed("defense", defense.name, type(defense), "summary", DefenseError):
+        figures = defense.summary()
+    if not isinstance(figures, dict):
+        raise DefenseError(f"{plugin_origin('defense', defense.name, type(defense))}: summary() "
+                           f"returned a {type(figures).__name__}; it must return a dict")
+    return figures
+
+
+def _check_form(defense: Defense, given: torch.Tensor, returned: object, party_id: int,
+                step: int) -> None:
+    """DefenseError where a defense returned other than a tensor of its input's shape and dtype:
+    what the label party sends, and what the party's backward pass needs."""
+    if isinstance(returned, torch.Tensor) and returned.shape == given.shape and \
+            returned.dtype == given.dtype:
+        return
+    found = (f"{returned.dtype} {list(returned.shape)}" if isinstance(returned, torch.Tensor)
+             else f"a {type(returned).__name__}")
+    raise DefenseError(f"{plugin_origin('defense', defense.name, type(defense))}: __call__() "
+                       f"returned {found} for passive party {party_id} at train step {step}; it "
+                       f"must return a tensor of its input's shape and dtype ({given.dtype} "
+                       f"{list(given.shape)})")
+
+
+def _check_diagnostics(defense: Defense, diagnostics: dict[str, Any], party_id: int,
+                       step: int) -> None:
+    """DefenseError where a defense put other than a number in ctx.diagnostics (a tensor, say):
+    metrics.jsonl records them as numbers."""
+    for key, value in diagnostics.items():
+        if not isinstance(value, numbers.Real):
+            raise DefenseError(f"{plugin_origin('defense', defense.name, type(defense))}: "
+                               f"ctx.diagnostics[{key!r}] is a {type(value).__name__} for passive "
+                               f"party {party_id} at train step {step}; each must be a float "
+                               "(e.g. float(tensor))")
+
+
+def _blame_non_finite(defenses: list[Defense], outputs: list[torch.Tensor], party_id: int,
+                      step: int) -> None:
+    """DefenseError naming the first defense of the chain whose output is not finite (its input,
+    the objective's gradient or the previous defense's output, was)."""
+    position = next(i for i, out in enumerate(outputs) if not all_finite(out))
+    defense = defenses[position]
+    raise DefenseError(f"{plugin_origin('defense', defense.name, type(defense))}: __call__() "
+                       f"returned a gradient with NaN or Inf for passive party {party_id} at "
+                       f"train step {step} (position {position} of the chain) from a finite one")
 
 
 def _name_and_params(spec: Any) -> tuple[str, Mapping[str, Any]]:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numbers
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -13,8 +12,10 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from splitleak.config import ConfigError, ExperimentConfig
+from splitleak.config import ExperimentConfig
 from splitleak.inputs import PartyInputs
+from splitleak.provenance import PluginError, plugin_origin
+from splitleak.provenance import blamed as blamed_plugin
 from splitleak.registry import Registry
 from splitleak.settings import Settings
 
@@ -156,37 +157,29 @@ def per_class_gradients(logits: torch.Tensor, activations: list[torch.Tensor],
                                     retain_graph=True, is_grads_batched=True))
 
 
-OBJECTIVES: Registry[type[Objective]] = Registry("objective")
+OBJECTIVES: Registry[type[Objective]] = Registry("objective", Objective)
 
 
-class ObjectiveError(RuntimeError):
+class ObjectiveError(PluginError):
     """An objective plug-in that raised, or answered outside the interface above (a StepResult
     with one gradient per party, each of its activation's shape and dtype; logits [B, width]).
     The message names the objective, and its entry point and package where installed."""
 
 
 def origin(objective: type[Objective]) -> str:
-    from splitleak.provenance import plugin_origin
-
-    return plugin_origin("objective", getattr(objective, "name", objective.__qualname__), objective)
+    return plugin_origin("objective", _name(objective), objective)
 
 
-@contextmanager
+def _name(objective: type[Objective]) -> str:
+    return getattr(objective, "name", objective.__qualname__)
+
+
 def blamed(objective: type[Objective], method: str,
-           error: type[Exception] = ObjectiveError) -> Iterator[None]:
+           error: type[Exception] = ObjectiveError) -> AbstractContextManager[None]:
     """An exception out of an installed objective's `method` as an ObjectiveError (or `error`)
     naming it and the line it raised at (a built-in's, and a ConfigError from its checks, pass
     unchanged)."""
-    from splitleak.provenance import is_built_in, raised
-
-    try:
-        yield
-    except (ObjectiveError, ConfigError):
-        raise
-    except Exception as err:
-        if is_built_in(objective):
-            raise
-        raise error(f"{origin(objective)}: {method}() raised {raised(err, objective)}") from err
+    return blamed_plugin("objective", _name(objective), objective, method, error)
 
 
 def check_step_result(objective: type[Objective], result: Any,

@@ -49,7 +49,7 @@ class Protection(ABC):
         bottom model's first conv block (a copy may be trained; the party's own is untouched)."""
 
 
-PROTECTIONS: Registry[type[Protection]] = Registry("protection")
+PROTECTIONS: Registry[type[Protection]] = Registry("protection", Protection)
 
 
 def build_protection(name: str, params: dict[str, Any]) -> Protection:

@@ -11,6 +11,7 @@ from typing import Annotated, Any, ClassVar
 import numpy as np
 from pydantic import AfterValidator, ValidationError
 
+from splitleak.provenance import described
 from splitleak.registry import Registry
 from splitleak.settings import Settings
 
@@ -119,7 +120,7 @@ class Dataset(ABC):
         return None
 
 
-DATASETS: Registry[type[Dataset]] = Registry("dataset")
+DATASETS: Registry[type[Dataset]] = Registry("dataset", Dataset)
 
 
 def origin(dataset: type[Dataset]) -> str:
@@ -155,7 +156,7 @@ def _checked(method: Callable, name: str, check: Callable[[Any, tuple], str | No
 
 def _schema_problem(schema: Any, args: tuple) -> str | None:
     if not isinstance(schema, Schema):
-        return f"{_what(schema)}; it must return a splitleak.datasets.Schema"
+        return f"{described(schema)}; it must return a splitleak.datasets.Schema"
     if not isinstance(schema.num_classes, int | np.integer) or schema.num_classes < 2:
         return f"a Schema with num_classes = {schema.num_classes!r}; it must be an int ≥ 2"
     if not isinstance(schema.num_rows, int | np.integer) or schema.num_rows < 0:
@@ -165,15 +166,15 @@ def _schema_problem(schema: Any, args: tuple) -> str | None:
 
 def _features_problem(found: Any, args: tuple) -> str | None:
     if not isinstance(found, FeatureSlice):
-        return f"{_what(found)}; it must return a splitleak.datasets.FeatureSlice"
+        return f"{described(found)}; it must return a splitleak.datasets.FeatureSlice"
     numeric, categorical = found.numeric, found.categorical
     if not isinstance(numeric, np.ndarray) or numeric.dtype.kind not in "fiu" \
             or numeric.ndim not in (2, 4):
-        return (f"a FeatureSlice whose numeric is {_what(numeric)}; it must be a float32 "
+        return (f"a FeatureSlice whose numeric is {described(numeric)}; it must be a float32 "
                 "array [num_rows, numeric columns] (images: [num_rows, C, H, columns])")
     if not isinstance(categorical, np.ndarray) or categorical.dtype.kind not in "iu" \
             or categorical.ndim != 2:
-        return (f"a FeatureSlice whose categorical is {_what(categorical)}; it must be an int64 "
+        return (f"a FeatureSlice whose categorical is {described(categorical)}; it must be an int64 "
                 "array [num_rows, categorical columns] ([num_rows, 0] when there are none)")
     if numeric.shape[0] != categorical.shape[0]:
         return (f"a FeatureSlice with {numeric.shape[0]} numeric and {categorical.shape[0]} "
@@ -189,15 +190,10 @@ def _features_problem(found: Any, args: tuple) -> str | None:
 
 def _labels_problem(labels: Any, args: tuple) -> str | None:
     if not isinstance(labels, np.ndarray) or labels.ndim != 1 or labels.dtype.kind not in "iu":
-        return (f"{_what(labels)}; it must return an int64 array [num_rows] of class ids "
+        return (f"{described(labels)}; it must return an int64 array [num_rows] of class ids "
                 "0..num_classes-1")
     return None
 
-
-def _what(value: Any) -> str:
-    if isinstance(value, np.ndarray):
-        return f"an array of dtype {value.dtype} and shape {list(value.shape)}"
-    return f"a {type(value).__name__}"
 
 
 def _anything(result: Any, args: tuple) -> None:
