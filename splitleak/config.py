@@ -69,6 +69,10 @@ DIRECTORY_NAME = r"^[A-Za-z0-9_.-]+$"
 
 ColumnRange = tuple[StrictInt, StrictInt]
 
+# A party's share of the columns, relative to the others': far above any published split (GAFM's
+# 2:2:1), low enough that the shares' sum stays finite (1e308 each overflowed it to inf).
+MAX_RATIO = 1e6
+
 
 DEVICE = r"^(auto|cpu|cuda(:[0-9]{1,2})?)$"
 
@@ -124,7 +128,7 @@ class FeatureConfig(Settings):
     """Which columns each party holds: explicit half-open ranges, or ratios over all columns."""
 
     passive: list[ColumnRange] | None = None
-    ratios: list[StrictPositiveFloat] | None = None
+    ratios: list[Annotated[StrictPositiveFloat, Field(le=MAX_RATIO)]] | None = None
     label_party: ColumnRange | None = None  # the label party's own features (may overlap)
     allow_overlap: bool = False  # passive parties may share columns (otherwise: a warning)
 

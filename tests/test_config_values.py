@@ -5,6 +5,7 @@ model's memory checked by validate, and settings the run would not use named."""
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +86,17 @@ def test_counts_and_deadlines_beyond_their_bound_are_refused(
     assert f"{section}.{field}: Input should be less than or equal to {bound}" in message, message
     parse_config(small_config(tmp_path, **{section: {field: float(bound) if field.endswith("_s")
                                                      else int(bound)}}))
+
+
+def test_feature_ratios_whose_sum_overflows_are_refused(tmp_path: Path) -> None:
+    """ratios = [1e308, 1e308] passed validate after numpy's 'overflow encountered in reduce'
+    (their sum is inf); each ratio is bounded, and ratios at the bound split without a warning."""
+    message = refusal(tmp_path, features={"ratios": [1e308, 1e308]})
+    assert ("features.ratios.0: Input should be less than or equal to 1000000 (got 1e+308)"
+            in message), message
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        validate(parse_config(small_config(tmp_path, features={"ratios": [1e6, 1e6]})))
 
 
 def test_values_as_written_still_pass(tmp_path: Path) -> None:
