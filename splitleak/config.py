@@ -612,18 +612,24 @@ def format_validation_error(err: ValidationError, source: str, what: str = "conf
     lines = [f"invalid {what} {source}:"]
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"])
-        got = e.get("input")
-        shown = "" if isinstance(got, dict) or e["type"] == "missing" else f" (got {got!r})"
-        lines.append(f"  {error_line(loc, e)}{shown}{_hint(e, model)}")
+        lines.append(f"  {error_line(loc, e)}{_got(e)}{_hint(e, model)}")
     return "\n".join(lines)
+
+
+def _got(error: Any) -> str:
+    """` (got VALUE)`: the value an error is about, as written; nothing for a missing key or a
+    whole table (a check across its fields, whose sentence names them)."""
+    got = error.get("input")
+    return "" if isinstance(got, dict) or error["type"] == "missing" else f" (got {got!r})"
 
 
 def plugin_param_errors(prefix: str, err: ValidationError,
                         model: type[BaseModel] | None = None) -> str:
-    """A plug-in's parameter errors, each under the config path `prefix` it came from; `model`:
-    its parameter model, whose allowed keys an unknown key's error names."""
-    return "; ".join(error_line(".".join([prefix, *map(str, e["loc"])]), e) + _hint(e, model)
-                     for e in err.errors())
+    """A plug-in's parameter errors, each under the config path `prefix` it came from and with
+    the value given, as a config field's; `model`: its parameter model, whose allowed keys an
+    unknown key's error names."""
+    return "; ".join(error_line(".".join([prefix, *map(str, e["loc"])]), e) + _got(e)
+                     + _hint(e, model) for e in err.errors())
 
 
 def parse_config(data: dict[str, Any], source: str = "<dict>") -> ExperimentConfig:

@@ -319,6 +319,26 @@ def test_a_diverged_penalty_objective_names_its_weight(tmp_path: Path,
 
 
 @pytest.mark.parametrize(("override", "line"), [
+    ({"defense": [{"name": "laplace", "b": -1}]},
+     "defense[0].b: Input should be greater than 0 (got -1)"),
+    ({"attacker": {"attacks": [{"name": "clustering", "n_init": 0}]}},
+     "attacker.attacks[0].n_init: Input should be greater than or equal to 1 (got 0)"),
+    ({"objective": {"name": "dcor", "alpha": -1.0}},
+     "objective.alpha: Input should be greater than or equal to 0 (got -1.0)"),
+    ({"protection": {"name": "antigan", "parties": [1], "params": {"lambda_obf": "x"}}},
+     "protection.params.lambda_obf: 'x' is text; give a number (TOML: 4 or 0.5, not \"4\") "
+     "(got 'x')"),
+    ({"dataset": {"name": "synthetic_ctr", "params": {"rows": -1}}, "features": {"ratios": [1, 1]}},
+     "dataset.params.rows: Input should be greater than or equal to 1 (got -1)"),
+])
+def test_a_plugin_parameter_error_shows_the_value_given(tmp_path: Path, override: dict[str, Any],
+                                                        line: str) -> None:
+    """A plug-in's parameter error said the field and the sentence but not the value, where a
+    config field's says '(got VALUE)'."""
+    assert line in refusal(tmp_path, **override)
+
+
+@pytest.mark.parametrize(("override", "line"), [
     ({"training": {"batchsize": 8}}, "training.batchsize: Extra inputs are not permitted (got 8) "
      "(did you mean 'batch_size'? allowed keys: batch_size, epochs, eval_interval, max_steps"),
     ({"trainin": {"epochs": 1}}, "trainin: Extra inputs are not permitted (did you mean "
@@ -328,18 +348,21 @@ def test_a_diverged_penalty_objective_names_its_weight(tmp_path: Path,
     ({"threat": {"parties": {"1": {"curiuos": True}}}},
      "threat.parties.1.curiuos: Extra inputs are not permitted (got True) (did you mean 'curious'?"),
     ({"objective": {"name": "dcor", "alfa": 1.0}},
-     "objective.alfa: Extra inputs are not permitted (did you mean 'alpha'? allowed keys: alpha, "
+     "objective.alfa: Extra inputs are not permitted (got 1.0) (did you mean 'alpha'? allowed keys: alpha, "
      "squared)"),
     ({"objective": {"name": "cae", "lamda": 1.0}},
-     "objective.lamda: Extra inputs are not permitted (did you mean 'lambda'?"),
+     "objective.lamda: Extra inputs are not permitted (got 1.0) (did you mean 'lambda'?"),
     ({"defense": [{"name": "marvell", "s": 1.0, "tol_": 2}]},
-     "defense[0].tol_: Extra inputs are not permitted (did you mean 'tol'? allowed keys: s, uv_choice"),
+     "defense[0].tol_: Extra inputs are not permitted (got 2) (did you mean 'tol'? allowed keys: s, "
+     "uv_choice"),
     ({"attacker": {"attacks": [{"name": "clustering", "scop": "epoch"}]}},
-     "attacker.attacks[0].scop: Extra inputs are not permitted (did you mean 'scope'?"),
+     "attacker.attacks[0].scop: Extra inputs are not permitted (got 'epoch') (did you mean 'scope'?"),
     ({"attacker": {"attacks": [{"name": "norm", "scope": "epoch"}]}},
-     "attacker.attacks[0].scope: Extra inputs are not permitted (no parameter is allowed here)"),
+     "attacker.attacks[0].scope: Extra inputs are not permitted (got 'epoch') (no parameter is "
+     "allowed here)"),
     ({"dataset": {"name": "breast_cancer", "params": {"path": "x"}}},
-     "dataset.params.path: Extra inputs are not permitted (no parameter is allowed here)"),
+     "dataset.params.path: Extra inputs are not permitted (got 'x') (no parameter is allowed "
+     "here)"),
 ])
 def test_an_unknown_key_names_the_nearest_allowed_key(tmp_path: Path, override: dict[str, Any],
                                                       line: str) -> None:
