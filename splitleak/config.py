@@ -272,8 +272,9 @@ class NetworkConfig(Settings):
     """An emulated wide-area link between each passive party and the label party: `splitleak
     run` puts a shaping relay (orchestration/relay.py) on each party's connection when set. A
     train step's round trip, twice the latency, must stay under topology.step_deadline_s, and
-    so must that plus a full batch's activation and cut gradient at bandwidth_mbit (checked
-    where their bytes are known before the run: no gzip / deflate, no sparse wire)."""
+    so must that plus a full batch's activation and cut gradient at bandwidth_mbit, and an
+    evaluation batch's activation (test rows) with the last cut gradient (checked where their
+    bytes are known before the run: no gzip / deflate, no sparse wire)."""
 
     one_way_latency_ms: float = Field(0.0, ge=0.0, le=10_000.0)
     jitter_ms: float = Field(0.0, ge=0.0, le=10_000.0)  # std of the one-way latency (normal)

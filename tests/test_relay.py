@@ -79,6 +79,29 @@ def test_a_link_too_slow_for_a_batch_is_refused_before_the_run(tmp_path: Path) -
         validate(config(**wire))
 
 
+def test_a_link_too_slow_for_an_evaluation_batch_is_refused_before_the_run(tmp_path: Path) -> None:
+    """test_fraction = 0.9 leaves 57 train rows but 512 test rows: a train step (57 x 16 float32,
+    4 KiB each way) crosses 0.05 Mbit/s in 1.2 s, within the 2 s step deadline, but an
+    evaluation batch of 512 rows (32 KiB) with the last cut gradient takes 5.8 s: every
+    evaluation timed out, and validation named nothing. A faster link passes."""
+    from splitleak.validation import validate
+
+    def config(bandwidth: float, **training: object) -> object:
+        return parse_config(small_config(
+            tmp_path, dataset={"name": "breast_cancer", "test_fraction": 0.9},
+            network={"bandwidth_mbit": bandwidth}, topology={"step_deadline_s": 2},
+            training={"batch_size": 512, "epochs": 2, **training}))
+
+    with pytest.raises(ConfigError, match=r"network.bandwidth_mbit = 0.05: passive party 1's "
+                       r"activation for an evaluation batch of 512 rows \(32 KiB\), with the last "
+                       r"train step's cut gradient \(4 KiB\), takes at least 5.83 s over the link, "
+                       r"at or over topology.step_deadline_s = 2, so every evaluation would time"):
+        validate(config(0.05))
+    validate(config(0.2))
+
+
+
+
 async def _through_relay(network: NetworkConfig, payload: int) -> tuple[float, float, bytes]:
     """(round-trip time of one byte, seconds to send `payload` bytes one way, what came back)."""
     received = bytearray()
