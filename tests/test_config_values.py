@@ -99,6 +99,14 @@ def test_feature_ratios_whose_sum_overflows_are_refused(tmp_path: Path) -> None:
         validate(parse_config(small_config(tmp_path, features={"ratios": [1e6, 1e6]})))
 
 
+def test_more_ratios_than_columns_say_how_many_are_allowed(tmp_path: Path) -> None:
+    """'features.ratios: 32 parties but only 30 columns' said what was wrong, not what is
+    allowed."""
+    message = refusal(tmp_path, features={"ratios": [1] * 32}, topology={"passive_parties": 32})
+    assert ("features.ratios: 32 parties but only 30 columns; each party holds at least one "
+            "(allowed: at most 30 ratios, with topology.passive_parties = as many)") in message, message
+
+
 def test_values_as_written_still_pass(tmp_path: Path) -> None:
     """An integer for a float, a listed word ("auto"), a bounded count at its bound."""
     cfg = parse_config(small_config(tmp_path, run={"torch_threads": 4096},
