@@ -271,10 +271,11 @@ MIN_BANDWIDTH_MBIT = 0.01
 class NetworkConfig(Settings):
     """An emulated wide-area link between each passive party and the label party: `splitleak
     run` puts a shaping relay (orchestration/relay.py) on each party's connection when set. A
-    train step's round trip, twice the latency, must stay under topology.step_deadline_s, and
-    so must that plus a full batch's activation and cut gradient at bandwidth_mbit, and an
-    evaluation batch's activation (test rows) with the last cut gradient (checked where their
-    bytes are known before the run: no gzip / deflate, no sparse wire)."""
+    round trip, twice the latency, must stay under topology.join_deadline_s (a party's Join)
+    and topology.step_deadline_s (a train step); under the latter too, that round trip plus a
+    full batch's activation and cut gradient at bandwidth_mbit, and plus an evaluation batch's
+    activation (test rows) with the last cut gradient (checked where their bytes are known
+    before the run: no gzip / deflate, no sparse wire)."""
 
     one_way_latency_ms: float = Field(0.0, ge=0.0, le=10_000.0)
     jitter_ms: float = Field(0.0, ge=0.0, le=10_000.0)  # std of the one-way latency (normal)
@@ -438,16 +439,20 @@ class ExperimentConfig(Settings):
                              f"1..{self.topology.passive_parties}")
 
     def _check_network(self) -> None:
-        """A train step crosses the emulated link twice (the batch out, the activation back):
-        a round trip at or over the step deadline fails every step, after the deadline."""
+        """A train step crosses the emulated link twice (the batch out, the activation back),
+        and so does a party's Join (the call out, the plan back): a round trip at or over the
+        step (join) deadline fails every step (every party's join), after the deadline."""
         round_trip_s = 2 * self.network.one_way_latency_ms / 1e3
-        deadline = self.topology.step_deadline_s
-        if round_trip_s >= deadline:
-            raise ValueError(f"network.one_way_latency_ms = {self.network.one_way_latency_ms:g} "
-                             f"makes every train step's round trip {round_trip_s:g} s, at or over "
-                             f"topology.step_deadline_s = {deadline:g}, so every step would time "
-                             f"out; raise topology.step_deadline_s above {round_trip_s:g} (with "
-                             "room for the step's compute and jitter) or lower the latency")
+        for what, field, outcome, room in (
+                ("train step's", "step_deadline_s", "step would time out", "the step's compute"),
+                ("party's join", "join_deadline_s", "party would fail to join", "connecting")):
+            deadline = getattr(self.topology, field)
+            if round_trip_s >= deadline:
+                raise ValueError(
+                    f"network.one_way_latency_ms = {self.network.one_way_latency_ms:g} makes every "
+                    f"{what} round trip {round_trip_s:g} s, at or over topology.{field} = "
+                    f"{deadline:g}, so every {outcome}; raise topology.{field} above "
+                    f"{round_trip_s:g} (with room for {room} and jitter) or lower the latency")
 
     def _check_receiver(self) -> None:
         """Feature reconstruction (ALGORITHMS.md §2.11) reads the activations the label party's

@@ -57,6 +57,13 @@ def test_network_section_is_validated(tmp_path: Path) -> None:
                                   topology={"step_deadline_s": 2}))
     assert parse_config(small_config(tmp_path, network={"one_way_latency_ms": 900},
                                      topology={"step_deadline_s": 2})).network.shaped
+    # a party's Join crosses it twice too: 1.5 s one-way against a 2 s join deadline left
+    # every party 'did not join within 2 s' once the run had started
+    with pytest.raises(ConfigError, match=r"network.one_way_latency_ms = 1500 makes every party's "
+                       r"join round trip 3 s, at or over topology.join_deadline_s = 2, so every "
+                       r"party would fail to join"):
+        parse_config(small_config(tmp_path, network={"one_way_latency_ms": 1500},
+                                  topology={"step_deadline_s": 60, "join_deadline_s": 2}))
 
 
 
