@@ -30,6 +30,10 @@ def refusal(tmp_path: Path, **override: Any) -> str:
     ({"training": {"batch_size": True}},
      "training.batch_size: True is a boolean; give a number"),
     ({"run": {"deterministic": 1}}, "run.deterministic: 1 is a number; give true or false"),
+    ({"dataset": {"name": "breast_cancer", "subset": True}},  # said "a valid dictionary or
+     # instance of SubsetConfig"
+     "dataset.subset: the boolean true is not a subset; give its fraction of the rows (e.g. "
+     "subset = 0.1) or a table (subset = { fraction = 0.1, seed = 7 }) (got True)"),
     ({"training": {"optimizer": {"name": "adam", "lr": math.inf}}},
      "training.optimizer.lr: Input should be a finite number"),
     ({"features": {"ratios": [math.inf, 1]}}, "features.ratios.0: Input should be a finite number"),
