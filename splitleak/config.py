@@ -245,6 +245,9 @@ def plugin_list(value: Any, how: str) -> Any:
         raise ValueError(f"a list is expected, not the text {value!r}; write {how}")
     if not isinstance(value, list | tuple):
         raise ValueError(f"a list is expected, not {_kind_of(value)}; write {how}")
+    for i, v in enumerate(value):
+        if not isinstance(v, str | dict | PluginSpec):
+            raise ValueError(f"item {i} is {_kind_of(v)}, not a plug-in's name or table; write {how}")
     return [{"name": v} if isinstance(v, str) else v for v in value]
 
 
@@ -468,6 +471,10 @@ class ExperimentConfig(Settings):
     @field_validator("objective", mode="before")
     @classmethod
     def _objective(cls, value: Any) -> Any:
+        if not isinstance(value, str | dict | PluginSpec):
+            raise ValueError(f"{_kind_of(value)} is not a plug-in's name or table; write "
+                             'objective = "name", or an [objective] table with name = "..." and '
+                             "its parameters")
         return {"name": value} if isinstance(value, str) else value
 
     @field_validator("defense", mode="before")

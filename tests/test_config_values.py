@@ -53,6 +53,13 @@ def refusal(tmp_path: Path, **override: Any) -> str:
      "defense: a list is expected, not one table; write one [[defense]] table"),
     ({"attacker": {"attacks": {"name": "norm"}}},
      "attacker.attacks: a list is expected, not one table"),
+    # each said "Input should be a valid dictionary or instance of PluginSpec"
+    ({"objective": 5}, "objective: the number 5 is not a plug-in's name or table; write "
+     "objective = \"name\", or an [objective] table"),
+    ({"defense": [5]}, "defense: item 0 is the number 5, not a plug-in's name or table; write one "
+     "[[defense]] table"),
+    ({"attacker": {"attacks": ["norm", True]}},
+     "attacker.attacks: item 1 is the boolean true, not a plug-in's name or table"),
     ({"training": {"optimizer": {"name": "adam", "momentum": 0.9}}},
      "momentum = 0.9 is SGD's; adam takes none"),
     ({"dataset": {"name": "spambase", "params": {"path": ""}}, "features": {"ratios": [1, 1]}},
