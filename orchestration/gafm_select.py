@@ -153,6 +153,10 @@ def select_delta(cfg: ExperimentConfig, *, deltas: Sequence[float] = DELTAS, fra
     sweep = parse_sweep({"sweep": {"name": "gafm_select", "seeds": seeds, "subset": fraction},
                          "axes": {"objective.delta": [float(d) for d in deltas]}}, "gafm-select")
     engine = engine or LocalEngine()
+    if cfg.network.shaped:  # as `splitleak sweep` refuses it, before any trial runs
+        from orchestration.sweep.command import check_engine_emulates
+
+        check_engine_emulates(f"the config ({cfg.network.describe()})", engine)
     with tempfile.TemporaryDirectory(prefix="gafm-select-") as scratch:
         sweep_dir = Path(output_dir if output_dir is not None else scratch) / sweep.sweep.name
         try:

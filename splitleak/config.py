@@ -69,6 +69,10 @@ DIRECTORY_NAME = r"^[A-Za-z0-9_.-]+$"
 
 ColumnRange = tuple[StrictInt, StrictInt]
 
+# A party's share of the columns, relative to the others': far above any published split (GAFM's
+# 2:2:1), low enough that the shares' sum stays finite (1e308 each overflowed it to inf).
+MAX_RATIO = 1e6
+
 
 DEVICE = r"^(auto|cpu|cuda(:[0-9]{1,2})?)$"
 
@@ -117,6 +121,9 @@ class DatasetConfig(Settings):
     @classmethod
     def _fraction(cls, value: Any) -> Any:
         number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not (number or value is None or isinstance(value, dict)):
+            raise ValueError(f"{_kind_of(value)} is not a subset; give its fraction of the rows "
+                             "(e.g. subset = 0.1) or a table (subset = { fraction = 0.1, seed = 7 })")
         return {"fraction": value} if number else value
 
 
@@ -124,7 +131,7 @@ class FeatureConfig(Settings):
     """Which columns each party holds: explicit half-open ranges, or ratios over all columns."""
 
     passive: list[ColumnRange] | None = None
-    ratios: list[StrictPositiveFloat] | None = None
+    ratios: list[Annotated[StrictPositiveFloat, Field(le=MAX_RATIO)]] | None = None
     label_party: ColumnRange | None = None  # the label party's own features (may overlap)
     allow_overlap: bool = False  # passive parties may share columns (otherwise: a warning)
 
@@ -238,6 +245,9 @@ def plugin_list(value: Any, how: str) -> Any:
         raise ValueError(f"a list is expected, not the text {value!r}; write {how}")
     if not isinstance(value, list | tuple):
         raise ValueError(f"a list is expected, not {_kind_of(value)}; write {how}")
+    for i, v in enumerate(value):
+        if not isinstance(v, str | dict | PluginSpec):
+            raise ValueError(f"item {i} is {_kind_of(v)}, not a plug-in's name or table; write {how}")
     return [{"name": v} if isinstance(v, str) else v for v in value]
 
 
@@ -267,9 +277,11 @@ MIN_BANDWIDTH_MBIT = 0.01
 class NetworkConfig(Settings):
     """An emulated wide-area link between each passive party and the label party: `splitleak
     run` puts a shaping relay (orchestration/relay.py) on each party's connection when set. A
-    train step's round trip, twice the latency, must stay under topology.step_deadline_s, and
-    so must that plus a full batch's activation and cut gradient at bandwidth_mbit (checked
-    where their bytes are known before the run: no gzip / deflate, no sparse wire)."""
+    round trip, twice the latency, must stay under topology.join_deadline_s (a party's Join)
+    and topology.step_deadline_s (a train step); under the latter too, that round trip plus a
+    full batch's activation and cut gradient at bandwidth_mbit, and plus an evaluation batch's
+    activation (test rows) with the last cut gradient (checked where their bytes are known
+    before the run: no gzip / deflate, no sparse wire)."""
 
     one_way_latency_ms: float = Field(0.0, ge=0.0, le=10_000.0)
     jitter_ms: float = Field(0.0, ge=0.0, le=10_000.0)  # std of the one-way latency (normal)
@@ -433,16 +445,20 @@ class ExperimentConfig(Settings):
                              f"1..{self.topology.passive_parties}")
 
     def _check_network(self) -> None:
-        """A train step crosses the emulated link twice (the batch out, the activation back):
-        a round trip at or over the step deadline fails every step, after the deadline."""
+        """A train step crosses the emulated link twice (the batch out, the activation back),
+        and so does a party's Join (the call out, the plan back): a round trip at or over the
+        step (join) deadline fails every step (every party's join), after the deadline."""
         round_trip_s = 2 * self.network.one_way_latency_ms / 1e3
-        deadline = self.topology.step_deadline_s
-        if round_trip_s >= deadline:
-            raise ValueError(f"network.one_way_latency_ms = {self.network.one_way_latency_ms:g} "
-                             f"makes every train step's round trip {round_trip_s:g} s, at or over "
-                             f"topology.step_deadline_s = {deadline:g}, so every step would time "
-                             f"out; raise topology.step_deadline_s above {round_trip_s:g} (with "
-                             "room for the step's compute and jitter) or lower the latency")
+        for what, field, outcome, room in (
+                ("train step's", "step_deadline_s", "step would time out", "the step's compute"),
+                ("party's join", "join_deadline_s", "party would fail to join", "connecting")):
+            deadline = getattr(self.topology, field)
+            if round_trip_s >= deadline:
+                raise ValueError(
+                    f"network.one_way_latency_ms = {self.network.one_way_latency_ms:g} makes every "
+                    f"{what} round trip {round_trip_s:g} s, at or over topology.{field} = "
+                    f"{deadline:g}, so every {outcome}; raise topology.{field} above "
+                    f"{round_trip_s:g} (with room for {room} and jitter) or lower the latency")
 
     def _check_receiver(self) -> None:
         """Feature reconstruction (ALGORITHMS.md §2.11) reads the activations the label party's
@@ -455,6 +471,10 @@ class ExperimentConfig(Settings):
     @field_validator("objective", mode="before")
     @classmethod
     def _objective(cls, value: Any) -> Any:
+        if not isinstance(value, str | dict | PluginSpec):
+            raise ValueError(f"{_kind_of(value)} is not a plug-in's name or table; write "
+                             'objective = "name", or an [objective] table with name = "..." and '
+                             "its parameters")
         return {"name": value} if isinstance(value, str) else value
 
     @field_validator("defense", mode="before")
@@ -608,18 +628,24 @@ def format_validation_error(err: ValidationError, source: str, what: str = "conf
     lines = [f"invalid {what} {source}:"]
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"])
-        got = e.get("input")
-        shown = "" if isinstance(got, dict) or e["type"] == "missing" else f" (got {got!r})"
-        lines.append(f"  {error_line(loc, e)}{shown}{_hint(e, model)}")
+        lines.append(f"  {error_line(loc, e)}{_got(e)}{_hint(e, model)}")
     return "\n".join(lines)
+
+
+def _got(error: Any) -> str:
+    """` (got VALUE)`: the value an error is about, as written; nothing for a missing key or a
+    whole table (a check across its fields, whose sentence names them)."""
+    got = error.get("input")
+    return "" if isinstance(got, dict) or error["type"] == "missing" else f" (got {got!r})"
 
 
 def plugin_param_errors(prefix: str, err: ValidationError,
                         model: type[BaseModel] | None = None) -> str:
-    """A plug-in's parameter errors, each under the config path `prefix` it came from; `model`:
-    its parameter model, whose allowed keys an unknown key's error names."""
-    return "; ".join(error_line(".".join([prefix, *map(str, e["loc"])]), e) + _hint(e, model)
-                     for e in err.errors())
+    """A plug-in's parameter errors, each under the config path `prefix` it came from and with
+    the value given, as a config field's; `model`: its parameter model, whose allowed keys an
+    unknown key's error names."""
+    return "; ".join(error_line(".".join([prefix, *map(str, e["loc"])]), e) + _got(e)
+                     + _hint(e, model) for e in err.errors())
 
 
 def parse_config(data: dict[str, Any], source: str = "<dict>") -> ExperimentConfig:

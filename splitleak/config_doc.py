@@ -61,7 +61,8 @@ NOTES = {
     "features": "which columns each party holds",
     "features.passive": "half-open column ranges [start, stop), one per passive party (columns: "
                         "numeric fields first, then categorical; images: pixel columns)",
-    "features.ratios": "split every column by ratio instead, e.g. GAFM's [2, 2, 1]",
+    "features.ratios": "split every column by ratio instead, e.g. GAFM's [2, 2, 1] "
+                       "(each > 0, ≤ 1e6)",
     "model": "the split model and where it is cut",
     "model.kind": "mlp | wide_deep (wide part on the label party) | cnn | resnet (torchvision's "
                   "ResNet-18/34, CIFAR stem, cut at the pooled features)",

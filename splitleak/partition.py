@@ -26,7 +26,9 @@ def passive_columns(cfg: ExperimentConfig, schema: Schema) -> dict[int, tuple[in
     ratios = np.asarray(cfg.features.ratios, dtype=float)
     total = schema.num_columns
     if total < len(ratios):
-        raise ConfigError(f"features.ratios: {len(ratios)} parties but only {total} columns")
+        raise ConfigError(f"features.ratios: {len(ratios)} parties but only {total} columns; each "
+                          f"party holds at least one (allowed: at most {total} ratios, with "
+                          f"topology.passive_parties = as many)")
     # Largest-remainder rounding with at least one column each.
     exact = ratios / ratios.sum() * total
     counts = np.maximum(np.floor(exact).astype(int), 1)

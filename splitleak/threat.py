@@ -204,13 +204,15 @@ class ThreatConfig(Settings):
 
     def check_parties(self, passive_parties: int) -> None:
         """Party keys must be passive party ids of this run."""
-        allowed = {str(k) for k in range(1, passive_parties + 1)}
-        bad = sorted(set(self.parties) - allowed, key=str)
-        bad += sorted({str(k) for g in self.collusion for k in g} - allowed - set(bad), key=str)
-        bad += sorted({str(k) for k in self.receiver.victims} - allowed - set(bad), key=str)
+        allowed = {str(k) for k in range(1, passive_parties + 1)}  # a table's keys are text
+        named: dict[str, list[Any]] = {
+            "threat.parties": list(self.parties),
+            "threat.collusion": [k for group in self.collusion for k in group],
+            "threat.receiver.victims": list(self.receiver.victims)}
+        bad = [f"{field} names {sorted({k for k in keys if str(k) not in allowed}, key=str)}"
+               for field, keys in named.items() if any(str(k) not in allowed for k in keys)]
         if bad:
-            raise ValueError(f"threat names parties {bad}; this run has passive parties "
-                             f"1..{passive_parties}")
+            raise ValueError(f"{'; '.join(bad)}; this run has passive parties 1..{passive_parties}")
 
     def party(self, party_id: int) -> ThreatParty | None:
         return self.parties.get(str(party_id))

@@ -23,7 +23,7 @@ from splitleak.datasets import (
     check_against_schema,
 )
 from splitleak.datasets.base import origin
-from splitleak.inputs import check_classes, split_ids, train_rows, train_size_warnings
+from splitleak.inputs import check_classes, eval_rows, split_ids, train_rows, train_size_warnings
 from splitleak.integrity import check_integrity
 from splitleak.models import InputSpec, build_bottom, build_top, input_spec
 from splitleak.partition import label_party_columns, passive_columns
@@ -320,33 +320,48 @@ def check_tap_queue(cfg: ExperimentConfig, k: int, side: str, record: int) -> No
 def check_link_time(cfg: ExperimentConfig,
                     bottoms: dict[int, tuple[tuple[int, ...], tuple[int, ...]]],
                     num_rows: int | None) -> None:
-    """On an emulated link ([network] bandwidth_mbit) a full train batch's activation up and
-    cut gradient down (with the next batch, from the second step on), plus the round trip, must
-    cross within topology.step_deadline_s, or every step times out. A lower bound, so skipped
-    where the bytes are not known before the run (gzip / deflate, the sparse wire) or the train
-    rows are not counted yet."""
-    n = cfg.network
-    if not n.bandwidth_mbit or cfg.wire.compression != "none" or cfg.wire.sparse \
-            or num_rows is None:
+    """On an emulated link ([network] bandwidth_mbit) every exchange, plus the round trip, must
+    cross within topology.step_deadline_s, or every step (or every evaluation) times out: a
+    full train batch's activation up and cut gradient down (with the next batch, from the second
+    step on), and an evaluation batch's activation up with the last train step's cut gradient
+    down (an evaluation batch has training.batch_size rows of the test split, more than a train
+    batch where the test split is the larger). A lower bound, so skipped where the bytes are not
+    known before the run (gzip / deflate, the sparse wire) or the rows are not counted yet."""
+    n, bandwidth = cfg.network, cfg.network.bandwidth_mbit
+    if not bandwidth or cfg.wire.compression != "none" or cfg.wire.sparse or num_rows is None:
         return
     train = train_rows(cfg, num_rows)
     rows = min(cfg.training.batch_size, train)
+    scored = min(cfg.training.batch_size, eval_rows(cfg, num_rows))
     steps = -(-train // cfg.training.batch_size) * cfg.training.epochs
     ways = 2 if min(steps, cfg.training.max_steps or steps) >= 2 else 1  # a gradient comes back
     width = 2 if cfg.wire.dtype in ("float16", "bfloat16") else 4
     deadline = cfg.topology.step_deadline_s
+
+    def seconds(nbytes: int) -> float:
+        return 2 * n.one_way_latency_ms / 1e3 + nbytes * 8 / (bandwidth * 1e6)
+
     for k, (shape, _) in sorted(bottoms.items()):
         tensor = rows * math.prod(shape) * width  # the activation, and its gradient back
-        seconds = 2 * n.one_way_latency_ms / 1e3 + ways * tensor * 8 / (n.bandwidth_mbit * 1e6)
-        if seconds >= deadline:
+        evaluated = scored * math.prod(shape) * width
+        if (took := seconds(ways * tensor)) >= deadline:
             what = ("activation and cut gradient", "take", " each way") if ways == 2 else (
                 "activation", "takes", "")
-            raise ConfigError(
-                f"network.bandwidth_mbit = {n.bandwidth_mbit:g}: passive party {k}'s {what[0]} "
-                f"for a batch of {rows} rows ({tensor / (1 << 10):.0f} KiB{what[2]}) {what[1]} "
-                f"at least {seconds:.3g} s per train step over the link, at or over "
-                f"topology.step_deadline_s = {deadline:g}, so every step would time out; raise "
-                "the bandwidth or the step deadline, or lower training.batch_size")
+            said = (f"{what[0]} for a batch of {rows} rows ({tensor / (1 << 10):.0f} KiB{what[2]}) "
+                    f"{what[1]} at least {took:.3g} s per train step")
+            during = "step"
+        elif (took := seconds(tensor + evaluated)) >= deadline:
+            said = (f"activation for an evaluation batch of {scored} rows "
+                    f"({evaluated / (1 << 10):.0f} KiB), with the last train step's cut gradient "
+                    f"({tensor / (1 << 10):.0f} KiB), takes at least {took:.3g} s")
+            during = "evaluation"
+        else:
+            continue
+        raise ConfigError(
+            f"network.bandwidth_mbit = {bandwidth:g}: passive party {k}'s {said} over the "
+            f"link, at or over topology.step_deadline_s = {deadline:g}, so every {during} "
+            "would time out; raise the bandwidth or the step deadline, or lower "
+            "training.batch_size")
 
 
 def ignored_warnings(cfg: ExperimentConfig) -> list[str]:

@@ -136,6 +136,21 @@ def test_gafm_select_refuses_bad_options(tmp_path: Path, paths: dict[str, str], 
     assert_refused(splitleak_main, ["gafm-select", *argv], needle.format(**paths), capsys)
 
 
+def test_gafm_select_refuses_a_network_its_engine_does_not_emulate(
+        tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """--engine inprocess ran every trial with [network] ignored, where `splitleak sweep
+    --engine inprocess` refuses such a config; now refused too, before any trial runs."""
+    config = write_config(tmp_path, small_config(
+        tmp_path, objective={"name": "gafm"}, network={"one_way_latency_ms": 25.0},
+        model={"kind": "mlp", "layers": [16], "cut_layer": 1, "top": "none", "aggregation": "sum"}))
+    assert_refused(gafm_select_main, [str(config), "--engine", "inprocess", "--output-dir",
+                                      str(tmp_path / "trials")],
+                   "the config (25 ms one-way) sets [network] (an emulated wide-area link), which "
+                   "only --engine local emulates (its relays run beside `splitleak run`); --engine "
+                   "inprocess has no network to shape", capsys)
+    assert not (tmp_path / "trials").exists()
+
+
 def test_gafm_select_puts_its_trials_in_the_shared_dir(tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """--shared-dir D left the trials in a temporary directory of the driver (the Ray roles

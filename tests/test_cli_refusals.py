@@ -196,7 +196,7 @@ def test_a_full_disk_at_a_metrics_record_names_the_file(tmp_path: Path) -> None:
     ("not a run", [], "not a run directory"),
     ("run", ["--hints", "0,-1"], "positive integers"),
     ("run", ["--attacks", "norm:foo=1"], "--attacks norm.foo: Extra inputs are not permitted"),
-    ("run", ["--attacks", "mean:centers=hint,hints=abc"], "'abc' is text; give a number\n"),
+    ("run", ["--attacks", "mean:centers=hint,hints=abc"], "'abc' is text; give a number (got 'abc')\n"),
     ("run", ["--attacks", "clustering:scope=epoch,scope=batch"], "scope is given twice"),
     ("run", ["--attacks", "clustering:=epoch"],  # said "clustering.: Extra inputs ..."
      "--attacks 'clustering:=epoch': expected name:key=value,... (no key before '=' in '=epoch')"),

@@ -5,6 +5,7 @@ model's memory checked by validate, and settings the run would not use named."""
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,10 @@ def refusal(tmp_path: Path, **override: Any) -> str:
     ({"training": {"batch_size": True}},
      "training.batch_size: True is a boolean; give a number"),
     ({"run": {"deterministic": 1}}, "run.deterministic: 1 is a number; give true or false"),
+    ({"dataset": {"name": "breast_cancer", "subset": True}},  # said "a valid dictionary or
+     # instance of SubsetConfig"
+     "dataset.subset: the boolean true is not a subset; give its fraction of the rows (e.g. "
+     "subset = 0.1) or a table (subset = { fraction = 0.1, seed = 7 }) (got True)"),
     ({"training": {"optimizer": {"name": "adam", "lr": math.inf}}},
      "training.optimizer.lr: Input should be a finite number"),
     ({"features": {"ratios": [math.inf, 1]}}, "features.ratios.0: Input should be a finite number"),
@@ -48,6 +53,13 @@ def refusal(tmp_path: Path, **override: Any) -> str:
      "defense: a list is expected, not one table; write one [[defense]] table"),
     ({"attacker": {"attacks": {"name": "norm"}}},
      "attacker.attacks: a list is expected, not one table"),
+    # each said "Input should be a valid dictionary or instance of PluginSpec"
+    ({"objective": 5}, "objective: the number 5 is not a plug-in's name or table; write "
+     "objective = \"name\", or an [objective] table"),
+    ({"defense": [5]}, "defense: item 0 is the number 5, not a plug-in's name or table; write one "
+     "[[defense]] table"),
+    ({"attacker": {"attacks": ["norm", True]}},
+     "attacker.attacks: item 1 is the boolean true, not a plug-in's name or table"),
     ({"training": {"optimizer": {"name": "adam", "momentum": 0.9}}},
      "momentum = 0.9 is SGD's; adam takes none"),
     ({"dataset": {"name": "spambase", "params": {"path": ""}}, "features": {"ratios": [1, 1]}},
@@ -85,6 +97,25 @@ def test_counts_and_deadlines_beyond_their_bound_are_refused(
     assert f"{section}.{field}: Input should be less than or equal to {bound}" in message, message
     parse_config(small_config(tmp_path, **{section: {field: float(bound) if field.endswith("_s")
                                                      else int(bound)}}))
+
+
+def test_feature_ratios_whose_sum_overflows_are_refused(tmp_path: Path) -> None:
+    """ratios = [1e308, 1e308] passed validate after numpy's 'overflow encountered in reduce'
+    (their sum is inf); each ratio is bounded, and ratios at the bound split without a warning."""
+    message = refusal(tmp_path, features={"ratios": [1e308, 1e308]})
+    assert ("features.ratios.0: Input should be less than or equal to 1000000 (got 1e+308)"
+            in message), message
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        validate(parse_config(small_config(tmp_path, features={"ratios": [1e6, 1e6]})))
+
+
+def test_more_ratios_than_columns_say_how_many_are_allowed(tmp_path: Path) -> None:
+    """'features.ratios: 32 parties but only 30 columns' said what was wrong, not what is
+    allowed."""
+    message = refusal(tmp_path, features={"ratios": [1] * 32}, topology={"passive_parties": 32})
+    assert ("features.ratios: 32 parties but only 30 columns; each party holds at least one "
+            "(allowed: at most 30 ratios, with topology.passive_parties = as many)") in message, message
 
 
 def test_values_as_written_still_pass(tmp_path: Path) -> None:
@@ -307,6 +338,26 @@ def test_a_diverged_penalty_objective_names_its_weight(tmp_path: Path,
 
 
 @pytest.mark.parametrize(("override", "line"), [
+    ({"defense": [{"name": "laplace", "b": -1}]},
+     "defense[0].b: Input should be greater than 0 (got -1)"),
+    ({"attacker": {"attacks": [{"name": "clustering", "n_init": 0}]}},
+     "attacker.attacks[0].n_init: Input should be greater than or equal to 1 (got 0)"),
+    ({"objective": {"name": "dcor", "alpha": -1.0}},
+     "objective.alpha: Input should be greater than or equal to 0 (got -1.0)"),
+    ({"protection": {"name": "antigan", "parties": [1], "params": {"lambda_obf": "x"}}},
+     "protection.params.lambda_obf: 'x' is text; give a number (TOML: 4 or 0.5, not \"4\") "
+     "(got 'x')"),
+    ({"dataset": {"name": "synthetic_ctr", "params": {"rows": -1}}, "features": {"ratios": [1, 1]}},
+     "dataset.params.rows: Input should be greater than or equal to 1 (got -1)"),
+])
+def test_a_plugin_parameter_error_shows_the_value_given(tmp_path: Path, override: dict[str, Any],
+                                                        line: str) -> None:
+    """A plug-in's parameter error said the field and the sentence but not the value, where a
+    config field's says '(got VALUE)'."""
+    assert line in refusal(tmp_path, **override)
+
+
+@pytest.mark.parametrize(("override", "line"), [
     ({"training": {"batchsize": 8}}, "training.batchsize: Extra inputs are not permitted (got 8) "
      "(did you mean 'batch_size'? allowed keys: batch_size, epochs, eval_interval, max_steps"),
     ({"trainin": {"epochs": 1}}, "trainin: Extra inputs are not permitted (did you mean "
@@ -316,18 +367,21 @@ def test_a_diverged_penalty_objective_names_its_weight(tmp_path: Path,
     ({"threat": {"parties": {"1": {"curiuos": True}}}},
      "threat.parties.1.curiuos: Extra inputs are not permitted (got True) (did you mean 'curious'?"),
     ({"objective": {"name": "dcor", "alfa": 1.0}},
-     "objective.alfa: Extra inputs are not permitted (did you mean 'alpha'? allowed keys: alpha, "
+     "objective.alfa: Extra inputs are not permitted (got 1.0) (did you mean 'alpha'? allowed keys: alpha, "
      "squared)"),
     ({"objective": {"name": "cae", "lamda": 1.0}},
-     "objective.lamda: Extra inputs are not permitted (did you mean 'lambda'?"),
+     "objective.lamda: Extra inputs are not permitted (got 1.0) (did you mean 'lambda'?"),
     ({"defense": [{"name": "marvell", "s": 1.0, "tol_": 2}]},
-     "defense[0].tol_: Extra inputs are not permitted (did you mean 'tol'? allowed keys: s, uv_choice"),
+     "defense[0].tol_: Extra inputs are not permitted (got 2) (did you mean 'tol'? allowed keys: s, "
+     "uv_choice"),
     ({"attacker": {"attacks": [{"name": "clustering", "scop": "epoch"}]}},
-     "attacker.attacks[0].scop: Extra inputs are not permitted (did you mean 'scope'?"),
+     "attacker.attacks[0].scop: Extra inputs are not permitted (got 'epoch') (did you mean 'scope'?"),
     ({"attacker": {"attacks": [{"name": "norm", "scope": "epoch"}]}},
-     "attacker.attacks[0].scope: Extra inputs are not permitted (no parameter is allowed here)"),
+     "attacker.attacks[0].scope: Extra inputs are not permitted (got 'epoch') (no parameter is "
+     "allowed here)"),
     ({"dataset": {"name": "breast_cancer", "params": {"path": "x"}}},
-     "dataset.params.path: Extra inputs are not permitted (no parameter is allowed here)"),
+     "dataset.params.path: Extra inputs are not permitted (got 'x') (no parameter is allowed "
+     "here)"),
 ])
 def test_an_unknown_key_names_the_nearest_allowed_key(tmp_path: Path, override: dict[str, Any],
                                                       line: str) -> None:

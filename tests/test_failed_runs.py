@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -18,6 +19,7 @@ import pytest
 from attacker.analysis.analyze import analyze, write_summary
 from attacker.report.report import write_report
 from attacker.sidecar.store import GradientLog, GradientStore, RecordError
+from splitleak.artifacts.gradient_shards import SHARD_SUFFIX
 from splitleak.artifacts.paths import RunDir
 from splitleak.codec import encode_tensor
 from splitleak.config import parse_config
@@ -133,6 +135,21 @@ def test_a_full_disk_is_resource_exhausted_and_the_log_stays_readable(small_disk
         steps += pa.ipc.open_stream(shard).read_all().column("step").unique().to_pylist()
     assert steps == list(range(len(steps))) and 0 < len(steps) < 200
     assert os.path.getsize(shards[-1]) > 0
+
+
+def test_a_full_disk_names_the_shard_the_log_could_not_write(small_disk: Path) -> None:
+    """'the gradient log at <folder> cannot grow: No space left on device' named the folder,
+    never the shard file that failed."""
+    store = GradientStore(small_disk / "gradients", "r", shard_bytes=32 << 10)
+    with pytest.raises(RecordError) as err:
+        for step in range(200):
+            store.append(1, 0, step, np.arange(64), {"cut_gradient": np.ones((64, 16), np.float32)})
+    store.close()
+    shards = re.escape(str(small_disk / "gradients" / "party_1" / "shard-"))
+    shard = shards + r"\d{6}" + re.escape(SHARD_SUFFIX)
+    assert re.search(f"cannot grow: cannot write {shard}: No space left on device \\(the disk or "
+                     r"the file-size limit is full\); it is intact \(up to step \d+\)",
+                     str(err.value)), err.value
 
 
 def test_a_role_failing_after_the_label_party_finished_fails_the_run_and_leaves_it_resumable(

@@ -128,7 +128,8 @@ def _receiver_config(tmp_path: Path, **overrides: object) -> dict:
 def test_the_threat_model_states_what_reconstruction_needs(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="needs attacker.enabled = true"):
         parse_config(_receiver_config(tmp_path, attacker={"enabled": False}))
-    with pytest.raises(ConfigError, match=r"threat names parties \['3'\]"):
+    with pytest.raises(ConfigError, match=r"threat.receiver.victims names \[3\]; this run has "
+                       r"passive parties 1..2"):
         parse_config(_receiver_config(tmp_path, threat={"receiver": {"victims": [3]}}))
     with pytest.raises(ConfigError, match="names a party twice"):
         parse_config(_receiver_config(tmp_path, threat={"receiver": {"victims": [1, 1]}}))

@@ -57,6 +57,13 @@ def test_network_section_is_validated(tmp_path: Path) -> None:
                                   topology={"step_deadline_s": 2}))
     assert parse_config(small_config(tmp_path, network={"one_way_latency_ms": 900},
                                      topology={"step_deadline_s": 2})).network.shaped
+    # a party's Join crosses it twice too: 1.5 s one-way against a 2 s join deadline left
+    # every party 'did not join within 2 s' once the run had started
+    with pytest.raises(ConfigError, match=r"network.one_way_latency_ms = 1500 makes every party's "
+                       r"join round trip 3 s, at or over topology.join_deadline_s = 2, so every "
+                       r"party would fail to join"):
+        parse_config(small_config(tmp_path, network={"one_way_latency_ms": 1500},
+                                  topology={"step_deadline_s": 60, "join_deadline_s": 2}))
 
 
 
@@ -77,6 +84,29 @@ def test_a_link_too_slow_for_a_batch_is_refused_before_the_run(tmp_path: Path) -
         validate(config())
     for wire in ({"dtype": "float16"}, {"compression": "gzip"}, {"sparse": True}):
         validate(config(**wire))
+
+
+def test_a_link_too_slow_for_an_evaluation_batch_is_refused_before_the_run(tmp_path: Path) -> None:
+    """test_fraction = 0.9 leaves 57 train rows but 512 test rows: a train step (57 x 16 float32,
+    4 KiB each way) crosses 0.05 Mbit/s in 1.2 s, within the 2 s step deadline, but an
+    evaluation batch of 512 rows (32 KiB) with the last cut gradient takes 5.8 s: every
+    evaluation timed out, and validation named nothing. A faster link passes."""
+    from splitleak.validation import validate
+
+    def config(bandwidth: float, **training: object) -> object:
+        return parse_config(small_config(
+            tmp_path, dataset={"name": "breast_cancer", "test_fraction": 0.9},
+            network={"bandwidth_mbit": bandwidth}, topology={"step_deadline_s": 2},
+            training={"batch_size": 512, "epochs": 2, **training}))
+
+    with pytest.raises(ConfigError, match=r"network.bandwidth_mbit = 0.05: passive party 1's "
+                       r"activation for an evaluation batch of 512 rows \(32 KiB\), with the last "
+                       r"train step's cut gradient \(4 KiB\), takes at least 5.83 s over the link, "
+                       r"at or over topology.step_deadline_s = 2, so every evaluation would time"):
+        validate(config(0.05))
+    validate(config(0.2))
+
+
 
 
 async def _through_relay(network: NetworkConfig, payload: int) -> tuple[float, float, bytes]:

@@ -45,7 +45,8 @@ def test_a_full_threat_model_parses_and_round_trips(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("threat", "training", "message"), [
-    ({"parties": {"3": {}}}, None, "threat names parties ['3']; this run has passive parties 1..2"),
+    ({"parties": {"3": {}}}, None, "threat.parties names ['3']; this run has passive parties 1..2"),
+    ({"parties": {"03": {}}}, None, "threat.parties names ['03']; this run has passive parties 1..2"),
     ({"parties": {"1": {"optimizer": "malicious"}}}, None,
      "threat.parties.1.optimizer = 'malicious' is Fu et al.'s malicious SGD: party 1 trains with 'adam'"),
     ({"parties": {"1": {"optimizer": "evil"}}}, SGD_1, "'honest' or 'malicious'"),
@@ -55,7 +56,8 @@ def test_a_full_threat_model_parses_and_round_trips(tmp_path: Path) -> None:
     ({"draws": 0}, None, "threat.draws: Input should be greater than 0"),
     ({"collusion": [[1, 2]]}, None, "collusion[0] names parties [2] that have no [threat.parties.K]"),
     ({"collusion": [[1, 1]], "parties": {"1": {}}}, None, "must name two or more distinct parties"),
-    ({"collusion": [[1, 5]], "parties": {"1": {}, "5": {}}}, None, "threat names parties ['5']"),
+    ({"collusion": [[1, 5]], "parties": {"1": {}, "5": {}}}, None,
+     "threat.parties names ['5']; threat.collusion names [5]; this run has passive parties 1..2"),
     ({"parties": {"1": {"curious": True, "spy": 1}}}, None, "threat.parties.1.spy: Extra inputs"),
 ])
 def test_bad_threat_model_names_field_and_allowed(tmp_path: Path, threat: dict, training: dict | None,

@@ -34,7 +34,7 @@ from splitleak.artifacts.gradient_shards import SHARD_SUFFIX
 from splitleak.artifacts.gradient_shards import ShardPrefix as _Prefix
 from splitleak.artifacts.gradient_shards import shard_prefix as _prefix
 from splitleak.artifacts.paths import GRADIENT_LOG_INDEX
-from splitleak.fileio import NO_SPACE, write_atomically
+from splitleak.fileio import NO_SPACE, describe_os_error, name_file, naming, write_atomically
 
 log = logging.getLogger("attacker")
 INDEX = GRADIENT_LOG_INDEX
@@ -118,8 +118,10 @@ class _PartyWriter:
         try:
             self._writer.write_batch(batch)
             self._file.flush()
-        except OSError:
+        except OSError as err:
             self._abandon()
+            assert self._path is not None
+            name_file(err, self._path)  # the flush's error names no file
             raise
         self._good = self._file.tell()
         self.shards[-1]["records"] += 1
@@ -144,8 +146,10 @@ class _PartyWriter:
 
     def close(self) -> None:
         if self._writer is not None:
-            self._writer.close()
-            self._file.close()
+            assert self._path is not None
+            with naming(self._path):
+                self._writer.close()
+                self._file.close()
             self._writer = self._file = None
 
 
@@ -247,7 +251,7 @@ class GradientStore:
             status = "RESOURCE_EXHAUSTED" if err.errno in NO_SPACE else "INTERNAL"
             kept = f"up to step {writer.last_step}" if writer.last_step is not None else "empty"
             raise RecordError(f"the gradient log at {self.root} cannot grow: "
-                              f"{err.strerror or err}; it is intact ({kept}) and the sidecar "
+                              f"{describe_os_error(err)}; it is intact ({kept}) and the sidecar "
                               "refuses records until it has room", status=status) from None
         self.parties[party_id] = writer
         if time.monotonic() - self._index_written > self.index_interval:

@@ -81,11 +81,17 @@ def check_ports(points: Sequence[Point], engine: Engine) -> None:
 def check_network(points: Sequence[Point], engine: Engine) -> None:
     """[network] is emulated by relays that the local engine's `splitleak run` starts."""
     shaped = [p.setting for p in points if p.config.network.shaped]
-    if shaped and engine.name != "local":
+    if shaped:
+        check_engine_emulates(f"point {shaped[0]!r}", engine)
+
+
+def check_engine_emulates(which: str, engine: Engine) -> None:
+    """BadInput unless `engine` emulates the [network] that `which` (a point, a config) sets."""
+    if engine.name != "local":
         instead = ("has no network to shape (its parties call each other in one process)"
                    if engine.name == "inprocess" else "would measure the cluster's own network instead")
-        raise BadInput(f"point {shaped[0]!r} sets [network] (an emulated wide-area link), which "
-                       f"only --engine local emulates (its relays run beside `splitleak run`); "
+        raise BadInput(f"{which} sets [network] (an emulated wide-area link), which only "
+                       f"--engine local emulates (its relays run beside `splitleak run`); "
                        f"--engine {engine.name} {instead}")
 
 
