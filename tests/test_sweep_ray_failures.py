@@ -224,7 +224,7 @@ def test_the_banner_says_how_many_points_run_at_once_only_once_known(one_node: l
     (["--engine", "ray", "--cpus-per-role", "0"], "--cpus-per-role must be more than 0 and at most 64"),
     (["--engine", "ray", "--cpus-per-role", "65"], "at most 64, got 65"),
     (["--engine", "ray", "--cpus-per-role", "nan"], "at most 64, got nan"),
-    (["--cpus-per-role", "0.5"], "--cpus-per-role only apply to --engine ray"),
+    (["--cpus-per-role", "0.5"], "--cpus-per-role applies only to --engine ray"),
 ])
 def test_cpus_per_role_is_checked(tmp_path: Path, capsys: pytest.CaptureFixture, args: list[str],
                                   said: str) -> None:
