@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 import tomli_w
+from orchestration.stopping import Terminated
 
 from orchestration.cli import main
-from orchestration.stopping import Terminated
 from orchestration.sweep.ray_failures import died
 from tests.conftest import small_config, write_config
 
