@@ -8,10 +8,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from orchestration.compare.command import compare_and_print
-from orchestration.stopping import EXIT_TERMINATED, Terminated, sigterm_interrupts, stopped_by
 from orchestration.sweep.command import cmd_sweep
 from splitleak.artifacts.paths import SweepDir
 from splitleak.cli_common import EXIT_INTERRUPTED, BadInput
+from splitleak.stopping import EXIT_TERMINATED, Terminated, sigterm_interrupts, stopped_by
 
 
 def run_study(args: argparse.Namespace, console: Console) -> int:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 import tomli_w
-from orchestration.stopping import Terminated
 
 from orchestration.cli import main
 from orchestration.sweep.ray_failures import died
+from splitleak.stopping import Terminated
 from tests.conftest import small_config, write_config
 
 ray = pytest.importorskip("ray", reason="the Ray engine needs the optional extra splitleak[ray]")

@@ -40,7 +40,6 @@ from orchestration.launch import LABEL_PARTY, Role, start_order, topology_of
 from orchestration.launch import roles as launch_roles
 from orchestration.processes import spawn, stop_all
 from orchestration.run import STOP_GRACE, collect_outcome
-from orchestration.stopping import StopNoted, Terminated, stopped_by, stops_noted
 from orchestration.sweep.engine import (
     POINT_LOG,
     Engine,
@@ -69,6 +68,7 @@ from splitleak import tls
 from splitleak.artifacts.outcome import read_outcome
 from splitleak.artifacts.paths import RunDir
 from splitleak.placement import CORES_ENV, cores
+from splitleak.stopping import StopNoted, Terminated, stopped_by, stops_noted
 
 # A point that fits the cluster waits at most this long for other jobs to free its CPUs.
 PLACEMENT_TIMEOUT_S = 600.0
