@@ -43,6 +43,8 @@ class Faulty(Attack):
             scores[2] = np.nan
         if fault == "nan excluded":  # a row it leaves out is not read
             scores[2], excluded[2] = np.nan, True
+        if fault == "nan, one class kept":  # every positive left out: no AUC, nothing read
+            scores[0], excluded[1::2] = np.nan, True
         return AttackResult({"short": scores[1:], "2d": scores[:, None]}.get(fault, scores),
                             excluded)
 
@@ -75,6 +77,14 @@ def test_nan_in_a_row_it_excludes_is_not_read() -> None:
     leak = evaluate_batch(Faulty(FaultParams(fault="nan excluded")), GRADIENTS, LABELS,
                           np.random.default_rng(0))
     assert leak.auc is not None and leak.auc.n_rows == 5
+
+
+def test_nan_in_a_batch_left_with_one_class_is_skipped_as_before() -> None:
+    """A leak AUC of one class is not computed, so its scores are not read: the batch is
+    skipped (as before the answer checks), not the analysis stopped."""
+    leak = evaluate_batch(Faulty(FaultParams(fault="nan, one class kept")), GRADIENTS, LABELS,
+                          np.random.default_rng(0))
+    assert leak.auc is None and leak.skip_kind == "side_knowledge"
 
 
 BOOM = """from tests.test_attack_faults import Faulty

@@ -244,7 +244,7 @@ def evaluate_batch(
             return skipped("single_class", f"single class in batch (all {int(labels[0])})")
 
     side = SideKnowledge(labels, rng, num_classes, clean_anchor)
-    result = attack_answer(attack, gradients, side, metric, num_classes)
+    result = attack_answer(attack, gradients, side, metric, num_classes, labels)
     if result.skip_reason is not None:
         return skipped("attack", result.skip_reason)
     if metric == "count_error":
