@@ -320,18 +320,46 @@ def test_a_lost_nodes_raylet_messages_stay_off_the_terminal(one_node: list,
     log_to_driver says. Other output it prints passes on."""
     from ray._private import worker as ray_worker
 
-    from orchestration.sweep.ray_engine import RayEngine
+    from orchestration.sweep.ray_engine import RayEngine, _restore_ray_printing
 
+    ray_own = ray_worker.print_to_stdstream
     RayEngine()._connect(one_node)
-    lost = ("Raylet is terminated. Termination is unexpected. Possible reasons include: (1) "
-            "SIGKILL by the user or system OOM killer\n    [state-dump] NodeManager ...")
-    ray_worker.print_to_stdstream({"lines": [lost], "pid": "raylet", "is_err": False},
-                                  ignore_prefix=False)  # as Ray's listen_error_messages calls it
-    ray_worker.print_to_stdstream({"lines": ["an actor's own line"], "pid": 4321, "ip": "192.0.2.2",
-                                   "is_err": True, "task_name": "RoleActor.poll",
-                                   "actor_name": ""}, ignore_prefix=False)
-    printed = capfd.readouterr()
-    assert "Raylet" not in printed.out + printed.err and "an actor's own line" in printed.err, printed
+    try:
+        lost = ("Raylet is terminated. Termination is unexpected. Possible reasons include: (1) "
+                "SIGKILL by the user or system OOM killer\n    [state-dump] NodeManager ...")
+        ray_worker.print_to_stdstream({"lines": [lost], "pid": "raylet", "is_err": False},
+                                      ignore_prefix=False)  # as Ray's listen_error_messages calls it
+        ray_worker.print_to_stdstream({"lines": ["A worker died (another job error)"], "pid": "raylet",
+                                       "is_err": False}, ignore_prefix=False)
+        ray_worker.print_to_stdstream({"lines": ["an actor's own line"], "pid": 4321,
+                                       "ip": "192.0.2.2", "is_err": True,
+                                       "task_name": "RoleActor.poll", "actor_name": ""},
+                                      ignore_prefix=False)
+        printed = capfd.readouterr()
+    finally:
+        _restore_ray_printing()
+    assert "Raylet is terminated" not in printed.out + printed.err, printed
+    assert "an actor's own line" in printed.err and "A worker died" in printed.out, printed
+    assert ray_worker.print_to_stdstream is ray_own  # Ray's own, once the engine is done
+
+
+def test_a_ray_without_print_to_stdstream_is_left_as_it_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another Ray version may lack the function the engine wraps: nothing changes then, rather
+    than every Ray sweep failing on an AttributeError; and a wrapped one is Ray's own again."""
+    from ray._private import worker as ray_worker
+
+    from orchestration.sweep.ray_engine import _quiet_raylet_messages, _restore_ray_printing
+
+    ray_own = ray_worker.print_to_stdstream
+    monkeypatch.delattr(ray_worker, "print_to_stdstream")
+    _quiet_raylet_messages()
+    assert not hasattr(ray_worker, "print_to_stdstream")
+    _restore_ray_printing()
+    monkeypatch.undo()
+    _quiet_raylet_messages()
+    assert ray_worker.print_to_stdstream is not ray_own
+    _restore_ray_printing()
+    assert ray_worker.print_to_stdstream is ray_own
 
 
 def test_sigterm_while_ray_starts_stops_the_sweep_saying_so(

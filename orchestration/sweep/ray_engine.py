@@ -194,22 +194,35 @@ def _sigterm_kept() -> Iterator[None]:
 
 
 def _quiet_raylet_messages() -> None:
-    """Ray's driver prints every error its raylets publish to this process's stdout, whatever
-    log_to_driver says: a node lost mid-sweep put 'Raylet is terminated ...' with ~20 lines of
-    the raylet's state dump, twice, and 'The node ... has been marked dead' ahead of the point's
-    own sentence, which names the role, its node and Ray's reason. They stay in Ray's log files
-    on their node (logs/raylet.out of its session); what else the driver prints passes on."""
-    if ray_worker.print_to_stdstream is not _quiet_raylet:  # Ray's error listener calls it so
-        _RAY_PRINTING[:] = [ray_worker.print_to_stdstream]
+    """Ray's driver prints every error published to its job (its listener labels them all
+    'raylet') to this process's stdout, whatever log_to_driver says: a node lost mid-sweep put
+    'Raylet is terminated ...' with ~20 lines of the raylet's state dump, twice, and 'The node
+    ... has been marked dead' ahead of the point's own sentence, which names the role, its node
+    and Ray's reason. Those two messages stay in Ray's log files on their node (logs/raylet.out
+    of its session); every other message the driver prints passes on. Where this Ray has no
+    print_to_stdstream to wrap, nothing changes; _restore_ray_printing undoes it."""
+    printing = getattr(ray_worker, "print_to_stdstream", None)
+    if printing is not None and printing is not _quiet_raylet:
+        _RAY_PRINTING[:] = [printing]
         ray_worker.print_to_stdstream = _quiet_raylet
 
 
-_RAY_PRINTING: list[Any] = []  # Ray's own print_to_stdstream, once replaced
+def _restore_ray_printing() -> None:
+    """Ray's own print_to_stdstream back, once this engine's run is over."""
+    if _RAY_PRINTING and getattr(ray_worker, "print_to_stdstream", None) is _quiet_raylet:
+        ray_worker.print_to_stdstream = _RAY_PRINTING.pop()
 
 
-def _quiet_raylet(data: dict[str, Any], ignore_prefix: bool) -> None:
-    if data.get("pid") != "raylet":
-        _RAY_PRINTING[0](data, ignore_prefix)
+_RAY_PRINTING: list[Any] = []  # Ray's own print_to_stdstream, while replaced
+LOST_NODE = ("Raylet is terminated", "has been marked dead")  # what a lost node publishes
+
+
+def _quiet_raylet(data: dict[str, Any], *args: Any, **kwargs: Any) -> None:
+    """Ray's print_to_stdstream (whatever its version's arguments), a lost node's messages left out."""
+    lines = data.get("lines") or []
+    if data.get("pid") == "raylet" and any(m in str(line) for line in lines for m in LOST_NODE):
+        return
+    _RAY_PRINTING[0](data, *args, **kwargs)
 
 
 def _not_a_gcs(address: str) -> str | None:
@@ -307,6 +320,7 @@ class RayEngine(Engine):
         finally:
             if started_ray and ray.is_initialized():  # its cluster, if it started one, goes too
                 ray.shutdown()
+            _restore_ray_printing()
 
     def _run_points(self, points: Sequence[Point], listener: Listener,
                     stop: StopNoted) -> dict[str, PointResult]:
