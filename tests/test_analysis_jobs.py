@@ -272,3 +272,17 @@ def test_ctrl_c_waits_for_a_submit_to_end_then_stops_the_analysis() -> None:
             reached.append("the block's end")
     assert reached == ["the block's end"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_sigterm_waits_for_a_submit_to_end_then_stops_the_analysis() -> None:
+    """attacker analyze stops on SIGTERM as on Ctrl-C: a SIGTERM during a submit is raised once it
+    ends, through the handler that was in place (before: it cut the worker's start off)."""
+    from splitleak.stopping import Terminated, sigterm_interrupts
+
+    reached = []
+    with sigterm_interrupts(), pytest.raises(Terminated):
+        with parallel._ctrl_c_held():  # noqa: SLF001
+            os.kill(os.getpid(), signal.SIGTERM)
+            reached.append("the block's end")
+    assert reached == ["the block's end"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -196,20 +196,24 @@ def batches(jobs: int, logged: int, work: Callable[[Any, Item], Result], context
 
 @contextlib.contextmanager
 def _ctrl_c_held() -> Iterator[None]:
-    """Ctrl-C held off until the block ends (a submit, which may start a worker), then raised: a
-    worker whose start is cut off is never waited for, and once the analysis is gone it cannot
-    read what it was sent (the pool's semaphores are unlinked) and prints a traceback."""
+    """Ctrl-C and SIGTERM (which attacker analyze stops on alike) held off until the block ends
+    (a submit, which may start a worker), then raised: a worker whose start is cut off is never
+    waited for, and once the analysis is gone it cannot read what it was sent (the pool's
+    semaphores are unlinked) and prints a traceback."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     caught: list[int] = []
-    handler = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    held = (signal.SIGINT, signal.SIGTERM)
+    handlers = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum)) for sig in held}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, handler)
-    if caught and callable(handler):
-        handler(signal.SIGINT, None)
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
+    for signum in dict.fromkeys(caught):
+        if callable(handler := handlers[signal.Signals(signum)]):
+            handler(signum, None)
 
 
 def _forkserver() -> multiprocessing.context.ForkServerContext:
