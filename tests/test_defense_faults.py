@@ -4,11 +4,13 @@ step (a PluginError: exit 2), as a broken objective does."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -35,6 +37,8 @@ class Faulty(Defense):
             raise RuntimeError("no gradient")
         if fault == "diagnostics":
             ctx.diagnostics["faulty.norm"] = cut_gradient.norm()  # type: ignore[attr-defined]
+        if fault == "numpy diagnostics":  # numbers, if numpy's: recorded as the floats they are
+            ctx.diagnostics.update(norm=np.float32(0.5), rows=np.int64(4), n=3, x=0.25)  # type: ignore[attr-defined]
         return {"nan": lambda g: g * float("nan"), "shape": lambda g: g[1:],
                 "float64": lambda g: g.double(),
                 "list": lambda g: g.tolist()}.get(fault, lambda g: g)(cut_gradient)
@@ -65,6 +69,18 @@ def test_a_broken_defense_is_named_with_the_party_and_step(monkeypatch: pytest.M
     said = str(raised.value)
     assert said.startswith("defense 'faulty' (") and "test_defense_faults.Faulty): " in said, said
     assert SAYS[fault] in said and "\n" not in said
+
+
+def test_numpy_numbers_in_diagnostics_are_recorded_as_json_numbers(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """np.float32 is a number to numbers.Real but not to the JSON encoder: before, it passed the
+    check and stopped the run with 'Object of type float32 is not JSON serializable'."""
+    monkeypatch.setitem(DEFENSES._entries, "faulty", Faulty)
+    chain = DefenseChain([("faulty", {"fault": "numpy diagnostics"})], seed=0)
+    _, diagnostics = chain.apply(torch.ones(4, 5), torch.tensor([0, 1, 0, 1]), party_id=2, epoch=0,
+                                 step=7, num_classes=2)
+    assert json.loads(json.dumps(diagnostics)) == {"norm": 0.5, "rows": 4.0, "n": 3, "x": 0.25}
+    assert type(diagnostics["n"]) is int  # a Python number is recorded as it was
 
 
 class NoSummary(Faulty):

@@ -95,10 +95,10 @@ class DefenseChain:
             with blamed("defense", defense.name, type(defense), "__call__", DefenseError):
                 given, gradient = gradient, defense(gradient, ctx)
             _check_form(defense, given, gradient, party_id, step)
-            _check_diagnostics(defense, ctx.diagnostics, party_id, step)
+            found = _checked_diagnostics(defense, ctx.diagnostics, party_id, step)
             outputs.append(gradient)
             prefix = f"{position}:" if names.count(defense.name) > 1 else ""
-            diagnostics.update({prefix + key: value for key, value in ctx.diagnostics.items()})
+            diagnostics.update({prefix + key: value for key, value in found.items()})
         if outputs and not all_finite(gradient):  # one check of the chain's output; the
             _blame_non_finite(self.defenses(party_id), outputs, party_id, step)  # input is finite
         return gradient, diagnostics
@@ -173,16 +173,19 @@ def _check_form(defense: Defense, given: torch.Tensor, returned: object, party_i
                        f"{list(given.shape)})")
 
 
-def _check_diagnostics(defense: Defense, diagnostics: dict[str, Any], party_id: int,
-                       step: int) -> None:
-    """DefenseError where a defense put other than a number in ctx.diagnostics (a tensor, say):
-    metrics.jsonl records them as numbers."""
+def _checked_diagnostics(defense: Defense, diagnostics: dict[str, Any], party_id: int,
+                         step: int) -> dict[str, Any]:
+    """A defense's ctx.diagnostics as metrics.jsonl records them, numbers: a numpy scalar (np.float32)
+    as the float it is; DefenseError where one is no number (a tensor, say)."""
+    checked = {}
     for key, value in diagnostics.items():
         if not isinstance(value, numbers.Real):
             raise DefenseError(f"{plugin_origin('defense', defense.name, type(defense))}: "
                                f"ctx.diagnostics[{key!r}] is a {type(value).__name__} for passive "
                                f"party {party_id} at train step {step}; each must be a float "
                                "(e.g. float(tensor))")
+        checked[key] = value if isinstance(value, (int, float)) else float(value)
+    return checked
 
 
 def _blame_non_finite(defenses: list[Defense], outputs: list[torch.Tensor], party_id: int,
