@@ -121,7 +121,7 @@ class DatasetConfig(Settings):
     @classmethod
     def _fraction(cls, value: Any) -> Any:
         number = isinstance(value, int | float) and not isinstance(value, bool)
-        if not (number or value is None or isinstance(value, dict)):
+        if not (number or value is None or isinstance(value, dict | SubsetConfig)):
             raise ValueError(f"{_kind_of(value)} is not a subset; give its fraction of the rows "
                              "(e.g. subset = 0.1) or a table (subset = { fraction = 0.1, seed = 7 })")
         return {"fraction": value} if number else value

@@ -454,3 +454,13 @@ def test_a_backdoor_trigger_beyond_float32_is_refused(tmp_path: Path, value: flo
     batch with a traceback ending in torch's "value cannot be converted to type float without
     overflow" (exit 1); a trigger must be a float32 value, refused at validation otherwise."""
     assert line in refusal(tmp_path, threat={"parties": {"1": {"backdoor": {"trigger_value": value}}}})
+
+
+def test_a_subset_given_as_its_model_is_taken_as_a_table_is() -> None:
+    """The Python API builds configs from models too: a SubsetConfig was refused as 'not a
+    subset' once the text, boolean and list forms got their own sentence."""
+    from splitleak.config import DatasetConfig, SubsetConfig
+
+    made = DatasetConfig(name="breast_cancer", subset=SubsetConfig(fraction=0.1, seed=7))
+    assert made.subset == DatasetConfig(name="breast_cancer",
+                                        subset={"fraction": 0.1, "seed": 7}).subset
