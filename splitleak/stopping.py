@@ -69,5 +69,5 @@ def stops_noted() -> Iterator[StopNoted]:
     try:
         yield noted
     finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+        for sig, handler in previous.items():  # one installed from C reads None: the default
+            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)

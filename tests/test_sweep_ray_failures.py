@@ -389,3 +389,20 @@ def test_sigterm_while_ray_starts_stops_the_sweep_saying_so(
     assert code == 143, code
     assert "stopped by SIGTERM" in capsys.readouterr().out
     assert kept is previous  # not Ray's, once the sweep is over
+
+
+def test_a_handler_installed_from_c_is_put_back_as_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """signal.signal answers None for a handler a C library installed; putting None back raised
+    TypeError as the stop block ended, over the stop itself."""
+    from splitleak import stopping
+
+    put: list[tuple[int, object]] = []
+
+    def from_c(sig: int, handler: object) -> None:
+        put.append((sig, handler))
+        return None  # what the handler before was, for one installed from C
+
+    monkeypatch.setattr(stopping.signal, "signal", from_c)
+    with stopping.stops_noted():
+        pass
+    assert put[-2:] == [(signal.SIGINT, signal.SIG_DFL), (signal.SIGTERM, signal.SIG_DFL)]
