@@ -89,14 +89,12 @@ def train_rows(cfg: ExperimentConfig, num_rows: int) -> int:
     return train if subset is None else num_subset_rows(train, subset.fraction)
 
 
-def eval_rows(cfg: ExperimentConfig, num_rows: int) -> int:
-    """The rows of the largest split an evaluation pass scores (the test rows; the train rows
-    too with training.eval_train; an integrity attack's share of the test rows is fewer),
-    counted without drawing them."""
+def test_rows(cfg: ExperimentConfig, num_rows: int) -> int:
+    """The test split's rows an evaluation pass scores (its subset share where one is set; an
+    integrity attack's share is fewer), counted without drawing them."""
     test = num_test_rows(num_rows, cfg.dataset.test_fraction)
     subset = cfg.dataset.subset
-    test = test if subset is None else num_subset_rows(test, subset.fraction)
-    return max(test, train_rows(cfg, num_rows)) if cfg.training.eval_train else test
+    return test if subset is None else num_subset_rows(test, subset.fraction)
 
 
 def train_size_warnings(cfg: ExperimentConfig, num_rows: int) -> list[str]:

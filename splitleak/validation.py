@@ -23,7 +23,7 @@ from splitleak.datasets import (
     check_against_schema,
 )
 from splitleak.datasets.base import origin
-from splitleak.inputs import check_classes, eval_rows, split_ids, train_rows, train_size_warnings
+from splitleak.inputs import check_classes, split_ids, test_rows, train_rows, train_size_warnings
 from splitleak.integrity import check_integrity
 from splitleak.models import InputSpec, build_bottom, build_top, input_spec
 from splitleak.partition import label_party_columns, passive_columns
@@ -332,7 +332,9 @@ def check_link_time(cfg: ExperimentConfig,
         return
     train = train_rows(cfg, num_rows)
     rows = min(cfg.training.batch_size, train)
-    scored = min(cfg.training.batch_size, eval_rows(cfg, num_rows))
+    # an evaluation sends the test split first, its first batch with the last cut gradient;
+    # the train split's batches (training.eval_train) travel alone, no larger than a train step's
+    scored = min(cfg.training.batch_size, test_rows(cfg, num_rows))
     steps = -(-train // cfg.training.batch_size) * cfg.training.epochs
     ways = 2 if min(steps, cfg.training.max_steps or steps) >= 2 else 1  # a gradient comes back
     width = 2 if cfg.wire.dtype in ("float16", "bfloat16") else 4

@@ -107,6 +107,20 @@ def test_a_link_too_slow_for_an_evaluation_batch_is_refused_before_the_run(tmp_p
     validate(config(0.2))
 
 
+def test_the_train_split_scored_at_the_end_is_not_charged_with_the_cut_gradient(
+        tmp_path: Path) -> None:
+    """training.eval_train scores the train split after the test split: its batches travel
+    alone, no larger than a train step's. A one-step run (512 train rows, 57 test rows) whose
+    worst exchange is 32 + 3.6 KiB (1.5 s) was refused as 'an evaluation batch of 512 rows ...
+    with the last train step's cut gradient ... 2.62 s'."""
+    from splitleak.validation import validate
+
+    for eval_train in (False, True):
+        validate(parse_config(small_config(
+            tmp_path, dataset={"name": "breast_cancer", "test_fraction": 0.1},
+            network={"bandwidth_mbit": 0.2}, topology={"step_deadline_s": 2},
+            training={"batch_size": 512, "epochs": 1, "eval_train": eval_train})))
+
 
 
 async def _through_relay(network: NetworkConfig, payload: int) -> tuple[float, float, bytes]:
