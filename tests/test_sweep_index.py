@@ -109,7 +109,7 @@ def test_role_files_stream_back_in_chunks(tmp_path: Path, monkeypatch: pytest.Mo
 def test_a_role_that_fails_says_why_in_its_own_words(tmp_path: Path) -> None:
     """A role that ended with an error code was reported as 'attacker exited with code 1 (see
     logs/attacker.log)': the point's error gave no reason, which sat in that log on the node."""
-    cfg = parse_config(small_config(tmp_path, topology={"passive_parties": 1, "join_deadline_s": 1,
+    cfg = parse_config(small_config(tmp_path, topology={"passive_parties": 1, "join_deadline_s": 3,
                                                         "tls": False}, features={"passive": [[0, 30]]}))
     host = RoleHost("attacker", cfg.to_toml(), "abc123", str(tmp_path / "abc123"))
     try:

@@ -20,8 +20,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where compare/ goes (default: SWEEP_DIR/compare for one sweep "
                         "directory, else ./compare)")
     parser.add_argument("--leak-stat", choices=("flipped_p95", "flipped_mean"), default="flipped_p95",
-                        help="the AUC statistic of the plots and the Pareto frontier (default: the "
-                        "p95 over batches, Li et al.'s headline)")
+                        help="the AUC statistic of the plots and the Pareto frontier (default: "
+                        "flipped_p95, the p95 over batches, Li et al.'s headline)")
     parser.add_argument("--layer", default="cut", choices=LAYERS,
                         help="where the leak is measured: cut or first (gradient layers), "
                              "activation (what the party sent, e.g. clustering on it), bottom "
