@@ -230,17 +230,17 @@ def test_a_batch_without_a_positive_is_no_fallback_to_a_received_anchor() -> Non
     from collections import defaultdict
     from types import SimpleNamespace
 
-    from attacker.analysis.analyze import NO_CLEAN_ANCHOR, _clean_anchor
+    from attacker.analysis.analyze import NO_CLEAN_ANCHOR, _anchors
 
-    analysis = SimpleNamespace(anchors={}, perturbed=True, missing_anchors=defaultdict(int))
+    analysis = SimpleNamespace(anchors={}, perturbed=True, missing_anchors=defaultdict(int),
+                               draws=1)
     unit = SimpleNamespace(parties=(1,))
     batch = SimpleNamespace(step=47, sample_ids=np.arange(7))
     attack = build_attack("cosine_oracle", {})
-    assert _clean_anchor(analysis, unit, batch, "cut", attack, 0, np.zeros(7)) == (None, None)
+    assert _anchors(analysis, unit, batch, "cut", attack, positive=False) == [(None, None)]
     assert not analysis.missing_anchors
-    negatives_and_one = np.array([0, 0, 1, 0, 0, 0, 0])
-    assert _clean_anchor(analysis, unit, batch, "cut", attack, 0, negatives_and_one) == (
-        None, NO_CLEAN_ANCHOR)
+    assert _anchors(analysis, unit, batch, "cut", attack, positive=True) == [
+        (None, NO_CLEAN_ANCHOR)]
     assert analysis.missing_anchors == {("cosine_oracle", "cut"): 1}
 
 
