@@ -20,6 +20,7 @@ from splitleak.config import ConfigError, ExperimentConfig
 from splitleak.inputs import PartyInputs
 from splitleak.integrity import VARIANTS
 from splitleak.placement import settle
+from splitleak.provenance import own_plugin
 from splitleak.white_box import SnapshotWriter
 
 # An activation this large (or this many times the others') overflowing the loss is the
@@ -36,9 +37,11 @@ class NonFiniteStep(ArithmeticError):
 
 
 def non_finite_step(step: int, loss: float, activations: dict[int, torch.Tensor],
-                    weights: dict[str, float] | None = None) -> NonFiniteStep:
+                    weights: dict[str, float] | None = None,
+                    own_objective: str | None = None) -> NonFiniteStep:
     """Blame the party whose (finite) activation is by far the largest, if one is; else the
-    label party's model, naming the objective's loss `weights` (field: value) that are set."""
+    label party's model, naming the objective's loss `weights` (field: value) that are set and
+    `own_objective`, an objective of one's own (its plug-in origin), whose loss may be at fault."""
     peaks = {k: float(a.detach().abs().max()) if a.numel() else 0.0 for k, a in activations.items()}
     k = max(peaks, key=lambda party: peaks[party])
     others = max((v for party, v in peaks.items() if party != k), default=0.0)
@@ -54,6 +57,9 @@ def non_finite_step(step: int, loss: float, activations: dict[int, torch.Tensor]
     weighed = ", ".join(f"{field} = {value:g}" for field, value in (weights or {}).items() if value)
     hint = (f"; {weighed} weighs a term of its loss: a smaller weight may keep it finite"
             if weighed else "")
+    if own_objective is not None:
+        hint += (f"; the loss is {own_objective}'s, a plug-in of one's own: check that its "
+                 "cut_gradients gives a finite loss and gradients for finite activations")
     return NonFiniteStep(f"{what}: the label party's model diverged (the parties' activations "
                          f"are at most {peaks[k]:.3g} in size){hint}", None)
 
@@ -133,7 +139,8 @@ class LabelPartyTrainer:
         check_step_result(type(self.objective), result, acts)
         if not math.isfinite(result.loss) or not all(all_finite(g) for g in result.gradients):
             raise non_finite_step(batch.step, result.loss, activations,
-                                  self.objective.loss_weights())
+                                  self.objective.loss_weights(), own_plugin(
+                                      "objective", self.cfg.objective.name, type(self.objective)))
         per_class: Sequence[torch.Tensor | None] = result.class_gradients or [None] * len(self.party_ids)
         record: dict[str, Any] = {
             "type": "train", "epoch": batch.epoch, "step": batch.step, "loss": result.loss,

@@ -33,6 +33,13 @@ def plugin_origin(kind: str, name: str, entry: Any) -> str:
     return f"{kind} {name!r}"
 
 
+def own_plugin(kind: str, name: str, entry: Any) -> str | None:
+    """plugin_origin of a plug-in of one's own (installed, or defined outside this project);
+    None for a built-in one."""
+    module = getattr(entry, "__module__", "")
+    return None if module.split(".")[0] in BUILT_IN_PACKAGES else plugin_origin(kind, name, entry)
+
+
 # The packages of this project: a plug-in defined elsewhere is a package of one's own.
 BUILT_IN_PACKAGES = frozenset({"splitleak", "label_party", "passive_party", "attacker",
                                "orchestration"})
