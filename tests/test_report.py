@@ -76,7 +76,8 @@ def make_run(root: Path, *, multiclass: bool = False, first_layer: bool = True, 
     (root / "label_party").mkdir(parents=True)
     (root / "attacker").mkdir()
     header = f"# resolved config; hash abcdef0123456789; seed {SEED}\n# python 3.11\n"
-    body = f'[run]\nname = "synthetic"\nseed = {SEED}\n'
+    body = (f'[run]\nname = "synthetic"\nseed = {SEED}\n\n[dataset]\nname = "criteo"\n'
+            '[dataset.params]\npath = "/data/criteo/train.txt"\n')
     chain = '\n[[defense]]\nname = "marvell"\ns = 4.0\n'
     run.config.write_text(header + (body + chain if defense else "defense = []\n" + body))
     records: list[dict[str, Any]] = [{"type": "plan", "total_train_steps": STEPS + 1,
@@ -159,6 +160,8 @@ def test_full_report(tmp_path: Path) -> None:
     text = (run.report / "report.md").read_text()
     assert "# Label-leak report: synthetic-run" in text
     assert f"seed {SEED}" in text and "`abcdef0123456789`" in text
+    # the data set the run trained on, and its file (report.md named neither)
+    assert f"dataset `criteo` (`/data/criteo/train.txt`); seed {SEED};" in text
     assert "| norm | 0.880 | - | curious | none |" in text  # headline: p95 of 0.50, 0.52, ..., 0.90
     assert "Party 1 (curious, honest), cut layer" in text
     # the headline says once what a label or count attack's figure is (it said both twice,

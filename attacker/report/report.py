@@ -229,12 +229,20 @@ def _wire_words(config: dict[str, Any]) -> str:
     return "".join(f"; {w}" for w in words)
 
 
+def _dataset_file(dataset: dict[str, Any]) -> str:
+    """` (FILE)` where the dataset was read from a file the config names, else nothing."""
+    path = (dataset.get("params") or {}).get("path")
+    return f" (`{path}`)" if isinstance(path, str) and path else ""
+
+
 def _title_md(run: RunDir, summary: dict[str, Any], inputs: _Inputs) -> list[str]:
     run_seed = inputs.config.get("run", {}).get("seed", "?")
     analysis_seed = summary.get("seed")
     seeds = f"seed {run_seed}" + (f" (analysis seed {analysis_seed})" if analysis_seed != run_seed else "")
+    dataset = inputs.config.get("dataset", {})
     lines = [f"# Label-leak report: {summary.get('run_id') or run.root.name}", "",
-             f"{seeds}; config hash `{inputs.config_hash}`; {summary.get('num_classes', '?')} classes"
+             f"dataset `{dataset.get('name', '?')}`{_dataset_file(dataset)}; {seeds}; config hash "
+             f"`{inputs.config_hash}`; {summary.get('num_classes', '?')} classes"
              + _wire_words(inputs.config), ""]
     partial = summary.get("partial")
     if partial and partial["status"] == "ok":  # finished, but its metrics.jsonl cut short
