@@ -39,8 +39,7 @@ from splitleak.checkpoint import (
     Manifest,
     Position,
     discard_after,
-    latest,
-    step_dir,
+    newest_fields,
 )
 from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED
 from splitleak.config import ExperimentConfig
@@ -319,12 +318,10 @@ class LabelPartyRun:
                            step=batch.step if batch is not None else self.progress.boundary.step)
 
     def _ended(self, status: str, message: str | None = None, **fields: Any) -> dict[str, Any]:
-        newest = latest(self.run.root)
         outcome: dict[str, Any] = {"status": status, "seconds": time.monotonic() - self.started}
         if message is not None:
             outcome["message"] = message
         outcome.update(fields)
         if status != "ok":
-            outcome["checkpoint"] = step_dir(self.run.root, newest.position).name if newest else None
-            outcome["checkpoint_step"] = newest.step if newest else None
+            outcome.update(newest_fields(self.run.root))
         return outcome

@@ -19,6 +19,7 @@ from splitleak.artifacts.records import write_pids
 from splitleak.artifacts.rundir import exclusive
 from splitleak.artifacts.summary import TrainingSummary, write_training_summary
 from splitleak.artifacts.timing import read_timing_file
+from splitleak.checkpoint import newest_fields
 from splitleak.cli_common import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_PARTY_STOPPED
 from splitleak.config import ExperimentConfig
 from splitleak.fileio import write_atomically
@@ -254,6 +255,7 @@ def _record_failure(run: RunDir, failure: RunFailed) -> None:
                    recorded_by="orchestrator")
     if status == "ok":
         outcome["trained"] = "the label party finished every step; a role failed after"
+    outcome.update(newest_fields(run.root))  # where `--resume` goes on from, as the label party says
     try:
         write_outcome(run, outcome)
     except OSError:

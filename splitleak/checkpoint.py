@@ -212,6 +212,15 @@ def latest(run_root: Path) -> Manifest | None:
     return manifests[-1] if manifests else None
 
 
+def newest_fields(run_root: Path) -> dict[str, Any]:
+    """What an outcome of a run that did not finish says of its newest complete checkpoint, the
+    one `--resume` goes on from: `checkpoint` (its directory's name) and `checkpoint_step`, both
+    None when there is none."""
+    newest = latest(run_root)
+    return {"checkpoint": step_dir(run_root, newest.position).name if newest else None,
+            "checkpoint_step": newest.step if newest else None}
+
+
 def prune(run_root: Path, keep: int = KEEP) -> None:
     """Keep the newest `keep` complete checkpoints; remove older and abandoned directories."""
     complete = [m.batches for m in complete_manifests(run_root)]

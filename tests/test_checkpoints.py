@@ -478,3 +478,26 @@ def test_a_resume_refused_by_the_lock_removes_no_checkpoint(
                                                          "--no-progress"], capsys)
     assert code == 2 and "(pid 4242)" in " ".join(text.split()), text
     assert writing.is_dir() and step_dir(run.root, newest.position).is_dir()
+
+
+def test_an_outcome_the_orchestrator_writes_names_the_checkpoint_to_resume_from(
+        tmp_path: Path, straight_and_interrupted) -> None:
+    """The label party killed (its outcome never written): `splitleak run` printed 'checkpoint at
+    step N: finish the run with splitleak run --resume' but the outcome.json it wrote named no
+    checkpoint, where the label party's own names its newest."""
+    from types import SimpleNamespace
+
+    from orchestration.run import RunFailed, _record_failure
+    from splitleak.artifacts.outcome import read_outcome
+
+    _, _, interrupted = straight_and_interrupted
+    run = RunDir(tmp_path / "killed")
+    shutil.copytree(interrupted.root, run.root)
+    run.outcome.unlink()  # killed before it wrote one
+    newest = complete_manifests(run.root)[-1]
+    label = SimpleNamespace(name="label party", returncode=-9)
+    _record_failure(run, RunFailed("label party was killed by SIGKILL", label))  # type: ignore[arg-type]
+    outcome = read_outcome(run)
+    assert outcome["status"] == "failed" and outcome["recorded_by"] == "orchestrator"
+    assert outcome["checkpoint"] == step_dir(run.root, newest.position).name
+    assert outcome["checkpoint_step"] == newest.step, outcome
