@@ -493,3 +493,27 @@ def test_the_network_of_an_in_process_run_is_in_process(tmp_path: Path) -> None:
     speed = report.split("## Speed", 1)[1].split("##", 1)[0]
     assert "| in-process | float16 |" in speed and "| LAN | float32 |" in speed, speed
     assert "in-process" in printed.split("speed (mean over seeds)", 1)[1], printed
+
+
+@pytest.mark.parametrize("spread", ["x", {"flipped": {"p95": {"std": "0.01"}}}, {"flipped": [0.1]}])
+def test_a_spread_edited_into_text_is_refused_naming_where(tmp_path: Path, spread: object) -> None:
+    """The spread across draws read "x" (or a statistic's std as "0.01") as no spread at all."""
+    from splitleak.api import open_run
+    from splitleak.artifacts.summary import SummaryError
+
+    edited = leak_entry("norm", 0.60, 0.65)
+    edited["spread"] = spread
+    _, marvell = _runs(tmp_path, [edited])
+    with pytest.raises(SummaryError) as refused:
+        _ = open_run(marvell).summary
+    said = " ".join(str(refused.value).split())
+    assert "leak entry norm (party 1, cut layer, run): spread" in said and "not a number" in said
+
+
+def test_a_spread_of_numbers_and_nulls_reads_as_written(tmp_path: Path) -> None:
+    from splitleak.api import open_run
+
+    entry = leak_entry("norm", 0.60, 0.65)
+    entry["spread"] = {"flipped": {"p95": {"std": 0.01, "min": 0.6, "max": None}}, "raw": None}
+    _, marvell = _runs(tmp_path, [entry])
+    assert open_run(marvell).summary.leak[0].model_extra["spread"] == entry["spread"]

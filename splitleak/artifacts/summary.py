@@ -66,10 +66,23 @@ class LeakSummaryEntry(Artifact):
                 if stat in STATISTICS and isinstance(figure, bool | str):
                     raise ValueError(f"{self._named()}: {key}.{stat} is {figure!r}, not a "
                                      "number (a number or null)")
+        spread = (self.model_extra or {}).get("spread")
+        for path, figure in _leaves(spread, "spread") if spread is not None else ():
+            if not isinstance(figure, int | float) or isinstance(figure, bool):
+                raise ValueError(f"{self._named()}: {path} is {figure!r}, not a number (the "
+                                 "spread across draws: {\"flipped\": {\"p95\": {\"std\": .., "
+                                 "\"min\": .., \"max\": ..}}}, numbers or null)")
         return self
 
     def _named(self) -> str:
         return f"leak entry {self.attack} (party {self.party_id}, {self.layer} layer, {self.scope})"
+
+
+def _leaves(value: Any, path: str) -> list[tuple[str, Any]]:
+    """(dotted path, value) of every leaf of nested objects but null ones."""
+    if isinstance(value, dict):
+        return [leaf for key, inner in value.items() for leaf in _leaves(inner, f"{path}.{key}")]
+    return [] if value is None else [(path, value)]
 
 
 class LeakSummary(Artifact):
