@@ -26,6 +26,7 @@ from orchestration.reference import run_reference
 from splitleak.artifacts.paths import RunDir
 from splitleak.artifacts.rundir import create_run_dir
 from splitleak.config import parse_config
+from splitleak.stopping import Terminated
 from tests.conftest import scaled, small_config
 
 BAD = 1e6  # a gradient entry that makes _Refuses refuse its batch
@@ -286,3 +287,20 @@ def test_sigterm_waits_for_a_submit_to_end_then_stops_the_analysis() -> None:
             reached.append("the block's end")
     assert reached == ["the block's end"]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+@pytest.mark.parametrize(("signum", "raised"), [(signal.SIGINT, KeyboardInterrupt),
+                                                (signal.SIGTERM, Terminated)])
+def test_a_stop_during_a_submit_is_raised_when_it_ends_even_with_no_handler_of_ours(
+        signum: int, raised: type[BaseException]) -> None:
+    """A SIGTERM that came while a worker started was dropped when no handler of the analysis
+    was installed (the default one cannot be replayed): the analysis went on."""
+    previous = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        with pytest.raises(raised):
+            with parallel._ctrl_c_held():
+                os.kill(os.getpid(), signum)
+                ended = True  # the block itself runs to its end
+        assert ended
+    finally:
+        signal.signal(signal.SIGTERM, previous)

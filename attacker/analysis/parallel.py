@@ -30,6 +30,8 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from threadpoolctl import threadpool_limits
 
+from splitleak.stopping import stops_noted
+
 Item = Any
 Result = TypeVar("Result")
 Given = TypeVar("Given", contravariant=True)  # what a Batches takes (Protocol variance)
@@ -200,20 +202,10 @@ def _ctrl_c_held() -> Iterator[None]:
     (a submit, which may start a worker), then raised: a worker whose start is cut off is never
     waited for, and once the analysis is gone it cannot read what it was sent (the pool's
     semaphores are unlinked) and prints a traceback."""
-    if threading.current_thread() is not threading.main_thread():
+    with stops_noted() as stop:
         yield
-        return
-    caught: list[int] = []
-    held = (signal.SIGINT, signal.SIGTERM)
-    handlers = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum)) for sig in held}
-    try:
-        yield
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler if handler is not None else signal.SIG_DFL)
-    for signum in dict.fromkeys(caught):
-        if callable(handler := handlers[signal.Signals(signum)]):
-            handler(signum, None)
+    if stop.signum is not None:
+        raise stop.error()
 
 
 def _forkserver() -> multiprocessing.context.ForkServerContext:
