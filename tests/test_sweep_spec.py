@@ -72,6 +72,20 @@ def test_sweep_file_errors_name_the_field(data: dict, message: str) -> None:
         parse_sweep(data, "test.toml")
 
 
+def test_an_axis_naming_one_number_twice_is_refused() -> None:
+    """"defense.0.s" = [1, 1.0] ran Marvell at s = 1 twice under two config hashes (its float
+    parameter reads both as 1.0), the comparison listing 'defense.0.s=1' and 'defense.0.s=1.0'
+    with the same figures; refused now as a repeated value. A bool is no number here, nor a
+    table with another value."""
+    with pytest.raises(SweepError, match=r"axis 'defense.0.s' repeats a value: \[1, 1.0\] "
+                                         r"\(1 and 1.0 are one number\)"):
+        parse_sweep(_sweep(variant=[{"name": "m", "axes": {"defense.0.s": [1, 1.0]}}]))
+    with pytest.raises(SweepError, match=r"axis 'defense.0' repeats a value"):
+        parse_sweep(_sweep(axes={"defense.0": [{"name": "iso", "t": 2}, {"t": 2.0, "name": "iso"}]}))
+    parse_sweep(_sweep(axes={"attacker.enabled": [True, 1], "defense.0.s": [1, 1.5],
+                             "defense.0": [{"name": "iso", "t": 2}, {"name": "iso", "t": 3}]}))
+
+
 def test_points_cross_variants_axes_and_seeds(tmp_path: Path) -> None:
     base = parse_config(small_config(tmp_path))
     sweep = parse_sweep(_sweep(

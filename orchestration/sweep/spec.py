@@ -57,8 +57,24 @@ def _check_axes(axes: Axes, where: str) -> None:
     for path, values in axes.items():
         if not values:
             raise ValueError(f"{where} {path!r} has no values; give at least one")
-        if len(set(map(repr, values))) != len(values):
-            raise ValueError(f"{where} {path!r} repeats a value: {values}")
+        if len(set(map(_same_value, values))) != len(values):
+            raise ValueError(f"{where} {path!r} repeats a value: {values}"
+                             + (" (1 and 1.0 are one number)" if len(set(map(repr, values)))
+                                == len(values) else ""))
+
+
+def _same_value(value: Any) -> Any:
+    """A key equal for values that configure the same: 1 and 1.0 are one number (a plug-in's
+    float parameter reads both as 1.0), a bool stays a bool."""
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, int | float):
+        return ("number", float(value))
+    if isinstance(value, list):
+        return ("list", tuple(map(_same_value, value)))
+    if isinstance(value, dict):
+        return ("table", tuple(sorted((k, _same_value(v)) for k, v in value.items())))
+    return ("other", repr(value))
 
 
 class SweepSection(Settings):
