@@ -86,6 +86,25 @@ def test_an_axis_naming_one_number_twice_is_refused() -> None:
                              "defense.0": [{"name": "iso", "t": 2}, {"name": "iso", "t": 3}]}))
 
 
+@pytest.mark.parametrize("sections, said", [
+    ({"set": {"training.epochz": 1}}, r'training.epochz: Extra inputs .* \(set by the sweep '
+                                      r'file\'s \[set\] "training.epochz"\)'),
+    ({"axes": {"training.optimizer": [{"name": "sgd", "lr": "x"}]}},
+     r'training.optimizer.lr: .* \(set by the sweep file\'s \[axes\] "training.optimizer"\)'),
+    ({"variant": [{"name": "m", "set": {"defense": [{"name": "marvell"}]},
+                   "axes": {"defense.0.s": ["x"]}}]},
+     r'defense\[0\].s: .* \(set by the sweep file\'s variant \'m\' axes "defense.0.s"\)'),
+])
+def test_a_bad_value_names_the_sweep_file_key_that_set_it(
+        tmp_path: Path, sections: dict, said: str) -> None:
+    """A [set] "training.epochz" = 1 was refused as 'invalid config point 0 (the base config):
+    training.epochz: Extra inputs are not permitted', which sent one to the base config file;
+    the error now ends naming the sweep file's key that set the field, and where it is."""
+    base = parse_config(small_config(tmp_path))
+    with pytest.raises(SweepError, match=said):
+        resolve(parse_sweep(_sweep(**sections)), base, tmp_path, check=validated)
+
+
 def test_points_cross_variants_axes_and_seeds(tmp_path: Path) -> None:
     base = parse_config(small_config(tmp_path))
     sweep = parse_sweep(_sweep(
