@@ -66,6 +66,14 @@ def _sweep(**sections) -> dict:
     (_sweep(variant=[{"name": "a", "axes": {"x.y": [1]}}], axes={"x.y": [2]}), "in one place"),
     (_sweep(variant=[{"name": "a", "bogus": 1}]), r"variant\.0\.bogus"),
     (_sweep(sweep={"subset": 1.5}), r"sweep\.subset"),
+    # a run.output_dir that no point used (each runs in the sweep directory, its config.toml
+    # naming the other place): refused, as run.seed is
+    (_sweep(set={"run.output_dir": "/tmp/elsewhere"}), r"\[set\] sets run.output_dir, which a "
+                                                       "sweep does not use"),
+    (_sweep(variant=[{"name": "a", "set": {"run": {"output_dir": "x"}}}]),
+     "variant 'a' set sets run.output_dir"),
+    (_sweep(variant=[{"name": "a", "axes": {"run.output_dir": ["x", "y"]}}]),
+     r"variant 'a' axes sets run.output_dir.*give sweep.output_dir"),
 ])
 def test_sweep_file_errors_name_the_field(data: dict, message: str) -> None:
     with pytest.raises(SweepError, match=message):

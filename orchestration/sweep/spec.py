@@ -133,6 +133,13 @@ class SweepFile(Settings):
             if "run.seed" in values or "seed" in (values.get("run") or {}):
                 raise ValueError(f"{where} sets run.seed, which every point's seed replaces; give "
                                  "the seeds as sweep.seeds = [...] (or a run.seed axis)")
+        for where, values in [("[set]", self.set), ("[axes]", self.axes)] + [
+                (f"variant {v.name!r} {key}", getattr(v, key)) for v in self.variant
+                for key in ("set", "axes")]:
+            if "run.output_dir" in values or "output_dir" in (values.get("run") or {}):
+                raise ValueError(f"{where} sets run.output_dir, which a sweep does not use (each "
+                                 "point runs in <sweep.output_dir>/<sweep.name>/<config hash>); "
+                                 "give sweep.output_dir = \"...\" (or --output-dir)")
         return self
 
 
