@@ -279,7 +279,8 @@ class NetworkConfig(Settings):
     run` puts a shaping relay (orchestration/relay.py) on each party's connection when set. A
     round trip, twice the latency, must stay under topology.join_deadline_s (a party's Join)
     and topology.step_deadline_s (a train step); under the latter too, that round trip plus a
-    full batch's activation and cut gradient at bandwidth_mbit, and plus an evaluation batch's
+    full batch's activation at bandwidth_mbit, with the previous step's cut gradient unless an
+    evaluation or checkpoint after every step carries it, and plus an evaluation batch's
     activation (test rows) with the last cut gradient (checked where their bytes are known
     before the run: no gzip / deflate, no sparse wire)."""
 

@@ -322,11 +322,12 @@ def check_link_time(cfg: ExperimentConfig,
                     num_rows: int | None) -> None:
     """On an emulated link ([network] bandwidth_mbit) every exchange, plus the round trip, must
     cross within topology.step_deadline_s, or every step (or every evaluation) times out: a
-    full train batch's activation up and cut gradient down (with the next batch, from the second
-    step on), and an evaluation batch's activation up with the last train step's cut gradient
-    down (an evaluation batch has training.batch_size rows of the test split, more than a train
-    batch where the test split is the larger). A lower bound, so skipped where the bytes are not
-    known before the run (gzip / deflate, the sparse wire) or the rows are not counted yet."""
+    full train batch's activation up and cut gradient down (with the next batch, where no
+    evaluation or checkpoint in between carries it), and an evaluation batch's activation up
+    with the last train step's cut gradient down (an evaluation batch has training.batch_size
+    rows of the test split, more than a train batch where the test split is the larger). A
+    lower bound, so skipped where the bytes are not known before the run (gzip / deflate, the
+    sparse wire) or the rows are not counted yet."""
     n, bandwidth = cfg.network, cfg.network.bandwidth_mbit
     if not bandwidth or cfg.wire.compression != "none" or cfg.wire.sparse or num_rows is None:
         return
@@ -335,8 +336,7 @@ def check_link_time(cfg: ExperimentConfig,
     # an evaluation sends the test split first, its first batch with the last cut gradient;
     # the train split's batches (training.eval_train) travel alone, no larger than a train step's
     scored = min(cfg.training.batch_size, test_rows(cfg, num_rows))
-    steps = -(-train // cfg.training.batch_size) * cfg.training.epochs
-    ways = 2 if min(steps, cfg.training.max_steps or steps) >= 2 else 1  # a gradient comes back
+    ways = 2 if gradient_rides_a_train_batch(cfg, train) else 1
     width = 2 if cfg.wire.dtype in ("float16", "bfloat16") else 4
     deadline = cfg.topology.step_deadline_s
 
@@ -364,6 +364,18 @@ def check_link_time(cfg: ExperimentConfig,
             f"link, at or over topology.step_deadline_s = {deadline:g}, so every {during} "
             "would time out; raise the bandwidth or the step deadline, or lower "
             "training.batch_size")
+
+
+def gradient_rides_a_train_batch(cfg: ExperimentConfig, train: int) -> bool:
+    """Does some train batch carry the previous step's cut gradient? A step's gradient goes
+    out with the next train batch unless an evaluation pass or a periodic checkpoint between
+    the two takes it first (label_party/driver.py): never in a one-step run, nor where one of
+    them follows every step (training.eval_interval = 1, one batch per epoch and no
+    eval_interval, or training.checkpoint_every = 1)."""
+    t = cfg.training
+    per_epoch = -(-train // t.batch_size)
+    steps = min(per_epoch * t.epochs, t.max_steps or per_epoch * t.epochs)
+    return steps >= 2 and (t.eval_interval or per_epoch) != 1 and t.checkpoint_every != 1
 
 
 def ignored_warnings(cfg: ExperimentConfig) -> list[str]:

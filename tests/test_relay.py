@@ -122,6 +122,34 @@ def test_the_train_split_scored_at_the_end_is_not_charged_with_the_cut_gradient(
             training={"batch_size": 512, "epochs": 1, "eval_train": eval_train})))
 
 
+@pytest.mark.parametrize(("training", "refused"), [
+    ({"batch_size": 512, "eval_interval": 0}, False),  # one step an epoch: each evaluated
+    ({"batch_size": 300, "eval_interval": 1}, False),
+    ({"batch_size": 300, "checkpoint_every": 1}, False),
+    ({"batch_size": 512}, True),  # evaluated every 3 steps: steps 1 and 2 carry a gradient
+    ({"batch_size": 300}, True)])
+def test_a_gradient_that_an_evaluation_or_a_checkpoint_carries_is_not_charged_to_a_train_step(
+        tmp_path: Path, training: dict, refused: bool) -> None:
+    """A step's cut gradient rides on the next train batch only where no evaluation pass or
+    checkpoint comes between them. Full-batch training (426 train rows, batch_size 512, an
+    evaluation each epoch) at 0.05 Mbit/s and a 6 s step deadline was refused as 'activation
+    and cut gradient for a batch of 426 rows (27 KiB each way) take at least 8.72 s per train
+    step', though each step's exchange carried the activation alone (4.4 s) and each
+    evaluation batch the gradient (5.8 s): the run went fine. So were eval_interval = 1 and
+    checkpoint_every = 1; the same link with gradients on train batches is still refused."""
+    from splitleak.validation import validate
+
+    cfg = parse_config(small_config(
+        tmp_path, network={"bandwidth_mbit": 0.05}, topology={"step_deadline_s": 6},
+        training={"epochs": 2, **training}))
+    if refused:
+        with pytest.raises(ConfigError, match=r"activation and cut gradient for a batch of "
+                           r"\d+ rows .* so every step would time out"):
+            validate(cfg)
+    else:
+        validate(cfg)
+
+
 
 async def _through_relay(network: NetworkConfig, payload: int) -> tuple[float, float, bytes]:
     """(round-trip time of one byte, seconds to send `payload` bytes one way, what came back)."""

@@ -164,3 +164,35 @@ def test_a_point_left_out_and_given_again_keeps_its_finished_run(tmp_path: Path)
     again = SweepIndex(tmp_path / "s", points, "local")  # and given again
     assert again.todo(points, retry_failed=False) == points[:1]
     assert again.rows[points[1].hash]["seconds"] == 4.0
+
+
+def test_a_sweep_file_edited_to_leave_points_out_says_which(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """seeds = [0, 1] run, then the file edited to seeds = [0]: the rerun dropped seed 1 from
+    the index (and so from the comparison) without a word. It now names the points it no
+    longer has; a rerun of the same file says nothing of the kind."""
+    import tomli_w
+
+    from orchestration.cli import main
+    from splitleak.artifacts.sweep import PointResult, write_result
+    from tests.conftest import write_config
+
+    base = write_config(tmp_path, small_config(tmp_path))
+    points = _points(tmp_path, [0, 1])
+    index = SweepIndex(tmp_path / "s", points, "local")
+    for point in points:
+        _finish(point)
+        write_result(point.run_dir, PointResult("done", 4.0, None))
+        index.mark(point, "done", 4.0)
+    file = tmp_path / "sweep.toml"
+    file.write_text(tomli_w.dumps({"sweep": {"name": "s", "base": str(base), "seeds": [0],
+                                             "output_dir": str(tmp_path)}}))
+    for said in (True, False):
+        assert main(["sweep", str(file), "--engine", "inprocess", "--no-compare"]) == 0
+        out = " ".join(capsys.readouterr().out.split())
+        assert "0 run now, 1 skipped" in out, out
+        assert ("the sweep file no longer has 1 point of its earlier run (t, seed=1 (done)): "
+                "they leave the index and its comparison; their run directories are kept" in out
+                ) is said, out
+    assert [r["seed"] for r in read_index(tmp_path / "s")] == [0]
+    assert (points[1].run_dir / "summary.json").exists()

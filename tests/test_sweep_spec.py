@@ -66,10 +66,51 @@ def _sweep(**sections) -> dict:
     (_sweep(variant=[{"name": "a", "axes": {"x.y": [1]}}], axes={"x.y": [2]}), "in one place"),
     (_sweep(variant=[{"name": "a", "bogus": 1}]), r"variant\.0\.bogus"),
     (_sweep(sweep={"subset": 1.5}), r"sweep\.subset"),
+    # a run.output_dir that no point used (each runs in the sweep directory, its config.toml
+    # naming the other place): refused, as run.seed is
+    (_sweep(set={"run.output_dir": "/tmp/elsewhere"}), r"\[set\] sets run.output_dir, which a "
+                                                       "sweep does not use"),
+    (_sweep(variant=[{"name": "a", "set": {"run": {"output_dir": "x"}}}]),
+     "variant 'a' set sets run.output_dir"),
+    (_sweep(variant=[{"name": "a", "axes": {"run.output_dir": ["x", "y"]}}]),
+     r"variant 'a' axes sets run.output_dir.*give sweep.output_dir"),
 ])
 def test_sweep_file_errors_name_the_field(data: dict, message: str) -> None:
     with pytest.raises(SweepError, match=message):
         parse_sweep(data, "test.toml")
+
+
+def test_an_axis_naming_one_number_twice_is_refused() -> None:
+    """"defense.0.s" = [1, 1.0] ran Marvell at s = 1 twice under two config hashes (its float
+    parameter reads both as 1.0), the comparison listing 'defense.0.s=1' and 'defense.0.s=1.0'
+    with the same figures; refused now as a repeated value. A bool is no number here, nor a
+    table with another value."""
+    with pytest.raises(SweepError, match=r"axis 'defense.0.s' repeats a value: \[1, 1.0\] "
+                                         r"\(1 and 1.0 are one number\)"):
+        parse_sweep(_sweep(variant=[{"name": "m", "axes": {"defense.0.s": [1, 1.0]}}]))
+    with pytest.raises(SweepError, match=r"axis 'defense.0' repeats a value"):
+        parse_sweep(_sweep(axes={"defense.0": [{"name": "iso", "t": 2}, {"t": 2.0, "name": "iso"}]}))
+    parse_sweep(_sweep(axes={"attacker.enabled": [True, 1], "defense.0.s": [1, 1.5],
+                             "defense.0": [{"name": "iso", "t": 2}, {"name": "iso", "t": 3}]}))
+
+
+@pytest.mark.parametrize("sections, said", [
+    ({"set": {"training.epochz": 1}}, r'training.epochz: Extra inputs .* \(set by the sweep '
+                                      r'file\'s \[set\] "training.epochz"\)'),
+    ({"axes": {"training.optimizer": [{"name": "sgd", "lr": "x"}]}},
+     r'training.optimizer.lr: .* \(set by the sweep file\'s \[axes\] "training.optimizer"\)'),
+    ({"variant": [{"name": "m", "set": {"defense": [{"name": "marvell"}]},
+                   "axes": {"defense.0.s": ["x"]}}]},
+     r'defense\[0\].s: .* \(set by the sweep file\'s variant \'m\' axes "defense.0.s"\)'),
+])
+def test_a_bad_value_names_the_sweep_file_key_that_set_it(
+        tmp_path: Path, sections: dict, said: str) -> None:
+    """A [set] "training.epochz" = 1 was refused as 'invalid config point 0 (the base config):
+    training.epochz: Extra inputs are not permitted', which sent one to the base config file;
+    the error now ends naming the sweep file's key that set the field, and where it is."""
+    base = parse_config(small_config(tmp_path))
+    with pytest.raises(SweepError, match=said):
+        resolve(parse_sweep(_sweep(**sections)), base, tmp_path, check=validated)
 
 
 def test_points_cross_variants_axes_and_seeds(tmp_path: Path) -> None:

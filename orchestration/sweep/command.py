@@ -155,6 +155,8 @@ def _sweep(args: argparse.Namespace, console: Console, sweep: SweepFile, engine:
     shutil.copyfile(args.file, SweepDir(sweep_dir).sweep_file)
     console.print(f"sweep [bold]{sweep.sweep.name}[/]: {_points(len(points))} in {sweep_dir} "
                   f"({engine.name} engine, {engine.at_a_time()})")
+    if index.left_out:
+        console.print(_left_out(index.left_out))
     try:  # the points run in this process too, with --engine inprocess --jobs 1
         with sigterm_interrupts():
             outcome = run_points(points, index, engine, retry_failed=args.retry_failed,
@@ -169,6 +171,15 @@ def _sweep(args: argparse.Namespace, console: Console, sweep: SweepFile, engine:
     _print_outcome(console, outcome, index)
     return SweepRun(EXIT_FAILED if outcome.counts.get("failed") else 0, sweep_dir,
                     sweep.sweep.leak_stat, outcome.counts.get("done", 0))
+
+
+def _left_out(rows: list[dict]) -> str:
+    """The points an edited sweep file no longer has, by label and status."""
+    shown = ", ".join(f"{row['label']} ({row['status']})" for row in rows[:5])
+    more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
+    return (f"the sweep file no longer has {_points(len(rows))} of its earlier run ({shown}{more}): "
+            "they leave the index and its comparison; their run directories are kept, and a "
+            "point the file names again is taken up from there")
 
 
 def _points(count: int) -> str:

@@ -49,6 +49,9 @@ class SweepIndex:
                 row.update(status="done", seconds=kept.seconds, message=kept.message,
                            nodes=json.dumps(kept.nodes) if kept.nodes else None)
             self.rows[point.hash] = row
+        # the earlier file's points this one no longer has (edited): out of the index, their
+        # run directories kept (a point named again is found there)
+        self.left_out = [row for key, row in previous.items() if key not in self.rows]
 
     def finished(self, point: Point) -> bool:
         """Done and its outputs still there (a deleted run directory runs again)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,6 +60,16 @@ class Point:
         return json.dumps(dict(self.setting_axes), default=str)
 
 
+def _set_by(error: str, keys: list[tuple[str, str]]) -> str:
+    """Which key of the sweep file set the field a point's error names (the last to set it
+    wins), e.g. ` (set by the sweep file's [set] "training.epochz")`; '' where none did."""
+    error = re.sub(r"\[(\d+)\]", r".\1", error)  # a plug-in's defense[0].s: defense.0.s
+    for path, where in reversed(keys):
+        if re.search(rf"(?m)(^|\s){re.escape(path)}(?=[.:])", error):
+            return f' (set by the sweep file\'s {where} "{path}")'
+    return ""
+
+
 def _show(value: Any) -> str:
     return json.dumps(value) if isinstance(value, dict | list) else str(value)
 
@@ -95,9 +106,13 @@ def resolve(sweep: SweepFile, base: ExperimentConfig, sweep_dir: Path,
             if sweep.sweep.subset is not None:
                 extra = [("dataset.subset", {"fraction": sweep.sweep.subset})]
                 point_data = _applied(point_data, extra, "sweep.subset:")
+            keys = [*((path, "[set]") for path in sweep.set), *((path, f"variant {variant.name!r} set")
+                                                                for path, _ in own),
+                    *((path, f"variant {variant.name!r} axes" if path in variant.axes else "[axes]")
+                      for path, _ in combo), *((path, "sweep.subset") for path, _ in extra)]
             point = _point(len(points), variant.name, combo, [*sweep.set.items(), *own, *combo, *extra],
                            point_data, sweep_dir, check,
-                           f"variant {variant.name!r}" if sweep.variant else "the base config")
+                           f"variant {variant.name!r}" if sweep.variant else "the base config", keys)
             if point.hash in seen:
                 raise SweepError(f"points {seen[point.hash]!r} and {point.label!r} are the same "
                                  f"experiment (config hash {point.hash}); drop one")
@@ -108,7 +123,8 @@ def resolve(sweep: SweepFile, base: ExperimentConfig, sweep_dir: Path,
 
 def _point(index: int, variant: str, combo: list[Override], overrides: list[Override],
            data: dict[str, Any], sweep_dir: Path,
-           check: Callable[[ExperimentConfig], ExperimentConfig] | None, named: str) -> Point:
+           check: Callable[[ExperimentConfig], ExperimentConfig] | None, named: str,
+           keys: list[tuple[str, str]]) -> Point:
     shown = ", ".join(f"{p}={_show(v)}" for p, v in combo)
     where = f"point {index} ({named}{'; ' + shown if shown else ''})"
     try:
@@ -117,6 +133,6 @@ def _point(index: int, variant: str, combo: list[Override], overrides: list[Over
             cfg = check(cfg)
     except ConfigError as err:
         text = str(err)
-        raise SweepError(text if text.startswith("invalid config") else
-                         f"invalid config {where}: {text}") from None
+        raise SweepError((text if text.startswith("invalid config") else
+                          f"invalid config {where}: {text}") + _set_by(text, keys)) from None
     return Point(index, variant, tuple(combo), tuple(overrides), cfg, sweep_dir / cfg.hash)

@@ -57,8 +57,24 @@ def _check_axes(axes: Axes, where: str) -> None:
     for path, values in axes.items():
         if not values:
             raise ValueError(f"{where} {path!r} has no values; give at least one")
-        if len(set(map(repr, values))) != len(values):
-            raise ValueError(f"{where} {path!r} repeats a value: {values}")
+        if len(set(map(_same_value, values))) != len(values):
+            raise ValueError(f"{where} {path!r} repeats a value: {values}"
+                             + (" (1 and 1.0 are one number)" if len(set(map(repr, values)))
+                                == len(values) else ""))
+
+
+def _same_value(value: Any) -> Any:
+    """A key equal for values that configure the same: 1 and 1.0 are one number (a plug-in's
+    float parameter reads both as 1.0), a bool stays a bool."""
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, int | float):
+        return ("number", float(value))
+    if isinstance(value, list):
+        return ("list", tuple(map(_same_value, value)))
+    if isinstance(value, dict):
+        return ("table", tuple(sorted((k, _same_value(v)) for k, v in value.items())))
+    return ("other", repr(value))
 
 
 class SweepSection(Settings):
@@ -117,6 +133,13 @@ class SweepFile(Settings):
             if "run.seed" in values or "seed" in (values.get("run") or {}):
                 raise ValueError(f"{where} sets run.seed, which every point's seed replaces; give "
                                  "the seeds as sweep.seeds = [...] (or a run.seed axis)")
+        for where, values in [("[set]", self.set), ("[axes]", self.axes)] + [
+                (f"variant {v.name!r} {key}", getattr(v, key)) for v in self.variant
+                for key in ("set", "axes")]:
+            if "run.output_dir" in values or "output_dir" in (values.get("run") or {}):
+                raise ValueError(f"{where} sets run.output_dir, which a sweep does not use (each "
+                                 "point runs in <sweep.output_dir>/<sweep.name>/<config hash>); "
+                                 "give sweep.output_dir = \"...\" (or --output-dir)")
         return self
 
 
