@@ -377,6 +377,21 @@ def test_a_passive_party_whose_copy_of_the_data_differs_is_refused_at_join(
     assert joined is None, joined.details()
 
 
+def test_an_adult_file_of_another_delimiter_is_not_named_a_header(tmp_path: Path) -> None:
+    """adult.data written with ';' between its fields was refused as "line 1: the file has a
+    header line ('39;State-gov;77516;...'), but this format has none ...: delete the header
+    line"; deleting it refused the next line the same way. It now names the field count."""
+    row = "39;State-gov;77516;Bachelors;13;Never-married;Adm-clerical;Not-in-family;White;" \
+          "Male;2174;0;40;United-States;<=50K\n"
+    file = tmp_path / "adult.data"
+    file.write_text(row * 10)
+    with pytest.raises(DatasetError) as err:
+        build_dataset("adult", {"path": str(file)}).schema()
+    message = str(err.value)
+    assert f"{file}, line 1: expected 15 fields separated by ','" in message, message
+    assert "got 1: '39;State-gov;77516;" in message and "header" not in message, message
+
+
 def test_a_spambase_file_with_a_header_line_is_named_as_such(tmp_path: Path) -> None:
     """spambase.data has no header; a copy with one was refused as "line 1: column 'spam' is
     'spam', expected one of '0', '1'", which says nothing of a header. It now says the file has
