@@ -7,6 +7,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import json
+import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -375,6 +376,30 @@ def test_a_passive_party_whose_copy_of_the_data_differs_is_refused_at_join(
             " on the label party's host) differs from the label party's") in refused.details()
     assert "every host needs the same data file, row for row" in refused.details()
     assert joined is None, joined.details()
+
+
+@pytest.mark.parametrize("name", ["criteo", "adult"])
+def test_a_data_file_without_read_permission_is_named(tmp_path: Path, name: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A data file mode 000 (copied from another user's account) stopped validate and every
+    role with a traceback: PermissionError: [Errno 13] Permission denied: '.../train.txt'."""
+    file = tmp_path / "train.txt"
+    file.write_text(criteo_lines(10))
+    file.chmod(0)
+    if os.geteuid() == 0:  # root reads any file: refuse it as the file system would
+        opened = Path.open
+
+        def refuse(path: Path, *args: object, **kwargs: object) -> object:
+            if path == file:
+                raise PermissionError(13, "Permission denied", str(path))
+            return opened(path, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(Path, "open", refuse)
+    with pytest.raises(DatasetError) as err:
+        build_dataset(name, {"path": str(file)})
+    message = str(err.value)
+    assert f"{file} cannot be read (Permission denied): give this process read access" in message, \
+        message
 
 
 def test_an_adult_file_of_another_delimiter_is_not_named_a_header(tmp_path: Path) -> None:

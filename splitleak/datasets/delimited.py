@@ -47,6 +47,11 @@ def require_file(path: str, kind: str) -> Path:
         where = "" if file.is_absolute() else f" (relative to the working directory {Path.cwd()})"
         raise DatasetError(f"{kind}: {path}{where} {not_a_file(file)}; give the path of the "
                            "data file itself")
+    try:
+        file.open("rb").close()  # every later read opens it again: refuse it once, here
+    except OSError as err:
+        raise DatasetError(f"{kind}: {path} cannot be read ({err.strerror or err}): give this "
+                           "process read access to it (e.g. chmod a+r)") from None
     return file
 
 
