@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import tomllib
 from pathlib import Path
 
@@ -82,6 +83,11 @@ def test_cifar100_takes_the_fine_or_the_coarse_label(tmp_path: Path) -> None:
                   + bytes([5, 150]) + bytes(3072)}, {"label": "coarse"},
      "record 2 has fine label 150; CIFAR-100 binary version fine labels are 0..99"),  # unused, corrupt
     ("cifar100", {"train.bin": bytes(3073)}, {}, "3,074-byte CIFAR-100"),
+    # the archive as downloaded: it said '146 bytes is not a whole number of 3,073-byte CIFAR-10
+    # binary version records ...; is it the binary version (.bin)?', which it is
+    ("cifar10", {"cifar-10-binary.tar.gz": gzip.compress(bytes(3073 * 2))},
+     {"path": "data/cifar-10-binary.tar.gz"},
+     "cifar-10-binary.tar.gz is gzip-compressed .*: unpack it .* and give the folder it makes"),
 ])
 def test_bad_files_name_the_file_and_what_is_allowed(tmp_path: Path, name: str,
                                                      content: dict[str, bytes] | None,

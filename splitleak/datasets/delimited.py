@@ -55,11 +55,16 @@ def require_file(path: str, kind: str) -> Path:
     return file
 
 
-def compression(file: Path) -> str | None:
-    """"gzip" for a gzip-compressed file (told by its first bytes, not its name), else None."""
+def packed(file: Path) -> str | None:
+    """How the file is compressed ("gzip", "zip", ...: told by its first bytes), or None."""
     with file.open("rb") as raw:
         start = raw.read(6)
-    kind = next((name for magic, name in MAGIC.items() if start.startswith(magic)), None)
+    return next((name for magic, name in MAGIC.items() if start.startswith(magic)), None)
+
+
+def compression(file: Path) -> str | None:
+    """"gzip" for a gzip-compressed file (told by its first bytes, not its name), else None."""
+    kind = packed(file)
     if kind not in (None, "gzip"):
         raise DatasetError(f"{file} is {kind}-compressed: decompress it first (plain or "
                            "gzip-compressed text is read)")
