@@ -155,6 +155,25 @@ def test_a_row_longer_than_a_block_is_named_with_the_limit(tmp_path: Path) -> No
         build_dataset("criteo", {"path": criteo_file(tmp_path, "huge.txt", text)}).labels()
 
 
+@pytest.mark.parametrize("name", ["criteo", "adult"])
+def test_a_file_of_one_huge_line_is_refused_in_bounded_memory(tmp_path: Path, name: str) -> None:
+    """A 300 MB file without a line end (a disk image given as the path) took 915 MB to refuse:
+    its first line (read to tell the separator or a header) and the long-row scan each held
+    the whole line, and so would a 10 GB one. Now neither holds more than a block."""
+    import tracemalloc
+
+    file = tmp_path / "image.img"
+    file.write_bytes(b"\0" * 40_000_000)
+    tracemalloc.start()
+    try:
+        with pytest.raises(DatasetError, match=r"line 1: the row is 40,000,000 bytes long"):
+            build_dataset(name, {"path": str(file)}).labels()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32_000_000, peak  # less than the line (before: 84 MB; now about 5 blocks)
+
+
 # The row starts early in the first block, or 163 bytes before its end (two boundaries crossed).
 @pytest.mark.parametrize("before", [2, 15_397])
 @pytest.mark.parametrize("packed", [False, True])

@@ -94,11 +94,28 @@ def open_text(file: Path) -> Iterator[TextIO]:
         yield text
 
 
+def bounded_lines(text: TextIO) -> Iterator[tuple[int, str, int]]:
+    """(line number, its first BLOCK_BYTES characters at most, its size in bytes) of each line:
+    memory stays bounded by a block however long a line is (a binary file may hold none)."""
+    number = 0
+    while piece := text.readline(BLOCK_BYTES + 1):  # a whole line, if it may be a row
+        number += 1
+        head, size = piece, _bytes(piece)
+        while not piece.endswith(("\n", "\r")) and (piece := text.readline(BLOCK_BYTES)):
+            size += _bytes(piece)
+        yield number, head, size
+
+
+def _bytes(text: str) -> int:
+    return len(text.encode(errors="surrogateescape"))
+
+
 def first_text_line(file: Path) -> tuple[int, str]:
     """(line number, text) of the file's first line that is not blank: leading blank lines are
-    skipped here as the reader skips every blank line; (1, "") for a file of blank lines."""
+    skipped here as the reader skips every blank line; (1, "") for a file of blank lines. A
+    line longer than a row may be is cut there (the reader refuses it, naming its line)."""
     with open_text(file) as lines:
-        for number, line in enumerate(lines, 1):
+        for number, line, _ in bounded_lines(lines):
             text = line.rstrip("\r\n")
             if text:
                 return number, text
@@ -294,8 +311,7 @@ class DelimitedFile:
     def _long_row(self) -> DatasetError | None:
         """The first row longer than a block, named by its line and size (None: there is none)."""
         with open_text(self.file) as lines:
-            for number, text in enumerate(lines, 1):
-                size = len(text.encode(errors="surrogateescape"))
+            for number, _, size in bounded_lines(lines):
                 if size > BLOCK_BYTES:
                     return DatasetError(f"{self.file}, line {number}: the row is {size:,} "
                                         f"bytes long; a row may be at most {BLOCK_BYTES:,} "
