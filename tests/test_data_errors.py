@@ -174,6 +174,26 @@ def test_a_file_of_one_huge_line_is_refused_in_bounded_memory(tmp_path: Path, na
     assert peak < 32_000_000, peak  # less than the line (before: 84 MB; now about 5 blocks)
 
 
+@pytest.mark.parametrize("max_rows", [None, 60_000])
+def test_a_file_with_classic_mac_line_ends_larger_than_a_block_is_read(
+        tmp_path: Path, max_rows: int | None) -> None:
+    """Lines ended by a lone \\r (Excel's "CSV (Macintosh)"): a file under 4 MiB was read, one
+    over it (5.9 MB) refused as 'a row is longer than 4,194,304 bytes', naming no line: the
+    long-row check knew only \\n, pyarrow reads \\r as a line end too."""
+    rows = criteo_lines(70_000).splitlines()
+    mac, unix = tmp_path / "mac.txt", tmp_path / "unix.txt"
+    mac.write_bytes(("\r".join(rows) + "\r").encode())
+    unix.write_bytes(("\n".join(rows) + "\n").encode())
+    assert mac.stat().st_size > 4 << 20
+    params = {} if max_rows is None else {"max_rows": max_rows}
+    read = build_dataset("criteo", {"path": str(mac), **params})
+    expected = build_dataset("criteo", {"path": str(unix), **params})
+    assert read.schema().num_rows == (max_rows or 70_000)
+    np.testing.assert_array_equal(read.labels(), expected.labels())
+    np.testing.assert_array_equal(read.features((0, 39)).categorical,
+                                  expected.features((0, 39)).categorical)
+
+
 # The row starts early in the first block, or 163 bytes before its end (two boundaries crossed).
 @pytest.mark.parametrize("before", [2, 15_397])
 @pytest.mark.parametrize("packed", [False, True])

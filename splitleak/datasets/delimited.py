@@ -359,7 +359,7 @@ class RowLimit(io.RawIOBase):
         chunk = self.source.read(size if size > 0 else self.limit)
         if not chunk:
             return chunk
-        end = chunk.find(b"\n")
+        end = _first_end(chunk)
         if end < 0:
             self.open_bytes += len(chunk)
             if self.open_bytes > self.limit:
@@ -370,13 +370,27 @@ class RowLimit(io.RawIOBase):
         # Lines that start and end in the chunk: from each line end, the next must come within
         # `limit` bytes (the last one found there is the next place to look from).
         while len(chunk) - (end + 1) > self.limit:
-            end = chunk.rfind(b"\n", end + 1, end + 1 + self.limit)
+            end = _last_end(chunk, end + 1, end + 1 + self.limit)
             if end < 0:
                 raise RowTooLong
-        self.open_bytes = len(chunk) - chunk.rfind(b"\n") - 1
+        self.open_bytes = len(chunk) - _last_end(chunk, 0, len(chunk)) - 1
         if self.open_bytes > self.limit:
             raise RowTooLong
         return chunk
+
+
+def _first_end(chunk: bytes) -> int:
+    """Where the chunk's first line ends (the last byte of `\n`, `\r\n` or a lone `\r`, as
+    pyarrow ends a line: a file with classic Mac line ends is rows too), or -1."""
+    newline, cr = chunk.find(b"\n"), chunk.find(b"\r")
+    if cr < 0 or 0 <= newline <= cr + 1:
+        return newline
+    return cr
+
+
+def _last_end(chunk: bytes, start: int, stop: int) -> int:
+    """Where the last line end in chunk[start:stop] is (as _first_end), or -1."""
+    return max(chunk.rfind(b"\n", start, stop), chunk.rfind(b"\r", start, stop))
 
 
 class FirstLines(io.RawIOBase):
