@@ -102,6 +102,22 @@ def test_bad_files_name_the_file_and_what_is_allowed(tmp_path: Path, name: str,
         build_dataset(name, {"path": path, **params}).schema()
 
 
+def test_a_tar_archive_is_named_and_black_images_are_records(tmp_path: Path) -> None:
+    """The unpacked-to-tar archive (cifar-10-binary.tar) given as the path was read as records
+    when its size happened to fit; a file starting with 512 zero bytes (label 0, a black first
+    rows of red) is records, not an empty archive."""
+    import tarfile
+
+    black = tmp_path / "data_batch_1.bin"
+    black.write_bytes(bytes(3073 * 10))
+    assert build_dataset("cifar10", {"path": str(black)}).schema().num_rows == 10
+    archive = tmp_path / "cifar-10-binary.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(black, arcname="cifar-10-batches-bin/data_batch_1.bin")
+    with pytest.raises(DatasetError, match="cifar-10-binary.tar is a tar archive .*: unpack it"):
+        build_dataset("cifar10", {"path": str(archive)}).schema()
+
+
 def test_an_unreadable_file_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "test_batch.bin").write_bytes(bytes(3073))
 

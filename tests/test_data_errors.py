@@ -194,6 +194,24 @@ def test_a_file_with_classic_mac_line_ends_larger_than_a_block_is_read(
                                   expected.features((0, 39)).categorical)
 
 
+@pytest.mark.parametrize("mode", ["w", "w:gz"])
+def test_the_archive_as_downloaded_is_named_as_an_archive(tmp_path: Path, mode: str) -> None:
+    """Criteo's dac.tar.gz (train.txt inside) given as the path was refused as 'line 21:
+    expected 40 fields ..., got 1: '\\x00\\x00...'' (the tar's padding), its first row read
+    with the tar header glued to its label."""
+    import tarfile
+
+    inner = Path(criteo_file(tmp_path, "train.txt", criteo_lines(20)))
+    archive = tmp_path / ("dac.tar.gz" if mode == "w:gz" else "dac.tar")
+    with tarfile.open(archive, mode) as tar:
+        tar.add(inner, arcname="train.txt")
+    with pytest.raises(DatasetError) as err:
+        build_dataset("criteo", {"path": str(archive)})
+    assert f"{archive} is a tar archive (as downloaded?): unpack it (e.g. tar xf) and give the " \
+        "path of the data file in it" in str(err.value), err.value
+    assert build_dataset("criteo", {"path": str(inner)}).labels().size == 20
+
+
 # The row starts early in the first block, or 163 bytes before its end (two boundaries crossed).
 @pytest.mark.parametrize("before", [2, 15_397])
 @pytest.mark.parametrize("packed", [False, True])

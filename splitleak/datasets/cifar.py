@@ -18,7 +18,7 @@ from splitleak.datasets.base import (
     FeatureSlice,
     Schema,
 )
-from splitleak.datasets.delimited import packed
+from splitleak.datasets.delimited import is_archive, packed
 from splitleak.datasets.tabular import image_slice
 from splitleak.filekind import not_a_file
 from splitleak.settings import MAX_ROWS
@@ -120,6 +120,10 @@ def read_records(files: tuple[Path, ...], label_classes: tuple[tuple[str, int], 
             raise DatasetError(f"{file} is {archive}-compressed (the {kind} archive as "
                                "downloaded?): unpack it (e.g. tar xzf) and give the folder it "
                                "makes or one of its .bin files")
+        if is_archive(file):
+            raise DatasetError(f"{file} is a tar archive (the {kind} archive as downloaded?): "
+                               "unpack it (e.g. tar xf) and give the folder it makes or one of "
+                               "its .bin files")
         if size == 0 or size % record:
             raise DatasetError(f"{file}: {size:,} bytes is not a whole number of {record:,}-byte "
                                f"{kind} records ({label_bytes} label byte(s) + {PIXEL_BYTES:,} "

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv as pycsv
 import gzip
 import io
+import tarfile
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -52,7 +53,23 @@ def require_file(path: str, kind: str) -> Path:
     except OSError as err:
         raise DatasetError(f"{kind}: {path} cannot be read ({err.strerror or err}): give this "
                            "process read access to it (e.g. chmod a+r)") from None
+    if is_archive(file):
+        raise DatasetError(f"{kind}: {path} is a tar archive (as downloaded?): unpack it (e.g. "
+                           "tar xf) and give the path of the data file in it")
     return file
+
+
+def is_archive(file: Path) -> bool:
+    """Whether the file is a tar archive, plain or gzip-compressed: its first 512 bytes are a
+    tar header, checksum and all (tarfile.is_tarfile takes 512 zero bytes, e.g. a black CIFAR
+    image's first row, for an empty archive)."""
+    opener = gzip.open if packed(file) == "gzip" else open
+    try:
+        with opener(file, "rb") as raw:
+            tarfile.TarInfo.frombuf(raw.read(tarfile.BLOCKSIZE), "utf-8", "surrogateescape")
+    except (tarfile.HeaderError, OSError, EOFError, zlib.error):  # a damaged stream is named later
+        return False
+    return True
 
 
 def packed(file: Path) -> str | None:
