@@ -212,6 +212,19 @@ def test_the_archive_as_downloaded_is_named_as_an_archive(tmp_path: Path, mode: 
     assert build_dataset("criteo", {"path": str(inner)}).labels().size == 20
 
 
+@pytest.mark.parametrize(("name", "spaced"), [("criteo", "{} "), ("cifar10", " {}")])
+def test_a_path_pasted_with_a_space_around_it_names_the_file_that_exists(
+        tmp_path: Path, name: str, spaced: str) -> None:
+    """path = "/data/criteo/train.txt " said '/data/criteo/train.txt  does not exist', the
+    space unseen, of a file that `ls` shows."""
+    file = tmp_path / "train.txt"
+    file.write_text(criteo_lines(10))
+    with pytest.raises(DatasetError) as err:
+        build_dataset(name, {"path": spaced.format(file)}).schema()
+    assert f"does not exist (the path {spaced.format(file)!r} has spaces around it; {file} " \
+        "exists)" in str(err.value), err.value
+
+
 # The row starts early in the first block, or 163 bytes before its end (two boundaries crossed).
 @pytest.mark.parametrize("before", [2, 15_397])
 @pytest.mark.parametrize("packed", [False, True])
