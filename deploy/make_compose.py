@@ -33,6 +33,7 @@ from orchestration.launch import (  # noqa: E402 - standard library only
     roles,
 )
 
+DEPLOY = Path(__file__).resolve().parent  # where a compose file must be: its paths start there
 IMAGE = "${SPLITLEAK_IMAGE:-splitleak:local}"
 RUN_ID = "${SPLITLEAK_RUN_ID:-compose}"
 RUN_DIR = f"/runs/{RUN_ID}"
@@ -226,8 +227,19 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as err:
         parser.error(str(err))
     if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
+        where = Path(args.output).absolute().parent
+        if Path(args.output).is_dir():
+            parser.error(f"-o {args.output} is a directory: name the file, e.g. "
+                         f"deploy/compose.{args.passive_parties}.yml")
+        if not where.is_dir() or not where.samefile(DEPLOY):
+            parser.error(f"-o {args.output}: write it in {DEPLOY}, the directory that the paths "
+                         "inside it (the build context .., ./experiment.toml, ../runs) are "
+                         "relative to")
+        try:
+            with open(args.output, "w", encoding="utf-8") as f:
+                f.write(text)
+        except OSError as err:
+            parser.error(f"-o {args.output}: cannot write it ({err.strerror or err})")
     else:
         sys.stdout.write(text)
     return 0

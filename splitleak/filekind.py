@@ -16,7 +16,7 @@ def not_a_file(path: Path) -> str:
     try:
         mode = path.stat().st_mode
     except (FileNotFoundError, NotADirectoryError):
-        return "does not exist"
+        return "does not exist" + _spaced(path)
     except OSError as err:  # a folder on the way that may not be searched, a loop of links
         return f"cannot be looked at ({err.strerror or err})"
     if stat.S_ISDIR(mode):
@@ -25,3 +25,13 @@ def not_a_file(path: Path) -> str:
         return "is a file"
     kind = next((name for test, name in KINDS if test(mode)), "a special file")
     return f"exists but is not a regular file (it is {kind})"
+
+
+def _spaced(path: Path) -> str:
+    """A hint when `path` differs from an existing one only by spaces around it (a path pasted
+    with a space before or after it reads as the same on screen)."""
+    given = str(path)
+    trimmed = Path(given.strip())
+    if not given.strip() or str(trimmed) == given or not trimmed.exists():
+        return ""
+    return f" (the path {given!r} has spaces around it; {trimmed} exists)"

@@ -140,7 +140,7 @@ def _read(directory: Path, name: str) -> tuple[bytes, bytes, bytes]:
                                 f"{here} (make them with `splitleak certs DIR --parties N`)")
     key = held if held is not None else key_file.read_bytes()
     ca = ca_file.read_bytes()
-    check(ca_file, ca, cert_file, cert, key_file, key)
+    check(ca_file, ca, cert_file, cert, key_file, key, name)
     if held is None and (directory / RUN_SCOPED).is_file():
         _held[(str(key_file.absolute()), cert)] = key
         key_file.unlink(missing_ok=True)
@@ -167,9 +167,10 @@ def _in_validity(path: Path, certificate: x509.Certificate, now: dt.datetime) ->
 
 
 def check(ca_file: Path, ca: bytes, cert_file: Path, cert: bytes, key_file: Path,
-          key: bytes) -> None:
+          key: bytes, name: str) -> None:
     """Refuse now, naming the file, what gRPC would only refuse later in words of its own
-    (an unparsable file: "could not bind"; an expired certificate: the peer's handshake)."""
+    (an unparsable file: "could not bind"; an expired certificate or another identity's
+    certificate: the peer's handshake or join)."""
     authorities, chain = _certificates(ca_file, ca), _certificates(cert_file, cert)
     try:
         private = serialization.load_pem_private_key(key, password=None)
@@ -185,6 +186,28 @@ def check(ca_file: Path, ca: bytes, cert_file: Path, cert: bytes, key_file: Path
         for certificate in certificates:
             _in_validity(path, certificate, now)
     signed_by(ca_file, authorities, cert_file, chain[0])
+    certifies(cert_file, chain[0], name)
+
+
+def certifies(cert_file: Path, certificate: x509.Certificate, name: str) -> None:
+    """Refuse a certificate that is not `name`'s: a peer admits a client by its common name
+    and dials a server pinned to that name as a host name (server_name_option), so another
+    identity's pair renamed, or one made for a host, fails every handshake or join."""
+    common = [attribute.value for attribute in
+              certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+    try:
+        alt = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+        hosts = alt.value.get_values_for_type(x509.DNSName)
+    except x509.ExtensionNotFound:
+        hosts = []
+    if common == [name] and (not hosts or name in hosts):
+        return
+    said = f"common name {', '.join(map(repr, common)) or 'none'}"
+    if hosts:
+        said += f", host names {', '.join(hosts)}"
+    raise IdentityError(f"{cert_file} is not a certificate of {name!r} ({said}): its peers "
+                        f"admit and dial this identity by that name as its common name and "
+                        f"host name; {REMAKE}")
 
 
 def signed_by(ca_file: Path, authorities: list[x509.Certificate], cert_file: Path,

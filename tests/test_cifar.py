@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import tomllib
 from pathlib import Path
 
@@ -82,6 +83,11 @@ def test_cifar100_takes_the_fine_or_the_coarse_label(tmp_path: Path) -> None:
                   + bytes([5, 150]) + bytes(3072)}, {"label": "coarse"},
      "record 2 has fine label 150; CIFAR-100 binary version fine labels are 0..99"),  # unused, corrupt
     ("cifar100", {"train.bin": bytes(3073)}, {}, "3,074-byte CIFAR-100"),
+    # the archive as downloaded: it said '146 bytes is not a whole number of 3,073-byte CIFAR-10
+    # binary version records ...; is it the binary version (.bin)?', which it is
+    ("cifar10", {"cifar-10-binary.tar.gz": gzip.compress(bytes(3073 * 2))},
+     {"path": "data/cifar-10-binary.tar.gz"},
+     "cifar-10-binary.tar.gz is gzip-compressed .*: unpack it .* and give the folder it makes"),
 ])
 def test_bad_files_name_the_file_and_what_is_allowed(tmp_path: Path, name: str,
                                                      content: dict[str, bytes] | None,
@@ -94,6 +100,22 @@ def test_bad_files_name_the_file_and_what_is_allowed(tmp_path: Path, name: str,
     path = str(tmp_path / params.pop("path")) if "path" in params else str(folder)  # absolute: itself
     with pytest.raises(DatasetError, match=message):
         build_dataset(name, {"path": path, **params}).schema()
+
+
+def test_a_tar_archive_is_named_and_black_images_are_records(tmp_path: Path) -> None:
+    """The unpacked-to-tar archive (cifar-10-binary.tar) given as the path was read as records
+    when its size happened to fit; a file starting with 512 zero bytes (label 0, a black first
+    rows of red) is records, not an empty archive."""
+    import tarfile
+
+    black = tmp_path / "data_batch_1.bin"
+    black.write_bytes(bytes(3073 * 10))
+    assert build_dataset("cifar10", {"path": str(black)}).schema().num_rows == 10
+    archive = tmp_path / "cifar-10-binary.tar"
+    with tarfile.open(archive, "w") as tar:
+        tar.add(black, arcname="cifar-10-batches-bin/data_batch_1.bin")
+    with pytest.raises(DatasetError, match="cifar-10-binary.tar is a tar archive .*: unpack it"):
+        build_dataset("cifar10", {"path": str(archive)}).schema()
 
 
 def test_an_unreadable_file_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

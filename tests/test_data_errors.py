@@ -7,6 +7,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import json
+import os
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -152,6 +153,76 @@ def test_a_row_longer_than_a_block_is_named_with_the_limit(tmp_path: Path) -> No
     with pytest.raises(DatasetError, match=r"line 3: the row is 10,000,\d+ bytes long; a row may "
                                            r"be at most 4,194,304 bytes"):
         build_dataset("criteo", {"path": criteo_file(tmp_path, "huge.txt", text)}).labels()
+
+
+@pytest.mark.parametrize("name", ["criteo", "adult"])
+def test_a_file_of_one_huge_line_is_refused_in_bounded_memory(tmp_path: Path, name: str) -> None:
+    """A 300 MB file without a line end (a disk image given as the path) took 915 MB to refuse:
+    its first line (read to tell the separator or a header) and the long-row scan each held
+    the whole line, and so would a 10 GB one. Now neither holds more than a block."""
+    import tracemalloc
+
+    file = tmp_path / "image.img"
+    file.write_bytes(b"\0" * 40_000_000)
+    tracemalloc.start()
+    try:
+        with pytest.raises(DatasetError, match=r"line 1: the row is 40,000,000 bytes long"):
+            build_dataset(name, {"path": str(file)}).labels()
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32_000_000, peak  # less than the line (before: 84 MB; now about 5 blocks)
+
+
+@pytest.mark.parametrize("max_rows", [None, 60_000])
+def test_a_file_with_classic_mac_line_ends_larger_than_a_block_is_read(
+        tmp_path: Path, max_rows: int | None) -> None:
+    """Lines ended by a lone \\r (Excel's "CSV (Macintosh)"): a file under 4 MiB was read, one
+    over it (5.9 MB) refused as 'a row is longer than 4,194,304 bytes', naming no line: the
+    long-row check knew only \\n, pyarrow reads \\r as a line end too."""
+    rows = criteo_lines(70_000).splitlines()
+    mac, unix = tmp_path / "mac.txt", tmp_path / "unix.txt"
+    mac.write_bytes(("\r".join(rows) + "\r").encode())
+    unix.write_bytes(("\n".join(rows) + "\n").encode())
+    assert mac.stat().st_size > 4 << 20
+    params = {} if max_rows is None else {"max_rows": max_rows}
+    read = build_dataset("criteo", {"path": str(mac), **params})
+    expected = build_dataset("criteo", {"path": str(unix), **params})
+    assert read.schema().num_rows == (max_rows or 70_000)
+    np.testing.assert_array_equal(read.labels(), expected.labels())
+    np.testing.assert_array_equal(read.features((0, 39)).categorical,
+                                  expected.features((0, 39)).categorical)
+
+
+@pytest.mark.parametrize("mode", ["w", "w:gz"])
+def test_the_archive_as_downloaded_is_named_as_an_archive(tmp_path: Path, mode: str) -> None:
+    """Criteo's dac.tar.gz (train.txt inside) given as the path was refused as 'line 21:
+    expected 40 fields ..., got 1: '\\x00\\x00...'' (the tar's padding), its first row read
+    with the tar header glued to its label."""
+    import tarfile
+
+    inner = Path(criteo_file(tmp_path, "train.txt", criteo_lines(20)))
+    archive = tmp_path / ("dac.tar.gz" if mode == "w:gz" else "dac.tar")
+    with tarfile.open(archive, mode) as tar:
+        tar.add(inner, arcname="train.txt")
+    with pytest.raises(DatasetError) as err:
+        build_dataset("criteo", {"path": str(archive)})
+    assert f"{archive} is a tar archive (as downloaded?): unpack it (e.g. tar xf) and give the " \
+        "path of the data file in it" in str(err.value), err.value
+    assert build_dataset("criteo", {"path": str(inner)}).labels().size == 20
+
+
+@pytest.mark.parametrize(("name", "spaced"), [("criteo", "{} "), ("cifar10", " {}")])
+def test_a_path_pasted_with_a_space_around_it_names_the_file_that_exists(
+        tmp_path: Path, name: str, spaced: str) -> None:
+    """path = "/data/criteo/train.txt " said '/data/criteo/train.txt  does not exist', the
+    space unseen, of a file that `ls` shows."""
+    file = tmp_path / "train.txt"
+    file.write_text(criteo_lines(10))
+    with pytest.raises(DatasetError) as err:
+        build_dataset(name, {"path": spaced.format(file)}).schema()
+    assert f"does not exist (the path {spaced.format(file)!r} has spaces around it; {file} " \
+        "exists)" in str(err.value), err.value
 
 
 # The row starts early in the first block, or 163 bytes before its end (two boundaries crossed).
@@ -375,6 +446,45 @@ def test_a_passive_party_whose_copy_of_the_data_differs_is_refused_at_join(
             " on the label party's host) differs from the label party's") in refused.details()
     assert "every host needs the same data file, row for row" in refused.details()
     assert joined is None, joined.details()
+
+
+@pytest.mark.parametrize("name", ["criteo", "adult"])
+def test_a_data_file_without_read_permission_is_named(tmp_path: Path, name: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A data file mode 000 (copied from another user's account) stopped validate and every
+    role with a traceback: PermissionError: [Errno 13] Permission denied: '.../train.txt'."""
+    file = tmp_path / "train.txt"
+    file.write_text(criteo_lines(10))
+    file.chmod(0)
+    if os.geteuid() == 0:  # root reads any file: refuse it as the file system would
+        opened = Path.open
+
+        def refuse(path: Path, *args: object, **kwargs: object) -> object:
+            if path == file:
+                raise PermissionError(13, "Permission denied", str(path))
+            return opened(path, *args, **kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(Path, "open", refuse)
+    with pytest.raises(DatasetError) as err:
+        build_dataset(name, {"path": str(file)})
+    message = str(err.value)
+    assert f"{file} cannot be read (Permission denied): give this process read access" in message, \
+        message
+
+
+def test_an_adult_file_of_another_delimiter_is_not_named_a_header(tmp_path: Path) -> None:
+    """adult.data written with ';' between its fields was refused as "line 1: the file has a
+    header line ('39;State-gov;77516;...'), but this format has none ...: delete the header
+    line"; deleting it refused the next line the same way. It now names the field count."""
+    row = "39;State-gov;77516;Bachelors;13;Never-married;Adm-clerical;Not-in-family;White;" \
+          "Male;2174;0;40;United-States;<=50K\n"
+    file = tmp_path / "adult.data"
+    file.write_text(row * 10)
+    with pytest.raises(DatasetError) as err:
+        build_dataset("adult", {"path": str(file)}).schema()
+    message = str(err.value)
+    assert f"{file}, line 1: expected 15 fields separated by ','" in message, message
+    assert "got 1: '39;State-gov;77516;" in message and "header" not in message, message
 
 
 def test_a_spambase_file_with_a_header_line_is_named_as_such(tmp_path: Path) -> None:

@@ -523,6 +523,11 @@ def test_avazu_without_the_id_column(tmp_path: Path) -> None:
          r"line 2: column 'hour' is '14022900', expected YYMMDDHH"),  # 2014 was no leap year
         ([AVAZU_HEADER, AVAZU_ROWS[0], AVAZU_ROWS[1].replace(",14102723,", ",14093100,")],
          r"line 3: column 'hour' is '14093100'"),  # September has 30 days
+        # a tab-separated copy: it said 'expected a header naming click, hour ...' of a header
+        # naming both
+        ([AVAZU_HEADER.replace(",", "\t"), AVAZU_ROWS[0].replace(",", "\t")],
+         r"line 1: expected a header of column names separated by ',' .*got one field: "
+         r"'id\\tclick\\thour"),
     ],
 )
 def test_avazu_rejects_malformed_files(tmp_path: Path, lines: list[str], message: str) -> None:

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from orchestration.launch import (
     LABEL_PARTY,
@@ -65,11 +68,31 @@ def test_a_local_run_launches_the_plan(tmp_path: Path) -> None:
     assert f"@{run.routed_address}" in next(r for r in routed if r.name == "relay 1").args
 
 
-def test_the_compose_file_follows_the_plan() -> None:
+def _make_compose() -> Any:
     spec = importlib.util.spec_from_file_location("make_compose", REPO / "deploy" / "make_compose.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_a_compose_file_written_outside_deploy_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`make_compose.py 12 -o /tmp/c12.yml` wrote a file whose build context (..), config
+    (./experiment.toml) and runs (../runs) then named /, /tmp/experiment.toml and /runs."""
+    module = _make_compose()
+    for output, said in ((tmp_path / "c12.yml", f"write it in {REPO / 'deploy'}, the directory"),
+                         (REPO / "deploy", "is a directory: name the file")):
+        with pytest.raises(SystemExit) as exit_:
+            module.main(["12", "-o", str(output)])
+        assert exit_.value.code == 2
+        message = capsys.readouterr().err
+        assert f"-o {output}" in message and said in message, message
+    assert not (tmp_path / "c12.yml").exists()
+
+
+def test_the_compose_file_follows_the_plan() -> None:
+    module = _make_compose()
     services = module.compose(3, wan=True)["services"]
     plan = roles(Topology(3, tapped=frozenset({1}), shaped=True))
     assert [s for s in services if s not in ("prepare", "analysis", "report")] == [

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import stat
 import subprocess
 import sys
@@ -96,17 +95,6 @@ def test_private_keys_are_created_private(tmp_path: Path, monkeypatch: pytest.Mo
     assert not list(tmp_path.glob(".*.tmp"))
 
 
-def _serve_health_as(certs: Path, identity: str) -> tuple[subprocess.Popen, str]:
-    """A gRPC server (the sidecar's, which needs no data) presenting `identity`'s certificate."""
-    impostor = certs.parent / f"as-{identity}"
-    impostor.mkdir()
-    shutil.copy(certs / "ca.pem", impostor / "ca.pem")
-    for suffix in (".pem", ".key"):
-        shutil.copy(certs / f"{identity}{suffix}", impostor / f"attacker{suffix}")
-    return serve_sidecar(certs.parent / f"run-{identity}", impostor,
-                         certs.parent / f"{identity}.address")
-
-
 def serve_sidecar(out: Path, tls_dir: Path, port_file: Path,
                   env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
     """`attacker serve` with mutual TLS from `tls_dir`, its output (stdout and stderr) piped;
@@ -124,30 +112,36 @@ def serve_sidecar(out: Path, tls_dir: Path, port_file: Path,
 
 def test_clients_pin_the_servers_role(tmp_path: Path) -> None:
     """A passive party's certificate serving on the sidecar's (or the label party's) address
-    is refused by the client: the server must hold the role the client expects."""
+    is refused by the client: the server must hold the role the client expects. (The servers
+    are in-process: a role refuses at start to serve with another identity's pair.)"""
+    from tests.test_tls_refusals import _serving
+
     certs = tmp_path / "certs"
     tls.generate(certs, tls.identities(2))
-    proc, address = _serve_health_as(certs, "passive-party-2")
-    genuine, genuine_address = _serve_health_as(certs, "attacker")
-    try:
-        async def health(target: str, server_identity: str | None) -> str:
-            async with create_channel(target, TopologyConfig(), certs, "passive-party-1",
-                                      server_identity=server_identity) as channel:
-                stub = health_pb2_grpc.HealthStub(channel)
-                try:
-                    reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=scaled(5))
-                except grpc.aio.AioRpcError as err:
-                    return err.code().name
-                return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
 
-        assert asyncio.run(health(address, None)) == "SERVING"  # any run identity, unpinned
-        assert asyncio.run(health(address, tls.ATTACKER)) == "UNAVAILABLE"  # the tap's pin
-        assert asyncio.run(health(address, tls.LABEL_PARTY)) == "UNAVAILABLE"  # the party's pin
-        assert asyncio.run(health(genuine_address, tls.ATTACKER)) == "SERVING"
-    finally:
-        for p in (proc, genuine):
-            p.kill()
-            p.wait()
+    async def health(target: str, server_identity: str | None) -> str:
+        async with create_channel(target, TopologyConfig(), certs, "passive-party-1",
+                                  server_identity=server_identity) as channel:
+            stub = health_pb2_grpc.HealthStub(channel)
+            try:
+                reply = await stub.Check(health_pb2.HealthCheckRequest(), timeout=scaled(5))
+            except grpc.aio.AioRpcError as err:
+                return err.code().name
+            return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+
+    async def go() -> list[str]:
+        impostor, address = await _serving(certs, "passive-party-2")
+        genuine, genuine_address = await _serving(certs, tls.ATTACKER)
+        try:
+            return [await health(address, None),  # any run identity, unpinned
+                    await health(address, tls.ATTACKER),  # the tap's pin
+                    await health(address, tls.LABEL_PARTY),  # the party's pin
+                    await health(genuine_address, tls.ATTACKER)]
+        finally:
+            for server in (impostor, genuine):
+                await server.stop(0)  # type: ignore[attr-defined]
+
+    assert asyncio.run(go()) == ["SERVING", "UNAVAILABLE", "UNAVAILABLE", "SERVING"]
 
 
 def test_tls_dir_with_plaintext_config_exits_2(tmp_path: Path) -> None:

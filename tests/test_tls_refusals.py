@@ -84,6 +84,22 @@ def test_a_key_of_another_identity_is_named(certs: Path,
     assert "label-party.key is not the private key of the certificate" in message, message
 
 
+@pytest.mark.parametrize("role", [tls.LABEL_PARTY, tls.passive_identity(1)])
+def test_another_identitys_pair_under_this_ones_name_is_refused_at_start(
+        certs: Path, role: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The attacker's pair copied as this role's (files mixed up while handing them out): it
+    started; each passive party then said the label party 'is not this run's label party ...
+    check --label-party', or the label party refused the passive party's join."""
+    for suffix in (".pem", ".key"):
+        shutil.copy(certs / f"{tls.ATTACKER}{suffix}", certs / f"{role}{suffix}")
+    with pytest.raises(BadInput):
+        tls_dir_or_exit(None, certs, role)
+    message = capsys.readouterr().err
+    assert f"{role}.pem is not a certificate of {role!r} (common name 'attacker', host names " \
+        "attacker, localhost)" in message, message
+    assert "splitleak certs" in message, message
+
+
 @pytest.mark.parametrize(("days_ago", "said"), [(40, "expired on"),
                                                 (-5, "is not valid before")])
 def test_an_identity_outside_its_validity_window_is_named(

@@ -75,6 +75,10 @@ class Avazu(Dataset):
         file = require_file(self.params.path, "Avazu CSV")
         header = read_header(file, KIND, ",")
         absent = [name for name in ("click", "hour") if name not in header]
+        if len(header) == 1:  # a tab- or ';'-separated copy: its names are one field
+            raise DatasetError(
+                f"{file}, line {header_line(file)}: expected a header of column names separated "
+                f"by ',' ({KIND}), got one field: {header[0][:200]!r}")
         if absent or len(set(header)) != len(header):
             raise DatasetError(
                 f"{file}, line {header_line(file)}: expected a header naming click, hour (and "

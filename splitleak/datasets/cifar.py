@@ -18,6 +18,7 @@ from splitleak.datasets.base import (
     FeatureSlice,
     Schema,
 )
+from splitleak.datasets.delimited import is_archive, packed
 from splitleak.datasets.tabular import image_slice
 from splitleak.filekind import not_a_file
 from splitleak.settings import MAX_ROWS
@@ -111,6 +112,18 @@ def read_records(files: tuple[Path, ...], label_classes: tuple[tuple[str, int], 
     wanted = max_rows
     for file in files:
         size = file.stat().st_size
+        try:  # a record's first byte is a label, < 20: never a compressed file's first byte
+            archive = packed(file)
+        except OSError as err:
+            raise DatasetError(f"{file}: cannot read {kind} records: {err}") from None
+        if archive is not None:
+            raise DatasetError(f"{file} is {archive}-compressed (the {kind} archive as "
+                               "downloaded?): unpack it (e.g. tar xzf) and give the folder it "
+                               "makes or one of its .bin files")
+        if is_archive(file):
+            raise DatasetError(f"{file} is a tar archive (the {kind} archive as downloaded?): "
+                               "unpack it (e.g. tar xf) and give the folder it makes or one of "
+                               "its .bin files")
         if size == 0 or size % record:
             raise DatasetError(f"{file}: {size:,} bytes is not a whole number of {record:,}-byte "
                                f"{kind} records ({label_bytes} label byte(s) + {PIXEL_BYTES:,} "

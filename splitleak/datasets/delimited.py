@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv as pycsv
 import gzip
 import io
+import tarfile
 import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -47,14 +48,40 @@ def require_file(path: str, kind: str) -> Path:
         where = "" if file.is_absolute() else f" (relative to the working directory {Path.cwd()})"
         raise DatasetError(f"{kind}: {path}{where} {not_a_file(file)}; give the path of the "
                            "data file itself")
+    try:
+        file.open("rb").close()  # every later read opens it again: refuse it once, here
+    except OSError as err:
+        raise DatasetError(f"{kind}: {path} cannot be read ({err.strerror or err}): give this "
+                           "process read access to it (e.g. chmod a+r)") from None
+    if is_archive(file):
+        raise DatasetError(f"{kind}: {path} is a tar archive (as downloaded?): unpack it (e.g. "
+                           "tar xf) and give the path of the data file in it")
     return file
+
+
+def is_archive(file: Path) -> bool:
+    """Whether the file is a tar archive, plain or gzip-compressed: its first 512 bytes are a
+    tar header, checksum and all (tarfile.is_tarfile takes 512 zero bytes, e.g. a black CIFAR
+    image's first row, for an empty archive)."""
+    opener = gzip.open if packed(file) == "gzip" else open
+    try:
+        with opener(file, "rb") as raw:
+            tarfile.TarInfo.frombuf(raw.read(tarfile.BLOCKSIZE), "utf-8", "surrogateescape")
+    except (tarfile.HeaderError, OSError, EOFError, zlib.error):  # a damaged stream is named later
+        return False
+    return True
+
+
+def packed(file: Path) -> str | None:
+    """How the file is compressed ("gzip", "zip", ...: told by its first bytes), or None."""
+    with file.open("rb") as raw:
+        start = raw.read(6)
+    return next((name for magic, name in MAGIC.items() if start.startswith(magic)), None)
 
 
 def compression(file: Path) -> str | None:
     """"gzip" for a gzip-compressed file (told by its first bytes, not its name), else None."""
-    with file.open("rb") as raw:
-        start = raw.read(6)
-    kind = next((name for magic, name in MAGIC.items() if start.startswith(magic)), None)
+    kind = packed(file)
     if kind not in (None, "gzip"):
         raise DatasetError(f"{file} is {kind}-compressed: decompress it first (plain or "
                            "gzip-compressed text is read)")
@@ -84,11 +111,28 @@ def open_text(file: Path) -> Iterator[TextIO]:
         yield text
 
 
+def bounded_lines(text: TextIO) -> Iterator[tuple[int, str, int]]:
+    """(line number, its first BLOCK_BYTES characters at most, its size in bytes) of each line:
+    memory stays bounded by a block however long a line is (a binary file may hold none)."""
+    number = 0
+    while piece := text.readline(BLOCK_BYTES + 1):  # a whole line, if it may be a row
+        number += 1
+        head, size = piece, _bytes(piece)
+        while not piece.endswith(("\n", "\r")) and (piece := text.readline(BLOCK_BYTES)):
+            size += _bytes(piece)
+        yield number, head, size
+
+
+def _bytes(text: str) -> int:
+    return len(text.encode(errors="surrogateescape"))
+
+
 def first_text_line(file: Path) -> tuple[int, str]:
     """(line number, text) of the file's first line that is not blank: leading blank lines are
-    skipped here as the reader skips every blank line; (1, "") for a file of blank lines."""
+    skipped here as the reader skips every blank line; (1, "") for a file of blank lines. A
+    line longer than a row may be is cut there (the reader refuses it, naming its line)."""
     with open_text(file) as lines:
-        for number, line in enumerate(lines, 1):
+        for number, line, _ in bounded_lines(lines):
             text = line.rstrip("\r\n")
             if text:
                 return number, text
@@ -284,8 +328,7 @@ class DelimitedFile:
     def _long_row(self) -> DatasetError | None:
         """The first row longer than a block, named by its line and size (None: there is none)."""
         with open_text(self.file) as lines:
-            for number, text in enumerate(lines, 1):
-                size = len(text.encode(errors="surrogateescape"))
+            for number, _, size in bounded_lines(lines):
                 if size > BLOCK_BYTES:
                     return DatasetError(f"{self.file}, line {number}: the row is {size:,} "
                                         f"bytes long; a row may be at most {BLOCK_BYTES:,} "
@@ -333,7 +376,7 @@ class RowLimit(io.RawIOBase):
         chunk = self.source.read(size if size > 0 else self.limit)
         if not chunk:
             return chunk
-        end = chunk.find(b"\n")
+        end = _first_end(chunk)
         if end < 0:
             self.open_bytes += len(chunk)
             if self.open_bytes > self.limit:
@@ -344,13 +387,27 @@ class RowLimit(io.RawIOBase):
         # Lines that start and end in the chunk: from each line end, the next must come within
         # `limit` bytes (the last one found there is the next place to look from).
         while len(chunk) - (end + 1) > self.limit:
-            end = chunk.rfind(b"\n", end + 1, end + 1 + self.limit)
+            end = _last_end(chunk, end + 1, end + 1 + self.limit)
             if end < 0:
                 raise RowTooLong
-        self.open_bytes = len(chunk) - chunk.rfind(b"\n") - 1
+        self.open_bytes = len(chunk) - _last_end(chunk, 0, len(chunk)) - 1
         if self.open_bytes > self.limit:
             raise RowTooLong
         return chunk
+
+
+def _first_end(chunk: bytes) -> int:
+    """Where the chunk's first line ends (the last byte of `\n`, `\r\n` or a lone `\r`, as
+    pyarrow ends a line: a file with classic Mac line ends is rows too), or -1."""
+    newline, cr = chunk.find(b"\n"), chunk.find(b"\r")
+    if cr < 0 or 0 <= newline <= cr + 1:
+        return newline
+    return cr
+
+
+def _last_end(chunk: bytes, start: int, stop: int) -> int:
+    """Where the last line end in chunk[start:stop] is (as _first_end), or -1."""
+    return max(chunk.rfind(b"\n", start, stop), chunk.rfind(b"\r", start, stop))
 
 
 class FirstLines(io.RawIOBase):

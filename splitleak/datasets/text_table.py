@@ -70,13 +70,16 @@ class TextTable(Dataset):
         return DelimitedFile(file, fmt)
 
     def _refuse_header(self, file: Path) -> None:
-        """A format with no header line whose file starts with one (its numeric fields all
-        words): DatasetError saying so, rather than a bad value in its first "row"."""
+        """A format with no header line whose file starts with one (as many fields as a row,
+        its numeric fields all words): DatasetError saying so, rather than a bad value in its
+        first "row". A line of another field count is no header: the parse names its count."""
         number, first = first_text_line(file)
         fmt = self.FORMAT
         if not first or (fmt.preamble is not None and first.startswith(fmt.preamble)):
             return
         fields = [value.strip().strip('"') for value in first.split(fmt.delimiter)]
+        if len(fields) != len(fmt.names):  # another delimiter or layout, e.g. 39;State-gov;...
+            return
         numeric = [value for name, value in zip(fmt.names, fields, strict=False)
                    if name in self.NUMERIC]
         if numeric and not any(_is_number(value) for value in numeric):
