@@ -517,3 +517,24 @@ def test_a_spread_of_numbers_and_nulls_reads_as_written(tmp_path: Path) -> None:
     entry["spread"] = {"flipped": {"p95": {"std": 0.01, "min": 0.6, "max": None}}, "raw": None}
     _, marvell = _runs(tmp_path, [entry])
     assert open_run(marvell).summary.leak[0].model_extra["spread"] == entry["spread"]
+
+
+def test_set_ups_of_one_name_are_told_apart_by_what_differs_in_their_configs(tmp_path: Path) -> None:
+    """A run with a malicious passive party next to an honest one read "no defense [3f9a1c]"
+    and "no defense [b27e04]": nothing said which was which."""
+    none, _ = _runs(tmp_path)
+    sgd = {"1": {"name": "sgd", "lr": 0.1, "momentum": 0.9}}
+    config = small_config(tmp_path, threat={"parties": {"1": {"optimizer": "malicious"}}},
+                          training={"optimizers": sgd})
+    malicious = fake_run(tmp_path / "runs" / "malicious", config, 0.96, [leak_entry("norm", 0.9, 0.97)])
+    runs, _ = find_runs([none, malicious])
+    comparison = compare(runs)
+    keys = [s.key[:6] for s in comparison.settings]
+    assert sorted(s.label for s in comparison.settings) == sorted(f"no defense [{k}]" for k in keys)
+    told = [w for w in comparison.warnings if w.startswith("2 settings are named 'no defense'")]
+    assert len(told) == 1, comparison.warnings
+    honest, bad = (next(s.key[:6] for s in comparison.settings if s.first.root == root)
+                   for root in (none, malicious))
+    assert told[0].endswith(
+        f"[{honest}] threat.parties.1.optimizer = honest, training.optimizers.1.name = unset, …; "
+        f"[{bad}] threat.parties.1.optimizer = malicious, training.optimizers.1.name = sgd, …"), told[0]

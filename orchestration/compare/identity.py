@@ -97,6 +97,39 @@ def setup_key(cfg: ExperimentConfig) -> str:
     return _digest(data)
 
 
+SHOWN_DIFFERENCES = 2  # config paths a label names where several set-ups share its name
+
+
+def telling_apart(configs: list[ExperimentConfig]) -> list[str] | None:
+    """For settings that share a name, what tells each apart: the config paths whose values
+    differ among them, as `threat.parties.1.optimizer=malicious` (the first two, then `…`);
+    None when that tells them apart no better (the same config in two sweeps, say)."""
+    flat = [dict(_flat(_experiment(cfg))) for cfg in configs]
+    paths = [path for path in dict.fromkeys(p for f in flat for p in f)
+             if len({json.dumps(f.get(path), sort_keys=True) for f in flat}) > 1]
+    more = ", …" if len(paths) > SHOWN_DIFFERENCES else ""
+    said = [", ".join(f"{path} = {_value(f[path]) if path in f else 'unset'}"
+                      for path in paths[:SHOWN_DIFFERENCES]) + more for f in flat]
+    return said if paths and len(set(said)) == len(said) else None
+
+
+def _flat(data: Any, path: str = "") -> list[tuple[str, Any]]:
+    """(dotted path, value) of every leaf of a config's nested tables and lists."""
+    if isinstance(data, dict):
+        items = list(data.items())
+    elif isinstance(data, list) and data:
+        items = list(enumerate(data))
+    else:
+        return [(path, data)]
+    return [leaf for key, inner in items for leaf in _flat(inner, f"{path}.{key}" if path else str(key))]
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    return value if isinstance(value, str) else "none" if value is None else json.dumps(value)
+
+
 def family(cfg: ExperimentConfig) -> str:
     """The defense family: the objective (unless plain cross-entropy) and the gradient chain."""
     names = ([cfg.objective.name] if cfg.objective.name != "cross_entropy" else []) + [

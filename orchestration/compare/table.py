@@ -23,7 +23,7 @@ from typing import Any
 from orchestration.compare import checks
 from orchestration.compare import dcs as capability
 from orchestration.compare.entries import LeakEntry
-from orchestration.compare.identity import identify, setup_key
+from orchestration.compare.identity import identify, setup_key, telling_apart
 from orchestration.compare.read import RunResult
 from orchestration.compare.stats import PROBABILITY, UNBOUNDED, over_seeds
 from orchestration.compare.verdict import MAX_UTILITY_COST, Verdict, verdicts
@@ -75,10 +75,7 @@ def settings_of(runs: list[RunResult], warnings: list[str]) -> list[Setting]:
                             f"and {run.root}); the second is left out")
             continue
         setting.runs[run.seed] = run
-    labels = [s.label for s in settings.values()]
-    for setting in settings.values():
-        if labels.count(setting.label) > 1:
-            setting.label = f"{setting.label} [{setting.key[:6]}]"
+    _tell_apart(list(settings.values()), warnings)
     baselines: dict[str, Setting] = {}
     for setting in settings.values():
         if setting.defenseless:
@@ -86,6 +83,23 @@ def settings_of(runs: list[RunResult], warnings: list[str]) -> list[Setting]:
     for setting in settings.values():
         setting.baseline = baselines.get(setting.setup)
     return list(settings.values())
+
+
+def _tell_apart(settings: list[Setting], warnings: list[str]) -> None:
+    """Settings of one name (two `no defense`, one with a malicious party) get their key as a
+    suffix (`no defense [3f9a1c]`), and a warning says what differs in their configs."""
+    named: dict[str, list[Setting]] = defaultdict(list)
+    for setting in settings:
+        named[setting.label].append(setting)
+    for label, same in named.items():
+        if len(same) < 2:
+            continue
+        for setting in same:
+            setting.label = f"{label} [{setting.key[:6]}]"
+        told = telling_apart([s.first.config for s in same])
+        what = ("; ".join(f"[{s.key[:6]}] {apart}" for s, apart in zip(same, told, strict=True))
+                if told is not None else "their configs are the same (one config in several sweeps)")
+        warnings.append(f"{len(same)} settings are named {label!r}, told apart by a suffix: {what}")
 
 
 def observed_party(settings: list[Setting], layer: str, asked: int | None = None) -> int | None:
