@@ -164,3 +164,37 @@ def test_a_point_left_out_and_given_again_keeps_its_finished_run(tmp_path: Path)
     again = SweepIndex(tmp_path / "s", points, "local")  # and given again
     assert again.todo(points, retry_failed=False) == points[:1]
     assert again.rows[points[1].hash]["seconds"] == 4.0
+
+
+def test_a_killed_roles_scratch_is_removed_by_its_sweep(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A role whose process was killed never removed its scratch (tempfile.mkdtemp
+    'splitleak-passive_party_1-*' in the node's temporary directory, kept for ever); it lies in
+    the sweep's folder, per point, which the engine removes on the node whatever the role's end."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "node"))
+    monkeypatch.setattr(roles.tempfile, "tempdir", None)  # read TMPDIR again
+    (tmp_path / "node").mkdir()
+    cfg = parse_config(small_config(tmp_path))
+    config = tmp_path / "config.toml"
+    config.write_text(cfg.to_toml())
+    child = f"""
+import os, signal
+from pathlib import Path
+from orchestration.sweep.roles import RoleHost
+host = RoleHost("passive_party_1", Path({str(config)!r}).read_text(), "abc123",
+                identity={{"ca.pem": b"ca"}}, sweep="splitleak-sweep-1")
+(host.run.root / "passive_party_1").mkdir()
+(host.run.root / "passive_party_1" / "bottom.pt").write_bytes(b"weights")
+os.kill(os.getpid(), signal.SIGKILL)  # as kill -9 of a Ray actor: no cleanup()
+"""
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == -9, done
+    left = sorted(p.relative_to(tmp_path / "node").as_posix()
+                  for p in (tmp_path / "node").iterdir())
+    assert left == ["splitleak-sweep-1"], left  # nothing else in the node's temporary directory
+    other = RoleHost("attacker", cfg.to_toml(), "def456", sweep="splitleak-sweep-1")
+    roles.remove_scratch("splitleak-sweep-1", "abc123")
+    assert [p.name for p in (tmp_path / "node" / "splitleak-sweep-1").iterdir()] == ["def456"]
+    other.cleanup()  # the last point's roles: the sweep's folder goes too
+    assert not any((tmp_path / "node").iterdir())

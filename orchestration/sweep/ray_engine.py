@@ -34,7 +34,10 @@ from ray.util.placement_group import (
     placement_group_table,
     remove_placement_group,
 )
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.scheduling_strategies import (
+    NodeAffinitySchedulingStrategy,
+    PlacementGroupSchedulingStrategy,
+)
 
 from orchestration.launch import LABEL_PARTY, Role, start_order, topology_of
 from orchestration.launch import roles as launch_roles
@@ -63,7 +66,7 @@ from orchestration.sweep.ray_failures import (
     refused,
     unreachable,
 )
-from orchestration.sweep.roles import RoleHost, receive
+from orchestration.sweep.roles import RoleHost, receive, remove_scratch
 from splitleak import tls
 from splitleak.artifacts.outcome import read_outcome
 from splitleak.artifacts.paths import RunDir
@@ -82,8 +85,8 @@ class RoleActor:
     """One role of one point on the node Ray placed its bundle on."""
 
     def __init__(self, role: str, config_toml: str, run_name: str, run_root: str | None,
-                 identity: dict[str, bytes] | None, cpus: float, resume: bool) -> None:
-        self.host = RoleHost(role, config_toml, run_name, run_root, identity, cpus, resume)
+                 identity: dict[str, bytes] | None, cpus: float, resume: bool, sweep: str) -> None:
+        self.host = RoleHost(role, config_toml, run_name, run_root, identity, cpus, resume, sweep)
         self.host.capture_output()  # this worker process is the role's alone
 
     def where(self) -> dict[str, Any]:
@@ -103,6 +106,12 @@ class RoleActor:
 
     def cleanup(self) -> None:
         self.host.cleanup()
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def _remove_scratch(sweep: str, run_name: str) -> None:
+    """On the node this task is put on: the point's node-local files, whatever its roles' end."""
+    remove_scratch(sweep, run_name)
 
 
 class _Cancelled(Exception):
@@ -281,6 +290,8 @@ class RayEngine(Engine):
         self._jobs = jobs
         self.jobs = jobs or 1  # known once connected: what the cluster's CPUs hold
         self.connected = False
+        # this run's folder in each node's temporary directory, the points' node-local files in it
+        self.sweep = f"splitleak-sweep-{secrets.token_hex(6)}"
         self.local = False  # this engine started a cluster on this machine alone (see _connect)
 
     def _connect(self, points: Sequence[Point]) -> None:
@@ -409,7 +420,7 @@ class RayEngine(Engine):
         except Exception as err:  # noqa: BLE001 - streaming failed: the point fails
             message = message or _reason(point, err, actors, nodes)
         finally:
-            self._release(actors, group)
+            self._release(actors, group, run.root.name)
         placed = nodes or None
         if message is None:
             # the roles' timing.json came back with their files: their start-up marks and
@@ -468,7 +479,8 @@ class RayEngine(Engine):
         return {role: RoleActor.options(  # type: ignore[attr-defined]  # ray.remote made it an ActorClass
             num_cpus=self.cpus_per_role, scheduling_strategy=PlacementGroupSchedulingStrategy(
                 group, placement_group_bundle_index=i)).remote(
-            role, config, run.root.name, shared, identities.get(role), self.cpus_per_role, resume)
+            role, config, run.root.name, shared, identities.get(role), self.cpus_per_role, resume,
+            self.sweep)
             for i, role in enumerate(roles)}
 
     def _train(self, point: Point, actors: dict[str, Any], nodes: dict[str, Any], listener: Listener,
@@ -556,14 +568,21 @@ class RayEngine(Engine):
                 return status[role]["error"] or f"{role} did not finish"
         return "a role did not finish"
 
-    @staticmethod
-    def _release(actors: dict[str, Any], group: PlacementGroup) -> None:
-        """Each living actor removes its node-local scratch (10 s at most for them all: a
-        stopped sweep waits no longer), then every actor is killed and the group removed."""
+    def _release(self, actors: dict[str, Any], group: PlacementGroup, run_name: str) -> None:
+        """Each living actor removes its node-local scratch, then every actor is killed and a
+        task on each node of the group removes the point's scratch there, a dead actor's too
+        (10 s at most for each: a stopped sweep waits no longer; a lost node's stays on it),
+        and the group is removed."""
         if cleaned := [actor.cleanup.remote() for actor in actors.values()]:
             ray.wait(cleaned, num_returns=len(cleaned), timeout=10)  # a dead actor's: at once
         for actor in actors.values():
             ray.kill(actor)
+        nodes = set(placement_group_table(group).get("bundles_to_node_id", {}).values())
+        removed = [_remove_scratch.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(
+                self.sweep, run_name) for node in nodes] if actors else []
+        if removed:
+            ray.wait(removed, num_returns=len(removed), timeout=10)
         remove_placement_group(group)
 
     def _analyse(self, point: Point, run: RunDir, started: float, nodes: dict[str, Any] | None,

@@ -16,6 +16,7 @@ import threading
 import time
 import tomllib
 from collections.abc import Coroutine, Iterator
+from contextlib import suppress
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -44,20 +45,38 @@ class RoleError(RuntimeError):
     """The role could not start; the message says why."""
 
 
+def scratch_of(sweep: str, run_name: str) -> Path:
+    """The folder on this node where a point's roles keep their node-local files: under the
+    node's temporary directory, in `sweep`'s folder (splitleak-sweep-<id>), one per point."""
+    return Path(tempfile.gettempdir()) / sweep / run_name
+
+
+def remove_scratch(sweep: str, run_name: str) -> None:
+    """Remove a point's scratch on this node, whatever became of its roles (a role whose process
+    was killed never removed its own), then the sweep's folder once no point's is left in it."""
+    shutil.rmtree(scratch_of(sweep, run_name), ignore_errors=True)
+    with suppress(OSError):  # another point's roles still use it
+        scratch_of(sweep, run_name).parent.rmdir()
+
+
 class RoleHost:
     """Runs one role of one run. `run_root` is the run directory the role writes (a shared path,
-    or None: a fresh node-local one named `run_name`, streamed back by `files`); `identity` is
+    or None: a fresh node-local one named `run_name`, streamed back by `files`); `sweep` names
+    the folder its node-local files go in (scratch_of; remove_scratch removes them); `identity` is
     this role's TLS files by name (ca.pem, <name>.pem, <name>.key); the key is kept in memory.
     `resume`: continue the run in `run_root` from its newest complete checkpoint, as the role's
     CLI does with --resume."""
 
     def __init__(self, role: str, config_toml: str, run_name: str, run_root: str | None = None,
                  identity: dict[str, bytes] | None = None, cpus: float = 1.0,
-                 resume: bool = False) -> None:
+                 resume: bool = False, sweep: str = "splitleak-roles") -> None:
         os.environ[THREADS_ENV] = str(max(1, int(cpus)))  # "auto": the CPUs of its bundle
         self.role = role
         self.cfg = parse_config(tomllib.loads(config_toml), f"{run_name} ({role})")
-        self._scratch = Path(tempfile.mkdtemp(prefix=f"splitleak-{role}-"))
+        point = scratch_of(sweep, run_name)
+        point.parent.mkdir(mode=0o700, exist_ok=True)
+        point.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._scratch = Path(tempfile.mkdtemp(prefix=f"{role}-", dir=point))
         self.streamed = run_root is None
         if resume and self.streamed:
             raise RoleError(f"{role} cannot resume a run it streams back (it has no earlier files)")
@@ -197,6 +216,9 @@ class RoleHost:
         logging.getLogger().removeHandler(self._log)
         self._log.close()
         shutil.rmtree(self._scratch, ignore_errors=True)
+        for empty in (self._scratch.parent, self._scratch.parent.parent):  # the point's, the sweep's
+            with suppress(OSError):  # other roles' files are still in it
+                empty.rmdir()
 
 
 def receive(run_root: Path, pieces: Iterator[tuple[str, int, bytes]]) -> int:
