@@ -12,6 +12,7 @@ The only module that imports Ray (the optional extra `splitleak[ray]`).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import signal
@@ -25,6 +26,7 @@ from typing import Any
 
 import grpc
 import ray
+from ray._private import ray_constants
 from ray._private import worker as ray_worker
 from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 from ray.exceptions import RayActorError
@@ -75,6 +77,9 @@ from splitleak.stopping import StopNoted, Terminated, stopped_by, stops_noted
 
 # A point that fits the cluster waits at most this long for other jobs to free its CPUs.
 PLACEMENT_TIMEOUT_S = 600.0
+# Ray's own lines on the driver ('Started a local Ray instance.', its token warning): in the
+# sweep directory, not on the terminal
+RAY_LOG = "ray_driver.log"
 # Why a point whose roles stream their files back cannot resume: each role starts on a fresh
 # node-local directory, and a stopped point's files never came back.
 STREAMED = "its roles stream their files back (resume needs --shared-dir)"
@@ -202,6 +207,28 @@ def _sigterm_kept() -> Iterator[None]:
             signal.signal(signal.SIGTERM, previous)
 
 
+@contextmanager
+def _ray_lines_kept(path: Path) -> Iterator[None]:
+    """Ray's own log lines on the driver (its "ray" logger: 'Started a local Ray instance.',
+    'Token authentication is enabled ...', 'Connecting to existing Ray cluster ...') go to
+    `path` rather than the terminal, where they came before the sweep's own lines; its errors
+    reach the terminal too (a failure itself is the engine's one sentence)."""
+    ray_logger = logging.getLogger("ray")
+    kept = logging.FileHandler(path, delay=True)
+    kept.setFormatter(logging.Formatter(ray_constants.LOGGER_FORMAT))
+    terminal = {handler: handler.level for handler in ray_logger.handlers}
+    for handler in terminal:
+        handler.setLevel(max(handler.level, logging.ERROR))
+    ray_logger.addHandler(kept)
+    try:
+        yield
+    finally:
+        ray_logger.removeHandler(kept)
+        kept.close()
+        for handler, level in terminal.items():
+            handler.setLevel(level)
+
+
 def _quiet_raylet_messages() -> None:
     """Ray's driver prints every error published to its job (its listener labels them all
     'raylet') to this process's stdout, whatever log_to_driver says: a node lost mid-sweep put
@@ -324,14 +351,15 @@ class RayEngine(Engine):
         if not points:
             return {}
         started_ray = not ray.is_initialized()
-        try:
-            self._connect(points)
-            with stops_noted() as stop:  # Ray's weakref callbacks would swallow a KeyboardInterrupt
-                return self._run_points(points, listener, stop)
-        finally:
-            if started_ray and ray.is_initialized():  # its cluster, if it started one, goes too
-                ray.shutdown()
-            _restore_ray_printing()
+        with _ray_lines_kept(points[0].run_dir.parent / RAY_LOG):
+            try:
+                self._connect(points)
+                with stops_noted() as stop:  # Ray's weakref callbacks would swallow a KeyboardInterrupt
+                    return self._run_points(points, listener, stop)
+            finally:
+                if started_ray and ray.is_initialized():  # its cluster, if it started one, goes too
+                    ray.shutdown()
+                _restore_ray_printing()
 
     def _run_points(self, points: Sequence[Point], listener: Listener,
                     stop: StopNoted) -> dict[str, PointResult]:
