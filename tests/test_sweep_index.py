@@ -16,6 +16,7 @@ from orchestration.sweep import roles
 from orchestration.sweep.index import SweepIndex, read_index
 from orchestration.sweep.points import Point, resolve
 from orchestration.sweep.roles import RoleError, RoleHost, receive
+from orchestration.sweep.scratch import remove_scratch
 from orchestration.sweep.spec import parse_sweep
 from splitleak.artifacts.sweep import SweepIndexError
 from splitleak.config import parse_config
@@ -194,7 +195,7 @@ os.kill(os.getpid(), signal.SIGKILL)  # as kill -9 of a Ray actor: no cleanup()
                   for p in (tmp_path / "node").iterdir())
     assert left == ["splitleak-sweep-1"], left  # nothing else in the node's temporary directory
     other = RoleHost("attacker", cfg.to_toml(), "def456", sweep="splitleak-sweep-1")
-    roles.remove_scratch("splitleak-sweep-1", "abc123")
+    remove_scratch("splitleak-sweep-1", "abc123")
     assert [p.name for p in (tmp_path / "node" / "splitleak-sweep-1").iterdir()] == ["def456"]
     other.cleanup()  # the last point's roles: the sweep's folder goes too
     assert not any((tmp_path / "node").iterdir())

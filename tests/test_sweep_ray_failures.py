@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -444,3 +445,18 @@ def test_rays_start_up_lines_stay_off_the_terminal(tmp_path: Path, capsys: pytes
         assert line not in shown + out, shown
         assert line in (tmp_path / "sweeps" / "s" / "ray_driver.log").read_text()
     assert "a failure of Ray's own" in shown, shown
+
+
+def test_the_task_removing_a_points_files_imports_nothing_heavy() -> None:
+    """The task removing a point's node-local files ran in a worker that imported the engine
+    (torch, gRPC, the roles: 10.5 s on a loaded machine), past the 10 s the point waits for it:
+    a killed role's folder stayed. Its function's module imports the standard library alone."""
+    from orchestration.sweep.ray_engine import _remove_scratch
+
+    module = _remove_scratch._function.__module__
+    assert module == "orchestration.sweep.scratch", module
+    done = subprocess.run([sys.executable, "-c", f"import sys, {module}; print(sorted(m for m in "
+                           "('torch', 'grpc', 'ray', 'numpy') if m in sys.modules))"],
+                          capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.stdout.strip() == "[]", done

@@ -68,7 +68,8 @@ from orchestration.sweep.ray_failures import (
     refused,
     unreachable,
 )
-from orchestration.sweep.roles import RoleHost, receive, remove_scratch
+from orchestration.sweep.roles import RoleHost, receive
+from orchestration.sweep.scratch import remove_scratch
 from splitleak import tls
 from splitleak.artifacts.outcome import read_outcome
 from splitleak.artifacts.paths import RunDir
@@ -113,10 +114,9 @@ class RoleActor:
         self.host.cleanup()
 
 
-@ray.remote(num_cpus=0, max_retries=0)
-def _remove_scratch(sweep: str, run_name: str) -> None:
-    """On the node this task is put on: the point's node-local files, whatever its roles' end."""
-    remove_scratch(sweep, run_name)
+# On the node the task is put on: a point's node-local files, whatever its roles' end (a function
+# of a module that imports nothing heavy: the task's worker imports it alone)
+_remove_scratch = ray.remote(num_cpus=0, max_retries=0)(remove_scratch)
 
 
 class _Cancelled(Exception):

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import sys
 import tempfile
 import threading
 import time
 import tomllib
 from collections.abc import Coroutine, Iterator
-from contextlib import suppress
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from typing import Any
 from orchestration.launch import LABEL_PARTY, PASSIVE_PARTY, Role
 from orchestration.launch import SIDECAR as ATTACKER
 from orchestration.processes import last_error
+from orchestration.sweep.scratch import remove_role_folder, scratch_of
 from splitleak import tls
 from splitleak.artifacts.metrics import MetricsTail
 from splitleak.artifacts.paths import RunDir
@@ -45,24 +44,10 @@ class RoleError(RuntimeError):
     """The role could not start; the message says why."""
 
 
-def scratch_of(sweep: str, run_name: str) -> Path:
-    """The folder on this node where a point's roles keep their node-local files: under the
-    node's temporary directory, in `sweep`'s folder (splitleak-sweep-<id>), one per point."""
-    return Path(tempfile.gettempdir()) / sweep / run_name
-
-
-def remove_scratch(sweep: str, run_name: str) -> None:
-    """Remove a point's scratch on this node, whatever became of its roles (a role whose process
-    was killed never removed its own), then the sweep's folder once no point's is left in it."""
-    shutil.rmtree(scratch_of(sweep, run_name), ignore_errors=True)
-    with suppress(OSError):  # another point's roles still use it
-        scratch_of(sweep, run_name).parent.rmdir()
-
-
 class RoleHost:
     """Runs one role of one run. `run_root` is the run directory the role writes (a shared path,
     or None: a fresh node-local one named `run_name`, streamed back by `files`); `sweep` names
-    the folder its node-local files go in (scratch_of; remove_scratch removes them); `identity` is
+    the folder its node-local files go in (orchestration.sweep.scratch); `identity` is
     this role's TLS files by name (ca.pem, <name>.pem, <name>.key); the key is kept in memory.
     `resume`: continue the run in `run_root` from its newest complete checkpoint, as the role's
     CLI does with --resume."""
@@ -215,10 +200,7 @@ class RoleHost:
     def cleanup(self) -> None:
         logging.getLogger().removeHandler(self._log)
         self._log.close()
-        shutil.rmtree(self._scratch, ignore_errors=True)
-        for empty in (self._scratch.parent, self._scratch.parent.parent):  # the point's, the sweep's
-            with suppress(OSError):  # other roles' files are still in it
-                empty.rmdir()
+        remove_role_folder(self._scratch)
 
 
 def receive(run_root: Path, pieces: Iterator[tuple[str, int, bytes]]) -> int:
