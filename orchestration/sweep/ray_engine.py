@@ -69,7 +69,7 @@ from orchestration.sweep.ray_failures import (
     unreachable,
 )
 from orchestration.sweep.roles import RoleHost, receive
-from orchestration.sweep.scratch import remove_scratch
+from orchestration.sweep.scratch import SWEEP_FOLDER, remove_scratch
 from splitleak import tls
 from splitleak.artifacts.outcome import read_outcome
 from splitleak.artifacts.paths import RunDir
@@ -318,7 +318,7 @@ class RayEngine(Engine):
         self.jobs = jobs or 1  # known once connected: what the cluster's CPUs hold
         self.connected = False
         # this run's folder in each node's temporary directory, the points' node-local files in it
-        self.sweep = f"splitleak-sweep-{secrets.token_hex(6)}"
+        self.sweep = f"{SWEEP_FOLDER}{secrets.token_hex(6)}"
         self.local = False  # this engine started a cluster on this machine alone (see _connect)
 
     def _connect(self, points: Sequence[Point]) -> None:

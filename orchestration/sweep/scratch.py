@@ -9,6 +9,8 @@ import tempfile
 from contextlib import suppress
 from pathlib import Path
 
+SWEEP_FOLDER = "splitleak-sweep-"  # + an id per sweep run: its folder in a node's temporary directory
+
 
 def scratch_of(sweep: str, run_name: str) -> Path:
     """The folder on this node where a point's roles keep their node-local files: under the
