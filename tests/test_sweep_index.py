@@ -16,6 +16,7 @@ from orchestration.sweep import roles
 from orchestration.sweep.index import SweepIndex, read_index
 from orchestration.sweep.points import Point, resolve
 from orchestration.sweep.roles import RoleError, RoleHost, receive
+from orchestration.sweep.scratch import remove_scratch
 from orchestration.sweep.spec import parse_sweep
 from splitleak.artifacts.sweep import SweepIndexError
 from splitleak.config import parse_config
@@ -196,3 +197,73 @@ def test_a_sweep_file_edited_to_leave_points_out_says_which(
                 ) is said, out
     assert [r["seed"] for r in read_index(tmp_path / "s")] == [0]
     assert (points[1].run_dir / "summary.json").exists()
+
+
+def _node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """tmp_path/node as this node's temporary directory, where roles keep their scratch."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "node"))
+    monkeypatch.setattr(roles.tempfile, "tempdir", None)  # read TMPDIR again
+    (tmp_path / "node").mkdir()
+    return tmp_path / "node"
+
+
+def _killed(config: Path, host: str, then: str = "") -> None:
+    """A process that hosts a role (`host`: a RoleHost of `config`, `then`: what it does next) and
+    is then killed with SIGKILL, as `kill -9` of a Ray actor: no cleanup()."""
+    child = f"""
+import os, signal
+from pathlib import Path
+from orchestration.sweep.roles import RoleHost
+config = Path({str(config)!r}).read_text()
+host = {host}
+{then}
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    done = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == -9, done
+
+
+def test_a_killed_roles_scratch_is_removed_by_its_sweep(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A role whose process was killed never removed its scratch (tempfile.mkdtemp
+    'splitleak-passive_party_1-*' in the node's temporary directory, kept for ever); it lies in
+    the sweep's folder, per point, which the engine removes on the node whatever the role's end."""
+    node = _node(tmp_path, monkeypatch)
+    cfg = parse_config(small_config(tmp_path))
+    config = tmp_path / "config.toml"
+    config.write_text(cfg.to_toml())
+    _killed(config, 'RoleHost("passive_party_1", config, "abc123", identity={"ca.pem": b"ca"}, '
+                    'sweep="splitleak-sweep-1")',
+            '(host.run.root / "passive_party_1").mkdir()\n'
+            '(host.run.root / "passive_party_1" / "bottom.pt").write_bytes(b"weights")')
+    left = sorted(p.relative_to(node).as_posix() for p in node.iterdir())
+    assert left == ["splitleak-sweep-1"], left  # nothing else in the node's temporary directory
+    other = RoleHost("attacker", cfg.to_toml(), "def456", sweep="splitleak-sweep-1")
+    remove_scratch("splitleak-sweep-1", "abc123")
+    assert [p.name for p in (node / "splitleak-sweep-1").iterdir()] == ["def456"]
+    other.cleanup()  # the last point's roles: the sweep's folder goes too
+    assert not any(node.iterdir())
+
+
+def test_a_dead_roles_scratch_is_removed_by_the_next_role_on_its_node(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A sweep whose driver was killed with SIGKILL never removed its points' scratch, and Ray
+    killed their actors with the driver: the folders stayed in the node's temporary directory.
+    The next role on the node removes those whose process is gone, never a living role's."""
+    node = _node(tmp_path, monkeypatch)
+    cfg = parse_config(small_config(tmp_path))
+    config = tmp_path / "config.toml"
+    config.write_text(cfg.to_toml())
+    _killed(config, 'RoleHost("passive_party_1", config, "abc123", sweep="splitleak-sweep-1")')
+    living = RoleHost("attacker", cfg.to_toml(), "abc123", sweep="splitleak-sweep-2")
+    try:
+        RoleHost("label_party", cfg.to_toml(), "def456", sweep="splitleak-sweep-3").cleanup()
+        assert (node / "splitleak-sweep-1").exists()  # it might be starting still
+        monkeypatch.setattr(roles, "ABANDONED_AFTER_S", 0.0, raising=False)
+        RoleHost("label_party", cfg.to_toml(), "def456", sweep="splitleak-sweep-3").cleanup()
+        assert sorted(p.name for p in node.iterdir()) == ["splitleak-sweep-2"]
+        assert living.run.root.is_dir()
+    finally:
+        living.cleanup()
+    assert not any(node.iterdir())

@@ -3,9 +3,12 @@ answers at --address, when the one there refuses the driver, and when a role's a
 
 from __future__ import annotations
 
+import io
+import logging
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -406,3 +409,54 @@ def test_a_handler_installed_from_c_is_put_back_as_the_default(monkeypatch: pyte
     with stopping.stops_noted():
         pass
     assert put[-2:] == [(signal.SIGINT, signal.SIG_DFL), (signal.SIGTERM, signal.SIG_DFL)]
+
+
+def test_rays_start_up_lines_stay_off_the_terminal(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """`splitleak sweep --engine ray` printed Ray's 'Token authentication is enabled ...' and
+    'Started a local Ray instance.' ahead of the sweep's own lines; they go to the sweep's
+    ray_driver.log, and an error Ray logs still reaches the terminal."""
+    def ray_init(**kwargs: object) -> None:  # what Ray 2.60's ray.init logs, starting a cluster
+        logging.getLogger("ray._private.authentication.authentication_token_setup").warning(
+            "Token authentication is enabled for this Ray cluster.")
+        logging.getLogger("ray._private.worker").info("Started a local Ray instance.")
+        logging.getLogger("ray._private.worker").error("a failure of Ray's own")
+
+    monkeypatch.setattr(ray, "init", ray_init)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "nodes", lambda: [{"Alive": True, "Resources": {"CPU": 0.0}}])
+    monkeypatch.setattr("orchestration.sweep.ray_engine.private_auth_token", lambda: None)
+    base = write_config(tmp_path, small_config(tmp_path, training={"epochs": 1}))
+    path = tmp_path / "sweep.toml"
+    path.write_text(tomli_w.dumps({"sweep": {"name": "s", "base": str(base), "seeds": [1],
+                                             "output_dir": str(tmp_path / "sweeps")}}))
+    # as Ray's own handler of its "ray" logger, which writes to the terminal's stderr
+    terminal = logging.StreamHandler(io.StringIO())
+    logging.getLogger("ray").addHandler(terminal)
+    try:  # no CPU for any role: the point fails at once
+        code = main(["sweep", str(path), "--no-progress", "--no-compare", "--engine", "ray"])
+    finally:
+        logging.getLogger("ray").removeHandler(terminal)
+    out = capsys.readouterr().out
+    shown = terminal.stream.getvalue()
+    assert code == 1, out
+    assert "the point needs 4 roles x 1 CPU" in out, out
+    for line in ("Token authentication", "Started a local Ray instance"):
+        assert line not in shown + out, shown
+        assert line in (tmp_path / "sweeps" / "s" / "ray_driver.log").read_text()
+    assert "a failure of Ray's own" in shown, shown
+
+
+def test_the_task_removing_a_points_files_imports_nothing_heavy() -> None:
+    """The task removing a point's node-local files ran in a worker that imported the engine
+    (torch, gRPC, the roles: 10.5 s on a loaded machine), past the 10 s the point waits for it:
+    a killed role's folder stayed. Its function's module imports the standard library alone."""
+    from orchestration.sweep.ray_engine import _remove_scratch
+
+    module = _remove_scratch._function.__module__
+    assert module == "orchestration.sweep.scratch", module
+    done = subprocess.run([sys.executable, "-c", f"import sys, {module}; print(sorted(m for m in "
+                           "('torch', 'grpc', 'ray', 'numpy') if m in sys.modules))"],
+                          capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.stdout.strip() == "[]", done

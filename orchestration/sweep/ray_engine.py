@@ -12,6 +12,7 @@ The only module that imports Ray (the optional extra `splitleak[ray]`).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import secrets
 import signal
@@ -25,6 +26,7 @@ from typing import Any
 
 import grpc
 import ray
+from ray._private import ray_constants
 from ray._private import worker as ray_worker
 from ray.core.generated import gcs_service_pb2, gcs_service_pb2_grpc
 from ray.exceptions import RayActorError
@@ -34,7 +36,10 @@ from ray.util.placement_group import (
     placement_group_table,
     remove_placement_group,
 )
-from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+from ray.util.scheduling_strategies import (
+    NodeAffinitySchedulingStrategy,
+    PlacementGroupSchedulingStrategy,
+)
 
 from orchestration.launch import LABEL_PARTY, Role, start_order, topology_of
 from orchestration.launch import roles as launch_roles
@@ -64,6 +69,7 @@ from orchestration.sweep.ray_failures import (
     unreachable,
 )
 from orchestration.sweep.roles import RoleHost, receive
+from orchestration.sweep.scratch import SWEEP_FOLDER, remove_scratch
 from splitleak import tls
 from splitleak.artifacts.outcome import read_outcome
 from splitleak.artifacts.paths import RunDir
@@ -72,6 +78,9 @@ from splitleak.stopping import StopNoted, Terminated, stopped_by, stops_noted
 
 # A point that fits the cluster waits at most this long for other jobs to free its CPUs.
 PLACEMENT_TIMEOUT_S = 600.0
+# Ray's own lines on the driver ('Started a local Ray instance.', its token warning): in the
+# sweep directory, not on the terminal
+RAY_LOG = "ray_driver.log"
 # Why a point whose roles stream their files back cannot resume: each role starts on a fresh
 # node-local directory, and a stopped point's files never came back.
 STREAMED = "its roles stream their files back (resume needs --shared-dir)"
@@ -82,8 +91,8 @@ class RoleActor:
     """One role of one point on the node Ray placed its bundle on."""
 
     def __init__(self, role: str, config_toml: str, run_name: str, run_root: str | None,
-                 identity: dict[str, bytes] | None, cpus: float, resume: bool) -> None:
-        self.host = RoleHost(role, config_toml, run_name, run_root, identity, cpus, resume)
+                 identity: dict[str, bytes] | None, cpus: float, resume: bool, sweep: str) -> None:
+        self.host = RoleHost(role, config_toml, run_name, run_root, identity, cpus, resume, sweep)
         self.host.capture_output()  # this worker process is the role's alone
 
     def where(self) -> dict[str, Any]:
@@ -103,6 +112,11 @@ class RoleActor:
 
     def cleanup(self) -> None:
         self.host.cleanup()
+
+
+# On the node the task is put on: a point's node-local files, whatever its roles' end (a function
+# of a module that imports nothing heavy: the task's worker imports it alone)
+_remove_scratch = ray.remote(num_cpus=0, max_retries=0)(remove_scratch)
 
 
 class _Cancelled(Exception):
@@ -193,6 +207,28 @@ def _sigterm_kept() -> Iterator[None]:
             signal.signal(signal.SIGTERM, previous)
 
 
+@contextmanager
+def _ray_lines_kept(path: Path) -> Iterator[None]:
+    """Ray's own log lines on the driver (its "ray" logger: 'Started a local Ray instance.',
+    'Token authentication is enabled ...', 'Connecting to existing Ray cluster ...') go to
+    `path` rather than the terminal, where they came before the sweep's own lines; its errors
+    reach the terminal too (a failure itself is the engine's one sentence)."""
+    ray_logger = logging.getLogger("ray")
+    kept = logging.FileHandler(path, delay=True)
+    kept.setFormatter(logging.Formatter(ray_constants.LOGGER_FORMAT))
+    terminal = {handler: handler.level for handler in ray_logger.handlers}
+    for handler in terminal:
+        handler.setLevel(max(handler.level, logging.ERROR))
+    ray_logger.addHandler(kept)
+    try:
+        yield
+    finally:
+        ray_logger.removeHandler(kept)
+        kept.close()
+        for handler, level in terminal.items():
+            handler.setLevel(level)
+
+
 def _quiet_raylet_messages() -> None:
     """Ray's driver prints every error published to its job (its listener labels them all
     'raylet') to this process's stdout, whatever log_to_driver says: a node lost mid-sweep put
@@ -281,6 +317,8 @@ class RayEngine(Engine):
         self._jobs = jobs
         self.jobs = jobs or 1  # known once connected: what the cluster's CPUs hold
         self.connected = False
+        # this run's folder in each node's temporary directory, the points' node-local files in it
+        self.sweep = f"{SWEEP_FOLDER}{secrets.token_hex(6)}"
         self.local = False  # this engine started a cluster on this machine alone (see _connect)
 
     def _connect(self, points: Sequence[Point]) -> None:
@@ -313,14 +351,15 @@ class RayEngine(Engine):
         if not points:
             return {}
         started_ray = not ray.is_initialized()
-        try:
-            self._connect(points)
-            with stops_noted() as stop:  # Ray's weakref callbacks would swallow a KeyboardInterrupt
-                return self._run_points(points, listener, stop)
-        finally:
-            if started_ray and ray.is_initialized():  # its cluster, if it started one, goes too
-                ray.shutdown()
-            _restore_ray_printing()
+        with _ray_lines_kept(points[0].run_dir.parent / RAY_LOG):
+            try:
+                self._connect(points)
+                with stops_noted() as stop:  # Ray's weakref callbacks would swallow a KeyboardInterrupt
+                    return self._run_points(points, listener, stop)
+            finally:
+                if started_ray and ray.is_initialized():  # its cluster, if it started one, goes too
+                    ray.shutdown()
+                _restore_ray_printing()
 
     def _run_points(self, points: Sequence[Point], listener: Listener,
                     stop: StopNoted) -> dict[str, PointResult]:
@@ -409,7 +448,7 @@ class RayEngine(Engine):
         except Exception as err:  # noqa: BLE001 - streaming failed: the point fails
             message = message or _reason(point, err, actors, nodes)
         finally:
-            self._release(actors, group)
+            self._release(actors, group, run.root.name)
         placed = nodes or None
         if message is None:
             # the roles' timing.json came back with their files: their start-up marks and
@@ -468,7 +507,8 @@ class RayEngine(Engine):
         return {role: RoleActor.options(  # type: ignore[attr-defined]  # ray.remote made it an ActorClass
             num_cpus=self.cpus_per_role, scheduling_strategy=PlacementGroupSchedulingStrategy(
                 group, placement_group_bundle_index=i)).remote(
-            role, config, run.root.name, shared, identities.get(role), self.cpus_per_role, resume)
+            role, config, run.root.name, shared, identities.get(role), self.cpus_per_role, resume,
+            self.sweep)
             for i, role in enumerate(roles)}
 
     def _train(self, point: Point, actors: dict[str, Any], nodes: dict[str, Any], listener: Listener,
@@ -556,14 +596,21 @@ class RayEngine(Engine):
                 return status[role]["error"] or f"{role} did not finish"
         return "a role did not finish"
 
-    @staticmethod
-    def _release(actors: dict[str, Any], group: PlacementGroup) -> None:
-        """Each living actor removes its node-local scratch (10 s at most for them all: a
-        stopped sweep waits no longer), then every actor is killed and the group removed."""
+    def _release(self, actors: dict[str, Any], group: PlacementGroup, run_name: str) -> None:
+        """Each living actor removes its node-local scratch, then every actor is killed and a
+        task on each node of the group removes the point's scratch there, a dead actor's too
+        (10 s at most for each: a stopped sweep waits no longer; a lost node's stays on it),
+        and the group is removed."""
         if cleaned := [actor.cleanup.remote() for actor in actors.values()]:
             ray.wait(cleaned, num_returns=len(cleaned), timeout=10)  # a dead actor's: at once
         for actor in actors.values():
             ray.kill(actor)
+        nodes = set(placement_group_table(group).get("bundles_to_node_id", {}).values())
+        removed = [_remove_scratch.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(
+                self.sweep, run_name) for node in nodes] if actors else []
+        if removed:
+            ray.wait(removed, num_returns=len(removed), timeout=10)
         remove_placement_group(group)
 
     def _analyse(self, point: Point, run: RunDir, started: float, nodes: dict[str, Any] | None,

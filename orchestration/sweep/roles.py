@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import sys
 import tempfile
 import threading
 import time
 import tomllib
 from collections.abc import Coroutine, Iterator
+from contextlib import ExitStack, suppress
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -23,9 +23,11 @@ from typing import Any
 from orchestration.launch import LABEL_PARTY, PASSIVE_PARTY, Role
 from orchestration.launch import SIDECAR as ATTACKER
 from orchestration.processes import last_error
+from orchestration.sweep.scratch import SWEEP_FOLDER, remove_role_folder, scratch_of
 from splitleak import tls
 from splitleak.artifacts.metrics import MetricsTail
 from splitleak.artifacts.paths import RunDir
+from splitleak.artifacts.rundir import held_by, holding
 from splitleak.cli_common import LOG_FORMAT
 from splitleak.config import parse_config
 from splitleak.fileio import write_atomically
@@ -44,20 +46,41 @@ class RoleError(RuntimeError):
     """The role could not start; the message says why."""
 
 
+HELD = ".held"  # in a role's scratch folder: locked by the role's process while it lives
+ABANDONED_AFTER_S = 60.0  # an unlocked role folder at least this old is one whose process died
+
+
+def remove_abandoned() -> None:
+    """Remove the scratch folders on this node of roles (of any sweep) whose process is gone
+    though their driver did not remove them: a driver killed with SIGKILL, a task that never
+    reached the node. A role's process holds a lock in its folder while it lives."""
+    for lock in Path(tempfile.gettempdir()).glob(f"{SWEEP_FOLDER}*/*/*/{HELD}"):
+        with suppress(OSError):  # removed meanwhile
+            if held_by(lock) is None and time.time() - lock.stat().st_mtime > ABANDONED_AFTER_S:
+                remove_role_folder(lock.parent)
+
+
 class RoleHost:
     """Runs one role of one run. `run_root` is the run directory the role writes (a shared path,
-    or None: a fresh node-local one named `run_name`, streamed back by `files`); `identity` is
+    or None: a fresh node-local one named `run_name`, streamed back by `files`); `sweep` names
+    the folder its node-local files go in (orchestration.sweep.scratch); `identity` is
     this role's TLS files by name (ca.pem, <name>.pem, <name>.key); the key is kept in memory.
     `resume`: continue the run in `run_root` from its newest complete checkpoint, as the role's
     CLI does with --resume."""
 
     def __init__(self, role: str, config_toml: str, run_name: str, run_root: str | None = None,
                  identity: dict[str, bytes] | None = None, cpus: float = 1.0,
-                 resume: bool = False) -> None:
+                 resume: bool = False, sweep: str = f"{SWEEP_FOLDER}roles") -> None:
         os.environ[THREADS_ENV] = str(max(1, int(cpus)))  # "auto": the CPUs of its bundle
         self.role = role
         self.cfg = parse_config(tomllib.loads(config_toml), f"{run_name} ({role})")
-        self._scratch = Path(tempfile.mkdtemp(prefix=f"splitleak-{role}-"))
+        point = scratch_of(sweep, run_name)
+        point.parent.mkdir(mode=0o700, exist_ok=True)
+        point.mkdir(mode=0o700, parents=True, exist_ok=True)
+        remove_abandoned()
+        self._scratch = Path(tempfile.mkdtemp(prefix=f"{role}-", dir=point))
+        self._held = ExitStack()  # until cleanup: this folder is in use
+        self._held.enter_context(holding(self._scratch / HELD, self._scratch, "using it"))
         self.streamed = run_root is None
         if resume and self.streamed:
             raise RoleError(f"{role} cannot resume a run it streams back (it has no earlier files)")
@@ -196,7 +219,8 @@ class RoleHost:
     def cleanup(self) -> None:
         logging.getLogger().removeHandler(self._log)
         self._log.close()
-        shutil.rmtree(self._scratch, ignore_errors=True)
+        remove_role_folder(self._scratch)
+        self._held.close()
 
 
 def receive(run_root: Path, pieces: Iterator[tuple[str, int, bytes]]) -> int:
