@@ -152,8 +152,8 @@ class Sweep:
         """`splitleak compare`'s table (one row per setting and attack), as it wrote it;
         TableError naming the file when the sweep was not compared or its table is unreadable."""
         return read_table(CompareDir(self.dir.compare).table_parquet, "comparison table",
-                          f"`splitleak compare {self.root}` writes it; a sweep runs it once "
-                          "every point is done")
+                          f"`splitleak compare {self.root}` writes it; `splitleak sweep` runs it "
+                          "at its end once some point is done, unless --no-compare")
 
     def runs(self, status: str | None = "done") -> list[Run]:
         """The points' runs in point order (`status`: only those with it; None: every point but
