@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import threading
 import time
@@ -54,7 +53,16 @@ from splitleak.timing import mark_startup, note
 from splitleak.tls import LABEL_PARTY
 from splitleak.transport import bind, create_server
 from splitleak.validation import resolved
-from splitleak.watchdog import STUCK_GRACE, Heartbeat, Stuck, Watchdog, stuck_sentence, suspects
+from splitleak.watchdog import (
+    STUCK_GRACE,
+    Heartbeat,
+    Stuck,
+    Watchdog,
+    end_stuck,
+    step_limit,
+    stuck_sentence,
+    suspects,
+)
 
 log = logging.getLogger("label_party")
 SERVICE_NAME = "splitleak.v1.LabelParty"
@@ -207,11 +215,10 @@ class LabelPartyRun:
         outcome names where the step is stuck, and the process ends, its checkpoints kept (the
         parties see its streams end: the run stops within the step deadline)."""
         batch = stuck.beat
-        doing = f"{batch.phase.name} step {batch.step}" if isinstance(batch, Batch) else "a step"
+        doing = f"at {batch.phase.name} step {batch.step}" if isinstance(batch, Batch) else "in a step"
         resume = newest_fields(self.run.root)["checkpoint_step"]
-        message = stuck_sentence("the label party", doing, stuck, self.cfg.topology.step_deadline_s,
-                                 self.run.root, resume)
-        log.error("%s", message)
+        message = stuck_sentence("the label party", doing, stuck,
+                                 step_limit(self.cfg.topology.step_deadline_s), self.run.root, resume)
         outcome = self._ended("failed", message, code=grpc.StatusCode.DEADLINE_EXCEEDED.name,
                               culprit="label party", party=None,
                               step=batch.step if isinstance(batch, Batch) else None)
@@ -221,8 +228,7 @@ class LabelPartyRun:
             write_outcome(self.run, outcome)
         except OSError as err:
             log.error("%s", describe_os_error(err))
-        logging.shutdown()
-        os._exit(EXIT_BAD_INPUT if stuck.plugin else EXIT_FAILED)
+        end_stuck(log, message, stuck.plugin)
 
     def interrupt(self) -> None:
         """First signal: stop at the next boundary, after a checkpoint; second: stop now."""
