@@ -59,6 +59,7 @@ from splitleak.watchdog import (
     Stuck,
     Watchdog,
     end_stuck,
+    resume_hint,
     step_limit,
     stuck_sentence,
     suspects,
@@ -218,7 +219,8 @@ class LabelPartyRun:
         doing = f"at {batch.phase.name} step {batch.step}" if isinstance(batch, Batch) else "in a step"
         resume = newest_fields(self.run.root)["checkpoint_step"]
         message = stuck_sentence("the label party", doing, stuck,
-                                 step_limit(self.cfg.topology.step_deadline_s), self.run.root, resume)
+                                 step_limit(self.cfg.topology.step_deadline_s),
+                                 resume_hint(self.run.root, resume))
         outcome = self._ended("failed", message, code=grpc.StatusCode.DEADLINE_EXCEEDED.name,
                               culprit="label party", party=None,
                               step=batch.step if isinstance(batch, Batch) else None)

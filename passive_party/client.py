@@ -61,7 +61,7 @@ from splitleak.v1 import attacker_pb2 as apb
 from splitleak.v1 import split_learning_pb2 as pb
 from splitleak.v1 import split_learning_pb2_grpc as pb_grpc
 from splitleak.v1 import tensor_pb2
-from splitleak.watchdog import Stuck, end_stuck
+from splitleak.watchdog import Stuck, end_stuck, resume_hint
 from splitleak.white_box import SnapshotWriter, cafe_victim
 from splitleak.wire import config_map_problem
 
@@ -187,7 +187,8 @@ async def _prepare_and_train(cfg: ExperimentConfig, party_id: int, address: str,
 def _stuck_protecting(cfg: ExperimentConfig, party_id: int, run: RunDir) -> Callable[[Stuck], None]:
     def stuck(stuck: Stuck) -> None:
         resume = newest_fields(run.root)["checkpoint_step"]
-        end_stuck(log, stuck_protecting(cfg, party_id, stuck, run.root, resume), stuck.plugin)
+        end_stuck(log, stuck_protecting(cfg, party_id, stuck, resume_hint(run.root, resume)),
+                  stuck.plugin)
     return stuck
 
 

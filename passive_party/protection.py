@@ -9,7 +9,6 @@ import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -121,13 +120,11 @@ def _watched(cfg: ExperimentConfig, protection: Protection,
                    suspects([("protection", cfg.protection.name, type(protection))]))
 
 
-def stuck_protecting(cfg: ExperimentConfig, k: int, stuck: Stuck, run_root: Path,
-                     checkpoint_step: int | None) -> str:
+def stuck_protecting(cfg: ExperimentConfig, k: int, stuck: Stuck, then: str) -> str:
     """The sentence of a party whose protection is stuck (protect_party's `on_stuck`)."""
     limit = (f"topology.join_deadline_s = {cfg.topology.join_deadline_s:g} s: a party must have "
              "joined by then")
-    return stuck_sentence(f"passive party {k}", "protecting its train images", stuck, limit,
-                          run_root, checkpoint_step)
+    return stuck_sentence(f"passive party {k}", "protecting its train images", stuck, limit, then)
 
 
 def write_figures(run: RunDir, party_id: int, figures: dict[str, Any] | None) -> None:

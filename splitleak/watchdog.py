@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -131,15 +131,18 @@ class Watchdog:
                 return
 
 
-def stuck_sentence(role: str, doing: str, stuck: Stuck, limit: str, run_root: Path,
-                   checkpoint_step: int | None) -> str:
+def stuck_sentence(role: str, doing: str, stuck: Stuck, limit: str, then: str) -> str:
     """`the label party is stuck at TRAIN step 5: defense 'hang' (…), in apply() at …:12, has not
-    returned for 5.1 s (<limit>); fix the plug-in, then …--resume … continues from step 4`."""
+    returned for 5.1 s (<limit>); fix the plug-in, then <then>`."""
     fix = "fix the plug-in" if stuck.plugin else "its log holds every thread's stack"
+    return (f"{role} is stuck {doing}: {stuck.where}, has not returned for {stuck.seconds:.1f} s "
+            f"({limit}); {fix}, then {then}")
+
+
+def resume_hint(run_root: Path, checkpoint_step: int | None) -> str:
     resume = (f"continues from the checkpoint of step {checkpoint_step}"
               if checkpoint_step is not None else "starts it again from step 0")
-    return (f"{role} is stuck {doing}: {stuck.where}, has not returned for {stuck.seconds:.1f} s "
-            f"({limit}); {fix}, then `splitleak run --resume {run_root}` {resume}")
+    return f"`splitleak run --resume {run_root}` {resume}"
 
 
 def step_limit(deadline: float) -> str:
@@ -147,22 +150,30 @@ def step_limit(deadline: float) -> str:
     return f"topology.step_deadline_s = {deadline:g} s, plus {STUCK_GRACE:g} s grace"
 
 
-def end_stuck(logger: logging.Logger, sentence: str, plugin: bool) -> NoReturn:
-    """Log `sentence` and end this process at once (its stuck thread never returns, so nothing
-    else would): exit 2 when stuck in a plug-in of one's own (as for one that raises), else 1."""
-    logger.error("%s", sentence)
+def end_stuck(logger: logging.Logger | None, sentence: str, plugin: bool) -> NoReturn:
+    """Log `sentence` (unless `logger` is None: said otherwise) and end this process at once
+    (its stuck thread never returns, so nothing else would): exit 2 when stuck in a plug-in of
+    one's own (as for one that raises), else 1."""
+    if logger is not None:
+        logger.error("%s", sentence)
     logging.shutdown()
     os._exit(EXIT_BAD_INPUT if plugin else EXIT_FAILED)
 
 
 @contextmanager
-def watched(limit: float, stuck: Callable[[Stuck], object],
-            plugins: dict[str, str]) -> Iterator[None]:
-    """The block, timed by a Watchdog as one step of `limit` seconds (a one-off: a protection)."""
-    heartbeat = Heartbeat()
-    heartbeat.beat = plugins  # any object: the block is one beat
-    watchdog = Watchdog(heartbeat, limit, stuck, lambda: plugins).start()
+def watching(heartbeat: Heartbeat, limit: float, stuck: Callable[[Stuck], object],
+             plugins: Callable[[], dict[str, str]]) -> Iterator[None]:
+    """The block, its `heartbeat` watched by a Watchdog (Watchdog's arguments)."""
+    watchdog = Watchdog(heartbeat, limit, stuck, plugins).start()
     try:
         yield
     finally:
         watchdog.stop()
+
+
+def watched(limit: float, stuck: Callable[[Stuck], object],
+            plugins: dict[str, str]) -> AbstractContextManager[None]:
+    """The block, timed by a Watchdog as one step of `limit` seconds (a one-off: a protection)."""
+    heartbeat = Heartbeat()
+    heartbeat.beat = plugins  # any object: the block is one beat
+    return watching(heartbeat, limit, stuck, lambda: plugins)

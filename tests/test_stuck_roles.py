@@ -135,3 +135,20 @@ def test_a_stuck_protection_is_named_before_the_party_that_did_not_join(
            "stuckplugins/__init__.py:" in said, said
     assert f"(topology.join_deadline_s = {join:g} s: a party must have joined by then); fix the " \
            "plug-in" in said and "the label party reports: passive party 1 did not join" in said, said
+
+
+def test_a_stuck_step_of_an_in_process_run_is_named(tmp_path: Path, env: dict[str, str]) -> None:
+    """`splitleak run --in-process` hung as the distributed run did, with no deadline at all."""
+    config = write_config(tmp_path, small_config(
+        tmp_path, training={"batch_size": 32, "epochs": 1, "max_steps": 8, "eval_interval": 100},
+        topology={"passive_parties": 2, "step_deadline_s": DEADLINE}, defense=[{"name": "hang"}]))
+    code, said = _run(env, "run", str(config), "--in-process", stuck=True)
+    assert code == 2, said
+    assert f"run failed: the in-process run is stuck at TRAIN step {FROM}: defense 'hang' " \
+           "(splitleak.defenses entry point 'stuckplugins:Hang' of package 'stuckplugins'), in " \
+           "_hang() at stuckplugins/__init__.py:" in said, said
+    assert f"(3 roles' topology.step_deadline_s = {DEADLINE:g} s each, plus {STUCK_GRACE:g} s " \
+           "grace); fix the plug-in, then run it again" in said, said
+    (run,) = (tmp_path / "runs").iterdir()
+    outcome = json.loads((run / "label_party" / "outcome.json").read_text())
+    assert outcome["status"] == "failed" and outcome["step"] == FROM
