@@ -19,6 +19,7 @@ from splitleak.codec import WIRE_FLOATS, CodecError, decode_tensor, encode_ids, 
 from splitleak.timing import StepTimer, mark_startup, timed
 from splitleak.v1 import split_learning_pb2 as pb
 from splitleak.v1 import tensor_pb2
+from splitleak.watchdog import Heartbeat
 
 _WIRE_PHASE = {Phase.TRAIN: pb.TRAIN, Phase.EVAL: pb.EVAL}
 
@@ -33,8 +34,12 @@ GRACE = 0.5  # s: read what already arrived before declaring a party stalled
 class NetworkExchange:
     """Sends each party its batch (and the previous cut gradient), collects the answers."""
 
-    def __init__(self, session: Session, taps: ReceivedTaps | None = None) -> None:
+    def __init__(self, session: Session, taps: ReceivedTaps | None = None,
+                 heartbeat: Heartbeat | None = None) -> None:
         self.session = session
+        # The batch the label party computes, None while it waits for the parties (or the
+        # sidecar) or checkpoints: what its watchdog watches (two assignments a step, no more).
+        self.heartbeat = heartbeat or Heartbeat()
         self.taps = taps  # [threat.receiver]: what this party receives goes to the sidecar
         self._received: dict[int, tensor_pb2.Tensor] = {}  # the victims' raw activations
         self.shapes = session.embedding_shapes()
@@ -106,12 +111,14 @@ class NetworkExchange:
                 meanwhile()
         self._count()
         during = f"{next_batch.phase.name} step {next_batch.step}"
+        self.heartbeat.beat = None
         activations = await self._collect(f"activation for {during}",
                                           lambda k, m: self._activation(k, m, next_batch, during))
         if next_batch.phase is Phase.TRAIN:
             mark_startup("first_step")  # every party answered a train batch: training runs
         if self.taps is not None and next_batch.phase is Phase.TRAIN:
             await self.taps.record(next_batch, self._received)
+        self.heartbeat.beat = next_batch  # the label party's own step: the watchdog's to time
         return activations
 
     async def checkpoint(self, gradients: dict[int, torch.Tensor] | None,
@@ -121,6 +128,7 @@ class NetworkExchange:
         """Deliver the pending gradients with a checkpoint request; every party's ack.
         `late_answers`: an activation asked before the request may still arrive first (a
         checkpoint after a failure); it is skipped."""
+        self.heartbeat.beat = None
         self._send(gradients, gradient_batch, None, position)
         during = f"the checkpoint at step {position.step}"
         return await self._collect(f"acknowledgement of {during}",
@@ -129,6 +137,7 @@ class NetworkExchange:
 
     async def finish(self, gradients: dict[int, torch.Tensor] | None,
                      gradient_batch: Batch | None) -> None:
+        self.heartbeat.beat = None
         self._send(gradients, gradient_batch, None)
         for stream in self.session.streams.values():
             stream.outbound.put_nowait(None)

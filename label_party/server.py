@@ -24,7 +24,7 @@ from label_party.outputs import (
     write_labels,
     write_outputs,
 )
-from label_party.schedule import schedule
+from label_party.schedule import Batch, schedule
 from label_party.servicer import add_label_party
 from label_party.session import Session, SessionError
 from label_party.setup import LabelPartyData, load_label_party_data, plan_record
@@ -53,6 +53,17 @@ from splitleak.timing import mark_startup, note
 from splitleak.tls import LABEL_PARTY
 from splitleak.transport import bind, create_server
 from splitleak.validation import resolved
+from splitleak.watchdog import (
+    STUCK_GRACE,
+    Heartbeat,
+    Stuck,
+    Watchdog,
+    end_stuck,
+    resume_hint,
+    step_limit,
+    stuck_sentence,
+    suspects,
+)
 
 log = logging.getLogger("label_party")
 SERVICE_NAME = "splitleak.v1.LabelParty"
@@ -70,9 +81,9 @@ async def serve(cfg: ExperimentConfig, run: RunDir, listen: str,
     if port_file is not None:
         write_atomically(port_file, lambda tmp: tmp.write_text(f"{serving.address}\n"))
     # Signals reach only the main thread; a label party run in a worker thread (a Ray role
-    # actor) is stopped by ending its process instead.
-    outcome = await serving.until_done(
-        handle_signals=threading.current_thread() is threading.main_thread())
+    # actor) is stopped by ending its process instead, and is not ended by its watchdog.
+    own_process = threading.current_thread() is threading.main_thread()
+    outcome = await serving.until_done(handle_signals=own_process, watch=own_process)
     if outcome["status"] == "ok":
         log.info("training finished: ok (%s train steps in %.1f s)", outcome.get("train_steps"),
                  outcome["seconds"])
@@ -92,10 +103,11 @@ class Serving:
     labelled: LabelPartyRun
     address: str
 
-    async def until_done(self, handle_signals: bool = False) -> dict[str, Any]:
-        """Run to the end, write the outcome, stop serving; returns the outcome."""
+    async def until_done(self, handle_signals: bool = False, watch: bool = False) -> dict[str, Any]:
+        """Run to the end, write the outcome, stop serving; returns the outcome. `watch`: a
+        step stuck past its deadline ends this process (LabelPartyRun.stuck)."""
         labelled = self.labelled
-        outcome = await labelled.until_done(handle_signals)
+        outcome = await labelled.until_done(handle_signals, watch)
         labelled.writer.close()
         try:
             write_outcome(labelled.run, outcome)
@@ -169,13 +181,18 @@ class LabelPartyRun:
         self.signals = 0
         self.task: asyncio.Task | None = None
         self.started = time.monotonic()
+        self.heartbeat = Heartbeat()  # the batch in the label party's hands (NetworkExchange)
+        self.trainer: LabelPartyTrainer | None = None
 
-    async def until_done(self, handle_signals: bool = True) -> dict[str, Any]:
-        """The outcome; with `handle_signals`, SIGTERM / SIGINT interrupt the run cleanly."""
+    async def until_done(self, handle_signals: bool = True, watch: bool = False) -> dict[str, Any]:
+        """The outcome; with `handle_signals`, SIGTERM / SIGINT interrupt the run cleanly;
+        with `watch`, a step stuck past its deadline ends the process (`stuck`)."""
         loop = asyncio.get_running_loop()
         signals = (signal.SIGTERM, signal.SIGINT) if handle_signals else ()
         for sig in signals:
             loop.add_signal_handler(sig, self.interrupt)
+        watchdog = Watchdog(self.heartbeat, self.cfg.topology.step_deadline_s + STUCK_GRACE,
+                            self.stuck, self._plugins).start() if watch else None
         self.task = asyncio.ensure_future(self._run())
         if self.signals:  # stopped before it began
             self.task.cancel()
@@ -186,8 +203,34 @@ class LabelPartyRun:
             await self.session.wait_closed(timeout=2.0)
             return self._ended("interrupted", "the label party was stopped before a checkpoint")
         finally:
+            if watchdog is not None:
+                watchdog.stop()
             for sig in signals:
                 loop.remove_signal_handler(sig)
+
+    def _plugins(self) -> dict[str, str]:
+        return suspects(self.trainer.plugins()) if self.trainer is not None else {}
+
+    def stuck(self, stuck: Stuck) -> None:
+        """The watchdog's last word (in its thread: the event loop is the one stuck): the
+        outcome names where the step is stuck, and the process ends, its checkpoints kept (the
+        parties see its streams end: the run stops within the step deadline)."""
+        batch = stuck.beat
+        doing = f"at {batch.phase.name} step {batch.step}" if isinstance(batch, Batch) else "in a step"
+        resume = newest_fields(self.run.root)["checkpoint_step"]
+        message = stuck_sentence("the label party", doing, stuck,
+                                 step_limit(self.cfg.topology.step_deadline_s),
+                                 resume_hint(self.run.root, resume))
+        outcome = self._ended("failed", message, code=grpc.StatusCode.DEADLINE_EXCEEDED.name,
+                              culprit="label party", party=None,
+                              step=batch.step if isinstance(batch, Batch) else None)
+        if stuck.plugin:
+            outcome["plugin_error"] = True
+        try:
+            write_outcome(self.run, outcome)
+        except OSError as err:
+            log.error("%s", describe_os_error(err))
+        end_stuck(log, message, stuck.plugin)
 
     def interrupt(self) -> None:
         """First signal: stop at the next boundary, after a checkpoint; second: stop now."""
@@ -212,6 +255,7 @@ class LabelPartyRun:
             trainer = await compute(LabelPartyTrainer, cfg, data.labels, data.num_classes,
                                     session.embedding_shapes(), data.own_inputs, data.train_ids,
                                     anchors, snapshots, self.device, label_core_free(cfg))
+            self.trainer = trainer
             note(split_backward=trainer.objective.split_backward)
             if session.resume is not None:
                 await compute(restore, trainer, self.run, session.resume)
@@ -221,7 +265,7 @@ class LabelPartyRun:
                     await compute(artifact.keep_before, resumed_at)
             if self.taps is not None:
                 await self.taps.start(session.run_id, resumed_at if session.resumed else None)
-            exchange = NetworkExchange(session, self.taps)
+            exchange = NetworkExchange(session, self.taps, self.heartbeat)
             self.checkpoints = RunCheckpoints(cfg, self.run, exchange, trainer, self.writer,
                                               compute, self.progress)
             batches = schedule(data.plan, data.train_ids, data.test_ids, cfg.run.seed,

@@ -219,6 +219,12 @@ class LabelPartyTrainer:
         record[f"{split}_accuracy"] = float((pred == y).double().mean())
         return record
 
+    def plugins(self) -> list[tuple[str, str, Any]]:
+        """(kind, name, class) of the objective and of each defense: what a step runs."""
+        chain = next(iter(self.chains.values()), None)
+        return [("objective", self.cfg.objective.name, type(self.objective)),
+                *(("defense", cls.name, cls) for cls in (chain.classes if chain else []))]
+
     def defense_summary(self) -> dict[int, Any]:
         return chain_summaries(self.chains)
 

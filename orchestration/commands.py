@@ -142,7 +142,7 @@ def train_one(cfg: ExperimentConfig, args: argparse.Namespace, console: Console,
         from passive_party.protections.base import ProtectionFailed
 
         try:
-            return train_in_process(cfg, run)
+            return train_in_process(cfg, run, watch=True)
         except (NonFiniteStep, ProtectionFailed) as err:  # the run (or a party's protection)
             console.print(f"[bold red]run failed:[/] {err}")  # diverged: said in one sentence
             raise SystemExit(EXIT_FAILED) from None

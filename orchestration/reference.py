@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Any
 
 import torch
@@ -39,6 +41,15 @@ from splitleak.provenance import PluginError
 from splitleak.stopping import stopped_by
 from splitleak.timing import StepTimer, note
 from splitleak.validation import resolved
+from splitleak.watchdog import (
+    STUCK_GRACE,
+    Heartbeat,
+    Stuck,
+    end_stuck,
+    stuck_sentence,
+    suspects,
+    watching,
+)
 from splitleak.white_box import SnapshotWriter, cafe_victim
 
 
@@ -61,6 +72,7 @@ class LocalExchange:
         self.observe = observe
         self.record_activation = record_activation
         self._sent: dict[int, torch.Tensor] = {}  # each party's last train activation
+        self.heartbeat = Heartbeat()  # the batch in hand: every role's step runs here
 
     def _backward(self, gradients: dict[int, torch.Tensor] | None, batch: Batch | None) -> None:
         if gradients is None or batch is None:
@@ -80,6 +92,7 @@ class LocalExchange:
     async def exchange(self, gradients: dict[int, torch.Tensor] | None,
                        gradient_batch: Batch | None, next_batch: Batch,
                        meanwhile: Callable[[], object] | None = None) -> dict[int, torch.Tensor]:
+        self.heartbeat.beat = next_batch
         if meanwhile is not None:  # the label party's own update, as it runs while parties compute
             meanwhile()
         self._backward(gradients, gradient_batch)
@@ -103,6 +116,7 @@ class LocalExchange:
                      gradient_batch: Batch | None) -> None:
         self._backward(gradients, gradient_batch)
         self._as_role(LABEL)
+        self.heartbeat.beat = None
 
     def _as_role(self, role: str) -> None:
         if role in self.threads:
@@ -110,10 +124,25 @@ class LocalExchange:
 
 
 def train_in_process(cfg: ExperimentConfig, run: RunDir,
-                     on_record: Callable[[dict[str, Any]], None] | None = None) -> RunOutcome:
+                     on_record: Callable[[dict[str, Any]], None] | None = None,
+                     watch: bool = False) -> RunOutcome:
     """`splitleak run --in-process`: the reference run, then summary.json as a distributed run
-    leaves it."""
+    leaves it. `watch`: a step stuck past its deadline ends this process, saying where
+    (outcome.json, stderr)."""
     started = time.monotonic()
+
+    def stuck(stuck: Stuck) -> None:
+        batch = stuck.beat
+        assert isinstance(batch, Batch)  # what LocalExchange beats
+        limit = (f"{cfg.topology.passive_parties + 1} roles' topology.step_deadline_s = "
+                 f"{cfg.topology.step_deadline_s:g} s each, plus {STUCK_GRACE:g} s grace")
+        sentence = stuck_sentence("the in-process run", f"at {batch.phase.name} step {batch.step}",
+                                  stuck, limit, "run it again (it writes no checkpoints)")
+        write_outcome(run, {"status": "failed", "code": "DEADLINE_EXCEEDED", "message": sentence,
+                            "seconds": time.monotonic() - started, "step": batch.step})
+        print(f"run failed: {sentence}", file=sys.stderr, flush=True)  # as the CLI says a failure
+        end_stuck(None, sentence, stuck.plugin)
+
     trained: list[int] = []  # the train steps done, for an interrupted run's outcome
 
     def seen(record: dict[str, Any]) -> None:
@@ -123,7 +152,7 @@ def train_in_process(cfg: ExperimentConfig, run: RunDir,
             on_record(record)
 
     try:
-        run_reference(cfg, run, seen)
+        run_reference(cfg, run, seen, stuck if watch else None)
     except KeyboardInterrupt as err:  # Ctrl-C (SIGTERM: Terminated) between two steps
         step = trained[-1] + 1 if trained else 0
         write_outcome(run, {"status": "interrupted", "seconds": time.monotonic() - started,
@@ -142,9 +171,12 @@ def train_in_process(cfg: ExperimentConfig, run: RunDir,
 
 
 def run_reference(cfg: ExperimentConfig, run: RunDir,
-                  on_record: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+                  on_record: Callable[[dict[str, Any]], None] | None = None,
+                  on_stuck: Callable[[Stuck], object] | None = None) -> dict[str, Any]:
     """Train the whole split model in this process; writes the same files as a distributed run.
-    `on_record` sees each metrics record as it is written (a sweep's progress)."""
+    `on_record` sees each metrics record as it is written (a sweep's progress); `on_stuck` is
+    told, from a watchdog thread, where a step is stuck once it has not moved for every role's
+    step deadline (plus STUCK_GRACE)."""
     cfg = resolved(cfg)
     threads = {role: role_threads(cfg, role) for role in roles(cfg) if role != ATTACKER}
     torch.set_num_threads(threads[LABEL])
@@ -186,7 +218,10 @@ def run_reference(cfg: ExperimentConfig, run: RunDir,
     exchange = LocalExchange(bottoms, store, observe, cfg.attacker.record_activation, cfg.wire.dtype,
                              received, receive, threads)
     timer = StepTimer()
-    with interrupts_at_once():  # not at the end of the run: asyncio.run's Ctrl-C waits for that
+    limit = (cfg.topology.passive_parties + 1) * cfg.topology.step_deadline_s + STUCK_GRACE
+    with (interrupts_at_once(),  # not at the end of the run: asyncio.run's Ctrl-C waits for that
+          nullcontext() if on_stuck is None else
+          watching(exchange.heartbeat, limit, on_stuck, lambda: suspects(trainer.plugins()))):
         asyncio.run(drive(trainer, batches, exchange, write, timer=timer))
     note(cuda_graphs={str(k): b.cuda_graphs for k, b in bottoms.items()})
     timer.write(run.label_timing, per="compute")

@@ -77,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         stop = StopRequest()
         run_async(stoppable(run_party(cfg, args.party_id, args.label_party, run,
                                       attacker=args.attacker, tls_dir=tls_dir,
-                                      resuming=args.resume is not None, stop=stop), stop))
+                                      resuming=args.resume is not None, stop=stop, watch=True),
+                               stop))
     except Stopped as stop:
         log.warning("passive party %d: stopped by %s%s%s", args.party_id, stop.by,
                     "; the label party was told: the run stops (continue it with --resume on "

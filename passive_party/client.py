@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
@@ -16,7 +16,7 @@ import torch
 
 from passive_party.bottom_trainer import BottomTrainer
 from passive_party.integrity import party_integrity
-from passive_party.protection import protect_party, write_figures
+from passive_party.protection import protect_party, stuck_protecting, write_figures
 from passive_party.protections.base import ProtectionFailed
 from splitleak.addresses import AddressError, resolve
 from splitleak.artifacts.manifest import DataFile
@@ -26,6 +26,7 @@ from splitleak.checkpoint import (
     CheckpointError,
     Position,
     load_state,
+    newest_fields,
     prune_own,
     rng_state,
     save_state,
@@ -60,6 +61,7 @@ from splitleak.v1 import attacker_pb2 as apb
 from splitleak.v1 import split_learning_pb2 as pb
 from splitleak.v1 import split_learning_pb2_grpc as pb_grpc
 from splitleak.v1 import tensor_pb2
+from splitleak.watchdog import Stuck, end_stuck, resume_hint
 from splitleak.white_box import SnapshotWriter, cafe_victim
 from splitleak.wire import config_map_problem
 
@@ -107,17 +109,18 @@ def load_bottom(cfg: ExperimentConfig, party_id: int, capture_first_layer: bool 
 async def run_party(cfg: ExperimentConfig, party_id: int, address: str, run: RunDir,
                     bottom: BottomTrainer | None = None, attacker: str | None = None,
                     tls_dir: Path | None = None, resuming: bool = False,
-                    stop: StopRequest | None = None) -> None:
+                    stop: StopRequest | None = None, watch: bool = False) -> None:
     """Train this party's bottom model; with `attacker`, tap every received gradient to it.
     `resuming`: the label party may resume the run from a checkpoint in `run`; `stop`: set, it
-    stops the party in training at the label party's next message (PartyStopped)."""
+    stops the party in training at the label party's next message (PartyStopped); `watch`: a
+    protection stuck past topology.join_deadline_s ends this process, naming where."""
     if not 1 <= party_id <= cfg.topology.passive_parties:
         raise PartyError(f"--party-id {party_id} is not in this run's parties "
                          f"1..{cfg.topology.passive_parties}")
     made: list[Tap] = []  # the tap, once made
     try:
         await _prepare_and_train(cfg, party_id, address, run, bottom, attacker, tls_dir,
-                                 resuming, stop, made)
+                                 resuming, stop, made, watch)
     except BaseException as err:  # noqa: BLE001 - re-raised: every way out tells the sidecar
         if attacker is not None:
             with contextlib.suppress(asyncio.CancelledError):  # a second stop: it is bounded
@@ -145,7 +148,7 @@ async def _tell_sidecar(tap: Tap | None, attacker: str, cfg: ExperimentConfig,
 async def _prepare_and_train(cfg: ExperimentConfig, party_id: int, address: str, run: RunDir,
                              bottom: BottomTrainer | None, attacker: str | None,
                              tls_dir: Path | None, resuming: bool, stop: StopRequest | None,
-                             made: list[Tap]) -> None:
+                             made: list[Tap], watch: bool = False) -> None:
     """run_party's work; the tap it makes is put in `made` (for run_party to stop)."""
     tapped = attacker is not None
     data = data_files(cfg)  # what this party trains on, as its checkpoints record it
@@ -160,7 +163,8 @@ async def _prepare_and_train(cfg: ExperimentConfig, party_id: int, address: str,
         bottom = load_bottom(cfg, party_id, tapped and cfg.attacker.record_first_layer, device)
         mark_startup("ready")
         try:  # before joining: once, seeded
-            write_figures(run, party_id, protect_party(cfg, bottom))
+            write_figures(run, party_id, protect_party(
+                cfg, bottom, _stuck_protecting(cfg, party_id, run) if watch else None))
         except (ConfigError, ProtectionFailed) as err:
             raise PartyError(str(err)) from None
     if cafe_victim(cfg, party_id):  # CAFE's threat model: the attacker sees its gradients
@@ -178,6 +182,14 @@ async def _prepare_and_train(cfg: ExperimentConfig, party_id: int, address: str,
                config_hash=cfg.hash) if attacker else None)
     made.extend([tap] if tap is not None else [])
     await _train(cfg, party_id, address, run, bottom, tap, tls_dir, resuming, stop, data)
+
+
+def _stuck_protecting(cfg: ExperimentConfig, party_id: int, run: RunDir) -> Callable[[Stuck], None]:
+    def stuck(stuck: Stuck) -> None:
+        resume = newest_fields(run.root)["checkpoint_step"]
+        end_stuck(log, stuck_protecting(cfg, party_id, stuck, resume_hint(run.root, resume)),
+                  stuck.plugin)
+    return stuck
 
 
 async def _train(cfg: ExperimentConfig, party_id: int, address: str, run: RunDir,

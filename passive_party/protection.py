@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import replace
 from typing import Any
 
@@ -24,6 +26,7 @@ from splitleak.partition import passive_columns
 from splitleak.plugins import PluginGroup
 from splitleak.registry import UnknownPluginError
 from splitleak.seeding import derive_seed
+from splitleak.watchdog import Stuck, stuck_sentence, suspects, watched
 
 log = logging.getLogger("passive_party")
 
@@ -81,10 +84,14 @@ def first_conv_block(model: nn.Module) -> nn.Sequential:
     raise ValueError("the bottom model has no conv block (protection needs model.kind = 'cnn')")
 
 
-def protect_party(cfg: ExperimentConfig, bottom: BottomTrainer) -> dict[str, Any] | None:
+def protect_party(cfg: ExperimentConfig, bottom: BottomTrainer,
+                  on_stuck: Callable[[Stuck], object] | None = None) -> dict[str, Any] | None:
     """Replace the party's train images (its `inputs`) by protected ones; the figures, or None
     when [protection] does not name this party. Deterministic by the run seed, so a resumed
-    party protects exactly as it did at the start. ConfigError for a bad [protection]."""
+    party protects exactly as it did at the start. ConfigError for a bad [protection].
+    `on_stuck`: told where the protection is stuck when it has not returned within
+    topology.join_deadline_s (the label party refuses a party not joined by then), from a
+    watchdog thread."""
     k = bottom.party_id
     if not cfg.protection.applies(k):
         return None
@@ -93,15 +100,31 @@ def protect_party(cfg: ExperimentConfig, bottom: BottomTrainer) -> dict[str, Any
     train_ids, _ = train_test_ids(inputs.num_rows, cfg.dataset.test_fraction, cfg.run.seed)
     log.info("party %d: protecting its %d train images with %s", k, train_ids.size,
              cfg.protection.describe())
-    result = protection(inputs.numeric[torch.from_numpy(train_ids).to(inputs.device)],
-                        first_conv_block(bottom.model),
-                        derive_seed(cfg.run.seed, "protection", k))
+    images = inputs.numeric[torch.from_numpy(train_ids).to(inputs.device)]
+    with _watched(cfg, protection, on_stuck):
+        result = protection(images, first_conv_block(bottom.model),
+                            derive_seed(cfg.run.seed, "protection", k))
     numeric = inputs.numeric.clone()
     numeric[torch.from_numpy(train_ids).to(inputs.device)] = result.images
     bottom.inputs = replace(inputs, numeric=numeric)
     log.info("party %d: protected in %.1f CPU s", k, result.figures.get("cpu_seconds", 0.0))
     return {"name": cfg.protection.name, "params": protection.params.model_dump(),
             **result.figures}
+
+
+def _watched(cfg: ExperimentConfig, protection: Protection,
+             on_stuck: Callable[[Stuck], object] | None) -> AbstractContextManager[None]:
+    if on_stuck is None:
+        return nullcontext()
+    return watched(cfg.topology.join_deadline_s, on_stuck,
+                   suspects([("protection", cfg.protection.name, type(protection))]))
+
+
+def stuck_protecting(cfg: ExperimentConfig, k: int, stuck: Stuck, then: str) -> str:
+    """The sentence of a party whose protection is stuck (protect_party's `on_stuck`)."""
+    limit = (f"topology.join_deadline_s = {cfg.topology.join_deadline_s:g} s: a party must have "
+             "joined by then")
+    return stuck_sentence(f"passive party {k}", "protecting its train images", stuck, limit, then)
 
 
 def write_figures(run: RunDir, party_id: int, figures: dict[str, Any] | None) -> None:

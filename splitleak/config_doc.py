@@ -79,7 +79,8 @@ NOTES = {
     "topology": "how many passive parties, where the label party listens, deadlines, TLS",
     "topology.passive_parties": "N, the number of passive parties",
     "topology.label_party_address": "HOST:PORT the label party listens on (port 0: any free port)",
-    "topology.step_deadline_s": "a party silent this long fails the step, named",
+    "topology.step_deadline_s": "a party silent this long fails the step, named; the label "
+                                "party stuck in its own step this long (plus 2 s) ends the run, named",
     "topology.join_deadline_s": "seconds every party has to join (input protection counts)",
     "topology.max_message_mb": "per gRPC message; `splitleak validate` checks a full batch fits",
     "objective.name": "cross_entropy | label_dp | kdk | gafm | mid | dcor | pe_loss | cae "

@@ -48,6 +48,10 @@ class DefenseChain:
         return [cls.name for cls, _ in self._specs]
 
     @property
+    def classes(self) -> list[type[Defense]]:
+        return [cls for cls, _ in self._specs]
+
+    @property
     def needs_class_gradients(self) -> bool:
         """Some defense of the chain reads ctx.class_gradients (e.g. grad_perturb)."""
         return any(cls.needs_class_gradients for cls, _ in self._specs)
