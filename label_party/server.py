@@ -285,6 +285,7 @@ class LabelPartyRun:
                     "defenses": trainer.defense_summary(),
                     "objective": trainer.objective_summary()}
         except Interrupted as stop:
+            self.heartbeat.beat = None  # stopping: no step is computed any more
             message = (f"the run was interrupted at step {self.progress.boundary.step}; resume it "
                        f"with --resume {self.run.root}")
             session.abort(SessionError(grpc.StatusCode.ABORTED, message))
@@ -343,6 +344,7 @@ class LabelPartyRun:
         """Checkpoint what can be (every party still there), then end every stream. A party
         lost while the run is being stopped (a signal here, or the orchestrator gone: every
         process got the same signal) broke nothing: the run was interrupted."""
+        self.heartbeat.beat = None  # the step is over: what follows waits on its own deadlines
         stopping = ("the label party was signalled to stop" if self.signals else
                     "the process that started the label party ended" if orphaned() else None)
         if stopping is not None:
