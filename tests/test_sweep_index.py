@@ -267,3 +267,22 @@ def test_a_dead_roles_scratch_is_removed_by_the_next_role_on_its_node(
     finally:
         living.cleanup()
     assert not any(node.iterdir())
+
+
+def test_a_role_starts_where_a_dead_role_of_its_point_was_removed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A point's only folder was a dead role's: removing it removed the point's folder just made
+    for the new role, whose mkdtemp then failed with FileNotFoundError."""
+    node = _node(tmp_path, monkeypatch)
+    cfg = parse_config(small_config(tmp_path))
+    config = tmp_path / "config.toml"
+    config.write_text(cfg.to_toml())
+    _killed(config, 'RoleHost("passive_party_1", config, "abc123", sweep="splitleak-sweep-1")')
+    monkeypatch.setattr(roles, "ABANDONED_AFTER_S", 0.0, raising=False)
+    again = RoleHost("passive_party_1", cfg.to_toml(), "abc123", sweep="splitleak-sweep-1")
+    try:
+        assert [p.name for p in (node / "splitleak-sweep-1" / "abc123").iterdir()] == \
+            [again.run.root.parent.name]
+    finally:
+        again.cleanup()
+    assert not any(node.iterdir())

@@ -74,10 +74,10 @@ class RoleHost:
         os.environ[THREADS_ENV] = str(max(1, int(cpus)))  # "auto": the CPUs of its bundle
         self.role = role
         self.cfg = parse_config(tomllib.loads(config_toml), f"{run_name} ({role})")
+        remove_abandoned()  # first: it removes a point's folder left empty, this one's too
         point = scratch_of(sweep, run_name)
         point.parent.mkdir(mode=0o700, exist_ok=True)
         point.mkdir(mode=0o700, parents=True, exist_ok=True)
-        remove_abandoned()
         self._scratch = Path(tempfile.mkdtemp(prefix=f"{role}-", dir=point))
         self._held = ExitStack()  # until cleanup: this folder is in use
         self._held.enter_context(holding(self._scratch / HELD, self._scratch, "using it"))
