@@ -189,25 +189,31 @@ def check(ca_file: Path, ca: bytes, cert_file: Path, cert: bytes, key_file: Path
     certifies(cert_file, chain[0], name)
 
 
+SERVERS = (LABEL_PARTY, ATTACKER)  # identities peers dial; a passive party is only ever a client
+
+
 def certifies(cert_file: Path, certificate: x509.Certificate, name: str) -> None:
-    """Refuse a certificate that is not `name`'s: a peer admits a client by its common name
-    and dials a server pinned to that name as a host name (server_name_option), so another
-    identity's pair renamed, or one made for a host, fails every handshake or join."""
+    """Refuse a certificate that is not `name`'s: a peer admits a client by its common name,
+    and a server (the label party, the sidecar) is dialled pinned to that name as a host name
+    (server_name_option), which a certificate with host names must list (in any case); so
+    another identity's pair renamed, or a server's made for a host alone, fails every
+    handshake or join. A passive party's host names are never checked: nobody dials it."""
     common = [attribute.value for attribute in
               certificate.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
     try:
-        alt = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName)
-        hosts = alt.value.get_values_for_type(x509.DNSName)
+        alt = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
-        hosts = []
-    if common == [name] and (not hosts or name in hosts):
+        alt = None
+    hosts = alt.get_values_for_type(x509.DNSName) if alt is not None else []
+    dialled = name not in SERVERS or alt is None or name.lower() in {h.lower() for h in hosts}
+    if common == [name] and dialled:
         return
     said = f"common name {', '.join(map(repr, common)) or 'none'}"
-    if hosts:
-        said += f", host names {', '.join(hosts)}"
+    if alt is not None and name in SERVERS:
+        said += f", host names {', '.join(hosts) or 'none (only addresses)'}"
     raise IdentityError(f"{cert_file} is not a certificate of {name!r} ({said}): its peers "
-                        f"admit and dial this identity by that name as its common name and "
-                        f"host name; {REMAKE}")
+                        f"admit this identity by that name as its common name"
+                        f"{' and dial it by that host name' if name in SERVERS else ''}; {REMAKE}")
 
 
 def signed_by(ca_file: Path, authorities: list[x509.Certificate], cert_file: Path,

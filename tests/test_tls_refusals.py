@@ -15,6 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from splitleak import tls
 from splitleak.cli_common import EXIT_BAD_INPUT, BadInput, tls_dir_or_exit
@@ -95,9 +99,44 @@ def test_another_identitys_pair_under_this_ones_name_is_refused_at_start(
     with pytest.raises(BadInput):
         tls_dir_or_exit(None, certs, role)
     message = capsys.readouterr().err
-    assert f"{role}.pem is not a certificate of {role!r} (common name 'attacker', host names " \
-        "attacker, localhost)" in message, message
+    hosts = ", host names attacker, localhost" if role == tls.LABEL_PARTY else ""
+    assert f"{role}.pem is not a certificate of {role!r} (common name 'attacker'{hosts})" \
+        in message, message
     assert "splitleak certs" in message, message
+
+
+def _certificate(common: str, *alt: x509.GeneralName) -> x509.Certificate:
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.UTC)
+    made = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(
+        NameOID.COMMON_NAME, common)])).issuer_name(x509.Name([x509.NameAttribute(
+            NameOID.COMMON_NAME, "ca")])).public_key(key.public_key()).serial_number(1)
+        .not_valid_before(now).not_valid_after(now + dt.timedelta(days=1)))
+    if alt:
+        made = made.add_extension(x509.SubjectAlternativeName(list(alt)), critical=False)
+    return made.sign(key, hashes.SHA256())
+
+
+@pytest.mark.parametrize(("name", "alt"), [
+    (tls.passive_identity(1), [x509.DNSName("node3.lab.example")]),  # made for its host
+    (tls.LABEL_PARTY, [x509.DNSName("Label-Party")]),  # host names match in any case
+    (tls.LABEL_PARTY, []),
+])
+def test_an_identity_its_peers_admit_and_dial_is_taken(name: str, alt: list) -> None:
+    """A passive party's certificate made by hand for its host (CN passive-party-1, host name
+    node3.lab.example) was refused, though nobody dials a passive party; and 'Label-Party'."""
+    tls.certifies(Path("x.pem"), _certificate(name, *alt), name)
+
+
+def test_a_server_identity_with_addresses_alone_is_refused() -> None:
+    """A label party's certificate whose host names are an address alone was taken, then
+    failed every party's handshake (they dial it by the name label-party)."""
+    import ipaddress
+
+    certificate = _certificate(tls.LABEL_PARTY, x509.IPAddress(ipaddress.ip_address("10.0.0.5")))
+    with pytest.raises(tls.IdentityError, match=r"x.pem is not a certificate of 'label-party' "
+                       r"\(common name 'label-party', host names none \(only addresses\)\)"):
+        tls.certifies(Path("x.pem"), certificate, tls.LABEL_PARTY)
 
 
 @pytest.mark.parametrize(("days_ago", "said"), [(40, "expired on"),
