@@ -320,6 +320,7 @@ class LabelPartyRun:
             return await self._failed(SessionError(
                 grpc.StatusCode.INTERNAL, f"label party internal error: {type(err).__name__}: {err}"))
         finally:
+            self.heartbeat.beat = None  # a second signal cancelled the step: no step is timed
             if anchors is not None:
                 anchors.close()
             # still open only when the run was cancelled (a second signal): stopped, resumable

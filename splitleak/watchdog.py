@@ -124,11 +124,24 @@ class Watchdog:
             if beat is None or beat is not seen:
                 seen, since = beat, now
             elif now - since > self.limit:
-                where, plugin = where_stuck(self._thread_id, self.plugins())
-                log.error("the step has not moved for %.1f s; every thread's stack:", now - since)
-                faulthandler.dump_traceback(all_threads=True)
-                self.stuck(Stuck(beat, now - since, where, plugin))
+                self._fire(beat, now - since)
                 return
+
+    def _fire(self, beat: object, seconds: float) -> None:
+        """Every thread's stack to stderr (the role's log), then `stuck`; should anything on
+        the way raise (a full disk, say), the process ends all the same: its stuck thread never
+        returns."""
+        log.error("the step has not moved for %.1f s; every thread's stack:", seconds)
+        try:
+            faulthandler.dump_traceback(all_threads=True)
+        except (OSError, ValueError, AttributeError, RuntimeError):  # stderr has no file
+            log.error("(no stack: stderr has no file descriptor)")
+        try:
+            self.stuck(Stuck(beat, seconds, *where_stuck(self._thread_id, self.plugins())))
+        except BaseException:  # noqa: BLE001 - the process must end, whatever went wrong
+            log.exception("ending the stuck process failed; it ends now")
+            logging.shutdown()
+            os._exit(EXIT_FAILED)
 
 
 def stuck_sentence(role: str, doing: str, stuck: Stuck, limit: str, then: str) -> str:
