@@ -538,3 +538,20 @@ def test_set_ups_of_one_name_are_told_apart_by_what_differs_in_their_configs(tmp
     assert told[0].endswith(
         f"[{honest}] threat.parties.1.optimizer = honest, training.optimizers.1.name = unset, …; "
         f"[{bad}] threat.parties.1.optimizer = malicious, training.optimizers.1.name = sgd, …"), told[0]
+
+
+def test_three_set_ups_of_one_name_are_told_apart_by_as_many_paths_as_it_takes(
+        tmp_path: Path) -> None:
+    """(batch_size, epochs, eval_interval) = (32, 1, 1), (32, 1, 2), (64, 2, 1): the first two
+    paths that differ told the first two apart from nothing, and the warning said their configs
+    were the same."""
+    from orchestration.compare.identity import telling_apart
+    from splitleak.config import parse_config
+
+    configs = [parse_config(small_config(tmp_path, training={
+        "batch_size": b, "epochs": e, "eval_interval": i})) for b, e, i in [(32, 1, 1), (32, 1, 2),
+                                                                             (64, 2, 1)]]
+    told = telling_apart(configs)
+    assert told is not None and len(set(told)) == 3, told
+    assert told[1] == "training.batch_size = 32, training.epochs = 1, training.eval_interval = 2"
+    assert telling_apart([configs[0], configs[0]]) is None

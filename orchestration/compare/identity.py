@@ -97,20 +97,26 @@ def setup_key(cfg: ExperimentConfig) -> str:
     return _digest(data)
 
 
-SHOWN_DIFFERENCES = 2  # config paths a label names where several set-ups share its name
+SHOWN_DIFFERENCES = 2  # config paths a label names at least, where several set-ups share its name
 
 
 def telling_apart(configs: list[ExperimentConfig]) -> list[str] | None:
     """For settings that share a name, what tells each apart: the config paths whose values
-    differ among them, as `threat.parties.1.optimizer=malicious` (the first two, then `…`);
-    None when that tells them apart no better (the same config in two sweeps, say)."""
+    differ among them, as `threat.parties.1.optimizer=malicious` (the first two, more where
+    those two do not tell every one apart, then `…` for the rest); None when the configs are
+    the same (one config in two sweeps, say)."""
     flat = [dict(_flat(_experiment(cfg))) for cfg in configs]
     paths = [path for path in dict.fromkeys(p for f in flat for p in f)
              if len({json.dumps(f.get(path), sort_keys=True) for f in flat}) > 1]
-    more = ", …" if len(paths) > SHOWN_DIFFERENCES else ""
-    said = [", ".join(f"{path} = {_value(f[path]) if path in f else 'unset'}"
-                      for path in paths[:SHOWN_DIFFERENCES]) + more for f in flat]
-    return said if paths and len(set(said)) == len(said) else None
+    if not paths:
+        return None
+    shown = SHOWN_DIFFERENCES
+    while len({tuple(json.dumps(f.get(p), sort_keys=True) for p in paths[:shown])
+               for f in flat}) < len(flat) and shown < len(paths):
+        shown += 1
+    more = ", …" if len(paths) > shown else ""
+    return [", ".join(f"{path} = {_value(f[path]) if path in f else 'unset'}"
+                      for path in paths[:shown]) + more for f in flat]
 
 
 def _flat(data: Any, path: str = "") -> list[tuple[str, Any]]:
