@@ -1,9 +1,10 @@
 #!/bin/sh
 # One-shot step before a compose run (the only one that runs as root, and it does nothing
-# else): check the experiment file and its number of passive parties, create
-# /runs/$SPLITLEAK_RUN_ID owned by the user the parties run as, and make this run's CA and
-# one TLS identity per party in /tls (when topology.tls, the default). A run directory that
-# already holds a run is refused, never reused.
+# else): check the experiment file, its number of passive parties and that its data files
+# are in /data (the SPLITLEAK_DATA folder), create /runs/$SPLITLEAK_RUN_ID owned by the user
+# the parties run as, and make this run's CA and one TLS identity per party in /tls (when
+# topology.tls, the default). A run directory that already holds a run is refused, never
+# reused.
 set -eu
 config=/config/experiment.toml
 tls_dir=/tls
@@ -30,6 +31,7 @@ import sys
 from pathlib import Path
 
 from splitleak.config import ConfigError, load_config
+from splitleak.data_files import data_paths
 
 path, expected, tls_dir = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
 try:  # the schema only (fast); the label party checks the rest and exits 2 naming the field
@@ -43,6 +45,19 @@ if n != expected:
     sys.exit(f"prepare: the experiment file (SPLITLEAK_CONFIG) says topology.passive_parties = {n} "
              f"but this compose file runs {expected} passive parties: use {fix}, "
              "or change the config")
+# A data file must be in the data folder the parties see (SPLITLEAK_DATA at /data): without
+# this, prepare passed and the label party then stopped the run saying the file is missing.
+for key, where in data_paths(cfg).items():
+    if not where.exists():
+        given = cfg.dataset.params[key.removeprefix("dataset.params.")]
+        looked = "" if str(where) == given else f" (read as {where})"
+        inside = Path(given).is_absolute() and Path(given).is_relative_to("/data")
+        fix = f"as {Path(given).relative_to('/data')} in" if inside else "in"
+        name = "" if inside else f", and name it there, e.g. {key} = \"/data/{Path(given).name}\""
+        print(f"prepare: {key} = {given!r}{looked} does not exist inside the containers: put it "
+              f"{fix} the host folder SPLITLEAK_DATA (default deploy/data/), which the containers "
+              f"see at /data{name}", file=sys.stderr)
+        sys.exit(2)
 # A fresh CA every run; nothing of an earlier run's identities is left behind.
 for old in tls_dir.iterdir():
     shutil.rmtree(old) if old.is_dir() else old.unlink()
