@@ -30,14 +30,20 @@ def adult_config(tmp_path: Path, data_path: str) -> Path:
     return config
 
 
-def test_a_run_reads_its_data_file_from_the_data_folder(topology: Topology, tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    data.mkdir()
+def adult_file(folder: Path) -> Path:
+    """A valid 300-row adult.data in `folder` (made), whose ages vary so that rows differ."""
+    folder.mkdir()
     rows = []
-    for i in range(300):  # ages vary, so that rows differ
+    for i in range(300):
         fields = ADULT_ROWS[i % len(ADULT_ROWS)].split(", ")
         rows.append(", ".join([str(20 + i % 50), *fields[1:]]))
-    (data / "adult.data").write_text("".join(row + "\n" for row in rows))
+    path = folder / "adult.data"
+    path.write_text("".join(row + "\n" for row in rows))
+    return path
+
+
+def test_a_run_reads_its_data_file_from_the_data_folder(topology: Topology, tmp_path: Path) -> None:
+    data = adult_file(tmp_path / "data").parent
     topology.env["SPLITLEAK_DATA"] = str(data)
     topology.env["SPLITLEAK_CONFIG"] = str(adult_config(tmp_path, "/data/adult.data"))
     code = topology.run("up", "--no-build", "--exit-code-from", "report", "report",
@@ -64,3 +70,21 @@ def test_prepare_refuses_a_data_file_missing_from_the_data_folder(topology: Topo
             "deploy/data/), which the containers see at /data") in said, said
     assert "Traceback" not in said
     assert not topology.run_dir.exists()  # nothing made for a run that cannot start
+
+
+def test_prepare_refuses_a_data_file_the_parties_cannot_read(topology: Topology,
+                                                            tmp_path: Path) -> None:
+    """prepare runs as root and read it; the label party, as SPLITLEAK_UID, then exited 2."""
+    path = adult_file(tmp_path / "data")
+    path.chmod(0)  # no one but root reads it, whoever owns it
+    topology.env["SPLITLEAK_DATA"] = str(path.parent)
+    topology.env["SPLITLEAK_CONFIG"] = str(adult_config(tmp_path, "/data/adult.data"))
+    code = topology.run("up", "--no-build", "--exit-code-from", "prepare", "prepare",
+                        timeout=RUN_TIMEOUT_S)
+    assert code == 2, f"compose exited {code}:\n{topology.output()}"
+    said = topology.container_logs("prepare")
+    owner = f"{topology.env['SPLITLEAK_UID']}:{topology.env['SPLITLEAK_GID']}"
+    assert (f"prepare: the parties' user {owner} (SPLITLEAK_UID/GID) cannot read the data file "
+            "/data/adult.data (Permission denied): make it readable on the host") in said, said
+    assert "Traceback" not in said
+    assert not topology.run_dir.exists()
