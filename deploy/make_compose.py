@@ -45,6 +45,7 @@ ATTACKER_ADDRESS = f"${{SPLITLEAK_ATTACKER_HOST:-attacker}}:{ATTACKER_PORT}"
 RELAY_PORT = "${SPLITLEAK_RELAY_PORT:-50061}"
 PARTY_USER = "${SPLITLEAK_UID:-1000}:${SPLITLEAK_GID:-1000}"
 TLS_DIR = "/tls"
+DATA_DIR = "/data"  # where a config names its data files: dataset.params.path = "/data/<name>"
 VOLUMES = [
     "${SPLITLEAK_CONFIG:-./experiment.toml}:" + CONFIG + ":ro",
     "${SPLITLEAK_RUNS:-../runs}:/runs",
@@ -52,6 +53,9 @@ VOLUMES = [
 # The run's CA and one identity per party (topology.tls, the default): made by `prepare` in a
 # volume of this project, read-only for the parties, removed by `down -v`.
 TLS_VOLUME = f"tls:{TLS_DIR}"
+# The user's data files (deploy/data/ by default), read-only for every service that loads the
+# dataset: prepare (it checks the config's paths), the parties, the sidecar and the analysis.
+DATA_VOLUME = "${SPLITLEAK_DATA:-./data}:" + DATA_DIR + ":ro"
 
 HEADER = """\
 # splitleak across containers: a label party, {n} passive part{ies} and an attacker sidecar
@@ -69,6 +73,8 @@ HEADER = """\
 #   SPLITLEAK_CONFIG    experiment TOML on the host, mounted read-only (must say {n} parties)
 #   SPLITLEAK_RUN_ID    run directory name under SPLITLEAK_RUNS (a used one is refused)
 #   SPLITLEAK_RUNS      host directory of the runs
+#   SPLITLEAK_DATA      host folder of your data files, mounted read-only at /data: put
+#                       train.txt there and say dataset.params.path = "/data/train.txt"
 #   SPLITLEAK_UID/GID   user the parties run as (your `id -u`/`id -g` to own the results)
 #   SPLITLEAK_IMAGE, SPLITLEAK_LABEL_PARTY_HOST/PORT, SPLITLEAK_ATTACKER_HOST/PORT{wan}
 """
@@ -81,13 +87,13 @@ WAN_HEADER = """
 
 
 def party_service(command: list[str], depends_on: dict[str, str], tls: bool = False,
-                  **extra: Any) -> dict[str, Any]:
+                  data: bool = False, **extra: Any) -> dict[str, Any]:
     service: dict[str, Any] = {
         "image": IMAGE,
         "init": True,  # PID 1 forwards SIGTERM: `docker stop` ends a party at once
         "user": PARTY_USER,
         "command": command + (["--tls-dir", TLS_DIR] if tls else []),
-        "volumes": VOLUMES + ([TLS_VOLUME + ":ro"] if tls else []),
+        "volumes": VOLUMES + ([DATA_VOLUME] if data else []) + ([TLS_VOLUME + ":ro"] if tls else []),
     }
     service.update(extra)
     service["depends_on"] = {name: {"condition": c} for name, c in depends_on.items()}
@@ -110,14 +116,14 @@ def role_service(role: Role, plan: list[Role]) -> dict[str, Any]:
     if role.kind == LABEL_PARTY:
         return party_service(
             ["label-party", "serve", "--config", CONFIG, "--listen", f"0.0.0.0:{LABEL_PORT}",
-             "--run-dir", RUN_DIR], {"prepare": "service_completed_successfully"}, tls=True,
+             "--run-dir", RUN_DIR], {"prepare": "service_completed_successfully"}, tls=True, data=True,
             environment=health_env(f"127.0.0.1:{LABEL_PORT}", role.service))
     if role.kind == SIDECAR:
         observed = [str(r.party) for r in plan if r.taps == role.key]
         return party_service(
             ["attacker", "serve", "--config", CONFIG, "--listen", f"0.0.0.0:{ATTACKER_PORT}",
              "--out", RUN_DIR, *(a for k in observed for a in ("--party", k)), "--run-id", RUN_ID],
-            {"prepare": "service_completed_successfully"}, tls=True,
+            {"prepare": "service_completed_successfully"}, tls=True, data=True,
             environment=health_env(f"127.0.0.1:{ATTACKER_PORT}", role.service))
     assert reaches is not None
     if role.kind == RELAY:  # serves until compose stops the project (nothing waits for its end)
@@ -128,7 +134,7 @@ def role_service(role: Role, plan: list[Role]) -> dict[str, Any]:
                "--label-party", address(reaches), "--run-dir", RUN_DIR]
     if taps is not None:  # the curious party: every gradient it receives goes to the sidecar too
         command += ["--attacker", address(taps)]
-    return party_service(command, depends, tls=True)
+    return party_service(command, depends, tls=True, data=True)
 
 
 def health_env(address: str, identity: str) -> dict[str, str]:
@@ -143,9 +149,9 @@ def compose(n: int, wan: bool = False) -> dict[str, Any]:
     # The run's launch plan: the sidecar beside passive party 1, which it taps.
     plan = roles(Topology(n, tapped=frozenset({1}), shaped=wan))
     services: dict[str, Any] = {}
-    # One-shot, as root (the only step that is): check the config against this file's N,
-    # create the run directory owned by the parties' user, make the run's TLS identities. It
-    # also builds the image that every other service shares.
+    # One-shot, as root (the only step that is): check the config against this file's N and
+    # that its data files are in /data, create the run directory owned by the parties' user,
+    # make the run's TLS identities. It also builds the image that every other service shares.
     services["prepare"] = {
         "image": IMAGE,
         "build": {
@@ -164,13 +170,13 @@ def compose(n: int, wan: bool = False) -> dict[str, Any]:
             "SPLITLEAK_UID": "${SPLITLEAK_UID:-1000}",
             "SPLITLEAK_GID": "${SPLITLEAK_GID:-1000}",
         },
-        "volumes": [*VOLUMES, TLS_VOLUME],
+        "volumes": [*VOLUMES, DATA_VOLUME, TLS_VOLUME],
     }
     for role in plan:
         services[role.service] = role_service(role, plan)
     passive = [r.service for r in plan if r.kind == PASSIVE_PARTY]
     finished = dict.fromkeys(["label-party", "attacker", *passive], "service_completed_successfully")
-    services["analysis"] = party_service(["attacker", "analyze", RUN_DIR], finished)
+    services["analysis"] = party_service(["attacker", "analyze", RUN_DIR], finished, data=True)
     # Shows the report. Being last, it also keeps docker-compose 1.29's
     # `up --abort-on-container-exit` from stopping the analysis (see README); that cascade
     # stop may reach it while it prints, hence the ignored SIGTERM (it ends in milliseconds).
@@ -233,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"deploy/compose.{args.passive_parties}.yml")
         if not where.is_dir() or not where.samefile(DEPLOY):
             parser.error(f"-o {args.output}: write it in {DEPLOY}, the directory that the paths "
-                         "inside it (the build context .., ./experiment.toml, ../runs) are "
+                         "inside it (the build context .., ./experiment.toml, ./data, ../runs) are "
                          "relative to")
         try:
             with open(args.output, "w", encoding="utf-8") as f:

@@ -1,9 +1,10 @@
 #!/bin/sh
 # One-shot step before a compose run (the only one that runs as root, and it does nothing
-# else): check the experiment file and its number of passive parties, create
-# /runs/$SPLITLEAK_RUN_ID owned by the user the parties run as, and make this run's CA and
-# one TLS identity per party in /tls (when topology.tls, the default). A run directory that
-# already holds a run is refused, never reused.
+# else): check the experiment file, its number of passive parties and that its data files
+# are in /data (the SPLITLEAK_DATA folder) and readable by the parties' user, create
+# /runs/$SPLITLEAK_RUN_ID owned by that user, and make this run's CA and one TLS identity per
+# party in /tls (when topology.tls, the default). A run directory that already holds a run is
+# refused, never reused.
 set -eu
 config=/config/experiment.toml
 tls_dir=/tls
@@ -24,14 +25,16 @@ if [ -e "$run_dir/config.toml" ] || [ -e "$run_dir/label_party" ] || [ -e "$run_
          "(e.g. SPLITLEAK_RUN_ID=run-\$(date +%Y%m%d-%H%M%S)) or remove runs/$run_id" >&2
     exit 1
 fi
-python - "$config" "${SPLITLEAK_PASSIVE_PARTIES:?}" "$tls_dir" <<'PY'
+python - "$config" "${SPLITLEAK_PASSIVE_PARTIES:?}" "$tls_dir" "$owner" <<'PY'
+import os
 import shutil
 import sys
 from pathlib import Path
 
 from splitleak.config import ConfigError, load_config
+from splitleak.data_files import data_paths
 
-path, expected, tls_dir = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3])
+path, expected, tls_dir, owner = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
 try:  # the schema only (fast); the label party checks the rest and exits 2 naming the field
     cfg = load_config(path)
 except ConfigError as err:
@@ -43,6 +46,42 @@ if n != expected:
     sys.exit(f"prepare: the experiment file (SPLITLEAK_CONFIG) says topology.passive_parties = {n} "
              f"but this compose file runs {expected} passive parties: use {fix}, "
              "or change the config")
+# A data file must be in the data folder the parties see (SPLITLEAK_DATA at /data): without
+# this, prepare passed and the label party then stopped the run saying the file is missing.
+for key, where in data_paths(cfg).items():
+    if not where.exists():
+        given = cfg.dataset.params[key.removeprefix("dataset.params.")]
+        looked = "" if str(where) == given else f" (read as {where})"
+        inside = Path(given).is_absolute() and Path(given).is_relative_to("/data")
+        fix = f"as {Path(given).relative_to('/data')} in" if inside else "in"
+        name = "" if inside else f", and name it there, e.g. {key} = \"/data/{Path(given).name}\""
+        print(f"prepare: {key} = {given!r}{looked} does not exist inside the containers: put it "
+              f"{fix} the host folder SPLITLEAK_DATA (default deploy/data/), which the containers "
+              f"see at /data{name}", file=sys.stderr)
+        sys.exit(2)
+# This step runs as root, the parties as the owner: what they cannot read stopped the label
+# party (exit 2) after prepare passed. Open each file as they will (effective ids).
+uid, _, gid = owner.partition(":")
+files = [f for f in data_paths(cfg).values() if f.is_file()]
+if files and uid.isdigit() and gid.isdigit():
+    groups, denied = os.getgroups(), None
+    os.setgroups([])
+    os.setegid(int(gid))
+    os.seteuid(int(uid))
+    try:
+        for file in files:
+            file.open("rb").close()
+    except OSError as err:
+        denied = f"{file} ({err.strerror})"
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+        os.setgroups(groups)
+    if denied:
+        print(f"prepare: the parties' user {owner} (SPLITLEAK_UID/GID) cannot read the data file "
+              f"{denied}: make it readable on the host (e.g. chmod a+r, and a+x on its folders) "
+              "or set SPLITLEAK_UID/SPLITLEAK_GID to its owner's ids", file=sys.stderr)
+        sys.exit(2)
 # A fresh CA every run; nothing of an earlier run's identities is left behind.
 for old in tls_dir.iterdir():
     shutil.rmtree(old) if old.is_dir() else old.unlink()

@@ -72,6 +72,21 @@ def test_generator_wires_n_passive_parties(n: int) -> None:
     assert [s for s in services if "build" in services[s]] == ["prepare"]  # one image, built once
 
 
+@pytest.mark.parametrize(("n", "wan"), [(1, False), (2, False), (12, False), (2, True)])
+def test_every_service_that_loads_the_dataset_reads_the_data_folder(n: int, wan: bool) -> None:
+    """A config naming its own data (dataset.params.path = "/data/adult.data") ran nowhere in
+    compose: no service mounted a data folder, so the label party exited 2, file not found."""
+    module = generator()
+    services = module.compose(n, wan)["services"]
+    readers = {"prepare", "label-party", "attacker", "analysis",
+               *(f"passive-party-{k}" for k in range(1, n + 1))}
+    for name in readers:
+        data = [v for v in services[name]["volumes"] if ":/data" in v]
+        assert data == ["${SPLITLEAK_DATA:-./data}:/data:ro"], (name, services[name]["volumes"])
+    assert "SPLITLEAK_DATA" in module.render(n, wan=wan).split("services:")[0]  # the settings
+    assert (REPO / "deploy" / "data" / "README.md").is_file()  # the default folder is there
+
+
 def test_generator_refuses_bad_n() -> None:
     result = subprocess.run([sys.executable, str(REPO / "deploy" / "make_compose.py"), "0"],
                             capture_output=True, text=True, check=False)
