@@ -544,17 +544,17 @@ class ExperimentConfig(Settings):
         fields whose hashes differ, or that one of them lacks. An empty table or list has no
         field of its own."""
         return {name: _digest(value) for name, value in
-                _leaves(self.model_dump(mode="json", exclude={"evaluation"}))}
+                leaves(self.model_dump(mode="json", exclude={"evaluation"}))}
 
 
-def _leaves(data: Any, name: str = "") -> list[tuple[str, Any]]:
+def leaves(data: Any, name: str = "") -> list[tuple[str, Any]]:
     """(dotted name, value) of every field under `data` that is neither a table nor a list of
     tables; an empty table or list has none."""
     if isinstance(data, list) and data and all(isinstance(item, dict) for item in data):
         data = {str(index): item for index, item in enumerate(data)}
     if isinstance(data, dict):
         return [leaf for key, value in data.items()
-                for leaf in _leaves(value, f"{name}.{key}" if name else str(key))]
+                for leaf in leaves(value, f"{name}.{key}" if name else str(key))]
     return [] if data == [] else [(name, data)]
 
 

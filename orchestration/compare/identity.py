@@ -19,7 +19,7 @@ from typing import Any
 from orchestration.sweep.points import SEED
 from splitleak.artifacts.paths import SweepDir
 from splitleak.artifacts.sweep import read_index_rows
-from splitleak.config import ExperimentConfig
+from splitleak.config import ExperimentConfig, leaves
 
 # How a run was executed, not what it trains: its seeds are one setting, whatever the threads
 # or whether the parties replayed CUDA graphs.
@@ -105,29 +105,21 @@ def telling_apart(configs: list[ExperimentConfig]) -> list[str] | None:
     differ among them, as `threat.parties.1.optimizer=malicious` (the first two, more where
     those two do not tell every one apart, then `…` for the rest); None when the configs are
     the same (one config in two sweeps, say)."""
-    flat = [dict(_flat(_experiment(cfg))) for cfg in configs]
+    flat = [dict(leaves(_experiment(cfg))) for cfg in configs]
+
+    def said(f: dict[str, Any], path: str) -> str:  # a path one config lacks reads "unset"
+        return _value(f[path]) if path in f else "unset"
+
     paths = [path for path in dict.fromkeys(p for f in flat for p in f)
-             if len({json.dumps(f.get(path), sort_keys=True) for f in flat}) > 1]
+             if len({said(f, path) for f in flat}) > 1]
     if not paths:
         return None
     shown = SHOWN_DIFFERENCES
-    while len({tuple(json.dumps(f.get(p), sort_keys=True) for p in paths[:shown])
-               for f in flat}) < len(flat) and shown < len(paths):
+    while len({tuple(said(f, p) for p in paths[:shown]) for f in flat}) < len(flat) \
+            and shown < len(paths):
         shown += 1
     more = ", …" if len(paths) > shown else ""
-    return [", ".join(f"{path} = {_value(f[path]) if path in f else 'unset'}"
-                      for path in paths[:shown]) + more for f in flat]
-
-
-def _flat(data: Any, path: str = "") -> list[tuple[str, Any]]:
-    """(dotted path, value) of every leaf of a config's nested tables and lists."""
-    if isinstance(data, dict):
-        items = list(data.items())
-    elif isinstance(data, list) and data:
-        items = list(enumerate(data))
-    else:
-        return [(path, data)]
-    return [leaf for key, inner in items for leaf in _flat(inner, f"{path}.{key}" if path else str(key))]
+    return [", ".join(f"{path} = {said(f, path)}" for path in paths[:shown]) + more for f in flat]
 
 
 def _value(value: Any) -> str:
