@@ -196,9 +196,9 @@ def test_a_party_with_another_config_is_told_which_fields_differ() -> None:
 
 
 def test_a_list_of_tables_is_named_by_index_and_empty_tables_have_no_fields() -> None:
-    from splitleak.config import _leaves
+    from splitleak.config import leaves
 
-    assert _leaves({"defense": [{"name": "marvell", "s": 4.0}], "run": {"devices": {}},
+    assert leaves({"defense": [{"name": "marvell", "s": 4.0}], "run": {"devices": {}},
                     "attacker": {"attacks": []}, "model": {"layers": [8, 8]}}) == \
         [("defense.0.name", "marvell"), ("defense.0.s", 4.0), ("model.layers", [8, 8])]
 
